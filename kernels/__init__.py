@@ -1,0 +1,7 @@
+"""Triton kernels for the hot paths of RL training, one family per folder.
+
+Each family folder (``logprob/``, ``attention/``, ``packing/``) stands alone: ``kernel.py`` holds
+the ``@triton.jit`` code, ``api.py`` validation, grid/block choice, autograd Functions and the
+public functions, ``reference.py`` pure-torch references and ``spec.py`` FLOP and byte counts.
+Nothing here imports ``polytrace``; importing a family compiles nothing and queries no device.
+"""

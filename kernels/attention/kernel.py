@@ -1,0 +1,458 @@
+"""Triton kernels for attention over packed variable-length sequences and split-KV decode.
+
+Layout: packed ``[T, H, D]`` tensors (flash-attn's varlen layout), int32 prefix sums
+``cu_seqlens`` starting at 0. Scores are computed in the log2 domain (``qk_scale_log2`` =
+softmax_scale * log2(e), so ``exp2`` replaces ``exp``); the log-sum-exp is stored in natural log
+(flash-attn's convention) as ``[H, T]`` fp32, ``+inf`` for a row that sees no key (its output is 0).
+
+Causal alignment is bottom-right (flash-attn >= 2.1): query row ``i`` of a sequence sees key ``j``
+iff ``j <= i + (len_k - len_q)``.
+
+Work lists: the forward and dQ kernels take one program per (work slot, query head); a slot is a
+(sequence, query block) pair read from ``work_seq``/``work_block`` (built on the device by
+``api.py``, longest tile first). Slots past the real number of tiles hold ``-1`` and exit at once.
+The dK/dV kernel does the same over key blocks. Every tile's arithmetic depends only on its own
+sequence, so a sequence's output is bitwise the same alone or packed with others.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+@triton.jit
+def _load_tile(ptrs, row_mask, offs_d, HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASK_ROWS: tl.constexpr):
+    # Masks only where needed: an unmasked load of full rows vectorises to 16-byte accesses.
+    if MASK_ROWS:
+        if EVEN_D:
+            t = tl.load(ptrs, mask=row_mask[:, None], other=0.0)
+        else:
+            t = tl.load(ptrs, mask=row_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+    else:
+        if EVEN_D:
+            t = tl.load(ptrs)
+        else:
+            t = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    return t
+
+
+@triton.jit
+def _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
+              stride_kt, stride_vt, qk_scale_log2,
+              HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    cols = start_n + offs_n
+    col_mask = cols < k_len
+    k = _load_tile(K_base + cols[:, None] * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    qk = tl.dot(q, tl.trans(k)) * qk_scale_log2
+    if MASKED:
+        allowed = col_mask[None, :]
+        if CAUSAL:
+            allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)
+        qk = tl.where(allowed, qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.math.exp2(qk - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _load_tile(V_base + cols[:, None] * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def varlen_fwd_kernel(
+    Q, K, V, O, LSE,
+    cu_seqlens_q, cu_seqlens_k, work_seq, work_block,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_lh,
+    qk_scale_log2, n_slots, n_heads_q, group,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, HEADS_INNER: tl.constexpr, EVEN_D: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    if HEADS_INNER:
+        # consecutive programs = the query heads of one tile: a GQA group's K/V blocks stay in L2
+        slot = pid // n_heads_q
+        head = pid % n_heads_q
+    else:
+        head = pid // n_slots
+        slot = pid % n_slots
+    seq = tl.load(work_seq + slot)
+    if seq < 0:
+        return
+    m_block = tl.load(work_block + slot)
+    q_start = tl.load(cu_seqlens_q + seq)
+    q_len = tl.load(cu_seqlens_q + seq + 1) - q_start
+    k_start = tl.load(cu_seqlens_k + seq)
+    k_len = tl.load(cu_seqlens_k + seq + 1) - k_start
+    kv_head = head // group
+    diag = k_len - q_len  # bottom-right causal alignment
+
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_mask = offs_m < q_len
+
+    Q_base = Q + q_start.to(tl.int64) * stride_qt + head * stride_qh
+    K_base = K + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
+    V_base = V + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
+    q = _load_tile(Q_base + offs_m[:, None] * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
+
+    # Finite start for the running max: a row that has seen only masked keys keeps exp2(-inf - m) = 0
+    # instead of exp2(-inf + inf) = nan.
+    m_i = tl.zeros([BLOCK_M], dtype=tl.float32) - 1.0e30
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    m0 = m_block * BLOCK_M
+    if CAUSAL:
+        end_n = tl.minimum(k_len, m0 + BLOCK_M + diag)  # one past the last key the block's last row sees
+        full_end = tl.minimum(k_len, m0 + diag + 1)  # every row of the block sees keys below this
+    else:
+        end_n = k_len
+        full_end = k_len
+    end_n = tl.maximum(end_n, 0)
+    full_end = (tl.maximum(full_end, 0) // BLOCK_N) * BLOCK_N
+
+    for start_n in range(0, full_end, BLOCK_N):
+        acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
+                                  stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, False, CAUSAL)
+    for start_n in range(full_end, end_n, BLOCK_N):
+        acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
+                                  stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, True, CAUSAL)
+
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+    O_base = O + q_start.to(tl.int64) * stride_ot + head * stride_oh
+    o_ptrs = O_base + offs_m[:, None] * stride_ot + offs_d[None, :]
+    if EVEN_D:
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_mask[:, None])
+    else:
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_mask[:, None] & (offs_d[None, :] < HEAD_DIM))
+    tl.store(LSE + head.to(tl.int64) * stride_lh + q_start + offs_m, lse, mask=row_mask)
+
+
+@triton.jit
+def bwd_preprocess_kernel(O, DO, DELTA, n_tokens, n_heads, stride_ot, stride_oh, stride_dot, stride_doh, stride_dh,
+                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_T: tl.constexpr):
+    """delta[h, t] = sum_d dO[t, h, d] * O[t, h, d] in fp32 (the softmax-backward row term)."""
+    pid_t = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask = (offs_t[:, None] < n_tokens) & (offs_d[None, :] < HEAD_DIM)
+    o = tl.load(O + offs_t[:, None].to(tl.int64) * stride_ot + head * stride_oh + offs_d[None, :], mask=mask, other=0.0)
+    do = tl.load(DO + offs_t[:, None].to(tl.int64) * stride_dot + head * stride_doh + offs_d[None, :], mask=mask,
+                 other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + head.to(tl.int64) * stride_dh + offs_t, delta, mask=offs_t < n_tokens)
+
+
+@triton.jit
+def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, offs_m, offs_n_abs, offs_d, q_len, diag,
+               stride_qt, stride_dot, qk_scale_log2,
+               HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASK_ROWS: tl.constexpr, MASK_CAUSAL: tl.constexpr):
+    rows = start_m + offs_m
+    row_mask = rows < q_len
+    q = _load_tile(Q_base + rows[:, None] * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, MASK_ROWS)
+    do = _load_tile(DO_base + rows[:, None] * stride_dot + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D,
+                    MASK_ROWS)
+    # Rows past q_len load lse = +inf and delta = 0, so their p is exactly 0: no extra select needed.
+    if MASK_ROWS:
+        lse2 = tl.load(LSE_base + rows, mask=row_mask, other=float("inf")) * 1.4426950408889634
+        delta = tl.load(DELTA_base + rows, mask=row_mask, other=0.0)
+    else:
+        lse2 = tl.load(LSE_base + rows) * 1.4426950408889634
+        delta = tl.load(DELTA_base + rows)
+    qkT = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
+    pT = tl.math.exp2(qkT * qk_scale_log2 - lse2[None, :])
+    if MASK_CAUSAL:
+        pT = tl.where(offs_n_abs[:, None] <= rows[None, :] + diag, pT, 0.0)
+    dv = tl.dot(pT.to(do.dtype), do, dv)
+    dpT = tl.dot(v, tl.trans(do))
+    dsT = pT * (dpT - delta[None, :])
+    dk = tl.dot(dsT.to(q.dtype), q, dk)
+    return dk, dv
+
+
+@triton.jit
+def varlen_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV,
+    cu_seqlens_q, cu_seqlens_k, work_seq, work_block,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_dot, stride_doh,
+    stride_dkt, stride_dkh, stride_dvt, stride_dvh, stride_lh,
+    softmax_scale, qk_scale_log2, n_heads_kv, group,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+):
+    """One program per (key block, KV head): dK and dV accumulate in registers over every query
+    head of the GQA group and every query block that sees the keys (no atomics: deterministic)."""
+    pid = tl.program_id(0)
+    slot = pid // n_heads_kv
+    kv_head = pid % n_heads_kv
+    seq = tl.load(work_seq + slot)
+    if seq < 0:
+        return
+    n_block = tl.load(work_block + slot)
+    q_start = tl.load(cu_seqlens_q + seq)
+    q_len = tl.load(cu_seqlens_q + seq + 1) - q_start
+    k_start = tl.load(cu_seqlens_k + seq)
+    k_len = tl.load(cu_seqlens_k + seq + 1) - k_start
+    diag = k_len - q_len
+
+    n0 = n_block * BLOCK_N
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    col_mask = offs_n < k_len
+    K_base = K + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
+    V_base = V + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
+    k = _load_tile(K_base + offs_n[:, None] * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    v = _load_tile(V_base + offs_n[:, None] * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+
+    q_len_ceil = ((q_len + BLOCK_M - 1) // BLOCK_M) * BLOCK_M
+    if CAUSAL:
+        # rows below n0 - diag see none of these keys; rows from n0 + BLOCK_N - 1 - diag on see all
+        start_m = (tl.maximum(n0 - diag, 0) // BLOCK_M) * BLOCK_M
+        diag_end = ((tl.maximum(n0 + BLOCK_N - 1 - diag, 0) + BLOCK_M - 1) // BLOCK_M) * BLOCK_M
+        diag_end = tl.minimum(tl.maximum(diag_end, start_m), q_len_ceil)
+        start_m = tl.minimum(start_m, diag_end)
+    else:
+        start_m = 0
+        diag_end = 0
+    full_end = tl.maximum(diag_end, (q_len // BLOCK_M) * BLOCK_M)
+
+    for g in range(0, group):
+        head = kv_head * group + g
+        Q_base = Q + q_start.to(tl.int64) * stride_qt + head * stride_qh
+        DO_base = DO + q_start.to(tl.int64) * stride_dot + head * stride_doh
+        LSE_base = LSE + head.to(tl.int64) * stride_lh + q_start
+        DELTA_base = DELTA + head.to(tl.int64) * stride_lh + q_start
+        for start in range(start_m, diag_end, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start, offs_m, offs_n, offs_d,
+                                q_len, diag, stride_qt, stride_dot, qk_scale_log2, HEAD_DIM, EVEN_D, True, True)
+        for start in range(diag_end, full_end, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start, offs_m, offs_n, offs_d,
+                                q_len, diag, stride_qt, stride_dot, qk_scale_log2, HEAD_DIM, EVEN_D, False, False)
+        for start in range(full_end, q_len_ceil, BLOCK_M):
+            dk, dv = _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start, offs_m, offs_n, offs_d,
+                                q_len, diag, stride_qt, stride_dot, qk_scale_log2, HEAD_DIM, EVEN_D, True, False)
+
+    dk = dk * softmax_scale * 1.01
+    d_mask = col_mask[:, None]
+    if not EVEN_D:
+        d_mask = d_mask & (offs_d[None, :] < HEAD_DIM)
+    DK_base = DK + k_start.to(tl.int64) * stride_dkt + kv_head * stride_dkh
+    DV_base = DV + k_start.to(tl.int64) * stride_dvt + kv_head * stride_dvh
+    tl.store(DK_base + offs_n[:, None] * stride_dkt + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=d_mask)
+    tl.store(DV_base + offs_n[:, None] * stride_dvt + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=d_mask)
+
+
+@triton.jit
+def _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
+             stride_kt, stride_vt, qk_scale_log2,
+             HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    cols = start_n + offs_n
+    col_mask = cols < k_len
+    # Keys past k_len load as 0: their dS * K term is 0, so only the causal select is needed.
+    k = _load_tile(K_base + cols[:, None] * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    v = _load_tile(V_base + cols[:, None] * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    qk = tl.dot(q, tl.trans(k))
+    p = tl.math.exp2(qk * qk_scale_log2 - lse2[:, None])
+    if MASKED:
+        if CAUSAL:
+            p = tl.where(cols[None, :] <= offs_m[:, None] + diag, p, 0.0)
+    dp = tl.dot(do, tl.trans(v))
+    ds = p * (dp - delta[:, None])
+    dq = tl.dot(ds.to(k.dtype), k, dq)
+    return dq
+
+
+@triton.jit
+def varlen_bwd_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ,
+    cu_seqlens_q, cu_seqlens_k, work_seq, work_block,
+    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_dot, stride_doh,
+    stride_dqt, stride_dqh, stride_lh,
+    softmax_scale, qk_scale_log2, n_heads_q, group,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, EVEN_D: tl.constexpr,
+):
+    """One program per (query block, query head), on the forward's work list: a separate pass for
+    dQ instead of atomics, so the backward is deterministic."""
+    pid = tl.program_id(0)
+    slot = pid // n_heads_q
+    head = pid % n_heads_q
+    seq = tl.load(work_seq + slot)
+    if seq < 0:
+        return
+    m_block = tl.load(work_block + slot)
+    q_start = tl.load(cu_seqlens_q + seq)
+    q_len = tl.load(cu_seqlens_q + seq + 1) - q_start
+    k_start = tl.load(cu_seqlens_k + seq)
+    k_len = tl.load(cu_seqlens_k + seq + 1) - k_start
+    kv_head = head // group
+    diag = k_len - q_len
+
+    offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    row_mask = offs_m < q_len
+    Q_base = Q + q_start.to(tl.int64) * stride_qt + head * stride_qh
+    DO_base = DO + q_start.to(tl.int64) * stride_dot + head * stride_doh
+    K_base = K + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
+    V_base = V + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
+    q = _load_tile(Q_base + offs_m[:, None] * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    do = _load_tile(DO_base + offs_m[:, None] * stride_dot + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    lse2 = tl.load(LSE + head.to(tl.int64) * stride_lh + q_start + offs_m, mask=row_mask, other=float("inf"))
+    lse2 = lse2 * 1.4426950408889634
+    delta = tl.load(DELTA + head.to(tl.int64) * stride_lh + q_start + offs_m, mask=row_mask, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    m0 = m_block * BLOCK_M
+    if CAUSAL:
+        end_n = tl.minimum(k_len, m0 + BLOCK_M + diag)
+        full_end = tl.minimum(k_len, m0 + diag + 1)
+    else:
+        end_n = k_len
+        full_end = k_len
+    end_n = tl.maximum(end_n, 0)
+    full_end = (tl.maximum(full_end, 0) // BLOCK_N) * BLOCK_N
+    for start_n in range(0, full_end, BLOCK_N):
+        dq = _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
+                      stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, False, CAUSAL)
+    for start_n in range(full_end, end_n, BLOCK_N):
+        dq = _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
+                      stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, True, CAUSAL)
+
+    dq = dq * softmax_scale
+    d_mask = row_mask[:, None]
+    if not EVEN_D:
+        d_mask = d_mask & (offs_d[None, :] < HEAD_DIM)
+    DQ_base = DQ + q_start.to(tl.int64) * stride_dqt + head * stride_dqh
+    tl.store(DQ_base + offs_m[:, None] * stride_dqt + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=d_mask)
+
+
+@triton.jit
+def decode_split_kernel(
+    Q, K, V, SEQLENS, BLOCK_TABLE, O, O_PART, LSE_PART,
+    stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
+    stride_ob, stride_oh, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_btb,
+    qk_scale_log2, n_heads_kv, group, split_tokens,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, SINGLE_SPLIT: tl.constexpr, EVEN_D: tl.constexpr,
+):
+    """One program per (KV split, sequence, KV head). The query heads of a GQA group form the rows
+    of one tile (padded to 16 for tl.dot), so each K/V byte is read once per group. A split covers
+    ``split_tokens`` cached tokens; splits past a sequence's length exit at once, so a long
+    sequence spreads over many programs while short ones cost a few idle launches."""
+    split = tl.program_id(0)
+    pid_bh = tl.program_id(1)
+    b = pid_bh // n_heads_kv
+    kv_head = pid_bh % n_heads_kv
+    kv_len = tl.load(SEQLENS + b)
+    n_lo = split * split_tokens
+    if n_lo >= kv_len:
+        if split > 0:
+            return
+    n_hi = tl.minimum(kv_len, n_lo + split_tokens)
+
+    offs_g = tl.arange(0, BLOCK_G)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    g_mask = offs_g < group
+    heads = kv_head * group + offs_g
+    q_ptrs = Q + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh + offs_d[None, :]
+    q = _load_tile(q_ptrs, g_mask, offs_d, HEAD_DIM, EVEN_D, True)
+
+    m_i = tl.zeros([BLOCK_G], dtype=tl.float32) - 1.0e30
+    l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
+    if PAGED:
+        K_base = K + kv_head * stride_kh
+        V_base = V + kv_head * stride_vh
+    else:
+        K_base = K + b.to(tl.int64) * stride_kb + kv_head * stride_kh
+        V_base = V + b.to(tl.int64) * stride_vb + kv_head * stride_vh
+    for start_n in range(n_lo, n_hi, BLOCK_N):
+        cols = start_n + offs_n
+        col_mask = cols < n_hi
+        if PAGED:
+            page = tl.load(BLOCK_TABLE + b.to(tl.int64) * stride_btb + cols // PAGE_SIZE, mask=col_mask, other=0)
+            k_rows = page.to(tl.int64) * stride_kb + (cols % PAGE_SIZE) * stride_kt
+            v_rows = page.to(tl.int64) * stride_vb + (cols % PAGE_SIZE) * stride_vt
+        else:
+            k_rows = cols * stride_kt
+            v_rows = cols * stride_vt
+        k = _load_tile(K_base + k_rows[:, None] + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+        qk = tl.dot(q, tl.trans(k)) * qk_scale_log2
+        qk = tl.where(col_mask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        p = tl.math.exp2(qk - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = _load_tile(V_base + v_rows[:, None] + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_new
+
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    out_mask = g_mask[:, None]
+    if not EVEN_D:
+        out_mask = out_mask & (offs_d[None, :] < HEAD_DIM)
+    if SINGLE_SPLIT:
+        o_ptrs = O + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=out_mask)
+        lse = tl.where(empty, float("inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+        tl.store(LSE_PART + b.to(tl.int64) * stride_lb + heads * stride_lh, lse, mask=g_mask)
+    else:
+        lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
+        p_ptrs = O_PART + b.to(tl.int64) * stride_pb + heads[:, None] * stride_ph + split * stride_ps + offs_d[None, :]
+        tl.store(p_ptrs, out, mask=out_mask)
+        tl.store(LSE_PART + b.to(tl.int64) * stride_lb + heads * stride_lh + split, lse2, mask=g_mask)
+
+
+@triton.jit
+def decode_combine_kernel(
+    O_PART, LSE_PART, SEQLENS, O, LSE,
+    stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh, stride_fb,
+    n_heads_q, split_tokens,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, N_SPLITS_POW2: tl.constexpr,
+):
+    """Merge the split partials of one (sequence, query head): weights exp2(lse_s - max)."""
+    pid = tl.program_id(0)
+    b = pid // n_heads_q
+    head = pid % n_heads_q
+    kv_len = tl.load(SEQLENS + b)
+    n_active = (kv_len + split_tokens - 1) // split_tokens
+    offs_all = tl.arange(0, N_SPLITS_POW2)
+    L_base = LSE_PART + b.to(tl.int64) * stride_lb + head * stride_lh
+    lse_all = tl.load(L_base + offs_all, mask=offs_all < n_active, other=float("-inf"))
+    m = tl.max(lse_all, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    denom = tl.zeros([BLOCK_S], dtype=tl.float32)
+    P_base = O_PART + b.to(tl.int64) * stride_pb + head * stride_ph
+    for s0 in range(0, n_active, BLOCK_S):
+        s = s0 + offs_s
+        s_mask = s < n_active
+        lse = tl.load(L_base + s, mask=s_mask, other=float("-inf"))
+        w = tl.math.exp2(lse - m)
+        part = tl.load(P_base + s[:, None] * stride_ps + offs_d[None, :],
+                       mask=s_mask[:, None] & (offs_d[None, :] < HEAD_DIM), other=0.0)
+        acc += tl.sum(part * w[:, None], 0)
+        denom += w
+    total = tl.sum(denom, 0)
+    empty = total == 0.0
+    out = acc / tl.where(empty, 1.0, total)
+    tl.store(O + b.to(tl.int64) * stride_ob + head * stride_oh + offs_d, out.to(O.dtype.element_ty),
+             mask=offs_d < HEAD_DIM)
+    lse_out = tl.where(empty, float("inf"), (m + tl.math.log2(tl.where(empty, 1.0, total))) * 0.6931471805599453)
+    tl.store(LSE + b.to(tl.int64) * stride_fb + head, lse_out)

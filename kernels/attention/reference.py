@@ -1,0 +1,82 @@
+"""Pure-torch references: attention per sequence with an explicit mask.
+
+``compute_dtype=torch.float32`` (the default) is the accuracy reference; passing the inputs' own
+dtype gives "torch's own same-dtype error" that the kernels' error is compared with (the rule of
+flash-attention's tests). Rows that see no key give output 0 and log-sum-exp ``+inf`` (flash-attn's
+convention, which the kernels follow).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _attend(q, k, v, scale, causal, compute_dtype):
+    # q [Lq, Hq, D], k/v [Lk, Hkv, D] -> out [Lq, Hq, D], lse [Hq, Lq] (fp32)
+    lq, hq, _ = q.shape
+    lk, hkv, _ = k.shape
+    group = hq // hkv
+    qc = q.to(compute_dtype).transpose(0, 1)  # [Hq, Lq, D]
+    kc = k.to(compute_dtype).transpose(0, 1).repeat_interleave(group, 0)
+    vc = v.to(compute_dtype).transpose(0, 1).repeat_interleave(group, 0)
+    scores = torch.matmul(qc, kc.transpose(1, 2)) * scale
+    if causal:
+        rows = torch.arange(lq, device=q.device)[:, None]
+        cols = torch.arange(lk, device=q.device)[None, :]
+        allowed = cols <= rows + (lk - lq)  # bottom-right alignment
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores.float(), dim=-1)  # [Hq, Lq]
+    empty = torch.isneginf(lse)
+    probs = torch.softmax(scores, dim=-1)
+    probs = torch.where(empty[..., None], torch.zeros_like(probs), probs)
+    out = torch.matmul(probs, vc).transpose(0, 1)
+    return out, torch.where(empty, torch.full_like(lse, float("inf")), lse)
+
+
+def varlen_attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool = True,
+                               softmax_scale: float | None = None, compute_dtype=torch.float32,
+                               return_lse: bool = False):
+    """Per-sequence attention over packed [T, H, D] tensors. Differentiable (autograd)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    cq = [int(x) for x in cu_seqlens_q.tolist()]
+    ck = [int(x) for x in cu_seqlens_k.tolist()]
+    outs, lses = [], []
+    for b in range(len(cq) - 1):
+        qs, qe, ks, ke = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        if qe == qs:
+            continue
+        out, lse = _attend(q[qs:qe], k[ks:ke], v[ks:ke], scale, causal, compute_dtype)
+        outs.append(out)
+        lses.append(lse)
+    if outs:
+        out = torch.cat(outs, 0)
+        lse = torch.cat(lses, 1)
+    else:
+        out = q.new_zeros(q.shape, dtype=compute_dtype)
+        lse = q.new_zeros((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return (out, lse) if return_lse else out
+
+
+def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, softmax_scale: float | None = None,
+                               compute_dtype=torch.float32, block_table=None, return_lse: bool = False):
+    """One query token per sequence (q [B, Hq, D]) against its own first ``cache_seqlens[b]``
+    cached tokens (k_cache [B, Lmax, Hkv, D], or pages [N, page, Hkv, D] with ``block_table``)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    lens = [int(x) for x in cache_seqlens.tolist()]
+    outs, lses = [], []
+    for b, n in enumerate(lens):
+        if block_table is None:
+            kb, vb = k_cache[b, :n], v_cache[b, :n]
+        else:
+            page = k_cache.shape[1]
+            pages = block_table[b, : (n + page - 1) // page].long()
+            kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n]
+            vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n]
+        out, lse = _attend(q[b : b + 1], kb, vb, scale, False, compute_dtype)
+        outs.append(out[0])
+        lses.append(lse[:, 0])
+    out = torch.stack(outs, 0)
+    lse = torch.stack(lses, 0)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,82 @@
+"""FLOPs and bytes moved by the attention kernels: pure Python, no torch or triton.
+
+Conventions (the ones flash-attention's benchmarks and tritonbench use, so TFLOP/s compare):
+
+- Forward: two matmuls (QK^T and PV) of 2 FLOPs per multiply-add, so ``4 * D * Lq * Lk`` per head
+  and sequence; a causal mask halves it (the exact causal count, ``Lq * Lk - Lq * (Lq - 1) / 2``
+  for Lq == Lk, differs from the half by under 1/L and is not used). Softmax FLOPs are not counted.
+- Backward: five matmuls (QK^T recomputed, dV, dP, dQ, dK) = 2.5x the forward.
+- Bytes: the minimum traffic of an ideal kernel that reads each input once and writes each output
+  once (Q, K, V, O, plus dO, dQ, dK, dV for the backward; the fp32 log-sum-exp is included).
+- Decode: one query token per sequence; bytes are dominated by reading K and V of every cached
+  token once per KV head (a GQA group shares it), which is what %-of-HBM-bandwidth refers to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def _elem_bytes(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}") from None
+
+
+def _pairs(seqlens_q: Sequence[int], seqlens_k: Sequence[int] | None, causal: bool) -> float:
+    """Sum over sequences of the (query, key) pairs computed: Lq * Lk, halved when causal."""
+    ks = seqlens_q if seqlens_k is None else seqlens_k
+    if len(ks) != len(seqlens_q):
+        raise ValueError(f"seqlens_k has {len(ks)} entries, seqlens_q {len(seqlens_q)}")
+    total = 0.0
+    for lq, lk in zip(seqlens_q, ks):
+        total += float(lq) * float(lk)
+    return total / 2.0 if causal else total
+
+
+def varlen_attention_flops(seqlens_q: Iterable[int], heads_q: int, head_dim: int, *, causal: bool = True,
+                           seqlens_k: Iterable[int] | None = None, mode: str = "fwd") -> float:
+    """FLOPs of attention over packed sequences. ``mode``: "fwd", "bwd" (2.5x fwd) or "fwd+bwd"."""
+    lq = [int(x) for x in seqlens_q]
+    lk = None if seqlens_k is None else [int(x) for x in seqlens_k]
+    fwd = 4.0 * head_dim * heads_q * _pairs(lq, lk, causal)
+    factor = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}.get(mode)
+    if factor is None:
+        raise ValueError(f"mode must be 'fwd', 'bwd' or 'fwd+bwd', got {mode!r}")
+    return fwd * factor
+
+
+def varlen_attention_bytes(total_q: int, total_k: int, heads_q: int, heads_kv: int, head_dim: int, *,
+                           dtype: str = "bf16", mode: str = "fwd") -> float:
+    """Minimum bytes moved: inputs read once, outputs written once (lse in fp32)."""
+    e = _elem_bytes(dtype)
+    q = total_q * heads_q * head_dim * e
+    kv = 2 * total_k * heads_kv * head_dim * e
+    lse = total_q * heads_q * 4
+    fwd = q + kv + q + lse  # read Q, K, V; write O and lse
+    bwd = (q + kv + q + lse) + q + (q + kv)  # read Q, K, V, O, lse, dO; write dQ, dK, dV
+    if mode == "fwd":
+        return float(fwd)
+    if mode == "bwd":
+        return float(bwd)
+    if mode == "fwd+bwd":
+        return float(fwd + bwd)
+    raise ValueError(f"mode must be 'fwd', 'bwd' or 'fwd+bwd', got {mode!r}")
+
+
+def decode_attention_flops(kv_lens: Iterable[int], heads_q: int, head_dim: int) -> float:
+    """FLOPs of one decode step: 4 * D per (query head, cached token)."""
+    return 4.0 * head_dim * heads_q * float(sum(int(x) for x in kv_lens))
+
+
+def decode_attention_bytes(kv_lens: Iterable[int], heads_q: int, heads_kv: int, head_dim: int, *,
+                           dtype: str = "bf16") -> float:
+    """Bytes of one decode step: K and V of every cached token once per KV head, plus q and out."""
+    lens = [int(x) for x in kv_lens]
+    e = _elem_bytes(dtype)
+    kv = 2.0 * sum(lens) * heads_kv * head_dim * e
+    qo = 2.0 * len(lens) * heads_q * head_dim * e
+    return kv + qo + 4.0 * len(lens)  # + the int32 cache_seqlens

@@ -1,0 +1,485 @@
+"""Public functions, validation, launch configs and autograd for token log-probs and entropies.
+
+- ``token_logprobs(logits, tokens, ...)``: from materialised logits [T, V].
+- ``linear_token_logprobs(hidden, weight, tokens, ...)``: from hidden states [T, H] and the
+  LM-head weight [V, H], without ever holding [T, V] logits.
+
+Launch configs: ``config=None`` takes a tuned config for this device and shape bucket when
+``polytrace tune`` recorded one (``kernels/_tuning.py``), else the built-in default. The bucket is
+computed from the vocabulary size, hidden size and dtype only, never from the number of tokens:
+a config that changed with T would change the order of a row's sums, and with it the last bits
+of its log-prob (see "Batch invariance" in ``__init__.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+import triton
+
+from . import kernel as K
+
+try:  # a family folder vendored alone has no tuning store: defaults then
+    from .._tuning import lookup as _tuning_lookup
+except ImportError:  # pragma: no cover - exercised only when vendored
+    _tuning_lookup = None
+
+_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_TOKEN_DTYPES = (torch.int32, torch.int64)
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+# ---------------------------------------------------------------------------------------------
+# Launch configs and tuning
+# ---------------------------------------------------------------------------------------------
+
+TUNING_KERNEL = "token_logprobs"
+#: Search space of the logits forward kernel for ``polytrace tune``. num_stages only matters
+#: where Triton pipelines the block loads; BLOCK_V 4096 bf16 = 8 KB per row and step.
+TUNING_SPACE = {
+    "BLOCK_V": (1024, 2048, 4096, 8192, 16384),
+    "num_warps": (4, 8, 16),
+    "num_stages": (1, 2, 3, 4),
+}
+_VOCAB_BUCKET = 16384  # 151936 and 152064 (Qwen2.5) share a bucket; 128256 (Llama 3) has its own
+
+
+def tuning_bucket(vocab_size: int, dtype) -> str:
+    """Bucket of the logits forward kernel: dtype and vocabulary size rounded up to 16384. The
+    number of tokens is deliberately absent (batch invariance)."""
+    name = _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+    v = -(-int(vocab_size) // _VOCAB_BUCKET) * _VOCAB_BUCKET
+    return f"{name}-V{v}"
+
+
+LINEAR_TUNING_KERNEL = "linear_token_logprobs"
+#: Search space of the fused forward (a matmul with an online log-sum-exp epilogue).
+LINEAR_TUNING_SPACE = {
+    "BLOCK_T": (64, 128),
+    "BLOCK_V": (64, 128, 256),
+    "BLOCK_K": (32, 64),
+    "NSPLIT": (8, 16, 32),
+    "num_warps": (4, 8),
+    "num_stages": (2, 3, 4),
+}
+
+
+def linear_tuning_bucket(vocab_size: int, hidden_size: int, dtype) -> str:
+    """Bucket of the fused forward: dtype, vocabulary bucket and hidden size; never T."""
+    return f"{tuning_bucket(vocab_size, dtype)}-H{int(hidden_size)}"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@functools.lru_cache(maxsize=16)
+def _device_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def _logits_fwd_default(dtype, device) -> dict:
+    if device.type != "cuda":  # interpreter: few, large blocks keep numpy fast
+        return {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1}
+    # 8 KB (bf16) or 8 KB (fp32, 2048) per row and step: 16 bytes per thread per load at 8 warps
+    return {"BLOCK_V": 4096 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 2}
+
+
+def _logits_bwd_default(dtype, device) -> dict:
+    if device.type != "cuda":
+        return {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_V": 4096 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 1}
+
+
+def _linear_fwd_default(dtype, device) -> dict:
+    if device.type != "cuda":
+        return {"BLOCK_T": 16, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 4, "num_warps": 4, "num_stages": 1}
+    if dtype == torch.float32:
+        return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 16, "num_warps": 4, "num_stages": 2}
+    # 128 x 128 x 64 bf16 tiles, 3 stages = 96 KB shared memory: two programs per H100/H200 SM
+    return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 8, "num_stages": 3}
+
+
+def _linear_bwd_default(dtype, device) -> dict:
+    if device.type != "cuda":
+        return {"BLOCK_T": 16, "BLOCK_V": 32, "BLOCK_K": 32, "GROUP": 4, "num_warps": 4, "num_stages": 1}
+    if dtype == torch.float32:
+        return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "GROUP": 8, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3}
+
+
+def _resolve_config(kernel_name: str, bucket: str, device, default: dict, config: dict | None,
+                    argname: str = "config") -> dict:
+    if config is not None:
+        if not isinstance(config, dict):
+            raise ValueError(f"{argname} must be a dict or None, got {type(config).__name__}")
+        unknown = sorted(set(config) - set(default))
+        if unknown:
+            raise ValueError(f"{argname} has unknown key(s) {unknown}; valid keys: {sorted(default)}")
+        for key, value in config.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{argname}[{key!r}] must be a positive int, got {value!r}")
+        merged = dict(default)
+        merged.update(config)
+        return merged
+    if device.type == "cuda" and _tuning_lookup is not None:
+        return _tuning_lookup(kernel_name, bucket, _device_name(device.index or 0), default)
+    return dict(default)
+
+
+def _check_block(cfg: dict, key: str, argname: str, minimum: int = 16) -> None:
+    v = cfg[key]
+    if v < minimum or v & (v - 1):
+        raise ValueError(f"{argname}[{key!r}] must be a power of two >= {minimum}, got {v}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_matrix(x, name: str, dims: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D {dims}, got shape {tuple(x.shape)}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"{name} must be bfloat16, float16 or float32, got {x.dtype}")
+    if x.shape[1] > 1 and x.stride(1) != 1:
+        raise ValueError(f"{name} must be contiguous along its last dimension (stride 1), got strides "
+                         f"{tuple(x.stride())}; pass {name}.contiguous()")
+    if x.shape[0] > 1 and x.stride(0) < x.shape[1]:
+        raise ValueError(f"{name} rows overlap (row stride {x.stride(0)} < {x.shape[1]}); pass {name}.contiguous()")
+
+
+def _check_device(x: torch.Tensor, name: str) -> None:
+    if x.device.type == "cuda" or (x.device.type == "cpu" and _interpreting()):
+        return
+    raise ValueError(f"{name} is on {x.device}; these Triton kernels need CUDA tensors "
+                     "(CPU tensors only under TRITON_INTERPRET=1)")
+
+
+def _check_tokens(tokens, n_rows: int, like: torch.Tensor, like_name: str) -> None:
+    if not isinstance(tokens, torch.Tensor):
+        raise ValueError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
+    if tokens.dim() != 1 or tokens.shape[0] != n_rows:
+        raise ValueError(f"tokens must have shape ({n_rows},) to match {like_name}, got {tuple(tokens.shape)}")
+    if tokens.dtype not in _TOKEN_DTYPES:
+        raise ValueError(f"tokens must be int32 or int64, got {tokens.dtype}")
+    if tokens.device != like.device:
+        raise ValueError(f"tokens is on {tokens.device} but {like_name} is on {like.device}")
+
+
+def _check_scalars(temperature, ignore_index) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise ValueError(f"temperature must be a Python number, got {type(temperature).__name__}")
+    if not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be positive and finite, got {temperature}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+    return float(temperature)
+
+
+def _check_token_range(tokens: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
+    """One device-to-host sync. Skipped with ``check_tokens=False``; the kernels then return NaN
+    for an out-of-range token (never read outside the row, never a plausible number)."""
+    if tokens.numel() == 0:
+        return
+    bad = ((tokens < 0) | (tokens >= vocab_size)) & (tokens != ignore_index)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        raise ValueError(f"tokens[{i}] = {int(tokens[i])} is outside [0, {vocab_size}) and is not "
+                         f"ignore_index ({ignore_index})")
+
+
+def _zeroed_on_ignored(g: torch.Tensor | None, tokens: torch.Tensor, ignore_index: int, n: int, device):
+    if g is None:
+        return torch.zeros(n, dtype=torch.float32, device=device)
+    return g.float().masked_fill(tokens == ignore_index, 0.0).contiguous()
+
+
+# ---------------------------------------------------------------------------------------------
+# Logits kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def _logits_forward(logits, tokens, temperature, return_entropy, ignore_index, config):
+    n_rows, vocab = logits.shape
+    dev = logits.device
+    logprob = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    lse = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    entropy = torch.empty(n_rows if return_entropy else 0, dtype=torch.float32, device=dev)
+    if n_rows == 0:
+        return logprob, entropy, lse
+    cfg = _resolve_config(TUNING_KERNEL, tuning_bucket(vocab, logits.dtype), dev,
+                          _logits_fwd_default(logits.dtype, dev), config)
+    _check_block(cfg, "BLOCK_V", "config")
+    block_v = min(cfg["BLOCK_V"], max(16, triton.next_power_of_2(vocab)))
+    # One compiled layout per vocabulary size (see kernel.token_logprobs_fwd_kernel_generic).
+    aligned = vocab % 16 == 0
+    if aligned and (logits.data_ptr() % 16 or (n_rows > 1 and logits.stride(0) % 16)):
+        # Rare (a view at an odd element offset): an aligned copy keeps the aligned layout, so the
+        # row's result matches the same row anywhere else.
+        logits = logits.clone(memory_format=torch.contiguous_format)
+    stride = logits.stride(0) if n_rows > 1 else vocab
+    fn = K.token_logprobs_fwd_kernel if aligned else K.token_logprobs_fwd_kernel_generic
+    fn[(n_rows,)](logits, tokens, logprob, entropy if return_entropy else logprob, lse,
+                  stride, vocab, temperature, ignore_index,
+                  SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, BLOCK_V=block_v,
+                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return logprob, entropy, lse
+
+
+def _logits_backward(logits, tokens, lse, entropy, g_lp, g_ent, temperature, ignore_index, config):
+    n_rows, vocab = logits.shape
+    dev = logits.device
+    grad = torch.empty((n_rows, vocab), dtype=logits.dtype, device=dev)
+    if n_rows == 0:
+        return grad
+    cfg = _resolve_config("token_logprobs_bwd", tuning_bucket(vocab, logits.dtype), dev,
+                          _logits_bwd_default(logits.dtype, dev), config, "backward_config")
+    _check_block(cfg, "BLOCK_V", "backward_config")
+    block_v = min(cfg["BLOCK_V"], max(16, triton.next_power_of_2(vocab)))
+    has_lp, has_ent = g_lp is not None, g_ent is not None
+    g_lp = g_lp.contiguous() if has_lp else lse
+    g_ent = g_ent.contiguous() if has_ent else lse
+    K.token_logprobs_bwd_kernel[(n_rows,)](
+        logits, tokens, lse, entropy if has_ent else lse, g_lp, g_ent, grad,
+        logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab, temperature, ignore_index,
+        SCALE=temperature != 1.0, HAS_GRAD_LP=has_lp, HAS_GRAD_ENT=has_ent, BLOCK_V=block_v,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return grad
+
+
+class _TokenLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, tokens, temperature, return_entropy, ignore_index, config, backward_config):
+        logprob, entropy, lse = _logits_forward(logits, tokens, temperature, return_entropy, ignore_index,
+                                                config)
+        ctx.save_for_backward(logits, tokens, lse, entropy)
+        ctx.temperature, ctx.ignore_index, ctx.backward_config = temperature, ignore_index, backward_config
+        ctx.set_materialize_grads(False)
+        if not return_entropy:
+            ctx.mark_non_differentiable(entropy)
+        return logprob, entropy
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):
+        logits, tokens, lse, entropy = ctx.saved_tensors
+        if g_lp is None and g_ent is None:
+            return (None,) * 7
+        grad = _logits_backward(logits, tokens, lse, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
+                                ctx.backward_config)
+        return grad, None, None, None, None, None, None
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
+                   return_entropy: bool = False, ignore_index: int = -100, *,
+                   config: dict | None = None, backward_config: dict | None = None,
+                   check_tokens: bool = True):
+    """Log-probabilities of ``tokens`` under ``softmax(logits / temperature)``, in fp32.
+
+    Args:
+        logits: [T, V] bf16, fp16 or fp32, stride 1 along V, any row stride.
+        tokens: [T] int32 or int64, in [0, V) or ``ignore_index``.
+        temperature: positive number; logits are divided by it.
+        return_entropy: also return the entropy of each row's distribution, in fp32.
+        ignore_index: rows whose token equals it give 0 (log-prob and entropy) and no gradient.
+        config: forward launch config ``{"BLOCK_V", "num_warps", "num_stages"}``; None picks the
+            tuned or default config for this device, vocabulary size and dtype.
+        backward_config: the same for the backward kernel.
+        check_tokens: check the token range on the host (one device sync). With False an
+            out-of-range token yields NaN instead of an error.
+
+    Returns ``logprob`` [T], or ``(logprob, entropy)``. Differentiable with respect to ``logits``
+    through both outputs: the backward reads the logits once and writes the gradient once.
+    """
+    _check_matrix(logits, "logits", "[tokens, vocab]")
+    _check_device(logits, "logits")
+    _check_tokens(tokens, logits.shape[0], logits, "logits")
+    temperature = _check_scalars(temperature, ignore_index)
+    if logits.shape[1] == 0:
+        raise ValueError("logits must have at least one vocabulary column, got shape "
+                         f"{tuple(logits.shape)}")
+    if check_tokens:
+        _check_token_range(tokens, logits.shape[1], ignore_index)
+    logprob, entropy = _TokenLogprobs.apply(logits, tokens, temperature, bool(return_entropy), ignore_index,
+                                            config, backward_config)
+    return (logprob, entropy) if return_entropy else logprob
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused LM-head kernels
+# ---------------------------------------------------------------------------------------------
+
+_COMBINE_BLOCK_T = 128
+_DEFAULT_CHUNK_BYTES = 512 * 2**20  # d(logits) of one vocabulary chunk: [T, chunk] in the input dtype
+
+
+def _dot_precision(dtype) -> str:
+    # fp32 inputs: full-precision products (tf32 would lose ~1e-3 relative); ignored for bf16/fp16
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_index, config):
+    n_rows, hidden_size = hidden.shape
+    vocab = weight.shape[0]
+    dev = hidden.device
+    logprob = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    lse_log2 = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    entropy = torch.empty(n_rows if return_entropy else 0, dtype=torch.float32, device=dev)
+    if n_rows == 0:
+        return logprob, entropy, lse_log2
+    cfg = _resolve_config(LINEAR_TUNING_KERNEL, linear_tuning_bucket(vocab, hidden_size, hidden.dtype), dev,
+                          _linear_fwd_default(hidden.dtype, dev), config)
+    for key in ("BLOCK_T", "BLOCK_V", "BLOCK_K"):
+        _check_block(cfg, key, "config")
+    bt, bv, bk = cfg["BLOCK_T"], cfg["BLOCK_V"], cfg["BLOCK_K"]
+    n_vblocks = triton.cdiv(vocab, bv)
+    nsplit = min(cfg["NSPLIT"], n_vblocks)
+    vblocks_per_split = triton.cdiv(n_vblocks, nsplit)
+    part = torch.empty((4, nsplit, n_rows), dtype=torch.float32, device=dev)
+    grid = (triton.cdiv(n_rows, bt) * nsplit,)
+    K.linear_logprobs_fwd_kernel[grid](
+        hidden, weight, tokens, part, n_rows, vocab, hidden_size,
+        hidden.stride(0) if n_rows > 1 else hidden_size, weight.stride(0) if vocab > 1 else hidden_size,
+        K.LOG2E / temperature, vblocks_per_split,
+        NSPLIT=nsplit, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
+        BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    combine_bt = _COMBINE_BLOCK_T if dev.type == "cuda" else 64
+    K.linear_logprobs_combine_kernel[(triton.cdiv(n_rows, combine_bt),)](
+        part, tokens, logprob, entropy if return_entropy else logprob, lse_log2, n_rows, vocab, ignore_index,
+        NSPLIT=nsplit, RETURN_ENTROPY=return_entropy, BLOCK_T=combine_bt, num_warps=4)
+    return logprob, entropy, lse_log2
+
+
+def _linear_backward(hidden, weight, tokens, lse_log2, entropy, g_lp, g_ent, temperature, ignore_index,
+                     need_hidden, need_weight, backward_config, chunk_bytes):
+    n_rows, hidden_size = hidden.shape
+    vocab = weight.shape[0]
+    dev = hidden.device
+    grad_hidden = torch.zeros_like(hidden) if need_hidden else None
+    grad_weight = torch.zeros_like(weight, memory_format=torch.contiguous_format) if need_weight else None
+    if n_rows == 0:
+        return grad_hidden, grad_weight
+    cfg = _resolve_config("linear_token_logprobs_bwd", linear_tuning_bucket(vocab, hidden_size, hidden.dtype),
+                          dev, _linear_bwd_default(hidden.dtype, dev), backward_config, "backward_config")
+    for key in ("BLOCK_T", "BLOCK_V", "BLOCK_K"):
+        _check_block(cfg, key, "backward_config")
+    bt, bv, bk = cfg["BLOCK_T"], cfg["BLOCK_V"], cfg["BLOCK_K"]
+    has_ent = g_ent is not None
+    g_lp = _zeroed_on_ignored(g_lp, tokens, ignore_index, n_rows, dev)
+    g_ent = _zeroed_on_ignored(g_ent, tokens, ignore_index, n_rows, dev) if has_ent else g_lp
+
+    # Chunk the vocabulary so d(logits) never exceeds chunk_bytes: each chunk's d(weight) rows
+    # come from one matmul over all tokens (one rounding); d(hidden) sums the chunks in fp32.
+    elem = hidden.element_size()
+    chunk = max(bv, (chunk_bytes // max(1, n_rows * elem)) // bv * bv)
+    chunk = min(chunk, vocab)
+    n_chunks = triton.cdiv(vocab, chunk)
+    dlogits = torch.empty((n_rows, chunk), dtype=hidden.dtype, device=dev)
+    acc_hidden = torch.zeros((n_rows, hidden_size), dtype=torch.float32, device=dev) \
+        if need_hidden and n_chunks > 1 else None
+    precision = _dot_precision(hidden.dtype)
+    for v0 in range(0, vocab, chunk):
+        cols = min(chunk, vocab - v0)
+        d = dlogits[:, :cols]
+        grid = (triton.cdiv(n_rows, bt) * triton.cdiv(cols, bv),)
+        K.linear_dlogits_kernel[grid](
+            hidden, weight, tokens, lse_log2, entropy if has_ent else lse_log2, g_lp, g_ent, d,
+            n_rows, vocab, hidden_size, v0, cols, hidden.stride(0), weight.stride(0), d.stride(0),
+            K.LOG2E / temperature, 1.0 / temperature,
+            HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk,
+            GROUP_T=cfg["GROUP"], DOT_PRECISION=precision,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        w_chunk = weight[v0:v0 + cols]
+        if need_weight:
+            torch.mm(d.t(), hidden, out=grad_weight[v0:v0 + cols])
+        if need_hidden:
+            if acc_hidden is None:
+                torch.mm(d, w_chunk, out=grad_hidden)
+            else:
+                grid = (triton.cdiv(n_rows, bt) * triton.cdiv(hidden_size, bv),)
+                K.matmul_accumulate_kernel[grid](
+                    d, w_chunk, acc_hidden, n_rows, hidden_size, cols,
+                    d.stride(0), 1, w_chunk.stride(0), 1, acc_hidden.stride(0),
+                    BLOCK_M=bt, BLOCK_N=bv, BLOCK_K=bk, GROUP_M=cfg["GROUP"], DOT_PRECISION=precision,
+                    num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    if acc_hidden is not None:
+        grad_hidden.copy_(acc_hidden)
+    return grad_hidden, grad_weight
+
+
+class _LinearTokenLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, tokens, temperature, return_entropy, ignore_index, config,
+                backward_config, chunk_bytes):
+        logprob, entropy, lse_log2 = _linear_forward(hidden, weight, tokens, temperature, return_entropy,
+                                                     ignore_index, config)
+        ctx.save_for_backward(hidden, weight, tokens, lse_log2, entropy)
+        ctx.temperature, ctx.ignore_index = temperature, ignore_index
+        ctx.backward_config, ctx.chunk_bytes = backward_config, chunk_bytes
+        ctx.set_materialize_grads(False)
+        if not return_entropy:
+            ctx.mark_non_differentiable(entropy)
+        return logprob, entropy
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):
+        hidden, weight, tokens, lse_log2, entropy = ctx.saved_tensors
+        need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if (g_lp is None and g_ent is None) or not (need_hidden or need_weight):
+            return (None,) * 9
+        grad_hidden, grad_weight = _linear_backward(
+            hidden, weight, tokens, lse_log2, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
+            need_hidden, need_weight, ctx.backward_config, ctx.chunk_bytes)
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None
+
+
+def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor,
+                          temperature: float = 1.0, return_entropy: bool = False, ignore_index: int = -100,
+                          *, config: dict | None = None, backward_config: dict | None = None,
+                          chunk_bytes: int | None = None, check_tokens: bool = True):
+    """Log-probabilities (and entropies) of ``tokens`` under ``softmax(hidden @ weight.T / T)``
+    without materialising the [T, V] logits.
+
+    Args:
+        hidden: [T, H] bf16, fp16 or fp32, stride 1 along H.
+        weight: [V, H] LM-head weight, same dtype and device, stride 1 along H.
+        tokens, temperature, return_entropy, ignore_index, check_tokens: as ``token_logprobs``.
+        config: forward launch config ``{"BLOCK_T", "BLOCK_V", "BLOCK_K", "NSPLIT", "num_warps",
+            "num_stages"}``; None picks the tuned or default one (by V, H and dtype, never T).
+        backward_config: ``{"BLOCK_T", "BLOCK_V", "BLOCK_K", "GROUP", "num_warps", "num_stages"}``.
+        chunk_bytes: the backward's largest d(logits) buffer (default 512 MiB): the vocabulary is
+            processed in chunks of ``chunk_bytes / (T * itemsize)`` columns.
+
+    Forward: one matmul with an online log-sum-exp epilogue, fp32 accumulation; memory beyond the
+    outputs is 16 bytes per token and split. Backward: recomputes the logits tile by tile and
+    returns gradients for ``hidden`` and ``weight`` (3 matmuls' worth of FLOPs).
+    """
+    _check_matrix(hidden, "hidden", "[tokens, hidden_size]")
+    _check_matrix(weight, "weight", "[vocab, hidden_size]")
+    _check_device(hidden, "hidden")
+    if weight.device != hidden.device:
+        raise ValueError(f"weight is on {weight.device} but hidden is on {hidden.device}")
+    if weight.dtype != hidden.dtype:
+        raise ValueError(f"weight dtype {weight.dtype} does not match hidden dtype {hidden.dtype}")
+    if weight.shape[1] != hidden.shape[1]:
+        raise ValueError(f"weight must be [vocab, {hidden.shape[1]}] to match hidden [tokens, "
+                         f"{hidden.shape[1]}], got {tuple(weight.shape)}")
+    if weight.shape[0] == 0 or hidden.shape[1] == 0:
+        raise ValueError(f"weight must have at least one row and column, got shape {tuple(weight.shape)}")
+    _check_tokens(tokens, hidden.shape[0], hidden, "hidden")
+    temperature = _check_scalars(temperature, ignore_index)
+    if chunk_bytes is None:
+        chunk_bytes = _DEFAULT_CHUNK_BYTES
+    elif isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
+        raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
+    if check_tokens:
+        _check_token_range(tokens, weight.shape[0], ignore_index)
+    logprob, entropy = _LinearTokenLogprobs.apply(hidden, weight, tokens, temperature, bool(return_entropy),
+                                                  ignore_index, config, backward_config, chunk_bytes)
+    return (logprob, entropy) if return_entropy else logprob

@@ -1,0 +1,381 @@
+"""Triton kernels for token log-probabilities and entropies.
+
+Two families:
+
+- Logits kernels (``token_logprobs``): one program per token row, an online log-sum-exp over
+  fixed-size vocabulary blocks. The forward reads each logit once and writes three fp32 numbers
+  per row (log-prob, entropy, log-sum-exp); the backward reads the logits once more and writes
+  the gradient once, from the saved log-sum-exp and entropy.
+- Fused LM-head kernels (``linear_token_logprobs``): the forward is a tiled matmul
+  ``hidden @ weight.T`` whose epilogue folds each [BLOCK_T, BLOCK_V] tile of logits into running
+  per-row statistics, so no [T, V] tensor exists. The vocabulary is cut into ``NSPLIT`` fixed
+  splits (parallelism when T is small); a second tiny kernel merges the splits in a fixed order.
+  The backward recomputes logit tiles, writes d(logits) for one vocabulary chunk at a time and
+  accumulates d(hidden) in fp32.
+
+Online statistics per row, for logits x (already divided by the temperature) and a running
+maximum m: ``s = sum exp(x - m)`` and ``w = sum exp(x - m) * (x - m)``. Then
+``lse = m + log s`` and ``entropy = log s - w / s``. Keeping ``w`` relative to the running
+maximum avoids the cancellation of ``lse - E[x]`` when logits are large (|x| ~ 1e4 loses ~1e-3
+in fp32 the naive way). The fused kernels work in base 2 (``exp2``; logits pre-scaled by
+log2(e) / temperature) and convert back with ln 2.
+
+Batch invariance: the arithmetic for a row depends only on that row's values and on the launch
+config (block sizes, warps), never on the number of rows or the row's position; ``api.py`` picks
+the config from the vocabulary size and dtype only. See ``kernels/logprob/__init__.py``.
+"""
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+# ---------------------------------------------------------------------------------------------
+# Logits kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _online_update(x, m, s, w, RETURN_ENTROPY: tl.constexpr):
+    """Fold one block of logits ``x`` into the running (max, sum, weighted sum) of one row."""
+    m_new = tl.maximum(m, tl.max(x, 0))
+    # A block (or prefix) of only -inf logits (masked vocabulary) keeps m_new = -inf; shifting by 0
+    # instead keeps exp() at 0 rather than exp(-inf - -inf) = NaN.
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    d = x - m_safe
+    e = tl.exp(d)
+    alpha = tl.exp(m - m_safe)
+    if RETURN_ENTROPY:
+        # exp(x - m_new) * (x - m_new) = alpha * exp(x - m) * ((x - m) + (m - m_new))
+        carried = tl.where(alpha > 0, alpha * (w + s * (m - m_safe)), 0.0)
+        w = carried + tl.sum(tl.where(e > 0, e * d, 0.0), 0)
+    s = s * alpha + tl.sum(e, 0)
+    return m_new, s, w
+
+
+@triton.jit
+def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+                            stride_row, vocab_size, temperature, ignore_index,
+                            SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    tok = tl.load(tokens_ptr + row).to(tl.int64)
+    ignored = tok == ignore_index
+    in_range = (tok >= 0) & (tok < vocab_size)
+    row_ptr = logits_ptr + row * stride_row
+    offs = tl.arange(0, BLOCK_V)
+
+    m = tl.zeros([], dtype=tl.float32) + float("-inf")
+    s = tl.zeros([], dtype=tl.float32)
+    w = tl.zeros([], dtype=tl.float32)
+    # An ignored row reads nothing: prompt tokens are often most of a packed batch.
+    v_end = tl.where(ignored, 0, vocab_size)
+    n_full = (v_end // BLOCK_V) * BLOCK_V
+    for start in range(0, n_full, BLOCK_V):
+        # Full blocks are loaded without a mask, so aligned rows vectorise to 16-byte accesses.
+        x = tl.load(row_ptr + start + offs).to(tl.float32)
+        if SCALE:
+            x = x / temperature
+        m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+    if n_full < v_end:
+        cols = n_full + offs
+        x = tl.load(row_ptr + cols, mask=cols < v_end, other=float("-inf")).to(tl.float32)
+        if SCALE:
+            x = x / temperature
+        m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+
+    log_s = tl.log(s)
+    lse = m + log_s
+    x_t = tl.load(row_ptr + tl.where(in_range, tok, 0)).to(tl.float32)
+    if SCALE:
+        x_t = x_t / temperature
+    # x_t <= m <= lse mathematically (s >= 1: the maximum contributes exp(0)); the clamp only
+    # guards the sign against rounding.
+    logprob = tl.minimum(x_t - lse, 0.0)
+    logprob = tl.where(in_range, logprob, float("nan"))  # unchecked out-of-range token: NaN, no read
+    logprob = tl.where(ignored, 0.0, logprob)
+    tl.store(logprob_ptr + row, logprob)
+    tl.store(lse_ptr + row, tl.where(ignored, 0.0, lse))
+    if RETURN_ENTROPY:
+        entropy = log_s - w / s
+        tl.store(entropy_ptr + row, tl.where(ignored, 0.0, entropy))
+
+
+@triton.jit
+def token_logprobs_fwd_kernel(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+                              stride_row, vocab_size, temperature, ignore_index,
+                              SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
+    """Aligned variant: used when the vocabulary size is a multiple of 16 (rows 16-byte aligned)."""
+    _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+                            stride_row, vocab_size, temperature, ignore_index,
+                            SCALE, RETURN_ENTROPY, BLOCK_V)
+
+
+@triton.jit(do_not_specialize=["stride_row"], do_not_specialize_on_alignment=["logits_ptr"])
+def token_logprobs_fwd_kernel_generic(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+                                      stride_row, vocab_size, temperature, ignore_index,
+                                      SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
+                                      BLOCK_V: tl.constexpr):
+    """Variant for other vocabulary sizes. Triton picks the register layout (and with it the
+    order of the in-block sums) from the alignment it can prove for the pointer and stride; not
+    specialising on them gives one layout for every row, wherever it lies in memory."""
+    _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+                            stride_row, vocab_size, temperature, ignore_index,
+                            SCALE, RETURN_ENTROPY, BLOCK_V)
+
+
+@triton.jit
+def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, lse, entropy, g_lp, g_ent, ignored,
+                              temperature, SCALE: tl.constexpr, HAS_GRAD_ENT: tl.constexpr,
+                              MASKED: tl.constexpr):
+    if MASKED:
+        x = tl.load(logits_row + cols, mask=mask, other=0.0).to(tl.float32)
+    else:
+        x = tl.load(logits_row + cols).to(tl.float32)
+    if SCALE:
+        x = x / temperature
+    logp = x - lse
+    p = tl.exp(logp)
+    # d logprob_t / d x_i = [i == t] - p_i
+    dz = tl.where(cols == tok, g_lp, 0.0) - g_lp * p
+    if HAS_GRAD_ENT:
+        # d entropy / d x_i = -p_i * (log p_i + entropy); p_i = 0 (x_i = -inf) contributes 0
+        dz -= g_ent * tl.where(p > 0, p * (logp + entropy), 0.0)
+    if SCALE:
+        dz = dz / temperature
+    dz = tl.where(ignored, 0.0, dz)
+    out = dz.to(grad_row.dtype.element_ty)
+    if MASKED:
+        tl.store(grad_row + cols, out, mask=mask)
+    else:
+        tl.store(grad_row + cols, out)
+
+
+@triton.jit
+def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, lse_ptr, entropy_ptr, grad_lp_ptr, grad_ent_ptr,
+                              grad_logits_ptr, stride_row, stride_grad_row, vocab_size, temperature,
+                              ignore_index, SCALE: tl.constexpr, HAS_GRAD_LP: tl.constexpr,
+                              HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr):
+    """One read of the logits and one write of the gradient per row; no reductions."""
+    row = tl.program_id(0).to(tl.int64)
+    tok = tl.load(tokens_ptr + row).to(tl.int64)
+    ignored = tok == ignore_index
+    lse = tl.load(lse_ptr + row)
+    if HAS_GRAD_LP:
+        g_lp = tl.load(grad_lp_ptr + row).to(tl.float32)
+    else:
+        g_lp = tl.zeros([], dtype=tl.float32)
+    if HAS_GRAD_ENT:
+        g_ent = tl.load(grad_ent_ptr + row).to(tl.float32)
+        entropy = tl.load(entropy_ptr + row)
+    else:
+        g_ent = tl.zeros([], dtype=tl.float32)
+        entropy = tl.zeros([], dtype=tl.float32)
+    logits_row = logits_ptr + row * stride_row
+    grad_row = grad_logits_ptr + row * stride_grad_row
+    offs = tl.arange(0, BLOCK_V)
+    n_full = (vocab_size // BLOCK_V) * BLOCK_V
+    for start in range(0, n_full, BLOCK_V):
+        _token_logprobs_bwd_block(logits_row, grad_row, start + offs, None, tok, lse, entropy, g_lp, g_ent,
+                                  ignored, temperature, SCALE, HAS_GRAD_ENT, False)
+    if n_full < vocab_size:
+        cols = n_full + offs
+        _token_logprobs_bwd_block(logits_row, grad_row, cols, cols < vocab_size, tok, lse, entropy, g_lp, g_ent,
+                                  ignored, temperature, SCALE, HAS_GRAD_ENT, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fused LM-head kernels
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
+                BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                DOT_PRECISION: tl.constexpr):
+    """fp32 [BLOCK_T, BLOCK_V] tile of hidden[rows] @ weight[cols].T, K-loop over the hidden size."""
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = hidden_ptr + rows.to(tl.int64)[:, None] * stride_h + offs_k[None, :]
+    b_ptrs = weight_ptr + cols.to(tl.int64)[None, :] * stride_w + offs_k[:, None]
+    acc = tl.zeros([BLOCK_T, BLOCK_V], dtype=tl.float32)
+    for k0 in range(0, hidden_size, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_mask[:, None], other=0.0)
+            b = tl.load(b_ptrs, mask=col_mask[None, :], other=0.0)
+        else:
+            k_mask = (k0 + offs_k) < hidden_size
+            a = tl.load(a_ptrs, mask=row_mask[:, None] & k_mask[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=col_mask[None, :] & k_mask[:, None], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+    return acc
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, part_ptr,
+                               n_rows, vocab_size, hidden_size, stride_h, stride_w, scale_log2,
+                               vblocks_per_split,
+                               NSPLIT: tl.constexpr, RETURN_ENTROPY: tl.constexpr, EVEN_K: tl.constexpr,
+                               BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+                               DOT_PRECISION: tl.constexpr):
+    """Partial statistics of one (token block, vocabulary split): running max, sum and weighted sum
+    (base 2) and the target logit, written to ``part[4, NSPLIT, n_rows]``.
+
+    Program ids run split-fastest, so the ~NSPLIT programs resident together share one hidden
+    tile and walk NSPLIT weight streams in step: both stay in L2 (16 x 0.9 MB each at
+    BLOCK 128, H 3584) and the kernel is bound by the tensor cores, not HBM.
+    """
+    pid = tl.program_id(0)
+    pid_t = pid // NSPLIT
+    pid_s = pid % NSPLIT
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_mask = rows < n_rows
+    tok = tl.load(tokens_ptr + rows, mask=row_mask, other=-1).to(tl.int64)
+    m = tl.zeros([BLOCK_T], dtype=tl.float32) + float("-inf")
+    s = tl.zeros([BLOCK_T], dtype=tl.float32)
+    w = tl.zeros([BLOCK_T], dtype=tl.float32)
+    tgt = tl.zeros([BLOCK_T], dtype=tl.float32)
+    v_lo = pid_s * vblocks_per_split * BLOCK_V
+    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size)
+    for v0 in range(v_lo, v_hi, BLOCK_V):
+        cols = v0 + tl.arange(0, BLOCK_V)
+        col_mask = cols < vocab_size
+        acc = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h,
+                          stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
+        z = tl.where(col_mask[None, :], acc * scale_log2, float("-inf"))
+        m_new = tl.maximum(m, tl.max(z, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        d = z - m_safe[:, None]
+        e = tl.math.exp2(d)
+        alpha = tl.math.exp2(m - m_safe)
+        if RETURN_ENTROPY:
+            carried = tl.where(alpha > 0, alpha * (w + s * (m - m_safe)), 0.0)
+            w = carried + tl.sum(tl.where(e > 0, e * d, 0.0), 1)
+        s = s * alpha + tl.sum(e, 1)
+        m = m_new
+        # The target logit from the same fp32 tile as the sums (so log-prob <= 0 holds exactly);
+        # exactly one column of one split matches, the rest add zeros.
+        tgt += tl.sum(tl.where(cols[None, :] == tok[:, None], z, 0.0), 1)
+    stride_q = NSPLIT * n_rows
+    base = part_ptr + pid_s * n_rows + rows
+    tl.store(base, m, mask=row_mask)
+    tl.store(base + stride_q, s, mask=row_mask)
+    tl.store(base + 2 * stride_q, w, mask=row_mask)
+    tl.store(base + 3 * stride_q, tgt, mask=row_mask)
+
+
+@triton.jit(do_not_specialize=["n_rows"])
+def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_log2_ptr,
+                                   n_rows, vocab_size, ignore_index,
+                                   NSPLIT: tl.constexpr, RETURN_ENTROPY: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Merge the NSPLIT partials of each row in split order (elementwise per row: the result does
+    not depend on which rows share the block)."""
+    rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_mask = rows < n_rows
+    tok = tl.load(tokens_ptr + rows, mask=row_mask, other=0).to(tl.int64)
+    ignored = tok == ignore_index
+    in_range = (tok >= 0) & (tok < vocab_size)
+    stride_q = NSPLIT * n_rows
+    m_all = tl.zeros([BLOCK_T], dtype=tl.float32) + float("-inf")
+    for i in tl.static_range(NSPLIT):
+        m_all = tl.maximum(m_all, tl.load(part_ptr + i * n_rows + rows, mask=row_mask, other=0.0))
+    s_all = tl.zeros([BLOCK_T], dtype=tl.float32)
+    w_all = tl.zeros([BLOCK_T], dtype=tl.float32)
+    tgt = tl.zeros([BLOCK_T], dtype=tl.float32)
+    for i in tl.static_range(NSPLIT):
+        base = part_ptr + i * n_rows + rows
+        m_i = tl.load(base, mask=row_mask, other=0.0)
+        s_i = tl.load(base + stride_q, mask=row_mask, other=0.0)
+        a = tl.math.exp2(m_i - m_all)
+        s_all += s_i * a
+        if RETURN_ENTROPY:
+            w_i = tl.load(base + 2 * stride_q, mask=row_mask, other=0.0)
+            w_all += tl.where(s_i > 0, a * (w_i + s_i * (m_i - m_all)), 0.0)
+        tgt += tl.load(base + 3 * stride_q, mask=row_mask, other=0.0)
+    log2_s = tl.log2(s_all)
+    lse_log2 = m_all + log2_s
+    logprob = tl.minimum((tgt - lse_log2) * LN2, 0.0)
+    logprob = tl.where(in_range, logprob, float("nan"))
+    logprob = tl.where(ignored, 0.0, logprob)
+    tl.store(logprob_ptr + rows, logprob, mask=row_mask)
+    tl.store(lse_log2_ptr + rows, lse_log2, mask=row_mask)
+    if RETURN_ENTROPY:
+        entropy = (log2_s - w_all / s_all) * LN2
+        tl.store(entropy_ptr + rows, tl.where(ignored, 0.0, entropy), mask=row_mask)
+
+
+@triton.jit
+def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, lse_log2_ptr, entropy_ptr, grad_lp_ptr,
+                          grad_ent_ptr, dlogits_ptr, n_rows, vocab_size, hidden_size, v_start, chunk_cols,
+                          stride_h, stride_w, stride_d, scale_log2, inv_temperature,
+                          HAS_GRAD_ENT: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                          BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_T: tl.constexpr,
+                          DOT_PRECISION: tl.constexpr):
+    """d(loss)/d(hidden @ weight.T) for vocabulary columns [v_start, v_start + chunk_cols), written
+    to ``dlogits[T, chunk_cols]`` in the input dtype. The upstream gradients arrive already zeroed
+    on ignored rows. Grouped tile order (GROUP_T token blocks share a weight tile in L2)."""
+    pid = tl.program_id(0)
+    n_t = tl.cdiv(n_rows, BLOCK_T)
+    n_v = tl.cdiv(chunk_cols, BLOCK_V)
+    group = pid // (GROUP_T * n_v)
+    first_t = group * GROUP_T
+    group_size = tl.minimum(n_t - first_t, GROUP_T)
+    pid_t = first_t + (pid % (GROUP_T * n_v)) % group_size
+    pid_v = (pid % (GROUP_T * n_v)) // group_size
+
+    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_mask = rows < n_rows
+    local = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
+    cols = v_start + local
+    col_mask = local < chunk_cols
+    acc = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
+                      BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
+    lse_log2 = tl.load(lse_log2_ptr + rows, mask=row_mask, other=0.0)
+    g_lp = tl.load(grad_lp_ptr + rows, mask=row_mask, other=0.0)
+    tok = tl.load(tokens_ptr + rows, mask=row_mask, other=-1).to(tl.int64)
+    logp_log2 = acc * scale_log2 - lse_log2[:, None]
+    p = tl.math.exp2(logp_log2)
+    dz = tl.where(cols[None, :] == tok[:, None], g_lp[:, None], 0.0) - g_lp[:, None] * p
+    if HAS_GRAD_ENT:
+        g_ent = tl.load(grad_ent_ptr + rows, mask=row_mask, other=0.0)
+        entropy = tl.load(entropy_ptr + rows, mask=row_mask, other=0.0)
+        dz -= g_ent[:, None] * tl.where(p > 0, p * (logp_log2 * LN2 + entropy[:, None]), 0.0)
+    dz = dz * inv_temperature
+    out_ptrs = dlogits_ptr + rows.to(tl.int64)[:, None] * stride_d + local[None, :]
+    tl.store(out_ptrs, dz.to(dlogits_ptr.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def matmul_accumulate_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                             GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """C[M, N] (fp32) += A[M, K] @ B[K, N]: d(hidden) summed over vocabulary chunks without
+    rounding each chunk's share to bf16."""
+    pid = tl.program_id(0)
+    n_m = tl.cdiv(M, BLOCK_M)
+    n_n = tl.cdiv(N, BLOCK_N)
+    group = pid // (GROUP_M * n_n)
+    first_m = group * GROUP_M
+    group_size = tl.minimum(n_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % (GROUP_M * n_n)) % group_size
+    pid_n = (pid % (GROUP_M * n_n)) // group_size
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_mask = (k0 + offs_k) < K
+        a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
+    c_mask = m_mask[:, None] & n_mask[None, :]
+    tl.store(c_ptrs, tl.load(c_ptrs, mask=c_mask, other=0.0) + acc, mask=c_mask)

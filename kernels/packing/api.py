@@ -1,0 +1,189 @@
+"""pack / unpack: right-padded [B, S, ...] <-> packed [T, ...] with cu_seqlens, in Triton.
+
+``pack(padded, lengths)`` -> ``(packed, cu_seqlens, max_seqlen)``; ``unpack(packed, cu_seqlens,
+max_len)`` -> padded with zeros. Any trailing feature shape; autograd through both (each one's
+backward is the other). Host syncs: computing ``cu_seqlens`` is on the device; the output size
+``T`` and ``max_seqlen`` need the lengths on the host, so a caller that already knows them (the
+planner does) passes ``total_tokens=`` and ``max_seqlen=`` and nothing waits for the GPU.
+Without them, ``pack`` reads the lengths once (one sync) and validates them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+except ImportError:  # pragma: no cover - triton is a dependency; torch fallback keeps CPU use working
+    triton = None
+
+DEFAULT_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 256, "num_warps": 4}
+TUNING_SPACE = {"BLOCK_T": [4, 8, 16, 32], "BLOCK_F": [64, 128, 256, 512, 1024], "num_warps": [2, 4, 8]}
+
+
+def tuning_bucket(features: int, dtype: torch.dtype) -> str:
+    """Tuned configs are keyed by feature width (next power of two, capped) and dtype."""
+    f = 1
+    while f < features and f < 16384:
+        f *= 2
+    return f"F{f}-{str(dtype).replace('torch.', '')}"
+
+
+def _config(kernel: str, features: int, dtype: torch.dtype, device: torch.device, config: dict | None) -> dict:
+    if config is not None:
+        merged = dict(DEFAULT_CONFIG)
+        merged.update(config)
+        return merged
+    cfg = dict(DEFAULT_CONFIG)
+    # narrow rows: more rows per program so each moves >= ~4 KB
+    f = max(1, features)
+    block_f = 1
+    while block_f < f and block_f < DEFAULT_CONFIG["BLOCK_F"]:
+        block_f *= 2
+    cfg["BLOCK_F"] = max(16, block_f)
+    cfg["BLOCK_T"] = max(16, min(256, 4096 // cfg["BLOCK_F"]))
+    if device.type == "cuda":
+        try:
+            from .._tuning import lookup
+        except ImportError:
+            return cfg
+        cfg = lookup(kernel, tuning_bucket(features, dtype), torch.cuda.get_device_name(device), cfg)
+    return cfg
+
+
+def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
+    """[B] lengths -> [B+1] int32 prefix sums, on the lengths' device (no host sync)."""
+    cu = torch.zeros(lengths.numel() + 1, dtype=torch.int32, device=lengths.device)
+    torch.cumsum(lengths.reshape(-1), 0, dtype=torch.int32, out=cu[1:])
+    return cu
+
+
+def _use_triton(t: torch.Tensor) -> bool:
+    import os
+
+    return triton is not None and (t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
+
+
+def _launch_pack(padded3: torch.Tensor, cu: torch.Tensor, total: int, config: dict | None) -> torch.Tensor:
+    B, S, F = padded3.shape
+    packed = padded3.new_empty((total, F))
+    if total == 0 or B == 0 or F == 0:
+        return packed
+    if not _use_triton(padded3):
+        mask = torch.arange(S, device=padded3.device)[None, :] < (cu[1:] - cu[:-1]).to(torch.int64)[:, None]
+        packed.copy_(padded3[mask])
+        return packed
+    from .kernel import _pack_kernel
+
+    cfg = _config("pack", F, padded3.dtype, padded3.device, config)
+    grid = (B, triton.cdiv(S, cfg["BLOCK_T"]), triton.cdiv(F, cfg["BLOCK_F"]))
+    _pack_kernel[grid](padded3, packed, cu, S, F, padded3.stride(0), padded3.stride(1),
+                       BLOCK_T=cfg["BLOCK_T"], BLOCK_F=cfg["BLOCK_F"], num_warps=cfg["num_warps"])
+    return packed
+
+
+def _launch_unpack(packed2: torch.Tensor, cu: torch.Tensor, max_len: int, config: dict | None) -> torch.Tensor:
+    T, F = packed2.shape
+    B = cu.numel() - 1
+    out = packed2.new_empty((B, max_len, F))
+    if B == 0 or max_len == 0 or F == 0:
+        return out
+    if not _use_triton(packed2):
+        out.zero_()
+        lengths = (cu[1:] - cu[:-1]).to(torch.int64)
+        mask = torch.arange(max_len, device=packed2.device)[None, :] < lengths[:, None]
+        out[mask] = packed2
+        return out
+    from .kernel import _unpack_kernel
+
+    cfg = _config("unpack", F, packed2.dtype, packed2.device, config)
+    grid = (B, triton.cdiv(max_len, cfg["BLOCK_T"]), triton.cdiv(F, cfg["BLOCK_F"]))
+    _unpack_kernel[grid](packed2, out, cu, max_len, F, out.stride(0), out.stride(1),
+                         BLOCK_T=cfg["BLOCK_T"], BLOCK_F=cfg["BLOCK_F"], num_warps=cfg["num_warps"])
+    return out
+
+
+class _Pack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, padded3, cu, total, config):
+        ctx.save_for_backward(cu)
+        ctx.S = padded3.shape[1]
+        ctx.config = config
+        return _launch_pack(padded3.contiguous(), cu, total, config)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (cu,) = ctx.saved_tensors
+        return _launch_unpack(grad.contiguous(), cu, ctx.S, ctx.config), None, None, None
+
+
+class _Unpack(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, packed2, cu, max_len, config):
+        ctx.save_for_backward(cu)
+        ctx.T = packed2.shape[0]
+        ctx.config = config
+        return _launch_unpack(packed2.contiguous(), cu, max_len, config)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (cu,) = ctx.saved_tensors
+        return _launch_pack(grad.contiguous(), cu, ctx.T, ctx.config), None, None, None
+
+
+def pack(padded: torch.Tensor, lengths: torch.Tensor, *, total_tokens: int | None = None,
+         max_seqlen: int | None = None, config: dict | None = None):
+    """Pack a right-padded ``[B, S, ...]`` tensor into ``[T, ...]``.
+
+    ``lengths``: ``[B]`` integer tensor (valid rows per sequence, each <= S). Returns
+    ``(packed, cu_seqlens int32 [B+1], max_seqlen: int)``. Pass ``total_tokens`` (= T) and
+    ``max_seqlen`` when known to avoid the one host sync; they are then trusted, not checked."""
+    if not isinstance(padded, torch.Tensor) or padded.dim() < 2:
+        raise ValueError(f"padded must be a tensor of shape [B, S, ...], got {getattr(padded, 'shape', padded)!r}")
+    if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1 or lengths.numel() != padded.shape[0]:
+        raise ValueError(f"lengths must be a 1-D tensor of {padded.shape[0]} entries, "
+                         f"got {getattr(lengths, 'shape', lengths)!r}")
+    if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
+        raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
+    lengths = lengths.to(padded.device)
+    B, S = padded.shape[0], padded.shape[1]
+    if total_tokens is None or max_seqlen is None:
+        host = lengths.cpu()  # the one host sync, only when the caller did not pass the sizes
+        if host.numel() and (int(host.min()) < 0 or int(host.max()) > S):
+            raise ValueError(f"lengths must lie in [0, {S}] (padded.shape[1]), got "
+                             f"[{int(host.min())}, {int(host.max())}]")
+        if total_tokens is None:
+            total_tokens = int(host.sum())
+        if max_seqlen is None:
+            max_seqlen = int(host.max()) if host.numel() else 0
+    elif total_tokens < 0:
+        raise ValueError(f"total_tokens must be >= 0, got {total_tokens}")
+    cu = cu_seqlens_from_lengths(lengths)
+    trailing = tuple(padded.shape[2:])
+    features = 1
+    for d in trailing:
+        features *= d
+    padded3 = padded.reshape(B, S, features)
+    packed = _Pack.apply(padded3, cu, int(total_tokens), config)
+    return packed.reshape((int(total_tokens),) + trailing), cu, int(max_seqlen)
+
+
+def unpack(packed: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, *, config: dict | None = None):
+    """Scatter ``[T, ...]`` back to ``[B, max_len, ...]`` (zeros past each length; rows of a
+    sequence longer than ``max_len`` are cut). No host sync."""
+    if not isinstance(packed, torch.Tensor) or packed.dim() < 1:
+        raise ValueError(f"packed must be a tensor of shape [T, ...], got {getattr(packed, 'shape', packed)!r}")
+    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError("cu_seqlens must be a 1-D tensor of B+1 offsets")
+    if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise ValueError(f"max_len must be an int >= 0, got {max_len!r}")
+    cu = cu_seqlens.to(device=packed.device, dtype=torch.int32)
+    trailing = tuple(packed.shape[1:])
+    features = 1
+    for d in trailing:
+        features *= d
+    packed2 = packed.reshape(packed.shape[0], features)
+    out = _Unpack.apply(packed2, cu, max_len, config)
+    return out.reshape((cu.numel() - 1, max_len) + trailing)

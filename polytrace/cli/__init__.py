@@ -1,0 +1,48 @@
+"""The ``polytrace`` command line.
+
+Each subcommand lives in a small module that only parses arguments, calls one library function and
+prints. Modules are registered explicitly here (no discovery by module path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import PolytraceError
+from . import compose_cmds, packing_cmds, results_cmds, workload_cmds
+
+# Order = order in ``polytrace --help``.
+COMMAND_MODULES = (workload_cmds, packing_cmds, compose_cmds, results_cmds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="polytrace",
+        description="RLVR workload model (PolyTrace), kernel benchmarks and RL step estimates.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except PolytraceError as exc:
+        print(f"polytrace: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:  # e.g. `polytrace describe ... | head`
+        return 0
+    except KeyboardInterrupt:
+        print("polytrace: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

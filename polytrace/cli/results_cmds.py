@@ -1,0 +1,188 @@
+"""``polytrace results ls|show|store|set-baseline``, ``polytrace gate``, ``polytrace plot``,
+``polytrace tune``: the results store, the regression gate, plots and tuning sessions."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import PolytraceError
+
+
+def _fraction(text: str) -> float:
+    """'5%' or '0.05' -> 0.05 (argparse reports a bad value as a usage error naming --threshold)."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage like 5% or a fraction like 0.05, got {text!r}") \
+            from None
+    if not 0 < value < 10:
+        raise argparse.ArgumentTypeError(f"must be above 0 and below 1000%, got {text!r}")
+    return value
+
+
+def register(sub) -> None:
+    results = sub.add_parser("results", help="list, show, store result files and set baselines")
+    rsub = results.add_subparsers(dest="results_command", metavar="ACTION")
+    rsub.required = True
+
+    p = rsub.add_parser("ls", help="list result, baseline and tuning files")
+    p.add_argument("--root", default=None, help="results folder (default: $POLYTRACE_RESULTS_DIR or ./results)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_ls)
+
+    p = rsub.add_parser("show", help="table of one result file: time, TFLOP/s, GB/s, %% of peak per provider")
+    p.add_argument("file", help="result JSON (or a folder of them, merged)")
+    p.add_argument("--json", action="store_true", help="print JSON rows")
+    p.set_defaults(func=_show)
+
+    p = rsub.add_parser("store", help="copy result files into <root>/<gpu-slug>/<date>_<commit>_<suite>.json")
+    p.add_argument("files", nargs="+", help="result JSON files (one per suite)")
+    p.add_argument("--root", default=None, help="results folder (default: ./results)")
+    p.add_argument("--suite", default=None, help="suite name for the file name (default: from the benchmarks)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    p.set_defaults(func=_store)
+
+    p = rsub.add_parser("set-baseline", help="merge one run's result files into <root>/baselines/<gpu-slug>.json")
+    p.add_argument("files", nargs="+", help="result JSON files or folders of one run")
+    p.add_argument("--root", default=None, help="results folder (default: ./results)")
+    p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
+    p.set_defaults(func=_set_baseline)
+
+    p = sub.add_parser("gate", help="regression gate: Mann-Whitney U on raw rounds + median threshold, "
+                                    "trace-weighted geomean per family and provider")
+    p.add_argument("baseline", help="baseline result JSON, or a folder of one run's files")
+    p.add_argument("candidate", help="candidate result JSON, or a folder of one run's files")
+    p.add_argument("--threshold", type=_fraction, default=0.05, help="median slowdown that counts (default 5%%)")
+    p.add_argument("--alpha", type=float, default=0.002, help="significance level of the U test (default 0.002)")
+    p.add_argument("--force", action="store_true", help="compare even when the inputs are refused "
+                   "(different GPU, CPU timings, changed workloads)")
+    p.add_argument("--gate-all", action="store_true", help="gate torch and peer providers too (default: ours only)")
+    p.add_argument("--fail-on-missing", action="store_true", help="fail when a baseline benchmark is missing")
+    p.add_argument("--all", action="store_true", help="text output lists unchanged benchmarks too")
+    p.add_argument("--plot", metavar="DIR", default=None, help="also write the per-benchmark ratio plot here")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the report as JSON")
+    out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
+    p.set_defaults(func=_gate)
+
+    p = sub.add_parser("plot", help="PNG plots: throughput vs shape per provider with the roofline; "
+                                    "gate ratios with --baseline")
+    p.add_argument("results", nargs="+", help="result JSON files or folders")
+    p.add_argument("-o", "--out", required=True, help="folder for the PNG files")
+    p.add_argument("--baseline", default=None, help="also plot each result's per-benchmark ratios against this")
+    p.set_defaults(func=_plot)
+
+    p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile")
+    p.add_argument("kernel", help="tunable kernel name (see --list)")
+    p.add_argument("--profile", default=None, help="workload profile the shapes are drawn from")
+    p.add_argument("--budget-s", type=float, default=120.0, help="search time budget in seconds (default 120)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
+                                               "out/tuning for CPU-interpreter runs)")
+    p.add_argument("--max-buckets", type=int, default=None, help="tune at most this many buckets")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--json", action="store_true", help="print the written file's content")
+    p.set_defaults(func=_tune)
+
+
+def _ls(args) -> int:
+    from ..results import format_listing, list_results
+
+    entries = list_results(args.root)
+    if args.json:
+        from ._io import print_json
+
+        print_json([{**e.__dict__, "path": str(e.path)} for e in entries])
+    else:
+        print(format_listing(entries))
+    return 0
+
+
+def _show(args) -> int:
+    from ..results import format_show, load_result, show_rows
+
+    result = load_result(args.file)
+    if args.json:
+        from ._io import print_json
+
+        print_json({"path": result.path, "gpu_name": result.gpu_name, "measured_on": result.measured_on,
+                    "commit": result.commit, "rows": show_rows(result)})
+    else:
+        print(format_show(result))
+    return 0
+
+
+def _store(args) -> int:
+    from ..results import store_result
+
+    if args.suite and len(args.files) > 1:
+        raise PolytraceError("--suite: give one file when naming its suite")
+    for f in args.files:
+        print(store_result(f, args.root, suite=args.suite, overwrite=args.overwrite))
+    return 0
+
+
+def _set_baseline(args) -> int:
+    from ..results import set_baseline
+
+    print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu))
+    return 0
+
+
+def _gate(args) -> int:
+    from ..results import compare, format_markdown, format_text, load_result
+
+    if not 0 < args.alpha < 1:
+        raise PolytraceError(f"--alpha: must be in (0, 1), got {args.alpha}")
+    report = compare(load_result(args.baseline), load_result(args.candidate), threshold=args.threshold,
+                     alpha=args.alpha, force=args.force, gate_all=args.gate_all,
+                     fail_on_missing=args.fail_on_missing)
+    if args.json:
+        from ._io import print_json
+
+        print_json(report.to_dict())
+    elif args.markdown:
+        print(format_markdown(report))
+    else:
+        print(format_text(report, show_all=args.all))
+    if args.plot and report.exit_code != 2:
+        from ..results import plot_gate
+
+        path = plot_gate(report, args.plot)
+        if not (args.json or args.markdown):
+            print(f"plot: {path}")
+    return report.exit_code
+
+
+def _plot(args) -> int:
+    from pathlib import Path
+
+    from ..results import compare, load_result, plot_gate, plot_throughput
+
+    base = load_result(args.baseline) if args.baseline else None
+    for src in args.results:
+        result = load_result(src)
+        for path in plot_throughput(result, args.out):
+            print(path)
+        if base is not None:
+            report = compare(base, result, force=True)
+            print(plot_gate(report, args.out, name=f"gate_{Path(src).stem}.png"))
+    return 0
+
+
+def _tune(args) -> int:
+    from .. import tune
+
+    if args.profile is None:
+        raise PolytraceError("--profile: required (e.g. --profile dapo-math-32b); "
+                             f"tunable kernels: {', '.join(tune.tunable_names())}")
+    session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
+                               root=args.out, max_buckets=args.max_buckets, progress=not args.no_progress)
+    if args.json:
+        from ._io import print_json
+
+        print_json(session.data)
+    else:
+        print(session.summary())
+    return 0

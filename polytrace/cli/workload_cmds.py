@@ -1,0 +1,268 @@
+"""Workload subcommands: profiles, describe, fidelity, fit, report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import PolytraceError
+from ._io import atomic_write_text, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("profiles", help="list the built-in workload profiles")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_profiles)
+
+    p = sub.add_parser("describe", help="shape statistics of a profile or a trace")
+    p.add_argument("source", metavar="PROFILE|TRACE", help="built-in profile name, fitted profile JSON, or trace")
+    p.add_argument("--steps", type=_steps, default=None, help="steps to sample a profile at, e.g. 0-7 or 0,50,100")
+    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--drift", default=None, help="drift preset for a profile (e.g. qwen2-7b-gpg, none)")
+    p.add_argument("--per-step", action="store_true", help="print one row per step")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_describe)
+
+    p = sub.add_parser("fidelity", help="sampled vs real: KS, Wasserstein, quantile errors, group spread")
+    p.add_argument("profile", metavar="PROFILE")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("--max-response-len", type=_positive, default=None,
+                   help="the trace's response cap, when the trace does not record it")
+    p.add_argument("--replicas", type=_positive, default=8, help="sampled batches per real step (default 8)")
+    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_fidelity)
+
+    p = sub.add_parser("fit", help="fit a profile to your own trace")
+    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("-o", "--output", required=True, help="profile JSON to write")
+    p.add_argument("--name", default=None)
+    p.add_argument("--description", default="")
+    p.add_argument("--max-response-len", type=_positive, default=None)
+    p.add_argument("--max-prompt-len", type=_positive, default=None)
+    p.add_argument("--prompts-per-step", type=_positive, default=None)
+    p.add_argument("--n", type=_positive, default=None, help="responses per prompt")
+    p.add_argument("--drift", default=None, help="drift preset to attach (default none)")
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("report", help="the main job: workload statistics and RL step estimate, as a report")
+    p.add_argument("--profile", default=None, help="profile (default dapo-math-32b)")
+    p.add_argument("--model", default=None, help="model preset for the step estimate (default: the profile's)")
+    p.add_argument("--gpu", default=None, help="GPU preset for the step estimate (default h200)")
+    p.add_argument("--gpus", type=_positive, default=None, help="GPUs in the job (default: the profile's)")
+    p.add_argument("--steps", type=_steps, default=None, help="steps to sample (default 0-7)")
+    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("-o", "--output-dir", default="polytrace-report", help="folder for report.md and plots")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_report)
+
+
+# --------------------------------------------------------------------------- argument types
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _nonneg(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
+def _steps(text: str) -> list[int]:
+    """``0-7``, ``0,50,100`` or ``0-100:10`` (every 10th)."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                rng, _, stride = part.partition(":")
+                lo, hi = (int(x) for x in rng.split("-"))
+                out.extend(range(lo, hi + 1, int(stride) if stride else 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"steps must look like 0-7, 0,50,100 or 0-200:20; got {text!r}") from None
+    if not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"steps must be non-negative and non-empty; got {text!r}")
+    return out
+
+
+def load_source(text: str, drift: str | None = None, max_response_len: int | None = None):
+    """A profile (built-in name or profile JSON) or a trace, decided by what ``text`` names."""
+    from ..profiles import BUILTIN, get_profile
+    from ..profiles.profile import FORMAT as PROFILE_FORMAT
+    from ..trace import load_trace
+
+    if text in BUILTIN:
+        return get_profile(text, drift=drift)
+    path = Path(text)
+    if not path.exists():
+        raise PolytraceError(f"{text!r} is neither a built-in profile ({', '.join(BUILTIN)}) nor an existing "
+                             f"file or folder")
+    if path.is_file() and path.suffix == ".json" and _is_profile_file(path, PROFILE_FORMAT):
+        return get_profile(str(path), drift=drift)
+    if drift is not None:
+        raise PolytraceError("--drift applies to profiles, not to recorded traces")
+    return load_trace(path, max_response_len=max_response_len)
+
+
+def _is_profile_file(path: Path, fmt: str) -> bool:
+    try:
+        head = path.read_text()[:4096]
+    except OSError:
+        return False
+    return f'"{fmt}"' in head
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def cmd_profiles(args) -> int:
+    from ..profiles import get_profile, list_profiles
+
+    rows = []
+    for name in list_profiles():
+        p = get_profile(name)
+        c = p.config
+        rows.append({"name": name, "kind": p.kind, "prompts_x_n": f"{c.prompts_per_step}x{c.n}",
+                     "max_prompt": c.max_prompt_len, "max_response": c.max_response_len,
+                     "description": p.description})
+    if args.json:
+        print_json(rows)
+        return 0
+    from tabulate import tabulate
+
+    print(tabulate([[r["name"], r["kind"], r["prompts_x_n"], r["max_response"], r["description"]] for r in rows],
+                   headers=["profile", "kind", "prompts x n", "max resp", "description"],
+                   maxcolwidths=[None, None, None, None, 80]))
+    return 0
+
+
+def cmd_describe(args) -> int:
+    from ..describe import describe
+
+    src = load_source(args.source, drift=args.drift)
+    result = describe(src, steps=args.steps, seed=args.seed)
+    if args.json:
+        print_json(result)
+        return 0
+    print(format_describe(result, per_step=args.per_step))
+    return 0
+
+
+_LABELS = [
+    ("sequences", "sequences per step", "{:.0f}"),
+    ("tokens", "tokens per step (prompt + response)", "{:,.0f}"),
+    ("response_mean", "response length, mean", "{:,.0f}"),
+    ("response_p50", "response length, p50", "{:,.0f}"),
+    ("response_p99", "response length, p99", "{:,.0f}"),
+    ("response_max", "response length, max", "{:,.0f}"),
+    ("max_over_mean", "max / mean response", "{:.2f}"),
+    ("p99_over_p50", "p99 / p50 response", "{:.2f}"),
+    ("top10pct_token_share", "token share of the longest 10%", "{:.1%}"),
+    ("padding_waste", "padding waste if padded to batch max", "{:.1%}"),
+    ("rollout_tail_share", "rollout tail (decode iters with <10% active)", "{:.1%}"),
+    ("cap_share", "responses at the cap", "{:.2%}"),
+    ("turns_per_trajectory", "turns per trajectory", "{:.2f}"),
+    ("tool_calls_per_trajectory", "tool calls per trajectory", "{:.2f}"),
+    ("tool_latency_s_per_trajectory", "tool latency per trajectory (s)", "{:.2f}"),
+]
+
+
+def workload_table_rows(summary: dict) -> list[list[str]]:
+    return [[label, fmt.format(summary[key])] for key, label, fmt in _LABELS if key in summary]
+
+
+def format_describe(result: dict, per_step: bool = False) -> str:
+    from tabulate import tabulate
+
+    head = f"{result['kind']} {result['name']}"
+    if result["kind"] == "profile":
+        c = result["config"]
+        head += (f": {c['prompts_per_step']} prompts x {c['n']}, max response {c['max_response_len']}, "
+                 f"drift {result['drift']}, steps {_compact(result['steps'])}, seed {result['seed']} (sampled)")
+    else:
+        head += f": {result['source']}, {len(result['steps'])} steps (recorded)"
+    lines = [head, "", tabulate(workload_table_rows(result["summary"]), headers=["statistic (mean over steps)",
+                                                                               "value"])]
+    if per_step:
+        keys = ["step", "sequences", "tokens", "response_mean", "response_p99", "response_max",
+                "padding_waste", "rollout_tail_share"]
+        lines += ["", tabulate([[r.get(k, "") for k in keys] for r in result["per_step"]], headers=keys,
+                               floatfmt=".3g")]
+    return "\n".join(lines)
+
+
+def _compact(steps: list[int]) -> str:
+    if len(steps) > 2 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}-{steps[-1]}"
+    return ",".join(str(s) for s in steps)
+
+
+def cmd_fidelity(args) -> int:
+    from ..fidelity import fidelity
+    from ..profiles import get_profile
+    from ..trace import load_trace
+
+    profile = get_profile(args.profile)
+    trace = load_trace(args.trace, max_response_len=args.max_response_len)
+    result = fidelity(profile, trace, replicas=args.replicas, seed=args.seed)
+    if args.json:
+        print_json(result)
+        return 0
+    from tabulate import tabulate
+
+    keys = ["ks", "wasserstein_rel", "p50_rel_err", "p90_rel_err", "p99_rel_err", "max_rel_err",
+            "group_ratio_ks", "group_ratio_median_rel_err", "cap_share_real", "cap_share_sampled"]
+    rows = [[r["step"]] + [r[k] for k in keys] for r in result["per_step"]]
+    rows.append(["pooled"] + [result["pooled"][k] for k in keys])
+    print(f"profile {result['profile']} vs trace {result['trace']} ({args.replicas} sampled batches per step)")
+    print(tabulate(rows, headers=["step", "KS", "W1/mean", "p50 err", "p90 err", "p99 err", "max err",
+                                  "grp KS", "grp med err", "cap real", "cap sampled"], floatfmt=".3f"))
+    pooled = result["pooled"]
+    verdict = "meets" if pooled["meets_goals"] else "MISSES"
+    print(f"\npooled: KS {pooled['ks']:.3f} (goal <= {pooled['goal_ks']}), p99 error {pooled['p99_rel_err']:.1%} "
+          f"(goal <= {pooled['goal_p99_rel_err']:.0%}): {verdict} the goals")
+    return 0
+
+
+def cmd_fit(args) -> int:
+    from ..profiles import fit_profile, get_drift
+    from ..trace import load_trace
+
+    out = Path(args.output)
+    trace = load_trace(args.trace, max_response_len=args.max_response_len)
+    profile = fit_profile(trace, name=args.name or out.stem, description=args.description,
+                          prompts_per_step=args.prompts_per_step, n=args.n, max_prompt_len=args.max_prompt_len,
+                          max_response_len=args.max_response_len,
+                          drift=get_drift(args.drift) if args.drift else None)
+    atomic_write_text(out, profile.dumps())
+    c = profile.config
+    print(f"wrote {out}: profile {profile.name!r} ({profile.kind}), {c.prompts_per_step} prompts x {c.n}, "
+          f"max response {c.max_response_len}, rho {profile.params['rho']:.3f}, "
+          f"{profile.fit_stats['responses']} responses over {profile.fit_stats['steps']} steps")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from ..report import build_report
+
+    result = build_report(profile=args.profile, model=args.model, gpu=args.gpu, gpus=args.gpus, steps=args.steps,
+                          seed=args.seed, output_dir=args.output_dir)
+    if args.json:
+        print_json(result["data"])
+    else:
+        print(result["text"])
+    return 0

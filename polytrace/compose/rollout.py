@@ -1,0 +1,163 @@
+"""Rollout (generation) time: a decode-iteration simulation of continuous batching.
+
+Each inference engine (``gpus / rollout_tp`` of them) takes a contiguous slice of the batch, as
+verl chunks it. An engine runs at most ``min(max_num_seqs, KV-cache capacity)`` sequences at once;
+a waiting sequence starts when a slot frees. Every decode iteration costs the larger of its
+compute and its memory traffic (weights once, plus the KV cache of every running sequence), plus
+launch and host overheads; the running batch shrinks as sequences finish, so the longest
+responses set the time (the "long tail"). Prefill is charged at GEMM speed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hardware import GPU
+from ..models import ModelSpec
+from .efficiency import DEFAULT, Efficiency
+
+
+@dataclass
+class EngineResult:
+    time_s: float
+    prefill_s: float
+    decode_s: float
+    iterations: int
+    concurrency: int
+    tail_s: float  # decode time spent with fewer than half the peak running batch
+
+
+@dataclass
+class RolloutResult:
+    time_s: float  # the slowest engine
+    prefill_s: float
+    decode_s: float
+    iterations: int
+    engines: list[EngineResult]
+    tail_gpu_s: float  # GPU-seconds in the tail (fewer than half the peak batch running)
+    imbalance_gpu_s: float  # GPU-seconds engines wait for the slowest one
+    n_gpus: int
+
+    def to_dict(self) -> dict:
+        return {
+            "time_s": self.time_s, "prefill_s": self.prefill_s, "decode_s": self.decode_s,
+            "iterations": self.iterations, "tail_gpu_s": self.tail_gpu_s,
+            "imbalance_gpu_s": self.imbalance_gpu_s,
+            "engine_times_s": [e.time_s for e in self.engines],
+            "concurrency": [e.concurrency for e in self.engines],
+        }
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, mem_fraction: float,
+                       eff: Efficiency = DEFAULT) -> float:
+    """Tokens of KV cache one engine holds: vLLM gives ``mem_fraction`` of each GPU's memory to
+    weights, activations and the cache."""
+    budget = mem_fraction * gpu.memory_gb * 1e9 - model.weight_bytes() / tp - eff.engine_reserve_bytes
+    return max(0.0, budget) / (model.kv_bytes_per_token() / tp)
+
+
+def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
+    """Start iteration of each sequence when at most ``slots`` run at once (FIFO)."""
+    n = len(lengths)
+    if slots >= n:
+        return np.zeros(n, dtype=np.int64)
+    starts = np.zeros(n, dtype=np.int64)
+    heap = [int(x) for x in lengths[:slots]]
+    heapq.heapify(heap)
+    for i in range(slots, n):
+        t = heapq.heappop(heap)
+        starts[i] = t
+        heapq.heappush(heap, t + int(lengths[i]))
+    return starts
+
+
+def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
+                    eff: Efficiency = DEFAULT, eager: bool = False) -> np.ndarray:
+    """Seconds per decode iteration for running-batch sizes ``active`` holding ``ctx`` context
+    tokens in total (arrays of the same shape)."""
+    active = np.asarray(active, dtype=np.float64)
+    ctx = np.asarray(ctx, dtype=np.float64)
+    flops = model.matmul_flops_per_token() * active + model.attn_flops_per_pair * ctx
+    if model.experts:
+        # a batch touches more experts than one token does, up to all of them
+        touched = np.minimum(model.experts, model.active_experts * np.maximum(active, 1.0))
+        frac = touched / model.experts
+        moe_bytes = model.layers * model.mlp_params_per_layer(False) * 2.0 * frac
+        dense_bytes = model.weight_bytes() - model.layers * model.mlp_params_per_layer(False) * 2.0
+        weight_bytes = dense_bytes + moe_bytes
+    else:
+        weight_bytes = model.weight_bytes()
+    bytes_ = weight_bytes + model.kv_bytes_per_token() * ctx
+    compute_s = flops / (tp * gpu.ceiling("bf16") * eff.gemm)
+    memory_s = bytes_ / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
+    if eager:
+        launch = model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel
+    else:
+        launch = eff.graph_replay_s
+    # tensor parallelism: two all-reduces of the running batch's hidden states per layer
+    comm = 0.0
+    if tp > 1:
+        msg = 2.0 * model.hidden * active * 2.0 * (tp - 1) / tp
+        comm = model.layers * (msg / (gpu.interconnect_gbps * 1e9 * eff.comm) + 2 * 8e-6)
+    host = eff.host_s_per_seq_iter * active
+    return np.maximum(compute_s, memory_s) + launch + comm + host
+
+
+def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
+                    eff: Efficiency = DEFAULT) -> float:
+    p = np.asarray(prompt_lens, dtype=np.float64)
+    flops = model.matmul_flops_per_token() * p.sum() + model.attn_flops_per_pair * float((p * p).sum()) / 2
+    return float(flops / (tp * gpu.ceiling("bf16") * eff.prefill))
+
+
+def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
+                    response_lens: np.ndarray, *, mem_fraction: float = 0.5, max_num_seqs: int = 1024,
+                    eff: Efficiency = DEFAULT, eager: bool = False) -> EngineResult:
+    p = np.asarray(prompt_lens, dtype=np.int64)
+    r = np.maximum(np.asarray(response_lens, dtype=np.int64), 1)
+    if len(r) == 0:
+        return EngineResult(0.0, 0.0, 0.0, 0, 0, 0.0)
+    cap_tokens = kv_capacity_tokens(model, gpu, tp, mem_fraction, eff)
+    mean_len = float((p + r).mean())
+    by_kv = int(cap_tokens // max(mean_len, 1.0)) if cap_tokens > 0 else 1
+    slots = max(1, min(max_num_seqs, by_kv, len(r)))
+    starts = _schedule(r, slots)
+    ends = starts + r
+    horizon = int(ends.max())
+    d_active = np.zeros(horizon + 1)
+    d_base = np.zeros(horizon + 1)
+    np.add.at(d_active, starts, 1.0)
+    np.add.at(d_active, ends, -1.0)
+    base = (p - starts).astype(np.float64)  # context of a running sequence at iteration t: p + t - start
+    np.add.at(d_base, starts, base)
+    np.add.at(d_base, ends, -base)
+    active = np.cumsum(d_active)[:horizon]
+    t = np.arange(horizon, dtype=np.float64)
+    ctx = np.cumsum(d_base)[:horizon] + t * active
+    per_iter = iteration_costs(model, gpu, tp, active, ctx, eff, eager)
+    decode = float(per_iter.sum())
+    tail = float(per_iter[active < 0.5 * active.max()].sum())
+    prefill = prefill_seconds(model, gpu, tp, p, eff)
+    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail)
+
+
+def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
+                     mem_fraction: float = 0.5, max_num_seqs: int = 1024, eff: Efficiency = DEFAULT,
+                     eager: bool = False) -> RolloutResult:
+    """The rollout of one step: the batch is split in contiguous slices over ``n_gpus // tp``
+    engines, as verl does."""
+    p = np.asarray(prompt_lens, dtype=np.int64)
+    r = np.asarray(response_lens, dtype=np.int64)
+    engines_n = max(1, n_gpus // max(1, tp))
+    bounds = np.linspace(0, len(r), engines_n + 1).round().astype(int)
+    results = [simulate_engine(model, gpu, tp, p[a:b], r[a:b], mem_fraction=mem_fraction,
+                               max_num_seqs=max_num_seqs, eff=eff, eager=eager)
+               for a, b in zip(bounds[:-1], bounds[1:])]
+    slowest = max(results, key=lambda e: e.time_s)
+    imbalance = sum(slowest.time_s - e.time_s for e in results) * tp
+    tail = sum(e.tail_s for e in results) * tp
+    return RolloutResult(slowest.time_s, slowest.prefill_s, slowest.decode_s, slowest.iterations, results,
+                         tail, imbalance, n_gpus)

@@ -1,0 +1,189 @@
+"""Per-stage costs of one RL step from its sequence lengths and the run's configuration.
+
+Stages (verl's names): ``gen`` (rollout), ``old_log_prob`` (actor forward), ``ref`` (reference
+forward), ``values`` (critic forward), ``update_critic``, ``update_actor``. Each is priced with the
+roofline models of ``rollout.py`` and ``training.py`` (or measured rates), so the times are what
+the hardware allows at the assumed efficiencies; ``validate`` calibrates how far real runs are
+from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import PolytraceError
+from ..hardware import GPU
+from ..models import ModelSpec
+from .efficiency import DEFAULT, Efficiency
+from .measured import MeasuredRates
+from .rollout import RolloutResult, simulate_rollout
+from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
+
+STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
+STAGE_GROUP = {"gen": "rollout", "old_log_prob": "forward", "ref": "forward", "values": "forward",
+               "update_critic": "train", "update_actor": "train"}
+
+
+@dataclass
+class RunConfig:
+    model: ModelSpec
+    gpu: GPU
+    n_gpus: int
+    prompts_per_step: int
+    n: int
+    max_prompt_len: int
+    max_response_len: int
+    rollout_tp: int = 1
+    strategy: str = "fsdp"
+    train_tp: int = 1
+    train_pp: int = 1
+    algorithm: str = "grpo"  # "grpo" (no critic) or "ppo" (critic)
+    use_ref: bool = True
+    critic_model: ModelSpec | None = None
+    micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
+    micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
+    remove_padding: bool = True
+    mem_fraction: float = 0.5  # gpu_memory_utilization of the inference engine
+    gradient_checkpointing: bool = True
+    max_num_seqs: int = 1024
+    eager: bool = False  # inference engine without CUDA graphs (verl's enforce_eager)
+    old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
+    ref_offload: bool = False
+    mini_batches: int = 1  # optimizer steps per update (train batch / mini-batch x epochs)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise PolytraceError(f"{name} must be a positive integer, got {v!r}")
+        if self.n_gpus % self.rollout_tp:
+            raise PolytraceError(f"rollout tensor parallelism {self.rollout_tp} does not divide "
+                                 f"the GPU count {self.n_gpus}")
+        if self.strategy not in ("fsdp", "megatron"):
+            raise PolytraceError(f"strategy must be 'fsdp' or 'megatron', got {self.strategy!r}")
+        if self.strategy == "megatron" and self.n_gpus % (self.train_tp * self.train_pp):
+            raise PolytraceError(f"Megatron TP {self.train_tp} x PP {self.train_pp} does not divide "
+                                 f"the GPU count {self.n_gpus}")
+        if self.algorithm not in ("grpo", "ppo"):
+            raise PolytraceError(f"algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
+        if not 0.05 <= self.mem_fraction <= 0.99:
+            raise PolytraceError(f"gpu memory fraction must be in [0.05, 0.99], got {self.mem_fraction}")
+
+    @property
+    def use_critic(self) -> bool:
+        return self.algorithm == "ppo"
+
+    def layout(self) -> TrainerLayout:
+        return TrainerLayout(
+            n_gpus=self.n_gpus, strategy=self.strategy,
+            tp=self.train_tp if self.strategy == "megatron" else 1,
+            pp=self.train_pp if self.strategy == "megatron" else 1,
+            micro_batch_seqs=self.micro_batch_seqs, micro_batch_tokens=self.micro_batch_tokens,
+            remove_padding=self.remove_padding, pad_to=self.max_prompt_len + self.max_response_len,
+            gradient_checkpointing=self.gradient_checkpointing)
+
+    def to_dict(self) -> dict:
+        return {
+            "model": self.model.name, "gpu": self.gpu.slug, "n_gpus": self.n_gpus,
+            "prompts_per_step": self.prompts_per_step, "n": self.n, "max_prompt_len": self.max_prompt_len,
+            "max_response_len": self.max_response_len, "rollout_tp": self.rollout_tp,
+            "strategy": self.strategy, "train_tp": self.train_tp, "train_pp": self.train_pp,
+            "algorithm": self.algorithm, "use_ref": self.use_ref,
+            "critic_model": (self.critic_model or self.model).name if self.use_critic else None,
+            "micro_batch_tokens": self.micro_batch_tokens, "micro_batch_seqs": self.micro_batch_seqs,
+            "remove_padding": self.remove_padding, "mem_fraction": self.mem_fraction,
+            "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
+            "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
+        }
+
+
+@dataclass
+class StageCosts:
+    seconds: dict[str, float]  # stage -> roofline seconds (0 for stages the run does not have)
+    rollout: RolloutResult
+    train_imbalance_gpu_s: float
+    tokens: int
+    details: dict = field(default_factory=dict)
+
+    @property
+    def step_s(self) -> float:
+        return float(sum(self.seconds.values()))
+
+
+def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency = DEFAULT,
+                measured: MeasuredRates | None = None) -> StageCosts:
+    """Roofline seconds of every stage for one step's sequences."""
+    p = np.asarray(prompt_lens, dtype=np.int64)
+    r = np.asarray(response_lens, dtype=np.int64)
+    seq = p + r
+    roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
+                            mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
+                            eager=cfg.eager)
+    layout = cfg.layout()
+    gemm_rate = None
+    if measured:
+        gemm_rate = measured.flop_rate("gemm", float(cfg.model.matmul_flops_per_token()) * 8192)
+    fwd = pass_cost(cfg.model, cfg.gpu, seq, layout, backward=False, eff=eff, gemm_rate=gemm_rate)
+    upd = pass_cost(cfg.model, cfg.gpu, seq, layout, backward=True, eff=eff, gemm_rate=gemm_rate)
+    opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+    s = {k: 0.0 for k in STAGES}
+    s["gen"] = roll.time_s
+    s["old_log_prob"] = fwd.time_s
+    if cfg.old_log_prob_in_gen:
+        s["gen"] += fwd.time_s
+        s["old_log_prob"] = 0.0
+    if cfg.use_ref:
+        s["ref"] = fwd.time_s + (offload_seconds(cfg.model, cfg.n_gpus, eff) if cfg.ref_offload else 0.0)
+    s["update_actor"] = upd.time_s + opt
+    imbalance = fwd.imbalance_gpu_s * (1 + cfg.use_ref) + upd.imbalance_gpu_s
+    if cfg.use_critic:
+        critic = cfg.critic_model or cfg.model
+        cf = pass_cost(critic, cfg.gpu, seq, layout, backward=False, lm_head=False, eff=eff, gemm_rate=gemm_rate)
+        cu = pass_cost(critic, cfg.gpu, seq, layout, backward=True, lm_head=False, eff=eff, gemm_rate=gemm_rate)
+        s["values"] = cf.time_s
+        s["update_critic"] = cu.time_s + optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+        imbalance += cf.imbalance_gpu_s + cu.imbalance_gpu_s
+    return StageCosts(s, roll, imbalance, int(seq.sum()),
+                      details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt})
+
+
+def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float | None = None,
+                      clip_ratio: float | None = None, cap: float | None = None, shape: float = 1.5
+                      ) -> np.ndarray:
+    """Deterministic lengths with a given mean, maximum, minimum and share at the cap: the
+    uncapped part follows the quantiles of a Beta(shape, b) on [min, max], b chosen to match the
+    mean, and the longest sequence is the reported maximum. Used when only a log's summary
+    statistics of a step are known."""
+    n = max(1, int(n_seqs))
+    lo = float(min_len) if min_len is not None and np.isfinite(min_len) else max(1.0, 0.1 * mean)
+    hi = float(max_len)
+    lo = min(lo, mean)
+    mean = float(np.clip(mean, lo, hi))
+    n_cap = 0
+    if clip_ratio is not None and np.isfinite(clip_ratio) and cap is not None and hi >= cap:
+        n_cap = int(round(clip_ratio * n))
+    n_free = n - n_cap
+    out = np.full(n, hi)
+    if n_free > 0:
+        m_free = (mean * n - n_cap * hi) / n_free
+        m_free = float(np.clip(m_free, lo, hi))
+        top = hi if n_cap == 0 else hi - 1
+        if top <= lo or m_free >= top:
+            free = np.full(n_free, m_free)
+        else:
+            frac = (m_free - lo) / (top - lo)
+            frac = float(np.clip(frac, 1e-3, 1 - 1e-3))
+            b = shape * (1 - frac) / frac
+            from scipy.stats import beta as beta_dist
+
+            q = (np.arange(n_free) + 0.5) / n_free
+            free = lo + (top - lo) * beta_dist.ppf(q, shape, b)
+            free *= m_free / max(free.mean(), 1e-9)  # exact mean
+            free = np.clip(free, lo, top)
+            if n_cap == 0:
+                free[-1] = hi  # the reported maximum
+        out[:n_free] = free
+    return np.maximum(np.round(out), 1).astype(np.int64)

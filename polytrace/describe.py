@@ -1,0 +1,94 @@
+"""Shape statistics of a workload, for kernel and RL-infra engineers.
+
+Per step (a ``Batch``):
+
+- sequences, prompt groups, tokens per step (prompt + response) and response tokens,
+- response-length mean, p50, p99, max; max/mean and p99/p50 ratios (how long the tail is),
+- share of response tokens in the longest 10% of sequences,
+- padding waste if the step were padded to its longest sequence (1 - real / padded tokens),
+- rollout tail: if all sequences start decoding together, the share of decode iterations during
+  which fewer than 10% of the batch is still generating (the GPU is mostly idle then),
+- share of responses at the cap; for multi-turn: turns and tool calls per trajectory, tool
+  latency per trajectory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .profiles.profile import Profile
+from .trace.batch import Batch
+from .trace.model import Trace
+
+TAIL_ACTIVE_FRACTION = 0.10
+
+
+def rollout_tail_share(response_lens: np.ndarray, active_fraction: float = TAIL_ACTIVE_FRACTION) -> float:
+    """Share of decode iterations (one per token of the longest response) during which fewer
+    than ``active_fraction`` of the sequences are still generating."""
+    r = np.sort(np.asarray(response_lens))
+    if r.size == 0 or r[-1] <= 0:
+        return 0.0
+    # At iteration t, sequences with length > t are active. Fewer than f*N are active once t
+    # reaches the length of the sequence at rank N - ceil(f*N) (0-based, ascending).
+    k = int(np.ceil(active_fraction * r.size))
+    threshold = r[r.size - k] if k <= r.size else 0
+    # active(t) = #(r > t) < k  <=>  t >= r[N-k]  (for t < max)
+    return float((r[-1] - threshold) / r[-1])
+
+
+def describe_batch(b: Batch) -> dict:
+    r = b.response_lens.astype(np.float64)
+    seq = b.seq_lens.astype(np.float64)
+    n = r.size
+    out = {"step": b.step, "sequences": n, "groups": b.n_groups, "tokens": int(seq.sum()),
+           "response_tokens": int(r.sum())}
+    if n == 0:
+        return out
+    sr = np.sort(r)[::-1]
+    top = max(1, int(np.ceil(0.10 * n)))
+    out.update({
+        "response_mean": float(r.mean()), "response_p50": float(np.percentile(r, 50)),
+        "response_p99": float(np.percentile(r, 99)), "response_max": float(r.max()),
+        "prompt_mean": float(b.prompt_lens.mean()),
+        "max_over_mean": float(r.max() / r.mean()),
+        "p99_over_p50": float(np.percentile(r, 99) / max(np.percentile(r, 50), 1.0)),
+        "top10pct_token_share": float(sr[:top].sum() / sr.sum()),
+        "padding_waste": float(1.0 - seq.sum() / (n * seq.max())),
+        "rollout_tail_share": rollout_tail_share(r),
+        "cap_share": float(b.capped.mean()),
+    })
+    if b.turns is not None:
+        out["turns_per_trajectory"] = float(len(b.turns) / n)
+        out["tool_calls_per_trajectory"] = float(b.turns.tool_calls_per_sequence(n).mean())
+        out["tool_latency_s_per_trajectory"] = float(b.turns.tool_latency_s.sum() / n)
+        if b.loss_lens is not None:
+            out["loss_token_share"] = float(b.loss_lens.sum() / max(r.sum(), 1))
+    return out
+
+
+SUMMARY_KEYS = ("sequences", "tokens", "response_mean", "response_p50", "response_p99", "response_max",
+                "max_over_mean", "p99_over_p50", "top10pct_token_share", "padding_waste", "rollout_tail_share",
+                "cap_share", "turns_per_trajectory", "tool_calls_per_trajectory", "tool_latency_s_per_trajectory")
+
+
+def describe(source: Profile | Trace, steps=None, seed: int = 0) -> dict:
+    """Per-step statistics and their mean over steps. A profile is sampled at ``steps``
+    (default 0-7); a trace uses its recorded steps."""
+    if isinstance(source, Profile):
+        steps = list(range(8)) if steps is None else list(steps)
+        batches = [source.sample(step=s, seed=seed) for s in steps]
+        head = {"kind": "profile", "name": source.name, "description": source.description,
+                "config": source.config.to_json(), "seed": seed,
+                "drift": source.drift.name if source.drift is not None else "none"}
+    else:
+        batches = source.batches()
+        head = {"kind": "trace", "name": source.name, "source": source.source,
+                "max_response_len": source.max_response_len}
+    rows = [describe_batch(b) for b in batches]
+    summary = {}
+    for k in SUMMARY_KEYS:
+        vals = [r[k] for r in rows if k in r]
+        if vals:
+            summary[k] = float(np.mean(vals))
+    return {**head, "steps": [r["step"] for r in rows], "summary": summary, "per_step": rows}

@@ -1,0 +1,107 @@
+"""GPU presets: dense bf16 peak, HBM bandwidth, memory and interconnect.
+
+One table, each row with its source. Figures are vendor datasheet numbers (dense, no sparsity),
+used as the roofline ceilings for %-of-peak in the suites and by the composition layer. Where a
+ceiling was measured on one of our machines it is given beside the datasheet figure, with where
+and when, and ``ceiling()`` prefers it.
+
+Nothing here queries CUDA: ``detect()`` takes a device name string.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .errors import unknown_name
+
+
+@dataclass(frozen=True)
+class GPU:
+    slug: str  # short stable name used in results/<slug>/
+    name: str
+    bf16_tflops: float  # dense bf16 tensor-core peak, TFLOP/s
+    hbm_tbps: float  # HBM bandwidth, TB/s (10^12 bytes/s)
+    memory_gb: float  # device memory, GB
+    interconnect_gbps: float  # per-GPU scale-up bandwidth (NVLink / Infinity Fabric), GB/s, one direction
+    fp32_tflops: float
+    source: str
+    measured_bf16_tflops: float | None = None  # a measured large-GEMM rate on our machines
+    measured_hbm_tbps: float | None = None  # a measured device-to-device copy rate (read + write)
+    measured_note: str = ""
+    name_patterns: tuple[str, ...] = ()
+
+    def ceiling(self, kind: str) -> float:
+        """Peak in base units: 'bf16' -> FLOP/s, 'hbm' -> bytes/s. Datasheet figures (the
+        conventional denominator for %-of-peak, as in nvFuser and tritonbench)."""
+        if kind == "bf16":
+            return self.bf16_tflops * 1e12
+        if kind == "hbm":
+            return self.hbm_tbps * 1e12
+        if kind == "fp32":
+            return self.fp32_tflops * 1e12
+        raise ValueError(f"kind must be 'bf16', 'hbm' or 'fp32', got {kind!r}")
+
+
+_GPUS = [
+    GPU("a100-80g", "NVIDIA A100 80GB SXM", 312.0, 2.039, 80, 300, 19.5,
+        "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 2,039 GB/s HBM2e, NVLink 600 GB/s bidirectional",
+        name_patterns=(r"a100.*80", r"a100-sxm4-80")),
+    GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
+        "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
+        name_patterns=(r"h100(?!.*pcie)",)),
+    GPU("h800", "NVIDIA H800 SXM5 80GB", 989.4, 3.35, 80, 200, 67.0,
+        "NVIDIA H800 product brief: H100 compute, NVLink limited to 400 GB/s bidirectional",
+        name_patterns=(r"h800",)),
+    GPU("h20", "NVIDIA H20 96GB", 148.0, 4.0, 96, 450, 44.0,
+        "NVIDIA H20 product brief (2024): 148 TF bf16 dense, 4.0 TB/s HBM3, NVLink 900 GB/s",
+        name_patterns=(r"\bh20\b",)),
+    GPU("h200", "NVIDIA H200 SXM 141GB", 989.4, 4.8, 141, 450, 67.0,
+        "NVIDIA H200 datasheet (2024): 989 TF bf16 dense, 4.8 TB/s HBM3e, NVLink 900 GB/s bidirectional",
+        measured_bf16_tflops=788.0, measured_hbm_tbps=4.3,
+        measured_note="8192^3 bf16 torch.matmul on random data and a torch device-to-device copy, "
+        "one H200 of the lending workplace, 2026-10-28 (device tool notes)",
+        name_patterns=(r"h200",)),
+    GPU("b200", "NVIDIA B200 180GB", 2250.0, 8.0, 180, 900, 80.0,
+        "NVIDIA HGX B200 datasheet (2024): 2.25 PF bf16 dense per GPU, 8 TB/s HBM3e, NVLink 5 1.8 TB/s",
+        name_patterns=(r"b200",)),
+    GPU("mi300x", "AMD Instinct MI300X 192GB", 1307.4, 5.3, 192, 448, 163.4,
+        "AMD MI300X datasheet (2023): 1307.4 TF bf16 dense, 5.3 TB/s HBM3, Infinity Fabric 896 GB/s",
+        name_patterns=(r"mi300x",)),
+    GPU("gh200", "NVIDIA GH200 Grace Hopper 144GB", 989.4, 4.9, 144, 450, 67.0,
+        "NVIDIA GH200 datasheet (2024): H100 compute, 144 GB HBM3e at 4.9 TB/s, NVLink 900 GB/s",
+        name_patterns=(r"gh200",)),
+]
+
+GPUS: dict[str, GPU] = {g.slug: g for g in _GPUS}
+_ALIASES = {"a100": "a100-80g", "h100": "h100-sxm", "h100-80g": "h100-sxm"}
+
+
+def get_gpu(name: str) -> GPU:
+    """A preset by slug (``h200``), alias (``h100``) or device name (``NVIDIA H200``)."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in GPUS:
+        return GPUS[key]
+    found = detect(name)
+    if found is not None:
+        return found
+    raise unknown_name("GPU", name, list(GPUS))
+
+
+def detect(device_name: str) -> GPU | None:
+    """The preset whose pattern matches a device name as torch reports it, or None."""
+    low = device_name.lower()
+    for gpu in _GPUS:
+        if any(re.search(p, low) for p in gpu.name_patterns):
+            return gpu
+    return None
+
+
+def slug_for(device_name: str) -> str:
+    """A stable folder name for a device: the preset slug, or a sanitised form of the name."""
+    gpu = detect(device_name)
+    if gpu is not None:
+        return gpu.slug
+    s = re.sub(r"[^a-z0-9]+", "-", device_name.lower()).strip("-")
+    return s or "unknown"

@@ -1,0 +1,210 @@
+"""Model architecture presets and a Hugging Face ``config.json`` reader.
+
+The figures live in ``polytrace/data/models.json``, each row naming the Hub repository its
+``config.json`` was read from. ``ModelSpec`` turns them into what the composition layer needs:
+parameter counts (total and active per token for MoE), matmul FLOPs per token, attention FLOPs per
+pair of tokens, and KV-cache bytes per token.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from .errors import PolytraceError, unknown_name
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int  # dense MLP width (for MoE: the width of one expert is ``moe_intermediate``)
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    tied_embeddings: bool = False
+    qkv_bias: bool = False
+    experts: int = 0  # routed experts per MoE layer (0 = dense)
+    active_experts: int = 0  # experts each token is routed to
+    moe_intermediate: int = 0
+    shared_experts: int = 0
+    source: str = ""
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    # --- parameter counts -------------------------------------------------------------------
+    @property
+    def attn_params_per_layer(self) -> int:
+        q = self.hidden * self.heads * self.head_dim
+        kv = 2 * self.hidden * self.kv_heads * self.head_dim
+        o = self.heads * self.head_dim * self.hidden
+        bias = (self.heads + 2 * self.kv_heads) * self.head_dim if self.qkv_bias else 0
+        return q + kv + o + bias
+
+    def mlp_params_per_layer(self, active: bool) -> int:
+        """Gated MLP (gate, up, down = 3 matrices). For MoE: the routed experts a token uses (or
+        all of them), shared experts and the router."""
+        if not self.experts:
+            return 3 * self.hidden * self.intermediate
+        per_expert = 3 * self.hidden * self.moe_intermediate
+        n = self.active_experts if active else self.experts
+        return (n + self.shared_experts) * per_expert + self.hidden * self.experts
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def params_total(self) -> int:
+        body = self.layers * (self.attn_params_per_layer + self.mlp_params_per_layer(False))
+        head = 0 if self.tied_embeddings else self.lm_head_params
+        return body + self.embedding_params + head
+
+    @property
+    def params_active(self) -> int:
+        """Parameters one token touches (embedding lookup excluded: it is a gather, not a matmul)."""
+        body = self.layers * (self.attn_params_per_layer + self.mlp_params_per_layer(True))
+        return body + self.lm_head_params
+
+    # --- costs ------------------------------------------------------------------------------
+    def matmul_flops_per_token(self, lm_head: bool = True) -> float:
+        """Forward FLOPs of the weight matmuls for one token (2 per multiply-add). The lm head is
+        counted unless ``lm_head=False`` (a critic's value head is one column)."""
+        body = self.layers * (self.attn_params_per_layer + self.mlp_params_per_layer(True))
+        return 2.0 * (body + (self.lm_head_params if lm_head else self.hidden))
+
+    @property
+    def attn_flops_per_pair(self) -> float:
+        """Forward FLOPs of attention scores and values per (query, key) pair, all layers:
+        QK^T and PV, 2 FLOPs per multiply-add each."""
+        return 4.0 * self.layers * self.heads * self.head_dim
+
+    def weight_bytes(self, dtype_bytes: int = 2, active: bool = False) -> float:
+        n = self.params_active + self.embedding_params if active else self.params_total
+        return float(n) * dtype_bytes
+
+    def kv_bytes_per_token(self, dtype_bytes: int = 2) -> float:
+        return 2.0 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "source": self.source, "layers": self.layers, "hidden": self.hidden,
+            "intermediate": self.intermediate, "heads": self.heads, "kv_heads": self.kv_heads,
+            "head_dim": self.head_dim, "vocab": self.vocab, "tied_embeddings": self.tied_embeddings,
+            "experts": self.experts, "active_experts": self.active_experts,
+            "moe_intermediate": self.moe_intermediate, "params_total": self.params_total,
+            "params_active": self.params_active,
+        }
+
+
+@functools.cache
+def _presets() -> dict[str, ModelSpec]:
+    text = resources.files("polytrace").joinpath("data/models.json").read_text()
+    out = {}
+    for row in json.loads(text)["models"]:
+        row = dict(row)
+        row["aliases"] = tuple(row.get("aliases", ()))
+        spec = ModelSpec(**row)
+        out[spec.name] = spec
+    return out
+
+
+def list_models() -> list[str]:
+    return sorted(_presets())
+
+
+def _norm(name: str) -> str:
+    s = name.strip().lower().rstrip("/")
+    s = s.split("/")[-1] if "/" in s else s
+    for suffix in ("-instruct", "-chat", "-base", "-it"):
+        if s.endswith(suffix):
+            s = s[: -len(suffix)]
+    return s
+
+
+@functools.cache
+def _index() -> dict[str, str]:
+    idx = {}
+    for spec in _presets().values():
+        idx[_norm(spec.name)] = spec.name
+        idx[_norm(spec.source.split(" ")[0])] = spec.name
+        for a in spec.aliases:
+            idx[_norm(a)] = spec.name
+    return idx
+
+
+def find_model(text: str) -> ModelSpec | None:
+    """The preset a model name, HF repo id or local path names, or None. Paths of the Hub cache
+    (``.../models--Qwen--Qwen2-7B-Instruct/snapshots/...``) are understood."""
+    if not text:
+        return None
+    m = re.search(r"models--([^/]+)--([^/]+)", text)
+    candidates = [f"{m.group(1)}/{m.group(2)}"] if m else []
+    candidates.append(text)
+    candidates += [part for part in re.split(r"[/\\]", text) if part]
+    idx = _index()
+    for c in candidates:
+        key = _norm(c)
+        if key in idx:
+            return _presets()[idx[key]]
+    return None
+
+
+def from_hf_config(cfg: dict, name: str = "") -> ModelSpec:
+    """A ``ModelSpec`` from the fields of a HF ``config.json`` (dense and MoE decoders)."""
+    text_cfg = cfg.get("text_config") or cfg.get("llm_config") or cfg
+    try:
+        hidden = int(text_cfg["hidden_size"])
+        layers = int(text_cfg["num_hidden_layers"])
+        heads = int(text_cfg["num_attention_heads"])
+        vocab = int(text_cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PolytraceError(f"model config {name or ''}: missing or bad field {exc}") from None
+    kv = int(text_cfg.get("num_key_value_heads") or heads)
+    head_dim = int(text_cfg.get("head_dim") or hidden // heads)
+    experts = int(text_cfg.get("num_experts") or text_cfg.get("n_routed_experts")
+                  or text_cfg.get("num_local_experts") or 0)
+    active = int(text_cfg.get("num_experts_per_tok") or 0) if experts else 0
+    moe_inter = int(text_cfg.get("moe_intermediate_size") or 0) if experts else 0
+    if experts and not moe_inter:
+        moe_inter = int(text_cfg.get("intermediate_size") or 0)
+    model_type = str(text_cfg.get("model_type", ""))
+    return ModelSpec(
+        name=name or str(cfg.get("_name_or_path") or model_type or "custom"),
+        layers=layers, hidden=hidden, intermediate=int(text_cfg.get("intermediate_size") or 4 * hidden),
+        heads=heads, kv_heads=kv, head_dim=head_dim, vocab=vocab,
+        tied_embeddings=bool(cfg.get("tie_word_embeddings", text_cfg.get("tie_word_embeddings", False))),
+        qkv_bias=model_type.startswith("qwen2"),
+        experts=experts, active_experts=active, moe_intermediate=moe_inter,
+        shared_experts=int(text_cfg.get("n_shared_experts") or 0),
+        source=f"config.json ({name})" if name else "config.json",
+    )
+
+
+def get_model(name_or_path: str) -> ModelSpec:
+    """A preset by name, alias or HF repo id, or a HF ``config.json`` (file or folder holding
+    one)."""
+    p = Path(name_or_path).expanduser()
+    if p.is_dir() and (p / "config.json").is_file():
+        p = p / "config.json"
+    if p.is_file():
+        try:
+            cfg = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise PolytraceError(f"{p}: not a readable JSON model config ({exc})") from None
+        if not isinstance(cfg, dict):
+            raise PolytraceError(f"{p}: not a JSON object")
+        return from_hf_config(cfg, name=str(p))
+    spec = find_model(name_or_path)
+    if spec is None:
+        raise unknown_name("model", name_or_path, list_models())
+    return spec

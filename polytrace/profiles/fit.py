@@ -1,0 +1,116 @@
+"""Fitting a ``copula`` profile to a trace (``polytrace fit``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import PolytraceError
+from ..trace.model import Trace
+from .drift import DriftCurve
+from .profile import BatchConfig, Profile
+from .quantiles import QuantileTable, normal_scores
+
+TURN_DECILES = 10
+
+
+def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
+                prompts_per_step: int | None = None, n: int | None = None,
+                max_prompt_len: int | None = None, max_response_len: int | None = None,
+                drift: DriftCurve | None = None, source: str | None = None) -> Profile:
+    """Fit response and prompt quantile tables, the within-group correlation and, for multi-turn
+    traces, the turn model. Unstated batch settings are read off the trace: prompts per step and
+    n are the most common values, the caps the trace's cap and the longest prompt rounded up to a
+    power of two."""
+    pooled = trace.pooled()
+    if len(pooled) == 0:
+        raise PolytraceError(f"{trace.source or 'trace'}: trace is empty")
+    cap = int(max_response_len or trace.max_response_len)
+    resp = np.minimum(pooled.response_lens, cap)
+    resp_fit = np.where(pooled.capped, cap, resp)
+    group_sizes = np.bincount(pooled.group_ids)
+    n_mode = int(np.bincount(group_sizes).argmax())
+    groups_per_step = [len(s.groups) for s in trace.steps]
+    prompts_mode = int(np.bincount(groups_per_step).argmax())
+    longest_prompt = int(pooled.prompt_lens.max())
+    max_prompt = int(max_prompt_len or trace.max_prompt_len or 1 << int(np.ceil(np.log2(longest_prompt))))
+    config = BatchConfig(prompts_per_step=int(prompts_per_step or prompts_mode), n=int(n or n_mode),
+                         max_prompt_len=max(max_prompt, longest_prompt), max_response_len=cap)
+
+    response = QuantileTable.fit(resp_fit, cap=cap)
+    group_prompt = np.asarray([g.prompt_len for s in trace.steps for g in s.groups], dtype=np.float64)
+    prompt = QuantileTable.fit(group_prompt)
+    rho, prompt_corr = _fit_group_structure(resp_fit, pooled.group_ids, group_prompt)
+    params = {"response": response.to_json(), "prompt": prompt.to_json(), "rho": round(rho, 5),
+              "prompt_corr": round(prompt_corr, 5)}
+    stats = {"responses": int(len(pooled)), "groups": int(group_sizes.size), "steps": len(trace.steps),
+             "p_cap": round(float(np.mean(resp_fit >= cap)), 6),
+             "mean_response": round(float(resp.mean()), 2)}
+    if trace.is_multiturn:
+        params["multiturn"] = _fit_turns(trace, pooled, resp_fit)
+    return Profile(name=name or trace.name or "fitted", description=description or
+                   f"fitted from {trace.source or trace.name}", kind=trace.kind, model="copula",
+                   config=config, params=params, drift=drift, source=source or trace.source, fit_stats=stats)
+
+
+def _fit_group_structure(resp, group_ids, group_prompt) -> tuple[float, float]:
+    """Intra-class correlation of the responses' normal scores (one-way ANOVA estimator) and the
+    correlation of prompt length with the group factor."""
+    z = normal_scores(resp)
+    sizes = np.bincount(group_ids)
+    keep = sizes[group_ids] >= 2
+    if keep.sum() < 4:
+        rho = 0.0
+    else:
+        gid = np.unique(group_ids[keep], return_inverse=True)[1]
+        zk = z[keep]
+        k = np.bincount(gid)
+        means = np.bincount(gid, weights=zk) / k
+        ss_within = float(((zk - means[gid]) ** 2).sum())
+        ss_between = float((k * (means - zk.mean()) ** 2).sum())
+        g, nn = k.size, zk.size
+        ms_w = ss_within / max(nn - g, 1)
+        ms_b = ss_between / max(g - 1, 1)
+        k0 = (nn - (k ** 2).sum() / nn) / max(g - 1, 1)
+        var_b = max((ms_b - ms_w) / k0, 0.0)
+        rho = float(np.clip(var_b / (var_b + ms_w), 0.0, 0.98))
+    group_mean = np.bincount(group_ids, weights=z) / np.maximum(sizes, 1)
+    if group_prompt.size < 3 or np.std(group_prompt) == 0 or rho <= 0:
+        return rho, 0.0
+    zp = normal_scores(group_prompt)
+    r_obs = float(np.corrcoef(zp, group_mean[: zp.size])[0, 1])
+    n_avg = float(np.mean(sizes))
+    # corr(prompt, group mean) = r * sqrt(rho) / sqrt(rho + (1 - rho) / n): undo the attenuation.
+    r = r_obs * np.sqrt(rho + (1 - rho) / n_avg) / np.sqrt(rho)
+    return rho, float(np.clip(r, -0.95, 0.95))
+
+
+def _fit_turns(trace: Trace, pooled, resp_fit) -> dict:
+    from scipy.special import ndtri
+
+    t = pooled.turns
+    n_seq = len(pooled)
+    turns_per_seq = t.turns_per_sequence(n_seq)
+    t_max = int(turns_per_seq.max())
+    z = normal_scores(resp_fit)
+    decile_z = ndtri(np.arange(1, TURN_DECILES) / TURN_DECILES)
+    decile = np.searchsorted(decile_z, z, side="right")
+    pmf = np.zeros((TURN_DECILES, t_max))
+    np.add.at(pmf, (decile, np.clip(turns_per_seq, 1, t_max) - 1), 1.0)
+    pmf += 1e-3  # every turn count stays possible in every decile
+    all_turns = [tn for s in trace.steps for g in s.groups for r in g.responses for tn in (r.turns or ())]
+    per_turn_calls = np.asarray([len(tn.tool_calls) for tn in all_turns if tn.tool_calls], dtype=np.int64)
+    latencies = np.asarray([c.latency_s for tn in all_turns for c in tn.tool_calls], dtype=np.float64)
+    call_tokens = np.asarray([c.tokens for tn in all_turns for c in tn.tool_calls], dtype=np.float64)
+    calls = [1.0]
+    if per_turn_calls.size:
+        hist = np.bincount(per_turn_calls)[1:].astype(np.float64)
+        calls = [round(float(x), 6) for x in hist / hist.sum()]
+    return {
+        "turns_pmf_by_decile": np.round(pmf / pmf.sum(axis=1, keepdims=True), 6).tolist(),
+        "decile_z": [round(float(x), 6) for x in decile_z],
+        "completion_tokens": QuantileTable.fit(t.completion_tokens).to_json(),
+        # per call: a turn with c calls draws c times the per-call figure
+        "tool_tokens": QuantileTable.fit(call_tokens if call_tokens.size else [0.0]).to_json(),
+        "tool_latency_s": QuantileTable.fit(latencies if latencies.size else [0.0]).to_json(),
+        "calls_per_tool_turn_pmf": calls,
+    }

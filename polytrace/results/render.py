@@ -1,0 +1,127 @@
+"""Text and Markdown renderings of a gate report (Markdown fit for a pull-request comment)."""
+
+from __future__ import annotations
+
+from .gate import Comparison, GateReport
+from .schema import natural_key
+from .store import format_time
+
+_ORDER = ("regression", "improvement", "underpowered", "no-data", "unchanged", "new", "missing")
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
+
+
+def _w(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _rows(comps: list[Comparison], md: bool) -> list[list[str]]:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|") if md else s
+
+    return [[esc(c.id), c.status + ("" if c.gated else " (control)"), _w(c.weight), format_time(c.base_median_s),
+             format_time(c.cand_median_s), _pct(c.change), _p(c.p_value), f"{c.n_base}/{c.n_cand}", esc(c.note)]
+            for c in comps]
+
+
+_HEAD = ["benchmark", "status", "weight", "baseline", "candidate", "change", "p", "rounds", "note"]
+
+
+def _agg_rows(report: GateReport) -> list[list[str]]:
+    rows = []
+    for a in report.aggregates:
+        ci = "-" if a.ci_low is None else f"{a.ci_low:.3f}-{a.ci_high:.3f}"
+        rows.append([a.family, a.provider, a.provider_kind or "?", a.n, f"{a.speedup:.3f}x", ci,
+                     a.status + ("" if a.gated else " (control)")])
+    return rows
+
+
+_AGG_HEAD = ["family", "provider", "kind", "n", "weighted geomean speedup", "CI", "status"]
+
+
+def _sorted(report: GateReport, statuses) -> list[Comparison]:
+    return sorted((c for c in report.comparisons if c.status in statuses),
+                  key=lambda c: (_ORDER.index(c.status), not c.gated, c.family, c.kernel, c.mode, c.provider,
+                                 natural_key(c.shape_id)))
+
+
+def format_text(report: GateReport, show_all: bool = False) -> str:
+    from tabulate import tabulate
+
+    b, c = report.baseline, report.candidate
+    lines = [f"polytrace gate: {report.verdict}",
+             f"baseline  {b['path']} ({b['gpu_name']}, {b['measured_on']}, commit {b['commit']})",
+             f"candidate {c['path']} ({c['gpu_name']}, {c['measured_on']}, commit {c['commit']})",
+             f"rule: Mann-Whitney U (two-sided) p < {report.alpha:g} on raw rounds AND median change beyond "
+             f"{report.threshold:.1%}"]
+    counts = {s: len(report.of(s)) for s in _ORDER}
+    lines.append("counts: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+    for r in report.refusals:
+        lines.append(f"REFUSED: {r}" + (" (overridden by --force)" if report.forced else ""))
+    for w in report.warnings:
+        lines.append(f"warning: {w}")
+    for n in report.notes:
+        lines.append(f"note: {n}")
+    statuses = _ORDER if show_all else ("regression", "improvement", "underpowered", "no-data", "new", "missing")
+    comps = _sorted(report, statuses)
+    if comps:
+        lines += ["", tabulate(_rows(comps, False), headers=_HEAD, disable_numparse=True)]
+    if report.aggregates:
+        lines += ["", "trace-weighted geometric-mean speedup (baseline time / candidate time; >1 = faster):",
+                  tabulate(_agg_rows(report), headers=_AGG_HEAD, disable_numparse=True)]
+    return "\n".join(lines)
+
+
+def format_markdown(report: GateReport) -> str:
+    from tabulate import tabulate
+
+    b, c = report.baseline, report.candidate
+    mark = {0: "PASS", 1: "FAIL", 2: "REFUSED"}[report.exit_code]
+    out = [f"### polytrace gate: **{mark}** ({report.verdict})", "",
+           f"On **{c['gpu_name']}** ({c['measured_on']}). A benchmark regresses when a two-sided Mann-Whitney U "
+           f"test on the raw rounds gives p < {report.alpha:g} **and** its median time grows by more than "
+           f"{report.threshold:.0%}. Weights are each shape's share of the sampled workload.", ""]
+    env = [["path", f"`{b['path']}`", f"`{c['path']}`"], ["commit", b["commit"], c["commit"]],
+           ["date", b["datetime"][:19], c["datetime"][:19]], ["benchmarks", b["n_benchmarks"], c["n_benchmarks"]]]
+    for k in ("torch_version", "triton_version", "driver_version"):
+        env.append([k.split("_")[0], b.get(k) or "-", c.get(k) or "-"])
+    families = sorted(set(b["kernel_hashes"]) | set(c["kernel_hashes"]))
+    for f in families:
+        env.append([f"kernels/{f} hash", b["kernel_hashes"].get(f, "-"), c["kernel_hashes"].get(f, "-")])
+    out += [tabulate(env, headers=["", "baseline", "candidate"], tablefmt="github", disable_numparse=True), ""]
+    if report.refusals:
+        out.append("**Refused:**" + (" (overridden with `--force`)" if report.forced else ""))
+        out += [f"- {r}" for r in report.refusals] + [""]
+    for title, status in (("Regressions", "regression"), ("Improvements", "improvement"),
+                          ("Underpowered (changed beyond the threshold, too few rounds to test)", "underpowered")):
+        comps = _sorted(report, (status,))
+        if comps:
+            out += [f"#### {title} ({len(comps)})", "",
+                    tabulate(_rows(comps, True), headers=_HEAD, tablefmt="github", disable_numparse=True), ""]
+    if report.aggregates:
+        out += ["#### Trace-weighted geometric-mean speedup", "",
+                "Baseline time / candidate time, weighted by each shape's share of the workload; "
+                f"CI: {1 - report.alpha:.1%} bootstrap interval over rounds.", "",
+                tabulate(_agg_rows(report), headers=_AGG_HEAD, tablefmt="github", disable_numparse=True), ""]
+    new, missing = report.of("new"), report.of("missing")
+    if new or missing:
+        out.append(f"#### New ({len(new)}) and missing ({len(missing)}) benchmarks")
+        out += [f"- new: `{x.id}`" for x in new[:20]] + [f"- missing: `{x.id}`" for x in missing[:20]]
+        if len(new) > 20 or len(missing) > 20:
+            out.append("- ... (full list in `--json`)")
+        out.append("")
+    if report.warnings or report.notes:
+        out += ["#### Notes"] + [f"- :warning: {w}" for w in report.warnings] + [f"- {n}" for n in report.notes]
+        out.append("")
+    allc = _sorted(report, _ORDER)
+    if allc:
+        out += [f"<details><summary>All {len(allc)} benchmarks</summary>", "",
+                tabulate(_rows(allc, True), headers=_HEAD, tablefmt="github", disable_numparse=True), "",
+                "</details>", ""]
+    return "\n".join(out)

@@ -1,0 +1,320 @@
+"""Reading the suites' result files (pytest-benchmark JSON written with ``--benchmark-save-data``).
+
+A result file is pytest-benchmark's own format, so its tools (``pytest-benchmark compare``) keep
+working. What polytrace adds lives in two places, written by ``suites/``:
+
+- ``machine_info.polytrace`` (``suites/conftest.py``): ``gpu_name``, ``gpu_slug``, ``measured_on``
+  ("cuda" or "cpu-interpreter"), ``driver_version``, ``torch_version``, ``triton_version``,
+  ``cuda_version``, ``commit``, ``kernel_hashes`` ({family: hash}), ``suite_hash``.
+- ``benchmarks[].extra_info`` (``suites/harness.py``): ``family``, ``kernel``, ``provider``,
+  ``provider_kind``, ``mode``, ``shape``, ``shape_id``, ``profile``, ``seed``, ``step``, ``weight``,
+  ``flops``, ``bytes_moved``, ``roofline``, ``kernel_hash``, ``measured_on``, ``median_s``,
+  ``tflops``, ``gbps``, ``pct_peak_bf16``, ``pct_peak_hbm``, ``peak_mem_bytes``.
+
+``benchmarks[].stats.data`` holds the raw per-round times in seconds (present only with
+``--benchmark-save-data``; the gate needs them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import PolytraceError
+
+CPU_MEASURED_ON = "cpu-interpreter"
+
+
+@dataclass
+class BenchResult:
+    """One benchmark of a result file."""
+
+    id: str  # stable: family/kernel/provider/mode/shape_id, or the pytest name when extra_info lacks them
+    name: str
+    fullname: str
+    family: str
+    kernel: str
+    provider: str
+    provider_kind: str  # "ours", "baseline", "peer", or "" when the suite did not say
+    mode: str
+    shape_id: str
+    shape: dict
+    profile: str
+    seed: int | None
+    step: int | None
+    weight: float | None
+    flops: float
+    bytes_moved: float
+    roofline: str
+    kernel_hash: str
+    measured_on: str
+    rounds: np.ndarray  # raw per-round times in seconds; empty when the file was saved without them
+    median_s: float | None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def suite(self) -> str:
+        """``logprob`` for ``suites/test_logprob.py::...``."""
+        return suite_of(self.fullname) or self.family
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """(family, provider): the unit over which weights are normalised."""
+        return (self.family or self.suite, self.provider or "?")
+
+    @property
+    def tflops(self) -> float | None:
+        return self.flops / self.median_s / 1e12 if self.flops and self.median_s else None
+
+    @property
+    def gbps(self) -> float | None:
+        return self.bytes_moved / self.median_s / 1e9 if self.bytes_moved and self.median_s else None
+
+    @property
+    def pct_peak(self) -> float | None:
+        """% of the ceiling named by ``roofline``, as the harness computed it on the device (None on
+        CPU, where there is no GPU ceiling)."""
+        key = "pct_peak_bf16" if self.roofline == "bf16" else "pct_peak_hbm"
+        value = self.extra.get(key)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def definition(self) -> tuple:
+        """What the benchmark measures, apart from the code: two results with the same id but a
+        different definition time different workloads and must not be compared."""
+        return (self.profile, self.seed, self.step)
+
+
+@dataclass
+class ResultFile:
+    path: str
+    machine: dict  # machine_info.polytrace (empty when the file did not come from our suites)
+    machine_info: dict
+    datetime: str
+    benchmarks: list[BenchResult]
+    sources: list[str] = field(default_factory=list)  # files merged into this one
+
+    @property
+    def gpu_name(self) -> str:
+        name = self.machine.get("gpu_name")
+        if name:
+            return str(name)
+        names = {b.extra.get("device_name") for b in self.benchmarks if b.extra.get("device_name")}
+        return names.pop() if len(names) == 1 else "unknown"
+
+    @property
+    def gpu_slug(self) -> str:
+        slug = self.machine.get("gpu_slug")
+        if slug:
+            return str(slug)
+        if self.measured_on == CPU_MEASURED_ON:
+            return "cpu"
+        from ..hardware import slug_for
+
+        return slug_for(self.gpu_name)
+
+    @property
+    def measured_on(self) -> str:
+        where = self.machine.get("measured_on")
+        if where:
+            return str(where)
+        found = {b.measured_on for b in self.benchmarks if b.measured_on}
+        return found.pop() if len(found) == 1 else ("mixed" if found else "unknown")
+
+    @property
+    def commit(self) -> str:
+        return str(self.machine.get("commit") or "unknown")
+
+    @property
+    def suites(self) -> list[str]:
+        return sorted({b.suite for b in self.benchmarks if b.suite})
+
+    @property
+    def suite(self) -> str:
+        names = self.suites
+        return names[0] if len(names) == 1 else ("all" if names else "none")
+
+    @property
+    def date(self) -> str:
+        """YYYY-MM-DD of the run (from pytest-benchmark's ``datetime``)."""
+        m = re.match(r"(\d{4}-\d{2}-\d{2})", self.datetime or "")
+        return m.group(1) if m else "unknown-date"
+
+    def kernel_hashes(self) -> dict[str, str]:
+        hashes = dict(self.machine.get("kernel_hashes") or {})
+        for b in self.benchmarks:
+            if b.family and b.kernel_hash:
+                hashes.setdefault(b.family, b.kernel_hash)
+        return hashes
+
+    def by_id(self) -> dict[str, BenchResult]:
+        return {b.id: b for b in self.benchmarks}
+
+
+def natural_key(text: str) -> tuple:
+    """Sort 'tokens=4096' before 'tokens=16384'."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text or ""))
+
+
+def suite_of(fullname: str) -> str:
+    m = re.search(r"test_([A-Za-z0-9_]+)\.py", fullname or "")
+    return m.group(1) if m else ""
+
+
+def _float(value, default: float = 0.0) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return default
+    return out if math.isfinite(out) else default
+
+
+def _opt_int(value) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def benchmark_id(extra: dict, name: str) -> str:
+    """family/kernel/provider/mode/shape_id when the harness recorded them, else the pytest name."""
+    parts = [extra.get(k) for k in ("family", "kernel", "provider", "mode", "shape_id")]
+    if all(isinstance(p, str) and p for p in parts[:4]) and parts[4] is not None:
+        return "/".join(str(p) for p in parts)
+    return name
+
+
+def parse_benchmark(raw: dict, where: str) -> BenchResult:
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise PolytraceError(f"{where}: a benchmark entry has no 'name'")
+    extra = raw.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        extra = {}
+    stats = raw.get("stats") or {}
+    data = stats.get("data") if isinstance(stats, dict) else None
+    rounds = np.asarray([_float(x, float("nan")) for x in (data or [])], dtype=np.float64)
+    rounds = rounds[np.isfinite(rounds) & (rounds > 0)]
+    median = stats.get("median") if isinstance(stats, dict) else None
+    if median is None and rounds.size:
+        median = float(np.median(rounds))
+    weight = extra.get("weight")
+    shape = extra.get("shape") if isinstance(extra.get("shape"), dict) else {}
+    name = str(raw["name"])
+    return BenchResult(
+        id=benchmark_id(extra, name),
+        name=name,
+        fullname=str(raw.get("fullname") or name),
+        family=str(extra.get("family") or ""),
+        kernel=str(extra.get("kernel") or ""),
+        provider=str(extra.get("provider") or ""),
+        provider_kind=str(extra.get("provider_kind") or ""),
+        mode=str(extra.get("mode") or ""),
+        shape_id=str(extra.get("shape_id") or ""),
+        shape=shape,
+        profile=str(extra.get("profile") or ""),
+        seed=_opt_int(extra.get("seed")),
+        step=_opt_int(extra.get("step")),
+        weight=_float(weight) if weight is not None else None,
+        flops=_float(extra.get("flops")),
+        bytes_moved=_float(extra.get("bytes_moved")),
+        roofline=str(extra.get("roofline") or "hbm"),
+        kernel_hash=str(extra.get("kernel_hash") or ""),
+        measured_on=str(extra.get("measured_on") or ""),
+        rounds=rounds,
+        median_s=_float(median) or None,
+        extra=extra,
+    )
+
+
+def parse_result(obj: dict, path: str = "<memory>") -> ResultFile:
+    if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
+        raise PolytraceError(f"{path}: not a pytest-benchmark result (no 'benchmarks' list)")
+    machine_info = obj.get("machine_info") or {}
+    machine = machine_info.get("polytrace") or {}
+    benches = [parse_benchmark(b, path) for b in obj["benchmarks"]]
+    seen: dict[str, int] = {}
+    for b in benches:  # a duplicated id would silently shadow a benchmark in the gate
+        seen[b.id] = seen.get(b.id, 0) + 1
+    dups = [k for k, v in seen.items() if v > 1]
+    if dups:
+        raise PolytraceError(f"{path}: benchmark id {dups[0]!r} occurs {seen[dups[0]]} times")
+    return ResultFile(path=str(path), machine=dict(machine), machine_info=dict(machine_info),
+                      datetime=str(obj.get("datetime") or ""), benchmarks=benches,
+                      sources=list(obj.get("polytrace_sources") or [str(path)]))
+
+
+def load_result(path: str | Path) -> ResultFile:
+    """One result file, or every ``*.json`` in a folder merged into one (they must come from the
+    same machine; see ``merge``)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.glob("*.json") if f.is_file())
+        if not files:
+            raise PolytraceError(f"{p}: folder holds no *.json result files")
+        return merge([load_result(f) for f in files], name=str(p))
+    if not p.is_file():
+        raise PolytraceError(f"{p}: result file not found")
+    try:
+        obj = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PolytraceError(f"{p}: cannot read: {exc}") from None
+    except ValueError as exc:
+        raise PolytraceError(f"{p}: not valid JSON: {exc}") from None
+    return parse_result(obj, str(p))
+
+
+def merge(results: list[ResultFile], name: str = "<merged>") -> ResultFile:
+    """Several suites' files of one run into one (e.g. a baseline covering every suite). Refuses
+    files from different GPUs or places of measurement."""
+    if not results:
+        raise PolytraceError(f"{name}: nothing to merge")
+    first = results[0]
+    for r in results[1:]:
+        if r.gpu_name != first.gpu_name or r.measured_on != first.measured_on:
+            raise PolytraceError(
+                f"{name}: cannot merge {r.path} ({r.gpu_name}, {r.measured_on}) with {first.path} "
+                f"({first.gpu_name}, {first.measured_on})")
+    benches: list[BenchResult] = []
+    seen: set[str] = set()
+    for r in results:
+        for b in r.benchmarks:
+            if b.id in seen:
+                raise PolytraceError(f"{name}: benchmark {b.id!r} occurs in more than one file ({r.path})")
+            seen.add(b.id)
+            benches.append(b)
+    machine = dict(first.machine)
+    hashes: dict[str, str] = {}
+    for r in results:
+        hashes.update(r.kernel_hashes())
+    machine["kernel_hashes"] = hashes
+    commits = sorted({r.commit for r in results})
+    machine["commit"] = commits[0] if len(commits) == 1 else "+".join(commits)
+    sources = [s for r in results for s in r.sources]
+    return ResultFile(path=name, machine=machine, machine_info=dict(first.machine_info),
+                      datetime=min((r.datetime for r in results if r.datetime), default=""),
+                      benchmarks=benches, sources=sources)
+
+
+def merged_json(paths: list[str | Path]) -> dict:
+    """The raw pytest-benchmark JSON of several files of one run, benchmarks concatenated (used to
+    write a baseline that spans every suite)."""
+    objs, results = [], []
+    for p in paths:
+        r = load_result(p)
+        results.append(r)
+        objs.append(json.loads(Path(p).read_text()) if Path(p).is_file() else None)
+    merged = merge(results)  # validates machine and unique ids
+    if any(o is None for o in objs):
+        raise PolytraceError("pass result files, not folders, to merge raw JSON")
+    out = dict(objs[0])
+    out["benchmarks"] = [b for o in objs for b in o["benchmarks"]]
+    mi = dict(out.get("machine_info") or {})
+    mi["polytrace"] = merged.machine
+    out["machine_info"] = mi
+    out["datetime"] = merged.datetime
+    out["polytrace_sources"] = [str(p) for p in paths]
+    return out

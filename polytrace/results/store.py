@@ -1,0 +1,187 @@
+"""The results store: ``results/<gpu-slug>/<date>_<commit>_<suite>.json`` and one baseline per GPU
+at ``results/baselines/<gpu-slug>.json``; tables of a result file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import PolytraceError
+from .schema import CPU_MEASURED_ON, ResultFile, load_result, merged_json, natural_key
+
+BASELINES = "baselines"
+TUNING = "tuning"
+PLOTS = "plots"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def default_root() -> Path:
+    """``$POLYTRACE_RESULTS_DIR`` or ``./results``."""
+    return Path(os.environ.get("POLYTRACE_RESULTS_DIR") or "results")
+
+
+def safe_name(text: str) -> str:
+    return _SAFE.sub("-", text).strip("-") or "unknown"
+
+
+def result_filename(result: ResultFile, suite: str | None = None) -> str:
+    commit = result.commit.replace("-dirty", "d")[:13]
+    return f"{result.date}_{safe_name(commit)}_{safe_name(suite or result.suite)}.json"
+
+
+def result_path(root: str | Path, result: ResultFile, suite: str | None = None) -> Path:
+    return Path(root) / safe_name(result.gpu_slug) / result_filename(result, suite)
+
+
+def baseline_path(root: str | Path, gpu_slug: str) -> Path:
+    return Path(root) / BASELINES / f"{safe_name(gpu_slug)}.json"
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    from ..cli._io import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def store_result(src: str | Path, root: str | Path | None = None, suite: str | None = None,
+                 overwrite: bool = False) -> Path:
+    """Copy one result file into the layout; returns where it went."""
+    result = load_result(src)
+    if Path(src).is_dir():
+        raise PolytraceError(f"{src}: store takes result files, not folders")
+    dest = result_path(root or default_root(), result, suite)
+    if dest.exists() and not overwrite:
+        raise PolytraceError(f"{dest} already exists (pass --overwrite to replace it)")
+    _write_json(dest, json.loads(Path(src).read_text()))
+    return dest
+
+
+def set_baseline(srcs: list[str | Path], root: str | Path | None = None, allow_cpu: bool = False) -> Path:
+    """Merge the result files of one run (one per suite) into ``baselines/<gpu-slug>.json``."""
+    if not srcs:
+        raise PolytraceError("set-baseline needs at least one result file")
+    files: list[Path] = []
+    for s in srcs:
+        p = Path(s)
+        files.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
+    obj = merged_json(files)
+    result = load_result(files[0]) if len(files) == 1 else None
+    machine = obj["machine_info"].get("polytrace") or {}
+    measured = machine.get("measured_on") or (result.measured_on if result else "")
+    if measured == CPU_MEASURED_ON and not allow_cpu:
+        raise PolytraceError("these results were timed in the CPU interpreter; a baseline must come from a GPU "
+                             "(pass --allow-cpu for a test baseline)")
+    slug = machine.get("gpu_slug") or (result.gpu_slug if result else "unknown")
+    dest = baseline_path(root or default_root(), slug)
+    _write_json(dest, obj)
+    return dest
+
+
+@dataclass
+class Entry:
+    path: Path
+    kind: str  # "result", "baseline", "tuning"
+    gpu_slug: str
+    date: str
+    commit: str
+    suite: str
+    n_benchmarks: int
+    measured_on: str
+
+
+def list_results(root: str | Path | None = None) -> list[Entry]:
+    """Every result, baseline and tuning file under ``root``, sorted by kind, GPU, date."""
+    base = Path(root or default_root())
+    if not base.is_dir():
+        raise PolytraceError(f"{base}: results folder not found")
+    entries: list[Entry] = []
+    for path in sorted(base.rglob("*.json")):
+        rel = path.relative_to(base).parts
+        if rel[0] == TUNING:
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            entries.append(Entry(path, "tuning", rel[1] if len(rel) > 2 else "?", str(data.get("created", ""))[:10],
+                                 str(data.get("commit", "")), str(data.get("kernel", path.stem)),
+                                 len(data.get("configs") or {}), str(data.get("measured_on", ""))))
+            continue
+        try:
+            r = load_result(path)
+        except PolytraceError:
+            continue  # not a result file (e.g. a plot index); ls lists only what it can read
+        kind = "baseline" if rel[0] == BASELINES else "result"
+        entries.append(Entry(path, kind, r.gpu_slug, r.date, r.commit, ",".join(r.suites) or "-",
+                             len(r.benchmarks), r.measured_on))
+    order = {"baseline": 0, "result": 1, "tuning": 2}
+    entries.sort(key=lambda e: (order[e.kind], e.gpu_slug, e.date, str(e.path)))
+    return entries
+
+
+def format_listing(entries: list[Entry]) -> str:
+    from tabulate import tabulate
+
+    if not entries:
+        return "no result files"
+    rows = [[e.kind, e.gpu_slug, e.date, e.commit, e.suite, e.n_benchmarks, e.measured_on, str(e.path)]
+            for e in entries]
+    return tabulate(rows, headers=["kind", "gpu", "date", "commit", "suite", "n", "measured on", "path"])
+
+
+def _fmt(value, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def format_time(seconds: float | None) -> str:
+    if not seconds:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def show_rows(result: ResultFile) -> list[dict]:
+    """One row per benchmark, grouped by shape so providers of one shape sit together, with the
+    speed relative to the fastest provider of that shape."""
+    best: dict[tuple, float] = {}
+    for b in result.benchmarks:
+        key = (b.family, b.kernel, b.mode, b.shape_id)
+        if b.median_s:
+            best[key] = min(best.get(key, float("inf")), b.median_s)
+    rows = []
+    for b in sorted(result.benchmarks, key=lambda b: (b.family, b.kernel, b.mode, natural_key(b.shape_id), b.provider)):
+        key = (b.family, b.kernel, b.mode, b.shape_id)
+        rows.append({
+            "id": b.id, "family": b.family, "kernel": b.kernel, "mode": b.mode, "shape": b.shape_id or b.name,
+            "provider": b.provider, "weight": b.weight, "median_s": b.median_s, "rounds": int(b.rounds.size),
+            "tflops": b.tflops, "gbps": b.gbps, "pct_peak": b.pct_peak, "roofline": b.roofline,
+            "vs_best": (b.median_s / best[key]) if b.median_s and key in best else None,
+        })
+    return rows
+
+
+def format_show(result: ResultFile) -> str:
+    from tabulate import tabulate
+
+    cpu = result.measured_on == CPU_MEASURED_ON
+    head = [f"{result.path}: {len(result.benchmarks)} benchmarks, suites {', '.join(result.suites) or '-'}",
+            f"device: {result.gpu_name} ({result.measured_on}), commit {result.commit}, {result.datetime}, "
+            f"torch {result.machine.get('torch_version', '?')}, triton {result.machine.get('triton_version', '?')}"]
+    if cpu:
+        head.append("CPU-interpreter timings: a smoke test of the code path, not performance figures; "
+                    "no % of peak.")
+    rows = []
+    for r in show_rows(result):
+        peak = "-" if cpu or r["pct_peak"] is None else f"{r['pct_peak']:.1f}% {r['roofline']}"
+        rows.append([f"{r['family']}/{r['kernel']}" if r["family"] else r["id"], r["mode"], r["shape"],
+                     _fmt(r["weight"], ".3f"), r["provider"], format_time(r["median_s"]), r["rounds"],
+                     _fmt(r["tflops"], ".2f"), _fmt(r["gbps"], ".1f"), peak, _fmt(r["vs_best"], ".2f") + "x"])
+    table = tabulate(rows, headers=["kernel", "mode", "shape", "weight", "provider", "median", "rounds",
+                                    "TFLOP/s", "GB/s", "% of peak", "vs best"], disable_numparse=True)
+    return "\n".join(head) + "\n\n" + table

@@ -1,0 +1,559 @@
+"""Tuning sessions: search a kernel's launch configs over shape buckets drawn from a workload profile.
+
+``polytrace tune KERNEL --profile P --budget-s S`` samples a step of the profile, cuts it into the
+micro-batches a trainer would run, maps each to the kernel's tuning bucket (``tuning_bucket`` next
+to the launcher), and for each bucket times the built-in default and then candidates from the
+family's ``TUNING_SPACE`` (in a seeded random order, so a short budget still samples the whole
+space) until the bucket's share of the budget is spent. A candidate counts only when its output
+matches the default's. The best config per bucket is written to
+``<root>/<gpu-slug>/<kernel>.json`` in the format ``kernels/_tuning.py`` reads at launch; buckets
+already in the file and not tuned this time are kept.
+
+On a machine without CUDA the search runs in the Triton interpreter at tiny shapes, so CI covers
+the code path; such a file is labelled ``measured_on: cpu-interpreter`` and goes to ``out/tuning``
+by default, never next to the GPU files (kernels only read files whose device name matches).
+
+Registry: ``TUNABLES`` lists each tunable kernel explicitly, with an adapter that knows its
+family's launcher. A family provides ``TUNING_SPACE``, ``tuning_bucket(...)`` and a launcher taking
+``config=``; see each adapter for the exact calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import random
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from .errors import PolytraceError, unknown_name
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The model each built-in profile's trace came from (shared/README.md); it fixes hidden size, heads
+# and vocabulary of the tuned shapes. Model B's architecture is not public: pass --model.
+PROFILE_MODELS = {
+    "dapo-math-32b": "qwen2.5-32b",
+    "deepcoder-14b": "qwen2.5-14b",
+    "video-vl-7b": "qwen2.5-vl-7b",
+    "search-r1-7b": "qwen2.5-7b",
+}
+FALLBACK_MODEL = "qwen2.5-7b"
+
+# Micro-batch token budget on a GPU (verl's ppo_max_token_len_per_gpu default is 16384) and the
+# number of micro-batch shapes each bucket is scored on (low / median / high padded size).
+GPU_MAX_TOKENS = 16384
+SHAPES_PER_BUCKET = 3
+# CPU interpreter: keep every launch to a few milliseconds of numpy work.
+CPU_MAX_TOKENS = 96
+CPU_MAX_SEQS = 4
+
+
+@dataclass
+class TuneShape:
+    """One concrete input of a bucket. ``build(device)`` allocates the inputs and returns
+    ``launch(config) -> output`` (config None = the kernel's built-in default)."""
+
+    bucket: str
+    label: str
+    weight: float
+    build: Callable[[object], Callable[[dict | None], object]]
+
+
+@dataclass
+class TuneContext:
+    profile: object  # polytrace.profiles.Profile
+    model: object  # polytrace.models.ModelSpec
+    seed: int
+    on_gpu: bool
+    seqlens: list[np.ndarray] = field(default_factory=list)  # micro-batches of sequence lengths
+
+
+@dataclass(frozen=True)
+class Tunable:
+    name: str  # the kernel name its launcher passes to kernels._tuning.lookup (= the file name)
+    family: str
+    summary: str
+    module: str  # the family module holding TUNING_SPACE and tuning_bucket
+    shapes: Callable[[TuneContext], list[TuneShape]]
+    atol: float = 0.0  # max |candidate - default| accepted (0: bitwise equal)
+    space_attr: str = "TUNING_SPACE"
+
+    def space(self) -> dict:
+        import importlib
+
+        try:
+            module = importlib.import_module(self.module)
+        except ImportError as exc:
+            raise PolytraceError(f"{self.name}: cannot import {self.module}: {exc}") from None
+        space = getattr(module, self.space_attr, None)
+        if not isinstance(space, dict) or not space:
+            raise PolytraceError(f"{self.name}: {self.module} has no {self.space_attr} dict to search")
+        return space
+
+
+# ------------------------------------------------------------------------------------------------
+# shapes from the profile
+
+
+def _microbatches(ctx: TuneContext) -> list[np.ndarray]:
+    """The sampled step's sequences in arrival order, cut into micro-batches of at most
+    ``max_tokens`` tokens (the dynamic-batching rule verl uses); on CPU the lengths are shrunk
+    (ratios kept) to interpreter size."""
+    batch = ctx.profile.sample(step=0, seed=ctx.seed)
+    lens = np.asarray(batch.seq_lens, dtype=np.int64)
+    rng = np.random.default_rng(ctx.seed)
+    lens = lens[rng.permutation(lens.size)]
+    if ctx.on_gpu:
+        max_tokens, max_seqs = GPU_MAX_TOKENS, None
+        lens = np.minimum(lens, max_tokens)
+    else:
+        scale = (CPU_MAX_TOKENS / CPU_MAX_SEQS) / max(1.0, float(np.percentile(lens, 90)))
+        lens = np.clip(np.round(lens * scale).astype(np.int64), 1, CPU_MAX_TOKENS)
+        max_tokens, max_seqs = CPU_MAX_TOKENS, CPU_MAX_SEQS
+    out, cur, total = [], [], 0
+    for n in lens.tolist():
+        if cur and (total + n > max_tokens or (max_seqs and len(cur) >= max_seqs)):
+            out.append(np.array(cur, dtype=np.int64))
+            cur, total = [], 0
+        cur.append(n)
+        total += n
+    if cur:
+        out.append(np.array(cur, dtype=np.int64))
+    return out
+
+
+def _representatives(mbs: list[np.ndarray], size: Callable[[np.ndarray], float]) -> list[tuple[np.ndarray, float]]:
+    """Up to SHAPES_PER_BUCKET micro-batches at the 10th, 50th and 90th percentile of ``size``,
+    each weighted by the share of micro-batches nearest to it."""
+    if not mbs:
+        return []
+    order = sorted(range(len(mbs)), key=lambda i: size(mbs[i]))
+    picks = sorted({order[min(len(order) - 1, int(q * len(order)))] for q in (0.1, 0.5, 0.9)},
+                   key=lambda i: size(mbs[i]))[:SHAPES_PER_BUCKET]
+    ranks = {i: r for r, i in enumerate(order)}
+    counts = [0] * len(picks)
+    for i in order:
+        nearest = min(range(len(picks)), key=lambda k: abs(ranks[picks[k]] - ranks[i]))
+        counts[nearest] += 1
+    return [(mbs[p], c / len(mbs)) for p, c in zip(picks, counts)]
+
+
+def _pack_shapes(ctx: TuneContext) -> list[TuneShape]:
+    """pack(padded [B, S, F], lengths): the hidden states (F = hidden, bf16) and per-token scalars
+    (F = 1, fp32: log-probs, advantages) of each micro-batch."""
+    import torch
+
+    from kernels.packing import api
+
+    widths = [(ctx.model.hidden, torch.bfloat16), (1, torch.float32)] if ctx.on_gpu else \
+        [(48, torch.float16), (1, torch.float32)]
+    shapes = []
+    for features, dtype in widths:
+        bucket = api.tuning_bucket(features, dtype)
+        reps = _representatives(ctx.seqlens, lambda mb: mb.size * int(mb.max()))
+        for lens, weight in reps:
+            def build(device, lens=lens, features=features, dtype=dtype):
+                S = int(lens.max())
+                gen = torch.Generator().manual_seed(0)
+                padded = torch.randn(lens.size, S, features, generator=gen).to(device=device, dtype=dtype)
+                lengths = torch.as_tensor(lens, device=device)
+                total, mx = int(lens.sum()), S
+                return lambda config: api.pack(padded, lengths, total_tokens=total, max_seqlen=mx, config=config)[0]
+
+            shapes.append(TuneShape(bucket, f"B={lens.size},S={int(lens.max())},F={features}", weight, build))
+    return shapes
+
+
+def _attention_shapes(ctx: TuneContext) -> list[TuneShape]:
+    """varlen_attention forward over a packed micro-batch: heads of the profile's model (one
+    tensor-parallel rank of 8 on a GPU: verl's common TP for 32B), causal."""
+    import torch
+
+    from kernels.attention import api
+
+    m = ctx.model
+    if ctx.on_gpu:
+        hkv, d, dtype = max(1, m.kv_heads // 8), m.head_dim, torch.bfloat16
+        hq = hkv * max(1, m.heads // m.kv_heads)
+    else:
+        hq, hkv, d, dtype = 2, 1, 16, torch.float16
+    bucket = api.tuning_bucket(d, dtype, True, hq // hkv)
+    shapes = []
+    for lens, weight in _representatives(ctx.seqlens, lambda mb: float((mb.astype(np.float64) ** 2).sum())):
+        def build(device, lens=lens):
+            gen = torch.Generator().manual_seed(0)
+            total = int(lens.sum())
+            q = torch.randn(total, hq, d, generator=gen).to(device=device, dtype=dtype)
+            k = torch.randn(total, hkv, d, generator=gen).to(device=device, dtype=dtype)
+            v = torch.randn(total, hkv, d, generator=gen).to(device=device, dtype=dtype)
+            cu = torch.zeros(lens.size + 1, dtype=torch.int32)
+            cu[1:] = torch.cumsum(torch.as_tensor(lens), 0)
+            cu = cu.to(device)
+            mx = int(lens.max())
+            # no explicit plan: the work list depends on BLOCK_M, and the API caches one per config
+            return lambda config: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, config=config,
+                                                       check_inputs=False)
+
+        shapes.append(TuneShape(bucket, f"B={lens.size},T={int(lens.sum())},Hq={hq},D={d}", weight, build))
+    return shapes
+
+
+def _logprob_shapes(ctx: TuneContext) -> list[TuneShape]:
+    """token_logprobs forward: logits [N, V] of a micro-batch's tokens and their labels."""
+    import inspect
+
+    import torch
+
+    from kernels.logprob import api
+
+    launcher = getattr(api, "token_logprobs", None)
+    if launcher is None or "config" not in inspect.signature(launcher).parameters:
+        raise PolytraceError("token_logprobs: kernels.logprob.api.token_logprobs(logits, labels, config=) is "
+                             "missing; the logprob family must expose it to be tuned")
+    vocab, dtype = (ctx.model.vocab, torch.bfloat16) if ctx.on_gpu else (96, torch.float32)
+    bucket_fn = api.tuning_bucket
+    shapes = []
+    for lens, weight in _representatives(ctx.seqlens, lambda mb: float(mb.sum())):
+        n = int(lens.sum())
+        bucket = _call_bucket(bucket_fn, n=n, vocab=vocab, dtype=dtype)
+
+        def build(device, n=n):
+            gen = torch.Generator().manual_seed(0)
+            logits = torch.randn(n, vocab, generator=gen).to(device=device, dtype=dtype)
+            labels = torch.randint(0, vocab, (n,), generator=gen).to(device)
+            return lambda config: launcher(logits, labels, config=config)
+
+        shapes.append(TuneShape(bucket, f"N={n},V={vocab}", weight, build))
+    return shapes
+
+
+def _call_bucket(fn, **values) -> str:
+    """Call a family's ``tuning_bucket`` with the arguments it names (by parameter name; the common
+    spellings of token count and vocabulary are accepted)."""
+    import inspect
+
+    aliases = {"n": ("n", "n_tokens", "tokens", "num_tokens", "N"), "vocab": ("vocab", "vocab_size", "V"),
+               "dtype": ("dtype",)}
+    kwargs = {}
+    for pname in inspect.signature(fn).parameters:
+        for key, names in aliases.items():
+            if pname in names:
+                kwargs[pname] = values[key]
+    return str(fn(**kwargs))
+
+
+TUNABLES: dict[str, Tunable] = {t.name: t for t in (
+    Tunable("token_logprobs", "logprob", "fused log-softmax + gather forward over [tokens, vocab] logits",
+            "kernels.logprob.api", _logprob_shapes, atol=1e-3),
+    Tunable("pack", "packing", "right-padded [B, S, F] -> packed [T, F]", "kernels.packing.api", _pack_shapes),
+    Tunable("varlen_attention_fwd", "attention", "packed variable-length causal attention, forward",
+            "kernels.attention.api", _attention_shapes, atol=2e-2),
+)}
+
+
+def tunable_names() -> list[str]:
+    return list(TUNABLES)
+
+
+def get_tunable(name: str) -> Tunable:
+    if name not in TUNABLES:
+        raise unknown_name("tunable kernel", name, TUNABLES)
+    return TUNABLES[name]
+
+
+# ------------------------------------------------------------------------------------------------
+# the search
+
+
+def candidate_configs(space: dict, seed: int = 0) -> list[dict]:
+    """Every combination of the space, in a seeded random order."""
+    keys = sorted(space)
+    combos = [dict(zip(keys, values)) for values in itertools.product(*(list(space[k]) for k in keys))]
+    random.Random(seed).shuffle(combos)
+    return combos
+
+
+def _timer(on_gpu: bool):
+    """median seconds of ``fn`` over a few calls (CUDA events on a GPU, perf_counter on CPU)."""
+    import torch
+
+    def gpu_time(fn, reps: int = 20) -> float:
+        fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return float(np.median(times))
+
+    def cpu_time(fn, reps: int = 1) -> float:
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    return gpu_time if on_gpu else cpu_time
+
+
+def _max_abs_diff(a, b) -> float:
+    import torch
+
+    if isinstance(a, (tuple, list)):
+        return max((_max_abs_diff(x, y) for x, y in zip(a, b)), default=0.0)
+    if not isinstance(a, torch.Tensor):
+        return 0.0 if a == b else math.inf
+    if a.shape != b.shape:
+        return math.inf
+    if a.numel() == 0:
+        return 0.0
+    diff = (a.float() - b.float()).abs()
+    diff = torch.where(torch.isnan(a.float()) & torch.isnan(b.float()), torch.zeros_like(diff), diff)
+    return float(torch.nan_to_num(diff, nan=math.inf).max())
+
+
+@dataclass
+class Session:
+    path: Path
+    data: dict
+    tried: int
+    failed: int
+
+    def summary(self) -> str:
+        from tabulate import tabulate
+
+        d = self.data
+        rows = []
+        for bucket, c in sorted(d["configs"].items()):
+            if bucket not in d.get("session_buckets", []):
+                continue
+            cfg = ", ".join(f"{k}={c[k]}" for k in sorted(c) if k in d["space"]) or "(built-in default)"
+            rows.append([bucket, cfg, f"{c['time_s'] * 1e3:.3f} ms", f"{c['default_time_s'] * 1e3:.3f} ms",
+                         f"{c['default_time_s'] / c['time_s']:.2f}x", c["tried"]])
+        where = ("CPU interpreter: code-path check, timings are not performance" if d["measured_on"] != "cuda"
+                 else f"{d['device_name']} (measured)")
+        head = (f"tuned {d['kernel']} on {where}: profile {d['profile']} (seed {d['seed']}, model {d['model']}), "
+                f"{self.tried} configs timed, {self.failed} rejected, {d['elapsed_s']:.1f} s")
+        table = tabulate(rows, headers=["bucket", "best config", "time", "default", "speedup", "tried"],
+                         disable_numparse=True)
+        return f"{head}\n{table}\nwrote {self.path}"
+
+
+def run_session(kernel: str | Tunable, *, profile: str = "dapo-math-32b", budget_s: float = 120.0, seed: int = 0,
+                root: str | Path | None = None, model: str | None = None, max_buckets: int | None = None,
+                progress: bool = True) -> Session:
+    """Tune ``kernel`` for the shapes of ``profile`` within ``budget_s`` seconds; write and return
+    the session (see the module docstring)."""
+    from .models import get_model
+    from .profiles import get_profile
+
+    tunable = kernel if isinstance(kernel, Tunable) else get_tunable(kernel)
+    if not budget_s or budget_s <= 0:
+        raise PolytraceError(f"--budget-s: must be > 0, got {budget_s}")
+    if max_buckets is not None and max_buckets < 1:
+        raise PolytraceError(f"--max-buckets: must be >= 1, got {max_buckets}")
+    import torch
+
+    on_gpu = bool(torch.cuda.is_available())
+    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        raise PolytraceError("no CUDA GPU: set TRITON_INTERPRET=1 (before Python starts) to run the tuning "
+                             "code path in the Triton interpreter")
+    prof = get_profile(profile)
+    model_name = model or PROFILE_MODELS.get(prof.name, FALLBACK_MODEL)
+    spec = get_model(model_name)
+    device = torch.device("cuda" if on_gpu else "cpu")
+    device_name = torch.cuda.get_device_name(device) if on_gpu else "cpu"
+    ctx = TuneContext(prof, spec, seed, on_gpu)
+    ctx.seqlens = _microbatches(ctx)
+    space = tunable.space()
+    shapes = tunable.shapes(ctx)
+    buckets: dict[str, list[TuneShape]] = {}
+    for s in shapes:
+        buckets.setdefault(s.bucket, []).append(s)
+    names = list(buckets)[: max_buckets or None]
+    candidates = candidate_configs(space, seed)
+    timer = _timer(on_gpu)
+    measure = _default_config_scope()
+
+    start = time.monotonic()
+    results: dict[str, dict] = {}
+    tried = failed = 0
+    bar = _progress(len(names) * (len(candidates) + 1), tunable.name, progress)
+    try:
+        for bi, bucket in enumerate(names):
+            deadline = start + budget_s * (bi + 1) / len(names)
+            launches = [(s, s.build(device)) for s in buckets[bucket]]
+            weights = np.array([s.weight for s, _ in launches], dtype=np.float64)
+            weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(launches), 1 / len(launches))
+            with measure():
+                refs = [launch(None) for _, launch in launches]  # built-in default, no tuning file
+                default_time = sum(w * timer(lambda la=launch: la(None)) for w, (_, launch) in zip(weights, launches))
+            bar.update(1)
+            best, best_time, n_tried = None, default_time, 0
+            for cfg in candidates:
+                if time.monotonic() > deadline and n_tried > 0:
+                    bar.update(len(candidates) - n_tried)
+                    break
+                n_tried += 1
+                tried += 1
+                try:
+                    outs = [launch(dict(cfg)) for _, launch in launches]
+                    ok = all(_max_abs_diff(o, r) <= tunable.atol for o, r in zip(outs, refs))
+                    t = sum(w * timer(lambda la=launch, c=cfg: la(dict(c))) for w, (_, launch) in
+                            zip(weights, launches)) if ok else math.inf
+                except Exception:  # noqa: BLE001 - a config the kernel or the compiler rejects
+                    ok, t = False, math.inf
+                if not ok:
+                    failed += 1
+                elif t < best_time:
+                    best, best_time = cfg, t
+                bar.update(1)
+            entry = dict(best) if best is not None else {"default": True}
+            entry.update({"time_s": best_time, "default_time_s": default_time, "tried": n_tried,
+                          "shapes": [s.label for s, _ in launches]})
+            results[bucket] = entry
+    finally:
+        bar.close()
+    elapsed = time.monotonic() - start
+    data = _write(tunable, results, root, on_gpu, device_name, prof.name, seed, model_name, space, budget_s, elapsed)
+    return Session(data["__path__"], {k: v for k, v in data.items() if k != "__path__"}, tried, failed)
+
+
+def _default_config_scope():
+    """A context in which ``config=None`` means the built-in default even where a tuning file
+    exists (``POLYTRACE_TUNING_DIR`` points at an empty folder), so 'default' is the same baseline
+    in every session."""
+    import contextlib
+    import tempfile
+
+    @contextlib.contextmanager
+    def scope():
+        try:
+            from kernels import _tuning
+        except ImportError:
+            yield
+            return
+        old = os.environ.get("POLYTRACE_TUNING_DIR")
+        with tempfile.TemporaryDirectory() as empty:
+            os.environ["POLYTRACE_TUNING_DIR"] = empty
+            _tuning.clear_cache()
+            try:
+                yield
+            finally:
+                if old is None:
+                    os.environ.pop("POLYTRACE_TUNING_DIR", None)
+                else:
+                    os.environ["POLYTRACE_TUNING_DIR"] = old
+                _tuning.clear_cache()
+
+    return scope
+
+
+def _progress(total: int, name: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=f"tune {name}", unit="cfg", disable=not enabled, leave=False)
+
+
+def kernel_source_hash(family: str) -> str:
+    """Same digest as suites/harness.py: sha256 (16 hex) over ``kernels/<family>/*.py``."""
+    folder = REPO_ROOT / "kernels" / family
+    if not folder.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def default_root(on_gpu: bool) -> Path:
+    if on_gpu:
+        try:
+            from kernels._tuning import tuning_root
+
+            return tuning_root()
+        except ImportError:
+            return REPO_ROOT / "results" / "tuning"
+    return Path("out") / "tuning"
+
+
+def _write(tunable: Tunable, results: dict, root, on_gpu: bool, device_name: str, profile: str, seed: int,
+           model: str, space: dict, budget_s: float, elapsed: float) -> dict:
+    import torch
+
+    from .cli._io import atomic_write_text
+    from .hardware import slug_for
+
+    slug = slug_for(device_name) if on_gpu else "cpu"
+    base = Path(root) if root is not None else default_root(on_gpu)
+    path = base / slug / f"{tunable.name}.json"
+    configs: dict = {}
+    if path.is_file():  # keep buckets tuned earlier on this device
+        try:
+            old = json.loads(path.read_text())
+            if old.get("device_name") == device_name and isinstance(old.get("configs"), dict):
+                configs.update(old["configs"])
+        except (OSError, ValueError):
+            pass
+    for bucket, entry in results.items():
+        if entry.pop("default", False):
+            entry = {**_default_marker(), **entry}
+        configs[bucket] = entry
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    data = {
+        "kernel": tunable.name, "family": tunable.family, "device_name": device_name, "gpu_slug": slug,
+        "measured_on": "cuda" if on_gpu else "cpu-interpreter", "profile": profile, "seed": seed, "model": model,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": _git_commit(),
+        "kernel_hash": kernel_source_hash(tunable.family), "torch_version": torch.__version__,
+        "triton_version": triton_version, "budget_s": budget_s, "elapsed_s": round(elapsed, 3),
+        "space": space, "session_buckets": sorted(results), "configs": configs,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PolytraceError(f"--out {base}: cannot create folder: {exc}") from None
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
+    try:
+        from kernels import _tuning
+
+        _tuning.clear_cache()
+    except ImportError:
+        pass
+    data["__path__"] = path
+    return data
+
+
+def _default_marker() -> dict:
+    """A bucket where no candidate beat the default stores no launch keys: lookup then returns the
+    launcher's own default (merged over nothing)."""
+    return {"default_won": True}

@@ -1,0 +1,139 @@
+"""pytest configuration for the benchmark suites (``pytest suites/``).
+
+Device detection happens before anything imports triton: on a machine without CUDA the Triton
+interpreter is switched on (``TRITON_INTERPRET=1``) and the suites run at reduced, clearly
+labelled CPU shapes, so CI exercises every code path.
+
+``POLYTRACE_BENCH_BUDGET_S``: a time budget for the whole session, in seconds. Once it is spent,
+the remaining benchmarks are skipped with a reason saying so (the session still ends normally and
+pytest-benchmark still writes its JSON, which a hard kill by ``timeout`` would lose).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_ROOT = Path(__file__).resolve().parents[1]
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+if not _cuda_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=_ROOT, capture_output=True,
+                             text=True, timeout=10)
+        commit = out.stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return commit + ("-dirty" if dirty and commit else "") if commit else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+BUDGET_ENV = "POLYTRACE_BENCH_BUDGET_S"
+_session_start = time.monotonic()
+
+
+def _budget_s() -> float | None:
+    raw = os.environ.get(BUDGET_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{BUDGET_ENV} must be a number of seconds, got {raw!r}") from None
+    return value if value > 0 else None
+
+
+def pytest_sessionstart(session):
+    global _session_start
+    _session_start = time.monotonic()
+    _budget_s()  # a malformed value fails here, once, with the variable named
+
+
+def pytest_runtest_setup(item):
+    budget = _budget_s()
+    if budget is None:
+        return
+    spent = time.monotonic() - _session_start
+    if spent > budget:
+        import pytest
+
+        pytest.skip(f"time budget {BUDGET_ENV}={budget:g} s spent ({spent:.0f} s elapsed)")
+
+
+def kernel_hashes() -> dict[str, str]:
+    """{family: source hash} of every ``kernels/<family>/`` folder."""
+    from suites import harness
+
+    base = _ROOT / "kernels"
+    if not base.is_dir():
+        return {}
+    return {d.name: harness.kernel_source_hash(d.name) for d in sorted(base.iterdir())
+            if d.is_dir() and not d.name.startswith(("_", "."))}
+
+
+def suite_hash() -> str:
+    """sha256 (16 hex digits) over ``suites/*.py``: which benchmark definitions produced a file."""
+    h = hashlib.sha256()
+    for path in sorted((_ROOT / "suites").glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def pytest_benchmark_update_machine_info(config, machine_info):
+    """Everything needed to refuse a wrong comparison: GPU, driver, versions, commit."""
+    import torch
+
+    from suites import harness
+
+    info = {
+        "measured_on": harness.measured_on(),
+        "gpu_name": harness.device_name(),
+        "gpu_slug": "cpu",
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "commit": _git_commit(),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET", ""),
+        "kernel_hashes": kernel_hashes(),
+        "suite_hash": suite_hash(),
+        "budget_s": _budget_s(),
+    }
+    try:
+        import triton
+
+        info["triton_version"] = triton.__version__
+    except ImportError:
+        info["triton_version"] = None
+    if harness.on_gpu():
+        from polytrace.hardware import slug_for
+
+        info["gpu_slug"] = slug_for(info["gpu_name"])
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20)
+            info["driver_version"] = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+        except (OSError, subprocess.SubprocessError, IndexError):
+            info["driver_version"] = None
+        props = torch.cuda.get_device_properties(0)
+        info["sm_count"] = props.multi_processor_count
+        info["total_memory_bytes"] = props.total_memory
+    machine_info["polytrace"] = info

@@ -1,0 +1,335 @@
+"""Correctness of kernels/attention against fp32 torch references.
+
+On CPU the kernels run in the Triton interpreter at tiny shapes (<= ~100 tokens, 16x16 tiles so
+sequences still span several blocks) in fp16; bf16 checks need a GPU (tl.dot on bf16 is wrong in
+the interpreter of triton 3.9). The accuracy rule is flash-attention's: the kernel's max error
+against the fp32 reference is at most 2x torch's own fp16/bf16 computation's error on the same
+input (plus 1e-5 for tensors where torch happens to be exact).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from kernels.attention import (
+    build_work_list,
+    decode_attention,
+    decode_attention_reference,
+    varlen_attention,
+    varlen_attention_reference,
+)
+from kernels.attention.api import clear_plan_cache, default_fwd_config
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cu(lens) -> torch.Tensor:
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + int(n))
+    return torch.tensor(out, dtype=torch.int32, device=DEVICE)
+
+
+def _inputs(lens_q, lens_k, hq, hkv, d, dtype=torch.float16, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    tq, tk = sum(lens_q), sum(lens_k)
+    q = torch.randn(tq, hq, d, generator=g).to(DEVICE, dtype)
+    k = torch.randn(tk, hkv, d, generator=g).to(DEVICE, dtype)
+    v = torch.randn(tk, hkv, d, generator=g).to(DEVICE, dtype)
+    return q, k, v, _cu(lens_q), _cu(lens_k)
+
+
+def _err(a, b) -> float:
+    a, b = a.detach().float(), b.detach().float()
+    both_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
+    diff = torch.where(both_inf, torch.zeros_like(a), a - b)
+    return float(diff.abs().max()) if diff.numel() else 0.0
+
+
+def _check_against_torch(q, k, v, cu_q, cu_k, causal, report=None):
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    out, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=causal, return_lse=True)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    dout = torch.randn(out.shape, generator=g).to(out.device, out.dtype)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    ref, ref_lse = varlen_attention_reference(q, k, v, cu_q, cu_k, causal=causal, return_lse=True)
+    ref_grads = torch.autograd.grad(ref, (q, k, v), dout.float())
+    same = varlen_attention_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=q.dtype)
+    same_grads = torch.autograd.grad(same, (q, k, v), dout)
+
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)), "rows without keys differ"
+    assert _err(lse, ref_lse) <= 1e-3  # fp32 both ways: only accumulation order differs
+    ratios = {}
+    for name, ours, exact, torch_same in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *ref_grads),
+                                             (same, *same_grads)):
+        assert torch.isfinite(ours).all(), f"{name} has non-finite values"
+        e_ours, e_torch = _err(ours, exact), _err(torch_same, exact)
+        ratios[name] = e_ours / max(e_torch, 1e-12)
+        assert e_ours <= 2 * e_torch + 1e-5, f"{name}: error {e_ours:.3g} > 2x torch's {e_torch:.3g}"
+    if report is not None:
+        report.update(ratios)
+    return out, lse, grads
+
+
+# (lens_q, lens_k, heads_q, heads_kv, head_dim, causal): each case covers one issue bullet
+VARLEN_CASES = {
+    "ragged-0-1-gqa1": ([5, 0, 17, 1, 33, 16], None, 2, 2, 32, True),
+    "gqa4-d64": ([23, 9, 40], None, 4, 1, 64, True),
+    "gqa7-d16": ([31, 2, 18], None, 7, 1, 16, True),
+    "q-shorter-than-k": ([3, 10, 0, 7, 1], [9, 29, 4, 7, 5], 4, 2, 32, True),
+    "q-longer-than-k": ([12, 20], [5, 0], 2, 1, 32, True),
+    "long-among-short": ([70, 1, 3, 2, 1, 5, 2, 1], None, 2, 1, 32, True),
+    "non-causal-cross": ([5, 21, 0], [8, 30, 6], 3, 1, 32, False),
+    "head-dim-24": ([19, 13], None, 2, 2, 24, True),
+}
+
+
+@pytest.mark.parametrize("case", list(VARLEN_CASES))
+def test_varlen_matches_fp32_reference(case):
+    lens_q, lens_k, hq, hkv, d, causal = VARLEN_CASES[case]
+    q, k, v, cu_q, cu_k = _inputs(lens_q, lens_k or lens_q, hq, hkv, d)
+    _check_against_torch(q, k, v, cu_q, cu_k, causal)
+
+
+def test_rows_without_keys_are_zero_with_infinite_lse():
+    # q longer than k, causal bottom-right: the first Lq - Lk rows see no key (flash-attn gives 0, lse +inf)
+    q, k, v, cu_q, cu_k = _inputs([9], [4], 2, 2, 32)
+    out, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=True, return_lse=True)
+    assert torch.equal(out[:5].float(), torch.zeros_like(out[:5].float()))
+    assert torch.isposinf(lse[:, :5]).all() and torch.isfinite(lse[:, 5:]).all()
+
+
+def test_all_lengths_one_with_max_seqlen_one():
+    lens = [1] * 9
+    q, k, v, cu_q, cu_k = _inputs(lens, lens, 2, 1, 32)
+    out = varlen_attention(q, k, v, cu_q, cu_k, max_seqlen_q=1, max_seqlen_k=1)
+    # one key per query: softmax is 1, the output is that key's value
+    torch.testing.assert_close(out.float(), v.float().repeat_interleave(2, 1), atol=0, rtol=0)
+
+
+def test_empty_batch_and_zero_length_sequences():
+    q, k, v, cu_q, cu_k = _inputs([0, 0], [0, 0], 2, 2, 32)
+    out, lse = varlen_attention(q, k, v, cu_q, cu_k, return_lse=True)
+    assert out.shape == (0, 2, 32) and lse.shape == (2, 0)
+    q, k, v, cu_q, cu_k = _inputs([], [], 2, 2, 32)
+    assert varlen_attention(q, k, v, cu_q, cu_k).shape == (0, 2, 32)
+
+
+def test_packing_invariance_is_bitwise():
+    """A sequence's output and gradients are identical alone or packed among others (tile
+    arithmetic depends only on the sequence; blocks come from D and dtype, never the batch)."""
+    lens = [7, 37, 0, 21, 3]
+    q, k, v, cu_q, cu_k = _inputs(lens, lens, 4, 2, 32, seed=3)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(2)).to(DEVICE, q.dtype)
+    for t in (q, k, v):
+        t.requires_grad_(True)
+    out = varlen_attention(q, k, v, cu_q, cu_k)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    s, e = 7, 44  # the 37-token sequence
+    qa, ka, va = (t.detach()[s:e].clone().requires_grad_(True) for t in (q, k, v))
+    cu_alone = _cu([37])
+    out_a = varlen_attention(qa, ka, va, cu_alone, cu_alone)
+    dqa, dka, dva = torch.autograd.grad(out_a, (qa, ka, va), dout[s:e])
+    for packed, alone in ((out, out_a), (dq, dqa), (dk, dka), (dv, dva)):
+        assert torch.equal(packed[s:e], alone)
+
+
+def test_schedules_give_identical_results():
+    lens = [50, 2, 9, 1, 17]
+    q, k, v, cu_q, cu_k = _inputs(lens, lens, 4, 2, 32, seed=5)
+    a = varlen_attention(q, k, v, cu_q, cu_k, schedule="longest_first")
+    b = varlen_attention(q, k, v, cu_q, cu_k, schedule="naive")
+    assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("causal,over_keys", [(True, False), (False, False), (True, True)])
+def test_work_list_covers_every_tile_once_longest_first(causal, over_keys):
+    lens_q = [130, 0, 1, 64, 65, 7, 300]
+    lens_k = [130, 5, 1, 80, 65, 0, 310]
+    block = 64
+    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+    tiled = lens_k if over_keys else lens_q
+    n_slots = sum(tiled) // block + len(tiled)
+    seq, blk = build_work_list(cu_q, cu_k, n_slots, block, causal=causal, over_keys=over_keys)
+    seq, blk = seq.cpu().tolist(), blk.cpu().tolist()
+    tiles = [(s, b) for s, b in zip(seq, blk) if s >= 0]
+    expected = {(s, b) for s, n in enumerate(tiled) for b in range((n + block - 1) // block)}
+    assert sorted(tiles) == sorted(expected) and len(tiles) == len(expected)
+    assert all(s < 0 for s in seq[len(tiles):]), "idle slots must come last"
+
+    def cost(s, b):
+        lq, lk = lens_q[s], lens_k[s]
+        if over_keys:
+            return max(0, lq - max(0, b * block - (lk - lq))) if causal else lq
+        return max(0, min(lk, (b + 1) * block + lk - lq)) if causal else lk
+
+    costs = [cost(s, b) for s, b in tiles]
+    assert costs == sorted(costs, reverse=True)
+    naive, _ = build_work_list(cu_q, cu_k, n_slots, block, causal=causal, schedule="naive", over_keys=over_keys)
+    naive = [s for s in naive.cpu().tolist() if s >= 0]
+    assert naive == sorted(naive)  # sequence order
+
+
+def test_plan_is_cached_per_cu_seqlens_object_and_revalidated_after_mutation():
+    clear_plan_cache()
+    lens = [5, 9]
+    q, k, v, cu_q, cu_k = _inputs(lens, lens, 2, 2, 32)
+    varlen_attention(q, k, v, cu_q, cu_k)
+    cu_q[1] = 20  # in place: bumps the version counter, so the cached plan is not reused
+    with pytest.raises(ValueError, match="cu_seqlens_q must be non-decreasing"):
+        varlen_attention(q, k, v, cu_q, cu_k)
+
+
+# ---------------------------------------------------------------------------------------- decode
+
+
+def _decode_inputs(lens, lmax, hq, hkv, d, dtype=torch.float16, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    b = len(lens)
+    q = torch.randn(b, hq, d, generator=g).to(DEVICE, dtype)
+    kc = torch.randn(b, lmax, hkv, d, generator=g).to(DEVICE, dtype)
+    vc = torch.randn(b, lmax, hkv, d, generator=g).to(DEVICE, dtype)
+    return q, kc, vc, torch.tensor(lens, dtype=torch.int32, device=DEVICE)
+
+
+def _check_decode(q, kc, vc, seqlens, **kw):
+    out, lse = decode_attention(q, kc, vc, seqlens, return_lse=True, **kw)
+    bt = kw.get("block_table")
+    ref, ref_lse = decode_attention_reference(q, kc, vc, seqlens, block_table=bt, return_lse=True)
+    same = decode_attention_reference(q, kc, vc, seqlens, block_table=bt, compute_dtype=q.dtype)
+    e_ours, e_torch = _err(out, ref), _err(same, ref)
+    assert e_ours <= 2 * e_torch + 1e-5, f"decode error {e_ours:.3g} > 2x torch's {e_torch:.3g}"
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse)) and _err(lse, ref_lse) <= 1e-3
+    return out
+
+
+@pytest.mark.parametrize("num_splits", [None, 1])
+def test_decode_lengths_one_to_lmax(num_splits):
+    lmax = 40
+    lens = list(range(1, lmax + 1))
+    lens = lens[::3] + lens[1::3] + lens[2::3] + [0]  # every length 1..Lmax, shuffled, plus an empty cache
+    q, kc, vc, sl = _decode_inputs(lens, lmax, 4, 1, 32)
+    out = _check_decode(q, kc, vc, sl, num_splits=num_splits)
+    assert torch.equal(out[-1].float(), torch.zeros_like(out[-1].float()))
+
+
+def test_decode_gqa7_skewed_splits_and_4d_query():
+    lens = [97, 3, 1, 12, 0, 5]  # one long sequence over 4 splits of 32 tokens, the rest short
+    q, kc, vc, sl = _decode_inputs(lens, 100, 7, 1, 64, seed=4)
+    out = _check_decode(q, kc, vc, sl)
+    out4 = decode_attention(q[:, None], kc, vc, sl)
+    assert out4.shape == (6, 1, 7, 64) and torch.equal(out4[:, 0], out)
+
+
+def test_decode_paged_cache_matches_contiguous():
+    lens, lmax, page = [45, 7, 30], 48, 16
+    q, kc, vc, sl = _decode_inputs(lens, lmax, 4, 2, 32, seed=6)
+    pages_per_seq = lmax // page
+    perm = torch.randperm(len(lens) * pages_per_seq, generator=torch.Generator().manual_seed(0))
+    table = perm.reshape(len(lens), pages_per_seq).to(torch.int32).to(DEVICE)
+    kp = torch.empty(len(lens) * pages_per_seq, page, 2, 32, dtype=kc.dtype, device=DEVICE)
+    vp = torch.empty_like(kp)
+    for b, j in itertools.product(range(len(lens)), range(pages_per_seq)):
+        kp[table[b, j]] = kc[b, j * page:(j + 1) * page]
+        vp[table[b, j]] = vc[b, j * page:(j + 1) * page]
+    paged = _check_decode(q, kp, vp, sl, block_table=table)
+    assert torch.equal(paged, decode_attention(q, kc, vc, sl))
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+
+def _bad_varlen(**over):
+    q, k, v, cu_q, cu_k = _inputs([4, 6], [4, 6], 4, 2, 32)
+    args = {"q": q, "k": k, "v": v, "cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}
+    for key, val in over.items():
+        args[key] = val(args) if callable(val) else val
+    return args
+
+
+BAD_VARLEN = {
+    "heads not a multiple": ({"k": lambda a: a["k"][:, :1].repeat(1, 3, 1).contiguous(),
+                              "v": lambda a: a["v"][:, :1].repeat(1, 3, 1).contiguous()}, "k has 3 heads"),
+    "head dims differ": ({"k": lambda a: a["k"][..., :16].contiguous()}, "k has head dim 16"),
+    "v shape differs": ({"v": lambda a: a["v"][:5]}, "v has shape"),
+    "fp32 inputs": ({"q": lambda a: a["q"].float(), "k": lambda a: a["k"].float(),
+                     "v": lambda a: a["v"].float()}, "q has dtype"),
+    "k dtype differs": ({"k": lambda a: a["k"].to(torch.bfloat16)}, "k has dtype"),
+    "cu int64": ({"cu_seqlens_q": lambda a: a["cu_seqlens_q"].long()}, "cu_seqlens_q must be int32"),
+    "cu batch differs": ({"cu_seqlens_k": lambda a: torch.tensor([0, 4, 6, 10], dtype=torch.int32, device=DEVICE)},
+                         "cu_seqlens_k has 4 entries"),
+    "cu decreasing": ({"cu_seqlens_k": lambda a: torch.tensor([0, 8, 10], dtype=torch.int32, device=DEVICE),
+                       "cu_seqlens_q": lambda a: torch.tensor([0, 11, 10], dtype=torch.int32, device=DEVICE)},
+                      "cu_seqlens_q must be non-decreasing"),
+    "cu not ending at T": ({"cu_seqlens_q": lambda a: torch.tensor([0, 4, 9], dtype=torch.int32, device=DEVICE)},
+                           "cu_seqlens_q must end at the number of tokens 10"),
+    "cu not starting at 0": ({"cu_seqlens_k": lambda a: torch.tensor([1, 4, 10], dtype=torch.int32,
+                                                                     device=DEVICE)}, "cu_seqlens_k must start at 0"),
+    "cu on another device": ({"cu_seqlens_q": lambda a: a["cu_seqlens_q"].to("meta")}, "cu_seqlens_q is on meta"),
+    "q not 3-d": ({"q": lambda a: a["q"][None]}, "q must have 3 dimensions"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_VARLEN))
+def test_bad_varlen_input_names_the_argument(case):
+    over, message = BAD_VARLEN[case]
+    clear_plan_cache()
+    with pytest.raises(ValueError, match=message):
+        varlen_attention(**_bad_varlen(**over))
+
+
+def test_bad_max_seqlen_and_schedule():
+    args = _bad_varlen()
+    with pytest.raises(ValueError, match="max_seqlen_q=3 is below the longest sequence"):
+        varlen_attention(**args, max_seqlen_q=3)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        varlen_attention(**args, schedule="random")
+    with pytest.raises(ValueError, match="config: unknown keys"):
+        varlen_attention(**args, config={"BLOCK_Q": 16})
+
+
+def test_bad_decode_input_names_the_argument():
+    q, kc, vc, sl = _decode_inputs([3, 5], 8, 4, 2, 32)
+    with pytest.raises(ValueError, match="cache_seqlens must be int32"):
+        decode_attention(q, kc, vc, sl.long())
+    with pytest.raises(ValueError, match="cache_seqlens has 1 entries"):
+        decode_attention(q, kc, vc, sl[:1])
+    with pytest.raises(ValueError, match="k_cache has head dim 16"):
+        decode_attention(q, kc[..., :16], vc[..., :16], sl)
+    with pytest.raises(ValueError, match="k_cache has batch 1"):
+        decode_attention(q, kc[:1], vc[:1], sl)
+    with pytest.raises(ValueError, match="block_table must be int32"):
+        decode_attention(q, kc, vc, sl, block_table=torch.zeros(2, 1, dtype=torch.int64, device=DEVICE))
+    with pytest.raises(ValueError, match="num_splits must be a positive int"):
+        decode_attention(q, kc, vc, sl, num_splits=0)
+
+
+# --------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("hq,hkv", [(28, 4), (40, 8)])
+def test_gpu_varlen_real_heads(dtype, hq, hkv):
+    lens = [1, 0, 700, 129, 2048, 64, 5, 300]
+    q, k, v, cu_q, cu_k = _inputs(lens, lens, hq, hkv, 128, dtype=dtype)
+    assert default_fwd_config(128, dtype)["BLOCK_M"] >= 64
+    _check_against_torch(q, k, v, cu_q, cu_k, True)
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_q_shorter_than_k_bf16_d64():
+    q, k, v, cu_q, cu_k = _inputs([100, 1, 513], [900, 50, 513], 8, 8, 64, dtype=torch.bfloat16)
+    _check_against_torch(q, k, v, cu_q, cu_k, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_decode_skewed_bf16(dtype):
+    lens = [16000, 12, 900, 1, 0, 3000, 77, 250]
+    q, kc, vc, sl = _decode_inputs(lens, 16384, 28, 4, 128, dtype=dtype)
+    _check_decode(q, kc, vc, sl)
