@@ -87,10 +87,13 @@ class Tunable:
     shapes: Callable[[TuneContext], list[TuneShape]]
     atol: float = 0.0  # max |candidate - default| accepted (0: bitwise equal)
     space_attr: str = "TUNING_SPACE"
+    fixed_space: dict | None = None  # a space given here instead of the module's (tests, narrowed searches)
 
     def space(self) -> dict:
         import importlib
 
+        if self.fixed_space is not None:
+            return dict(self.fixed_space)
         try:
             module = importlib.import_module(self.module)
         except ImportError as exc:

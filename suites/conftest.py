@@ -36,6 +36,11 @@ if not _cuda_available():
 
 
 def _git_commit() -> str:
+    """Short commit of the checkout (``-dirty`` with uncommitted changes); ``POLYTRACE_COMMIT``
+    overrides it where the tree is a copy without ``.git`` (e.g. a leased GPU machine)."""
+    override = os.environ.get("POLYTRACE_COMMIT", "").strip()
+    if override:
+        return override
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=_ROOT, capture_output=True,
                              text=True, timeout=10)

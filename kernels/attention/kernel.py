@@ -242,7 +242,7 @@ def varlen_bwd_dkdv_kernel(
             dk, dv = _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start, offs_m, offs_n, offs_d,
                                 q_len, diag, stride_qt, stride_dot, qk_scale_log2, HEAD_DIM, EVEN_D, True, False)
 
-    dk = dk * softmax_scale * 1.01
+    dk = dk * softmax_scale
     d_mask = col_mask[:, None]
     if not EVEN_D:
         d_mask = d_mask & (offs_d[None, :] < HEAD_DIM)

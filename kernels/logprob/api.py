@@ -209,10 +209,10 @@ def _logits_forward(logits, tokens, temperature, return_entropy, ignore_index, c
     n_rows, vocab = logits.shape
     dev = logits.device
     logprob = torch.empty(n_rows, dtype=torch.float32, device=dev)
-    lse = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    stats = torch.empty((2, n_rows), dtype=torch.float32, device=dev)  # running max, log of the sum
     entropy = torch.empty(n_rows if return_entropy else 0, dtype=torch.float32, device=dev)
     if n_rows == 0:
-        return logprob, entropy, lse
+        return logprob, entropy, stats
     cfg = _resolve_config(TUNING_KERNEL, tuning_bucket(vocab, logits.dtype), dev,
                           _logits_fwd_default(logits.dtype, dev), config)
     _check_block(cfg, "BLOCK_V", "config")
@@ -225,14 +225,15 @@ def _logits_forward(logits, tokens, temperature, return_entropy, ignore_index, c
         logits = logits.clone(memory_format=torch.contiguous_format)
     stride = logits.stride(0) if n_rows > 1 else vocab
     fn = K.token_logprobs_fwd_kernel if aligned else K.token_logprobs_fwd_kernel_generic
-    fn[(n_rows,)](logits, tokens, logprob, entropy if return_entropy else logprob, lse,
+    fn[(n_rows,)](logits, tokens, logprob, entropy if return_entropy else logprob, stats[0], stats[1],
                   stride, vocab, temperature, ignore_index,
-                  SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, BLOCK_V=block_v,
+                  SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32,
+                  RETURN_ENTROPY=return_entropy, BLOCK_V=block_v,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    return logprob, entropy, lse
+    return logprob, entropy, stats
 
 
-def _logits_backward(logits, tokens, lse, entropy, g_lp, g_ent, temperature, ignore_index, config):
+def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index, config):
     n_rows, vocab = logits.shape
     dev = logits.device
     grad = torch.empty((n_rows, vocab), dtype=logits.dtype, device=dev)
@@ -243,12 +244,12 @@ def _logits_backward(logits, tokens, lse, entropy, g_lp, g_ent, temperature, ign
     _check_block(cfg, "BLOCK_V", "backward_config")
     block_v = min(cfg["BLOCK_V"], max(16, triton.next_power_of_2(vocab)))
     has_lp, has_ent = g_lp is not None, g_ent is not None
-    g_lp = g_lp.contiguous() if has_lp else lse
-    g_ent = g_ent.contiguous() if has_ent else lse
+    g_lp = g_lp.contiguous() if has_lp else stats[0]
+    g_ent = g_ent.contiguous() if has_ent else stats[0]
     K.token_logprobs_bwd_kernel[(n_rows,)](
-        logits, tokens, lse, entropy if has_ent else lse, g_lp, g_ent, grad,
+        logits, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, grad,
         logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab, temperature, ignore_index,
-        SCALE=temperature != 1.0, HAS_GRAD_LP=has_lp, HAS_GRAD_ENT=has_ent, BLOCK_V=block_v,
+        SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, HAS_GRAD_LP=has_lp, HAS_GRAD_ENT=has_ent, BLOCK_V=block_v,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return grad
 
@@ -256,9 +257,9 @@ def _logits_backward(logits, tokens, lse, entropy, g_lp, g_ent, temperature, ign
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, tokens, temperature, return_entropy, ignore_index, config, backward_config):
-        logprob, entropy, lse = _logits_forward(logits, tokens, temperature, return_entropy, ignore_index,
-                                                config)
-        ctx.save_for_backward(logits, tokens, lse, entropy)
+        logprob, entropy, stats = _logits_forward(logits, tokens, temperature, return_entropy, ignore_index,
+                                                  config)
+        ctx.save_for_backward(logits, tokens, stats, entropy)
         ctx.temperature, ctx.ignore_index, ctx.backward_config = temperature, ignore_index, backward_config
         ctx.set_materialize_grads(False)
         if not return_entropy:
@@ -267,10 +268,10 @@ class _TokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_lp, g_ent):
-        logits, tokens, lse, entropy = ctx.saved_tensors
+        logits, tokens, stats, entropy = ctx.saved_tensors
         if g_lp is None and g_ent is None:
             return (None,) * 7
-        grad = _logits_backward(logits, tokens, lse, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
+        grad = _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
                                 ctx.backward_config)
         return grad, None, None, None, None, None, None
 
@@ -328,10 +329,10 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
     vocab = weight.shape[0]
     dev = hidden.device
     logprob = torch.empty(n_rows, dtype=torch.float32, device=dev)
-    lse_log2 = torch.empty(n_rows, dtype=torch.float32, device=dev)
+    stats = torch.empty((2, n_rows), dtype=torch.float32, device=dev)  # max, log of the sum
     entropy = torch.empty(n_rows if return_entropy else 0, dtype=torch.float32, device=dev)
     if n_rows == 0:
-        return logprob, entropy, lse_log2
+        return logprob, entropy, stats
     cfg = _resolve_config(LINEAR_TUNING_KERNEL, linear_tuning_bucket(vocab, hidden_size, hidden.dtype), dev,
                           _linear_fwd_default(hidden.dtype, dev), config)
     for key in ("BLOCK_T", "BLOCK_V", "BLOCK_K"):
@@ -345,18 +346,18 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
     K.linear_logprobs_fwd_kernel[grid](
         hidden, weight, tokens, part, n_rows, vocab, hidden_size,
         hidden.stride(0) if n_rows > 1 else hidden_size, weight.stride(0) if vocab > 1 else hidden_size,
-        K.LOG2E / temperature, vblocks_per_split,
-        NSPLIT=nsplit, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
+        1.0 / temperature, vblocks_per_split,
+        NSPLIT=nsplit, SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
         BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     combine_bt = _COMBINE_BLOCK_T if dev.type == "cuda" else 64
     K.linear_logprobs_combine_kernel[(triton.cdiv(n_rows, combine_bt),)](
-        part, tokens, logprob, entropy if return_entropy else logprob, lse_log2, n_rows, vocab, ignore_index,
-        NSPLIT=nsplit, RETURN_ENTROPY=return_entropy, BLOCK_T=combine_bt, num_warps=4)
-    return logprob, entropy, lse_log2
+        part, tokens, logprob, entropy if return_entropy else logprob, stats[0], stats[1], n_rows, vocab,
+        ignore_index, NSPLIT=nsplit, RETURN_ENTROPY=return_entropy, BLOCK_T=combine_bt, num_warps=4)
+    return logprob, entropy, stats
 
 
-def _linear_backward(hidden, weight, tokens, lse_log2, entropy, g_lp, g_ent, temperature, ignore_index,
+def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index,
                      need_hidden, need_weight, backward_config, chunk_bytes):
     n_rows, hidden_size = hidden.shape
     vocab = weight.shape[0]
@@ -389,10 +390,10 @@ def _linear_backward(hidden, weight, tokens, lse_log2, entropy, g_lp, g_ent, tem
         d = dlogits[:, :cols]
         grid = (triton.cdiv(n_rows, bt) * triton.cdiv(cols, bv),)
         K.linear_dlogits_kernel[grid](
-            hidden, weight, tokens, lse_log2, entropy if has_ent else lse_log2, g_lp, g_ent, d,
-            n_rows, vocab, hidden_size, v0, cols, hidden.stride(0), weight.stride(0), d.stride(0),
-            K.LOG2E / temperature, 1.0 / temperature,
-            HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk,
+            hidden, weight, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, d,
+            n_rows, vocab, hidden_size, v0, cols, hidden.stride(0) if n_rows > 1 else hidden_size,
+            weight.stride(0) if vocab > 1 else hidden_size, d.stride(0), 1.0 / temperature,
+            SCALE=temperature != 1.0, HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk,
             GROUP_T=cfg["GROUP"], DOT_PRECISION=precision,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         w_chunk = weight[v0:v0 + cols]
@@ -417,9 +418,9 @@ class _LinearTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, tokens, temperature, return_entropy, ignore_index, config,
                 backward_config, chunk_bytes):
-        logprob, entropy, lse_log2 = _linear_forward(hidden, weight, tokens, temperature, return_entropy,
-                                                     ignore_index, config)
-        ctx.save_for_backward(hidden, weight, tokens, lse_log2, entropy)
+        logprob, entropy, stats = _linear_forward(hidden, weight, tokens, temperature, return_entropy,
+                                                  ignore_index, config)
+        ctx.save_for_backward(hidden, weight, tokens, stats, entropy)
         ctx.temperature, ctx.ignore_index = temperature, ignore_index
         ctx.backward_config, ctx.chunk_bytes = backward_config, chunk_bytes
         ctx.set_materialize_grads(False)
@@ -429,12 +430,12 @@ class _LinearTokenLogprobs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_lp, g_ent):
-        hidden, weight, tokens, lse_log2, entropy = ctx.saved_tensors
+        hidden, weight, tokens, stats, entropy = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if (g_lp is None and g_ent is None) or not (need_hidden or need_weight):
             return (None,) * 9
         grad_hidden, grad_weight = _linear_backward(
-            hidden, weight, tokens, lse_log2, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
+            hidden, weight, tokens, stats, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
             need_hidden, need_weight, ctx.backward_config, ctx.chunk_bytes)
         return grad_hidden, grad_weight, None, None, None, None, None, None, None
 

@@ -3,9 +3,9 @@
 Two families:
 
 - Logits kernels (``token_logprobs``): one program per token row, an online log-sum-exp over
-  fixed-size vocabulary blocks. The forward reads each logit once and writes three fp32 numbers
-  per row (log-prob, entropy, log-sum-exp); the backward reads the logits once more and writes
-  the gradient once, from the saved log-sum-exp and entropy.
+  fixed-size vocabulary blocks. The forward reads each logit once and writes four fp32 numbers
+  per row (log-prob, entropy, max, log-sum); the backward reads the logits once more and writes
+  the gradient once, from those saved statistics.
 - Fused LM-head kernels (``linear_token_logprobs``): the forward is a tiled matmul
   ``hidden @ weight.T`` whose epilogue folds each [BLOCK_T, BLOCK_V] tile of logits into running
   per-row statistics, so no [T, V] tensor exists. The vocabulary is cut into ``NSPLIT`` fixed
@@ -15,10 +15,10 @@ Two families:
 
 Online statistics per row, for logits x (already divided by the temperature) and a running
 maximum m: ``s = sum exp(x - m)`` and ``w = sum exp(x - m) * (x - m)``. Then
-``lse = m + log s`` and ``entropy = log s - w / s``. Keeping ``w`` relative to the running
-maximum avoids the cancellation of ``lse - E[x]`` when logits are large (|x| ~ 1e4 loses ~1e-3
-in fp32 the naive way). The fused kernels work in base 2 (``exp2``; logits pre-scaled by
-log2(e) / temperature) and convert back with ln 2.
+``log-prob = (x_t - m) - log s`` (torch's own association: forming ``lse = m + log s`` first
+would add a rounding of |lse|) and ``entropy = log s - w / s``. Keeping ``w`` relative to the
+running maximum avoids the cancellation of ``lse - E[x]`` when logits are large (|x| ~ 1e4 loses
+~1e-3 in fp32 the naive way).
 
 Batch invariance: the arithmetic for a row depends only on that row's values and on the launch
 config (block sizes, warps), never on the number of rows or the row's position; ``api.py`` picks
@@ -28,8 +28,6 @@ the config from the vocabulary size and dtype only. See ``kernels/logprob/__init
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,16 +47,29 @@ def _online_update(x, m, s, w, RETURN_ENTROPY: tl.constexpr):
     alpha = tl.exp(m - m_safe)
     if RETURN_ENTROPY:
         # exp(x - m_new) * (x - m_new) = alpha * exp(x - m) * ((x - m) + (m - m_new))
-        carried = tl.where(alpha > 0, alpha * (w + s * (m - m_safe)), 0.0)
-        w = carried + tl.sum(tl.where(e > 0, e * d, 0.0), 0)
+        shift = tl.where(alpha > 0, m - m_safe, 0.0)  # 0 on the first block (m = -inf, s = 0)
+        w = alpha * (w + s * shift) + tl.sum(e * tl.where(e > 0, d, 0.0), 0)
     s = s * alpha + tl.sum(e, 0)
     return m_new, s, w
 
 
 @triton.jit
-def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+def _scale(x, temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr):
+    if SCALE:
+        if EXACT_DIV:
+            x = x / temperature
+        else:
+            # 16-bit inputs: multiplying by the fp32 reciprocal costs at most 1 fp32 ulp, far below
+            # the input's own rounding, and keeps the kernel off the FP32 pipe's critical path
+            x = x * (1.0 / temperature)
+    return x
+
+
+@triton.jit
+def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
                             stride_row, vocab_size, temperature, ignore_index,
-                            SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
+                            SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
+                            BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     tok = tl.load(tokens_ptr + row).to(tl.int64)
     ignored = tok == ignore_index
@@ -74,76 +85,72 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ls
     n_full = (v_end // BLOCK_V) * BLOCK_V
     for start in range(0, n_full, BLOCK_V):
         # Full blocks are loaded without a mask, so aligned rows vectorise to 16-byte accesses.
-        x = tl.load(row_ptr + start + offs).to(tl.float32)
-        if SCALE:
-            x = x / temperature
+        x = _scale(tl.load(row_ptr + start + offs).to(tl.float32), temperature, SCALE, EXACT_DIV)
         m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
     if n_full < v_end:
         cols = n_full + offs
         x = tl.load(row_ptr + cols, mask=cols < v_end, other=float("-inf")).to(tl.float32)
-        if SCALE:
-            x = x / temperature
+        x = _scale(x, temperature, SCALE, EXACT_DIV)
         m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
 
+    s = tl.where(ignored, 1.0, s)  # an ignored row summed nothing
     log_s = tl.log(s)
-    lse = m + log_s
-    x_t = tl.load(row_ptr + tl.where(in_range, tok, 0)).to(tl.float32)
-    if SCALE:
-        x_t = x_t / temperature
-    # x_t <= m <= lse mathematically (s >= 1: the maximum contributes exp(0)); the clamp only
-    # guards the sign against rounding.
-    logprob = tl.minimum(x_t - lse, 0.0)
+    x_t = _scale(tl.load(row_ptr + tl.where(in_range, tok, 0)).to(tl.float32), temperature, SCALE, EXACT_DIV)
+    # (x_t - m) - log s, as torch's log_softmax: forming lse = m + log s first would add a rounding
+    # of |lse| (1e-3 at |logits| ~ 1e4). x_t <= m and log s >= 0 (the maximum contributes exp(0)),
+    # so the result is <= 0; the clamp only guards the sign.
+    logprob = tl.minimum((x_t - m) - log_s, 0.0)
     logprob = tl.where(in_range, logprob, float("nan"))  # unchecked out-of-range token: NaN, no read
     logprob = tl.where(ignored, 0.0, logprob)
     tl.store(logprob_ptr + row, logprob)
-    tl.store(lse_ptr + row, tl.where(ignored, 0.0, lse))
+    tl.store(max_ptr + row, tl.where(ignored, 0.0, m))
+    tl.store(logsum_ptr + row, log_s)
     if RETURN_ENTROPY:
         entropy = log_s - w / s
         tl.store(entropy_ptr + row, tl.where(ignored, 0.0, entropy))
 
 
 @triton.jit
-def token_logprobs_fwd_kernel(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+def token_logprobs_fwd_kernel(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
                               stride_row, vocab_size, temperature, ignore_index,
-                              SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
+                              SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
+                              BLOCK_V: tl.constexpr):
     """Aligned variant: used when the vocabulary size is a multiple of 16 (rows 16-byte aligned)."""
-    _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+    _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
                             stride_row, vocab_size, temperature, ignore_index,
-                            SCALE, RETURN_ENTROPY, BLOCK_V)
+                            SCALE, EXACT_DIV, RETURN_ENTROPY, BLOCK_V)
 
 
 @triton.jit(do_not_specialize=["stride_row"], do_not_specialize_on_alignment=["logits_ptr"])
-def token_logprobs_fwd_kernel_generic(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+def token_logprobs_fwd_kernel_generic(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
                                       stride_row, vocab_size, temperature, ignore_index,
-                                      SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
-                                      BLOCK_V: tl.constexpr):
+                                      SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
+                                      RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
     """Variant for other vocabulary sizes. Triton picks the register layout (and with it the
     order of the in-block sums) from the alignment it can prove for the pointer and stride; not
     specialising on them gives one layout for every row, wherever it lies in memory."""
-    _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_ptr,
+    _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
                             stride_row, vocab_size, temperature, ignore_index,
-                            SCALE, RETURN_ENTROPY, BLOCK_V)
+                            SCALE, EXACT_DIV, RETURN_ENTROPY, BLOCK_V)
 
 
 @triton.jit
-def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, lse, entropy, g_lp, g_ent, ignored,
-                              temperature, SCALE: tl.constexpr, HAS_GRAD_ENT: tl.constexpr,
-                              MASKED: tl.constexpr):
+def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, m, log_s, entropy, g_lp, g_ent, ignored,
+                              temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
+                              HAS_GRAD_ENT: tl.constexpr, MASKED: tl.constexpr):
     if MASKED:
         x = tl.load(logits_row + cols, mask=mask, other=0.0).to(tl.float32)
     else:
         x = tl.load(logits_row + cols).to(tl.float32)
-    if SCALE:
-        x = x / temperature
-    logp = x - lse
+    x = _scale(x, temperature, SCALE, EXACT_DIV)
+    logp = (x - m) - log_s
     p = tl.exp(logp)
     # d logprob_t / d x_i = [i == t] - p_i
     dz = tl.where(cols == tok, g_lp, 0.0) - g_lp * p
     if HAS_GRAD_ENT:
         # d entropy / d x_i = -p_i * (log p_i + entropy); p_i = 0 (x_i = -inf) contributes 0
-        dz -= g_ent * tl.where(p > 0, p * (logp + entropy), 0.0)
-    if SCALE:
-        dz = dz / temperature
+        dz -= g_ent * p * tl.where(p > 0, logp + entropy, 0.0)
+    dz = _scale(dz, temperature, SCALE, EXACT_DIV)
     dz = tl.where(ignored, 0.0, dz)
     out = dz.to(grad_row.dtype.element_ty)
     if MASKED:
@@ -153,15 +160,16 @@ def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, lse, entrop
 
 
 @triton.jit
-def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, lse_ptr, entropy_ptr, grad_lp_ptr, grad_ent_ptr,
-                              grad_logits_ptr, stride_row, stride_grad_row, vocab_size, temperature,
-                              ignore_index, SCALE: tl.constexpr, HAS_GRAD_LP: tl.constexpr,
-                              HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr):
+def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
+                              grad_ent_ptr, grad_logits_ptr, stride_row, stride_grad_row, vocab_size,
+                              temperature, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
+                              HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr):
     """One read of the logits and one write of the gradient per row; no reductions."""
     row = tl.program_id(0).to(tl.int64)
     tok = tl.load(tokens_ptr + row).to(tl.int64)
     ignored = tok == ignore_index
-    lse = tl.load(lse_ptr + row)
+    m = tl.load(max_ptr + row)
+    log_s = tl.load(logsum_ptr + row)
     if HAS_GRAD_LP:
         g_lp = tl.load(grad_lp_ptr + row).to(tl.float32)
     else:
@@ -177,12 +185,12 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, lse_ptr, entropy_ptr, grad
     offs = tl.arange(0, BLOCK_V)
     n_full = (vocab_size // BLOCK_V) * BLOCK_V
     for start in range(0, n_full, BLOCK_V):
-        _token_logprobs_bwd_block(logits_row, grad_row, start + offs, None, tok, lse, entropy, g_lp, g_ent,
-                                  ignored, temperature, SCALE, HAS_GRAD_ENT, False)
+        _token_logprobs_bwd_block(logits_row, grad_row, start + offs, None, tok, m, log_s, entropy, g_lp, g_ent,
+                                  ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, False)
     if n_full < vocab_size:
         cols = n_full + offs
-        _token_logprobs_bwd_block(logits_row, grad_row, cols, cols < vocab_size, tok, lse, entropy, g_lp, g_ent,
-                                  ignored, temperature, SCALE, HAS_GRAD_ENT, True)
+        _token_logprobs_bwd_block(logits_row, grad_row, cols, cols < vocab_size, tok, m, log_s, entropy, g_lp,
+                                  g_ent, ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -215,17 +223,17 @@ def _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_s
 
 @triton.jit(do_not_specialize=["n_rows"])
 def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, part_ptr,
-                               n_rows, vocab_size, hidden_size, stride_h, stride_w, scale_log2,
+                               n_rows, vocab_size, hidden_size, stride_h, stride_w, inv_temperature,
                                vblocks_per_split,
-                               NSPLIT: tl.constexpr, RETURN_ENTROPY: tl.constexpr, EVEN_K: tl.constexpr,
-                               BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-                               DOT_PRECISION: tl.constexpr):
+                               NSPLIT: tl.constexpr, SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
+                               EVEN_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr,
+                               BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Partial statistics of one (token block, vocabulary split): running max, sum and weighted sum
-    (base 2) and the target logit, written to ``part[4, NSPLIT, n_rows]``.
+    and the target logit, written to ``part[4, NSPLIT, n_rows]``.
 
-    Program ids run split-fastest, so the ~NSPLIT programs resident together share one hidden
-    tile and walk NSPLIT weight streams in step: both stay in L2 (16 x 0.9 MB each at
-    BLOCK 128, H 3584) and the kernel is bound by the tensor cores, not HBM.
+    Program ids run split-fastest, so the programs resident together share a few hidden tiles
+    and walk NSPLIT weight streams in step: both stay in L2 (16 x 0.9 MB each at BLOCK 128,
+    H 3584) and the kernel is bound by the tensor cores, not HBM.
     """
     pid = tl.program_id(0)
     pid_t = pid // NSPLIT
@@ -242,17 +250,19 @@ def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, part_ptr,
     for v0 in range(v_lo, v_hi, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_mask = cols < vocab_size
-        acc = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h,
-                          stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
-        z = tl.where(col_mask[None, :], acc * scale_log2, float("-inf"))
+        z = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h,
+                        stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
+        if SCALE:
+            z = z * inv_temperature
+        z = tl.where(col_mask[None, :], z, float("-inf"))
+        # Epilogue: one exp per logit (the MUFU cost is ~4% of the tile's MMA time at H = 3584).
         m_new = tl.maximum(m, tl.max(z, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        d = z - m_safe[:, None]
-        e = tl.math.exp2(d)
-        alpha = tl.math.exp2(m - m_safe)
+        d = z - m_new[:, None]
+        e = tl.exp(d)
+        alpha = tl.exp(m - m_new)
         if RETURN_ENTROPY:
-            carried = tl.where(alpha > 0, alpha * (w + s * (m - m_safe)), 0.0)
-            w = carried + tl.sum(tl.where(e > 0, e * d, 0.0), 1)
+            shift = tl.where(alpha > 0, m - m_new, 0.0)
+            w = alpha * (w + s * shift) + tl.sum(e * tl.where(e > 0, d, 0.0), 1)
         s = s * alpha + tl.sum(e, 1)
         m = m_new
         # The target logit from the same fp32 tile as the sums (so log-prob <= 0 holds exactly);
@@ -267,7 +277,7 @@ def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, part_ptr,
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_ptr, lse_log2_ptr,
+def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
                                    n_rows, vocab_size, ignore_index,
                                    NSPLIT: tl.constexpr, RETURN_ENTROPY: tl.constexpr, BLOCK_T: tl.constexpr):
     """Merge the NSPLIT partials of each row in split order (elementwise per row: the result does
@@ -288,31 +298,31 @@ def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_pt
         base = part_ptr + i * n_rows + rows
         m_i = tl.load(base, mask=row_mask, other=0.0)
         s_i = tl.load(base + stride_q, mask=row_mask, other=0.0)
-        a = tl.math.exp2(m_i - m_all)
+        a = tl.exp(m_i - m_all)  # 0 for an empty split (m_i = -inf, s_i = 0)
         s_all += s_i * a
         if RETURN_ENTROPY:
             w_i = tl.load(base + 2 * stride_q, mask=row_mask, other=0.0)
-            w_all += tl.where(s_i > 0, a * (w_i + s_i * (m_i - m_all)), 0.0)
+            w_all += a * (w_i + s_i * tl.where(s_i > 0, m_i - m_all, 0.0))
         tgt += tl.load(base + 3 * stride_q, mask=row_mask, other=0.0)
-    log2_s = tl.log2(s_all)
-    lse_log2 = m_all + log2_s
-    logprob = tl.minimum((tgt - lse_log2) * LN2, 0.0)
+    log_s = tl.log(s_all)
+    logprob = tl.minimum((tgt - m_all) - log_s, 0.0)
     logprob = tl.where(in_range, logprob, float("nan"))
     logprob = tl.where(ignored, 0.0, logprob)
     tl.store(logprob_ptr + rows, logprob, mask=row_mask)
-    tl.store(lse_log2_ptr + rows, lse_log2, mask=row_mask)
+    tl.store(max_ptr + rows, m_all, mask=row_mask)
+    tl.store(logsum_ptr + rows, log_s, mask=row_mask)
     if RETURN_ENTROPY:
-        entropy = (log2_s - w_all / s_all) * LN2
+        entropy = log_s - w_all / s_all
         tl.store(entropy_ptr + rows, tl.where(ignored, 0.0, entropy), mask=row_mask)
 
 
 @triton.jit
-def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, lse_log2_ptr, entropy_ptr, grad_lp_ptr,
+def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
                           grad_ent_ptr, dlogits_ptr, n_rows, vocab_size, hidden_size, v_start, chunk_cols,
-                          stride_h, stride_w, stride_d, scale_log2, inv_temperature,
-                          HAS_GRAD_ENT: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_T: tl.constexpr,
-                          BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_T: tl.constexpr,
-                          DOT_PRECISION: tl.constexpr):
+                          stride_h, stride_w, stride_d, inv_temperature,
+                          SCALE: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, EVEN_K: tl.constexpr,
+                          BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
+                          GROUP_T: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """d(loss)/d(hidden @ weight.T) for vocabulary columns [v_start, v_start + chunk_cols), written
     to ``dlogits[T, chunk_cols]`` in the input dtype. The upstream gradients arrive already zeroed
     on ignored rows. Grouped tile order (GROUP_T token blocks share a weight tile in L2)."""
@@ -330,19 +340,23 @@ def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, lse_log2_ptr, entr
     local = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
     cols = v_start + local
     col_mask = local < chunk_cols
-    acc = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
-                      BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
-    lse_log2 = tl.load(lse_log2_ptr + rows, mask=row_mask, other=0.0)
+    z = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
+                    BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
+    if SCALE:
+        z = z * inv_temperature
+    m = tl.load(max_ptr + rows, mask=row_mask, other=0.0)
+    log_s = tl.load(logsum_ptr + rows, mask=row_mask, other=0.0)
     g_lp = tl.load(grad_lp_ptr + rows, mask=row_mask, other=0.0)
     tok = tl.load(tokens_ptr + rows, mask=row_mask, other=-1).to(tl.int64)
-    logp_log2 = acc * scale_log2 - lse_log2[:, None]
-    p = tl.math.exp2(logp_log2)
+    logp = (z - m[:, None]) - log_s[:, None]
+    p = tl.exp(logp)
     dz = tl.where(cols[None, :] == tok[:, None], g_lp[:, None], 0.0) - g_lp[:, None] * p
     if HAS_GRAD_ENT:
         g_ent = tl.load(grad_ent_ptr + rows, mask=row_mask, other=0.0)
         entropy = tl.load(entropy_ptr + rows, mask=row_mask, other=0.0)
-        dz -= g_ent[:, None] * tl.where(p > 0, p * (logp_log2 * LN2 + entropy[:, None]), 0.0)
-    dz = dz * inv_temperature
+        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)
+    if SCALE:
+        dz = dz * inv_temperature
     out_ptrs = dlogits_ptr + rows.to(tl.int64)[:, None] * stride_d + local[None, :]
     tl.store(out_ptrs, dz.to(dlogits_ptr.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
 

@@ -1,7 +1,118 @@
-"""Subcommands of this area are registered in ``register``; see polytrace/cli/__init__.py."""
+"""``polytrace estimate`` and ``polytrace validate``: RL step estimates and their check on real logs."""
 
 from __future__ import annotations
 
+from ._io import print_json
+
+
+def _pos_int(text: str) -> int:
+    import argparse
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
 
 def register(sub) -> None:
-    """Add this module's subcommands to the ``polytrace`` parser (filled in by its issue)."""
+    p = sub.add_parser("estimate", help="per-stage time of RL training steps (estimated, no GPU needed)",
+                       description="Estimate rollout, log-prob, reference, critic and update time per RL "
+                       "step for a workload profile, a model and a cluster (roofline at assumed "
+                       "efficiencies, measured kernel rates from results/<gpu>/ where present).")
+    p.add_argument("--model", required=True, help="model preset (e.g. qwen2.5-7b) or a HF config.json")
+    p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
+    p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
+    p.add_argument("--profile", default="dapo-math-32b", help="workload profile (default dapo-math-32b)")
+    p.add_argument("--steps", type=_pos_int, default=1, help="sampled steps to estimate (default 1)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
+    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp")
+    p.add_argument("--train-tp", type=_pos_int, default=1, help="Megatron tensor parallelism")
+    p.add_argument("--train-pp", type=_pos_int, default=1, help="Megatron pipeline parallelism")
+    p.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="ppo adds a critic")
+    p.add_argument("--no-ref", action="store_true", help="no reference model")
+    p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step (default: profile)")
+    p.add_argument("--micro-batch-tokens", type=_pos_int, default=16384, help="token budget per micro-batch per GPU")
+    p.add_argument("--max-prompt-len", type=_pos_int, default=None)
+    p.add_argument("--max-response-len", type=_pos_int, default=None)
+    p.add_argument("--mem-fraction", type=float, default=0.5, help="GPU memory share of the inference engine")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_estimate)
+
+    v = sub.add_parser("validate", help="check step estimates against a real verl log",
+                       description="Calibrate a handful of scalars on the first K steps of a verl log "
+                       "(console or wandb CSV) and predict every later step from its logged length "
+                       "statistics; report accuracy per stage and for the step, next to the naive "
+                       "predictor (the calibration steps' mean).")
+    v.add_argument("log", help="verl console log or wandb CSV export")
+    v.add_argument("--calibrate-steps", type=_pos_int, default=10, help="calibration steps (default 10)")
+    v.add_argument("--calibrate-on", default=None, help="calibrate on all steps of another log of the same hardware")
+    v.add_argument("--model", default=None, help="model, when the log does not name it")
+    v.add_argument("--gpu", default=None, help="GPU preset (logs do not state it; default a100-80g)")
+    v.add_argument("--gpus", type=_pos_int, default=None, help="GPU count, when the log does not state it")
+    v.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step, when not stated")
+    v.add_argument("--n", type=_pos_int, default=None, help="responses per prompt, when not stated")
+    v.add_argument("--max-prompt-len", type=_pos_int, default=None)
+    v.add_argument("--max-response-len", type=_pos_int, default=None)
+    v.add_argument("--rollout-tp", type=_pos_int, default=None)
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=_validate)
+
+
+def _estimate(args) -> int:
+    from ..compose import estimate
+
+    res = estimate(args.profile, args.model, args.gpu, args.gpus, steps=range(args.steps), seed=args.seed,
+                   rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp,
+                   train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
+                   micro_batch_tokens=args.micro_batch_tokens, max_prompt_len=args.max_prompt_len,
+                   max_response_len=args.max_response_len, mem_fraction=args.mem_fraction)
+    if args.json:
+        print_json(res)
+        return 0
+    from tabulate import tabulate
+
+    c = res["config"]
+    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']} | "
+          f"{c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']}")
+    print(f"source: {res['source']}")
+    stages = [s for s in res["summary"]["mean_stages_s"] if any(r["stages_s"][s] > 0 for r in res["rows"])]
+    table = [[r["step"], *(f"{r['stages_s'][s]:.1f}" for s in stages), f"{r['step_s']:.1f}",
+              f"{r['tokens_per_s_per_gpu']:.0f}", f"{100 * r['idle']['rollout_tail_share']:.1f}%",
+              f"{100 * r['idle']['rank_imbalance_share']:.1f}%"] for r in res["rows"]]
+    print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
+                                   "idle: tail", "idle: ranks"]))
+    return 0
+
+
+def _validate(args) -> int:
+    from ..validate import Overrides, validate
+
+    ov = Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
+                   max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
+                   rollout_tp=args.rollout_tp)
+    res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on, overrides=ov)
+    if args.json:
+        print_json(res)
+        return 0
+    from tabulate import tabulate
+
+    c = res["config"]
+    print(f"{res['log']} ({res['format']}): {res['steps']} steps, {res['predicted_steps']} predicted")
+    print(f"config: {c['model']}, {c['n_gpus']} GPUs ({c['gpu']}), {c['prompts_per_step']} prompts x {c['n']}, "
+          f"max {c['max_prompt_len']}+{c['max_response_len']}, {c['algorithm']}")
+    for note in res["notes"]:
+        print(f"note: {note}")
+    print(f"calibrated on {res['calibration']['source']}: " + ", ".join(
+        f"{k}={v:.3g}" for k, v in res["calibration"]["scalars"].items()))
+    rows = [[k, f"{a['accuracy']:.1f}%", f"{a['naive_accuracy']:.1f}%", f"{a['mean_actual_s']:.1f}",
+             f"{a['mean_predicted_s']:.1f}"] for k, a in res["accuracy"].items()]
+    print(tabulate(rows, headers=["stage", "accuracy", "naive", "mean actual s", "mean predicted s"]))
+    ex = res["excluded_s"]
+    print(f"step time excludes validation ({ex.get('testing', 0):.0f} s) and checkpoints "
+          f"({ex.get('save_checkpoint', 0):.0f} s); step-time spread {100 * res['step_time_variation']:.0f}%")
+    print("goals: " + ", ".join(f"{k} {'met' if ok else 'NOT met'}" for k, ok in res["goals"].items()))
+    return 0

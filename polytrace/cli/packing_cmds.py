@@ -1,7 +1,77 @@
-"""Subcommands of this area are registered in ``register``; see polytrace/cli/__init__.py."""
+"""``polytrace pack-compare``: our packing planner vs verl's on sampled batches."""
 
 from __future__ import annotations
 
+import argparse
+
+from ..errors import PolytraceError
+
+
+def _steps(text: str) -> list[int]:
+    """'0,1,2' or '0-4' or '3'."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            elif part:
+                out.append(int(part))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps: expected e.g. '0,1,2' or '0-4', got {text!r}") from None
+    if not out:
+        raise argparse.ArgumentTypeError(f"--steps: no steps in {text!r}")
+    return out
+
 
 def register(sub) -> None:
-    """Add this module's subcommands to the ``polytrace`` parser (filled in by its issue)."""
+    p = sub.add_parser("pack-compare", help="compare our sequence-packing planner with verl's on a profile",
+                       description="Plan sampled batches of PROFILE across data-parallel ranks and into "
+                                   "micro-batches with our planner and, when installed, verl's; print "
+                                   "imbalance, gap to the lower bound, micro-batches and planning time.")
+    p.add_argument("profile", metavar="PROFILE", help="built-in profile name (see `polytrace profiles`)")
+    p.add_argument("--steps", type=_steps, default=[0, 1, 2, 3, 4], help="steps to sample, e.g. 0-4 or 0,3")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ranks", type=int, default=8, help="data-parallel ranks (default 8)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="token budget per micro-batch (default: max prompt + max response of the profile)")
+    p.add_argument("--cost", choices=("attention", "tokens"), default="attention",
+                   help="cost model for balance (default attention: 24576*L + L^2, verl's)")
+    p.add_argument("--equal-size", action=argparse.BooleanOptionalAction, default=True,
+                   help="same number of sequences per rank, as verl's balance_batch (default on)")
+    p.add_argument("--no-peers", dest="peers", action="store_false", help="run our planner only")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..packcompare import compare
+    from ._io import print_json
+
+    if args.ranks < 1:
+        raise PolytraceError(f"--ranks must be >= 1, got {args.ranks}")
+    result = compare(args.profile, steps=args.steps, seed=args.seed, ranks=args.ranks,
+                     max_tokens=args.max_tokens, cost=args.cost, equal_size=args.equal_size, peers=args.peers)
+    if args.json:
+        print_json(result)
+        return 0
+    from tabulate import tabulate
+
+    print(f"{result['profile']}: {result['ranks']} ranks, max {result['max_tokens']} tokens per micro-batch, "
+          f"cost={result['cost']}, seed {result['seed']}; times: {result['measured_on']}")
+    table = []
+    for r in result["rows"]:
+        if r["skipped"]:
+            table.append([r["step"], r["method"], r["n_sequences"], "skipped: " + r["skipped"][:70]] + [""] * 5)
+            continue
+        table.append([r["step"], r["method"], r["n_sequences"], f"{r['imbalance']:.6f}", f"{100 * r['gap']:.4f}%",
+                      r["n_microbatches"], f"{r['lockstep_imbalance']:.4f}", r["over_budget"],
+                      f"{r['plan_ms']:.1f}"])
+    print(tabulate(table, headers=["step", "planner", "seqs", "imbalance", "gap to LB", "micro-batches",
+                                   "lock-step", "over budget", "plan ms"]))
+    cmp_ = result["summary"].get("ours_vs_verl")
+    if cmp_:
+        print(f"ours vs verl on {cmp_['batches']} batches: never worse = {cmp_['never_worse']}, "
+              f"better on average = {cmp_['better_on_average']}")
+    return 0

@@ -33,6 +33,7 @@ def register(sub) -> None:
 
     p = rsub.add_parser("show", help="table of one result file: time, TFLOP/s, GB/s, %% of peak per provider")
     p.add_argument("file", help="result JSON (or a folder of them, merged)")
+    p.add_argument("--brief", action="store_true", help="one row per kernel, mode and provider (trace-weighted)")
     p.add_argument("--json", action="store_true", help="print JSON rows")
     p.set_defaults(func=_show)
 
@@ -101,13 +102,16 @@ def _ls(args) -> int:
 
 def _show(args) -> int:
     from ..results import format_show, load_result, show_rows
+    from ..results.store import brief_rows, format_brief
 
     result = load_result(args.file)
     if args.json:
         from ._io import print_json
 
         print_json({"path": result.path, "gpu_name": result.gpu_name, "measured_on": result.measured_on,
-                    "commit": result.commit, "rows": show_rows(result)})
+                    "commit": result.commit, "rows": brief_rows(result) if args.brief else show_rows(result)})
+    elif args.brief:
+        print(format_brief(result))
     else:
         print(format_show(result))
     return 0

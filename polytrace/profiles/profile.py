@@ -325,12 +325,16 @@ def _sample_tooluse(profile: Profile, rng: np.random.Generator, prompts: int, sc
         if rows.size == 0:
             continue
         cdf, mu, chol = c["models"][int(k)]
-        comp = np.minimum(np.searchsorted(cdf, rng.random(rows.size), side="right"), len(cdf) - 1)
-        noise = rng.standard_normal((rows.size, 2 * k))
-        x = np.empty_like(noise)
-        for j in range(len(cdf)):
-            sel = comp == j
-            x[sel] = mu[j] + noise[sel] @ chol[j].T
+        # Sessions with k calls are exchangeable: draw how many take each mixture component,
+        # shuffle the sessions and hand out components in blocks (no per-row gathers).
+        sizes = rng.multinomial(rows.size, np.diff(cdf, prepend=0.0))
+        rows = rng.permutation(rows)
+        x = np.empty((rows.size, 2 * k))
+        at = 0
+        for j, nj in enumerate(sizes):
+            if nj:
+                x[at:at + nj] = rng.standard_normal((nj, 2 * k)) @ chol[j].T + mu[j]
+                at += nj
         pos = (starts[rows][:, None] + np.arange(k)).ravel()
         if c["feature_order"] == "interleaved":  # input_1, output_1, input_2, output_2, ...
             inputs[pos], outputs[pos] = x[:, 0::2].ravel(), x[:, 1::2].ravel()

@@ -86,7 +86,7 @@ def plot_throughput(result: ResultFile, out_dir: str | Path) -> list[Path]:
         ax.legend(fontsize=7)
         fig.tight_layout()
         path = out / safe_name(f"{family}_{kernel}_{mode}_{result.gpu_slug}_throughput.png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written
@@ -113,7 +113,7 @@ def plot_gate(report: GateReport, out_dir: str | Path, name: str = "gate_ratios.
                  f"{report.baseline['commit']} -> {report.candidate['commit']}", fontsize=9)
     fig.tight_layout()
     path = out / safe_name(name)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

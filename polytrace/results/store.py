@@ -185,3 +185,46 @@ def format_show(result: ResultFile) -> str:
     table = tabulate(rows, headers=["kernel", "mode", "shape", "weight", "provider", "median", "rounds",
                                     "TFLOP/s", "GB/s", "% of peak", "vs best"], disable_numparse=True)
     return "\n".join(head) + "\n\n" + table
+
+
+def brief_rows(result: ResultFile) -> list[dict]:
+    """One row per (family/kernel/mode, provider): how many shapes, the trace-weighted geometric
+    mean of time relative to the fastest provider of each shape (1.00 = fastest everywhere), and
+    the weighted mean and the best % of peak."""
+    import math
+
+    rows = show_rows(result)
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((f"{r['family']}/{r['kernel']}" if r["family"] else r["id"], r["mode"], r["provider"]),
+                          []).append(r)
+    out = []
+    for (kernel, mode, provider), rs in sorted(groups.items()):
+        w = [r["weight"] if r["weight"] else 0.0 for r in rs]
+        if sum(w) <= 0:
+            w = [1.0] * len(rs)
+        timed = [(wi, r) for wi, r in zip(w, rs) if r["vs_best"]]
+        tw = sum(wi for wi, _ in timed)
+        vs_best = math.exp(sum(wi * math.log(r["vs_best"]) for wi, r in timed) / tw) if tw > 0 else None
+        peaks = [(wi, r["pct_peak"]) for wi, r in zip(w, rs) if r["pct_peak"] is not None]
+        pw = sum(wi for wi, _ in peaks)
+        out.append({"kernel": kernel, "mode": mode, "provider": provider, "n": len(rs), "vs_best": vs_best,
+                    "pct_peak_mean": sum(wi * p for wi, p in peaks) / pw if pw > 0 else None,
+                    "pct_peak_max": max((p for _, p in peaks), default=None), "roofline": rs[0]["roofline"]})
+    return out
+
+
+def format_brief(result: ResultFile) -> str:
+    from tabulate import tabulate
+
+    cpu = result.measured_on == CPU_MEASURED_ON
+    head = f"{Path(result.path).name}: {len(result.benchmarks)} benchmarks on {result.gpu_name} ({result.measured_on})"
+    if cpu:
+        head += " - CPU interpreter: not performance"
+    rows = [[r["kernel"], r["mode"], r["provider"], r["n"], _fmt(r["vs_best"], ".2f") + "x",
+             "-" if cpu or r["pct_peak_mean"] is None else f"{r['pct_peak_mean']:.1f}% {r['roofline']}",
+             "-" if cpu or r["pct_peak_max"] is None else f"{r['pct_peak_max']:.1f}%"]
+            for r in brief_rows(result)]
+    table = tabulate(rows, headers=["kernel", "mode", "provider", "shapes", "time vs best (weighted)",
+                                    "% of peak (weighted)", "best"], disable_numparse=True)
+    return head + "\n" + table

@@ -1,0 +1,50 @@
+"""Pieces of ``polytrace report`` owned by the composition layer: the per-step stage estimates of a
+profile and a plot of their breakdown."""
+
+from __future__ import annotations
+
+from .estimate import estimate
+from .stages import STAGES
+
+_COLORS = {"gen": "#4c72b0", "old_log_prob": "#55a868", "ref": "#8172b2", "values": "#ccb974",
+           "update_critic": "#64b5cd", "update_actor": "#c44e52", "other": "#999999"}
+
+
+def report_section(profile_name, model, gpu, gpus: int, steps=range(0, 10), seed: int = 0, **kw) -> dict:
+    """Per-step stage estimates (``rows``: one dict per step with ``step``, each stage's seconds,
+    ``step_s``, ``tokens_per_s_per_gpu`` and idle shares) and the ``summary`` of ``estimate``."""
+    res = estimate(profile_name, model, gpu, gpus, steps=steps, seed=seed, **kw)
+    rows = []
+    for r in res["rows"]:
+        row = {"step": r["step"], **{s: r["stages_s"][s] for s in STAGES}, "step_s": r["step_s"],
+               "tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"],
+               "rollout_tail_share": r["idle"]["rollout_tail_share"],
+               "rank_imbalance_share": r["idle"]["rank_imbalance_share"]}
+        rows.append(row)
+    return {"profile": res["profile"], "config": res["config"], "source": res["source"], "rows": rows,
+            "summary": res["summary"]}
+
+
+def plot_stage_breakdown(rows: list[dict], path, title: str = "") -> str:
+    """A stacked bar per step of the stage seconds in ``rows`` (from ``report_section``), as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = [s for s in STAGES if any(r.get(s, 0) > 0 for r in rows)]
+    xs = [r["step"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(rows)
+    for s in stages:
+        vals = [r.get(s, 0.0) for r in rows]
+        ax.bar(xs, vals, bottom=bottom, label=s, color=_COLORS.get(s))
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xlabel("step")
+    ax.set_ylabel("seconds (estimated)")
+    ax.set_title(title or "Estimated RL step time by stage")
+    ax.legend(fontsize=8, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)

@@ -1,0 +1,507 @@
+"""Attention over packed variable-length sequences and split-KV decode, on PolyTrace shapes.
+
+Shapes: micro-batches of sampled steps of four built-in profiles (dapo-math-32b: long tail to
+32k; deepcoder-14b: many responses near the 16k cap; video-vl-7b: bimodal prompts; search-r1-7b:
+multi-turn), planned as a trainer packs them (``suites.shapes.microbatches``), with the attention
+heads of Qwen2.5-7B (28 q / 4 kv, D 128) and Qwen2.5-32B (40 / 8, D 128); decode KV lengths from a
+rollout snapshot (``suites.shapes.decode_snapshot``), where the long tail is still generating.
+
+Providers, side by side in one run:
+
+- ``ours``: kernels.attention, longest-first work list (the default).
+- ``ours-naive-order``: the same kernel, tiles in sequence order with heads outermost (the launch
+  order of a conventional (blocks, batch, heads) grid): the skew-aware scheduling's effect alone.
+- ``torch-varlen``: ``torch.nn.attention.varlen.varlen_attn`` (flash-attention 2 inside; torch >= 2.10, CUDA).
+- ``flash-attn``: ``flash_attn_varlen_func`` / ``flash_attn_with_kvcache`` when installed.
+- ``flex``: FlexAttention with a document mask (compiled). Block-mask creation is timed apart and
+  reported as ``block_mask_s``; ``flex+mask`` times mask creation plus attention as one total.
+- ``sdpa-padded``: ``scaled_dot_product_attention`` on right-padded [B, H, Lmax, D]: the cost of not
+  packing (pad/unpad copies not timed).
+- decode also has ``ours-1split`` (no split-KV) to show what splitting buys on skewed lengths.
+
+Our work list is built once per cu_seqlens tensor and reused by every layer (and the backward),
+like the peers' host-side max_seqlen; its build time is reported as ``plan_build_s``.
+
+On CPU (Triton interpreter) the suite runs one tiny, clearly labelled batch per mode
+(``measured_on: cpu-interpreter``): a smoke test of the code paths, never a performance figure.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from kernels.attention import spec
+from suites import harness
+from suites.harness import Case, Provider, module_available, needs_cuda, on_gpu
+
+FAMILY = "attention"
+PROFILES = ("dapo-math-32b", "deepcoder-14b", "video-vl-7b", "search-r1-7b")
+# (q heads, kv heads, head dim) per model: Qwen2.5-7B and Qwen2.5-32B config.json (no tensor parallel)
+HEAD_CONFIGS = {"qwen2.5-7b": (28, 4, 128), "qwen2.5-32b": (40, 8, 128)}
+CPU_HEADS = {"cpu-tiny": (2, 1, 64)}
+GPU_MAX_TOKENS = 16384  # verl's ppo_max_token_len_per_gpu default; raised to the longest sequence
+GPU_BATCHES_PER_PROFILE = 2  # representative micro-batches (strata by sum of squared lengths)
+CPU_MAX_TOKENS = 128  # interpreter: ~1 s per forward at 2 heads, D 64
+DECODE_PROGRESS = (0.25, 0.75)  # points of the rollout (fraction of the longest response's iterations)
+GPU_DECODE_BATCH = 256  # active sequences per GPU (vLLM's default max_num_seqs)
+PADDED_LIMIT_BYTES = 8 << 30  # skip padded SDPA when one padded tensor would exceed this
+
+
+# ---------------------------------------------------------------------------------------- shapes
+
+
+@dataclass
+class VarlenShape:
+    label: str
+    profile: str
+    model: str
+    seqlens: list[int]
+    weight: float
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    seed: int = 0
+    step: int = 0
+
+    @property
+    def id(self) -> str:
+        return f"{self.label}-{self.model}"
+
+    def shape(self) -> dict:
+        lens = self.seqlens
+        return {"profile": self.profile, "model": self.model, "B": len(lens), "T": int(sum(lens)),
+                "max_len": int(max(lens)), "Hq": self.heads_q, "Hkv": self.heads_kv, "D": self.head_dim,
+                "mb": self.label.split("/")[-1]}
+
+
+@functools.cache
+def varlen_shapes() -> tuple[VarlenShape, ...]:
+    from suites import shapes
+
+    out = []
+    if on_gpu():
+        for profile in PROFILES:
+            for mb in shapes.microbatches(profile, max_tokens=GPU_MAX_TOKENS, max_batches=GPU_BATCHES_PER_PROFILE):
+                for model, (hq, hkv, d) in HEAD_CONFIGS.items():
+                    out.append(VarlenShape(mb.label, profile, model, [int(x) for x in mb.seqlens], mb.weight,
+                                           hq, hkv, d, mb.seed, mb.step))
+    else:
+        profile = PROFILES[0]
+        mbs = shapes.microbatches(profile, max_tokens=GPU_MAX_TOKENS, max_batches=1)
+        lens = shapes.cpu_scale(mbs[0].seqlens, CPU_MAX_TOKENS)
+        for model, (hq, hkv, d) in CPU_HEADS.items():
+            out.append(VarlenShape(mbs[0].label + "-cpu", profile, model, [int(x) for x in lens], mbs[0].weight,
+                                   hq, hkv, d, mbs[0].seed, mbs[0].step))
+    return tuple(out)
+
+
+@dataclass
+class DecodeShape:
+    label: str
+    profile: str
+    model: str
+    kv_lens: list[int]
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    progress: float
+
+    @property
+    def id(self) -> str:
+        return f"{self.label}-{self.model}"
+
+    def shape(self) -> dict:
+        lens = self.kv_lens
+        return {"profile": self.profile, "model": self.model, "B": len(lens), "kv_total": int(sum(lens)),
+                "kv_max": int(max(lens)), "kv_mean": round(float(np.mean(lens)), 1), "Hq": self.heads_q,
+                "Hkv": self.heads_kv, "D": self.head_dim, "progress": self.progress}
+
+
+@functools.cache
+def decode_shapes() -> tuple[DecodeShape, ...]:
+    from suites import shapes
+
+    out = []
+    if on_gpu():
+        for profile in PROFILES:
+            for progress in DECODE_PROGRESS:
+                lens = shapes.decode_snapshot(profile, batch_size=GPU_DECODE_BATCH, progress=progress)
+                if lens.size == 0:
+                    continue
+                for model, (hq, hkv, d) in HEAD_CONFIGS.items():
+                    out.append(DecodeShape(f"{profile}/p{progress}", profile, model, [int(x) for x in lens],
+                                           hq, hkv, d, progress))
+    else:
+        profile = PROFILES[0]
+        lens = shapes.decode_snapshot(profile, progress=DECODE_PROGRESS[0])
+        lens = shapes.cpu_scale(lens, 160, max_seqs=6)
+        for model, (hq, hkv, d) in CPU_HEADS.items():
+            out.append(DecodeShape(f"{profile}/p{DECODE_PROGRESS[0]}-cpu", profile, model, [int(x) for x in lens],
+                                   hq, hkv, d, DECODE_PROGRESS[0]))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------------- providers
+
+
+def _torch_varlen_available() -> str | None:
+    reason = needs_cuda()
+    if reason:
+        return reason
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return "torch.nn.attention.varlen is not in this torch (needs >= 2.10)"
+    return None
+
+
+def _flex_available() -> str | None:
+    reason = needs_cuda()
+    if reason:
+        return reason
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+    except ImportError:
+        return "torch.nn.attention.flex_attention is not in this torch"
+    return None
+
+
+def _flash_attn_available() -> str | None:
+    return needs_cuda() or module_available("flash_attn")
+
+
+VARLEN_PROVIDERS = [
+    Provider("ours", kind="ours"),
+    Provider("ours-naive-order", kind="ours"),
+    Provider("torch-varlen", available=_torch_varlen_available),
+    Provider("flash-attn", available=_flash_attn_available),
+    Provider("flex", available=_flex_available, kind="baseline"),
+    Provider("flex+mask", available=_flex_available, kind="baseline"),
+    Provider("sdpa-padded", kind="baseline"),
+]
+BWD_PROVIDERS = [p for p in VARLEN_PROVIDERS if p.name != "flex+mask"]
+DECODE_PROVIDERS = [
+    Provider("ours", kind="ours"),
+    Provider("ours-1split", kind="ours"),
+    Provider("torch-varlen", available=_torch_varlen_available),
+    Provider("flash-attn", available=_flash_attn_available),
+    Provider("sdpa-padded", kind="baseline"),
+]
+
+
+@dataclass
+class Prepared:
+    """A provider bound to one shape: ``run()`` returns the attention output, computed from the
+    leaf tensors ``inputs`` (what the backward differentiates)."""
+
+    run: object
+    inputs: tuple
+    extra: dict = field(default_factory=dict)
+
+
+def _dtype():
+    import torch
+
+    return torch.bfloat16 if on_gpu() else torch.float16  # bf16 tl.dot is wrong in the interpreter
+
+
+def _packed_inputs(s: VarlenShape, requires_grad: bool):
+    import torch
+
+    dev = harness.device()
+    gen = torch.Generator().manual_seed(0)
+    total = sum(s.seqlens)
+    q = torch.randn(total, s.heads_q, s.head_dim, generator=gen).to(dev, _dtype()).requires_grad_(requires_grad)
+    k = torch.randn(total, s.heads_kv, s.head_dim, generator=gen).to(dev, _dtype()).requires_grad_(requires_grad)
+    v = torch.randn(total, s.heads_kv, s.head_dim, generator=gen).to(dev, _dtype()).requires_grad_(requires_grad)
+    cu = torch.zeros(len(s.seqlens) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(torch.tensor(s.seqlens), 0)
+    return q, k, v, cu.to(dev)
+
+
+def _timed_once(fn) -> float:
+    harness.sync()
+    t0 = time.perf_counter()
+    fn()
+    harness.sync()
+    return time.perf_counter() - t0
+
+
+def _prepare_ours(s: VarlenShape, schedule: str, requires_grad: bool) -> Prepared:
+    from kernels.attention import api
+
+    q, k, v, cu = _packed_inputs(s, requires_grad)
+    mx = max(s.seqlens)
+    block_m = api.default_fwd_config(s.head_dim, q.dtype)["BLOCK_M"]
+    build = functools.partial(api.varlen_plan, cu, cu, q.shape[0], k.shape[0], block_m=block_m, causal=True,
+                              schedule=schedule, max_seqlen_q=mx)
+    build()  # first call out of the measurement
+    plan_s = _timed_once(build)
+    run = lambda: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, schedule=schedule)
+    return Prepared(run, (q, k, v), {"schedule": schedule, "plan_build_s": plan_s})
+
+
+def _prepare_torch_varlen(s: VarlenShape, requires_grad: bool) -> Prepared:
+    from torch.nn.attention.varlen import varlen_attn
+
+    q, k, v, cu = _packed_inputs(s, requires_grad)
+    mx = max(s.seqlens)
+    params = inspect.signature(varlen_attn).parameters
+    kw = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}  # 2.10 vs >= 2.11
+    if "enable_gqa" in params and s.heads_q != s.heads_kv:
+        kw["enable_gqa"] = True
+    extra = {"kv_expanded": False}
+    try:
+        varlen_attn(q, k, v, cu, cu, mx, mx, **kw)
+        kk, vv = k, v
+    except RuntimeError:  # a torch without GQA in varlen_attn: repeat K/V (more bytes; recorded)
+        group = s.heads_q // s.heads_kv
+        kk = k.detach().repeat_interleave(group, 1).requires_grad_(requires_grad)
+        vv = v.detach().repeat_interleave(group, 1).requires_grad_(requires_grad)
+        extra["kv_expanded"] = True
+    return Prepared(lambda: varlen_attn(q, kk, vv, cu, cu, mx, mx, **kw), (q, kk, vv), extra)
+
+
+def _prepare_flash_attn(s: VarlenShape, requires_grad: bool) -> Prepared:
+    from flash_attn import flash_attn_varlen_func
+
+    q, k, v, cu = _packed_inputs(s, requires_grad)
+    mx = max(s.seqlens)
+    return Prepared(lambda: flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True), (q, k, v))
+
+
+@functools.cache
+def _compiled_flex():
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention)
+
+
+def _prepare_flex(s: VarlenShape, requires_grad: bool, include_mask: bool) -> Prepared:
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    q, k, v, cu = _packed_inputs(s, requires_grad)
+    dev = q.device
+    total = q.shape[0]
+    doc = torch.repeat_interleave(torch.arange(len(s.seqlens), device=dev),
+                                  torch.tensor(s.seqlens, device=dev))
+
+    def document_causal(b, h, q_idx, kv_idx):
+        return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+
+    make_mask = lambda: create_block_mask(document_causal, None, None, total, total, device=dev)
+    block_mask = make_mask()
+    mask_s = _timed_once(make_mask)
+    flex = _compiled_flex()
+    qf, kf, vf = (t.transpose(0, 1)[None] for t in (q, k, v))  # [1, H, T, D] views of the leaves
+    gqa = s.heads_q != s.heads_kv
+    if include_mask:
+        run = lambda: flex(qf, kf, vf, block_mask=make_mask(), enable_gqa=gqa)
+    else:
+        run = lambda: flex(qf, kf, vf, block_mask=block_mask, enable_gqa=gqa)
+    return Prepared(run, (q, k, v), {"block_mask_s": mask_s, "mask_in_timing": include_mask})
+
+
+def _padded_bytes(s: VarlenShape) -> int:
+    return len(s.seqlens) * max(s.seqlens) * s.heads_q * s.head_dim * 2
+
+
+def _prepare_sdpa_padded(s: VarlenShape, requires_grad: bool) -> Prepared:
+    import torch.nn.functional as F
+
+    if _padded_bytes(s) > PADDED_LIMIT_BYTES:
+        pytest.skip(f"sdpa-padded: one padded tensor would need {_padded_bytes(s) / 2**30:.1f} GiB")
+    q, k, v, _ = _packed_inputs(s, False)
+    b, lmax = len(s.seqlens), max(s.seqlens)
+    group = s.heads_q // s.heads_kv
+
+    def pad(t, heads):
+        out = t.new_zeros(b, lmax, heads, s.head_dim)
+        start = 0
+        for i, n in enumerate(s.seqlens):
+            out[i, :n] = t[start:start + n]
+            start += n
+        return out.transpose(1, 2).contiguous()  # [B, H, Lmax, D]
+
+    qp = pad(q, s.heads_q).requires_grad_(requires_grad)
+    # K/V repeated per query head outside the timing: SDPA's fused backends need equal heads
+    kp = pad(k.repeat_interleave(group, 1), s.heads_q).requires_grad_(requires_grad)
+    vp = pad(v.repeat_interleave(group, 1), s.heads_q).requires_grad_(requires_grad)
+    # right padding + causal: valid rows never see padded keys, so no extra mask is needed
+    return Prepared(lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True), (qp, kp, vp),
+                    {"padded_tokens": b * lmax, "kv_expanded": True})
+
+
+def prepare_varlen(provider: str, s: VarlenShape, requires_grad: bool) -> Prepared:
+    if provider == "ours":
+        return _prepare_ours(s, "longest_first", requires_grad)
+    if provider == "ours-naive-order":
+        return _prepare_ours(s, "naive", requires_grad)
+    if provider == "torch-varlen":
+        return _prepare_torch_varlen(s, requires_grad)
+    if provider == "flash-attn":
+        return _prepare_flash_attn(s, requires_grad)
+    if provider == "flex":
+        return _prepare_flex(s, requires_grad, include_mask=False)
+    if provider == "flex+mask":
+        return _prepare_flex(s, requires_grad, include_mask=True)
+    if provider == "sdpa-padded":
+        return _prepare_sdpa_padded(s, requires_grad)
+    raise AssertionError(f"unregistered provider {provider}")
+
+
+def _case(s: VarlenShape, provider: str, mode: str, extra: dict) -> Case:
+    dtype = "bf16" if on_gpu() else "fp16"
+    lens = s.seqlens
+    flops = spec.varlen_attention_flops(lens, s.heads_q, s.head_dim, causal=True, mode=mode)
+    nbytes = spec.varlen_attention_bytes(sum(lens), sum(lens), s.heads_q, s.heads_kv, s.head_dim, dtype=dtype,
+                                         mode=mode)
+    info = dict(extra)
+    info.update({"dtype": dtype, "skew_max_over_mean": round(max(lens) / (sum(lens) / len(lens)), 2),
+                 "sum_sq_tokens": int(sum(x * x for x in lens))})
+    return Case(FAMILY, "varlen_attention", provider, mode, s.shape(), flops=flops, bytes_moved=nbytes,
+                roofline="bf16", profile=s.profile, seed=s.seed, step=s.step, weight=s.weight, extra=info)
+
+
+# ----------------------------------------------------------------------------------------- tests
+
+
+def _varlen_params(providers):
+    return [pytest.param(p, s, id=f"{p.name}-{s.id}") for s in varlen_shapes() for p in providers]
+
+
+@pytest.mark.parametrize("provider,shape", _varlen_params(VARLEN_PROVIDERS))
+def test_varlen_fwd(benchmark, provider, shape):
+    harness.skip_unavailable(provider)
+    import torch
+
+    prepared = prepare_varlen(provider.name, shape, requires_grad=False)
+    with torch.no_grad():
+        out = harness.run(benchmark, prepared.run, _case(shape, provider.name, "fwd", prepared.extra))
+    assert torch.isfinite(out.float()).all()
+    _record_totals(benchmark, prepared.extra)
+
+
+@pytest.mark.parametrize("provider,shape", _varlen_params(BWD_PROVIDERS))
+def test_varlen_bwd(benchmark, provider, shape):
+    """Backward only: the forward runs once outside the timing; each round computes dq, dk, dv."""
+    harness.skip_unavailable(provider)
+    import torch
+
+    prepared = prepare_varlen(provider.name, shape, requires_grad=True)
+    out = prepared.run()
+    dout = torch.randn_like(out)
+    grads = lambda: torch.autograd.grad(out, prepared.inputs, dout, retain_graph=True)
+    result = harness.run(benchmark, grads, _case(shape, provider.name, "bwd", prepared.extra))
+    assert all(torch.isfinite(g.float()).all() for g in result)
+
+
+def _record_totals(benchmark, extra: dict) -> None:
+    """Totals with the per-batch setup (plan or block mask) added, beside the per-call median."""
+    median = benchmark.extra_info.get("median_s")
+    if not median:
+        return
+    for key in ("plan_build_s", "block_mask_s"):
+        if key in extra and not extra.get("mask_in_timing"):
+            benchmark.extra_info[f"total_with_{key[:-2]}_s"] = median + extra[key]
+
+
+# ---------------------------------------------------------------------------------------- decode
+
+
+def _decode_inputs(s: DecodeShape):
+    import torch
+
+    dev = harness.device()
+    gen = torch.Generator().manual_seed(0)
+    b, lmax = len(s.kv_lens), max(s.kv_lens)
+    q = torch.randn(b, s.heads_q, s.head_dim, generator=gen).to(dev, _dtype())
+    # the cache is filled on the device: a host randn of tens of GB would dominate the suite
+    kc = torch.empty(b, lmax, s.heads_kv, s.head_dim, device=dev, dtype=_dtype()).normal_()
+    vc = torch.empty_like(kc).normal_()
+    sl = torch.tensor(s.kv_lens, dtype=torch.int32, device=dev)
+    return q, kc, vc, sl
+
+
+def prepare_decode(provider: str, s: DecodeShape):
+    import torch
+
+    from kernels.attention import decode_attention
+
+    cache_bytes = 2 * len(s.kv_lens) * max(s.kv_lens) * s.heads_kv * s.head_dim * 2
+    if cache_bytes > 48 << 30:
+        pytest.skip(f"contiguous cache would need {cache_bytes / 2**30:.1f} GiB")
+    q, kc, vc, sl = _decode_inputs(s)
+    b, lmax = len(s.kv_lens), max(s.kv_lens)
+    if provider == "ours":
+        return lambda: decode_attention(q, kc, vc, sl), {}
+    if provider == "ours-1split":
+        return lambda: decode_attention(q, kc, vc, sl, num_splits=1), {"num_splits": 1}
+    if provider == "flash-attn":
+        from flash_attn import flash_attn_with_kvcache
+
+        q4 = q[:, None]
+        return lambda: flash_attn_with_kvcache(q4, kc, vc, cache_seqlens=sl), {}
+    if provider == "torch-varlen":
+        from torch.nn.attention.varlen import varlen_attn
+
+        # packed K/V of exactly the cached tokens (built outside the timing)
+        kp = torch.cat([kc[i, :n] for i, n in enumerate(s.kv_lens)])
+        vp = torch.cat([vc[i, :n] for i, n in enumerate(s.kv_lens)])
+        cu_k = torch.zeros(b + 1, dtype=torch.int32, device=q.device)
+        cu_k[1:] = torch.cumsum(sl, 0)
+        cu_q = torch.arange(b + 1, dtype=torch.int32, device=q.device)
+        params = inspect.signature(varlen_attn).parameters
+        kw = {"enable_gqa": True} if "enable_gqa" in params and s.heads_q != s.heads_kv else {}
+        return lambda: varlen_attn(q, kp, vp, cu_q, cu_k, 1, lmax, **kw), {"kv_layout": "packed"}
+    if provider == "sdpa-padded":
+        import torch.nn.functional as F
+
+        mask = (torch.arange(lmax, device=q.device)[None, :] < sl[:, None])[:, None, None, :]
+        qs = q[:, :, None]  # [B, Hq, 1, D]
+        ks, vs = kc.transpose(1, 2), vc.transpose(1, 2)  # [B, Hkv, Lmax, D] views
+        group = s.heads_q // s.heads_kv
+        try:
+            F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=group > 1)
+            return lambda: F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=group > 1), {}
+        except TypeError:  # torch < 2.5: no enable_gqa
+            ke, ve = ks.repeat_interleave(group, 1), vs.repeat_interleave(group, 1)
+            return lambda: F.scaled_dot_product_attention(qs, ke, ve, attn_mask=mask), {"kv_expanded": True}
+    raise AssertionError(f"unregistered provider {provider}")
+
+
+@pytest.mark.parametrize("provider,shape",
+                         [pytest.param(p, s, id=f"{p.name}-{s.id}") for s in decode_shapes() for p in DECODE_PROVIDERS])
+def test_decode(benchmark, provider, shape):
+    harness.skip_unavailable(provider)
+    import torch
+
+    fn, extra = prepare_decode(provider.name, shape)
+    dtype = "bf16" if on_gpu() else "fp16"
+    lens = shape.kv_lens
+    info = dict(extra)
+    info.update({"dtype": dtype, "skew_max_over_mean": round(max(lens) / max(float(np.mean(lens)), 1.0), 2)})
+    case = Case(FAMILY, "decode_attention", provider.name, "decode", shape.shape(),
+                flops=spec.decode_attention_flops(lens, shape.heads_q, shape.head_dim),
+                bytes_moved=spec.decode_attention_bytes(lens, shape.heads_q, shape.heads_kv, shape.head_dim,
+                                                        dtype=dtype),
+                roofline="hbm", profile=shape.profile, seed=0, step=0,
+                weight=1.0 / max(len(decode_shapes()), 1), extra=info)
+    out = harness.run(benchmark, fn, case)
+    assert torch.isfinite(out.float()).all()
+
+
+def test_flops_convention():
+    """The FLOPs the suite divides by: 4 * D * Hq * sum(L^2) / 2 for causal (not timed)."""
+    assert spec.varlen_attention_flops([3, 4], 2, 8, causal=True) == 4 * 8 * 2 * (9 + 16) / 2
+    assert math.isclose(spec.varlen_attention_flops([10], 1, 16, mode="bwd"),
+                        2.5 * spec.varlen_attention_flops([10], 1, 16))

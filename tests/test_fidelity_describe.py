@@ -1,0 +1,87 @@
+"""Fidelity of the built-in profiles against their own traces, and the describe statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polytrace import load_trace
+from polytrace.describe import describe, describe_batch, rollout_tail_share
+from polytrace.fidelity import GOAL_KS, GOAL_P99_REL_ERR, compare, fidelity, group_max_mean_ratio
+from polytrace.profiles import get_profile
+from polytrace.trace.batch import Batch
+
+OWN_TRACES = {
+    "dapo-math-32b": ("verl/profile/packed_length_log/20260610_092349", 32768),
+    "deepcoder-14b": ("rllm/profile/packed_length_log", None),
+    "video-vl-7b": ("verl-video/profile/packed_length_log", None),
+    "search-r1-7b": ("search_r1/profile/multiturn_workload_log", None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OWN_TRACES))
+def test_profile_meets_fidelity_goals_on_its_trace(polytrace_data, name):
+    folder, cap = OWN_TRACES[name]
+    trace = load_trace(polytrace_data / folder, max_response_len=cap)
+    result = fidelity(get_profile(name), trace, replicas=4)
+    pooled = result["pooled"]
+    assert pooled["ks"] <= GOAL_KS, pooled
+    assert pooled["p99_rel_err"] <= GOAL_P99_REL_ERR, pooled
+    assert abs(pooled["cap_share_sampled"] - pooled["cap_share_real"]) <= 0.05
+    assert pooled["group_ratio_median_rel_err"] <= 0.15
+    assert len(result["per_step"]) == len(trace.steps)
+
+
+def _batch(resp, groups, prompt=10, cap=100):
+    resp = np.asarray(resp, dtype=np.int64)
+    return Batch(prompt_lens=np.full(resp.size, prompt, dtype=np.int64), response_lens=resp,
+                 group_ids=np.asarray(groups, dtype=np.int64), capped=resp >= cap, max_response_len=cap)
+
+
+def test_fidelity_detects_a_wrong_profile(polytrace_data):
+    """A profile of another workload must fail the goals: the test can fail."""
+    trace = load_trace(polytrace_data / "rllm/profile/packed_length_log")
+    pooled = fidelity(get_profile("dapo-math-32b"), trace, replicas=2)["pooled"]
+    assert pooled["ks"] > 0.5 and not pooled["meets_goals"]
+
+
+def test_compare_identical_is_zero():
+    b = _batch([1, 5, 9, 20, 40, 100], [0, 0, 1, 1, 2, 2])
+    out = compare([b], [[b]])
+    assert out["ks"] == 0 and out["wasserstein"] == 0 and out["p99_rel_err"] == 0
+    assert out["cap_share_real"] == out["cap_share_sampled"] == pytest.approx(1 / 6)
+
+
+def test_group_ratio():
+    b = _batch([10, 30, 5, 5], [0, 0, 1, 1])
+    assert group_max_mean_ratio(b).tolist() == [1.5, 1.0]
+
+
+def test_rollout_tail_share():
+    # 10 sequences: fewer than 10% (< 1) active never happens while decoding. 20 sequences,
+    # 18 of length 10 and 2 of 100: from iteration 10 on 2 of 20 are active, not fewer than 10%.
+    # 19 of length 10 and 1 of 100: 1 of 20 active for iterations 10-99, 90% of them.
+    assert rollout_tail_share(np.r_[np.full(9, 10), 100]) == 0.0
+    assert rollout_tail_share(np.r_[np.full(18, 10), 100, 100]) == 0.0
+    assert rollout_tail_share(np.r_[np.full(19, 10), 100]) == pytest.approx(0.9)
+    assert rollout_tail_share(np.full(5, 7)) == 0.0
+
+
+def test_describe_batch_known_values():
+    b = _batch([10] * 19 + [70], np.repeat(np.arange(5), 4), prompt=10)
+    d = describe_batch(b)
+    assert d["tokens"] == 460 and d["response_tokens"] == 260 and d["groups"] == 5
+    assert d["max_over_mean"] == pytest.approx(70 / 13)
+    assert d["top10pct_token_share"] == pytest.approx(80 / 260)
+    assert d["padding_waste"] == pytest.approx(1 - 460 / (20 * 80))
+    assert d["rollout_tail_share"] == pytest.approx(60 / 70)
+
+
+def test_describe_profile_and_trace(polytrace_data):
+    d = describe(get_profile("search-r1-7b"), steps=[0, 1])
+    assert d["steps"] == [0, 1] and d["summary"]["sequences"] == 2048
+    assert 2.0 < d["summary"]["turns_per_trajectory"] < 3.5
+    t = describe(load_trace(polytrace_data / "verl/profile/packed_length_log/20260610_092349"))
+    assert len(t["per_step"]) == 6 and t["summary"]["sequences"] == 768
+    # the long tail the project is about: the recorded DAPO steps are dominated by the tail
+    assert t["summary"]["rollout_tail_share"] > 0.6

@@ -1,0 +1,69 @@
+"""Model presets and the HF config reader."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from polytrace.errors import PolytraceError
+from polytrace.models import find_model, from_hf_config, get_model, list_models
+
+REQUIRED = ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b",
+            "qwen2.5-72b", "qwen2-7b", "qwen3-8b", "qwen3-30b-a3b", "deepseek-llm-7b", "gemma-2-2b",
+            "llama-3.1-8b", "llama-3.1-70b"]
+
+
+def test_required_presets_present_with_sources():
+    names = list_models()
+    for n in REQUIRED:
+        assert n in names
+        assert "/" in get_model(n).source  # a Hub repo id
+
+
+@pytest.mark.parametrize("name, params", [
+    # parameter counts the frameworks print when loading these models (verl logs in
+    # ../shared/validation-logs: "Qwen2ForCausalLM contains 494.03M parameters",
+    # "Gemma2ForCausalLM contains 2.61B parameters"), and the model cards' totals
+    ("qwen2.5-0.5b", 494.03e6), ("gemma-2-2b", 2.61e9), ("qwen2.5-7b", 7.62e9),
+    ("llama-3.1-8b", 8.03e9), ("qwen3-30b-a3b", 30.5e9), ("qwen2.5-72b", 72.7e9),
+])
+def test_parameter_counts_match_published_totals(name, params):
+    assert get_model(name).params_total == pytest.approx(params, rel=0.01)
+
+
+def test_moe_active_parameters_are_a_fraction():
+    m = get_model("qwen3-30b-a3b")
+    assert 2.5e9 < m.params_active < 4e9  # "A3B": about 3B active per token
+    dense = get_model("qwen2.5-7b")
+    assert dense.matmul_flops_per_token() == pytest.approx(2 * dense.params_active, rel=1e-9)
+
+
+def test_names_paths_and_hub_cache_resolve():
+    assert get_model("Qwen/Qwen2.5-7B-Instruct").name == "qwen2.5-7b"
+    assert get_model("google/gemma-2-2b-it").name == "gemma-2-2b"
+    p = "/data/hub/models--Qwen--Qwen2-7B-Instruct/snapshots/f2826a00ceef68f0f2b946d945ecc0477ce4450c"
+    assert find_model(p).name == "qwen2-7b"
+    assert find_model("sft_model_path/global_step_58") is None
+
+
+def test_unknown_model_lists_valid_names():
+    with pytest.raises(PolytraceError, match="unknown model 'gpt-5'.*qwen2.5-7b"):
+        get_model("gpt-5")
+
+
+def test_hf_config_file(tmp_path):
+    cfg = {"model_type": "qwen2", "hidden_size": 896, "num_hidden_layers": 24, "intermediate_size": 4864,
+           "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = get_model(str(path))
+    assert m.params_total == get_model("qwen2.5-0.5b").params_total
+    assert get_model(str(tmp_path)).head_dim == 64
+    moe = from_hf_config({"hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32,
+                          "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "num_experts": 128,
+                          "num_experts_per_tok": 8, "moe_intermediate_size": 768})
+    assert moe.params_total == pytest.approx(get_model("qwen3-30b-a3b").params_total, rel=1e-6)
+    (tmp_path / "bad.json").write_text("{\"hidden_size\": 1}")
+    with pytest.raises(PolytraceError, match="missing or bad field"):
+        get_model(str(tmp_path / "bad.json"))

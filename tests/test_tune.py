@@ -1,0 +1,102 @@
+"""Tuning sessions: a tiny budget in the Triton interpreter covers the search, the file format
+the kernels read, and the fallbacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from polytrace import tune
+from polytrace.errors import PolytraceError
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-interpreter path; the GPU path is the runbook's")
+
+
+@pytest.fixture
+def tuning_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYTRACE_TUNING_DIR", str(tmp_path))
+    from kernels import _tuning
+
+    _tuning.clear_cache()
+    yield tmp_path
+    _tuning.clear_cache()
+
+
+def test_pack_session_writes_configs_the_kernel_reads(tuning_dir):
+    from kernels import _tuning
+    from kernels.packing import api
+
+    session = tune.run_session("pack", profile="deepcoder-14b", budget_s=1.5, root=tuning_dir, progress=False)
+    path = tuning_dir / "cpu" / "pack.json"
+    assert session.path == path and path.is_file()
+    data = json.loads(path.read_text())
+    assert data["kernel"] == "pack" and data["device_name"] == "cpu" and data["measured_on"] == "cpu-interpreter"
+    assert set(data["configs"]) == {api.tuning_bucket(48, torch.float16), api.tuning_bucket(1, torch.float32)}
+    space = api.TUNING_SPACE
+    for bucket, entry in data["configs"].items():
+        assert entry["tried"] >= 1 and entry["time_s"] <= entry["default_time_s"]
+        launch = {k: v for k, v in entry.items() if k in space}
+        assert all(v in space[k] for k, v in launch.items())
+        # the launcher's lookup returns the stored config on this device, the default elsewhere
+        default = {"BLOCK_T": -1, "BLOCK_F": -1, "num_warps": -1}
+        got = _tuning.lookup("pack", bucket, "cpu", default)
+        assert got == {**default, **launch}
+        assert _tuning.lookup("pack", bucket, "NVIDIA H200", default) == default
+    assert "tuned pack on CPU interpreter" in session.summary()
+
+
+def test_wrong_outputs_are_never_chosen(tmp_path):
+    """A candidate whose output differs from the default's is rejected, however fast it is."""
+    calls = []
+
+    def shapes(ctx):
+        def build(device):
+            def launch(config):
+                calls.append(config)
+                bad = config is not None and config["X"] == 2
+                return torch.ones(4) * (2.0 if bad else 1.0)
+            return launch
+        return [tune.TuneShape("b0", "toy", 1.0, build)]
+
+    toy = tune.Tunable("toy_kernel", "packing", "toy", "kernels.packing.api", shapes, fixed_space={"X": [1, 2, 3]})
+    session = tune.run_session(toy, profile="deepcoder-14b", budget_s=30, root=tmp_path, progress=False)
+    assert session.failed == 1 and session.tried == 3
+    assert session.data["configs"]["b0"].get("X") in (None, 1, 3)
+
+
+def test_merges_with_buckets_tuned_before(tmp_path):
+    path = tmp_path / "cpu" / "pack.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"kernel": "pack", "device_name": "cpu", "configs": {"F9999-old": {"BLOCK_T": 4}}}))
+    tune.run_session("pack", profile="deepcoder-14b", budget_s=0.5, root=tmp_path, progress=False, max_buckets=1)
+    configs = json.loads(path.read_text())["configs"]
+    assert configs["F9999-old"] == {"BLOCK_T": 4} and len(configs) == 2
+
+
+def test_bad_arguments_name_themselves(tmp_path):
+    with pytest.raises(PolytraceError, match="tunable kernel"):
+        tune.run_session("nope", profile="deepcoder-14b", budget_s=1, root=tmp_path)
+    with pytest.raises(PolytraceError, match="--budget-s"):
+        tune.run_session("pack", profile="deepcoder-14b", budget_s=0, root=tmp_path)
+    with pytest.raises(PolytraceError, match="profile"):
+        tune.run_session("pack", profile="no-such-profile", budget_s=1, root=tmp_path)
+
+
+def test_candidates_cover_the_space_in_seeded_order():
+    space = {"A": [1, 2], "B": [3, 4, 5]}
+    a, b = tune.candidate_configs(space, 0), tune.candidate_configs(space, 0)
+    assert a == b and len(a) == 6 and {tuple(sorted(c.items())) for c in a} == {
+        (("A", x), ("B", y)) for x in (1, 2) for y in (3, 4, 5)}
+
+
+def test_cli_tune(tmp_path, capsys):
+    from test_results_synth import cli_main
+
+    code = cli_main(["tune", "pack", "--profile", "video-vl-7b", "--budget-s", "0.5", "--out", str(tmp_path),
+                     "--no-progress", "--max-buckets", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "wrote" in out and (tmp_path / "cpu" / "pack.json").is_file()
+    assert cli_main(["tune", "pack", "--budget-s", "1"]) == 2
+    assert "--profile" in capsys.readouterr().err
