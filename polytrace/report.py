@@ -21,6 +21,18 @@ from .errors import PolytraceError
 DEFAULT_GPU = "h200"
 DEFAULT_STEPS = tuple(range(8))
 
+# The model and cluster each built-in profile was recorded on (or, where the source does not say,
+# a typical size for that model), used when ``--model`` / ``--gpus`` are not given.
+PROFILE_DEFAULTS = {
+    "dapo-math-32b": ("qwen2.5-32b", 32),  # DAPO recipe, Qwen2.5-32B; GPU count assumed
+    "deepcoder-14b": ("deepcoder-14b", 32),  # DeepCoder-14B was trained on 32 H100s
+    "video-vl-7b": ("qwen2.5-vl-7b", 8),
+    "search-r1-7b": ("qwen2.5-7b", 8),
+    "model-b-math": ("qwen3-235b-a22b", 64),  # a 235B-class MoE stands in for the in-house Model B
+    "model-b-tooluse": ("qwen3-235b-a22b", 64),
+}
+FALLBACK_DEFAULTS = ("qwen2.5-7b", 8)
+
 
 def _results_root() -> Path:
     env = os.environ.get("POLYTRACE_RESULTS_DIR")
@@ -45,10 +57,17 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
 
     from .compose import plot_stage_breakdown, report_section
 
-    estimate = report_section(prof.name, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed)
+    default_model, default_gpus = PROFILE_DEFAULTS.get(prof.name, FALLBACK_DEFAULTS)
+    model = model or default_model
+    gpus = gpus or default_gpus
+    section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed)
+    estimate = _render_estimate(section, model, gpu, gpus)
     out.mkdir(parents=True, exist_ok=True)
     plot_path = out / "stage_breakdown.png"
-    plot_stage_breakdown(estimate["rows"], plot_path)
+    tmp_plot = plot_path.with_suffix(".tmp.png")
+    plot_stage_breakdown(section["rows"], tmp_plot,
+                         title=f"{prof.name} on {model}, {gpus} x {gpu}: estimated step time by stage")
+    os.replace(tmp_plot, plot_path)
     hist_path = out / "response_lengths.png"
     _plot_lengths(prof, steps, seed, hist_path)
 
@@ -60,8 +79,7 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
     md = [f"# polytrace report: {prof.name}", "",
           f"{prof.description}", "",
           f"Sampled from the `{prof.name}` profile at steps {steps[0]}-{steps[-1]}, seed {seed} "
-          f"({prof.source}). Step times are **estimates** from `polytrace.compose` "
-          f"({estimate.get('basis', 'roofline model')}), not measurements.", "",
+          f"({prof.source}). Step times are **estimates** ({section['source']}), not measurements.", "",
           "## Workload shape (mean over sampled steps)", "",
           tabulate(workload_table_rows(workload["summary"]), headers=["statistic", "value"], tablefmt="github"),
           "", f"![response lengths]({hist_path.name})", "",
@@ -79,8 +97,36 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
     atomic_write_text(report_path, "\n".join(md))
     text_parts += ["", f"wrote {report_path} (with {plot_path.name}, {hist_path.name})"]
     return {"text": "\n".join(text_parts), "path": str(report_path),
-            "data": {"workload": workload, "estimate": estimate.get("data", estimate["rows"]),
+            "data": {"workload": workload, "estimate": {k: section[k] for k in ("config", "summary", "rows", "source")},
                      "report": str(report_path), "links": [list(x) for x in links]}}
+
+
+def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
+    from tabulate import tabulate
+
+    summary = section["summary"]
+    head = (f"estimated RL step: {section['profile']} on {model}, {gpus} x {gpu} "
+            f"({section['source']}; mean over {summary['steps']} sampled steps)")
+    stage_rows = [[stage, secs, share] for (stage, secs), share in
+                  zip(summary["mean_stages_s"].items(), summary["stage_share"].values()) if secs > 0]
+    stage_rows.append(["step", summary["mean_step_s"], 1.0])
+    totals = [["tokens / s / GPU", f"{summary['tokens_per_s_per_gpu']:,.0f}"],
+              ["GPU time idle in the rollout tail", f"{summary['rollout_tail_share']:.1%}"],
+              ["GPU time idle from rank imbalance", f"{summary['rank_imbalance_share']:.1%}"]]
+    per_step = [[r["step"], r["step_s"], r["gen"], r["tokens_per_s_per_gpu"]] for r in section["rows"]]
+    text = "\n".join([
+        head, "",
+        tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%")), "",
+        tabulate(totals, headers=["where time goes", ""]), "",
+        tabulate(per_step, headers=["step", "step s", "gen s", "tok/s/GPU"], floatfmt=(".0f", ".1f", ".1f", ".0f")),
+    ])
+    markdown = "\n".join([
+        f"{model} on {gpus} x {gpu}, mean over {summary['steps']} sampled steps.", "",
+        tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%"),
+                 tablefmt="github"), "",
+        tabulate(totals, headers=["where time goes", ""], tablefmt="github"),
+    ])
+    return {"text": text, "markdown": markdown}
 
 
 def _plot_lengths(profile, steps, seed, path: Path) -> None:

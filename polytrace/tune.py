@@ -151,6 +151,22 @@ def _representatives(mbs: list[np.ndarray], size: Callable[[np.ndarray], float])
     return [(mbs[p], c / len(mbs)) for p, c in zip(picks, counts)]
 
 
+def _randn(shape, device, dtype, seed: int, scale: float = 1.0):
+    """Seeded normal numbers made on the device itself (a 1.5 GB LM-head weight is not built on
+    the host)."""
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * scale).to(dtype)
+
+
+def _randint(high: int, n: int, device, seed: int):
+    import torch
+
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return torch.randint(0, high, (n,), generator=gen, device=device)
+
+
 def _pack_shapes(ctx: TuneContext) -> list[TuneShape]:
     """pack(padded [B, S, F], lengths): the hidden states (F = hidden, bf16) and per-token scalars
     (F = 1, fp32: log-probs, advantages) of each micro-batch."""
@@ -167,8 +183,7 @@ def _pack_shapes(ctx: TuneContext) -> list[TuneShape]:
         for lens, weight in reps:
             def build(device, lens=lens, features=features, dtype=dtype):
                 S = int(lens.max())
-                gen = torch.Generator().manual_seed(0)
-                padded = torch.randn(lens.size, S, features, generator=gen).to(device=device, dtype=dtype)
+                padded = _randn((lens.size, S, features), device, dtype, 0)
                 lengths = torch.as_tensor(lens, device=device)
                 total, mx = int(lens.sum()), S
                 return lambda config: api.pack(padded, lengths, total_tokens=total, max_seqlen=mx, config=config)[0]
@@ -194,11 +209,10 @@ def _attention_shapes(ctx: TuneContext) -> list[TuneShape]:
     shapes = []
     for lens, weight in _representatives(ctx.seqlens, lambda mb: float((mb.astype(np.float64) ** 2).sum())):
         def build(device, lens=lens):
-            gen = torch.Generator().manual_seed(0)
             total = int(lens.sum())
-            q = torch.randn(total, hq, d, generator=gen).to(device=device, dtype=dtype)
-            k = torch.randn(total, hkv, d, generator=gen).to(device=device, dtype=dtype)
-            v = torch.randn(total, hkv, d, generator=gen).to(device=device, dtype=dtype)
+            q = _randn((total, hq, d), device, dtype, 0)
+            k = _randn((total, hkv, d), device, dtype, 1)
+            v = _randn((total, hkv, d), device, dtype, 2)
             cu = torch.zeros(lens.size + 1, dtype=torch.int32)
             cu[1:] = torch.cumsum(torch.as_tensor(lens), 0)
             cu = cu.to(device)
@@ -212,52 +226,61 @@ def _attention_shapes(ctx: TuneContext) -> list[TuneShape]:
 
 
 def _logprob_shapes(ctx: TuneContext) -> list[TuneShape]:
-    """token_logprobs forward: logits [N, V] of a micro-batch's tokens and their labels."""
-    import inspect
-
+    """token_logprobs forward (kernels.logprob.api): logits [N, V] of a micro-batch's tokens and
+    their labels; the bucket is (dtype, vocabulary), never N."""
     import torch
 
     from kernels.logprob import api
 
-    launcher = getattr(api, "token_logprobs", None)
-    if launcher is None or "config" not in inspect.signature(launcher).parameters:
-        raise PolytraceError("token_logprobs: kernels.logprob.api.token_logprobs(logits, labels, config=) is "
-                             "missing; the logprob family must expose it to be tuned")
     vocab, dtype = (ctx.model.vocab, torch.bfloat16) if ctx.on_gpu else (96, torch.float32)
-    bucket_fn = api.tuning_bucket
+    bucket = api.tuning_bucket(vocab, dtype)
     shapes = []
     for lens, weight in _representatives(ctx.seqlens, lambda mb: float(mb.sum())):
         n = int(lens.sum())
-        bucket = _call_bucket(bucket_fn, n=n, vocab=vocab, dtype=dtype)
 
         def build(device, n=n):
-            gen = torch.Generator().manual_seed(0)
-            logits = torch.randn(n, vocab, generator=gen).to(device=device, dtype=dtype)
-            labels = torch.randint(0, vocab, (n,), generator=gen).to(device)
-            return lambda config: launcher(logits, labels, config=config)
+            logits = _randn((n, vocab), device, dtype, 0)
+            tokens = _randint(vocab, n, device, 1)
+            return lambda config: api.token_logprobs(logits, tokens, config=config, check_tokens=False)
 
         shapes.append(TuneShape(bucket, f"N={n},V={vocab}", weight, build))
     return shapes
 
 
-def _call_bucket(fn, **values) -> str:
-    """Call a family's ``tuning_bucket`` with the arguments it names (by parameter name; the common
-    spellings of token count and vocabulary are accepted)."""
-    import inspect
+def _linear_logprob_shapes(ctx: TuneContext) -> list[TuneShape]:
+    """linear_token_logprobs forward (the fused LM head): hidden [N, H] and weight [V, H] of the
+    profile's model; the bucket is (dtype, vocabulary, hidden size), never N. The interpreter runs
+    fp32 (its bf16 tl.dot is wrong in triton 3.9)."""
+    import torch
 
-    aliases = {"n": ("n", "n_tokens", "tokens", "num_tokens", "N"), "vocab": ("vocab", "vocab_size", "V"),
-               "dtype": ("dtype",)}
-    kwargs = {}
-    for pname in inspect.signature(fn).parameters:
-        for key, names in aliases.items():
-            if pname in names:
-                kwargs[pname] = values[key]
-    return str(fn(**kwargs))
+    from kernels.logprob import api
+
+    if ctx.on_gpu:
+        vocab, hidden, dtype = ctx.model.vocab, ctx.model.hidden, torch.bfloat16
+    else:
+        vocab, hidden, dtype = 96, 32, torch.float32
+    bucket = api.linear_tuning_bucket(vocab, hidden, dtype)
+    shapes = []
+    for lens, weight in _representatives(ctx.seqlens, lambda mb: float(mb.sum())):
+        n = int(lens.sum())
+
+        def build(device, n=n):
+            w = _randn((vocab, hidden), device, dtype, 3, scale=hidden**-0.5)
+            h = _randn((n, hidden), device, dtype, 0)
+            tokens = _randint(vocab, n, device, 1)
+            return lambda config: api.linear_token_logprobs(h, w, tokens, config=config, check_tokens=False)
+
+        shapes.append(TuneShape(bucket, f"N={n},V={vocab},H={hidden}", weight, build))
+    return shapes
 
 
 TUNABLES: dict[str, Tunable] = {t.name: t for t in (
+    # atol: a different block size changes the reduction order; fp32 accumulation keeps log-probs
+    # (magnitude ~ln V ~ 12) within ~1e-4, so 1e-3 (1e-2 with the matmul) still catches a broken config.
     Tunable("token_logprobs", "logprob", "fused log-softmax + gather forward over [tokens, vocab] logits",
             "kernels.logprob.api", _logprob_shapes, atol=1e-3),
+    Tunable("linear_token_logprobs", "logprob", "fused LM-head matmul + log-softmax forward (no logits)",
+            "kernels.logprob.api", _linear_logprob_shapes, atol=1e-2, space_attr="LINEAR_TUNING_SPACE"),
     Tunable("pack", "packing", "right-padded [B, S, F] -> packed [T, F]", "kernels.packing.api", _pack_shapes),
     Tunable("varlen_attention_fwd", "attention", "packed variable-length causal attention, forward",
             "kernels.attention.api", _attention_shapes, atol=2e-2),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compose.efficiency import DEFAULT
-from .compose.stages import STAGE_GROUP, STAGES, RunConfig, stage_costs, synthetic_lengths
+from .compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
 from .errors import PolytraceError
 from .hardware import get_gpu
 from .logs import EXTRA_STAGES, TrainingLog, read_log
@@ -39,6 +39,7 @@ GOAL_STAGES = ("gen", "old_log_prob", "ref", "update_actor")
 DEFAULT_GPU = "a100-80g"
 PRIOR_SHARE = 0.5  # prior share of a stage's time that scales with its roofline cost
 PRIOR_SHARE_SD = 0.35
+TIE_SD = 0.5  # prior sd of the relative difference of two slowdowns within one stage
 
 
 @dataclass
@@ -61,7 +62,7 @@ class StepData:
     stats: dict[str, float]
     actual: dict[str, float]  # stage -> seconds, plus "step" (testing and checkpoint removed)
     extra: dict[str, float]  # testing / save_checkpoint seconds
-    x: dict[str, float] = field(default_factory=dict)  # roofline seconds per stage
+    x: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> kind of work -> roofline s
 
 
 def _first(cfg: dict, *keys, default=None):
@@ -211,7 +212,7 @@ def price_steps(run: RunConfig, rows: list[StepData]) -> None:
     for row in rows:
         p, r = step_batch(run, row.stats)
         costs = stage_costs(run, p, r, eff=DEFAULT)
-        row.x = dict(costs.seconds)
+        row.x = {k: dict(v) for k, v in costs.components.items()}
 
 
 @dataclass
@@ -229,7 +230,8 @@ class Calibration:
     def predict(self, row: StepData, stages: list[str]) -> dict[str, float]:
         pred = {}
         for s in stages:
-            pred[s] = self.slowdown[STAGE_GROUP[s]] * row.x.get(s, 0.0) + self.overhead_s.get(s, 0.0)
+            work = sum(self.slowdown.get(g, 0.0) * v for g, v in row.x.get(s, {}).items())
+            pred[s] = work + self.overhead_s.get(s, 0.0)
         pred["step"] = sum(pred.values()) + self.overhead_s.get("other", 0.0)
         return pred
 
@@ -245,38 +247,46 @@ def _noise_sd(y: np.ndarray) -> float:
 
 
 def calibrate(rows: list[StepData], stages: list[str], source: str = "") -> Calibration:
+    """Slowdowns (one per kind of work, shared by the stages doing it) and per-stage overheads,
+    by robust least squares, all non-negative, with a weak prior that half of each stage's time
+    scales with its roofline cost."""
     from scipy.optimize import least_squares
 
-    groups = sorted({STAGE_GROUP[s] for s in stages})
+    groups = sorted({g for r in rows for s in stages for g in r.x.get(s, {})})
     gi = {g: i for i, g in enumerate(groups)}
-    ns = len(stages)
-    n_par = len(groups) + ns
-    X = {s: np.array([r.x.get(s, 0.0) for r in rows]) for s in stages}
+    ng = len(groups)
+    X = {s: {g: np.array([r.x.get(s, {}).get(g, 0.0) for r in rows]) for g in groups} for s in stages}
     Y = {s: np.array([r.actual[s] for r in rows]) for s in stages}
     sd = {s: _noise_sd(Y[s]) for s in stages}
+    tied = [(a, b) for s in stages for a in groups for b in groups
+            if a < b and X[s][a].mean() > 0 and X[s][b].mean() > 0]
 
     def residuals(theta):
         out = []
         for j, s in enumerate(stages):
-            g = theta[gi[STAGE_GROUP[s]]]
-            c = theta[len(groups) + j]
-            out.append((g * X[s] + c - Y[s]) / sd[s])
-            xm, ym = float(X[s].mean()), float(Y[s].mean())
-            if xm > 0 and ym > 0:
-                out.append(np.array([(g * xm / ym - PRIOR_SHARE) / PRIOR_SHARE_SD]))
+            work = sum(theta[gi[g]] * X[s][g] for g in groups)
+            out.append((work + theta[ng + j] - Y[s]) / sd[s])
+            ym = float(Y[s].mean())
+            if ym > 0 and np.mean(work) > 0 or any(X[s][g].mean() > 0 for g in groups):
+                out.append(np.array([(float(np.mean(work)) / max(ym, 1e-9) - PRIOR_SHARE) / PRIOR_SHARE_SD]))
+        # the roofline's split of a stage into kinds of work is trusted to within a factor ~1.6
+        for a, b in tied:
+            ga, gb = theta[gi[a]], theta[gi[b]]
+            out.append(np.array([(ga - gb) / (TIE_SD * max(0.5 * (ga + gb), 1e-12))]))
         return np.concatenate(out)
 
-    theta0 = np.zeros(n_par)
+    theta0 = np.zeros(ng + len(stages))
     for g in groups:
-        ratios = [Y[s].mean() / X[s].mean() for s in stages if STAGE_GROUP[s] == g and X[s].mean() > 0]
+        ratios = [Y[s].mean() / sum(X[s][h].mean() for h in groups) for s in stages if X[s][g].mean() > 0]
         theta0[gi[g]] = PRIOR_SHARE * float(np.median(ratios)) if ratios else 0.0
     for j, s in enumerate(stages):
-        theta0[len(groups) + j] = max(0.0, Y[s].mean() - theta0[gi[STAGE_GROUP[s]]] * X[s].mean())
+        work0 = sum(theta0[gi[g]] * X[s][g].mean() for g in groups)
+        theta0[ng + j] = max(0.0, Y[s].mean() - work0)
     scale = np.maximum(np.abs(theta0), 1e-3)
     fit = least_squares(residuals, theta0, bounds=(0, np.inf), loss="soft_l1", f_scale=2.0, x_scale=scale)
     theta = fit.x
     slow = {g: float(theta[gi[g]]) for g in groups}
-    over = {s: float(theta[len(groups) + j]) for j, s in enumerate(stages)}
+    over = {s: float(theta[ng + j]) for j, s in enumerate(stages)}
     other = np.array([r.actual["step"] - sum(r.actual[s] for s in stages) for r in rows])
     over["other"] = float(np.median(other))
     return Calibration(slow, over, [r.step for r in rows], source)

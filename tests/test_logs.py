@@ -98,7 +98,7 @@ def test_shared_logs_configuration(validation_logs, name):
     c = log.config
     bs, n, mp, mr, gpus, tp, steps = EXPECTED[name]
     assert c["data.train_batch_size"] == bs
-    assert c.get("actor_rollout_ref.rollout.n") == n or (n is None and c.get("actor_rollout_ref.rollout.n") in (None, 1))
+    assert c.get("actor_rollout_ref.rollout.n", 1) == (n or 1)
     assert c["data.max_prompt_length"] == mp and c["data.max_response_length"] == mr
     assert c["trainer.n_gpus_per_node"] == gpus
     assert c["actor_rollout_ref.rollout.tensor_model_parallel_size"] == tp

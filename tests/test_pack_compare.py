@@ -31,8 +31,10 @@ def test_compare_against_verl_never_worse():
 
 
 def test_summary_flags_a_worse_batch():
-    rows = [Row("p", 0, "ours", 10, 1.2, 0.1, 2, 1.2, 0, 10, 1.0), Row("p", 0, "verl", 10, 1.1, 0.05, 2, 1.1, 0, 10, 1.0)]
-    assert summarize(rows)["ours_vs_verl"] == {"batches": 1, "never_worse": False, "better_on_average": False}
+    rows = [Row("p", 0, "ours", 10, 1.2, 0.1, 2, 1.2, 0, 10, 1.0),
+            Row("p", 0, "verl", 10, 1.1, 0.05, 2, 1.1, 0, 10, 1.0)]
+    assert summarize(rows)["ours_vs_verl"] == {"batches": 1, "never_worse": False, "better_on_average": False,
+                                               "verl_at_lower_bound": False, "goal_met": False}
 
 
 def test_cli_json_and_table(capsys):

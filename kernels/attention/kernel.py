@@ -356,9 +356,8 @@ def decode_split_kernel(
     kv_head = pid_bh % n_heads_kv
     kv_len = tl.load(SEQLENS + b)
     n_lo = split * split_tokens
-    if n_lo >= kv_len:
-        if split > 0:
-            return
+    if (n_lo >= kv_len) & (split > 0):  # split 0 always runs: it writes the empty result of kv_len == 0
+        return
     n_hi = tl.minimum(kv_len, n_lo + split_tokens)
 
     offs_g = tl.arange(0, BLOCK_G)

@@ -249,7 +249,8 @@ def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, i
     K.token_logprobs_bwd_kernel[(n_rows,)](
         logits, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, grad,
         logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab, temperature, ignore_index,
-        SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, HAS_GRAD_LP=has_lp, HAS_GRAD_ENT=has_ent, BLOCK_V=block_v,
+        SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, HAS_GRAD_LP=has_lp,
+        HAS_GRAD_ENT=has_ent, BLOCK_V=block_v, ROUND_BF16=_interpreting() and logits.dtype == torch.bfloat16,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return grad
 
@@ -393,8 +394,8 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
             hidden, weight, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, d,
             n_rows, vocab, hidden_size, v0, cols, hidden.stride(0) if n_rows > 1 else hidden_size,
             weight.stride(0) if vocab > 1 else hidden_size, d.stride(0), 1.0 / temperature,
-            SCALE=temperature != 1.0, HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk,
-            GROUP_T=cfg["GROUP"], DOT_PRECISION=precision,
+            SCALE=temperature != 1.0, HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0,
+            BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, GROUP_T=cfg["GROUP"], DOT_PRECISION=precision,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         w_chunk = weight[v0:v0 + cols]
         if need_weight:

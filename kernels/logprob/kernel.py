@@ -28,8 +28,6 @@ the config from the vocabulary size and dtype only. See ``kernels/logprob/__init
 import triton
 import triton.language as tl
 
-
-
 # ---------------------------------------------------------------------------------------------
 # Logits kernels
 # ---------------------------------------------------------------------------------------------
@@ -135,9 +133,19 @@ def token_logprobs_fwd_kernel_generic(logits_ptr, tokens_ptr, logprob_ptr, entro
 
 
 @triton.jit
+def _round_bf16(x):
+    """fp32 -> bf16 with round-to-nearest-even done in integer ops. Only used under the Triton
+    interpreter, whose fp32 -> bf16 cast truncates (triton 3.9); compiled code uses the hardware
+    conversion (already round-to-nearest-even)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits += 0x7FFF + ((bits >> 16) & 1)
+    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
 def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, m, log_s, entropy, g_lp, g_ent, ignored,
                               temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
-                              HAS_GRAD_ENT: tl.constexpr, MASKED: tl.constexpr):
+                              HAS_GRAD_ENT: tl.constexpr, MASKED: tl.constexpr, ROUND_BF16: tl.constexpr):
     if MASKED:
         x = tl.load(logits_row + cols, mask=mask, other=0.0).to(tl.float32)
     else:
@@ -152,7 +160,10 @@ def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, m, log_s, e
         dz -= g_ent * p * tl.where(p > 0, logp + entropy, 0.0)
     dz = _scale(dz, temperature, SCALE, EXACT_DIV)
     dz = tl.where(ignored, 0.0, dz)
-    out = dz.to(grad_row.dtype.element_ty)
+    if ROUND_BF16:
+        out = _round_bf16(dz)
+    else:
+        out = dz.to(grad_row.dtype.element_ty)
     if MASKED:
         tl.store(grad_row + cols, out, mask=mask)
     else:
@@ -163,7 +174,8 @@ def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, m, log_s, e
 def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
                               grad_ent_ptr, grad_logits_ptr, stride_row, stride_grad_row, vocab_size,
                               temperature, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
-                              HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr):
+                              HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
+                              ROUND_BF16: tl.constexpr):
     """One read of the logits and one write of the gradient per row; no reductions."""
     row = tl.program_id(0).to(tl.int64)
     tok = tl.load(tokens_ptr + row).to(tl.int64)
@@ -186,11 +198,11 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entro
     n_full = (vocab_size // BLOCK_V) * BLOCK_V
     for start in range(0, n_full, BLOCK_V):
         _token_logprobs_bwd_block(logits_row, grad_row, start + offs, None, tok, m, log_s, entropy, g_lp, g_ent,
-                                  ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, False)
+                                  ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, False, ROUND_BF16)
     if n_full < vocab_size:
         cols = n_full + offs
         _token_logprobs_bwd_block(logits_row, grad_row, cols, cols < vocab_size, tok, m, log_s, entropy, g_lp,
-                                  g_ent, ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, True)
+                                  g_ent, ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, True, ROUND_BF16)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,7 +309,7 @@ def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_pt
     for i in tl.static_range(NSPLIT):
         base = part_ptr + i * n_rows + rows
         m_i = tl.load(base, mask=row_mask, other=0.0)
-        s_i = tl.load(base + stride_q, mask=row_mask, other=0.0)
+        s_i = tl.load(base + stride_q, mask=row_mask, other=1.0)  # rows past the end: no log(0)
         a = tl.exp(m_i - m_all)  # 0 for an empty split (m_i = -inf, s_i = 0)
         s_all += s_i * a
         if RETURN_ENTROPY:

@@ -41,6 +41,7 @@ says so).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Sequence
@@ -469,6 +470,28 @@ def _local_search(costs: np.ndarray, tokens: np.ndarray, assign: np.ndarray, k: 
     return assign
 
 
+def _best_fit_decreasing(tokens: np.ndarray, capacity: int) -> tuple[np.ndarray, int]:
+    """Bin packing by best-fit decreasing: each item, longest first, into the fullest bin that
+    still has room (bisect over sorted free space, O(n log bins)). Returns (item -> bin, bins)."""
+    order = np.argsort(-tokens, kind="stable").tolist()
+    tok = tokens.tolist()
+    free: list[tuple[int, int]] = []  # (free tokens, bin), ascending
+    assign = [0] * len(tok)
+    bins = 0
+    for i in order:
+        need = tok[i]
+        q = bisect.bisect_left(free, (need, -1))
+        if q == len(free):
+            b, room = bins, capacity - need
+            bins += 1
+        else:
+            room, b = free.pop(q)
+            room -= need
+        assign[i] = b
+        bisect.insort(free, (room, b))
+    return np.asarray(assign, dtype=np.int64), bins
+
+
 def _max_load(assign: np.ndarray, costs: np.ndarray, k: int) -> float:
     return float(_loads(assign, costs, k).max()) if costs.shape[0] else 0.0
 
@@ -697,34 +720,40 @@ def plan_microbatches(seqlens, dp_ranks: int, max_tokens_per_microbatch: int, co
     rank_members = [np.asarray(g, dtype=np.int64) for g in _groups(rank_assign, dp_ranks)]
     rank_tokens = [int(lengths[g].sum()) for g in rank_members]
     min_mb = max([-(-t // budget) for t in rank_tokens] + [1]) if lengths.size else 0
-    def split(g: np.ndarray, m: int) -> list[np.ndarray] | None:
+    def split(g: np.ndarray, m: int) -> tuple[list[np.ndarray] | None, int]:
+        """Balanced split of one rank into m micro-batches, or (None, a count known to fit)."""
         if not g.size:
-            return [g[:0]] * m
+            return [g[:0]] * m, m
         t = lengths[g]
         c = t if cost == "tokens" else costs[g]
         sub = _assign(c, t, m, budget, False, algorithm, rounds=MICROBATCH_LS_ROUNDS)
         if sub is None:
-            return None
-        return [g[np.asarray(ix, dtype=np.int64)] for ix in _groups(sub, m)]
+            # the balancing heuristics overfilled a micro-batch (tight budget, few sequences per
+            # micro-batch): best-fit decreasing is the stronger bin packer; balance its packing
+            packed, bins = _best_fit_decreasing(t, budget)
+            if bins > m:
+                return None, bins
+            lb = max(float(c.max()), float(c.sum()) / m)
+            sub = _local_search(c, t, packed, m, budget, False, lb, rounds=MICROBATCH_LS_ROUNDS)
+        return [g[np.asarray(ix, dtype=np.int64)] for ix in _groups(sub, m)], m
 
-    # each rank finds the fewest micro-batches it can fit (from the common minimum up); then the
-    # ranks below the maximum are split again into that many. Terminates: m <= len(g) always fits.
+    # every rank is split into the current count m; a rank that needs more raises m for all,
+    # and the ranks already split into fewer are split again. Terminates: best-fit decreasing
+    # always fits within the count it reports.
     m = min_mb
-    splits: list = [None] * dp_ranks
-    counts = [m] * dp_ranks
+    splits: list = [[] for _ in range(dp_ranks)]  # stays empty when there are no sequences (m = 0)
+    done_at = [0] * dp_ranks
     while True:
         for r, g in enumerate(rank_members):
-            if splits[r] is not None and counts[r] == m:
+            if done_at[r] == m:
                 continue
-            counts[r] = m
-            splits[r] = split(g, m)
-            while splits[r] is None:
-                counts[r] += 1
-                splits[r] = split(g, counts[r])
-        if all(c == max(counts) for c in counts):
-            m = max(counts)
+            groups, need = split(g, m)
+            while groups is None:
+                m = need
+                groups, need = split(g, m)
+            splits[r], done_at[r] = groups, m
+        if all(d == m for d in done_at):
             break
-        m = max(counts)
     per_rank: list[list[np.ndarray]] = splits
     # rank micro-batches by cost, align across ranks, then lay out by `order`
     positions = {"bubble": bubble_order(m), "descending": list(range(m)),

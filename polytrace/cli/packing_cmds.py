@@ -73,5 +73,6 @@ def run(args) -> int:
     cmp_ = result["summary"].get("ours_vs_verl")
     if cmp_:
         print(f"ours vs verl on {cmp_['batches']} batches: never worse = {cmp_['never_worse']}, "
-              f"better on average = {cmp_['better_on_average']}")
+              f"better on average = {cmp_['better_on_average']}, verl at the lower bound = "
+              f"{cmp_['verl_at_lower_bound']}")
     return 0

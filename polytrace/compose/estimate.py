@@ -14,7 +14,7 @@ from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
 from .efficiency import DEFAULT
 from .measured import MeasuredRates
-from .stages import STAGE_GROUP, STAGES, RunConfig, stage_costs
+from .stages import STAGES, RunConfig, stage_costs
 
 
 def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float) -> int:
@@ -51,16 +51,16 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         max_num_seqs=1024, eager=False)
 
 
-def _apply_calibration(seconds: dict, calibration: dict | None) -> dict:
+def _apply_calibration(costs, calibration: dict | None) -> dict:
     if not calibration:
-        return dict(seconds)
+        return dict(costs.seconds)
     out = {}
-    for s, v in seconds.items():
-        if v <= 0:
+    for s, parts in costs.components.items():
+        if not parts or costs.seconds[s] <= 0:
             out[s] = 0.0
             continue
-        g = calibration.get(f"{STAGE_GROUP[s]}_slowdown", 1.0)
-        out[s] = g * v + calibration.get(f"{s}_overhead_s", 0.0)
+        work = sum(calibration.get(f"{g}_slowdown", 1.0) * v for g, v in parts.items())
+        out[s] = work + calibration.get(f"{s}_overhead_s", 0.0)
     return out
 
 
@@ -87,8 +87,10 @@ def estimate_step(cfg: RunConfig, batch, *, measured: MeasuredRates | None = Non
         for s in STAGES:
             if s != "gen":
                 costs.seconds[s] = costs_train.seconds[s]
+                costs.components[s] = costs_train.components[s]
         costs.seconds["gen"] += extra_rollout
-    seconds = _apply_calibration(costs.seconds, calibration)
+        costs.components["gen"]["rollout_iter"] = costs.components["gen"].get("rollout_iter", 0.0) + extra_rollout
+    seconds = _apply_calibration(costs, calibration)
     step_s = float(sum(seconds.values())) + (calibration or {}).get("other_overhead_s", 0.0)
     tokens = int((p + r).sum())
     gpu_s = step_s * cfg.n_gpus

