@@ -45,7 +45,11 @@ FAMILY = "attention"
 PROFILES = ("dapo-math-32b", "deepcoder-14b", "video-vl-7b", "search-r1-7b")
 # (q heads, kv heads, head dim) per model: Qwen2.5-7B and Qwen2.5-32B config.json (no tensor parallel)
 HEAD_CONFIGS = {"qwen2.5-7b": (28, 4, 128), "qwen2.5-32b": (40, 8, 128)}
+# One tensor-parallel rank of Qwen2.5-32B at TP 8 (5 q / 1 kv heads): few heads per launch is where
+# launch order decides the tail; used on the long-tail scheduling shape only.
+TP_HEADS = {"qwen2.5-32b-tp8": (5, 1, 128)}
 CPU_HEADS = {"cpu-tiny": (2, 1, 64)}
+EST_SMS = 132  # SM count assumed by the tail estimate where no GPU is present (H100/H200 SXM)
 GPU_MAX_TOKENS = 16384  # verl's ppo_max_token_len_per_gpu default; raised to the longest sequence
 GPU_BATCHES_PER_PROFILE = 2  # representative micro-batches (strata by sum of squared lengths)
 CPU_MAX_TOKENS = 128  # interpreter: ~1 s per forward at 2 heads, D 64
@@ -92,6 +96,10 @@ def varlen_shapes() -> tuple[VarlenShape, ...]:
                 for model, (hq, hkv, d) in HEAD_CONFIGS.items():
                     out.append(VarlenShape(mb.label, profile, model, [int(x) for x in mb.seqlens], mb.weight,
                                            hq, hkv, d, mb.seed, mb.step))
+        lens, weight, step = long_tail_batch(PROFILES[0])
+        for model, (hq, hkv, d) in {**HEAD_CONFIGS, **TP_HEADS}.items():
+            out.append(VarlenShape(f"{PROFILES[0]}/s{step}/longtail", PROFILES[0], model, lens, weight, hq, hkv, d,
+                                   step=step))
     else:
         profile = PROFILES[0]
         mbs = shapes.microbatches(profile, max_tokens=GPU_MAX_TOKENS, max_batches=1)
@@ -100,6 +108,29 @@ def varlen_shapes() -> tuple[VarlenShape, ...]:
             out.append(VarlenShape(mbs[0].label + "-cpu", profile, model, [int(x) for x in lens], mbs[0].weight,
                                    hq, hkv, d, mbs[0].seed, mbs[0].step))
     return tuple(out)
+
+
+LONG_TAIL_STEPS = (0, 100, 200, 300, 400, 500)  # sampled steps searched for the longest sequence
+
+
+def long_tail_batch(profile: str, seed: int = 0) -> tuple[list[int], float, int]:
+    """The skew case for the scheduling comparison: the longest sequence of a few sampled steps
+    (the profile's drift makes late steps longer) packed with randomly drawn others of the same
+    step, up to the longest + GPU_MAX_TOKENS tokens (a packer filling the budget around one long
+    response). Returns (lengths, token share of the step, step)."""
+    from suites import shapes
+
+    batches = {st: shapes.sample_step(profile, seed=seed, step=st).seq_lens.astype(np.int64)
+               for st in LONG_TAIL_STEPS}
+    step = max(batches, key=lambda st: int(batches[st].max()))
+    lens = batches[step]
+    order = np.random.default_rng(seed).permutation(lens.size)
+    longest = int(np.argmax(lens))
+    picked, budget = [int(lens[longest])], int(lens[longest]) + GPU_MAX_TOKENS
+    for i in order:
+        if i != longest and sum(picked) + int(lens[i]) <= budget:
+            picked.append(int(lens[i]))
+    return picked, float(sum(picked)) / float(lens.sum()), step
 
 
 @dataclass
@@ -216,11 +247,14 @@ def _packed_inputs(s: VarlenShape, requires_grad: bool):
     import torch
 
     dev = harness.device()
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device=dev).manual_seed(0)  # on the device: a host randn of GBs would dominate
     total = sum(s.seqlens)
-    q = torch.randn(total, s.heads_q, s.head_dim, generator=gen).to(dev, _dtype()).requires_grad_(requires_grad)
-    k = torch.randn(total, s.heads_kv, s.head_dim, generator=gen).to(dev, _dtype()).requires_grad_(requires_grad)
-    v = torch.randn(total, s.heads_kv, s.head_dim, generator=gen).to(dev, _dtype()).requires_grad_(requires_grad)
+
+    def rand(heads):
+        t = torch.randn(total, heads, s.head_dim, generator=gen, device=dev, dtype=torch.float32)
+        return t.to(_dtype()).requires_grad_(requires_grad)
+
+    q, k, v = rand(s.heads_q), rand(s.heads_kv), rand(s.heads_kv)
     cu = torch.zeros(len(s.seqlens) + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(torch.tensor(s.seqlens), 0)
     return q, k, v, cu.to(dev)
@@ -245,7 +279,21 @@ def _prepare_ours(s: VarlenShape, schedule: str, requires_grad: bool) -> Prepare
     build()  # first call out of the measurement
     plan_s = _timed_once(build)
     run = lambda: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, schedule=schedule)
-    return Prepared(run, (q, k, v), {"schedule": schedule, "plan_build_s": plan_s})
+    # Tail-effect model (spec.schedule_makespan): one resident forward program per SM at the GPU
+    # tiles (186-250 registers x 256 threads, sm_90a): an estimate, labelled as such.
+    sms = _sm_count()
+    est = spec.schedule_makespan(s.seqlens, s.heads_q, api.default_fwd_config(s.head_dim, on_cuda=True)["BLOCK_M"],
+                                 schedule=schedule, n_slots=sms)
+    return Prepared(run, (q, k, v), {"schedule": schedule, "plan_build_s": plan_s,
+                                     "est_makespan_over_balanced": round(est, 4), "est_sms": sms})
+
+
+def _sm_count() -> int:
+    if on_gpu():
+        import torch
+
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return EST_SMS
 
 
 def _prepare_torch_varlen(s: VarlenShape, requires_grad: bool) -> Prepared:
@@ -261,7 +309,7 @@ def _prepare_torch_varlen(s: VarlenShape, requires_grad: bool) -> Prepared:
     try:
         varlen_attn(q, k, v, cu, cu, mx, mx, **kw)
         kk, vv = k, v
-    except RuntimeError:  # a torch without GQA in varlen_attn: repeat K/V (more bytes; recorded)
+    except (RuntimeError, ValueError):  # a torch without GQA in varlen_attn: repeat K/V (more bytes; recorded)
         group = s.heads_q // s.heads_kv
         kk = k.detach().repeat_interleave(group, 1).requires_grad_(requires_grad)
         vv = v.detach().repeat_interleave(group, 1).requires_grad_(requires_grad)
@@ -422,12 +470,12 @@ def _decode_inputs(s: DecodeShape):
     import torch
 
     dev = harness.device()
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator(device=dev).manual_seed(0)
     b, lmax = len(s.kv_lens), max(s.kv_lens)
-    q = torch.randn(b, s.heads_q, s.head_dim, generator=gen).to(dev, _dtype())
-    # the cache is filled on the device: a host randn of tens of GB would dominate the suite
-    kc = torch.empty(b, lmax, s.heads_kv, s.head_dim, device=dev, dtype=_dtype()).normal_()
-    vc = torch.empty_like(kc).normal_()
+    q = torch.randn(b, s.heads_q, s.head_dim, generator=gen, device=dev).to(_dtype())
+    # filled on the device: a host randn of tens of GB would dominate the suite
+    kc = torch.empty(b, lmax, s.heads_kv, s.head_dim, device=dev, dtype=_dtype()).normal_(generator=gen)
+    vc = torch.empty_like(kc).normal_(generator=gen)
     sl = torch.tensor(s.kv_lens, dtype=torch.int32, device=dev)
     return q, kc, vc, sl
 
@@ -462,6 +510,10 @@ def prepare_decode(provider: str, s: DecodeShape):
         cu_q = torch.arange(b + 1, dtype=torch.int32, device=q.device)
         params = inspect.signature(varlen_attn).parameters
         kw = {"enable_gqa": True} if "enable_gqa" in params and s.heads_q != s.heads_kv else {}
+        try:
+            varlen_attn(q, kp, vp, cu_q, cu_k, 1, lmax, **kw)
+        except (RuntimeError, ValueError) as exc:
+            pytest.skip(f"torch-varlen: this torch's varlen_attn cannot run GQA decode ({exc})")
         return lambda: varlen_attn(q, kp, vp, cu_q, cu_k, 1, lmax, **kw), {"kv_layout": "packed"}
     if provider == "sdpa-padded":
         import torch.nn.functional as F

@@ -18,6 +18,7 @@ from kernels.attention import (
     build_work_list,
     decode_attention,
     decode_attention_reference,
+    spec,
     varlen_attention,
     varlen_attention_reference,
 )
@@ -172,6 +173,19 @@ def test_work_list_covers_every_tile_once_longest_first(causal, over_keys):
     naive, _ = build_work_list(cu_q, cu_k, n_slots, block, causal=causal, schedule="naive", over_keys=over_keys)
     naive = [s for s in naive.cpu().tolist() if s >= 0]
     assert naive == sorted(naive)  # sequence order
+
+
+def test_schedule_model_longest_first_removes_the_tail():
+    """spec.schedule_makespan (the estimate the suite prints beside its timings): on a long-tail
+    batch with few heads per launch, naive order leaves a tail; longest-first stays near balance."""
+    lens = [4000] + [300, 500, 200, 800, 150, 600, 400, 350] * 3
+    naive = spec.schedule_makespan(lens, 5, 128, schedule="naive", n_slots=132)
+    ours = spec.schedule_makespan(lens, 5, 128, schedule="longest_first", n_slots=132)
+    assert ours < 1.1 < naive
+    assert spec.schedule_makespan([], 5, 128) == 1.0
+    # the model's tile costs agree with the device work list's cost (keys seen by a tile's last row)
+    assert spec.tile_costs([5, 130], 64, overhead=0) == [5, 64, 128, 130]
+    assert spec.tile_costs([3], 64, seqlens_k=[10], overhead=0) == [10]
 
 
 def test_plan_is_cached_per_cu_seqlens_object_and_revalidated_after_mutation():

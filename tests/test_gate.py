@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from test_results_synth import SHAPES, cli_main as main, make_result, write
-
+from test_results_synth import SHAPES, make_result, write
+from test_results_synth import cli_main as main
 
 from polytrace.results import compare, format_markdown, format_text, load_result
 from polytrace.results.gate import min_p_value

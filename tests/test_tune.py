@@ -11,7 +11,7 @@ import torch
 from polytrace import tune
 from polytrace.errors import PolytraceError
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-interpreter path; the GPU path is the runbook's")
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-interpreter path (GPU: test_gpu_session)")
 
 
 @pytest.fixture
@@ -24,6 +24,7 @@ def tuning_dir(tmp_path, monkeypatch):
     _tuning.clear_cache()
 
 
+@cpu_only
 def test_pack_session_writes_configs_the_kernel_reads(tuning_dir):
     from kernels import _tuning
     from kernels.packing import api
@@ -66,6 +67,7 @@ def test_wrong_outputs_are_never_chosen(tmp_path):
     assert session.data["configs"]["b0"].get("X") in (None, 1, 3)
 
 
+@cpu_only
 def test_merges_with_buckets_tuned_before(tmp_path):
     path = tmp_path / "cpu" / "pack.json"
     path.parent.mkdir()
@@ -91,6 +93,7 @@ def test_candidates_cover_the_space_in_seeded_order():
         (("A", x), ("B", y)) for x in (1, 2) for y in (3, 4, 5)}
 
 
+@cpu_only
 def test_cli_tune(tmp_path, capsys):
     from test_results_synth import cli_main
 
@@ -100,3 +103,41 @@ def test_cli_tune(tmp_path, capsys):
     assert code == 0 and "wrote" in out and (tmp_path / "cpu" / "pack.json").is_file()
     assert cli_main(["tune", "pack", "--budget-s", "1"]) == 2
     assert "--profile" in capsys.readouterr().err
+
+
+@cpu_only
+@pytest.mark.parametrize("name", tune.tunable_names())
+def test_every_registered_kernel_tunes_in_the_interpreter(name, tmp_path):
+    """Each registry entry drives its family's launcher with config= and keys the result by the
+    family's own tuning_bucket (one bucket, a fraction of a second of search)."""
+    import importlib
+
+    t = tune.get_tunable(name)
+    module = importlib.import_module(t.module)
+    session = tune.run_session(name, profile="search-r1-7b", budget_s=0.3, root=tmp_path, progress=False,
+                               max_buckets=1)
+    data = json.loads(session.path.read_text())
+    assert data["kernel"] == name and data["family"] == t.family and len(data["configs"]) == 1
+    (bucket, entry), = data["configs"].items()
+    assert entry["tried"] >= 1 and session.failed == 0  # every candidate gives the default's output
+    space = getattr(module, t.space_attr)
+    assert {k for k in entry if k in space} in (set(), set(space))
+    assert data["kernel_hash"] and data["measured_on"] == "cpu-interpreter"
+
+
+@pytest.mark.gpu
+def test_gpu_session_writes_configs_the_launcher_reads(tuning_dir):
+    """On a GPU: a short real session for pack; the file is keyed by this device's name and the
+    launcher's lookup returns the tuned config for the bucket."""
+    from kernels import _tuning
+
+    session = tune.run_session("pack", profile="deepcoder-14b", budget_s=8, root=tuning_dir, progress=False,
+                               max_buckets=1)
+    data = json.loads(session.path.read_text())
+    name = torch.cuda.get_device_name()
+    assert data["device_name"] == name and data["measured_on"] == "cuda" and session.failed == 0
+    (bucket, entry), = data["configs"].items()
+    assert entry["time_s"] <= entry["default_time_s"] and entry["tried"] >= 1
+    tuned = {k: v for k, v in entry.items() if k in ("BLOCK_T", "BLOCK_F", "num_warps")}
+    default = {"BLOCK_T": 1, "BLOCK_F": 1, "num_warps": 1}
+    assert _tuning.lookup("pack", bucket, name, default) == {**default, **tuned}

@@ -72,17 +72,19 @@ def _block_d(head_dim: int) -> int:
     return max(16, 1 << (int(head_dim) - 1).bit_length())
 
 
-# Defaults. GPU figures follow the Triton fused-attention tutorial's Hopper choices for the shapes
-# it reports (fwd 128x64 tiles, 8 warps at D=128; dK/dV 32 query rows x 64-128 keys); they are a
-# starting point for ``polytrace tune``, not a measured optimum. In the interpreter every tile is a
-# numpy op, so 16x16 tiles keep the CPU tests fast and still cover multi-block sequences.
+# Defaults. GPU tiles follow the Triton fused-attention tutorial's Hopper choices (fwd 128x64 on 8
+# warps; dK/dV 32 query rows x 128 keys), checked offline with ptxas for sm_90a: fwd 128x64 on 8
+# warps uses 186 registers at D=128 and 115 at D=64, no spill (128x128 needs 250; 4 warps spill
+# 400 B at D=128). A starting point for ``polytrace tune``, not yet timed on a GPU. In the
+# interpreter every tile is a numpy op, so 16x16 tiles keep the CPU tests fast and still cover
+# multi-block sequences.
 def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None) -> dict:
     if on_cuda is None:
         on_cuda = not _interpreting()
     if not on_cuda:
         return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     if head_dim <= 64:
-        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     if head_dim <= 128:
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
@@ -90,16 +92,23 @@ def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
 
 def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None) -> dict:
     """dK/dV tile (``DKDV_BLOCK_M`` query rows per step x ``DKDV_BLOCK_N`` keys) and the dQ key
-    step ``DQ_BLOCK_N``; the dQ query tile is the forward's BLOCK_M so it reuses its work list."""
+    step ``DQ_BLOCK_N``; the dQ query tile is the forward's BLOCK_M so it reuses its work list.
+    GPU choices: tiles for which ptxas (sm_90a, triton 3.9, compiled offline) reports no spill or
+    almost none (D=128: dK/dV 32x128 on 8 warps 255 registers, 4 B spilled; dQ 128x32 on 8 warps
+    176 registers. D=64: dK/dV 32x128 on 8 warps 182; dQ 128x64 on 8 warps 132). Not yet timed."""
     if on_cuda is None:
         on_cuda = not _interpreting()
     if not on_cuda:
-        return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DQ_BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+        return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DKDV_WARPS": 4, "DKDV_STAGES": 1,
+                "DQ_BLOCK_N": 16, "DQ_WARPS": 4, "DQ_STAGES": 1}
     if head_dim <= 64:
-        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DQ_BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
+        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
     if head_dim <= 128:
-        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 64, "DQ_BLOCK_N": 32, "num_warps": 4, "num_stages": 3}
-    return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 32, "DQ_BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+                "DQ_BLOCK_N": 32, "DQ_WARPS": 8, "DQ_STAGES": 3}
+    return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 64, "DKDV_WARPS": 8, "DKDV_STAGES": 2,
+            "DQ_BLOCK_N": 16, "DQ_WARPS": 8, "DQ_STAGES": 2}
 
 
 def default_decode_config(head_dim: int, on_cuda: bool | None = None) -> dict:
@@ -381,7 +390,7 @@ def _bwd(do, q, k, v, o, lse, plan: VarlenPlan, causal: bool, scale: float, cfg:
             dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), lse.stride(0),
             scale, scale * LOG2E, hkv, group,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg["DKDV_BLOCK_M"], BLOCK_N=cfg["DKDV_BLOCK_N"], CAUSAL=causal,
-            EVEN_D=even_d, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            EVEN_D=even_d, num_warps=cfg["DKDV_WARPS"], num_stages=cfg["DKDV_STAGES"])
     if plan.n_slots:
         varlen_bwd_dq_kernel[(plan.n_slots * hq,)](
             q, k, v, do, lse, delta, dq, plan.cu_seqlens_q, plan.cu_seqlens_k, plan.work_seq, plan.work_block,
@@ -389,7 +398,7 @@ def _bwd(do, q, k, v, o, lse, plan: VarlenPlan, causal: bool, scale: float, cfg:
             dq.stride(0), dq.stride(1), lse.stride(0),
             scale, scale * LOG2E, hq, group,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=plan.block_m, BLOCK_N=cfg["DQ_BLOCK_N"], CAUSAL=causal,
-            EVEN_D=even_d, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            EVEN_D=even_d, num_warps=cfg["DQ_WARPS"], num_stages=cfg["DQ_STAGES"])
     return dq, dk, dv
 
 

@@ -320,9 +320,9 @@ _COMBINE_BLOCK_T = 128
 _DEFAULT_CHUNK_BYTES = 512 * 2**20  # d(logits) of one vocabulary chunk: [T, chunk] in the input dtype
 
 
-def _dot_precision(dtype) -> str:
-    # fp32 inputs: full-precision products (tf32 would lose ~1e-3 relative); ignored for bf16/fp16
-    return "ieee" if dtype == torch.float32 else "tf32"
+def _dot_precision(dtype) -> str | None:
+    # fp32 inputs: full-precision products (tf32 would lose ~1e-3 relative); bf16/fp16: the default
+    return "ieee" if dtype == torch.float32 else None
 
 
 def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_index, config):

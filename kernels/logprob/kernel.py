@@ -101,7 +101,8 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
     logprob = tl.where(in_range, logprob, float("nan"))  # unchecked out-of-range token: NaN, no read
     logprob = tl.where(ignored, 0.0, logprob)
     tl.store(logprob_ptr + row, logprob)
-    tl.store(max_ptr + row, tl.where(ignored, 0.0, m))
+    # Ignored rows store m = +inf: the backward's exp(x - m) is then 0, not exp(x) overflowing.
+    tl.store(max_ptr + row, tl.where(ignored, float("inf"), m))
     tl.store(logsum_ptr + row, log_s)
     if RETURN_ENTROPY:
         entropy = log_s - w / s
@@ -147,7 +148,7 @@ def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, m, log_s, e
                               temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
                               HAS_GRAD_ENT: tl.constexpr, MASKED: tl.constexpr, ROUND_BF16: tl.constexpr):
     if MASKED:
-        x = tl.load(logits_row + cols, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(logits_row + cols, mask=mask, other=float("-inf")).to(tl.float32)  # p = 0 past V
     else:
         x = tl.load(logits_row + cols).to(tl.float32)
     x = _scale(x, temperature, SCALE, EXACT_DIV)

@@ -168,12 +168,14 @@ def _bootstrap_medians(rounds: np.ndarray, n_boot: int, rng: np.random.Generator
 
 def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0.05, alpha: float = 0.002,
             force: bool = False, gate_all: bool = False, fail_on_missing: bool = False,
-            n_boot: int = 4000, seed: int = 0) -> GateReport:
+            n_boot: int | None = None, seed: int = 0) -> GateReport:
     """Compare two result files (or merged folders); see the module docstring for the rules."""
     if not (0 < threshold < 10):
         raise ValueError(f"threshold must be a fraction in (0, 10), got {threshold}")
     if not (0 < alpha < 1):
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if n_boot is None:  # >= 10 resamples beyond each end of the interval
+        n_boot = max(2000, math.ceil(20 / alpha))
     report = GateReport(_summary(baseline), _summary(candidate), threshold, alpha, [], [], forced=force,
                         fail_on_missing=fail_on_missing)
     _check_machines(baseline, candidate, report)
