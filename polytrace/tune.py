@@ -20,13 +20,11 @@ family's launcher. A family provides ``TUNING_SPACE``, ``tuning_bucket(...)`` an
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
 import os
 import random
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -496,27 +494,6 @@ def _progress(total: int, name: str, enabled: bool):
     return tqdm(total=total, desc=f"tune {name}", unit="cfg", disable=not enabled, leave=False)
 
 
-def kernel_source_hash(family: str) -> str:
-    """Same digest as suites/harness.py: sha256 (16 hex) over ``kernels/<family>/*.py``."""
-    folder = REPO_ROOT / "kernels" / family
-    if not folder.is_dir():
-        return ""
-    h = hashlib.sha256()
-    for path in sorted(folder.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def default_root(on_gpu: bool) -> Path:
     if on_gpu:
         try:
@@ -534,6 +511,7 @@ def _write(tunable: Tunable, results: dict, root, on_gpu: bool, device_name: str
 
     from .cli._io import atomic_write_text
     from .hardware import slug_for
+    from .provenance import git_commit, kernel_source_hash
 
     slug = slug_for(device_name) if on_gpu else "cpu"
     base = Path(root) if root is not None else default_root(on_gpu)
@@ -559,7 +537,8 @@ def _write(tunable: Tunable, results: dict, root, on_gpu: bool, device_name: str
     data = {
         "kernel": tunable.name, "family": tunable.family, "device_name": device_name, "gpu_slug": slug,
         "measured_on": "cuda" if on_gpu else "cpu-interpreter", "profile": profile, "seed": seed, "model": model,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "commit": _git_commit(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "commit": git_commit(REPO_ROOT, mark_dirty=False),
         "kernel_hash": kernel_source_hash(tunable.family), "torch_version": torch.__version__,
         "triton_version": triton_version, "budget_s": budget_s, "elapsed_s": round(elapsed, 3),
         "space": space, "session_buckets": sorted(results), "configs": configs,

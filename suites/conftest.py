@@ -36,20 +36,9 @@ if not _cuda_available():
 
 
 def _git_commit() -> str:
-    """Short commit of the checkout (``-dirty`` with uncommitted changes); ``POLYTRACE_COMMIT``
-    overrides it where the tree is a copy without ``.git`` (e.g. a leased GPU machine)."""
-    override = os.environ.get("POLYTRACE_COMMIT", "").strip()
-    if override:
-        return override
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=_ROOT, capture_output=True,
-                             text=True, timeout=10)
-        commit = out.stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=_ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return commit + ("-dirty" if dirty and commit else "") if commit else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
+    from polytrace.provenance import git_commit
+
+    return git_commit(_ROOT)
 
 
 BUDGET_ENV = "POLYTRACE_BENCH_BUDGET_S"

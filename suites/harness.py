@@ -13,7 +13,6 @@ test of the code path, never a performance figure).
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -64,18 +63,11 @@ def measured_on() -> str:
     return "cuda" if on_gpu() else "cpu-interpreter"
 
 
-@functools.cache
 def kernel_source_hash(family: str) -> str:
-    """sha256 (first 16 hex digits) over the sources of ``kernels/<family>/``, so results of
-    different kernel code are never compared by mistake. Empty string for peers' families."""
-    folder = REPO_ROOT / "kernels" / family
-    if not folder.is_dir():
-        return ""
-    h = hashlib.sha256()
-    for path in sorted(folder.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    """sha256 (16 hex) over ``kernels/<family>/*.py``; see ``polytrace.provenance``."""
+    from polytrace.provenance import kernel_source_hash as _hash
+
+    return _hash(family)
 
 
 # provider name -> kind, filled as suites define their providers, so ``record`` can tell the gate

@@ -450,3 +450,17 @@ def test_gpu_fused_bf16_real_vocab(hidden):
     assert torch.equal(lp_1, ours[0][5:6])
     lp_s = linear_token_logprobs(h[3:300], w, tok[3:300])
     assert torch.equal(lp_s, ours[0][3:300])
+
+
+def test_strided_tokens_and_hidden():
+    """Non-contiguous token ids and hidden rows with a padded stride give the same results."""
+    gen = torch.Generator().manual_seed(50)
+    h_pad = torch.randn(10, 48, generator=gen).to(DEV, torch.float32)
+    h = h_pad[:, :40]
+    w = (torch.randn(90, 40, generator=gen) * 0.3).to(DEV, torch.float32)
+    tok2 = torch.stack([_tokens(10, 90, seed=51), _tokens(10, 90, seed=52)], 1)
+    tok = tok2[:, 0]  # stride 2
+    lp = linear_token_logprobs(h, w, tok)
+    assert torch.equal(lp, linear_token_logprobs(h.contiguous(), w, tok.contiguous()))
+    x = _logits(10, 90, torch.float32, seed=53)
+    assert torch.equal(token_logprobs(x, tok), token_logprobs(x, tok.contiguous()))

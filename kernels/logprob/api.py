@@ -307,6 +307,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
                          f"{tuple(logits.shape)}")
     if check_tokens:
         _check_token_range(tokens, logits.shape[1], ignore_index)
+    tokens = tokens.contiguous()  # [T] ints: a copy costs nothing next to the logits
     logprob, entropy = _TokenLogprobs.apply(logits, tokens, temperature, bool(return_entropy), ignore_index,
                                             config, backward_config)
     return (logprob, entropy) if return_entropy else logprob
@@ -363,10 +364,12 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
     n_rows, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
-    grad_hidden = torch.zeros_like(hidden) if need_hidden else None
-    grad_weight = torch.zeros_like(weight, memory_format=torch.contiguous_format) if need_weight else None
     if n_rows == 0:
-        return grad_hidden, grad_weight
+        return (torch.zeros_like(hidden) if need_hidden else None,
+                torch.zeros_like(weight) if need_weight else None)
+    # every element of both is written below (one matmul per vocabulary chunk, or the fp32 copy)
+    grad_hidden = torch.empty((n_rows, hidden_size), dtype=hidden.dtype, device=dev) if need_hidden else None
+    grad_weight = torch.empty((vocab, hidden_size), dtype=weight.dtype, device=dev) if need_weight else None
     cfg = _resolve_config("linear_token_logprobs_bwd", linear_tuning_bucket(vocab, hidden_size, hidden.dtype),
                           dev, _linear_bwd_default(hidden.dtype, dev), backward_config, "backward_config")
     for key in ("BLOCK_T", "BLOCK_V", "BLOCK_K"):
@@ -482,6 +485,7 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: to
         raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
     if check_tokens:
         _check_token_range(tokens, weight.shape[0], ignore_index)
+    tokens = tokens.contiguous()
     logprob, entropy = _LinearTokenLogprobs.apply(hidden, weight, tokens, temperature, bool(return_entropy),
                                                   ignore_index, config, backward_config, chunk_bytes)
     return (logprob, entropy) if return_entropy else logprob

@@ -315,7 +315,7 @@ def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_pt
         s_all += s_i * a
         if RETURN_ENTROPY:
             w_i = tl.load(base + 2 * stride_q, mask=row_mask, other=0.0)
-            w_all += a * (w_i + s_i * tl.where(s_i > 0, m_i - m_all, 0.0))
+            w_all += a * w_i
         tgt += tl.load(base + 3 * stride_q, mask=row_mask, other=0.0)
     log_s = tl.log(s_all)
     logprob = tl.minimum((tgt - m_all) - log_s, 0.0)

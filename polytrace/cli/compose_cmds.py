@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
+from ._args import positive_int as _pos_int
 from ._io import print_json
-
-
-def _pos_int(text: str) -> int:
-    import argparse
-
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
 
 
 def register(sub) -> None:

@@ -5,24 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import PolytraceError
-
-
-def _steps(text: str) -> list[int]:
-    """'0,1,2' or '0-4' or '3'."""
-    out: list[int] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--steps: expected e.g. '0,1,2' or '0-4', got {text!r}") from None
-    if not out:
-        raise argparse.ArgumentTypeError(f"--steps: no steps in {text!r}")
-    return out
+from ._args import step_list as _steps
 
 
 def register(sub) -> None:

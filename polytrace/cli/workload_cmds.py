@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from ..errors import PolytraceError
+from ._args import nonneg_int as _nonneg
+from ._args import positive_int as _positive
+from ._args import step_list as _steps
 from ._io import atomic_write_text, print_json
 
 
@@ -55,48 +57,6 @@ def register(sub) -> None:
     p.add_argument("-o", "--output-dir", default="polytrace-report", help="folder for report.md and plots")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_report)
-
-
-# --------------------------------------------------------------------------- argument types
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return v
-
-
-def _steps(text: str) -> list[int]:
-    """``0-7``, ``0,50,100`` or ``0-100:10`` (every 10th)."""
-    out: list[int] = []
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                rng, _, stride = part.partition(":")
-                lo, hi = (int(x) for x in rng.split("-"))
-                out.extend(range(lo, hi + 1, int(stride) if stride else 1))
-            else:
-                out.append(int(part))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"steps must look like 0-7, 0,50,100 or 0-200:20; got {text!r}") from None
-    if not out or min(out) < 0:
-        raise argparse.ArgumentTypeError(f"steps must be non-negative and non-empty; got {text!r}")
-    return out
 
 
 def load_source(text: str, drift: str | None = None, max_response_len: int | None = None):
