@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -51,7 +52,9 @@ TP_HEADS = {"qwen2.5-32b-tp8": (5, 1, 128)}
 CPU_HEADS = {"cpu-tiny": (2, 1, 64)}
 EST_SMS = 132  # SM count assumed by the tail estimate where no GPU is present (H100/H200 SXM)
 GPU_MAX_TOKENS = 16384  # verl's ppo_max_token_len_per_gpu default; raised to the longest sequence
-GPU_BATCHES_PER_PROFILE = 2  # representative micro-batches (strata by sum of squared lengths)
+# representative micro-batches per profile (strata by sum of squared lengths); lower it with
+# POLYTRACE_ATTENTION_BATCHES=1 (and select models/modes with -k) to fit a short GPU session
+GPU_BATCHES_PER_PROFILE = int(os.environ.get("POLYTRACE_ATTENTION_BATCHES", "2"))
 CPU_MAX_TOKENS = 128  # interpreter: ~1 s per forward at 2 heads, D 64
 DECODE_PROGRESS = (0.25, 0.75)  # points of the rollout (fraction of the longest response's iterations)
 GPU_DECODE_BATCH = 256  # active sequences per GPU (vLLM's default max_num_seqs)

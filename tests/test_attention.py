@@ -147,6 +147,23 @@ def test_schedules_give_identical_results():
     assert torch.equal(a, b)
 
 
+def test_strided_views_of_a_fused_qkv_match_contiguous_inputs():
+    # q, k, v sliced from one [T, Hq + 2 Hkv, D] projection output: token stride (Hq + 2 Hkv) * D
+    lens = [11, 30]
+    q, k, v, cu_q, cu_k = _inputs(lens, lens, 4, 2, 32, seed=7)
+    qkv = torch.cat([q, k, v], 1)
+    assert not qkv[:, :4].is_contiguous()
+    for t in (q, k, v, qkv):
+        t.requires_grad_(True)
+    out = varlen_attention(q, k, v, cu_q, cu_k)
+    out_s = varlen_attention(qkv[:, :4], qkv[:, 4:6], qkv[:, 6:], cu_q, cu_k)
+    assert torch.equal(out, out_s)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(8)).to(DEVICE, out.dtype)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    (dqkv,) = torch.autograd.grad(out_s, (qkv,), dout)
+    assert torch.equal(torch.cat(grads, 1), dqkv)
+
+
 @pytest.mark.parametrize("causal,over_keys", [(True, False), (False, False), (True, True)])
 def test_work_list_covers_every_tile_once_longest_first(causal, over_keys):
     lens_q = [130, 0, 1, 64, 65, 7, 300]
@@ -300,6 +317,8 @@ def test_bad_max_seqlen_and_schedule():
     args = _bad_varlen()
     with pytest.raises(ValueError, match="max_seqlen_q=3 is below the longest sequence"):
         varlen_attention(**args, max_seqlen_q=3)
+    with pytest.raises(ValueError, match="max_seqlen_k must be a non-negative int"):
+        varlen_attention(**args, max_seqlen_k=6.5)
     with pytest.raises(ValueError, match="schedule must be one of"):
         varlen_attention(**args, schedule="random")
     with pytest.raises(ValueError, match="config: unknown keys"):

@@ -17,6 +17,7 @@ pass ``check_inputs=False`` to skip even that one.
 from __future__ import annotations
 
 import math
+import operator
 import os
 import weakref
 from dataclasses import dataclass
@@ -189,6 +190,23 @@ def _check_cu(name: str, cu, device: torch.device, batch: int | None) -> None:
         raise ValueError(f"{name} must hold at least one entry (0)")
     if batch is not None and cu.numel() != batch + 1:
         raise ValueError(f"{name} has {cu.numel()} entries, expected {batch + 1} (as many as cu_seqlens_q)")
+
+
+def _optional_length(name: str, val) -> int | None:
+    """None, or a non-negative integer (numpy and 0-d torch integers accepted, as flash-attn does)."""
+    if val is None:
+        return None
+    if isinstance(val, torch.Tensor):
+        if val.numel() != 1 or val.dtype.is_floating_point:
+            raise ValueError(f"{name} must be a non-negative int or None, got a tensor of shape {tuple(val.shape)}")
+        val = int(val)  # a host sync for a device tensor: pass a Python int to avoid it
+    try:
+        out = operator.index(val)
+    except TypeError:
+        raise ValueError(f"{name} must be a non-negative int or None, got {val!r}") from None
+    if isinstance(val, bool) or out < 0:
+        raise ValueError(f"{name} must be a non-negative int or None, got {val!r}")
+    return out
 
 
 def _check_cu_contents(name: str, cu: torch.Tensor, total: int, max_seqlen: int | None,
@@ -448,9 +466,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if k.shape[0] != v.shape[0]:
         raise ValueError(f"v has {v.shape[0]} tokens, expected {k.shape[0]} (the tokens of k)")
-    for name, val in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if val is not None and (not isinstance(val, int) or isinstance(val, bool) or val < 0):
-            raise ValueError(f"{name} must be a non-negative int or None, got {val!r}")
+    max_seqlen_q = _optional_length("max_seqlen_q", max_seqlen_q)
+    max_seqlen_k = _optional_length("max_seqlen_k", max_seqlen_k)
     d = q.shape[-1]
     scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
     group = q.shape[1] // k.shape[1]
