@@ -97,7 +97,7 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
     # (x_t - m) - log s, as torch's log_softmax: forming lse = m + log s first would add a rounding
     # of |lse| (1e-3 at |logits| ~ 1e4). x_t <= m and log s >= 0 (the maximum contributes exp(0)),
     # so the result is <= 0; the clamp only guards the sign.
-    logprob = tl.minimum(x_t - (m + log_s), 0.0)
+    logprob = tl.minimum((x_t - m) - log_s, 0.0)
     logprob = tl.where(in_range, logprob, float("nan"))  # unchecked out-of-range token: NaN, no read
     logprob = tl.where(ignored, 0.0, logprob)
     tl.store(logprob_ptr + row, logprob)

@@ -1,0 +1,132 @@
+"""Compile the logprob kernels for sm_90 and sm_80 ahead of time, without a GPU.
+
+The CPU tests run the kernels in the Triton interpreter, which accepts code the compiler rejects
+(and the reverse). Triton's wheel ships ptxas, so ``triton.compile`` can lower every kernel to
+PTX and cubin on a CPU-only machine: this catches GPU-only compile errors in CI, and checks two
+properties the design relies on:
+
+- the aligned forward variant loads the logits with 16-byte vector loads (the bandwidth goal);
+- the generic variant (V not a multiple of 16) has no vector loads, so its register layout, and
+  with it the order of each row's sums, cannot depend on where the row lies (batch invariance).
+
+Runs in a subprocess because ``tests/conftest.py`` switches this process to the interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = r'''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from kernels.logprob import kernel as K
+
+D16 = [["tt.divisibility", 16]]
+out = {}
+
+
+def build(name, fn, sig, consts, aligned, arch, num_warps=8, num_stages=2):
+    names = [p.name for p in fn.params]
+    assert set(sig) | set(consts) == set(names), (name, sorted(set(names) - set(sig) - set(consts)))
+    full = {n: sig.get(n, "constexpr") for n in names}
+    attrs = {(names.index(n),): D16 for n in aligned}
+    ck = triton.compile(ASTSource(fn, full, consts, attrs), target=GPUTarget("cuda", arch, 32),
+                        options={"num_warps": num_warps, "num_stages": num_stages})
+    ptx = ck.asm["ptx"]
+    out[f"{name}@sm{arch}"] = {"v4_loads": ptx.count("ld.global.v4"), "mma": ptx.count("mma")}
+
+
+for arch in (90, 80):
+    fwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
+               "max_ptr": "*fp32", "logsum_ptr": "*fp32", "stride_row": "i32", "vocab_size": "i32",
+               "temperature": "fp32", "ignore_index": "i32"}
+    for scale in (False, True):
+        consts = {"SCALE": scale, "EXACT_DIV": False, "RETURN_ENTROPY": True, "BLOCK_V": 4096}
+        build(f"fwd-aligned-scale{int(scale)}", K.token_logprobs_fwd_kernel, fwd_sig, consts,
+              ["logits_ptr", "stride_row", "vocab_size"], arch)
+        build(f"fwd-generic-scale{int(scale)}", K.token_logprobs_fwd_kernel_generic, fwd_sig, consts, [], arch)
+    bwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32", "logsum_ptr": "*fp32",
+               "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32", "grad_logits_ptr": "*bf16",
+               "stride_row": "i32", "stride_grad_row": "i32", "vocab_size": "i32", "temperature": "fp32",
+               "ignore_index": "i32"}
+    build("bwd", K.token_logprobs_bwd_kernel, bwd_sig,
+          {"SCALE": True, "EXACT_DIV": False, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True, "BLOCK_V": 4096,
+           "ROUND_BF16": False},
+          ["logits_ptr", "grad_logits_ptr", "stride_row", "stride_grad_row", "vocab_size"], arch)
+    lin_sig = {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "part_ptr": "*fp32",
+               "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32",
+               "inv_temperature": "fp32", "vblocks_per_split": "i32"}
+    build("linear-fwd", K.linear_logprobs_fwd_kernel, lin_sig,
+          {"NSPLIT": 16, "SCALE": True, "RETURN_ENTROPY": True, "EVEN_K": True, "BLOCK_T": 128, "BLOCK_V": 128,
+           "BLOCK_K": 64, "DOT_PRECISION": None},
+          ["hidden_ptr", "weight_ptr", "hidden_size", "stride_h", "stride_w"], arch, num_stages=3)
+    build("combine", K.linear_logprobs_combine_kernel,
+          {"part_ptr": "*fp32", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
+           "max_ptr": "*fp32", "logsum_ptr": "*fp32", "n_rows": "i32", "vocab_size": "i32", "ignore_index": "i32"},
+          {"NSPLIT": 16, "RETURN_ENTROPY": True, "BLOCK_T": 128}, [], arch, num_warps=4)
+    build("dlogits", K.linear_dlogits_kernel,
+          {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32",
+           "logsum_ptr": "*fp32", "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32",
+           "dlogits_ptr": "*bf16", "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "v_start": "i32",
+           "chunk_cols": "i32", "stride_h": "i32", "stride_w": "i32", "stride_d": "i32", "inv_temperature": "fp32"},
+          {"SCALE": True, "HAS_GRAD_ENT": True, "EVEN_K": True, "BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64,
+           "GROUP_T": 8, "DOT_PRECISION": None},
+          ["hidden_ptr", "weight_ptr", "dlogits_ptr", "hidden_size", "stride_h", "stride_w", "stride_d"], arch,
+          num_stages=3)
+    for dt, prec in (("bf16", None), ("fp32", "ieee")):
+        build(f"accumulate-{dt}", K.matmul_accumulate_kernel,
+              {"a_ptr": f"*{dt}", "b_ptr": f"*{dt}", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+               "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"},
+              {"stride_ak": 1, "stride_bn": 1, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
+               "DOT_PRECISION": prec},
+              ["a_ptr", "b_ptr", "c_ptr", "N", "stride_am", "stride_bk", "stride_cm"], arch, num_warps=4)
+gen = K.token_logprobs_fwd_kernel_generic
+out["generic_unspecialised"] = sorted(p.name for p in gen.params
+                                      if p.do_not_specialize or p.do_not_specialize_on_alignment)
+print("RESULT " + json.dumps(out))
+'''
+
+
+def _compile_all() -> dict:
+    try:
+        from triton.backends.compiler import GPUTarget  # noqa: F401
+        from triton.compiler import ASTSource  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"this triton has no ahead-of-time compile API: {exc}")
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip(f"no ptxas in the triton wheel ({ptxas})")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"compile failed:\n{proc.stderr[-4000:]}"
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def test_kernels_compile_for_gpu():
+    res = _compile_all()
+    # at launch, the generic variant must not learn the row alignment from the pointer or stride
+    assert {"logits_ptr", "stride_row"} <= set(res["generic_unspecialised"])
+    for arch in (90, 80):
+        for scale in (0, 1):
+            assert res[f"fwd-aligned-scale{scale}@sm{arch}"]["v4_loads"] > 0, "aligned forward lost its vector loads"
+            assert res[f"fwd-generic-scale{scale}@sm{arch}"]["v4_loads"] == 0, \
+                "generic forward vectorised: its layout could depend on a row's alignment"
+        assert res[f"bwd@sm{arch}"]["v4_loads"] > 0
+        for name in ("linear-fwd", "dlogits", "accumulate-bf16"):
+            assert res[f"{name}@sm{arch}"]["mma"] > 0, f"{name} does not use tensor cores on sm{arch}"
