@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 _ROOT = Path(__file__).resolve().parents[1]
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
@@ -131,3 +133,16 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         info["sm_count"] = props.multi_processor_count
         info["total_memory_bytes"] = props.total_memory
     machine_info["polytrace"] = info
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say plainly where the numbers above came from."""
+    from suites import harness
+
+    if harness.on_gpu():
+        terminalreporter.write_line(f"polytrace: timings measured on {harness.device_name()} (CUDA).")
+    else:
+        terminalreporter.write_line(
+            "polytrace: no CUDA device: the kernel timings in this run are Triton-interpreter runs on the CPU "
+            "at reduced shapes, a smoke test of the code paths, NOT performance figures.", yellow=True)
