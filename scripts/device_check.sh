@@ -35,6 +35,9 @@ set -uo pipefail
 BUDGET_S=360
 TESTS_BUDGET_S=90
 SUITES="logprob attention packing workload"
+# One representative micro-batch per profile keeps the attention suite (about 330 cases at 2) inside
+# a short lease; export POLYTRACE_ATTENTION_BATCHES=2 or more for a full run.
+export POLYTRACE_ATTENTION_BATCHES="${POLYTRACE_ATTENTION_BATCHES:-1}"
 SKIP_TESTS=0
 STORE=0
 SET_BASELINE=0

@@ -75,12 +75,15 @@ def register(sub) -> None:
     p.set_defaults(func=_plot)
 
     p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile")
-    p.add_argument("kernel", help="tunable kernel name (see --list)")
+    p.add_argument("kernel", help="tunable kernel: token_logprobs, linear_token_logprobs, pack or "
+                                  "varlen_attention_fwd")
     p.add_argument("--profile", default=None, help="workload profile the shapes are drawn from")
     p.add_argument("--budget-s", type=float, default=120.0, help="search time budget in seconds (default 120)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
                                                "out/tuning for CPU-interpreter runs)")
+    p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
+                                                 "(default: the profile's model)")
     p.add_argument("--max-buckets", type=int, default=None, help="tune at most this many buckets")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", action="store_true", help="print the written file's content")
@@ -182,7 +185,8 @@ def _tune(args) -> int:
         raise PolytraceError("--profile: required (e.g. --profile dapo-math-32b); "
                              f"tunable kernels: {', '.join(tune.tunable_names())}")
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
-                               root=args.out, max_buckets=args.max_buckets, progress=not args.no_progress)
+                               root=args.out, model=args.model, max_buckets=args.max_buckets,
+                               progress=not args.no_progress)
     if args.json:
         from ._io import print_json
 
