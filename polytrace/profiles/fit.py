@@ -39,10 +39,12 @@ def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
     response = QuantileTable.fit(resp_fit, cap=cap)
     group_prompt = np.asarray([g.prompt_len for s in trace.steps for g in s.groups], dtype=np.float64)
     prompt = QuantileTable.fit(group_prompt)
-    rho, prompt_corr = _fit_group_structure(resp_fit, pooled.group_ids, group_prompt)
+    rho_icc, prompt_corr = _fit_group_structure(resp_fit, pooled.group_ids, group_prompt)
+    rho = _match_group_spread(response, resp_fit, pooled.group_ids, config.n, rho_icc)
     params = {"response": response.to_json(), "prompt": prompt.to_json(), "rho": round(rho, 5),
               "prompt_corr": round(prompt_corr, 5)}
     stats = {"responses": int(len(pooled)), "groups": int(group_sizes.size), "steps": len(trace.steps),
+             "rho_icc": round(rho_icc, 5),
              "p_cap": round(float(np.mean(resp_fit >= cap)), 6),
              "mean_response": round(float(resp.mean()), 2)}
     if trace.is_multiturn:
@@ -82,6 +84,47 @@ def _fit_group_structure(resp, group_ids, group_prompt) -> tuple[float, float]:
     # corr(prompt, group mean) = r * sqrt(rho) / sqrt(rho + (1 - rho) / n): undo the attenuation.
     r = r_obs * np.sqrt(rho + (1 - rho) / n_avg) / np.sqrt(rho)
     return rho, float(np.clip(r, -0.95, 0.95))
+
+
+def _median_group_ratio(lens: np.ndarray, group_ids: np.ndarray) -> float:
+    sizes = np.bincount(group_ids)
+    maxes = np.zeros(sizes.size)
+    np.maximum.at(maxes, group_ids, lens)
+    means = np.bincount(group_ids, weights=lens) / np.maximum(sizes, 1)
+    keep = sizes >= 2
+    return float(np.median(maxes[keep] / means[keep])) if keep.any() else 1.0
+
+
+def _match_group_spread(table: QuantileTable, resp, group_ids, n: int, rho_start: float) -> float:
+    """Refine the copula correlation so the sampled median within-group max/mean ratio matches the
+    trace's (the spread GRPO's advantage and the packer see). The ratio falls monotonically as rho
+    grows, so a bisection on a fixed set of normal draws (2048 groups) finds it; the intra-class
+    correlation of normal scores is the starting point and the answer when the trace has no groups
+    of two or more."""
+    target = _median_group_ratio(np.asarray(resp, dtype=np.float64), group_ids)
+    if n < 2 or not np.isfinite(target) or target <= 1.0:
+        return rho_start
+    rng = np.random.Generator(np.random.PCG64(12345))
+    g = rng.standard_normal((2048, 1))
+    e = rng.standard_normal((2048, n))
+    ids = np.repeat(np.arange(2048), n)
+
+    def ratio(rho: float) -> float:
+        z = (np.sqrt(rho) * g + np.sqrt(1.0 - rho) * e).ravel()
+        return _median_group_ratio(np.maximum(np.rint(table.sample(z)), 1.0), ids)
+
+    lo, hi = 0.0, 0.98
+    if ratio(lo) <= target:
+        return lo
+    if ratio(hi) >= target:
+        return hi
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        if ratio(mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 def _fit_turns(trace: Trace, pooled, resp_fit) -> dict:
