@@ -5,12 +5,15 @@
 2. For every step, rebuild a batch of sequence lengths from that step's logged statistics
    (response and prompt length mean, max, min, clip ratio) and price each stage with the roofline
    models of ``polytrace.compose`` -> ``x[stage]``, seconds the hardware would need.
-3. Calibrate a handful of named scalars on the first K steps (or on another log of the same
-   hardware): one slowdown per kind of work (``rollout``, ``forward``, ``train``: real seconds per
-   roofline second, shared by the stages of that kind), one fixed overhead per stage, and the
-   step's remaining overhead (reward, advantage, bookkeeping). Robust least squares with a weak
-   prior that half of a stage's time scales with its roofline cost, so ten near-identical
-   calibration steps cannot produce a wild slope.
+3. Calibrate at most five named scalars on the first K steps (or on another log of the same
+   hardware): one slowdown (real seconds per modelled second) per kind of work, shared by every
+   stage doing it: ``rollout`` (the inference engine), ``forward`` and ``train`` (the trainer's
+   FLOPs and bytes in forward-only passes and in updates) and ``forward_overhead`` and
+   ``train_overhead`` (what those passes pay per micro-batch: launches, FSDP collectives,
+   offload). No per-stage constants: a stage's fixed cost comes from the modelled per-micro-batch
+   and per-iteration costs, and the step's time outside the stages from a modelled reward
+   scoring cost per response. Robust least squares with a weak prior that like kinds have alike
+   slowdowns, since ten near-identical steps of three stages cannot separate five on their own.
 4. Predict every later step and report, per stage and for the step, the accuracy
    (100% - mean absolute percentage error) next to the naive predictor that repeats the
    calibration steps' mean.
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compose.efficiency import DEFAULT
-from .compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
+from .compose.stages import GROUPS, STAGES, RunConfig, stage_costs, synthetic_lengths
 from .errors import PolytraceError
 from .hardware import get_gpu
 from .logs import EXTRA_STAGES, TrainingLog, read_log
@@ -37,9 +40,10 @@ TOP_LEVEL = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_cr
              "update_weights", "rollout_correction")
 GOAL_STAGES = ("gen", "old_log_prob", "ref", "update_actor")
 DEFAULT_GPU = "a100-80g"
-PRIOR_SHARE = 0.5  # prior share of a stage's time that scales with its roofline cost
-PRIOR_SHARE_SD = 0.35
-TIE_SD = 0.5  # prior sd of the relative difference of two slowdowns within one stage
+TIE_SD = 0.5  # prior sd of the log ratio of two slowdowns of like kinds
+# like kinds: the trainer's forward and update passes run the same kernels, and pay the same kind
+# of per-micro-batch costs
+TIED = (("forward", "train"), ("forward_overhead", "train_overhead"))
 
 
 @dataclass
@@ -63,6 +67,7 @@ class StepData:
     actual: dict[str, float]  # stage -> seconds, plus "step" (testing and checkpoint removed)
     extra: dict[str, float]  # testing / save_checkpoint seconds
     x: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> kind of work -> roofline s
+    other_s: float = 0.0  # modelled seconds outside the stages (reward scoring), not calibrated
 
 
 def _first(cfg: dict, *keys, default=None):
@@ -135,11 +140,8 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
     train_tp = int(cfg.get("actor_rollout_ref.actor.megatron.tensor_model_parallel_size") or 1)
     train_pp = int(cfg.get("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size") or 1)
-    dyn = bool(cfg.get("actor_rollout_ref.actor.use_dynamic_bsz"))
-    mb_tokens = int(cfg.get("actor_rollout_ref.actor.ppo_max_token_len_per_gpu") or 0) if dyn else None
-    mb_seqs = cfg.get("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu")
-    if mb_seqs is None and cfg.get("actor_rollout_ref.actor.ppo_micro_batch_size"):
-        mb_seqs = max(1, int(cfg["actor_rollout_ref.actor.ppo_micro_batch_size"]) // int(n_gpus))
+    stage_mb = _stage_micro_batches(cfg, int(n_gpus))
+    mb_seqs, mb_tokens = stage_mb.get("update_actor", (None, None))
     mini = cfg.get("actor_rollout_ref.actor.ppo_mini_batch_size")
     epochs = int(cfg.get("actor_rollout_ref.actor.ppo_epochs") or 1)
     mini_batches = max(1, int(prompts) // int(mini)) * epochs if mini else epochs
@@ -158,10 +160,44 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         eager=bool(cfg.get("actor_rollout_ref.rollout.enforce_eager", True)),
         old_log_prob_in_gen="old_log_prob" not in stages,
         ref_offload=bool(cfg.get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
-        mini_batches=mini_batches, notes=notes)
+        mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes)
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
+
+
+# stage -> (config prefix, micro-batch key stem, dynamic-batching switch, token budget key)
+_MICRO_KEYS = {
+    "update_actor": ("actor_rollout_ref.actor", "ppo_micro_batch_size", "use_dynamic_bsz", "ppo_max_token_len_per_gpu"),
+    "old_log_prob": ("actor_rollout_ref.rollout", "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz",
+                     "log_prob_max_token_len_per_gpu"),
+    "ref": ("actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz",
+            "log_prob_max_token_len_per_gpu"),
+    "update_critic": ("critic", "ppo_micro_batch_size", "use_dynamic_bsz", "ppo_max_token_len_per_gpu"),
+    "values": ("critic", "forward_micro_batch_size", "use_dynamic_bsz", "forward_max_token_len_per_gpu"),
+}
+
+
+def _stage_micro_batches(cfg: dict, n_gpus: int) -> dict:
+    """Per-stage micro-batching as verl reads it: ``<key>_per_gpu``, else the older global
+    ``<key>`` divided over the GPUs; a token budget where dynamic batching is on. The critic's
+    forward falls back to its update's micro-batch, the log-prob ones to the actor's."""
+    out = {}
+    for stage, (prefix, key, dyn_key, tok_key) in _MICRO_KEYS.items():
+        if cfg.get(f"{prefix}.{dyn_key}") and cfg.get(f"{prefix}.{tok_key}"):
+            out[stage] = (None, int(cfg[f"{prefix}.{tok_key}"]))
+            continue
+        seqs = cfg.get(f"{prefix}.{key}_per_gpu")
+        if seqs is None and cfg.get(f"{prefix}.{key}"):
+            seqs = max(1, int(cfg[f"{prefix}.{key}"]) // max(1, n_gpus))
+        if seqs is not None:
+            out[stage] = (int(seqs), None)
+    if "values" not in out and "update_critic" in out:
+        out["values"] = out["update_critic"]
+    for stage in ("old_log_prob", "ref"):
+        if stage not in out and "update_actor" in out:
+            out[stage] = out["update_actor"]
+    return out
 
 
 _NEEDED = ("response_length/mean",)
@@ -213,12 +249,13 @@ def price_steps(run: RunConfig, rows: list[StepData]) -> None:
         p, r = step_batch(run, row.stats)
         costs = stage_costs(run, p, r, eff=DEFAULT)
         row.x = {k: dict(v) for k, v in costs.components.items()}
+        row.other_s = costs.other_s
 
 
 @dataclass
 class Calibration:
-    slowdown: dict[str, float]  # group -> real seconds per roofline second
-    overhead_s: dict[str, float]  # stage -> fixed seconds; "other" = rest of the step
+    slowdown: dict[str, float]  # kind of work -> real seconds per modelled second
+    overhead_s: dict[str, float]  # "other": the step's seconds outside the timed stages
     steps: list[int]
     source: str
 
@@ -230,9 +267,9 @@ class Calibration:
     def predict(self, row: StepData, stages: list[str]) -> dict[str, float]:
         pred = {}
         for s in stages:
-            work = sum(self.slowdown.get(g, 0.0) * v for g, v in row.x.get(s, {}).items())
+            work = sum(self.slowdown.get(g, 1.0) * v for g, v in row.x.get(s, {}).items())
             pred[s] = work + self.overhead_s.get(s, 0.0)
-        pred["step"] = sum(pred.values()) + self.overhead_s.get("other", 0.0)
+        pred["step"] = sum(pred.values()) + row.other_s + self.overhead_s.get("other", 0.0)
         return pred
 
 
@@ -247,49 +284,35 @@ def _noise_sd(y: np.ndarray) -> float:
 
 
 def calibrate(rows: list[StepData], stages: list[str], source: str = "") -> Calibration:
-    """Slowdowns (one per kind of work, shared by the stages doing it) and per-stage overheads,
-    by robust least squares, all non-negative, with a weak prior that half of each stage's time
-    scales with its roofline cost."""
+    """One slowdown per kind of work (``GROUPS``: rollout, forward, train device work and host
+    time), shared by every stage doing that kind, plus the step's time outside the timed stages:
+    at most five scalars. Robust least squares over all stages at once, slowdowns non-negative,
+    with a weak prior that the three device slowdowns are alike (the roofline's efficiencies are
+    trusted to within a factor ~1.6 of each other), since ten near-identical calibration steps
+    of three stages cannot separate four slowdowns on their own."""
     from scipy.optimize import least_squares
 
-    groups = sorted({g for r in rows for s in stages for g in r.x.get(s, {})})
+    groups = [g for g in GROUPS if any(r.x.get(s, {}).get(g, 0.0) > 0 for r in rows for s in stages)]
     gi = {g: i for i, g in enumerate(groups)}
-    ng = len(groups)
-    X = {s: {g: np.array([r.x.get(s, {}).get(g, 0.0) for r in rows]) for g in groups} for s in stages}
+    X = {s: np.array([[r.x.get(s, {}).get(g, 0.0) for g in groups] for r in rows]) for s in stages}
     Y = {s: np.array([r.actual[s] for r in rows]) for s in stages}
     sd = {s: _noise_sd(Y[s]) for s in stages}
-    tied = [(a, b) for s in stages for a in groups for b in groups
-            if a < b and X[s][a].mean() > 0 and X[s][b].mean() > 0]
+    tied = [(a, b) for a, b in TIED if a in gi and b in gi]
 
     def residuals(theta):
-        out = []
-        for j, s in enumerate(stages):
-            work = sum(theta[gi[g]] * X[s][g] for g in groups)
-            out.append((work + theta[ng + j] - Y[s]) / sd[s])
-            ym = float(Y[s].mean())
-            if ym > 0 and np.mean(work) > 0 or any(X[s][g].mean() > 0 for g in groups):
-                out.append(np.array([(float(np.mean(work)) / max(ym, 1e-9) - PRIOR_SHARE) / PRIOR_SHARE_SD]))
-        # the roofline's split of a stage into kinds of work is trusted to within a factor ~1.6
+        out = [(X[s] @ theta - Y[s]) / sd[s] for s in stages]
         for a, b in tied:
-            ga, gb = theta[gi[a]], theta[gi[b]]
-            out.append(np.array([(ga - gb) / (TIE_SD * max(0.5 * (ga + gb), 1e-12))]))
+            out.append(np.array([np.log((theta[gi[a]] + 1e-9) / (theta[gi[b]] + 1e-9)) / TIE_SD]))
         return np.concatenate(out)
 
-    theta0 = np.zeros(ng + len(stages))
-    for g in groups:
-        ratios = [Y[s].mean() / sum(X[s][h].mean() for h in groups) for s in stages if X[s][g].mean() > 0]
-        theta0[gi[g]] = PRIOR_SHARE * float(np.median(ratios)) if ratios else 0.0
-    for j, s in enumerate(stages):
-        work0 = sum(theta0[gi[g]] * X[s][g].mean() for g in groups)
-        theta0[ng + j] = max(0.0, Y[s].mean() - work0)
-    scale = np.maximum(np.abs(theta0), 1e-3)
-    fit = least_squares(residuals, theta0, bounds=(0, np.inf), loss="soft_l1", f_scale=2.0, x_scale=scale)
-    theta = fit.x
-    slow = {g: float(theta[gi[g]]) for g in groups}
-    over = {s: float(theta[ng + j]) for j, s in enumerate(stages)}
-    other = np.array([r.actual["step"] - sum(r.actual[s] for s in stages) for r in rows])
-    over["other"] = float(np.median(other))
-    return Calibration(slow, over, [r.step for r in rows], source)
+    # start: every kind at the slowdown that matches the stages' mean time
+    total_y = sum(float(Y[s].sum()) for s in stages)
+    total_x = sum(float(X[s].sum()) for s in stages)
+    theta0 = np.full(len(groups), total_y / max(total_x, 1e-12))
+    fit = least_squares(residuals, theta0, bounds=(1e-9, np.inf), loss="soft_l1", f_scale=2.0,
+                        x_scale=np.maximum(theta0, 1e-6))
+    slow = {g: float(fit.x[gi[g]]) for g in groups}
+    return Calibration(slow, {}, [r.step for r in rows], source)
 
 
 def accuracy(pred: np.ndarray, actual: np.ndarray) -> float:

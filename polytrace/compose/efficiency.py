@@ -22,6 +22,11 @@ class Efficiency:
     prefill: float = 0.55
     # Collectives reach ~70% of the per-GPU scale-up bandwidth (NCCL bus bandwidth on NVLink).
     comm: float = 0.70
+    # Element-wise passes (log-softmax, entropy over the vocabulary) stream at ~80% of HBM peak.
+    elementwise_hbm: float = 0.80
+    # Bytes moved per logit per forward: the bf16 logits written and read, an fp32 copy for the
+    # temperature and log-softmax, and the entropy's softmax: ~4 passes of 4 bytes.
+    logit_bytes_per_element: float = 16.0
     # Host-to-device copies (parameter offload) over PCIe Gen4/5 x16: ~20 GB/s in practice.
     pcie_gbps: float = 20.0
     # Per decode iteration: ~12 kernel launches per layer at ~8 us each in eager mode; with CUDA
@@ -29,9 +34,26 @@ class Efficiency:
     launch_s_per_kernel: float = 8e-6
     kernels_per_layer: int = 12
     graph_replay_s: float = 3e-4
+    # Training passes in eager PyTorch: ~25 kernels per decoder layer forward (two norms, four
+    # projections, rotary, flash-attention, MLP matmuls and activation, residual adds; FSDP's
+    # per-layer hooks cost about as much again on the host), the backward about twice as many;
+    # ~30 more per micro-batch for the head, log-softmax, entropy and loss.
+    train_kernels_per_layer: int = 25
+    train_kernels_per_micro_batch: int = 30
+    # Backward kernels are launched by autograd's C++ engine: ~1/3 of the host time of a kernel
+    # launched from Python (~3 us against ~8-10 us).
+    backward_launch_share: float = 0.35
     # Host work per running sequence per decode step (vLLM's scheduler, sampler, detokeniser):
     # ~15-25 us in vLLM 0.x.
-    host_s_per_seq_iter: float = 20e-6
+    host_s_per_seq_iter: float = 15e-6
+    # Host work per decode iteration whatever the batch: vLLM 0.x's scheduler, input preparation,
+    # sampler set-up and output processing take a few ms per step (vLLM's v0.6 performance notes
+    # found them at up to half of a small model's step time).
+    host_s_per_iter: float = 2.5e-3
+    # The step outside the timed model stages: rule-based reward scoring (answer extraction and
+    # comparison in Python) and advantages, per response: 0.2-0.4 ms in verl runs of 256-5120
+    # responses per step.
+    reward_s_per_response: float = 3e-4
     # Memory vLLM keeps for activations and CUDA graphs outside the KV cache, bytes.
     engine_reserve_bytes: float = 2e9
 

@@ -89,9 +89,10 @@ def estimate_step(cfg: RunConfig, batch, *, measured: MeasuredRates | None = Non
                 costs.seconds[s] = costs_train.seconds[s]
                 costs.components[s] = costs_train.components[s]
         costs.seconds["gen"] += extra_rollout
-        costs.components["gen"]["rollout_iter"] = costs.components["gen"].get("rollout_iter", 0.0) + extra_rollout
+        # tool time is not GPU or host work of ours: no calibrated slowdown applies to it
+        costs.components["gen"]["tool"] = costs.components["gen"].get("tool", 0.0) + extra_rollout
     seconds = _apply_calibration(costs, calibration)
-    step_s = float(sum(seconds.values())) + (calibration or {}).get("other_overhead_s", 0.0)
+    step_s = float(sum(seconds.values())) + costs.other_s + (calibration or {}).get("other_overhead_s", 0.0)
     tokens = int((p + r).sum())
     gpu_s = step_s * cfg.n_gpus
     roll = costs.rollout
@@ -100,7 +101,7 @@ def estimate_step(cfg: RunConfig, batch, *, measured: MeasuredRates | None = Non
     r_imb = roll.imbalance_gpu_s * scale_gen
     t_imb = costs.train_imbalance_gpu_s
     return {
-        "step": int(batch.step), "stages_s": seconds, "step_s": step_s, "tokens": tokens,
+        "step": int(batch.step), "stages_s": seconds, "other_s": costs.other_s, "step_s": step_s, "tokens": tokens,
         "response_tokens": int(r.sum()), "sequences": int(len(r)),
         "tokens_per_s_per_gpu": tokens / step_s / cfg.n_gpus if step_s > 0 else 0.0,
         "rollout_iterations": roll.iterations, "max_response_len": int(r.max(initial=0)),

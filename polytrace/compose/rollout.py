@@ -29,6 +29,8 @@ class EngineResult:
     concurrency: int
     tail_s: float  # decode time spent with fewer than half the peak running batch
     fixed_s: float = 0.0  # the part paid per iteration whatever the batch (weights read, launches)
+    host_s: float = 0.0  # host-side seconds: kernel launches (or graph replays) and per-sequence scheduling
+    comm_s: float = 0.0  # tensor-parallel all-reduces
 
 
 @dataclass
@@ -42,6 +44,8 @@ class RolloutResult:
     imbalance_gpu_s: float  # GPU-seconds engines wait for the slowest one
     n_gpus: int
     fixed_s: float = 0.0  # of the slowest engine: per-iteration costs independent of the batch
+    host_s: float = 0.0  # of the slowest engine: host-side seconds (launches, scheduler), part of time_s
+    comm_s: float = 0.0  # of the slowest engine: tensor-parallel all-reduce seconds, part of time_s
 
     def to_dict(self) -> dict:
         return {
@@ -86,10 +90,21 @@ def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency
     return float(weights + launch + latency)
 
 
+def iteration_host_seconds(model: ModelSpec, active: np.ndarray, eff: Efficiency = DEFAULT,
+                           eager: bool = False) -> np.ndarray:
+    """Host-side seconds of decode iterations with ``active`` running sequences: kernel launches
+    (eager: every kernel of every layer; CUDA graphs: one replay) and the scheduler and sampler's
+    work per running sequence. The GPU waits for them when the batch is small."""
+    active = np.asarray(active, dtype=np.float64)
+    launch = model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
+    return launch + eff.host_s_per_iter + eff.host_s_per_seq_iter * active
+
+
 def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
                     eff: Efficiency = DEFAULT, eager: bool = False) -> np.ndarray:
     """Seconds per decode iteration for running-batch sizes ``active`` holding ``ctx`` context
-    tokens in total (arrays of the same shape)."""
+    tokens in total (arrays of the same shape): device time plus host time
+    (``iteration_host_seconds``)."""
     active = np.asarray(active, dtype=np.float64)
     ctx = np.asarray(ctx, dtype=np.float64)
     flops = model.matmul_flops_per_token() * active + model.attn_flops_per_pair * ctx
@@ -105,17 +120,19 @@ def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
     bytes_ = weight_bytes + model.kv_bytes_per_token() * ctx
     compute_s = flops / (tp * gpu.ceiling("bf16") * eff.gemm)
     memory_s = bytes_ / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
-    if eager:
-        launch = model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel
-    else:
-        launch = eff.graph_replay_s
-    # tensor parallelism: two all-reduces of the running batch's hidden states per layer
-    comm = 0.0
-    if tp > 1:
-        msg = 2.0 * model.hidden * active * 2.0 * (tp - 1) / tp
-        comm = model.layers * (msg / (gpu.interconnect_gbps * 1e9 * eff.comm) + 2 * 8e-6)
-    host = eff.host_s_per_seq_iter * active
-    return np.maximum(compute_s, memory_s) + launch + comm + host
+    return (np.maximum(compute_s, memory_s) + iteration_comm_seconds(model, gpu, tp, active, eff)
+            + iteration_host_seconds(model, active, eff, eager))
+
+
+def iteration_comm_seconds(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray,
+                           eff: Efficiency = DEFAULT) -> np.ndarray:
+    """Tensor parallelism: two all-reduces of the running batch's hidden states per layer
+    (bf16, ring: 2 (tp-1)/tp of the message over the link) plus ~8 us latency each."""
+    active = np.asarray(active, dtype=np.float64)
+    if tp <= 1:
+        return np.zeros_like(active)
+    msg = 2.0 * model.hidden * active * 2.0 * (tp - 1) / tp
+    return model.layers * 2 * (msg / (gpu.interconnect_gbps * 1e9 * eff.comm) + 8e-6)
 
 
 def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
@@ -154,7 +171,9 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     tail = float(per_iter[active < 0.5 * active.max()].sum())
     prefill = prefill_seconds(model, gpu, tp, p, eff)
     fixed = min(decode, horizon * iteration_fixed_seconds(model, gpu, tp, eff, eager))
-    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed)
+    host = float(iteration_host_seconds(model, active, eff, eager).sum())
+    comm = float(iteration_comm_seconds(model, gpu, tp, active, eff).sum())
+    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed, host, comm)
 
 
 def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
@@ -173,4 +192,4 @@ def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, 
     imbalance = sum(slowest.time_s - e.time_s for e in results) * tp
     tail = sum(e.tail_s for e in results) * tp
     return RolloutResult(slowest.time_s, slowest.prefill_s, slowest.decode_s, slowest.iterations, results,
-                         tail, imbalance, n_gpus, slowest.fixed_s)
+                         tail, imbalance, n_gpus, slowest.fixed_s, slowest.host_s, slowest.comm_s)

@@ -25,9 +25,14 @@ STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor
 STAGE_GROUP = {"gen": "rollout", "old_log_prob": "forward", "ref": "forward", "values": "forward",
                "update_critic": "train", "update_actor": "train"}
 # Kinds of work a stage's cost is made of; ``validate`` calibrates one slowdown per kind.
-# "rollout": decode and prefill work that grows with tokens; "rollout_iter": per decode iteration
-# costs independent of the batch (weights read, launches), which grow with the longest response.
-GROUPS = ("rollout", "rollout_iter", "forward", "train")
+# "rollout": the inference engine's decode and prefill, device and host (kernels, launches,
+# scheduler and sampler, tensor-parallel all-reduces); "forward": the trainer's FLOPs and bytes
+# in forward-only passes (log-prob, values); "train": the same in the updates' forward and
+# backward passes and the optimizer; "forward_overhead" and "train_overhead": what those passes
+# pay per micro-batch whatever its tokens (kernel launches from Python or autograd, FSDP
+# all-gathers and reduce-scatters, parameter offload).
+GROUPS = ("rollout", "forward", "train", "forward_overhead", "train_overhead")
+TRAIN_STAGES = ("old_log_prob", "ref", "values", "update_actor", "update_critic")
 
 
 @dataclass
@@ -56,6 +61,9 @@ class RunConfig:
     old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
     ref_offload: bool = False
     mini_batches: int = 1  # optimizer steps per update (train batch / mini-batch x epochs)
+    # per-stage micro-batching where it differs from the defaults above: stage -> (sequences per
+    # GPU or None, token budget per GPU or None); verl sets log-prob, ref and critic ones apart
+    stage_micro_batches: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def __post_init__(self):
@@ -80,12 +88,15 @@ class RunConfig:
     def use_critic(self) -> bool:
         return self.algorithm == "ppo"
 
-    def layout(self) -> TrainerLayout:
+    def layout(self, stage: str | None = None) -> TrainerLayout:
+        seqs, tokens = self.micro_batch_seqs, self.micro_batch_tokens
+        if stage in self.stage_micro_batches:
+            seqs, tokens = self.stage_micro_batches[stage]
         return TrainerLayout(
             n_gpus=self.n_gpus, strategy=self.strategy,
             tp=self.train_tp if self.strategy == "megatron" else 1,
             pp=self.train_pp if self.strategy == "megatron" else 1,
-            micro_batch_seqs=self.micro_batch_seqs, micro_batch_tokens=self.micro_batch_tokens,
+            micro_batch_seqs=seqs, micro_batch_tokens=tokens,
             remove_padding=self.remove_padding, pad_to=self.max_prompt_len + self.max_response_len,
             gradient_checkpointing=self.gradient_checkpointing)
 
@@ -101,6 +112,7 @@ class RunConfig:
             "remove_padding": self.remove_padding, "mem_fraction": self.mem_fraction,
             "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
             "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
+            "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
         }
 
 
@@ -112,10 +124,11 @@ class StageCosts:
     train_imbalance_gpu_s: float
     tokens: int
     details: dict = field(default_factory=dict)
+    other_s: float = 0.0  # the step outside the stages: rule-based reward scoring, advantages
 
     @property
     def step_s(self) -> float:
-        return float(sum(self.seconds.values()))
+        return float(sum(self.seconds.values())) + self.other_s
 
 
 def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency = DEFAULT,
@@ -127,33 +140,39 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
                             mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
                             eager=cfg.eager)
-    layout = cfg.layout()
     gemm_rate = None
     if measured:
         gemm_rate = measured.flop_rate("gemm", float(cfg.model.matmul_flops_per_token()) * 8192)
-    fwd = pass_cost(cfg.model, cfg.gpu, seq, layout, backward=False, eff=eff, gemm_rate=gemm_rate)
-    upd = pass_cost(cfg.model, cfg.gpu, seq, layout, backward=True, eff=eff, gemm_rate=gemm_rate)
-    opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+    critic = cfg.critic_model or cfg.model
+    passes = {}  # stage -> PassCost on the trainer
+    for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", cfg.model, False, True),
+                                         ("update_actor", cfg.model, True, True), ("values", critic, False, False),
+                                         ("update_critic", critic, True, False)):
+        if stage == "ref" and not cfg.use_ref or stage in ("values", "update_critic") and not cfg.use_critic:
+            continue
+        passes[stage] = pass_cost(model, cfg.gpu, seq, cfg.layout(stage), backward=backward, lm_head=head,
+                                  eff=eff, gemm_rate=gemm_rate)
     comp: dict[str, dict[str, float]] = {k: {} for k in STAGES}
-    comp["gen"] = {"rollout": roll.time_s - roll.fixed_s, "rollout_iter": roll.fixed_s}
-    if cfg.old_log_prob_in_gen:
-        comp["gen"]["forward"] = fwd.time_s
-    else:
-        comp["old_log_prob"] = {"forward": fwd.time_s}
-    if cfg.use_ref:
-        offload = offload_seconds(cfg.model, cfg.n_gpus, eff) if cfg.ref_offload else 0.0
-        comp["ref"] = {"forward": fwd.time_s + offload}
-    comp["update_actor"] = {"train": upd.time_s + opt}
-    imbalance = fwd.imbalance_gpu_s * (1 + cfg.use_ref) + upd.imbalance_gpu_s
+    comp["gen"] = {"rollout": roll.time_s}
+    for stage, pc in passes.items():
+        kind = "train" if stage.startswith("update") else "forward"
+        comp[stage] = {kind: pc.compute_s, f"{kind}_overhead": pc.comm_s + pc.host_s}
+    if cfg.use_ref and cfg.ref_offload:
+        comp["ref"]["forward_overhead"] += offload_seconds(cfg.model, cfg.n_gpus, eff)
+    opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+    comp["update_actor"]["train"] += opt
     if cfg.use_critic:
-        critic = cfg.critic_model or cfg.model
-        cf = pass_cost(critic, cfg.gpu, seq, layout, backward=False, lm_head=False, eff=eff, gemm_rate=gemm_rate)
-        cu = pass_cost(critic, cfg.gpu, seq, layout, backward=True, lm_head=False, eff=eff, gemm_rate=gemm_rate)
-        comp["values"] = {"forward": cf.time_s}
-        comp["update_critic"] = {"train": cu.time_s + optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)}
-        imbalance += cf.imbalance_gpu_s + cu.imbalance_gpu_s
+        comp["update_critic"]["train"] += optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+    if cfg.old_log_prob_in_gen:  # older verl: the old-policy forward runs inside gen
+        olp = comp.pop("old_log_prob")
+        comp["old_log_prob"] = {}
+        for kind, v in olp.items():
+            comp["gen"][kind] = comp["gen"].get(kind, 0.0) + v
+    imbalance = sum(pc.imbalance_gpu_s for pc in passes.values())
+    fwd, upd = passes["old_log_prob"], passes["update_actor"]
     s = {k: float(sum(comp[k].values())) for k in STAGES}
-    return StageCosts(s, comp, roll, imbalance, int(seq.sum()),
+    other = len(r) * eff.reward_s_per_response
+    return StageCosts(s, comp, roll, imbalance, int(seq.sum()), other_s=other,
                       details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt})
 
 

@@ -45,9 +45,10 @@ class PassCost:
     flops: float
     micro_batches: int
     imbalance_gpu_s: float
+    host_s: float = 0.0  # host-side seconds (kernel launches, hooks) of the slowest rank, in time_s
 
     def to_dict(self) -> dict:
-        return {"time_s": self.time_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
+        return {"time_s": self.time_s, "compute_s": self.compute_s, "comm_s": self.comm_s, "host_s": self.host_s,
                 "flops": self.flops, "micro_batches": self.micro_batches,
                 "imbalance_gpu_s": self.imbalance_gpu_s}
 
@@ -77,20 +78,25 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     rank_times, total_flops, comm_s, n_micro_max = [], 0.0, 0.0, 0
     for a, b in zip(bounds[:-1], bounds[1:]):
         chunk = lens[a:b]
-        if layout.remove_padding:
-            linear_tokens = chunk.sum()
-        else:
-            linear_tokens = len(chunk) * float(layout.pad_to or chunk.max(initial=0))
+        if not layout.remove_padding:  # every sequence padded to the configured maximum
+            chunk = np.full(len(chunk), float(layout.pad_to or chunk.max(initial=0)))
+        linear_tokens = chunk.sum()
         mm = model.matmul_flops_per_token(lm_head) * linear_tokens * mult
         at = model.attn_flops_per_pair * float((chunk * (chunk + 1) / 2).sum()) * mult
         total_flops += mm + at
         compute = mm / (rate * model_shards) + at / (attn_rate * model_shards)
+        if lm_head:  # log-softmax and entropy over the vocabulary: memory-bound passes over the logits
+            logit_bytes = linear_tokens * model.vocab * eff.logit_bytes_per_element * (3.0 if backward else 1.0)
+            compute += logit_bytes / (gpu.ceiling("hbm") * eff.elementwise_hbm * layout.tp)
         n_micro = _micro_batches(chunk, layout)
         n_micro_max = max(n_micro_max, n_micro)
         comm = 0.0
         link = gpu.interconnect_gbps * 1e9 * eff.comm
         if layout.strategy == "fsdp" and layout.n_gpus > 1:
-            gathers = n_micro * (1 + (2 if backward else 0) + (1 if backward and layout.gradient_checkpointing else 0))
+            # per micro-batch: the forward all-gathers the parameters; the backward gathers them
+            # again (activation recomputation reuses that gather) and reduce-scatters gradients
+            # in fp32 (verl's FSDP mixed precision), twice the bytes of a bf16 gather
+            gathers = n_micro * (1 + (3 if backward else 0))
             comm = gathers * weight_bytes * (layout.n_gpus - 1) / layout.n_gpus / link
         elif layout.strategy == "megatron":
             if layout.tp > 1:
@@ -105,7 +111,21 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     slowest = max(rank_times) if rank_times else 0.0
     imbalance = sum(slowest - t for t in rank_times) * model_shards
     compute_s = slowest - comm_s
-    return PassCost(slowest, compute_s, comm_s, total_flops, n_micro_max, imbalance)
+    host = n_micro_max * host_seconds_per_micro_batch(model, layout, backward=backward, eff=eff)
+    return PassCost(slowest + host, compute_s, comm_s, total_flops, n_micro_max, imbalance, host)
+
+
+def host_seconds_per_micro_batch(model: ModelSpec, layout: TrainerLayout, *, backward: bool,
+                                 eff: Efficiency = DEFAULT) -> float:
+    """Host-side seconds of one micro-batch in eager PyTorch: every kernel of every layer of the
+    forward is launched from Python (activation checkpointing runs the forward again); the
+    backward launches about twice as many kernels but from autograd's C++ engine, at a fraction
+    of the host cost; plus the head, log-softmax, entropy and loss kernels."""
+    fwd = model.layers / layout.pp * eff.train_kernels_per_layer
+    passes = 1.0
+    if backward:
+        passes += 2.0 * eff.backward_launch_share + (1.0 if layout.gradient_checkpointing else 0.0)
+    return float((fwd * passes + eff.train_kernels_per_micro_batch) * eff.launch_s_per_kernel)
 
 
 def optimizer_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, steps: int) -> float:

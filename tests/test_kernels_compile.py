@@ -1,0 +1,233 @@
+"""Compile the attention and packing kernels for sm_90 and sm_80 ahead of time, without a GPU.
+
+Same approach as ``tests/test_logprob_compile.py``: the CPU tests run the kernels in the Triton
+interpreter, which accepts code the compiler rejects (and the reverse), so every ``@triton.jit``
+kernel of ``kernels/attention/kernel.py`` and ``kernels/packing/kernel.py`` is lowered to PTX and
+cubin with ``triton.compile`` (ptxas ships in the triton wheel), with the configs the launchers in
+``api.py`` choose on a GPU for D=128 bf16 (the launchers use the same defaults on sm_90 and sm_80),
+causal and not. This catches GPU-only compile errors (e.g. a construct one triton version lowers
+and another rejects) on a CPU-only CI machine. Cheap properties checked, robust across triton
+3.6-3.9:
+
+- every matmul kernel (forward, dK/dV, dQ, decode split) uses tensor-core instructions
+  (``mma.sync`` or Hopper ``wgmma``), and the forward uses ``wgmma`` on sm_90;
+- ptxas spills little: at most ``MAX_SPILL_BYTES`` per thread (``ptxas -v``; the chosen tiles
+  spill 0-4 B under triton 3.9, a tile that does not fit spills hundreds);
+- the aligned pack/unpack kernels move bf16 rows with 16-byte vector loads.
+
+Runs in a subprocess because ``tests/conftest.py`` switches this process to the interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Per-thread spill budget for the default tiles. api.py's notes (ptxas, sm_90a, triton 3.9): the
+# chosen tiles spill 0-4 B; the rejected ones 190-930 B (dK/dV with a split loop) and 400 B (fwd on
+# 4 warps). 64 B leaves room for version-to-version register allocation noise and still fails on a
+# tile that does not fit.
+MAX_SPILL_BYTES = 64
+
+SCRIPT = r'''
+import json, os, re, subprocess, sys, tempfile
+sys.path.insert(0, sys.argv[1])
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from kernels.attention import kernel as A
+from kernels.attention import api as attn_api
+from kernels.packing import kernel as P
+from kernels.packing import api as pack_api
+
+from triton.backends.nvidia.compiler import get_ptxas  # the ptxas triton itself uses for the arch
+D16 = [["tt.divisibility", 16]]
+out = {}
+
+
+def ptxas_spill(ptx, arch):
+    """Spill bytes (stores + loads) per thread that ptxas -v reports for the PTX's kernel."""
+    target = re.search(r"^\.target\s+(\S+)", ptx, re.M).group(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        proc = subprocess.run([get_ptxas(arch).path, f"-arch={target}", "-v", path, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", proc.stderr)
+    assert spills, proc.stderr[-2000:]
+    return max(int(s) + int(l) for s, l in spills)
+
+
+def build(name, fn, sig, consts, aligned, arch, num_warps, num_stages, spill=False):
+    names = [p.name for p in fn.params]
+    assert set(sig) | set(consts) == set(names), (name, sorted(set(names) - set(sig) - set(consts)))
+    full = {n: sig.get(n, "constexpr") for n in names}
+    attrs = {(names.index(n),): D16 for n in aligned}
+    ck = triton.compile(ASTSource(fn, full, consts, attrs), target=GPUTarget("cuda", arch, 32),
+                        options={"num_warps": num_warps, "num_stages": num_stages})
+    ptx = ck.asm["ptx"]
+    assert ck.asm.get("cubin"), name
+    rec = {"mma_sync": len(re.findall(r"\bmma\.sync", ptx)), "wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),
+           "v4_loads": ptx.count("ld.global.v4"), "shared": ck.metadata.shared}
+    if spill:
+        rec["spill"] = ptxas_spill(ptx, arch)
+    out[f"{name}@sm{arch}"] = rec
+
+
+D = 128
+DT = "bf16"
+fwd_cfg = attn_api.default_fwd_config(D, torch.bfloat16, on_cuda=True)
+bwd_cfg = attn_api.default_bwd_config(D, torch.bfloat16, on_cuda=True)
+dec_cfg = attn_api.default_decode_config(D, on_cuda=True)
+block_d = attn_api._block_d(D)
+p = f"*{DT}"
+i32 = "i32"
+strides_qkv = ["stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh"]
+
+for arch in (90, 80):
+    for causal in (True, False):
+        tag = "causal" if causal else "full"
+        sig = {"Q": p, "K": p, "V": p, "O": p, "LSE": "*fp32", "cu_seqlens_q": "*i32", "cu_seqlens_k": "*i32",
+               "work_seq": "*i32", "work_block": "*i32", "qk_scale_log2": "fp32", "n_slots": i32,
+               "n_heads_q": i32, "group": i32}
+        sig.update({s: i32 for s in strides_qkv + ["stride_ot", "stride_oh", "stride_lh"]})
+        build(f"fwd-{tag}", A.varlen_fwd_kernel, sig,
+              {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_M": fwd_cfg["BLOCK_M"], "BLOCK_N": fwd_cfg["BLOCK_N"],
+               "CAUSAL": causal, "HEADS_INNER": True, "EVEN_D": True},
+              ["Q", "K", "V", "O", "LSE"] + strides_qkv + ["stride_ot", "stride_oh"], arch,
+              fwd_cfg["num_warps"], fwd_cfg["num_stages"], spill=True)
+        bwd_common = {"Q": p, "K": p, "V": p, "DO": p, "LSE": "*fp32", "DELTA": "*fp32",
+                      "cu_seqlens_q": "*i32", "cu_seqlens_k": "*i32", "work_seq": "*i32", "work_block": "*i32",
+                      "stride_dot": i32, "stride_doh": i32, "stride_lh": i32, "softmax_scale": "fp32",
+                      "qk_scale_log2": "fp32", "group": i32}
+        bwd_common.update({s: i32 for s in strides_qkv})
+        aligned = ["Q", "K", "V", "DO", "LSE", "DELTA", "stride_dot", "stride_doh"] + strides_qkv
+        sig = dict(bwd_common, DK=p, DV=p, stride_dkt=i32, stride_dkh=i32, stride_dvt=i32, stride_dvh=i32,
+                   n_heads_kv=i32)
+        build(f"dkdv-{tag}", A.varlen_bwd_dkdv_kernel, sig,
+              {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_M": bwd_cfg["DKDV_BLOCK_M"],
+               "BLOCK_N": bwd_cfg["DKDV_BLOCK_N"], "CAUSAL": causal, "EVEN_D": True},
+              aligned + ["DK", "DV", "stride_dkt", "stride_dkh", "stride_dvt", "stride_dvh"], arch,
+              bwd_cfg["DKDV_WARPS"], bwd_cfg["DKDV_STAGES"], spill=True)
+        sig = dict(bwd_common, DQ=p, stride_dqt=i32, stride_dqh=i32, n_heads_q=i32)
+        build(f"dq-{tag}", A.varlen_bwd_dq_kernel, sig,
+              {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_M": fwd_cfg["BLOCK_M"], "BLOCK_N": bwd_cfg["DQ_BLOCK_N"],
+               "CAUSAL": causal, "EVEN_D": True},
+              aligned + ["DQ", "stride_dqt", "stride_dqh"], arch, bwd_cfg["DQ_WARPS"], bwd_cfg["DQ_STAGES"],
+              spill=True)
+    # _bwd launches the preprocess with BLOCK_T=64 and the default 4 warps / 3 stages
+    build("bwd-preprocess", A.bwd_preprocess_kernel,
+          {"O": p, "DO": p, "DELTA": "*fp32", "n_tokens": i32, "n_heads": i32, "stride_ot": i32, "stride_oh": i32,
+           "stride_dot": i32, "stride_doh": i32, "stride_dh": i32},
+          {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_T": 64},
+          ["O", "DO", "DELTA", "stride_ot", "stride_oh", "stride_dot", "stride_doh"], arch, 4, 3)
+    # decode: GQA group 8 (BLOCK_G 16), contiguous and paged (page size 16), split and single-split
+    for paged, single in ((False, False), (True, False), (False, True)):
+        tag = ("paged" if paged else "contig") + ("-single" if single else "")
+        sig = {"Q": p, "K": p, "V": p, "SEQLENS": "*i32", "BLOCK_TABLE": "*i32", "O": p, "O_PART": "*fp32",
+               "LSE_PART": "*fp32", "qk_scale_log2": "fp32", "n_heads_kv": i32, "group": i32, "split_tokens": i32}
+        strides = ["stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh", "stride_vb", "stride_vt",
+                   "stride_vh", "stride_ob", "stride_oh", "stride_pb", "stride_ph", "stride_ps", "stride_lb",
+                   "stride_lh", "stride_btb"]
+        sig.update({s: i32 for s in strides})
+        build(f"decode-split-{tag}", A.decode_split_kernel, sig,
+              {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_G": 16, "BLOCK_N": dec_cfg["BLOCK_N"],
+               "PAGE_SIZE": 16 if paged else 1, "PAGED": paged, "SINGLE_SPLIT": single, "EVEN_D": True},
+              ["Q", "K", "V", "O", "O_PART", "stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh",
+               "stride_vb", "stride_vt", "stride_vh", "stride_ob", "stride_oh", "stride_pb", "stride_ph"],
+              arch, dec_cfg["num_warps"], dec_cfg["num_stages"], spill=True)
+    build("decode-combine", A.decode_combine_kernel,
+          {"O_PART": "*fp32", "LSE_PART": "*fp32", "SEQLENS": "*i32", "O": p, "LSE": "*fp32",
+           "stride_pb": i32, "stride_ph": i32, "stride_ps": i32, "stride_lb": i32, "stride_lh": i32,
+           "stride_ob": i32, "stride_oh": i32, "stride_fb": i32, "n_heads_q": i32, "split_tokens": i32},
+          {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_S": 16, "N_SPLITS_POW2": 32},
+          ["O_PART", "O", "stride_pb", "stride_ph", "stride_ps", "stride_ob", "stride_oh"], arch, 4, 3)
+    # packing: hidden-state rows (F = 4096 bf16, aligned) and per-token scalars (F = 1, fp32)
+    for feat, dt in ((4096, "bf16"), (1, "fp32")):
+        # the launcher's default (the tuning table is only consulted on a CUDA device)
+        cfg = pack_api._config("pack", feat, torch.bfloat16 if dt == "bf16" else torch.float32,
+                               torch.device("cpu"), None)
+        consts = {"BLOCK_T": cfg["BLOCK_T"], "BLOCK_F": cfg["BLOCK_F"]}
+        aligned_f = ["S", "F", "stride_pb", "stride_ps"] if feat % 16 == 0 else ["S"]
+        sig = {"padded_ptr": f"*{dt}", "packed_ptr": f"*{dt}", "cu_ptr": "*i32", "S": i32, "F": i32,
+               "stride_pb": i32, "stride_ps": i32}
+        if feat == 1:
+            # F = 1 and stride 1 are specialised to constants at launch
+            sig.pop("F"), sig.pop("stride_ps")
+            consts.update({"F": 1, "stride_ps": 1})
+        build(f"pack-F{feat}", P._pack_kernel, sig, consts, ["padded_ptr", "packed_ptr"] + aligned_f, arch,
+              cfg["num_warps"], 3)
+        build(f"unpack-F{feat}", P._unpack_kernel, sig, consts, ["padded_ptr", "packed_ptr"] + aligned_f, arch,
+              cfg["num_warps"], 3)
+print("RESULT " + json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    try:
+        from triton.backends.compiler import GPUTarget  # noqa: F401
+        from triton.compiler import ASTSource  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"this triton has no ahead-of-time compile API: {exc}")
+    import triton
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    if not ptxas.exists():
+        pytest.skip(f"no ptxas in the triton wheel ({ptxas})")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT)], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, f"compile failed:\n{proc.stderr[-6000:]}"
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+ARCHS = (90, 80)
+MATMUL_KERNELS = [f"{k}-{c}" for k in ("fwd", "dkdv", "dq") for c in ("causal", "full")] + [
+    "decode-split-contig", "decode-split-paged", "decode-split-contig-single"]
+
+
+def test_every_kernel_compiles(compiled):
+    expected = set(MATMUL_KERNELS) | {"bwd-preprocess", "decode-combine", "pack-F4096", "unpack-F4096", "pack-F1",
+                                      "unpack-F1"}
+    assert set(compiled) == {f"{k}@sm{a}" for k in expected for a in ARCHS}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", MATMUL_KERNELS)
+def test_matmul_kernels_use_tensor_cores(compiled, name, arch):
+    rec = compiled[f"{name}@sm{arch}"]
+    assert rec["mma_sync"] + rec["wgmma"] > 0, f"{name} does not use tensor cores on sm{arch}"
+    if arch == 80:
+        assert rec["wgmma"] == 0  # sm_80 has no wgmma: its presence would mean a wrong target
+
+
+@pytest.mark.parametrize("causal", ["causal", "full"])
+def test_forward_uses_wgmma_on_hopper(compiled, causal):
+    # 128x64 tiles on 8 warps (two warpgroups of 64 rows): the Hopper MMA applies
+    assert compiled[f"fwd-{causal}@sm90"]["wgmma"] > 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", MATMUL_KERNELS)
+def test_default_tiles_do_not_spill(compiled, name, arch):
+    spill = compiled[f"{name}@sm{arch}"]["spill"]
+    assert spill <= MAX_SPILL_BYTES, f"{name} spills {spill} B per thread on sm{arch}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", ["pack-F4096", "unpack-F4096"])
+def test_aligned_packing_uses_vector_loads(compiled, name, arch):
+    assert compiled[f"{name}@sm{arch}"]["v4_loads"] > 0, f"{name} lost its 16-byte loads on sm{arch}"
