@@ -45,6 +45,13 @@ TUNING_SPACE = {
 }
 _VOCAB_BUCKET = 16384  # 151936 and 152064 (Qwen2.5) share a bucket; 128256 (Llama 3) has its own
 
+try:  # optional: a family folder vendored alone runs without it (needed by the triton<3.9 interpreter only)
+    from .._interpreter import interpreter_loop_bounds_fix as _interpreter_loop_bounds_fix
+except ImportError:  # pragma: no cover
+    def _interpreter_loop_bounds_fix() -> None:
+        return None
+
+
 
 def tuning_bucket(vocab_size: int, dtype) -> str:
     """Bucket of the logits forward kernel: dtype and vocabulary size rounded up to 16384. The
@@ -73,46 +80,6 @@ def linear_tuning_bucket(vocab_size: int, hidden_size: int, dtype) -> str:
 
 def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def _interpreter_loop_bounds_fix() -> None:
-    """Make the triton 3.6-3.8 interpreter accept loop bounds computed in the kernel.
-
-    The kernels loop ``for start in range(lo, hi, BLOCK)`` over bounds known only on the device
-    (vocabulary sizes, masked rows): compiled, these are scf.for loops Triton software-pipelines.
-    The interpreter runs them as Python ``range``, which converts each bound with
-    ``int(handle.data)``; every interpreter scalar (kernel argument, load, tl.where, tl.cdiv,
-    reduction) is a shape-(1,) array, and numpy >= 2.4 refuses ``int()`` of a 1-d array ("only
-    0-dimensional arrays can be converted to Python scalars"). No kernel-side expression gives a
-    0-d value, and a while loop would lose the pipelining on the GPU, so this adds triton 3.9's own
-    conversion (``int(data.squeeze())``) to the patches the interpreter applies for each launch.
-    Interpreter only, installed once, idempotent; compiled kernels are untouched. Triton >= 3.9
-    already converts this way and is left alone.
-    """
-    try:
-        import triton
-        import triton.language as tl
-        from triton.runtime import interpreter
-
-        version = tuple(int(x) for x in triton.__version__.split(".")[:2])
-    except (ImportError, ValueError):
-        return
-    patch_lang = getattr(interpreter, "_patch_lang", None)
-    if version >= (3, 9) or patch_lang is None or getattr(patch_lang, "polytrace_index_fix", False):
-        return
-    tensor_cls = tl.core.tensor
-
-    def _index(self):
-        return int(self.handle.data.squeeze())
-
-    def _patch_lang_with_index(fn):
-        scope = patch_lang(fn)
-        if hasattr(scope, "set_attr"):  # restored with the interpreter's own patches after the launch
-            scope.set_attr(tensor_cls, "__index__", _index)
-        return scope
-
-    _patch_lang_with_index.polytrace_index_fix = True
-    interpreter._patch_lang = _patch_lang_with_index
 
 
 @functools.lru_cache(maxsize=16)
