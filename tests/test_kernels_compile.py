@@ -20,13 +20,10 @@ Runs in a subprocess because ``tests/conftest.py`` switches this process to the 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _aot import run_compile_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,22 +173,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def compiled() -> dict:
-    try:
-        from triton.backends.compiler import GPUTarget  # noqa: F401
-        from triton.compiler import ASTSource  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"this triton has no ahead-of-time compile API: {exc}")
-    import triton
-
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-    if not ptxas.exists():
-        pytest.skip(f"no ptxas in the triton wheel ({ptxas})")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(ROOT)], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, f"compile failed:\n{proc.stderr[-6000:]}"
-    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return run_compile_script(SCRIPT, timeout_s=600)
 
 
 ARCHS = (90, 80)
