@@ -20,12 +20,8 @@ Runs in a subprocess because ``tests/conftest.py`` switches this process to the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from _aot import run_compile_script
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # Per-thread spill budget (ptxas -v, spill stores + loads) for the default tiles. Measured on
 # this test's compiles: every matmul kernel spills 0 B except causal dK/dV on sm_90a (8 B under

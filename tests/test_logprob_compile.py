@@ -14,11 +14,7 @@ Runs in a subprocess because ``tests/conftest.py`` switches this process to the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from _aot import run_compile_script
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = r'''
 import json, sys
