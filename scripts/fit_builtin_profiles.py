@@ -32,16 +32,13 @@ PT = "Zhou-jiecheng/PolyTrace (arXiv 2509.25279)"
 TRACES = {
     "dapo-math-32b": ("verl/profile/packed_length_log/20260610_092349", dict(max_response_len=32768),
                       dict(max_prompt_len=2048),
-                      "DAPO math, Qwen2.5-32B, verl + vLLM: 96 prompts x 8 per generation batch, long tail "
-                      "(p99/p50 ~ 6x), cap 32768 never reached in the recorded steps"),
+                      "DAPO math, Qwen2.5-32B (verl + vLLM): long tail, p99/p50 ~ 6x"),
     "deepcoder-14b": ("rllm/profile/packed_length_log/20260616_024512", {}, dict(max_prompt_len=2048),
-                      "DeepCoder code RL, 14B, 16 prompts x 8: responses pile up at the 16k cap (~15%)"),
+                      "DeepCoder code RL, 14B (rLLM): 15% of responses at the 16k cap"),
     "video-vl-7b": ("verl-video/profile/packed_length_log/20260609_033329", {}, {},
-                    "Video QA GRPO, Qwen2.5-VL-7B, 64 prompts x 8: bimodal prompt lengths (video tokens), "
-                    "short answers with a rare long tail"),
+                    "Video QA GRPO, Qwen2.5-VL-7B: bimodal prompts (video tokens), short answers"),
     "search-r1-7b": ("search_r1/profile/multiturn_workload_log/0617_0223", {}, {},
-                     "Multi-turn search agent (Search-R1), Qwen2.5-7B, 256 prompts x 8 trajectories: 1-5 turns, "
-                     "tool output inside the response, response cap 3000"),
+                     "Search-R1 agent, Qwen2.5-7B: 1-5 turns, tool output inside the response"),
 }
 
 
@@ -62,8 +59,7 @@ def fit_model_b(data: Path) -> None:
     # setting (override with ``prompts=``). Outputs were clipped at 32,000 when the GMM was fitted.
     profile = Profile(
         name="model-b-math",
-        description="In-house 235B-class 'Model B', math: 4-component Gaussian mixture over (prompt, "
-                    "response) lengths, responses up to the 32,000 cap (batch settings assumed: 64 x 16)",
+        description="In-house 235B-class 'Model B' math (fitted GMM; batch size assumed)",
         kind="single", model="gmm",
         config=BatchConfig(prompts_per_step=64, n=16, max_prompt_len=2048, max_response_len=32000),
         params={"weights": math["weights"], "means": math["means"], "covariances": math["covariances"]},
@@ -93,9 +89,7 @@ def fit_model_b(data: Path) -> None:
                                 "source": "model_b_distribution_parameters.json (single Gaussian)"}
     profile = Profile(
         name="model-b-tooluse",
-        description="In-house 235B-class 'Model B', tool use: 1-10 calls per session from 241,546 recorded "
-                    "sessions, per-call lengths from per-count Gaussian mixtures (batch settings assumed: 64 x 16; "
-                    "tool latency not recorded)",
+        description="In-house 235B-class 'Model B' tool use: 1-10 calls (fitted GMMs; no latency)",
         kind="multiturn", model="tooluse",
         config=BatchConfig(prompts_per_step=64, n=16, max_prompt_len=4096, max_response_len=32000),
         params={"call_counts": tc["call_count_distribution"], "per_count": per_count,

@@ -105,8 +105,7 @@ def cmd_profiles(args) -> int:
     from tabulate import tabulate
 
     print(tabulate([[r["name"], r["kind"], r["prompts_x_n"], r["max_response"], r["description"]] for r in rows],
-                   headers=["profile", "kind", "prompts x n", "max resp", "description"],
-                   maxcolwidths=[None, None, None, None, 80]))
+                   headers=["profile", "kind", "prompts x n", "max resp", "description"]))
     return 0
 
 
