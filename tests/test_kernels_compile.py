@@ -129,7 +129,8 @@ for arch in (90, 80):
     for paged, single in ((False, False), (True, False), (False, True)):
         tag = ("paged" if paged else "contig") + ("-single" if single else "")
         sig = {"Q": p, "K": p, "V": p, "SEQLENS": "*i32", "BLOCK_TABLE": "*i32", "O": p, "O_PART": "*fp32",
-               "LSE_PART": "*fp32", "qk_scale_log2": "fp32", "n_heads_kv": i32, "group": i32, "split_tokens": i32}
+               "LSE_PART": "*fp32", "qk_scale_log2": "fp32", "n_heads_kv": i32, "group": i32, "split_tokens": i32,
+               "max_len": i32}
         strides = ["stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh", "stride_vb", "stride_vt",
                    "stride_vh", "stride_ob", "stride_oh", "stride_pb", "stride_ph", "stride_ps", "stride_lb",
                    "stride_lh", "stride_btb"]
@@ -143,7 +144,8 @@ for arch in (90, 80):
     build("decode-combine", A.decode_combine_kernel,
           {"O_PART": "*fp32", "LSE_PART": "*fp32", "SEQLENS": "*i32", "O": p, "LSE": "*fp32",
            "stride_pb": i32, "stride_ph": i32, "stride_ps": i32, "stride_lb": i32, "stride_lh": i32,
-           "stride_ob": i32, "stride_oh": i32, "stride_fb": i32, "n_heads_q": i32, "split_tokens": i32},
+           "stride_ob": i32, "stride_oh": i32, "stride_fb": i32, "n_heads_q": i32, "split_tokens": i32,
+           "max_len": i32},
           {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_S": 16, "N_SPLITS_POW2": 32},
           ["O_PART", "O", "stride_pb", "stride_ph", "stride_ps", "stride_ob", "stride_oh"], arch, 4, 3)
     # packing: hidden-state rows (F = 4096 bf16, aligned) and per-token scalars (F = 1, fp32)
@@ -153,7 +155,7 @@ for arch in (90, 80):
                                torch.device("cpu"), None)
         consts = {"BLOCK_T": cfg["BLOCK_T"], "BLOCK_F": cfg["BLOCK_F"]}
         aligned_f = ["S", "F", "stride_pb", "stride_ps"] if feat % 16 == 0 else ["S"]
-        sig = {"padded_ptr": f"*{dt}", "packed_ptr": f"*{dt}", "cu_ptr": "*i32", "S": i32, "F": i32,
+        sig = {"padded_ptr": f"*{dt}", "packed_ptr": f"*{dt}", "cu_ptr": "*i32", "T": i32, "S": i32, "F": i32,
                "stride_pb": i32, "stride_ps": i32}
         if feat == 1:
             # F = 1 and stride 1 are specialised to constants at launch

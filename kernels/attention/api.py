@@ -17,6 +17,7 @@ pass ``check_inputs=False`` to skip even that one.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import os
 import weakref
@@ -127,12 +128,22 @@ def default_decode_config(head_dim: int, on_cuda: bool | None = None) -> dict:
     return {"BLOCK_N": 64 if head_dim <= 128 else 32, "SPLIT_TOKENS": 0, "num_warps": 4, "num_stages": 3}
 
 
-def _resolve(kernel: str, bucket: str, default: dict, config: dict | None, device: torch.device) -> dict:
+def _resolve(kernel: str, bucket: str, default: dict, config: dict | None, device: torch.device,
+             argname: str = "config") -> dict:
     if config is not None:
+        if not isinstance(config, dict):
+            raise ValueError(f"{argname} must be a dict or None, got {type(config).__name__}")
         merged = dict(default)
         unknown = set(config) - set(default)
         if unknown:
-            raise ValueError(f"config: unknown keys {sorted(unknown)}; valid keys {sorted(default)}")
+            raise ValueError(f"{argname}: unknown keys {sorted(unknown)}; valid keys {sorted(default)}")
+        for key, value in config.items():
+            # block sizes feed tl.arange / tl.dot: powers of two >= 16; SPLIT_TOKENS 0 means "choose"
+            low = 0 if key == "SPLIT_TOKENS" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{argname}[{key!r}] must be an int >= {low}, got {value!r}")
+            if "BLOCK" in key and (value < 16 or value & (value - 1)):
+                raise ValueError(f"{argname}[{key!r}] must be a power of two >= 16, got {value}")
         merged.update(config)
         return merged
     if device.type == "cuda" and _tuning_lookup is not None:
@@ -196,6 +207,10 @@ def _check_cu(name: str, cu, device: torch.device, batch: int | None) -> None:
     _check_device(name, cu, device)
     if cu.numel() < 1:
         raise ValueError(f"{name} must hold at least one entry (0)")
+    if cu.numel() > 1 and cu.stride(0) != 1:
+        # the kernels index it as a dense array; a copy here would defeat the per-object plan cache
+        raise ValueError(f"{name} must be contiguous (stride 1), got stride {cu.stride(0)}; "
+                         f"pass {name}.contiguous() (once, and reuse it)")
     if batch is not None and cu.numel() != batch + 1:
         raise ValueError(f"{name} has {cu.numel()} entries, expected {batch + 1} (as many as cu_seqlens_q)")
 
@@ -215,6 +230,16 @@ def _optional_length(name: str, val) -> int | None:
     if isinstance(val, bool) or out < 0:
         raise ValueError(f"{name} must be a non-negative int or None, got {val!r}")
     return out
+
+
+def _check_scale(softmax_scale, head_dim: int) -> float:
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+        raise ValueError(f"softmax_scale must be a number or None, got {type(softmax_scale).__name__}")
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    return float(softmax_scale)
 
 
 def _check_cu_contents(name: str, cu: torch.Tensor, total: int, max_seqlen: int | None,
@@ -343,7 +368,7 @@ _PLAN_CACHE_SIZE = 16
 
 def _cached_plan(cu_q, cu_k, total_q, total_k, block_m, causal, schedule, max_seqlen_q, max_seqlen_k,
                  check_inputs) -> VarlenPlan:
-    key = (id(cu_q), id(cu_k), total_q, total_k, block_m, causal, schedule, max_seqlen_q)
+    key = (id(cu_q), id(cu_k), total_q, total_k, block_m, causal, schedule, max_seqlen_q, max_seqlen_k)
     hit = _PLAN_CACHE.get(key)
     if hit is not None:
         ref_q, ref_k, ver_q, ver_k, checked, plan = hit
@@ -477,11 +502,11 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     max_seqlen_q = _optional_length("max_seqlen_q", max_seqlen_q)
     max_seqlen_k = _optional_length("max_seqlen_k", max_seqlen_k)
     d = q.shape[-1]
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    scale = _check_scale(softmax_scale, d)
     group = q.shape[1] // k.shape[1]
     bucket = tuning_bucket(d, q.dtype, causal, group)
     fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype), config, q.device)
-    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype), bwd_config, q.device)
+    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype), bwd_config, q.device, "bwd_config")
     q, k, v = _contig(q), _contig(k), _contig(v)
     if plan is None:
         plan = _cached_plan(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], fwd_cfg["BLOCK_M"], bool(causal),
@@ -489,6 +514,10 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     elif (plan.block_m != fwd_cfg["BLOCK_M"] or plan.causal != bool(causal) or plan.total_q != q.shape[0]
           or plan.total_k != k.shape[0]):
         raise ValueError("plan was built for another block size, causality or token count")
+    elif plan.cu_seqlens_q is not cu_seqlens_q or plan.cu_seqlens_k is not cu_seqlens_k:
+        # the kernels read the plan's own cu_seqlens: another tensor here would be silently ignored
+        raise ValueError("plan was built for other cu_seqlens_q/cu_seqlens_k tensors; pass the same "
+                         "tensor objects, or plan=None")
     o, lse = _VarlenAttention.apply(q, k, v, plan, bool(causal), scale, fwd_cfg, bwd_cfg)
     return (o, lse) if return_lse else o
 
@@ -524,9 +553,11 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
 
     q ``[B, Hq, D]`` (or ``[B, 1, Hq, D]``); contiguous cache ``k_cache``/``v_cache``
     ``[B, Lmax, Hkv, D]``, or a paged cache ``[num_pages, page_size, Hkv, D]`` with
-    ``block_table`` int32 ``[B, max_pages]``; ``cache_seqlens`` int32 ``[B]`` (0..Lmax; not checked
-    on the device: no sync). Returns ``out`` shaped like q (and lse ``[B, Hq]`` fp32 with
-    ``return_lse``). ``num_splits`` overrides the split count chosen from (B, Hkv, Lmax, SMs).
+    ``block_table`` int32 ``[B, max_pages]``; ``cache_seqlens`` int32 ``[B]`` (0..Lmax, or
+    0..max_pages * page_size when paged; not checked on the host, which would be a sync: a
+    sequence with a length outside that range gets NaN output and lse, and reads nothing).
+    Returns ``out`` shaped like q (and lse ``[B, Hq]`` fp32 with ``return_lse``). ``num_splits``
+    overrides the split count chosen from (B, Hkv, Lmax, SMs).
     """
     squeeze = False
     if isinstance(q, torch.Tensor) and q.dim() == 4:
@@ -539,6 +570,7 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     if cache_seqlens.dtype != torch.int32:
         raise ValueError(f"cache_seqlens must be int32, got {cache_seqlens.dtype}")
     _check_device("cache_seqlens", cache_seqlens, q.device)
+    cache_seqlens = cache_seqlens.contiguous()  # [B] ints, read as a dense array
     batch, hq, d = q.shape
     if cache_seqlens.numel() != batch:
         raise ValueError(f"cache_seqlens has {cache_seqlens.numel()} entries, expected {batch} (the batch of q)")
@@ -550,6 +582,8 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
         _check_device("block_table", block_table, q.device)
         if block_table.shape[0] != batch:
             raise ValueError(f"block_table has {block_table.shape[0]} rows, expected {batch} (the batch of q)")
+        if block_table.shape[1] > 1 and block_table.stride(1) != 1:
+            block_table = block_table.contiguous()  # the kernel steps along a row with stride 1
         page_size = k_cache.shape[1]
         max_len = block_table.shape[1] * page_size
     else:
@@ -557,11 +591,11 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
             raise ValueError(f"k_cache has batch {k_cache.shape[0]}, expected {batch} (the batch of q)")
         page_size = 1
         max_len = k_cache.shape[1]
-    if num_splits is not None and (not isinstance(num_splits, int) or num_splits < 1):
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
     hkv = k_cache.shape[2]
     group = hq // hkv
-    scale = 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+    scale = _check_scale(softmax_scale, d)
     cfg = _resolve(DECODE_KERNEL, f"d{d}-g{group}-{'paged' if paged else 'contig'}",
                    default_decode_config(d), config, q.device)
     block_n = cfg["BLOCK_N"]
@@ -596,7 +630,7 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         *part_strides, *lse_strides, block_table.stride(0) if paged else 0,
-        scale * LOG2E, hkv, group, split_tokens,
+        scale * LOG2E, hkv, group, split_tokens, max_len,
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g, BLOCK_N=block_n, PAGE_SIZE=page_size, PAGED=paged,
         SINGLE_SPLIT=single, EVEN_D=block_d == d, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not single:
@@ -604,7 +638,7 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
         decode_combine_kernel[(batch * hq,)](
             o_part, lse_part, cache_seqlens, out, lse,
             o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
-            out.stride(0), out.stride(1), lse.stride(0), hq, split_tokens,
+            out.stride(0), out.stride(1), lse.stride(0), hq, split_tokens, max_len,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=min(16, pow2), N_SPLITS_POW2=pow2, num_warps=4)
     if squeeze:
         out = out[:, None]

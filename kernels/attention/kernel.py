@@ -335,7 +335,7 @@ def decode_split_kernel(
     Q, K, V, SEQLENS, BLOCK_TABLE, O, O_PART, LSE_PART,
     stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
     stride_ob, stride_oh, stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_btb,
-    qk_scale_log2, n_heads_kv, group, split_tokens,
+    qk_scale_log2, n_heads_kv, group, split_tokens, max_len,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, SINGLE_SPLIT: tl.constexpr, EVEN_D: tl.constexpr,
 ):
@@ -348,6 +348,10 @@ def decode_split_kernel(
     b = pid_bh // n_heads_kv
     kv_head = pid_bh % n_heads_kv
     kv_len = tl.load(SEQLENS + b)
+    # A length outside [0, max_len] (not checked on the host: that would be a sync) reads nothing
+    # and gives NaN, never a plausible number or a read past the cache.
+    bad_len = (kv_len < 0) | (kv_len > max_len)
+    kv_len = tl.where(bad_len, 0, kv_len)
     n_lo = split * split_tokens
     if (n_lo >= kv_len) & (split > 0):  # split 0 always runs: it writes the empty result of kv_len == 0
         return
@@ -394,6 +398,7 @@ def decode_split_kernel(
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    out = tl.where(bad_len, float("nan"), out)
     out_mask = g_mask[:, None]
     if not EVEN_D:
         out_mask = out_mask & (offs_d[None, :] < HEAD_DIM)
@@ -401,6 +406,7 @@ def decode_split_kernel(
         o_ptrs = O + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=out_mask)
         lse = tl.where(empty, float("inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
+        lse = tl.where(bad_len, float("nan"), lse)
         tl.store(LSE_PART + b.to(tl.int64) * stride_lb + heads * stride_lh, lse, mask=g_mask)
     else:
         lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))
@@ -413,7 +419,7 @@ def decode_split_kernel(
 def decode_combine_kernel(
     O_PART, LSE_PART, SEQLENS, O, LSE,
     stride_pb, stride_ph, stride_ps, stride_lb, stride_lh, stride_ob, stride_oh, stride_fb,
-    n_heads_q, split_tokens,
+    n_heads_q, split_tokens, max_len,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, N_SPLITS_POW2: tl.constexpr,
 ):
     """Merge the split partials of one (sequence, query head): weights exp2(lse_s - max)."""
@@ -421,6 +427,8 @@ def decode_combine_kernel(
     b = pid // n_heads_q
     head = pid % n_heads_q
     kv_len = tl.load(SEQLENS + b)
+    bad_len = (kv_len < 0) | (kv_len > max_len)  # as in decode_split_kernel: NaN, no partial read
+    kv_len = tl.where(bad_len, 0, kv_len)
     n_active = (kv_len + split_tokens - 1) // split_tokens
     offs_all = tl.arange(0, N_SPLITS_POW2)
     L_base = LSE_PART + b.to(tl.int64) * stride_lb + head * stride_lh
@@ -444,7 +452,9 @@ def decode_combine_kernel(
     total = tl.sum(denom, 0)
     empty = total == 0.0
     out = acc / tl.where(empty, 1.0, total)
+    out = tl.where(bad_len, float("nan"), out)
     tl.store(O + b.to(tl.int64) * stride_ob + head * stride_oh + offs_d, out.to(O.dtype.element_ty),
              mask=offs_d < HEAD_DIM)
     lse_out = tl.where(empty, float("inf"), (m + tl.math.log2(tl.where(empty, 1.0, total))) * 0.6931471805599453)
+    lse_out = tl.where(bad_len, float("nan"), lse_out)
     tl.store(LSE + b.to(tl.int64) * stride_fb + head, lse_out)

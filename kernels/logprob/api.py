@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import os
 
 import torch
@@ -182,14 +183,15 @@ def _check_tokens(tokens, n_rows: int, like: torch.Tensor, like_name: str) -> No
         raise ValueError(f"tokens is on {tokens.device} but {like_name} is on {like.device}")
 
 
-def _check_scalars(temperature, ignore_index) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+def _check_scalars(temperature, ignore_index) -> tuple[float, int]:
+    # numbers.Real / Integral take numpy scalars too; a tensor is refused (reading it is a sync)
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
         raise ValueError(f"temperature must be a Python number, got {type(temperature).__name__}")
     if not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be positive and finite, got {temperature}")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
         raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
-    return float(temperature)
+    return float(temperature), int(ignore_index)
 
 
 def _check_token_range(tokens: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
@@ -311,7 +313,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     _check_matrix(logits, "logits", "[tokens, vocab]")
     _check_device(logits, "logits")
     _check_tokens(tokens, logits.shape[0], logits, "logits")
-    temperature = _check_scalars(temperature, ignore_index)
+    temperature, ignore_index = _check_scalars(temperature, ignore_index)
     if logits.shape[1] == 0:
         raise ValueError("logits must have at least one vocabulary column, got shape "
                          f"{tuple(logits.shape)}")
@@ -488,7 +490,7 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: to
     if weight.shape[0] == 0 or hidden.shape[1] == 0:
         raise ValueError(f"weight must have at least one row and column, got shape {tuple(weight.shape)}")
     _check_tokens(tokens, hidden.shape[0], hidden, "hidden")
-    temperature = _check_scalars(temperature, ignore_index)
+    temperature, ignore_index = _check_scalars(temperature, ignore_index)
     if chunk_bytes is None:
         chunk_bytes = _DEFAULT_CHUNK_BYTES
     elif isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:

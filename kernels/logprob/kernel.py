@@ -97,7 +97,9 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
     # (x_t - m) - log s, as torch's log_softmax: forming lse = m + log s first would add a rounding
     # of |lse| (1e-3 at |logits| ~ 1e4). x_t <= m and log s >= 0 (the maximum contributes exp(0)),
     # so the result is <= 0; the clamp only guards the sign.
-    logprob = tl.minimum((x_t - m) - log_s, 0.0)
+    logprob = (x_t - m) - log_s
+    # not tl.minimum: it returns 0 for a NaN operand, turning a NaN/+inf row into log-prob 0
+    logprob = tl.where(logprob > 0.0, 0.0, logprob)
     logprob = tl.where(in_range, logprob, float("nan"))  # unchecked out-of-range token: NaN, no read
     logprob = tl.where(ignored, 0.0, logprob)
     tl.store(logprob_ptr + row, logprob)
@@ -318,7 +320,8 @@ def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_pt
             w_all += a * (w_i + s_i * tl.where(s_i > 0, m_i - m_all, 0.0))
         tgt += tl.load(base + 3 * stride_q, mask=row_mask, other=0.0)
     log_s = tl.log(s_all)
-    logprob = tl.minimum((tgt - m_all) - log_s, 0.0)
+    logprob = (tgt - m_all) - log_s
+    logprob = tl.where(logprob > 0.0, 0.0, logprob)  # keeps NaN (tl.minimum would give 0)
     logprob = tl.where(in_range, logprob, float("nan"))
     logprob = tl.where(ignored, 0.0, logprob)
     tl.store(logprob_ptr + rows, logprob, mask=row_mask)

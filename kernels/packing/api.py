@@ -10,6 +10,8 @@ Without them, ``pack`` reads the lengths once (one sync) and validates them.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 try:
@@ -58,6 +60,26 @@ def cu_seqlens_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
     return cu
 
 
+def _as_size(name: str, value) -> int | None:
+    """None, or a non-negative integer (numpy and Python ints; not bool, not float)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+    try:
+        out = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a non-negative int, got {value!r}") from None
+    if out < 0:
+        raise ValueError(f"{name} must be a non-negative int, got {out}")
+    return out
+
+
+def _check_data_device(name: str, t: torch.Tensor) -> None:
+    if t.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device (no data); pass a CPU or CUDA tensor")
+
+
 def _use_triton(t: torch.Tensor) -> bool:
     import os
 
@@ -77,7 +99,7 @@ def _launch_pack(padded3: torch.Tensor, cu: torch.Tensor, total: int, config: di
 
     cfg = _config("pack", F, padded3.dtype, padded3.device, config)
     grid = (B, triton.cdiv(S, cfg["BLOCK_T"]), triton.cdiv(F, cfg["BLOCK_F"]))
-    _pack_kernel[grid](padded3, packed, cu, S, F, padded3.stride(0), padded3.stride(1),
+    _pack_kernel[grid](padded3, packed, cu, total, S, F, padded3.stride(0), padded3.stride(1),
                        BLOCK_T=cfg["BLOCK_T"], BLOCK_F=cfg["BLOCK_F"], num_warps=cfg["num_warps"])
     return packed
 
@@ -98,7 +120,7 @@ def _launch_unpack(packed2: torch.Tensor, cu: torch.Tensor, max_len: int, config
 
     cfg = _config("unpack", F, packed2.dtype, packed2.device, config)
     grid = (B, triton.cdiv(max_len, cfg["BLOCK_T"]), triton.cdiv(F, cfg["BLOCK_F"]))
-    _unpack_kernel[grid](packed2, out, cu, max_len, F, out.stride(0), out.stride(1),
+    _unpack_kernel[grid](packed2, out, cu, T, max_len, F, out.stride(0), out.stride(1),
                          BLOCK_T=cfg["BLOCK_T"], BLOCK_F=cfg["BLOCK_F"], num_warps=cfg["num_warps"])
     return out
 
@@ -135,9 +157,11 @@ def pack(padded: torch.Tensor, lengths: torch.Tensor, *, total_tokens: int | Non
          max_seqlen: int | None = None, config: dict | None = None):
     """Pack a right-padded ``[B, S, ...]`` tensor into ``[T, ...]``.
 
-    ``lengths``: ``[B]`` integer tensor (valid rows per sequence, each <= S). Returns
-    ``(packed, cu_seqlens int32 [B+1], max_seqlen: int)``. Pass ``total_tokens`` (= T) and
-    ``max_seqlen`` when known to avoid the one host sync; they are then trusted, not checked."""
+    ``lengths``: ``[B]`` integer tensor (valid rows per sequence, each <= S), on any device.
+    Returns ``(packed, cu_seqlens int32 [B+1], max_seqlen: int)``. Pass ``total_tokens`` (= T) and
+    ``max_seqlen`` when known to avoid the one host sync. Lengths on the CPU are always checked
+    (no sync), against both; lengths on the GPU with both given are trusted: a wrong
+    ``total_tokens`` then gives a wrong (never out-of-bounds) result."""
     if not isinstance(padded, torch.Tensor) or padded.dim() < 2:
         raise ValueError(f"padded must be a tensor of shape [B, S, ...], got {getattr(padded, 'shape', padded)!r}")
     if not isinstance(lengths, torch.Tensor) or lengths.dim() != 1 or lengths.numel() != padded.shape[0]:
@@ -145,19 +169,26 @@ def pack(padded: torch.Tensor, lengths: torch.Tensor, *, total_tokens: int | Non
                          f"got {getattr(lengths, 'shape', lengths)!r}")
     if lengths.dtype.is_floating_point or lengths.dtype == torch.bool or lengths.is_complex():
         raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
-    lengths = lengths.to(padded.device)
+    _check_data_device("padded", padded)
+    _check_data_device("lengths", lengths)
+    total_tokens = _as_size("total_tokens", total_tokens)
+    max_seqlen = _as_size("max_seqlen", max_seqlen)
     B, S = padded.shape[0], padded.shape[1]
-    if total_tokens is None or max_seqlen is None:
-        host = lengths.cpu()  # the one host sync, only when the caller did not pass the sizes
+    if lengths.device.type == "cpu" or total_tokens is None or max_seqlen is None:
+        # CPU lengths: free to check. Device lengths: the one host sync, only when a size is missing.
+        host = lengths.to("cpu", torch.int64)
         if host.numel() and (int(host.min()) < 0 or int(host.max()) > S):
             raise ValueError(f"lengths must lie in [0, {S}] (padded.shape[1]), got "
                              f"[{int(host.min())}, {int(host.max())}]")
-        if total_tokens is None:
-            total_tokens = int(host.sum())
-        if max_seqlen is None:
-            max_seqlen = int(host.max()) if host.numel() else 0
-    elif total_tokens < 0:
-        raise ValueError(f"total_tokens must be >= 0, got {total_tokens}")
+        real_total = int(host.sum())
+        real_max = int(host.max()) if host.numel() else 0
+        if total_tokens is not None and total_tokens != real_total:
+            raise ValueError(f"total_tokens={total_tokens} but lengths sum to {real_total}")
+        if max_seqlen is not None and max_seqlen < real_max:
+            raise ValueError(f"max_seqlen={max_seqlen} is below the longest length {real_max}")
+        total_tokens = real_total if total_tokens is None else total_tokens
+        max_seqlen = real_max if max_seqlen is None else max_seqlen
+    lengths = lengths.to(padded.device)
     cu = cu_seqlens_from_lengths(lengths)
     trailing = tuple(padded.shape[2:])
     features = 1
@@ -170,16 +201,34 @@ def pack(padded: torch.Tensor, lengths: torch.Tensor, *, total_tokens: int | Non
 
 def unpack(packed: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, *, config: dict | None = None):
     """Scatter ``[T, ...]`` back to ``[B, max_len, ...]`` (zeros past each length; rows of a
-    sequence longer than ``max_len`` are cut). No host sync."""
+    sequence longer than ``max_len`` are cut). No host sync: ``cu_seqlens`` on the CPU is checked
+    (0, non-decreasing, ends at T), one on the GPU is not (the kernel never reads outside
+    ``packed`` whatever it holds)."""
     if not isinstance(packed, torch.Tensor) or packed.dim() < 1:
         raise ValueError(f"packed must be a tensor of shape [T, ...], got {getattr(packed, 'shape', packed)!r}")
     if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
         raise ValueError("cu_seqlens must be a 1-D tensor of B+1 offsets")
     if cu_seqlens.dtype.is_floating_point or cu_seqlens.dtype == torch.bool:
         raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
-        raise ValueError(f"max_len must be an int >= 0, got {max_len!r}")
-    cu = cu_seqlens.to(device=packed.device, dtype=torch.int32)
+    _check_data_device("packed", packed)
+    _check_data_device("cu_seqlens", cu_seqlens)
+    try:
+        max_len = _as_size("max_len", max_len)
+    except ValueError:
+        raise ValueError(f"max_len must be an int >= 0, got {max_len!r}") from None
+    if max_len is None:
+        raise ValueError("max_len must be an int >= 0, got None")
+    if cu_seqlens.device.type == "cpu":
+        vals = cu_seqlens.to(torch.int64)
+        if int(vals[0]) != 0:
+            raise ValueError(f"cu_seqlens must start at 0, got {int(vals[0])}")
+        if vals.numel() > 1 and bool((vals[1:] < vals[:-1]).any()):
+            raise ValueError("cu_seqlens must be non-decreasing")
+        if int(vals[-1]) != packed.shape[0]:
+            raise ValueError(f"cu_seqlens must end at the number of packed rows {packed.shape[0]}, "
+                             f"got {int(vals[-1])}")
+    # the kernel reads it as a dense int32 array
+    cu = cu_seqlens.to(device=packed.device, dtype=torch.int32).contiguous()
     trailing = tuple(packed.shape[1:])
     features = 1
     for d in trailing:

@@ -88,6 +88,9 @@ def _as_lengths(seqlens, name: str = "seqlens") -> np.ndarray:
         if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
             bad = arr[~np.isfinite(arr) | (arr != np.floor(arr))][0]
             raise ValueError(f"{name} must hold integers, got {bad!r}")
+    # a length past 2**62 would wrap around in int64 (and no batch holds one): say so, not "negative"
+    if arr.dtype.kind in "uf" and np.any(arr >= 2**62):
+        raise ValueError(f"{name} holds a length too large to be a sequence length: {arr.max()!r}")
     out = arr.astype(np.int64)
     if np.any(out < 0):
         raise ValueError(f"{name} must be non-negative, got {int(out.min())}")
@@ -532,6 +535,12 @@ def _assign(costs: np.ndarray, tokens: np.ndarray, k: int, max_tokens: int | Non
     return _local_search(costs, tokens, start, k, max_tokens, equal_size, lb, rounds=rounds)
 
 
+def _check_flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
+
+
 def _check_algorithm(algorithm: str) -> str:
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, got {algorithm!r}")
@@ -559,6 +568,7 @@ def balance_partitions(seqlens, k: int, cost: CostArg = "tokens", max_tokens: in
     ``ALGORITHMS`` (default ``DEFAULT_ALGORITHM``; see the module docstring)."""
     lengths = _as_lengths(seqlens)
     k = _as_count(k, "k")
+    equal_size = _check_flag(equal_size, "equal_size")
     _check_algorithm(algorithm)
     costs = sequence_costs(lengths, cost)
     if cost == "tokens":
@@ -708,6 +718,7 @@ def plan_microbatches(seqlens, dp_ranks: int, max_tokens_per_microbatch: int, co
     lengths = _as_lengths(seqlens)
     dp_ranks = _as_count(dp_ranks, "dp_ranks")
     budget = _as_count(max_tokens_per_microbatch, "max_tokens_per_microbatch")
+    equal_size = _check_flag(equal_size, "equal_size")
     _check_algorithm(algorithm)
     if order not in MICROBATCH_ORDERS:
         raise ValueError(f"order must be one of {', '.join(MICROBATCH_ORDERS)}, got {order!r}")
