@@ -18,8 +18,9 @@ def _logprobs_from_logits(x: torch.Tensor, tokens: torch.Tensor, return_entropy:
     if not return_entropy:
         return logprob
     p = logp.exp()
-    # p * log p is 0 where p == 0 (a -inf logit), not 0 * -inf = NaN
-    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
+    # 0 * log 0 = 0 for masked (-inf) logits, without hiding NaN (a `p > 0` test would) and
+    # without the NaN gradient a `where` over p * logp gives at p = 0
+    plogp = p * logp.masked_fill(p == 0, 0.0)
     entropy = (-plogp.sum(-1)).masked_fill(ignored, 0.0)
     return logprob, entropy
 
