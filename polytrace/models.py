@@ -206,5 +206,9 @@ def get_model(name_or_path: str) -> ModelSpec:
         return from_hf_config(cfg, name=str(p))
     spec = find_model(name_or_path)
     if spec is None:
+        if p.is_dir():
+            raise PolytraceError(f"--model {p}: folder holds no config.json")
+        if p.suffix.lower() == ".json":
+            raise PolytraceError(f"--model {p}: no such model config file")
         raise unknown_name("model", name_or_path, list_models())
     return spec

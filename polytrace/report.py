@@ -62,7 +62,10 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
     gpus = gpus or default_gpus
     section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed)
     estimate = _render_estimate(section, model, gpu, gpus)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PolytraceError(f"--output-dir {out}: cannot create folder: {exc.strerror or exc}") from None
     plot_path = out / "stage_breakdown.png"
     tmp_plot = plot_path.with_suffix(".tmp.png")
     plot_stage_breakdown(section["rows"], tmp_plot,

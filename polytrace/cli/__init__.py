@@ -16,8 +16,20 @@ from . import compose_cmds, packing_cmds, results_cmds, workload_cmds
 COMMAND_MODULES = (workload_cmds, packing_cmds, compose_cmds, results_cmds)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes (bad value, missing argument, unknown choice) as one line
+    ``polytrace: error: <subcommand>: <message>`` and exit 2, like every other user error; the full
+    usage stays one ``--help`` away instead of being dumped above the message."""
+
+    def error(self, message: str):
+        cmd = self.prog.removeprefix("polytrace").strip()
+        where = f"{cmd}: " if cmd else ""
+        hint = f"see 'polytrace {cmd} --help'" if cmd else "see 'polytrace --help'"
+        self.exit(2, f"polytrace: error: {where}{' '.join(message.split())} ({hint})\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="polytrace",
         description="RLVR workload model (PolyTrace), kernel benchmarks and RL step estimates.",
     )

@@ -3,15 +3,65 @@
 from __future__ import annotations
 
 import argparse
+import math
+
+# Above this a count is a typo, not a workload: a million GPUs, ranks, steps or replicas would
+# allocate for minutes and then die of memory instead of saying what was wrong.
+MAX_COUNT = 1_000_000
+# Steps sampled in one command: each step is a full batch (e.g. 96 prompts x 8 responses).
+MAX_STEPS = 10_000
 
 
-def positive_int(text: str) -> int:
+def _positive(text: str) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    v = _positive(text)
+    if v > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large (at most {MAX_COUNT:,})")
+    return v
+
+
+def any_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def positive_int_at_most(limit: int, what: str):
+    """A positive-integer type capped at ``limit`` (work grows linearly with it)."""
+    def parse(text: str) -> int:
+        v = _positive(text)
+        if v > limit:
+            raise argparse.ArgumentTypeError(f"{text!r} {what} is too many (at most {limit:,})")
+        return v
+    parse.__name__ = "positive integer"
+    return parse
+
+
+def step_count(text: str) -> int:
+    """How many steps to sample: 1 .. MAX_STEPS."""
+    v = _positive(text)
+    if v > MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"{text!r} steps is too many (at most {MAX_STEPS:,} per command)")
+    return v
+
+
+def finite_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return v
 
 
@@ -34,11 +84,20 @@ def step_list(text: str) -> list[int]:
             if "-" in part:
                 span, _, stride = part.partition(":")
                 lo, hi = (int(x) for x in span.split("-"))
-                out.extend(range(lo, hi + 1, int(stride) if stride else 1))
+                every = int(stride) if stride else 1
+                if every < 1:
+                    raise argparse.ArgumentTypeError(f"steps {text!r}: the stride after ':' must be positive")
+                # check before building a huge list (len() of a range overflows past 2**63)
+                if (hi - lo) // every >= MAX_STEPS or len(out) + len(range(lo, hi + 1, every)) > MAX_STEPS:
+                    raise argparse.ArgumentTypeError(f"steps {text!r}: too many steps (at most {MAX_STEPS:,} "
+                                                     f"per command)")
+                out.extend(range(lo, hi + 1, every))
             elif part:
                 out.append(int(part))
     except ValueError:
         raise argparse.ArgumentTypeError(f"steps must look like 0-7, 0,50,100 or 0-200:20; got {text!r}") from None
+    if len(out) > MAX_STEPS:
+        raise argparse.ArgumentTypeError(f"steps {text!r}: too many steps (at most {MAX_STEPS:,} per command)")
     if not out or min(out) < 0:
         raise argparse.ArgumentTypeError(f"steps must be non-negative and non-empty; got {text!r}")
     return out

@@ -41,11 +41,19 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise PolytraceError(f"{path}: folder {parent} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    if path.is_dir():
+        raise PolytraceError(f"{path}: is a folder; give a file name")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        raise PolytraceError(f"{path}: cannot write in {parent}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)
+    except OSError as exc:  # disk full, read-only file system, ...: the old file stays as it was
+        os.path.exists(tmp) and os.unlink(tmp)
+        raise PolytraceError(f"{path}: cannot write: {exc.strerror or exc}") from None
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

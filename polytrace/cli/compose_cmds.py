@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from ._args import any_int as _int
+from ._args import finite_float as _float
 from ._args import positive_int as _pos_int
+from ._args import step_count as _step_count
 from ._io import print_json
 
 
@@ -15,8 +18,8 @@ def register(sub) -> None:
     p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
     p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
     p.add_argument("--profile", default="dapo-math-32b", help="workload profile (default dapo-math-32b)")
-    p.add_argument("--steps", type=_pos_int, default=1, help="sampled steps to estimate (default 1)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=_step_count, default=1, help="sampled steps to estimate (default 1)")
+    p.add_argument("--seed", type=_int, default=0)
     p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
     p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp")
     p.add_argument("--train-tp", type=_pos_int, default=1, help="Megatron tensor parallelism")
@@ -27,7 +30,7 @@ def register(sub) -> None:
     p.add_argument("--micro-batch-tokens", type=_pos_int, default=16384, help="token budget per micro-batch per GPU")
     p.add_argument("--max-prompt-len", type=_pos_int, default=None)
     p.add_argument("--max-response-len", type=_pos_int, default=None)
-    p.add_argument("--mem-fraction", type=float, default=0.5, help="GPU memory share of the inference engine")
+    p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_estimate)
 

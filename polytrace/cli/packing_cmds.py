@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..errors import PolytraceError
+from ._args import any_int as _int
+from ._args import positive_int_at_most as _at_most
 from ._args import step_list as _steps
 
 
@@ -15,9 +17,9 @@ def register(sub) -> None:
                                    "imbalance, gap to the lower bound, micro-batches and planning time.")
     p.add_argument("profile", metavar="PROFILE", help="built-in profile name (see `polytrace profiles`)")
     p.add_argument("--steps", type=_steps, default=[0, 1, 2, 3, 4], help="steps to sample, e.g. 0-4 or 0,3")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--ranks", type=int, default=8, help="data-parallel ranks (default 8)")
-    p.add_argument("--max-tokens", type=int, default=None,
+    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--ranks", type=_at_most(65536, "ranks"), default=8, help="data-parallel ranks (default 8)")
+    p.add_argument("--max-tokens", type=_int, default=None,
                    help="token budget per micro-batch (default: max prompt + max response of the profile)")
     p.add_argument("--cost", choices=("attention", "tokens"), default="attention",
                    help="cost model for balance (default attention: 24576*L + L^2, verl's)")

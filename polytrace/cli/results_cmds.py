@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 
 from ..errors import PolytraceError
+from ._args import any_int as _int
+from ._args import finite_float as _float
 
 
 def _fraction(text: str) -> float:
@@ -55,7 +57,7 @@ def register(sub) -> None:
     p.add_argument("baseline", help="baseline result JSON, or a folder of one run's files")
     p.add_argument("candidate", help="candidate result JSON, or a folder of one run's files")
     p.add_argument("--threshold", type=_fraction, default=0.05, help="median slowdown that counts (default 5%%)")
-    p.add_argument("--alpha", type=float, default=0.002, help="significance level of the U test (default 0.002)")
+    p.add_argument("--alpha", type=_float, default=0.002, help="significance level of the U test (default 0.002)")
     p.add_argument("--force", action="store_true", help="compare even when the inputs are refused "
                    "(different GPU, CPU timings, changed workloads)")
     p.add_argument("--gate-all", action="store_true", help="gate torch and peer providers too (default: ours only)")
@@ -78,13 +80,13 @@ def register(sub) -> None:
     p.add_argument("kernel", help="tunable kernel: token_logprobs, linear_token_logprobs, pack or "
                                   "varlen_attention_fwd")
     p.add_argument("--profile", default=None, help="workload profile the shapes are drawn from")
-    p.add_argument("--budget-s", type=float, default=120.0, help="search time budget in seconds (default 120)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--budget-s", type=_float, default=120.0, help="search time budget in seconds (default 120)")
+    p.add_argument("--seed", type=_int, default=0)
     p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
                                                "out/tuning for CPU-interpreter runs)")
     p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
                                                  "(default: the profile's model)")
-    p.add_argument("--max-buckets", type=int, default=None, help="tune at most this many buckets")
+    p.add_argument("--max-buckets", type=_int, default=None, help="tune at most this many buckets")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", action="store_true", help="print the written file's content")
     p.set_defaults(func=_tune)
@@ -168,8 +170,11 @@ def _plot(args) -> int:
     from ..results import compare, load_result, plot_gate, plot_throughput
 
     base = load_result(args.baseline) if args.baseline else None
-    for src in args.results:
-        result = load_result(src)
+    loaded = [(src, load_result(src)) for src in args.results]  # every input checked before any PNG is written
+    for src, result in loaded:
+        if not any(b.median_s for b in result.benchmarks):
+            raise PolytraceError(f"{src}: no timed benchmarks (median) to plot")
+    for src, result in loaded:
         for path in plot_throughput(result, args.out):
             print(path)
         if base is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..errors import PolytraceError
 from ._args import nonneg_int as _nonneg
 from ._args import positive_int as _positive
+from ._args import positive_int_at_most as _at_most
 from ._args import step_list as _steps
 from ._io import atomic_write_text, print_json
 
@@ -30,7 +31,8 @@ def register(sub) -> None:
     p.add_argument("trace", metavar="TRACE")
     p.add_argument("--max-response-len", type=_positive, default=None,
                    help="the trace's response cap, when the trace does not record it")
-    p.add_argument("--replicas", type=_positive, default=8, help="sampled batches per real step (default 8)")
+    p.add_argument("--replicas", type=_at_most(1000, "replicas"), default=8,
+                   help="sampled batches per real step (default 8)")
     p.add_argument("--seed", type=_nonneg, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_fidelity)

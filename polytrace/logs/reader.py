@@ -197,6 +197,8 @@ def read_wandb_csv(path) -> TrainingLog:
 def read_log(path) -> TrainingLog:
     """A verl console log or a wandb CSV export, by content."""
     path = Path(path)
+    if path.is_dir():
+        raise PolytraceError(f"{path}: is a folder; expected a verl console log or a wandb CSV file")
     if not path.is_file():
         raise PolytraceError(f"{path}: no such log file")
     with path.open("rb") as fh:

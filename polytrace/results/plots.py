@@ -38,6 +38,8 @@ def plot_throughput(result: ResultFile, out_dir: str | Path) -> list[Path]:
     otherwise). Marker area follows the shape's weight in the workload."""
     from ..hardware import detect
 
+    if not any(b.median_s for b in result.benchmarks):
+        raise PolytraceError(f"{result.path}: no timed benchmarks (median) to plot")
     plt = _pyplot()
     out = _out_dir(out_dir)
     cpu = result.measured_on == CPU_MEASURED_ON

@@ -195,7 +195,13 @@ def parse_benchmark(raw: dict, where: str) -> BenchResult:
     if not isinstance(extra, dict):
         extra = {}
     stats = raw.get("stats") or {}
-    data = stats.get("data") if isinstance(stats, dict) else None
+    if not isinstance(stats, dict):
+        raise PolytraceError(f"{where}: benchmark {raw['name']!r}: 'stats' must be an object, "
+                             f"got {type(stats).__name__}")
+    data = stats.get("data")
+    if data is not None and not isinstance(data, list):
+        raise PolytraceError(f"{where}: benchmark {raw['name']!r}: 'stats.data' must be a list of seconds, "
+                             f"got {type(data).__name__}")
     rounds = np.asarray([_float(x, float("nan")) for x in (data or [])], dtype=np.float64)
     rounds = rounds[np.isfinite(rounds) & (rounds > 0)]
     median = stats.get("median") if isinstance(stats, dict) else None
@@ -234,7 +240,11 @@ def parse_result(obj: dict, path: str = "<memory>") -> ResultFile:
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
         raise PolytraceError(f"{path}: not a pytest-benchmark result (no 'benchmarks' list)")
     machine_info = obj.get("machine_info") or {}
+    if not isinstance(machine_info, dict):
+        raise PolytraceError(f"{path}: 'machine_info' must be an object, got {type(machine_info).__name__}")
     machine = machine_info.get("polytrace") or {}
+    if not isinstance(machine, dict):
+        raise PolytraceError(f"{path}: 'machine_info.polytrace' must be an object, got {type(machine).__name__}")
     benches = [parse_benchmark(b, path) for b in obj["benchmarks"]]
     seen: dict[str, int] = {}
     for b in benches:  # a duplicated id would silently shadow a benchmark in the gate

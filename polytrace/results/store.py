@@ -43,7 +43,10 @@ def baseline_path(root: str | Path, gpu_slug: str) -> Path:
 def _write_json(path: Path, obj: dict) -> None:
     from ..cli._io import atomic_write_text
 
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # --root is a file, or not writable
+        raise PolytraceError(f"--root: cannot create folder {path.parent}: {exc.strerror or exc}") from None
     atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
 
@@ -53,6 +56,8 @@ def store_result(src: str | Path, root: str | Path | None = None, suite: str | N
     result = load_result(src)
     if Path(src).is_dir():
         raise PolytraceError(f"{src}: store takes result files, not folders")
+    if not result.benchmarks:
+        raise PolytraceError(f"{src}: holds no benchmarks (did every test fail or skip?); nothing to store")
     dest = result_path(root or default_root(), result, suite)
     if dest.exists() and not overwrite:
         raise PolytraceError(f"{dest} already exists (pass --overwrite to replace it)")
@@ -67,9 +72,20 @@ def set_baseline(srcs: list[str | Path], root: str | Path | None = None, allow_c
     files: list[Path] = []
     for s in srcs:
         p = Path(s)
-        files.extend(sorted(p.glob("*.json")) if p.is_dir() else [p])
+        found = sorted(p.glob("*.json")) if p.is_dir() else [p]
+        if not found:
+            raise PolytraceError(f"{p}: folder holds no *.json result files")
+        files.extend(found)
     obj = merged_json(files)
-    result = load_result(files[0]) if len(files) == 1 else None
+    merged = [load_result(f) for f in files]
+    result = merged[0] if len(files) == 1 else None
+    benches = [b for r in merged for b in r.benchmarks]
+    if not benches:
+        raise PolytraceError(f"{', '.join(map(str, files))}: no benchmarks; a baseline needs timed benchmarks")
+    if not any(b.rounds.size for b in benches):
+        raise PolytraceError(f"{', '.join(map(str, files))}: no raw rounds (stats.data) in any benchmark, so the "
+                             "gate could never test against this baseline; run the suites with "
+                             "--benchmark-save-data")
     machine = obj["machine_info"].get("polytrace") or {}
     measured = machine.get("measured_on") or (result.measured_on if result else "")
     if measured == CPU_MEASURED_ON and not allow_cpu:

@@ -71,6 +71,8 @@ def read(path: Path, text: str) -> Trace:
         header = json.loads(lines[0])
     except (ValueError, IndexError):
         raise TraceFormatError(path, "invalid native header", line=1) from None
+    if not isinstance(header, dict) or not isinstance(header.get("max_response_len"), int):
+        raise TraceFormatError(path, "invalid native header: needs an integer 'max_response_len'", line=1)
     if header.get("version") != VERSION:
         raise TraceFormatError(path, f"unsupported native format version {header.get('version')!r}", line=1)
     kind = header.get("kind", "single")
@@ -88,7 +90,7 @@ def read(path: Path, text: str) -> Trace:
                 responses = [Response(int(v), i in capped) for i, v in enumerate(rec["responses"])]
             else:
                 responses = [_response_from(o) for o in rec["responses"]]
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise TraceFormatError(path, f"malformed record: {exc!r}", line=lineno) from None
         if prompt <= 0 or not responses or any(r.length <= 0 for r in responses):
             raise TraceFormatError(path, "lengths must be positive and groups non-empty", line=lineno)

@@ -19,6 +19,7 @@ Every error names the file and, where it applies, the line.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -133,7 +134,8 @@ def _finish(trace: Trace, max_response_len, mark_caps: bool) -> Trace:
 
 
 def _length(path, line, value, what, allow_zero=False) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or value != int(value)):
         raise TraceFormatError(path, f"{what} must be an integer, got {value!r}", line=line)
     v = int(value)
     if v < 0 or (v == 0 and not allow_zero):
@@ -299,7 +301,8 @@ def _int_list(path, step, obj, key) -> list[int]:
         raise TraceFormatError(path, f"step {step}: missing list {key!r}")
     out = []
     for v in obj[key]:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v <= 0:
+        if (isinstance(v, bool) or not isinstance(v, (int, float))
+                or (isinstance(v, float) and not math.isfinite(v)) or v != int(v) or v <= 0):
             raise TraceFormatError(path, f"step {step}: {key!r} holds {v!r}; lengths must be positive integers")
         out.append(int(v))
     return out
