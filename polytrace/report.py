@@ -116,18 +116,27 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
     totals = [["tokens / s / GPU", f"{summary['tokens_per_s_per_gpu']:,.0f}"],
               ["GPU time idle in the rollout tail", f"{summary['rollout_tail_share']:.1%}"],
               ["GPU time idle from rank imbalance", f"{summary['rank_imbalance_share']:.1%}"]]
+    mem = section.get("memory") or {}
+    if mem:
+        gpu_gb = mem["gpu_bytes"]
+        totals += [["training peak memory per GPU", f"{mem['train_peak']:.1f} of {gpu_gb:.0f} GB"],
+                   ["rollout peak memory per GPU", f"{mem['rollout_peak']:.1f} of {gpu_gb:.0f} GB"],
+                   ["KV-cache capacity per engine", f"{mem['kv_capacity_tokens']:,.0f} tokens"]]
+    warnings = [f"warning: {w}" for w in section.get("warnings", [])]
     per_step = [[r["step"], r["step_s"], r["gen"], r["tokens_per_s_per_gpu"]] for r in section["rows"]]
     text = "\n".join([
         head, "",
         tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%")), "",
         tabulate(totals, headers=["where time goes", ""]), "",
         tabulate(per_step, headers=["step", "step s", "gen s", "tok/s/GPU"], floatfmt=(".0f", ".1f", ".1f", ".0f")),
+        *warnings,
     ])
     markdown = "\n".join([
         f"{model} on {gpus} x {gpu}, mean over {summary['steps']} sampled steps.", "",
         tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%"),
                  tablefmt="github"), "",
         tabulate(totals, headers=["where time goes", ""], tablefmt="github"),
+        *(["", *[f"> **{w}**" for w in warnings]] if warnings else []),
     ])
     return {"text": text, "markdown": markdown}
 

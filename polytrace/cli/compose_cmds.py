@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ._args import any_int as _int
 from ._args import finite_float as _float
 from ._args import positive_int as _pos_int
@@ -27,7 +29,9 @@ def register(sub) -> None:
     p.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="ppo adds a critic")
     p.add_argument("--no-ref", action="store_true", help="no reference model")
     p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step (default: profile)")
-    p.add_argument("--micro-batch-tokens", type=_pos_int, default=16384, help="token budget per micro-batch per GPU")
+    p.add_argument("--micro-batch-tokens", type=_pos_int, default=None,
+                   help="token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
+                   "or max prompt + max response rounded up to 1024 when longer)")
     p.add_argument("--max-prompt-len", type=_pos_int, default=None)
     p.add_argument("--max-response-len", type=_pos_int, default=None)
     p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
@@ -60,8 +64,10 @@ def _estimate(args) -> int:
     res = estimate(args.profile, args.model, args.gpu, args.gpus, steps=range(args.steps), seed=args.seed,
                    rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp,
                    train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
-                   micro_batch_tokens=args.micro_batch_tokens, max_prompt_len=args.max_prompt_len,
+                   micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
                    max_response_len=args.max_response_len, mem_fraction=args.mem_fraction)
+    for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
+        print(f"warning: {w}", file=sys.stderr)
     if args.json:
         print_json(res)
         return 0
@@ -69,8 +75,11 @@ def _estimate(args) -> int:
 
     c = res["config"]
     print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']} | "
-          f"{c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']}")
+          f"{c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']} | "
+          f"micro-batch {c['micro_batch_tokens']} tokens")
     print(f"source: {res['source']}")
+    for line in format_memory(res["memory"]):
+        print(line)
     stages = [s for s in res["summary"]["mean_stages_s"] if any(r["stages_s"][s] > 0 for r in res["rows"])]
     table = [[r["step"], *(f"{r['stages_s'][s]:.1f}" for s in stages), f"{r['step_s']:.1f}",
               f"{r['tokens_per_s_per_gpu']:.0f}", f"{100 * r['idle']['rollout_tail_share']:.1f}%",
@@ -78,6 +87,28 @@ def _estimate(args) -> int:
     print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
                                    "idle: tail", "idle: ranks"]))
     return 0
+
+
+def format_memory(mem: dict) -> list[str]:
+    """The per-GPU memory lines of ``polytrace estimate`` (GB, estimated)."""
+    st = mem["training_state"]
+    parts = {"bf16 weights": 0.0, "fp32 master": 0.0, "Adam": 0.0, "grads": 0.0, "ref": 0.0}
+    for k, v in st.items():
+        key = ("ref" if k.startswith("ref") else "bf16 weights" if k.endswith("weights_bf16")
+               else "fp32 master" if k.endswith("master_fp32") else "Adam" if k.endswith("adam_moments")
+               else "grads")
+        parts[key] += v
+    detail = ", ".join(f"{k} {v:.1f}" for k, v in parts.items() if v > 0)
+    gpu = mem["gpu_bytes"]
+    return [
+        f"memory per GPU (estimated, GB of {gpu:.0f}): training: state {mem['training_state_total']:.1f} "
+        f"({detail}) + activations {mem['activations']:.1f} ({mem['activation_tokens']} tokens) "
+        f"= {mem['train_peak']:.1f}",
+        f"  rollout: trainer kept {mem['rollout_resident']:.1f} + weights {mem['rollout_weights']:.1f} + reserve "
+        f"{mem['engine_reserve']:.1f} + KV cache {mem['kv_cache']:.1f} = {mem['rollout_peak']:.1f}; "
+        f"KV capacity {mem['kv_capacity_tokens']:,} tokens per engine ({mem['kv_bytes_per_token'] / 1024:.0f} KiB "
+        f"per token per GPU)",
+    ]
 
 
 def _validate(args) -> int:

@@ -7,6 +7,8 @@ scaled by scalars calibrated on a real log (``polytrace validate --json`` -> ``c
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import PolytraceError
@@ -14,37 +16,70 @@ from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
 from .efficiency import DEFAULT
 from .measured import MeasuredRates
+from .memory import check_feasibility, smallest_rollout_tp
 from .stages import STAGES, RunConfig, stage_costs
 
 
-def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float) -> int:
+def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float,
+                       need_tokens: int = 0) -> int:
     """The smallest power-of-two TP that leaves at least half of the engine's memory share for
-    the KV cache."""
+    the KV cache, raised (over the divisors of ``n_gpus``) until the cache holds one
+    ``need_tokens`` sequence where a larger TP allows it."""
     tp = 1
     while tp < n_gpus and model.weight_bytes() / tp > 0.5 * mem_fraction * gpu.memory_gb * 1e9:
         tp *= 2
     while n_gpus % tp:
         tp //= 2
-    return max(1, tp)
+    tp = max(1, tp)
+    if need_tokens:
+        fit = smallest_rollout_tp(model, gpu, n_gpus, mem_fraction, need_tokens)
+        if fit is not None and fit > tp:
+            tp = fit
+    return tp
+
+
+# verl's default ``ppo_max_token_len_per_gpu``; raised to the configured maximum sequence length
+# when that is longer, as verl requires (``max_token_len >= the longest sequence``).
+DEFAULT_MICRO_BATCH_TOKENS = 16384
+
+
+def auto_micro_batch_tokens(max_prompt_len: int, max_response_len: int) -> int:
+    """The default token budget: 16384, or the configured max prompt + max response rounded up to
+    1024 when longer (the smallest budget verl accepts for every sequence the config allows, as
+    ``polytrace pack-compare`` defaults)."""
+    longest = int(max_prompt_len) + int(max_response_len)
+    return max(DEFAULT_MICRO_BATCH_TOKENS, int(math.ceil(longest / 1024) * 1024))
 
 
 def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = None, strategy: str = "fsdp",
                  train_tp: int = 1, train_pp: int = 1, algorithm: str = "grpo", use_ref: bool = True,
-                 prompts: int | None = None, micro_batch_tokens: int | None = 16384,
+                 prompts: int | None = None, micro_batch_tokens: int | str | None = "auto",
                  max_prompt_len: int | None = None, max_response_len: int | None = None,
                  mem_fraction: float = 0.5, gradient_checkpointing: bool = True) -> RunConfig:
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
     gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
         raise PolytraceError(f"--gpus must be a positive integer, got {gpus!r}")
-    if micro_batch_tokens is not None and micro_batch_tokens < 1:
-        raise PolytraceError(f"--micro-batch-tokens must be positive, got {micro_batch_tokens}")
     pc = profile.config
-    tp = rollout_tp or default_rollout_tp(model, gpu, int(gpus), mem_fraction)
+    max_prompt_len = int(max_prompt_len or pc.max_prompt_len)
+    max_response_len = int(max_response_len or pc.max_response_len)
+    if micro_batch_tokens == "auto":
+        micro_batch_tokens = auto_micro_batch_tokens(max_prompt_len, max_response_len)
+    if micro_batch_tokens is not None and (isinstance(micro_batch_tokens, (bool, str)) or micro_batch_tokens < 1):
+        raise PolytraceError(f"--micro-batch-tokens must be a positive integer, got {micro_batch_tokens!r}")
+    if not 0.05 <= float(mem_fraction) <= 0.99:
+        raise PolytraceError(f"--mem-fraction must be in [0.05, 0.99], got {mem_fraction}")
+    # Named after the flags here (RunConfig, shared with ``validate``, names its fields).
+    if rollout_tp is not None and (rollout_tp < 1 or int(gpus) % rollout_tp):
+        raise PolytraceError(f"--rollout-tp {rollout_tp} does not divide --gpus {gpus}: every inference "
+                             f"engine needs whole GPUs")
+    if strategy == "megatron" and int(gpus) % (train_tp * train_pp):
+        raise PolytraceError(f"--train-tp {train_tp} x --train-pp {train_pp} does not divide --gpus {gpus}")
+    tp = rollout_tp or default_rollout_tp(model, gpu, int(gpus), mem_fraction,
+                                          need_tokens=max_prompt_len + max_response_len)
     return RunConfig(
         model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=int(prompts or pc.prompts_per_step), n=int(pc.n),
-        max_prompt_len=int(max_prompt_len or pc.max_prompt_len),
-        max_response_len=int(max_response_len or pc.max_response_len), rollout_tp=int(tp),
+        max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
         strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), algorithm=algorithm,
         use_ref=bool(use_ref), micro_batch_tokens=micro_batch_tokens, remove_padding=True,
         mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
@@ -123,10 +158,15 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
     steps = list(steps)
     if not steps:
         raise PolytraceError("steps must not be empty")
-    rows = []
-    for st in steps:
-        batch = prof.sample(step=int(st), seed=seed, prompts=cfg.prompts_per_step)
-        rows.append(estimate_step(cfg, batch, measured=measured or None, calibration=calibration))
+    batches = [prof.sample(step=int(st), seed=seed, prompts=cfg.prompts_per_step) for st in steps]
+    # the longest sequence the trainer sees (responses cut at the configured maximum, as below)
+    seq_lens = [np.asarray(b.prompt_lens, dtype=np.int64)
+                + np.minimum(np.asarray(b.response_lens, dtype=np.int64), cfg.max_response_len) for b in batches]
+    longest = max(int(s.max(initial=1)) for s in seq_lens)
+    biggest = max(seq_lens, key=lambda s: int(s.sum()))
+    plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=config_kw.get("rollout_tp") is not None,
+                                       seq_lens=biggest)
+    rows = [estimate_step(cfg, batch, measured=measured or None, calibration=calibration) for batch in batches]
     mean_stages = {s: float(np.mean([r["stages_s"][s] for r in rows])) for s in STAGES}
     step_mean = float(np.mean([r["step_s"] for r in rows]))
     summary = {
@@ -141,4 +181,8 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
               + (", calibrated scalars applied" if calibration else ""))
     return {"profile": prof.name, "config": cfg.to_dict(), "model": cfg.model.to_dict(),
             "gpu": {"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
-            "seed": seed, "source": source, "rows": rows, "summary": summary}
+            "seed": seed, "source": source, "rows": rows, "summary": summary,
+            "memory": {**plan.to_dict(), "longest_sequence": longest,
+                       "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
+                                 "gradients and Adam moments, activations, KV cache)"},
+            "warnings": warnings}

@@ -12,7 +12,8 @@ _COLORS = {"gen": "#4c72b0", "old_log_prob": "#55a868", "ref": "#8172b2", "value
 
 def report_section(profile_name, model, gpu, gpus: int, steps=range(0, 10), seed: int = 0, **kw) -> dict:
     """Per-step stage estimates (``rows``: one dict per step with ``step``, each stage's seconds,
-    ``step_s``, ``tokens_per_s_per_gpu`` and idle shares) and the ``summary`` of ``estimate``."""
+    ``step_s``, ``tokens_per_s_per_gpu`` and idle shares), the ``summary``, ``memory`` and
+    ``warnings`` of ``estimate``."""
     res = estimate(profile_name, model, gpu, gpus, steps=steps, seed=seed, **kw)
     rows = []
     for r in res["rows"]:
@@ -21,8 +22,10 @@ def report_section(profile_name, model, gpu, gpus: int, steps=range(0, 10), seed
                "rollout_tail_share": r["idle"]["rollout_tail_share"],
                "rank_imbalance_share": r["idle"]["rank_imbalance_share"]}
         rows.append(row)
+    # "warnings": setups that run only with help the estimate does not price (see memory.py);
+    # "memory": the per-GPU memory breakdown and KV-cache capacity of ``estimate``
     return {"profile": res["profile"], "config": res["config"], "source": res["source"], "rows": rows,
-            "summary": res["summary"]}
+            "summary": res["summary"], "memory": res["memory"], "warnings": res["warnings"]}
 
 
 def plot_stage_breakdown(rows: list[dict], path, title: str = "") -> str:
