@@ -16,6 +16,7 @@ pass ``check_inputs=False`` to skip even that one.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -99,25 +100,77 @@ def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
     return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
 
 
-def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None) -> dict:
+def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None,
+                       capability: tuple[int, int] | None = None) -> dict:
     """dK/dV tile (``DKDV_BLOCK_M`` query rows per step x ``DKDV_BLOCK_N`` keys) and the dQ key
     step ``DQ_BLOCK_N``; the dQ query tile is the forward's BLOCK_M so it reuses its work list.
-    GPU choices: tiles for which ptxas (sm_90a, triton 3.9, compiled offline) reports no spill or
-    almost none (D=128: dK/dV 32x128 on 8 warps 255 registers, 4 B spilled; dQ 128x32 on 8 warps
-    176 registers. D=64: dK/dV 32x128 on 8 warps 182; dQ 128x64 on 8 warps 132). Not yet timed."""
+    ``capability`` is the GPU's compute capability (``varlen_attention`` passes the device's);
+    None means Hopper's choice. Depends on head dim and device only, never on the batch.
+
+    Hopper (>= 9.0), tiles for which ptxas (sm_90a, triton 3.9, compiled offline) reports no spill
+    or almost none (D=128: dK/dV 32x128 on 8 warps 255 registers, 4 B spilled; dQ 128x32 on 8 warps
+    176 registers. D=64: dK/dV 32x128 on 8 warps 182; dQ 128x64 on 8 warps 132).
+
+    Below 9.0 (A100 and the other Ampere/Ada parts) the Hopper dK/dV tile spills on sm_80: D=128
+    32x128/8 warps/3 stages 64 B (full) / 120 B (causal) per thread under triton 3.9, 168 / 344 B
+    under 3.6. ``_SM80_DKDV`` holds the offline search's picks; see the comment there. The dQ tiles
+    above do not spill on sm_80 (0 B, both versions, causal and not, fp16 and bf16) and are the
+    largest that don't (dQ 128x64 at D=128 spills 84 B or more at every warps/stages setting), so dQ
+    is the same on every GPU. D > 128 keeps one choice everywhere (not searched: on sm_80 its dK/dV
+    spills 0-12 B full, 72-104 B causal). Not yet timed on a GPU."""
     if on_cuda is None:
         on_cuda = not _interpreting()
     if not on_cuda:
         return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DKDV_WARPS": 4, "DKDV_STAGES": 1,
                 "DQ_BLOCK_N": 16, "DQ_WARPS": 4, "DQ_STAGES": 1}
     if head_dim <= 64:
-        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
-                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
-    if head_dim <= 128:
-        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
-                "DQ_BLOCK_N": 32, "DQ_WARPS": 8, "DQ_STAGES": 3}
-    return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 64, "DKDV_WARPS": 8, "DKDV_STAGES": 2,
-            "DQ_BLOCK_N": 16, "DQ_WARPS": 8, "DQ_STAGES": 2}
+        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+               "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
+    elif head_dim <= 128:
+        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+               "DQ_BLOCK_N": 32, "DQ_WARPS": 8, "DQ_STAGES": 3}
+    else:
+        return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 64, "DKDV_WARPS": 8, "DKDV_STAGES": 2,
+                "DQ_BLOCK_N": 16, "DQ_WARPS": 8, "DQ_STAGES": 2}
+    if capability is not None and tuple(capability) < (9, 0):
+        cfg.update(_SM80_DKDV[64 if head_dim <= 64 else 128])
+    return cfg
+
+
+# dK/dV tiles for compute capability < 9.0, from an offline search (triton.compile for sm_80, ptxas
+# -v spill bytes per thread, triton 3.6 and 3.9, causal and not, bf16; fp16 rechecked for the picks
+# and runners-up, same bytes) over BLOCK_M, BLOCK_N in {16..128}, 4 or 8 warps, 1-3 stages, 192
+# configs. Rule: 0 B spilled in every compile; shared memory <= 99 KB, so sm_86/sm_89 (99 KB a
+# block) launch it too, not only the A100 (163 KB); then the largest tile BLOCK_M x BLOCK_N (more
+# work per program); then the larger BLOCK_N (each key tile re-reads all of Q and dO: 2 x BLOCK_N
+# flops per byte loaded, whatever BLOCK_M); then more stages.
+#   D=128: 64x64, 8 warps, 1 stage: 0 B, 228 registers, 80 KB shared. Larger tiles all spill or
+#          overflow 99 KB: 128x64/8w/1 stage 0 B but 112 KB; 64x128/8w 348-19984 B; 32x128/8w (the
+#          Hopper tile) 64-372 B; 128x32/8w/1 stage 0 B, 96 KB (same area, BLOCK_N 32). With 2 or 3
+#          stages 64x64 spills 16-76 B; the pipelined spill-free tiles are 32x64 and 64x32 at 8 warps.
+#   D=64:  32x128, 8 warps, 1 stage: 0 B, 240 registers, 44 KB shared (the Hopper tile, so the
+#          same key tiles and dK/dV work list). With 3 stages it spills 28-36 B under triton 3.6
+#          (0 under 3.9), with 2 stages 76 B causal (3.6). 64x64 and 64x128 spill 24-22228 B at
+#          every setting; 128x32/8w/2-3 stages is spill-free (BLOCK_N 32: 4x the Q/dO reads).
+# Candidates for ``polytrace tune`` on an A100; none of this is timed yet.
+_SM80_DKDV = {
+    64: {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 1},
+    128: {"DKDV_BLOCK_M": 64, "DKDV_BLOCK_N": 64, "DKDV_WARPS": 8, "DKDV_STAGES": 1},
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _capability(index: int) -> tuple[int, int]:
+    return tuple(torch.cuda.get_device_capability(index))
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """Compute capability of a CUDA device (queried once per device, at the first launch), None
+    elsewhere and in the interpreter (no CUDA query on the CPU path)."""
+    if device.type != "cuda" or _interpreting():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index)
 
 
 def default_decode_config(head_dim: int, on_cuda: bool | None = None) -> dict:
@@ -506,7 +559,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     group = q.shape[1] // k.shape[1]
     bucket = tuning_bucket(d, q.dtype, causal, group)
     fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype), config, q.device)
-    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype), bwd_config, q.device, "bwd_config")
+    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype, capability=device_capability(q.device)),
+                       bwd_config, q.device, "bwd_config")
     q, k, v = _contig(q), _contig(k), _contig(v)
     if plan is None:
         plan = _cached_plan(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], fwd_cfg["BLOCK_M"], bool(causal),
