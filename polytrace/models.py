@@ -95,6 +95,13 @@ class ModelSpec:
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> float:
         return 2.0 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
+    def kv_bytes_per_token_per_gpu(self, tp: int, dtype_bytes: int = 2) -> float:
+        """K and V bytes per cached token on one GPU of a ``tp``-way tensor-parallel engine. Past
+        ``tp = kv_heads`` every GPU still holds one KV head (vLLM replicates them), so the
+        per-GPU share stops shrinking there (Qwen2.5-7B, 4 KV heads, at TP 8: 1 head, not 0.5)."""
+        heads_per_gpu = max(self.kv_heads / max(1, tp), 1.0)
+        return 2.0 * self.layers * heads_per_gpu * self.head_dim * dtype_bytes
+
     def to_dict(self) -> dict:
         return {
             "name": self.name, "source": self.source, "layers": self.layers, "hidden": self.hidden,

@@ -29,7 +29,7 @@ Activations of one micro-batch of ``T`` tokens (the ``--micro-batch-tokens`` bud
 
 Rollout (vLLM, ``gpu_memory_utilization = mem_fraction`` of each GPU): the bf16 weights divided
 by the rollout TP, ``engine_reserve_bytes`` for activations and CUDA graphs, and the KV cache
-taking the rest of the share. KV bytes per token per GPU: ``2 (K, V) x layers x kv_heads / tp x
+taking the rest of the share. KV bytes per token per GPU: ``2 (K, V) x layers x max(kv_heads / tp, 1) x
 head_dim x 2`` (bf16), the figure the rollout simulation uses.
 
 Phases: verl colocates trainer and engine on the same GPUs. During training the engine sleeps
@@ -65,7 +65,7 @@ def layer_params(model: ModelSpec) -> float:
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int) -> float:
     """Bytes of bf16 K and V per cached token on one GPU of a rollout engine of ``tp`` GPUs."""
-    return model.kv_bytes_per_token() / max(1, tp)
+    return model.kv_bytes_per_token_per_gpu(tp)
 
 
 def engine_kv_bytes(model: ModelSpec, gpu: GPU, tp: int, mem_fraction: float,

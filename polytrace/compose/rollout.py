@@ -62,7 +62,7 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, mem_fraction: float,
     """Tokens of KV cache one engine holds: vLLM gives ``mem_fraction`` of each GPU's memory to
     weights, activations and the cache."""
     budget = mem_fraction * gpu.memory_gb * 1e9 - model.weight_bytes() / tp - eff.engine_reserve_bytes
-    return max(0.0, budget) / (model.kv_bytes_per_token() / tp)
+    return max(0.0, budget) / model.kv_bytes_per_token_per_gpu(tp)
 
 
 def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
