@@ -67,3 +67,14 @@ def test_hf_config_file(tmp_path):
     (tmp_path / "bad.json").write_text("{\"hidden_size\": 1}")
     with pytest.raises(PolytraceError, match="missing or bad field"):
         get_model(str(tmp_path / "bad.json"))
+
+
+def test_kv_bytes_per_gpu_stop_shrinking_past_the_kv_heads():
+    from polytrace.models import get_model
+
+    m = get_model("qwen2.5-7b")  # 28 layers, 4 KV heads of 128
+    per_token = 2 * 28 * 4 * 128 * 2
+    assert m.kv_bytes_per_token() == per_token
+    assert m.kv_bytes_per_token_per_gpu(2) == per_token / 2
+    # TP 8 > 4 KV heads: each GPU still holds one head (replicated), not half of one
+    assert m.kv_bytes_per_token_per_gpu(8) == m.kv_bytes_per_token_per_gpu(4) == per_token / 4
