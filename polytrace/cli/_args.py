@@ -47,12 +47,8 @@ def positive_int_at_most(limit: int, what: str):
     return parse
 
 
-def step_count(text: str) -> int:
-    """How many steps to sample: 1 .. MAX_STEPS."""
-    v = _positive(text)
-    if v > MAX_STEPS:
-        raise argparse.ArgumentTypeError(f"{text!r} steps is too many (at most {MAX_STEPS:,} per command)")
-    return v
+# How many steps to sample: 1 .. MAX_STEPS.
+step_count = positive_int_at_most(MAX_STEPS, "steps")
 
 
 def finite_float(text: str) -> float:
