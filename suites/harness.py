@@ -160,8 +160,22 @@ def run(benchmark, fn: Callable[[], object], case: Case, *, rounds: int | None =
     return result
 
 
+_RECORDED_IDS: set[str] = set()
+
+
+def benchmark_id(case: Case) -> str:
+    """The id results and the gate match benchmarks by (polytrace.results)."""
+    return f"{case.family}/{case.kernel}/{case.provider}/{case.mode}/{case.shape_id}"
+
+
 def record(benchmark, case: Case, peak_mem: int | None = None) -> None:
-    """Fill ``benchmark.extra_info`` from the case and the measured median."""
+    """Fill ``benchmark.extra_info`` from the case and the measured median. Two benchmarks of one
+    session with the same id would make the results file unreadable for the gate, so the second
+    fails here, naming the id (give its ``shape`` what tells them apart)."""
+    bid = benchmark_id(case)
+    if bid in _RECORDED_IDS:
+        raise ValueError(f"duplicate benchmark id {bid!r}: add what distinguishes the cases to Case.shape")
+    _RECORDED_IDS.add(bid)
     info = benchmark.extra_info
     d = asdict(case)
     extra = d.pop("extra")

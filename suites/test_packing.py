@@ -57,7 +57,8 @@ def test_balance_ranks(benchmark, provider, profile, prompts):
         workloads = (24576 * seqlens + seqlens * seqlens).tolist()
         fn = lambda: get_seqlen_balanced_partitions(workloads, RANKS, equal_size=False)
     case = Case(family="packing", kernel="balance_partitions", provider=provider.name, mode="plan",
-                shape={"sequences": int(seqlens.size), "ranks": RANKS}, profile=profile, seed=0, step=0)
+                shape={"profile": profile, "sequences": int(seqlens.size), "ranks": RANKS}, profile=profile,
+                seed=0, step=0)
     parts = harness.run(benchmark, fn, case, rounds=5 if harness.on_gpu() else 3)
     report = plan_stats(seqlens, parts, "attention")
     benchmark.extra_info.update(imbalance=report.imbalance, gap=report.gap, measured_on_cpu=True)
@@ -69,7 +70,7 @@ def test_plan_microbatches(benchmark, profile, prompts):
     seqlens = _seqlens(profile, prompts)
     budget = max(shapes.GPU_MAX_TOKENS, int(seqlens.max()))
     case = Case(family="packing", kernel="plan_microbatches", provider="ours", mode="plan",
-                shape={"sequences": int(seqlens.size), "ranks": RANKS, "max_tokens": budget},
+                shape={"profile": profile, "sequences": int(seqlens.size), "ranks": RANKS, "max_tokens": budget},
                 profile=profile, seed=0, step=0)
     plan = harness.run(benchmark, lambda: plan_microbatches(seqlens, RANKS, budget), case, rounds=3)
     benchmark.extra_info.update(imbalance=plan.imbalance, gap=plan.gap, n_microbatches=plan.n_microbatches,
@@ -120,7 +121,7 @@ def test_pack_unpack(benchmark, provider, direction, mb):
         fn = (lambda: unpack(packed, cu, S)) if provider.name == "ours" else (lambda: unpack_reference(packed, cu, S))
         nbytes = packing_spec.unpack_bytes(T, B, S, (hidden,), 2)
     case = Case(family="packing", kernel=direction, provider=provider.name, mode="fwd",
-                shape={"B": B, "max_len": S, "T": T, "hidden": hidden, "dtype": "bf16"},
+                shape={"mb": mb.label, "B": B, "max_len": S, "T": T, "hidden": hidden, "dtype": "bf16"},
                 bytes_moved=nbytes, profile=mb.profile, seed=mb.seed, step=mb.step, weight=mb.weight)
     result = harness.run(benchmark, fn, case)
     got = result[0] if direction == "pack" else result
