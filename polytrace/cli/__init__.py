@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="polytrace",
         description="RLVR workload model (PolyTrace), kernel benchmarks and RL step estimates.",
     )
+    from .. import __version__
+
+    parser.add_argument("--version", action="version", version=f"polytrace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for module in COMMAND_MODULES:
