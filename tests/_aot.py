@@ -3,7 +3,8 @@
 The test process runs kernels in the interpreter (``tests/conftest.py`` sets TRITON_INTERPRET),
 so compiling for a GPU target happens in a child process without it. Triton's wheel ships ptxas,
 so ``triton.compile`` lowers kernels to PTX and cubin on a CPU-only machine. The script receives
-the repository root as ``sys.argv[1]`` and prints one line ``RESULT <json>``.
+the repository root as ``sys.argv[1]`` (with ``tests/`` on its path, so it can import
+``compile_kernel`` from here) and prints one line ``RESULT <json>``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
+DIVISIBLE_BY_16 = [["tt.divisibility", 16]]
+
+
+def compile_kernel(fn, sig: dict, consts: dict, aligned, arch: int, num_warps: int, num_stages: int):
+    """``triton.compile`` one ``@triton.jit`` kernel for ``sm_<arch>``: ``sig`` types the runtime
+    arguments, ``consts`` fixes the constexprs (together they must name every parameter) and
+    ``aligned`` lists the arguments declared 16-divisible, as Triton specialises them at launch."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = [p.name for p in fn.params]
+    assert set(sig) | set(consts) == set(names), (fn, sorted(set(names) - set(sig) - set(consts)))
+    full = {n: sig.get(n, "constexpr") for n in names}
+    attrs = {(names.index(n),): DIVISIBLE_BY_16 for n in aligned}
+    return triton.compile(ASTSource(fn, full, consts, attrs), target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": num_warps, "num_stages": num_stages})
+
+
 def run_compile_script(script: str, timeout_s: int = 600) -> dict:
+    import pytest
+
     try:
         from triton.backends.compiler import GPUTarget  # noqa: F401
         from triton.compiler import ASTSource  # noqa: F401
@@ -31,6 +51,7 @@ def run_compile_script(script: str, timeout_s: int = 600) -> dict:
     if not ptxas.exists():
         pytest.skip(f"no ptxas in the triton wheel ({ptxas})")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run([sys.executable, "-c", script, str(ROOT)], env=env, capture_output=True, text=True,
                           timeout=timeout_s)
     assert proc.returncode == 0, f"compile failed:\n{proc.stderr[-6000:]}"

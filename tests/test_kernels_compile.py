@@ -35,9 +35,7 @@ SCRIPT = r'''
 import json, os, re, subprocess, sys, tempfile
 sys.path.insert(0, sys.argv[1])
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from _aot import compile_kernel
 
 from kernels.attention import kernel as A
 from kernels.attention import api as attn_api
@@ -45,7 +43,6 @@ from kernels.packing import kernel as P
 from kernels.packing import api as pack_api
 
 from triton.backends.nvidia.compiler import get_ptxas  # the ptxas triton itself uses for the arch
-D16 = [["tt.divisibility", 16]]
 out = {}
 
 
@@ -65,12 +62,7 @@ def ptxas_spill(ptx, arch):
 
 
 def build(name, fn, sig, consts, aligned, arch, num_warps, num_stages, spill=False):
-    names = [p.name for p in fn.params]
-    assert set(sig) | set(consts) == set(names), (name, sorted(set(names) - set(sig) - set(consts)))
-    full = {n: sig.get(n, "constexpr") for n in names}
-    attrs = {(names.index(n),): D16 for n in aligned}
-    ck = triton.compile(ASTSource(fn, full, consts, attrs), target=GPUTarget("cuda", arch, 32),
-                        options={"num_warps": num_warps, "num_stages": num_stages})
+    ck = compile_kernel(fn, sig, consts, aligned, arch, num_warps, num_stages)
     ptx = ck.asm["ptx"]
     assert ck.asm.get("cubin"), name
     rec = {"mma_sync": len(re.findall(r"\bmma\.sync", ptx)), "wgmma": len(re.findall(r"\bwgmma\.mma_async", ptx)),

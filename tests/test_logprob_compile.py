@@ -19,23 +19,15 @@ from _aot import run_compile_script
 SCRIPT = r'''
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from _aot import compile_kernel
 
 from kernels.logprob import kernel as K
 
-D16 = [["tt.divisibility", 16]]
 out = {}
 
 
 def build(name, fn, sig, consts, aligned, arch, num_warps=8, num_stages=2):
-    names = [p.name for p in fn.params]
-    assert set(sig) | set(consts) == set(names), (name, sorted(set(names) - set(sig) - set(consts)))
-    full = {n: sig.get(n, "constexpr") for n in names}
-    attrs = {(names.index(n),): D16 for n in aligned}
-    ck = triton.compile(ASTSource(fn, full, consts, attrs), target=GPUTarget("cuda", arch, 32),
-                        options={"num_warps": num_warps, "num_stages": num_stages})
+    ck = compile_kernel(fn, sig, consts, aligned, arch, num_warps, num_stages)
     ptx = ck.asm["ptx"]
     out[f"{name}@sm{arch}"] = {"v4_loads": ptx.count("ld.global.v4"), "mma": ptx.count("mma")}
 
