@@ -12,14 +12,18 @@ MAX_COUNT = 1_000_000
 MAX_STEPS = 10_000
 
 
-def _positive(text: str) -> int:
+def _int_at_least(text: str, lowest: int, what: str) -> int:
     try:
         v = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}") from None
+    if v < lowest:
+        raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}")
     return v
+
+
+def _positive(text: str) -> int:
+    return _int_at_least(text, 1, "positive")
 
 
 def positive_int(text: str) -> int:
@@ -62,13 +66,7 @@ def finite_float(text: str) -> float:
 
 
 def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return v
+    return _int_at_least(text, 0, "non-negative")
 
 
 def step_list(text: str) -> list[int]:
