@@ -20,7 +20,7 @@ from scipy import stats
 
 from .profiles.profile import Profile
 from .trace.batch import Batch
-from .trace.model import Trace, concat_batches
+from .trace.model import Trace
 
 GOAL_KS = 0.05
 GOAL_P99_REL_ERR = 0.10
@@ -93,6 +93,3 @@ def fidelity(profile: Profile, trace: Trace, replicas: int = 8, seed: int = 0) -
     return {"profile": profile.name, "trace": trace.source or trace.name, "replicas": replicas, "seed": seed,
             "pooled": pooled, "per_step": per_step}
 
-
-def pooled_batch(trace: Trace) -> Batch:
-    return concat_batches(trace.batches(), trace.max_response_len)

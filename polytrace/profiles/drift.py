@@ -53,8 +53,6 @@ class DriftCurve:
             raise PolytraceError(f"malformed drift curve: {exc!r}") from None
 
 
-NO_DRIFT = None
-
 
 def drift_presets() -> dict[str, DriftCurve]:
     text = resources.files(__package__).joinpath("data/drift_presets.json").read_text()
