@@ -3,7 +3,7 @@
 For each sampled step of a profile, both planners split the batch across ``ranks`` data-parallel
 ranks and then into micro-batches of at most ``max_tokens`` tokens:
 
-- ours: ``kernels.packing.plan_microbatches`` (KK + local search; the token budget is a hard
+- ours: ``polytrace_kernels.packing.plan_microbatches`` (KK + local search; the token budget is a hard
   bound; every rank gets the same number of micro-batches).
 - verl (when installed): what verl 0.9's trainer does: ``get_seqlen_balanced_partitions`` over
   ``calculate_workload`` with ``equal_size=True`` across ranks (``RayPPOTrainer._balance_batch``),
@@ -70,7 +70,7 @@ def _lockstep(costs_per_rank: list[list[float]], mean: float) -> float:
 
 
 def plan_ours(seqlens: np.ndarray, ranks: int, max_tokens: int, cost: str, equal_size: bool) -> tuple[dict, float]:
-    from kernels.packing import plan_microbatches
+    from polytrace_kernels.packing import plan_microbatches
 
     t0 = time.perf_counter()
     plan = plan_microbatches(seqlens, ranks, max_tokens, cost=cost, equal_size=equal_size)
@@ -89,7 +89,7 @@ def plan_verl(seqlens: np.ndarray, ranks: int, max_tokens: int, cost: str) -> tu
         rearrange_micro_batches,
     )
 
-    from kernels.packing import plan_stats, sequence_costs
+    from polytrace_kernels.packing import plan_stats, sequence_costs
 
     lengths = torch.as_tensor(seqlens, dtype=torch.int64)
     n = lengths.numel()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 
 def kernels_dir() -> Path:
-    import kernels  # the package holds no torch or triton import at top level
+    import polytrace_kernels  # the package holds no torch or triton import at top level
 
-    return Path(kernels.__file__).resolve().parent
+    return Path(polytrace_kernels.__file__).resolve().parent
 
 
 @functools.cache

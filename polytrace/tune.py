@@ -78,7 +78,7 @@ class TuneContext:
 
 @dataclass(frozen=True)
 class Tunable:
-    name: str  # the kernel name its launcher passes to kernels._tuning.lookup (= the file name)
+    name: str  # the kernel name its launcher passes to polytrace_kernels._tuning.lookup (= the file name)
     family: str
     summary: str
     module: str  # the family module holding TUNING_SPACE and tuning_bucket
@@ -170,7 +170,7 @@ def _pack_shapes(ctx: TuneContext) -> list[TuneShape]:
     (F = 1, fp32: log-probs, advantages) of each micro-batch."""
     import torch
 
-    from kernels.packing import api
+    from polytrace_kernels.packing import api
 
     widths = [(ctx.model.hidden, torch.bfloat16), (1, torch.float32)] if ctx.on_gpu else \
         [(48, torch.float16), (1, torch.float32)]
@@ -195,7 +195,7 @@ def _attention_shapes(ctx: TuneContext) -> list[TuneShape]:
     tensor-parallel rank of 8 on a GPU: verl's common TP for 32B), causal."""
     import torch
 
-    from kernels.attention import api
+    from polytrace_kernels.attention import api
 
     m = ctx.model
     if ctx.on_gpu:
@@ -224,11 +224,11 @@ def _attention_shapes(ctx: TuneContext) -> list[TuneShape]:
 
 
 def _logprob_shapes(ctx: TuneContext) -> list[TuneShape]:
-    """token_logprobs forward (kernels.logprob.api): logits [N, V] of a micro-batch's tokens and
+    """token_logprobs forward (polytrace_kernels.logprob.api): logits [N, V] of a micro-batch's tokens and
     their labels; the bucket is (dtype, vocabulary), never N."""
     import torch
 
-    from kernels.logprob import api
+    from polytrace_kernels.logprob import api
 
     vocab, dtype = (ctx.model.vocab, torch.bfloat16) if ctx.on_gpu else (96, torch.float32)
     bucket = api.tuning_bucket(vocab, dtype)
@@ -251,7 +251,7 @@ def _linear_logprob_shapes(ctx: TuneContext) -> list[TuneShape]:
     fp32 (its bf16 tl.dot is wrong in triton 3.9)."""
     import torch
 
-    from kernels.logprob import api
+    from polytrace_kernels.logprob import api
 
     if ctx.on_gpu:
         vocab, hidden, dtype = ctx.model.vocab, ctx.model.hidden, torch.bfloat16
@@ -276,12 +276,13 @@ TUNABLES: dict[str, Tunable] = {t.name: t for t in (
     # atol: a different block size changes the reduction order; fp32 accumulation keeps log-probs
     # (magnitude ~ln V ~ 12) within ~1e-4, so 1e-3 (1e-2 with the matmul) still catches a broken config.
     Tunable("token_logprobs", "logprob", "fused log-softmax + gather forward over [tokens, vocab] logits",
-            "kernels.logprob.api", _logprob_shapes, atol=1e-3),
+            "polytrace_kernels.logprob.api", _logprob_shapes, atol=1e-3),
     Tunable("linear_token_logprobs", "logprob", "fused LM-head matmul + log-softmax forward (no logits)",
-            "kernels.logprob.api", _linear_logprob_shapes, atol=1e-2, space_attr="LINEAR_TUNING_SPACE"),
-    Tunable("pack", "packing", "right-padded [B, S, F] -> packed [T, F]", "kernels.packing.api", _pack_shapes),
+            "polytrace_kernels.logprob.api", _linear_logprob_shapes, atol=1e-2, space_attr="LINEAR_TUNING_SPACE"),
+    Tunable("pack", "packing", "right-padded [B, S, F] -> packed [T, F]", "polytrace_kernels.packing.api",
+            _pack_shapes),
     Tunable("varlen_attention_fwd", "attention", "packed variable-length causal attention, forward",
-            "kernels.attention.api", _attention_shapes, atol=2e-2),
+            "polytrace_kernels.attention.api", _attention_shapes, atol=2e-2),
 )}
 
 
@@ -468,7 +469,7 @@ def _default_config_scope():
     @contextlib.contextmanager
     def scope():
         try:
-            from kernels import _tuning
+            from polytrace_kernels import _tuning
         except ImportError:
             yield
             return
@@ -497,7 +498,7 @@ def _progress(total: int, name: str, enabled: bool):
 def default_root(on_gpu: bool) -> Path:
     if on_gpu:
         try:
-            from kernels._tuning import tuning_root
+            from polytrace_kernels._tuning import tuning_root
 
             return tuning_root()
         except ImportError:
@@ -549,7 +550,7 @@ def _write(tunable: Tunable, results: dict, root, on_gpu: bool, device_name: str
         raise PolytraceError(f"--out {base}: cannot create folder: {exc}") from None
     atomic_write_text(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
     try:
-        from kernels import _tuning
+        from polytrace_kernels import _tuning
 
         _tuning.clear_cache()
     except ImportError:

@@ -76,7 +76,12 @@ for s in $SUITES; do rm -f "$OUT/$s.json"; done
 rm -f "$OUT/gate.md" "$SUMMARY"
 
 PY="${PYTHON:-python3}"
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# Not pip-installed: the kernels/ folder installs as `polytrace_kernels` (setup.py), so a link of
+# that name in a scratch folder on PYTHONPATH stands in for the install.
+IMPORT_SHIM="$(mktemp -d)"
+trap 'rm -rf "$IMPORT_SHIM"' EXIT
+ln -s "$ROOT/kernels" "$IMPORT_SHIM/polytrace_kernels"
+export PYTHONPATH="$ROOT:$IMPORT_SHIM${PYTHONPATH:+:$PYTHONPATH}"
 export MPLBACKEND=Agg
 if [ -z "${POLYTRACE_SHARED:-}" ]; then
     for d in "$ROOT/shared" "$ROOT/../shared"; do

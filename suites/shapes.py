@@ -1,7 +1,7 @@
 """Benchmark shapes drawn from PolyTrace profiles.
 
 The data flow is one way: a profile samples a step's batch, the packing planner
-(``kernels.packing.plan_microbatches``) splits it across data-parallel ranks into micro-batches
+(``polytrace_kernels.packing.plan_microbatches``) splits it across data-parallel ranks into micro-batches
 under a token budget, and the suites time kernels on those micro-batches. Each shape carries its
 ``weight``: the share of the sampled step's tokens it stands for, which the regression gate uses
 to weight its geometric mean by how often the shape occurs in real training.
@@ -61,7 +61,7 @@ def microbatches(profile: str, *, max_tokens: int = GPU_MAX_TOKENS, seed: int = 
     (sum of squared lengths), cut into ``max_batches`` equal strata, and the median of each
     stratum represents it, carrying the whole stratum's token share as its weight.
     """
-    from kernels.packing import plan_microbatches
+    from polytrace_kernels.packing import plan_microbatches
 
     batch = sample_step(profile, seed=seed, step=step)
     seqlens = batch.seq_lens.astype(np.int64)

@@ -8,7 +8,7 @@ rollout snapshot (``suites.shapes.decode_snapshot``), where the long tail is sti
 
 Providers, side by side in one run:
 
-- ``ours``: kernels.attention, longest-first work list (the default).
+- ``ours``: polytrace_kernels.attention, longest-first work list (the default).
 - ``ours-naive-order``: the same kernel, tiles in sequence order with heads outermost (the launch
   order of a conventional (blocks, batch, heads) grid): the skew-aware scheduling's effect alone.
 - ``torch-varlen``: ``torch.nn.attention.varlen.varlen_attn`` (flash-attention 2 inside; torch >= 2.10, CUDA).
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from kernels.attention import spec
+from polytrace_kernels.attention import spec
 from suites import harness
 from suites.harness import Case, Provider, module_available, needs_cuda, on_gpu
 
@@ -272,7 +272,7 @@ def _timed_once(fn) -> float:
 
 
 def _prepare_ours(s: VarlenShape, schedule: str, requires_grad: bool) -> Prepared:
-    from kernels.attention import api
+    from polytrace_kernels.attention import api
 
     q, k, v, cu = _packed_inputs(s, requires_grad)
     mx = max(s.seqlens)
@@ -486,7 +486,7 @@ def _decode_inputs(s: DecodeShape):
 def prepare_decode(provider: str, s: DecodeShape):
     import torch
 
-    from kernels.attention import decode_attention
+    from polytrace_kernels.attention import decode_attention
 
     cache_bytes = 2 * len(s.kv_lens) * max(s.kv_lens) * s.heads_kv * s.head_dim * 2
     if cache_bytes > 48 << 30:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from kernels.logprob import spec
+from polytrace_kernels.logprob import spec
 from suites import harness
 from suites.harness import Case, Provider, module_available, needs_cuda, on_gpu
 
@@ -221,7 +221,7 @@ def _neg(loss_fn):
 
 
 def prepare_logits(provider: str, s: TokShape, requires_grad: bool) -> Prepared:
-    from kernels.logprob import token_logprobs, token_logprobs_reference
+    from polytrace_kernels.logprob import token_logprobs, token_logprobs_reference
 
     x = _logits(s, requires_grad)
     tok = _tokens(s.tokens, s.vocab)
@@ -261,7 +261,7 @@ def _verl_call():
 def prepare_linear(provider: str, s: TokShape, requires_grad: bool) -> Prepared:
     import torch
 
-    from kernels.logprob import linear_token_logprobs, linear_token_logprobs_reference
+    from polytrace_kernels.logprob import linear_token_logprobs, linear_token_logprobs_reference
 
     h, w = _lm_head(s, requires_grad)
     tok = _tokens(s.tokens, s.vocab)

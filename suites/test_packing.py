@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kernels.packing import balance_partitions, plan_microbatches, plan_stats
-from kernels.packing import spec as packing_spec
+from polytrace_kernels.packing import balance_partitions, plan_microbatches, plan_stats
+from polytrace_kernels.packing import spec as packing_spec
 from suites import harness, shapes
 from suites.harness import Case, Provider
 
@@ -100,8 +100,8 @@ def _pack_shapes():
 def test_pack_unpack(benchmark, provider, direction, mb):
     import torch
 
-    from kernels.packing import pack, unpack
-    from kernels.packing.reference import pack_reference, unpack_reference
+    from polytrace_kernels.packing import pack, unpack
+    from polytrace_kernels.packing.reference import pack_reference, unpack_reference
 
     harness.skip_unavailable(provider)
     gpu = harness.on_gpu()

@@ -14,7 +14,7 @@ import itertools
 import pytest
 import torch
 
-from kernels.attention import (
+from polytrace_kernels.attention import (
     build_work_list,
     decode_attention,
     decode_attention_reference,
@@ -22,7 +22,7 @@ from kernels.attention import (
     varlen_attention,
     varlen_attention_reference,
 )
-from kernels.attention.api import clear_plan_cache, default_fwd_config
+from polytrace_kernels.attention.api import clear_plan_cache, default_fwd_config
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

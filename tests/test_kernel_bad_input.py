@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.attention import api as attn
-from kernels.attention.reference import decode_attention_reference, varlen_attention_reference
-from kernels.logprob import linear_token_logprobs, token_logprobs
-from kernels.logprob.reference import linear_token_logprobs_reference, token_logprobs_reference
-from kernels.packing import api as packing
-from kernels.packing.planner import balance_partitions, plan_microbatches
-from kernels.packing.reference import pack_reference, unpack_reference
+from polytrace_kernels.attention import api as attn
+from polytrace_kernels.attention.reference import decode_attention_reference, varlen_attention_reference
+from polytrace_kernels.logprob import linear_token_logprobs, token_logprobs
+from polytrace_kernels.logprob.reference import linear_token_logprobs_reference, token_logprobs_reference
+from polytrace_kernels.packing import api as packing
+from polytrace_kernels.packing.planner import balance_partitions, plan_microbatches
+from polytrace_kernels.packing.reference import pack_reference, unpack_reference
 
 T, V, H = 5, 40, 24
 

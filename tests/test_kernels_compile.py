@@ -37,10 +37,10 @@ sys.path.insert(0, sys.argv[1])
 import torch
 from _aot import compile_kernel
 
-from kernels.attention import kernel as A
-from kernels.attention import api as attn_api
-from kernels.packing import kernel as P
-from kernels.packing import api as pack_api
+from polytrace_kernels.attention import kernel as A
+from polytrace_kernels.attention import api as attn_api
+from polytrace_kernels.packing import kernel as P
+from polytrace_kernels.packing import api as pack_api
 
 from triton.backends.nvidia.compiler import get_ptxas  # the ptxas triton itself uses for the arch
 out = {}
@@ -232,7 +232,7 @@ def test_aligned_packing_uses_vector_loads(compiled, name, arch):
 
 
 def _bwd_default(head_dim, capability):
-    from kernels.attention import api
+    from polytrace_kernels.attention import api
 
     return api.default_bwd_config(head_dim, torch.bfloat16, on_cuda=True, capability=capability)
 
@@ -249,7 +249,7 @@ def test_backward_tiles_follow_capability(head_dim):
 
 
 def test_capability_queried_once_per_device_and_never_on_cpu(monkeypatch):
-    from kernels.attention import api
+    from polytrace_kernels.attention import api
 
     calls = []
 
@@ -272,7 +272,7 @@ def test_capability_queried_once_per_device_and_never_on_cpu(monkeypatch):
 
 
 def test_cpu_backward_makes_no_cuda_query(monkeypatch):
-    from kernels.attention import api
+    from polytrace_kernels.attention import api
 
     def no_cuda(*args, **kwargs):
         raise AssertionError("CUDA queried on the CPU path")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.logprob import (
+from polytrace_kernels.logprob import (
     TUNING_SPACE,
     linear_token_logprobs,
     linear_token_logprobs_reference,

@@ -21,7 +21,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from _aot import compile_kernel
 
-from kernels.logprob import kernel as K
+from polytrace_kernels.logprob import kernel as K
 
 out = {}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.packing import pack, unpack
-from kernels.packing.reference import pack_reference, unpack_reference
+from polytrace_kernels.packing import pack, unpack
+from polytrace_kernels.packing.reference import pack_reference, unpack_reference
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.packing import (
+from polytrace_kernels.packing import (
     ALGORITHMS,
     ATTENTION_COEF,
     attention_cost,
@@ -201,5 +201,6 @@ def test_impossible_bounds_are_clear_errors():
 def test_planner_imports_without_torch():
     import subprocess
 
-    code = "import sys; import kernels.packing; assert 'torch' not in sys.modules and 'triton' not in sys.modules"
+    code = ("import sys; import polytrace_kernels.packing; "
+            "assert 'torch' not in sys.modules and 'triton' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))

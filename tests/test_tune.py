@@ -17,7 +17,7 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-interpreter
 @pytest.fixture
 def tuning_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("POLYTRACE_TUNING_DIR", str(tmp_path))
-    from kernels import _tuning
+    from polytrace_kernels import _tuning
 
     _tuning.clear_cache()
     yield tmp_path
@@ -26,8 +26,8 @@ def tuning_dir(tmp_path, monkeypatch):
 
 @cpu_only
 def test_pack_session_writes_configs_the_kernel_reads(tuning_dir):
-    from kernels import _tuning
-    from kernels.packing import api
+    from polytrace_kernels import _tuning
+    from polytrace_kernels.packing import api
 
     session = tune.run_session("pack", profile="deepcoder-14b", budget_s=1.5, root=tuning_dir, progress=False)
     path = tuning_dir / "cpu" / "pack.json"
@@ -61,7 +61,8 @@ def test_wrong_outputs_are_never_chosen(tmp_path):
             return launch
         return [tune.TuneShape("b0", "toy", 1.0, build)]
 
-    toy = tune.Tunable("toy_kernel", "packing", "toy", "kernels.packing.api", shapes, fixed_space={"X": [1, 2, 3]})
+    toy = tune.Tunable("toy_kernel", "packing", "toy", "polytrace_kernels.packing.api", shapes,
+                       fixed_space={"X": [1, 2, 3]})
     session = tune.run_session(toy, profile="deepcoder-14b", budget_s=30, root=tmp_path, progress=False)
     assert session.failed == 1 and session.tried == 3
     assert session.data["configs"]["b0"].get("X") in (None, 1, 3)
@@ -129,7 +130,7 @@ def test_every_registered_kernel_tunes_in_the_interpreter(name, tmp_path):
 def test_gpu_session_writes_configs_the_launcher_reads(tuning_dir):
     """On a GPU: a short real session for pack; the file is keyed by this device's name and the
     launcher's lookup returns the tuned config for the bucket."""
-    from kernels import _tuning
+    from polytrace_kernels import _tuning
 
     session = tune.run_session("pack", profile="deepcoder-14b", budget_s=8, root=tuning_dir, progress=False,
                                max_buckets=1)

@@ -1,6 +1,6 @@
 """Sequence packing: the micro-batch planner (numpy only) and Triton pack/unpack kernels.
 
-``from kernels.packing import plan_microbatches`` imports numpy only; ``pack``/``unpack`` (torch and
+``from polytrace_kernels.packing import plan_microbatches`` imports numpy only; ``pack``/``unpack`` (torch and
 Triton) are imported on first use.
 """
 
