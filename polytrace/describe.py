@@ -92,3 +92,52 @@ def describe(source: Profile | Trace, steps=None, seed: int = 0) -> dict:
         if vals:
             summary[k] = float(np.mean(vals))
     return {**head, "steps": [r["step"] for r in rows], "summary": summary, "per_step": rows}
+
+
+_LABELS = [
+    ("sequences", "sequences per step", "{:.0f}"),
+    ("tokens", "tokens per step (prompt + response)", "{:,.0f}"),
+    ("response_mean", "response length, mean", "{:,.0f}"),
+    ("response_p50", "response length, p50", "{:,.0f}"),
+    ("response_p99", "response length, p99", "{:,.0f}"),
+    ("response_max", "response length, max", "{:,.0f}"),
+    ("max_over_mean", "max / mean response", "{:.2f}"),
+    ("p99_over_p50", "p99 / p50 response", "{:.2f}"),
+    ("top10pct_token_share", "token share of the longest 10%", "{:.1%}"),
+    ("padding_waste", "padding waste if padded to batch max", "{:.1%}"),
+    ("rollout_tail_share", "rollout tail (decode iters with <10% active)", "{:.1%}"),
+    ("cap_share", "responses at the cap", "{:.2%}"),
+    ("turns_per_trajectory", "turns per trajectory", "{:.2f}"),
+    ("tool_calls_per_trajectory", "tool calls per trajectory", "{:.2f}"),
+    ("tool_latency_s_per_trajectory", "tool latency per trajectory (s)", "{:.2f}"),
+]
+
+
+def workload_table_rows(summary: dict) -> list[list[str]]:
+    return [[label, fmt.format(summary[key])] for key, label, fmt in _LABELS if key in summary]
+
+
+def format_describe(result: dict, per_step: bool = False) -> str:
+    from tabulate import tabulate
+
+    head = f"{result['kind']} {result['name']}"
+    if result["kind"] == "profile":
+        c = result["config"]
+        head += (f": {c['prompts_per_step']} prompts x {c['n']}, max response {c['max_response_len']}, "
+                 f"drift {result['drift']}, steps {_compact(result['steps'])}, seed {result['seed']} (sampled)")
+    else:
+        head += f": {result['source']}, {len(result['steps'])} steps (recorded)"
+    lines = [head, "", tabulate(workload_table_rows(result["summary"]), headers=["statistic (mean over steps)",
+                                                                               "value"])]
+    if per_step:
+        keys = ["step", "sequences", "tokens", "response_mean", "response_p99", "response_max",
+                "padding_waste", "rollout_tail_share"]
+        lines += ["", tabulate([[r.get(k, "") for k in keys] for r in result["per_step"]], headers=keys,
+                               floatfmt=".3g")]
+    return "\n".join(lines)
+
+
+def _compact(steps: list[int]) -> str:
+    if len(steps) > 2 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{steps[0]}-{steps[-1]}"
+    return ",".join(str(s) for s in steps)

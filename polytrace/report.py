@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .cli._io import atomic_write_text
+from .atomic_write import atomic_write_text
 from .errors import PolytraceError
 
 DEFAULT_GPU = "h200"
@@ -43,8 +43,7 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
                  output_dir: str | os.PathLike = "polytrace-report") -> dict:
     from tabulate import tabulate
 
-    from .cli.workload_cmds import format_describe, workload_table_rows
-    from .describe import describe
+    from .describe import describe, format_describe, workload_table_rows
     from .profiles import DEFAULT_PROFILE, get_profile
 
     out = Path(output_dir)

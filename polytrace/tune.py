@@ -510,7 +510,7 @@ def _write(tunable: Tunable, results: dict, root, on_gpu: bool, device_name: str
            model: str, space: dict, budget_s: float, elapsed: float) -> dict:
     import torch
 
-    from .cli._io import atomic_write_text
+    from .atomic_write import atomic_write_text
     from .hardware import slug_for
     from .provenance import git_commit, kernel_source_hash
 

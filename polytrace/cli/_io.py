@@ -1,14 +1,10 @@
-"""Helpers shared by the subcommands: JSON output and atomic file writes."""
+"""Helpers shared by the subcommands: JSON output (atomic writes live in ``polytrace.atomic_write``)."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
-
-from ..errors import PolytraceError
 
 
 def print_json(obj) -> None:
@@ -28,33 +24,3 @@ def _default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so a failure never leaves
-    a half-written file and never clobbers an existing one with partial content."""
-    atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    path = Path(path)
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise PolytraceError(f"{path}: folder {parent} does not exist")
-    if path.is_dir():
-        raise PolytraceError(f"{path}: is a folder; give a file name")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise PolytraceError(f"{path}: cannot write in {parent}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:  # disk full, read-only file system, ...: the old file stays as it was
-        os.path.exists(tmp) and os.unlink(tmp)
-        raise PolytraceError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -41,7 +41,7 @@ def baseline_path(root: str | Path, gpu_slug: str) -> Path:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    from ..cli._io import atomic_write_text
+    from ..atomic_write import atomic_write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

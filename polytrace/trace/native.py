@@ -60,7 +60,7 @@ def _response_obj(r: Response) -> dict:
 
 def save_trace(trace: Trace, path) -> None:
     """Write ``trace`` in the native format, atomically (a failure leaves no partial file)."""
-    from ..cli._io import atomic_write_text
+    from ..atomic_write import atomic_write_text
 
     atomic_write_text(path, dumps(trace))
 
