@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from polytrace.compose import (
-    MeasuredRates,
     RunConfig,
     estimate,
     plot_stage_breakdown,
@@ -132,18 +129,3 @@ def test_report_section_and_plot(tmp_path):
     assert {"gen", "update_actor", "step_s"} <= set(sec["rows"][0])
     out = plot_stage_breakdown(sec["rows"], tmp_path / "stages.png")
     assert open(out, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
-
-
-def test_measured_rates_use_only_gpu_results(tmp_path):
-    folder = tmp_path / "h100-sxm"
-    folder.mkdir()
-    bench = lambda flops, t, where: {"extra_info": {"family": "gemm", "kernel": "mm", "mode": "fwd",
-                                                     "flops": flops, "median_s": t, "measured_on": where}}
-    folder.joinpath("a.json").write_text(json.dumps({"benchmarks": [
-        bench(1e12, 2e-3, "cuda"), bench(1e13, 1.25e-2, "cuda"), bench(1e12, 1.0, "cpu-interpreter")]}))
-    rates = MeasuredRates.load("h100-sxm", tmp_path)
-    assert rates.flop_rate("gemm", 1e12) == pytest.approx(5e14)
-    assert rates.flop_rate("gemm", 1e13) == pytest.approx(8e14)
-    assert 5e14 < rates.flop_rate("gemm", 3e12) < 8e14
-    assert rates.flop_rate("attention", 1e12) is None
-    assert not MeasuredRates.load("h200", tmp_path)
