@@ -16,22 +16,11 @@ import os
 from pathlib import Path
 
 from .atomic_write import atomic_write_text
+
+# The default workload lives with the composition layer (impact and the gate's step-time line use
+# it too); re-exported here for callers of the report.
+from .compose.workloads import DEFAULT_GPU, DEFAULT_STEPS, FALLBACK_DEFAULTS, PROFILE_DEFAULTS  # noqa: F401
 from .errors import PolytraceError
-
-DEFAULT_GPU = "h200"
-DEFAULT_STEPS = tuple(range(8))
-
-# The model and cluster each built-in profile was recorded on (or, where the source does not say,
-# a typical size for that model), used when ``--model`` / ``--gpus`` are not given.
-PROFILE_DEFAULTS = {
-    "dapo-math-32b": ("qwen2.5-32b", 32),  # DAPO recipe, Qwen2.5-32B; GPU count assumed
-    "deepcoder-14b": ("deepcoder-14b", 32),  # DeepCoder-14B was trained on 32 H100s
-    "video-vl-7b": ("qwen2.5-vl-7b", 8),
-    "search-r1-7b": ("qwen2.5-7b", 8),
-    "model-b-math": ("qwen3-235b-a22b", 64),  # a 235B-class MoE stands in for the in-house Model B
-    "model-b-tooluse": ("qwen3-235b-a22b", 64),
-}
-FALLBACK_DEFAULTS = ("qwen2.5-7b", 8)
 
 
 def _results_root() -> Path:

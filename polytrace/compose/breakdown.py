@@ -136,7 +136,7 @@ def source_lines(summary: dict) -> list[str]:
             where = next(iter(srcs))
         else:
             where = "; ".join(f"{', '.join(stages)}: {src}" for src, stages in srcs.items())
-        out.append(f"{fam}: {d['status']} ({where})")
+        out.append(f"{fam}: {d['status']}" + ("" if where == d["status"] else f" ({where})"))
     return out
 
 

@@ -257,6 +257,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
             "gpu": {"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
             "seed": seed, "source": source, "rows": rows, "summary": summary,
             "providers": {f: pricer.provider(f) for f in MEASURED},
+            "timings_used": sorted("/".join(k) for k in pricer.used),
             "memory": {**plan.to_dict(), "longest_sequence": longest,
                        "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
                                  "gradients and Adam moments, activations, KV cache)"},

@@ -177,6 +177,8 @@ class Pricer:
         self.timings = timings if timings is not None else KernelTimings.empty(gpu.slug)
         self.speedups = check_speedups(speedups or {})
         self.strict_model = strict_model
+        self.used: set[tuple[str, str, str, str]] = set()  # (family, kernel, mode, provider) curves priced from
+        self._memo: dict = {}
         self.chosen = {f: m.default_provider for f, m in MEASURED.items()}
         self.explicit = dict(providers or {})
         for family, provider in self.explicit.items():
@@ -202,7 +204,12 @@ class Pricer:
 
     def _curve(self, family: str, kernel: str, mode: str, **match) -> Curve | None:
         spec = MEASURED[family]
-        return self.timings.curve(spec.results_family, kernel, mode, self.chosen[family], **match)
+        return self._use(self.timings.curve(spec.results_family, kernel, mode, self.chosen[family], **match))
+
+    def _use(self, curve: Curve | None) -> Curve | None:
+        if curve is not None:
+            self.used.add(curve.key)
+        return curve
 
     def _source(self, family: str, curves, what: str = "") -> str:
         files = sorted({f for c in curves for f in c.files})
@@ -215,6 +222,15 @@ class Pricer:
     # ------------------------------------------------------------------------------- GEMM
     def _gemm_curves(self, model: ModelSpec, layers: list[str], modes: tuple[str, ...]):
         """{(layer, mode): curve} for ``model``'s own GEMM shapes, or (None, reason)."""
+        key = ("gemm-curves", model.name, tuple(layers), modes)
+        if key not in self._memo:
+            self._memo[key] = self._find_gemm_curves(model, layers, modes)
+        curves, why = self._memo[key]
+        if curves:
+            self.used.update(c.key for c in curves.values() if c is not None)
+        return curves, why
+
+    def _find_gemm_curves(self, model: ModelSpec, layers: list[str], modes: tuple[str, ...]):
         kernel = MEASURED["gemm"].kernels[0]
         if not self.timings.select("gemm", kernel, modes[0], self.chosen["gemm"]):
             return None, ""
@@ -272,8 +288,11 @@ class Pricer:
         lins = [(lin, float(model.layers)) for lin in linear_layers(model)]
         lins.append((Linear("lm_head", model.vocab, model.hidden), 1.0))
         curves, why = self._gemm_curves(model, sorted({lin.layer for lin, _ in lins}), ("fwd",))
-        if curves is None or any(c is None for c in curves.values()):
-            return roofline_s * scale, self._roofline("gemm", why or "decode GEMMs not measured for every layer")
+        if curves is None:
+            return roofline_s * scale, self._roofline("gemm", why)
+        if any(c is None for c in curves.values()):
+            missing = sorted({layer for (layer, _), c in curves.items() if c is None})
+            return roofline_s * scale, self._roofline("gemm", f"decode: no fwd timing of {', '.join(missing)}")
         active = np.asarray(active, dtype=np.float64)
         total = np.zeros_like(active)
         covered = np.ones(active.shape, dtype=bool)
@@ -321,38 +340,46 @@ class Pricer:
         return model.layers * curve.seconds(nbytes) * scale, self._source("decode", [curve])
 
     # ------------------------------------------------------------------------------- log-prob
+    def fused_logprob(self, backward: bool) -> bool:
+        """Whether the log-prob provider is priced by its fused LM-head kernel
+        (``linear_token_logprobs``: it has no logits kernel timing in this mode but a fused one);
+        then the LM head is part of ``logprob``, otherwise a GEMM beside the logits kernel."""
+        mode = "fwd+bwd" if backward else "fwd"
+        if self.timings.curve("logprob", "token_logprobs", mode, self.chosen["logprob"]) is not None:
+            return False
+        return self.timings.curve("logprob", "linear_token_logprobs", mode, self.chosen["logprob"]) is not None
+
     def logprob(self, model: ModelSpec, tokens: float, n_micro: float, *, tp: int = 1, backward: bool = False,
-                roofline_head_s: float, roofline_logits_s: float) -> tuple[float, str]:
-        """The LM head and the log-prob / entropy of ``n_micro`` micro-batches of ``tokens``
-        tokens. The provider's logits kernel (``token_logprobs``, verl's default path: logits,
-        then log-probs) with the LM-head GEMM beside it, else its fused LM-head kernel
-        (``linear_token_logprobs``), else the roofline."""
+                roofline_s: float) -> tuple[float, str]:
+        """Log-prob and entropy over the vocabulary of ``n_micro`` micro-batches of ``tokens``
+        tokens: the provider's logits kernel (``token_logprobs``, verl's default path: the LM head
+        writes logits, then log-probs; the LM head is priced with ``gemm``), else its fused LM-head
+        kernel (``linear_token_logprobs``, LM head included), else the roofline (the logits passes
+        at ``elementwise_hbm``)."""
         scale = self.scale("logprob")
         mode = "fwd+bwd" if backward else "fwd"
         vocab = model.vocab / tp
         logits = self._curve("logprob", "token_logprobs", mode)
         if logits is not None:
             t = logits.seconds(logits_bytes(tokens, vocab, mode)) * n_micro
-            head, head_src = self._lm_head(model, tokens, n_micro, tp, backward)
-            if head is None:
-                head, head_src = roofline_head_s, "roofline (LM-head GEMM)"
-            return (t + head) * scale, self._source("logprob", [logits], "token_logprobs") + f" + {head_src}"
+            return t * scale, self._source("logprob", [logits], "token_logprobs")
         fused = self._curve("logprob", "linear_token_logprobs", mode)
         if fused is not None:
             t = fused.seconds(fused_logprob_flops(tokens, vocab, model.hidden, mode)) * n_micro
-            return t * scale, self._source("logprob", [fused], "linear_token_logprobs")
-        return (roofline_head_s + roofline_logits_s) * scale, self._missing("logprob", mode)
+            return t * scale, self._source("logprob", [fused], "linear_token_logprobs, LM head included")
+        return roofline_s * scale, self._missing("logprob", mode)
 
-    def _lm_head(self, model: ModelSpec, tokens: float, n_micro: float, tp: int, backward: bool):
-        kernel = MEASURED["gemm"].kernels[0]
-        cf = self.timings.curve("gemm", kernel, "fwd", self.chosen["gemm"], model=model.name, layer="lm_head")
-        cb = self.timings.curve("gemm", kernel, "bwd", self.chosen["gemm"], model=model.name, layer="lm_head")
-        if cf is None or (backward and cb is None):
-            return None, ""
+    def lm_head(self, model: ModelSpec, tokens: float, n_micro: float, *, tp: int = 1, fwd_passes: int = 1,
+                backward: bool = False, roofline_s: float) -> tuple[float, str]:
+        """The LM-head GEMM of the logits path (``gemm`` family, layer ``lm_head``)."""
+        scale = self.scale("gemm")
+        curves, why = self._gemm_curves(model, ["lm_head"], ("fwd", "bwd") if backward else ("fwd",))
+        if curves is None or any(c is None for c in curves.values()):
+            return roofline_s * scale, self._roofline("gemm", why or "no LM-head GEMM timing")
         f = 2.0 * tokens * model.vocab * model.hidden / tp
-        t = cf.seconds(f) + (cb.seconds(2.0 * f) if backward else 0.0)
-        files = sorted(set(cf.files) | (set(cb.files) if backward else set()))
-        return t * n_micro, f"{', '.join(files)}: {self.chosen['gemm']} (LM-head GEMM)"
+        cf = curves[("lm_head", "fwd")]
+        t = cf.seconds(f) * fwd_passes + (curves[("lm_head", "bwd")].seconds(2.0 * f) if backward else 0.0)
+        return t * n_micro * scale, self._source("gemm", list(curves.values()), "LM head")
 
     # ------------------------------------------------------------------------------- packing
     def packing(self, *, tokens: float, seqs: float, max_len: float, n_micro: float, outputs: int,

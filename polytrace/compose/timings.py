@@ -19,6 +19,8 @@ from the GPU asked for.
 
 from __future__ import annotations
 
+import bisect
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,17 +108,39 @@ class Curve:
         files = tuple(sorted({p.file for p in usable}))
         return cls(usable[0].key, axis, np.exp(uniq), np.exp(fitted), files)
 
+    def __post_init__(self):
+        lx = np.log(self.sizes)
+        object.__setattr__(self, "_lx", lx)
+        object.__setattr__(self, "_log_rate", lx - np.log(self.times))
+        object.__setattr__(self, "_lx_list", lx.tolist())
+        object.__setattr__(self, "_lr_list", self._log_rate.tolist())
+
     def seconds(self, size):
         """Seconds at ``size`` (a number or an array on this curve's axis); 0 at size 0."""
+        if isinstance(size, (int, float, np.number)):  # the trainer asks one size at a time: keep it cheap
+            return self._scalar(float(size))
         s = np.asarray(size, dtype=np.float64)
         out = np.zeros_like(s)
         pos = s > 0
         if np.any(pos):
             log_s = np.log(s[pos])
-            lx, lt = np.log(self.sizes), np.log(self.times)
-            log_rate = np.interp(log_s, lx, lx - lt)  # np.interp holds the end values: rate clamped
-            out[pos] = np.exp(log_s - log_rate)
-        return out if out.ndim else float(out)
+            # np.interp holds the end values: the rate is clamped past the measured sizes
+            out[pos] = np.exp(log_s - np.interp(log_s, self._lx, self._log_rate))
+        return out
+
+    def _scalar(self, x: float) -> float:
+        if x <= 0:
+            return 0.0
+        log_x, lx, lr = math.log(x), self._lx_list, self._lr_list
+        i = bisect.bisect_right(lx, log_x)
+        if i == 0:
+            log_rate = lr[0]
+        elif i == len(lx):
+            log_rate = lr[-1]
+        else:
+            w = (log_x - lx[i - 1]) / (lx[i] - lx[i - 1])
+            log_rate = lr[i - 1] + w * (lr[i] - lr[i - 1])
+        return math.exp(log_x - log_rate)
 
     def covers_from(self) -> float:
         """The smallest measured size."""
@@ -224,8 +248,14 @@ class KernelTimings:
 
     # ------------------------------------------------------------------------------- lookups
     def select(self, family: str, kernel: str, mode: str, provider: str, **match) -> list[Point]:
-        return [p for p in self.points if p.key == (family, kernel, mode, provider)
-                and all(p.shape.get(k) == v for k, v in match.items())]
+        index = self._cache.get("index")
+        if index is None:
+            index = {}
+            for p in self.points:
+                index.setdefault(p.key, []).append(p)
+            self._cache["index"] = index
+        return [p for p in index.get((family, kernel, mode, provider), ())
+                if all(p.shape.get(k) == v for k, v in match.items())]
 
     def curve(self, family: str, kernel: str, mode: str, provider: str, **match) -> Curve | None:
         """The curve of one kernel, mode and provider, over the benchmarks whose shape has every

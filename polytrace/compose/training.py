@@ -88,8 +88,9 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     model_shards = layout.tp * layout.pp
     layers = model.layers / layout.pp
     weight_bytes = model.weight_bytes()
-    head_flops = 2.0 * model.lm_head_params if lm_head else 0.0  # per token, priced with the log-prob
+    head_flops = 2.0 * model.lm_head_params if lm_head else 0.0  # per token
     body_flops = model.matmul_flops_per_token(lm_head) - head_flops
+    fused = lm_head and pricer.fused_logprob(backward)  # the LM head inside the log-prob kernel
     ranks = []  # (device seconds by family, sources, comm seconds) per data-parallel rank
     total_flops, n_micro_max = 0.0, 0
     for a, b in zip(bounds[:-1], bounds[1:]):
@@ -117,8 +118,14 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
                 logit_bytes = tokens * model.vocab * eff.logit_bytes_per_element * (3.0 if backward else 1.0)
                 fam["logprob"], src["logprob"] = pricer.logprob(
                     model, per_mb, n_micro, tp=layout.tp, backward=backward,
-                    roofline_head_s=head_flops * tokens * mult / (rate * model_shards),
-                    roofline_logits_s=logit_bytes / (gpu.ceiling("hbm") * eff.elementwise_hbm * layout.tp))
+                    roofline_s=logit_bytes / (gpu.ceiling("hbm") * eff.elementwise_hbm * layout.tp))
+                if not fused:
+                    head, head_src = pricer.lm_head(model, per_mb, n_micro, tp=layout.tp, fwd_passes=fwd_passes,
+                                                    backward=backward,
+                                                    roofline_s=head_flops * tokens * mult / (rate * model_shards))
+                    fam["gemm"] += head
+                    if head_src != src["gemm"]:
+                        src["gemm"] = f"{src['gemm']} + {head_src}"
             if layout.remove_padding:
                 fam["packing"], src["packing"] = pricer.packing(
                     tokens=per_mb, seqs=len(chunk) / n_micro, max_len=float(chunk.max()), n_micro=n_micro,
