@@ -32,6 +32,11 @@ def _timings(source, flag: str, gpu_slug: str | None) -> KernelTimings:
     return KernelTimings.from_paths(items, gpu_slug, flag)
 
 
+def _percent(change: float) -> str:
+    """+0.4%; two decimals below 0.1% so a small change does not read as none."""
+    return f"{change:+.1%}" if abs(change) >= 0.001 else f"{change:+.2%}"
+
+
 def _gpu_label(slug: str) -> str:
     return slug.upper()
 
@@ -93,7 +98,7 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
     benchmarks.sort(key=lambda b: (not b["on_path"], -abs(math.log(b["ratio"]))))
     workload = {"profile": prof.name, "model": eb["config"]["model"], "gpus": n_gpus, "gpu": slug,
                 "steps": list(steps), "seed": seed}
-    line = (f"step time on {prof.name} / {workload['model']} / {n_gpus} x {_gpu_label(slug)}: {change:+.1%}")
+    line = f"step time on {prof.name} / {workload['model']} / {n_gpus} x {_gpu_label(slug)}: {_percent(change)}"
     return {"workload": workload, "line": line, "step_change": change,
             "baseline": {"files": base.files, "step_s": base_step, "stages_s": sb["mean_stages_s"]},
             "candidate": {"files": cand.files, "step_s": sc["mean_step_s"], "stages_s": sc["mean_stages_s"]},

@@ -374,8 +374,10 @@ class Pricer:
         """The LM-head GEMM of the logits path (``gemm`` family, layer ``lm_head``)."""
         scale = self.scale("gemm")
         curves, why = self._gemm_curves(model, ["lm_head"], ("fwd", "bwd") if backward else ("fwd",))
-        if curves is None or any(c is None for c in curves.values()):
-            return roofline_s * scale, self._roofline("gemm", why or "no LM-head GEMM timing")
+        if curves is None:
+            return roofline_s * scale, self._roofline("gemm", why)
+        if any(c is None for c in curves.values()):
+            return roofline_s * scale, self._roofline("gemm", "no LM-head GEMM timing")
         f = 2.0 * tokens * model.vocab * model.hidden / tp
         cf = curves[("lm_head", "fwd")]
         t = cf.seconds(f) * fwd_passes + (curves[("lm_head", "bwd")].seconds(2.0 * f) if backward else 0.0)
