@@ -49,13 +49,16 @@ def write(path: Path, obj: dict) -> Path:
     return path
 
 
-def _t(size: float, rate: float, factor: float) -> float:
-    return factor * (LATENCY_S + size / rate)
-
-
 def family_benches(family: str, *, model: str = "qwen2.5-32b", provider: str | None = None, factor: float = 1.0,
-                   measured_on: str = "cuda", gemm_tokens=GEMM_TOKENS) -> list[dict]:
-    """The benchmarks of one breakdown family (``pricing.MEASURED``), medians times ``factor``."""
+                   measured_on: str = "cuda", gemm_tokens=GEMM_TOKENS, rates: dict | None = None,
+                   latency: float = LATENCY_S) -> list[dict]:
+    """The benchmarks of one breakdown family (``pricing.MEASURED``): median = ``factor`` x
+    (``latency`` + size / rate), ``rates`` overriding ``RATES``."""
+    rate = {**RATES, **(rates or {})}
+
+    def _t(size: float, achieved: float, factor: float) -> float:
+        return factor * (latency + size / achieved)
+
     spec = get_model(model)
     provider = provider or MEASURED[family].default_provider
     kind = "baseline" if family == "gemm" else "ours"
@@ -70,9 +73,9 @@ def family_benches(family: str, *, model: str = "qwen2.5-32b", provider: str | N
                 nbytes = 2.0 * (m * lin.k + lin.n * lin.k + m * lin.n)
                 shape = {"model": model, "layer": name, "M": m, "N": lin.n, "K": lin.k, "dtype": "bf16"}
                 out.append(bench("gemm", "linear", "fwd", provider, shape, flops=f, nbytes=nbytes, roofline="bf16",
-                                 median=_t(f, RATES["gemm"], factor), **kw))
+                                 median=_t(f, rate["gemm"], factor), **kw))
                 out.append(bench("gemm", "linear", "bwd", provider, shape, flops=2 * f, nbytes=2 * nbytes,
-                                 roofline="bf16", median=_t(2 * f, RATES["gemm"], factor), **kw))
+                                 roofline="bf16", median=_t(2 * f, rate["gemm"], factor), **kw))
     elif family == "attention":
         hq, hkv, d = spec.heads, spec.kv_heads, spec.head_dim
         for n, seq in sorted({(max(t // s, 1), min(s, t)) for t in TOKENS for s in (256, 1024, 4096)}):
@@ -80,10 +83,10 @@ def family_benches(family: str, *, model: str = "qwen2.5-32b", provider: str | N
             nbytes = 4.0 * n * seq * (hq + hkv) * d
             shape = {"model": model, "B": n, "T": n * seq, "max_len": seq, "Hq": hq, "Hkv": hkv, "D": d}
             out.append(bench("attention", "varlen_attention", "fwd", provider, shape, flops=fwd, nbytes=nbytes,
-                             roofline="bf16", median=_t(fwd, RATES["attention"], factor), **kw))
+                             roofline="bf16", median=_t(fwd, rate["attention"], factor), **kw))
             out.append(bench("attention", "varlen_attention", "bwd", provider, shape, flops=2.5 * fwd,
                              nbytes=2 * nbytes, roofline="bf16",
-                             median=_t(2.5 * fwd, RATES["attention"], factor), **kw))
+                             median=_t(2.5 * fwd, rate["attention"], factor), **kw))
     elif family == "decode":
         hq, hkv, d = spec.heads, spec.kv_heads, spec.head_dim
         for batch in (1, 16, 64, 256):
@@ -93,19 +96,19 @@ def family_benches(family: str, *, model: str = "qwen2.5-32b", provider: str | N
                          "heads_kv": hkv, "head_dim": d}
                 out.append(bench("attention", "decode_attention", "decode", provider, shape,
                                  flops=4.0 * d * hq * batch * kv, nbytes=nbytes, roofline="hbm",
-                                 median=_t(nbytes, RATES["decode"], factor), **kw))
+                                 median=_t(nbytes, rate["decode"], factor), **kw))
     elif family == "logprob":
         for t in TOKENS:
             for mode in ("fwd", "fwd+bwd"):
                 shape = {"T": t, "V": spec.vocab, "dtype": "bf16", "model": "qwen2.5"}
                 nbytes = logits_bytes(float(t), float(spec.vocab), mode)
                 out.append(bench("logprob", "token_logprobs", mode, provider, shape, flops=6.0 * t * spec.vocab,
-                                 nbytes=nbytes, roofline="hbm", median=_t(nbytes, RATES["logprob"], factor), **kw))
+                                 nbytes=nbytes, roofline="hbm", median=_t(nbytes, rate["logprob"], factor), **kw))
                 f = fused_logprob_flops(float(t), float(spec.vocab), float(spec.hidden), mode)
                 shape = {"T": t, "V": spec.vocab, "H": spec.hidden, "dtype": "bf16", "model": model}
                 out.append(bench("logprob", "linear_token_logprobs", mode, provider, shape, flops=f,
                                  nbytes=2.0 * t * spec.hidden, roofline="bf16",
-                                 median=_t(f, RATES["logprob-fused"], factor), **kw))
+                                 median=_t(f, rate["logprob-fused"], factor), **kw))
     elif family == "packing":
         for t in TOKENS:
             b = max(t // 1024, 1)
@@ -113,9 +116,9 @@ def family_benches(family: str, *, model: str = "qwen2.5-32b", provider: str | N
             unpack = t * 4096 * 2 + b * 4096 * 4096 * 2 + 4 * (b + 1)
             shape = {"mb": f"m{t}", "B": b, "max_len": 4096, "T": t, "hidden": 4096, "dtype": "bf16"}
             out.append(bench("packing", "pack", "fwd", provider, shape, flops=0.0, nbytes=pack, roofline="hbm",
-                             median=_t(pack, RATES["packing"], factor), **kw))
+                             median=_t(pack, rate["packing"], factor), **kw))
             out.append(bench("packing", "unpack", "fwd", provider, shape, flops=0.0, nbytes=unpack, roofline="hbm",
-                             median=_t(unpack, RATES["packing"], factor), **kw))
+                             median=_t(unpack, rate["packing"], factor), **kw))
         for seqs in (128, 768, 8192):
             shape = {"profile": "dapo-math-32b", "sequences": seqs, "ranks": 8, "max_tokens": 16384}
             out.append(bench("packing", "plan_microbatches", "plan", provider, shape, flops=0.0, nbytes=0.0,

@@ -99,14 +99,14 @@ class Curve:
         usable = [p for p in points if p.size(axis) > 0 and p.median_s > 0]
         if not usable:
             return None
-        xs = np.log([p.size(axis) for p in usable])
+        xs = np.array([p.size(axis) for p in usable], dtype=np.float64)
         ts = np.log([p.median_s for p in usable])
         uniq, inverse = np.unique(xs, return_inverse=True)
         counts = np.bincount(inverse).astype(np.float64)
-        mean_log_t = np.bincount(inverse, weights=ts) / counts
+        mean_log_t = np.bincount(inverse, weights=ts) / counts  # repeats of one size: geometric mean
         fitted = _pool_adjacent_violators(mean_log_t, counts)
         files = tuple(sorted({p.file for p in usable}))
-        return cls(usable[0].key, axis, np.exp(uniq), np.exp(fitted), files)
+        return cls(usable[0].key, axis, uniq, np.exp(fitted), files)
 
     def __post_init__(self):
         lx = np.log(self.sizes)

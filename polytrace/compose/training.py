@@ -82,6 +82,8 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     bounds = np.linspace(0, len(lens), dp + 1).round().astype(int)
     # fwd = 1, fwd+bwd = 3, plus one recomputed forward with activation checkpointing
     mult = 1.0 if not backward else (4.0 if layout.gradient_checkpointing else 3.0)
+    # attention's backward recomputes QK^T: five matmuls against the forward's two, 2.5x its FLOPs
+    attn_mult = 1.0 if not backward else (2.0 if layout.gradient_checkpointing else 1.0) + 2.5
     fwd_passes = 2 if backward and layout.gradient_checkpointing else 1
     rate = gpu.ceiling("bf16") * eff.gemm
     attn_rate = gpu.ceiling("bf16") * eff.attention
@@ -99,7 +101,8 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
             chunk = np.full(len(chunk), float(layout.pad_to or chunk.max(initial=0)))
         tokens = float(chunk.sum())
         pairs = float((chunk * (chunk + 1) / 2).sum())
-        total_flops += (model.matmul_flops_per_token(lm_head) * tokens + model.attn_flops_per_pair * pairs) * mult
+        total_flops += (model.matmul_flops_per_token(lm_head) * tokens * mult
+                        + model.attn_flops_per_pair * pairs * attn_mult)
         n_micro = _micro_batches(chunk, layout)
         n_micro_max = max(n_micro_max, n_micro)
         fam: dict[str, float] = {}
@@ -113,7 +116,7 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
             fam["attention"], src["attention"] = pricer.attention(
                 model, float((chunk * chunk).sum()) / n_micro, launches, tp=layout.tp, fwd_passes=fwd_passes,
                 backward=backward,
-                roofline_s=model.attn_flops_per_pair * pairs * mult / (attn_rate * model_shards))
+                roofline_s=model.attn_flops_per_pair * pairs * attn_mult / (attn_rate * model_shards))
             if lm_head:  # log-softmax and entropy over the vocabulary: memory-bound passes over the logits
                 logit_bytes = tokens * model.vocab * eff.logit_bytes_per_element * (3.0 if backward else 1.0)
                 fam["logprob"], src["logprob"] = pricer.logprob(
