@@ -298,9 +298,11 @@ class Pricer:
         covered = np.ones(active.shape, dtype=bool)
         for lin, repeat in lins:
             curve = curves[(lin.layer, "fwd")]
-            f = 2.0 * active * lin.token_share * lin.n * lin.k / tp
-            covered &= f >= curve.covers_from()
-            total += curve.seconds(f) * lin.per_layer * repeat
+            whole = 2.0 * active * lin.token_share * lin.n * lin.k
+            # covered: the suite timed this layer at a batch this small (it times unsharded
+            # layers); a tensor-parallel shard is then priced at its share of the FLOPs
+            covered &= whole >= curve.covers_from() * (1 - 1e-12)
+            total += curve.seconds(whole / tp) * lin.per_layer * repeat
         out = np.where(covered, total, roofline_s) * scale
         if covered.all():
             return out, self._source("gemm", list(curves.values()))
