@@ -2,6 +2,8 @@
 
 Each family folder (``logprob/``, ``attention/``, ``packing/``) stands alone: ``kernel.py`` holds
 the ``@triton.jit`` code, ``api.py`` validation, grid/block choice, autograd Functions and the
-public functions, ``reference.py`` pure-torch references and ``spec.py`` FLOP and byte counts.
+public functions (a family whose ``api.py`` grew large keeps launch configs in ``configs.py`` and
+argument checks in ``validation.py``), ``reference.py`` pure-torch references and ``spec.py`` FLOP
+and byte counts.
 Nothing here imports ``polytrace``; importing a family compiles nothing and queries no device.
 """

@@ -1,0 +1,163 @@
+"""Launch configs of the attention family: the tuning search space and buckets, the default tiles
+per head dim and GPU (with the offline spill measurements behind them), the compute-capability
+query and the merge with a caller's or a tuned config. Apart from ``api.py`` so the block
+choice reads on its own; no kernel is launched here.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+try:  # vendoring kernels/attention alone must work: the tuning table is optional
+    from .._tuning import lookup as _tuning_lookup
+except ImportError:  # pragma: no cover - exercised only when vendored
+    _tuning_lookup = None
+
+# Search space of the forward for ``polytrace tune`` (BLOCK_M x BLOCK_N x warps x stages).
+TUNING_SPACE = {
+    "BLOCK_M": [64, 128],
+    "BLOCK_N": [32, 64, 128],
+    "num_warps": [4, 8],
+    "num_stages": [2, 3, 4],
+}
+
+
+def tuning_bucket(head_dim: int, dtype, causal: bool = True, group: int = 1) -> str:
+    """Bucket of the forward's tuned config. Deliberately independent of the batch (lengths,
+    token count): block sizes fixed by head dim and dtype keep a sequence's result bitwise the
+    same however it is packed."""
+    name = str(dtype).replace("torch.", "")
+    return f"d{int(head_dim)}-{name}-{'causal' if causal else 'full'}-g{int(group)}"
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, 1 << (int(head_dim) - 1).bit_length())
+
+
+# Defaults. GPU tiles follow the Triton fused-attention tutorial's Hopper choices (fwd 128x64 on 8
+# warps; dK/dV 32 query rows x 128 keys), checked offline with ptxas for sm_90a: fwd 128x64 on 8
+# warps uses 186 registers at D=128 and 115 at D=64, no spill (128x128 needs 250; 4 warps spill
+# 400 B at D=128). A starting point for ``polytrace tune``, not yet timed on a GPU. In the
+# interpreter every tile is a numpy op, so 16x16 tiles keep the CPU tests fast and still cover
+# multi-block sequences.
+def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None) -> dict:
+    if on_cuda is None:
+        on_cuda = not _interpreting()
+    if not on_cuda:
+        return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if head_dim <= 64:
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    if head_dim <= 128:
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
+    return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+
+
+def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None,
+                       capability: tuple[int, int] | None = None) -> dict:
+    """dK/dV tile (``DKDV_BLOCK_M`` query rows per step x ``DKDV_BLOCK_N`` keys) and the dQ key
+    step ``DQ_BLOCK_N``; the dQ query tile is the forward's BLOCK_M so it reuses its work list.
+    ``capability`` is the GPU's compute capability (``varlen_attention`` passes the device's);
+    None means Hopper's choice. Depends on head dim and device only, never on the batch.
+
+    Hopper (>= 9.0), tiles for which ptxas (sm_90a, triton 3.9, compiled offline) reports no spill
+    or almost none (D=128: dK/dV 32x128 on 8 warps 255 registers, 4 B spilled; dQ 128x32 on 8 warps
+    176 registers. D=64: dK/dV 32x128 on 8 warps 182; dQ 128x64 on 8 warps 132).
+
+    Below 9.0 (A100 and the other Ampere/Ada parts) the Hopper dK/dV tile spills on sm_80: D=128
+    32x128/8 warps/3 stages 64 B (full) / 120 B (causal) per thread under triton 3.9, 168 / 344 B
+    under 3.6. ``_SM80_DKDV`` holds the offline search's picks; see the comment there. The dQ tiles
+    above do not spill on sm_80 (0 B, both versions, causal and not, fp16 and bf16) and are the
+    largest that don't (dQ 128x64 at D=128 spills 84 B or more at every warps/stages setting), so dQ
+    is the same on every GPU. D > 128 keeps one choice everywhere (not searched: on sm_80 its dK/dV
+    spills 0-12 B full, 72-104 B causal). Not yet timed on a GPU."""
+    if on_cuda is None:
+        on_cuda = not _interpreting()
+    if not on_cuda:
+        return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DKDV_WARPS": 4, "DKDV_STAGES": 1,
+                "DQ_BLOCK_N": 16, "DQ_WARPS": 4, "DQ_STAGES": 1}
+    if head_dim <= 64:
+        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+               "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
+    elif head_dim <= 128:
+        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+               "DQ_BLOCK_N": 32, "DQ_WARPS": 8, "DQ_STAGES": 3}
+    else:
+        return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 64, "DKDV_WARPS": 8, "DKDV_STAGES": 2,
+                "DQ_BLOCK_N": 16, "DQ_WARPS": 8, "DQ_STAGES": 2}
+    if capability is not None and tuple(capability) < (9, 0):
+        cfg.update(_SM80_DKDV[64 if head_dim <= 64 else 128])
+    return cfg
+
+
+# dK/dV tiles for compute capability < 9.0, from an offline search (triton.compile for sm_80, ptxas
+# -v spill bytes per thread, triton 3.6 and 3.9, causal and not, bf16; fp16 rechecked for the picks
+# and runners-up, same bytes) over BLOCK_M, BLOCK_N in {16..128}, 4 or 8 warps, 1-3 stages, 192
+# configs. Rule: 0 B spilled in every compile; shared memory <= 99 KB, so sm_86/sm_89 (99 KB a
+# block) launch it too, not only the A100 (163 KB); then the largest tile BLOCK_M x BLOCK_N (more
+# work per program); then the larger BLOCK_N (each key tile re-reads all of Q and dO: 2 x BLOCK_N
+# flops per byte loaded, whatever BLOCK_M); then more stages.
+#   D=128: 64x64, 8 warps, 1 stage: 0 B, 228 registers, 80 KB shared. Larger tiles all spill or
+#          overflow 99 KB: 128x64/8w/1 stage 0 B but 112 KB; 64x128/8w 348-19984 B; 32x128/8w (the
+#          Hopper tile) 64-372 B; 128x32/8w/1 stage 0 B, 96 KB (same area, BLOCK_N 32). With 2 or 3
+#          stages 64x64 spills 16-76 B; the pipelined spill-free tiles are 32x64 and 64x32 at 8 warps.
+#   D=64:  32x128, 8 warps, 1 stage: 0 B, 240 registers, 44 KB shared (the Hopper tile, so the
+#          same key tiles and dK/dV work list). With 3 stages it spills 28-36 B under triton 3.6
+#          (0 under 3.9), with 2 stages 76 B causal (3.6). 64x64 and 64x128 spill 24-22228 B at
+#          every setting; 128x32/8w/2-3 stages is spill-free (BLOCK_N 32: 4x the Q/dO reads).
+# Candidates for ``polytrace tune`` on an A100; none of this is timed yet.
+_SM80_DKDV = {
+    64: {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 1},
+    128: {"DKDV_BLOCK_M": 64, "DKDV_BLOCK_N": 64, "DKDV_WARPS": 8, "DKDV_STAGES": 1},
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _capability(index: int) -> tuple[int, int]:
+    return tuple(torch.cuda.get_device_capability(index))
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """Compute capability of a CUDA device (queried once per device, at the first launch), None
+    elsewhere and in the interpreter (no CUDA query on the CPU path)."""
+    if device.type != "cuda" or _interpreting():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index)
+
+
+def default_decode_config(head_dim: int, on_cuda: bool | None = None) -> dict:
+    if on_cuda is None:
+        on_cuda = not _interpreting()
+    if not on_cuda:
+        return {"BLOCK_N": 16, "SPLIT_TOKENS": 32, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_N": 64 if head_dim <= 128 else 32, "SPLIT_TOKENS": 0, "num_warps": 4, "num_stages": 3}
+
+
+def _resolve(kernel: str, bucket: str, default: dict, config: dict | None, device: torch.device,
+             argname: str = "config") -> dict:
+    if config is not None:
+        if not isinstance(config, dict):
+            raise ValueError(f"{argname} must be a dict or None, got {type(config).__name__}")
+        merged = dict(default)
+        unknown = set(config) - set(default)
+        if unknown:
+            raise ValueError(f"{argname}: unknown keys {sorted(unknown)}; valid keys {sorted(default)}")
+        for key, value in config.items():
+            # block sizes feed tl.arange / tl.dot: powers of two >= 16; SPLIT_TOKENS 0 means "choose"
+            low = 0 if key == "SPLIT_TOKENS" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{argname}[{key!r}] must be an int >= {low}, got {value!r}")
+            if "BLOCK" in key and (value < 16 or value & (value - 1)):
+                raise ValueError(f"{argname}[{key!r}] must be a power of two >= 16, got {value}")
+        merged.update(config)
+        return merged
+    if device.type == "cuda" and _tuning_lookup is not None:
+        return _tuning_lookup(kernel, bucket, torch.cuda.get_device_name(device), default)
+    return dict(default)

@@ -1,0 +1,135 @@
+"""Argument checks of the attention family's public functions: tensors, dtypes, devices, head
+counts, ``cu_seqlens`` layout and contents, lengths and the softmax scale. Each raises
+``ValueError`` naming the argument; apart from ``api.py`` so the launch code stays short.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+
+import torch
+
+from .configs import _interpreting
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+MAX_HEAD_DIM = 256
+
+try:  # optional: a family folder vendored alone runs without it (needed by the triton<3.9 interpreter only)
+    from .._interpreter import interpreter_loop_bounds_fix as _interpreter_loop_bounds_fix
+except ImportError:  # pragma: no cover
+    def _interpreter_loop_bounds_fix() -> None:
+        return None
+
+
+# ----------------------------------------------------------------------------------------------
+# validation
+
+
+def _check_tensor(name: str, t, ndim: int) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+
+
+def _check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, expected {device} (the device of q)")
+
+
+def _check_runnable_device(device: torch.device) -> None:
+    if device.type == "cuda":
+        return
+    if device.type == "cpu" and _interpreting():
+        _interpreter_loop_bounds_fix()
+        return
+    raise ValueError(f"q is on {device}: the Triton kernels need a CUDA device "
+                     "(or TRITON_INTERPRET=1 for CPU tensors)")
+
+
+def _check_qkv(q, k, v, names=("q", "k", "v"), ndim=3, kv_ndim=None) -> None:
+    _check_tensor(names[0], q, ndim)
+    for name, t in zip(names[1:], (k, v)):
+        _check_tensor(name, t, ndim if kv_ndim is None else kv_ndim)
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"{names[0]} has dtype {q.dtype}; supported: float16, bfloat16")
+    for name, t in zip(names[1:], (k, v)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype}, expected {q.dtype} (the dtype of {names[0]})")
+        _check_device(name, t, q.device)
+    _check_runnable_device(q.device)
+    d = q.shape[-1]
+    if k.shape[-1] != d:
+        raise ValueError(f"{names[1]} has head dim {k.shape[-1]}, expected {d} (the head dim of {names[0]})")
+    if v.shape != k.shape:
+        raise ValueError(f"{names[2]} has shape {tuple(v.shape)}, expected {tuple(k.shape)} (the shape of {names[1]})")
+    if d < 1 or d > MAX_HEAD_DIM:
+        raise ValueError(f"{names[0]} has head dim {d}; supported: 1..{MAX_HEAD_DIM}")
+    hq, hkv = q.shape[-2], k.shape[-2]
+    if hkv < 1 or hq % hkv != 0:
+        raise ValueError(f"{names[1]} has {hkv} heads; the {hq} heads of {names[0]} must be a multiple of it")
+
+
+def _check_cu(name: str, cu, device: torch.device, batch: int | None) -> None:
+    _check_tensor(name, cu, 1)
+    if cu.dtype != torch.int32:
+        raise ValueError(f"{name} must be int32, got {cu.dtype}")
+    _check_device(name, cu, device)
+    if cu.numel() < 1:
+        raise ValueError(f"{name} must hold at least one entry (0)")
+    if cu.numel() > 1 and cu.stride(0) != 1:
+        # the kernels index it as a dense array; a copy here would defeat the per-object plan cache
+        raise ValueError(f"{name} must be contiguous (stride 1), got stride {cu.stride(0)}; "
+                         f"pass {name}.contiguous() (once, and reuse it)")
+    if batch is not None and cu.numel() != batch + 1:
+        raise ValueError(f"{name} has {cu.numel()} entries, expected {batch + 1} (as many as cu_seqlens_q)")
+
+
+def _optional_length(name: str, val) -> int | None:
+    """None, or a non-negative integer (numpy and 0-d torch integers accepted, as flash-attn does)."""
+    if val is None:
+        return None
+    if isinstance(val, torch.Tensor):
+        if val.numel() != 1 or val.dtype.is_floating_point:
+            raise ValueError(f"{name} must be a non-negative int or None, got a tensor of shape {tuple(val.shape)}")
+        val = int(val)  # a host sync for a device tensor: pass a Python int to avoid it
+    try:
+        out = operator.index(val)
+    except TypeError:
+        raise ValueError(f"{name} must be a non-negative int or None, got {val!r}") from None
+    if isinstance(val, bool) or out < 0:
+        raise ValueError(f"{name} must be a non-negative int or None, got {val!r}")
+    return out
+
+
+def _check_scale(softmax_scale, head_dim: int) -> float:
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real):
+        raise ValueError(f"softmax_scale must be a number or None, got {type(softmax_scale).__name__}")
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    return float(softmax_scale)
+
+
+def _check_cu_contents(name: str, cu: torch.Tensor, total: int, max_seqlen: int | None,
+                       max_name: str) -> None:
+    """The syncing check (one device-to-host copy of a few bytes), run once per cu_seqlens object."""
+    vals = cu.detach().to("cpu", torch.int64)
+    if int(vals[0]) != 0:
+        raise ValueError(f"{name} must start at 0, got {int(vals[0])}")
+    if vals.numel() > 1:
+        lens = vals[1:] - vals[:-1]
+        if bool((lens < 0).any()):
+            bad = int(torch.nonzero(lens < 0)[0, 0])
+            raise ValueError(f"{name} must be non-decreasing; entry {bad + 1} ({int(vals[bad + 1])}) "
+                             f"is below entry {bad} ({int(vals[bad])})")
+        longest = int(lens.max())
+    else:
+        longest = 0
+    if int(vals[-1]) != total:
+        raise ValueError(f"{name} must end at the number of tokens {total}, got {int(vals[-1])}")
+    if max_seqlen is not None and max_seqlen < longest:
+        raise ValueError(f"{max_name}={max_seqlen} is below the longest sequence ({longest})")
