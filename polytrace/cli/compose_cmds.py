@@ -67,7 +67,7 @@ def register(sub) -> None:
     i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
     i.add_argument("--steps", type=_step_count, default=8, help="sampled steps to price (default 8)")
-    i.add_argument("--seed", type=_int, default=0)
+    i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
