@@ -89,6 +89,16 @@ def test_a_broken_file_in_the_store_is_an_error_naming_it(tmp_path):
         KernelTimings.discover("h200", tmp_path)
 
 
+@pytest.mark.parametrize("median", [1e300, 4000.0, 1e-12])
+def test_a_median_no_kernel_launch_takes_is_refused(tmp_path, median):
+    b = [bench("attention", "decode_attention", "decode", "ours", {"B": 1}, flops=1.0, nbytes=1e6, roofline="hbm",
+               median=median)]
+    path = write(tmp_path / "x.json", result_file(b))
+    with pytest.raises(PolytraceError, match=r"x.json: benchmark 'attention/decode_attention/ours/decode/B=1': "
+                                             r"median .* s is not the time of one kernel launch"):
+        KernelTimings.from_paths([path], "h200", "--results")
+
+
 def test_given_files_must_be_gpu_timings_of_the_gpu_asked_for(tmp_path):
     h100 = write(tmp_path / "h100.json", result_file(family_benches("packing"), gpu="NVIDIA H100 80GB HBM3",
                                                       slug="h100-sxm"))
@@ -148,3 +158,34 @@ def test_linear_layers_carry_the_models_matmul_flops(name):
     per_token = sum(2.0 * lin.n * lin.k * lin.per_layer * lin.token_share for lin in pricing.linear_layers(model))
     # the model's count includes the qkv bias and (lm_head=False) a one-column value head
     assert per_token * model.layers == pytest.approx(model.matmul_flops_per_token(lm_head=False), rel=1e-4)
+
+
+_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-10, 10**12), st.text(max_size=6),
+                    st.floats(allow_nan=True, allow_infinity=True), st.lists(st.integers(), max_size=2))
+_KERNELS = [("attention", "decode_attention", "decode"), ("attention", "varlen_attention", "fwd"),
+            ("logprob", "token_logprobs", "fwd"), ("gemm", "linear", "fwd"), ("packing", "plan_microbatches", "plan")]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_KERNELS), _VALUES, _VALUES, _VALUES, _VALUES, _VALUES),
+                min_size=1, max_size=4))
+def test_any_field_values_give_a_clean_error_or_a_finite_estimate(entries):
+    from polytrace.compose import estimate
+    from polytrace.results import parse_result
+
+    benches = []
+    for i, ((family, kernel, mode), median, flops, nbytes, roofline, seqs) in enumerate(entries):
+        b = bench(family, kernel, mode, "ours" if family != "gemm" else "torch",
+                  {"i": i, "model": "qwen2.5-1.5b", "layer": "qkv", "sequences": seqs}, flops=flops, nbytes=nbytes,
+                  roofline=roofline, median=1e-3)
+        b["extra_info"]["median_s"] = median
+        b["stats"] = {"median": median, "data": [median] if isinstance(median, (int, float)) else []}
+        benches.append(b)
+    try:
+        timings = KernelTimings.from_results([parse_result(result_file(benches), "f.json")], "h200", "--results")
+        res = estimate("dapo-math-32b", "qwen2.5-1.5b", "h200", 1, steps=[0], prompts=4, results=timings)
+    except PolytraceError as exc:
+        assert "\n" not in str(exc)
+        return
+    numbers = [res["summary"]["mean_step_s"], *(v["s"] for f in res["summary"]["kernels"].values() for v in f.values())]
+    assert all(math.isfinite(x) and x >= 0 for x in numbers)

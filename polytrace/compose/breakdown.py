@@ -136,7 +136,10 @@ def source_lines(summary: dict) -> list[str]:
             where = next(iter(srcs))
         else:
             where = "; ".join(f"{', '.join(stages)}: {src}" for src, stages in srcs.items())
-        out.append(f"{fam}: {d['status']}" + ("" if where == d["status"] else f" ({where})"))
+        if where == d["status"] or where.startswith(f"{d['status']} ("):  # "roofline (why)" says it all
+            out.append(f"{fam}: {where}")
+        else:
+            out.append(f"{fam}: {d['status']} ({where})")
     return out
 
 

@@ -327,7 +327,7 @@ class Pricer:
 
     def _missing(self, family: str, mode: str) -> str:
         if family in self.explicit or self.timings.providers(MEASURED[family].results_family, MEASURED[family].kernels):
-            return self._roofline(family, f"no {mode} timing of {self.chosen[family]}")
+            return self._roofline(family, f"no usable {mode} timing of {self.chosen[family]}")
         return ROOFLINE
 
     def decode(self, model: ModelSpec, active: np.ndarray, kv_tokens: np.ndarray, tp: int,

@@ -30,6 +30,9 @@ from ..errors import PolytraceError
 
 CUDA = "cuda"
 AXES = ("flops", "bytes", "sequences")
+# A median outside these is no time of one kernel launch, whatever the file says: below a GPU clock
+# cycle (~1 ns at 1-2 GHz), or above an hour for one benchmark round. Such a file is refused.
+MIN_MEDIAN_S, MAX_MEDIAN_S = 1e-9, 3600.0
 
 
 @dataclass(frozen=True)
@@ -231,6 +234,9 @@ class KernelTimings:
             median = b.median_s
             if not median or not np.isfinite(median) or median <= 0 or not b.family or not b.kernel:
                 continue
+            if not MIN_MEDIAN_S <= median <= MAX_MEDIAN_S:
+                raise PolytraceError(f"{result.path}: benchmark {b.id!r}: median {median:g} s is not the time of "
+                                     f"one kernel launch (expected 1 ns to 1 h); the file is broken")
             self.points.append(Point(b.id, b.family, b.kernel, b.mode, b.provider, dict(b.shape), float(b.flops),
                                      float(b.bytes_moved), float(median), b.roofline, str(result.path),
                                      result.datetime))
