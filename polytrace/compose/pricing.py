@@ -236,10 +236,10 @@ class Pricer:
             return None, ""
         if not self.timings.select("gemm", kernel, modes[0], self.chosen["gemm"], model=model.name):
             measured = ", ".join(self.timings.shape_values("gemm", kernel, "model")) or "unnamed shapes"
-            msg = (f"gemm ({self.chosen['gemm']}) was measured at the linear shapes of {measured}, not of "
-                   f"--model {model.name}")
             if self.strict_model:
-                raise PolytraceError(f"--model {model.name}: {msg}; pass a measured model or results that include it")
+                raise PolytraceError(f"--model {model.name}: gemm ({self.chosen['gemm']}) was measured at the linear "
+                                     f"shapes of {measured} only; pass one of those models, or results that "
+                                     f"include {model.name}")
             return None, f"gemm measured for {measured} only"
         out = {}
         for layer in layers:
