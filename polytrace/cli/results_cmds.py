@@ -153,17 +153,23 @@ def _gate(args) -> int:
 
     if not 0 < args.alpha < 1:
         raise PolytraceError(f"--alpha: must be in (0, 1), got {args.alpha}")
-    report = compare(load_result(args.baseline), load_result(args.candidate), threshold=args.threshold,
+    baseline, candidate = load_result(args.baseline), load_result(args.candidate)
+    report = compare(baseline, candidate, threshold=args.threshold,
                      alpha=args.alpha, force=args.force, gate_all=args.gate_all,
                      fail_on_missing=args.fail_on_missing)
+    step = _step_time(report, baseline, candidate)
     if args.json:
         from ._io import print_json
 
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), **({"step_time": step} if step else {})})
     elif args.markdown:
         print(format_markdown(report))
+        if step:
+            print(f"\n**{step['line']}**")
     else:
         print(format_text(report, show_all=args.all))
+        if step:
+            print(step["line"])
     if args.plot and report.exit_code != 2:
         from ..results import plot_gate
 
@@ -171,6 +177,17 @@ def _gate(args) -> int:
         if not (args.json or args.markdown):
             print(f"plot: {path}")
     return report.exit_code
+
+
+def _step_time(report, baseline, candidate) -> dict | None:
+    """What the kernel changes cost on the default workload (``polytrace.compose.impact``), for
+    the line under the verdict; none for inputs the gate refused."""
+    if report.exit_code == 2:
+        return None
+    from ..compose.impact import step_time_line
+
+    res = step_time_line(baseline, candidate)
+    return {"line": res["line"], "step_change": res["step_change"]}
 
 
 def _plot(args) -> int:
