@@ -230,12 +230,7 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
     here) and a rollout share that does not leave room for the trainer's resident state (verl's
     ``--param-offload`` / ``--optimizer-offload``, priced, park it in CPU memory meanwhile)."""
     model, gpu, n = cfg.model, cfg.gpu, cfg.n_gpus
-    budgets = [cfg.micro_batch_tokens] + [tok for _, tok in cfg.stage_micro_batches.values()]
-    for budget in budgets:
-        if budget and budget < longest_seq:
-            raise PolytraceError(
-                f"--micro-batch-tokens {budget} is smaller than the longest sequence of the sampled batch "
-                f"({longest_seq} tokens); a sequence cannot be split across micro-batches")
+    check_micro_batches(cfg, longest_seq)
     max_model_len = cfg.max_prompt_len + cfg.max_response_len
     need = max(longest_seq, max_model_len)
     gb = gpu.memory_gb
@@ -277,6 +272,17 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
     return plan, warnings
 
 
+def check_micro_batches(cfg, longest_seq: int) -> None:
+    """A micro-batch token budget below the longest sequence cannot run: verl's dynamic batching
+    never splits a sequence across micro-batches."""
+    budgets = [cfg.micro_batch_tokens] + [tok for _, tok in cfg.stage_micro_batches.values()]
+    for budget in budgets:
+        if budget and budget < longest_seq:
+            raise PolytraceError(
+                f"--micro-batch-tokens {budget} is smaller than the longest sequence of the sampled batch "
+                f"({longest_seq} tokens); a sequence cannot be split across micro-batches")
+
+
 def smallest_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float, need_tokens: int,
                         eff: Efficiency = DEFAULT) -> int | None:
     """The smallest TP dividing ``n_gpus`` whose KV cache holds one ``need_tokens`` sequence."""
@@ -289,5 +295,5 @@ def smallest_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: f
     return None
 
 
-__all__ = ["MemoryPlan", "activation_bytes_per_token", "check_feasibility", "engine_kv_bytes",
+__all__ = ["MemoryPlan", "activation_bytes_per_token", "check_feasibility", "check_micro_batches", "engine_kv_bytes",
            "kv_bytes_per_token_per_gpu", "memory_plan", "smallest_rollout_tp", "trainer_state_bytes"]

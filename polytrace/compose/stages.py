@@ -190,16 +190,20 @@ def _pass_parts(stage: str, pc, kind: str) -> list[Part]:
 
 
 def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency = DEFAULT,
-                pricer: Pricer | None = None) -> StageCosts:
+                pricer: Pricer | None = None, rollout: bool = True) -> StageCosts:
     """Seconds of every stage for one step's sequences, as parts by kernel family: measured
-    kernel timings where ``pricer`` has them, else the roofline (the default)."""
+    kernel timings where ``pricer`` has them, else the roofline (the default). ``rollout=False``:
+    the trainer's stages only (a trainer with GPUs of its own: ``modes.py``)."""
     pricer = pricer or Pricer(cfg.gpu, eff)
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.asarray(response_lens, dtype=np.int64)
     seq = p + r
-    roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
-                            mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
-                            eager=cfg.eager, pricer=pricer)
+    if rollout:
+        roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
+                                mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
+                                eager=cfg.eager, pricer=pricer)
+    else:
+        roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
     critic = cfg.critic_model or cfg.model
     passes = {}  # stage -> PassCost on the trainer
     for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", cfg.model, False, True),
@@ -216,11 +220,13 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         parts.append(Part("ref", "offload", "forward_overhead",
                           offload_seconds(cfg.model, cfg.n_gpus, eff) * pricer.scale("offload")))
     parts += offload_parts(cfg, eff, pricer)
-    opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches, cfg.lora_rank) * pricer.scale("optimizer")
+    opt = (optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches, cfg.lora_rank)
+           * pricer.scale("optimizer"))
     parts.append(Part("update_actor", "optimizer", "train", opt))
     if cfg.use_critic:
         parts.append(Part("update_critic", "optimizer", "train",
-                          optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches) * pricer.scale("optimizer")))
+                          optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+                          * pricer.scale("optimizer")))
     if cfg.old_log_prob_in_gen:  # older verl: the old-policy forward runs inside gen
         parts = [Part("gen", x.family, x.group, x.seconds, x.source) if x.stage == "old_log_prob" else x
                  for x in parts]
