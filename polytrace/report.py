@@ -140,7 +140,9 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
     return {"text": text, "markdown": markdown}
 
 
-def _plot_lengths(profile, steps, seed, path: Path) -> None:
+def lengths_figure(profile, steps, seed):
+    """Histogram of the sampled response lengths on a log axis that starts just below the shortest
+    length (from 1 token, the short responses of a 32k-cap profile would sit in a corner)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,15 +151,27 @@ def _plot_lengths(profile, steps, seed, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
     lens = np.concatenate([profile.sample(step=s, seed=seed).response_lens for s in steps])
-    bins = np.unique(np.geomspace(1, max(lens.max(), 2), 60).astype(int))
+    cap = profile.config.max_response_len
+    shortest, longest = (float(lens.min()), float(lens.max())) if lens.size else (1.0, 2.0)
+    lo = max(1.0, shortest * 0.9)
+    hi = max(longest, float(cap), lo * 1.5) * 1.1
+    bins = np.unique(np.geomspace(lo, hi, 60).astype(int))
     ax.hist(lens, bins=bins, color="#4477aa")
     ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
     ax.set_xlabel("response length (tokens)")
     ax.set_ylabel("responses")
-    ax.axvline(profile.config.max_response_len, color="#cc3311", ls="--", lw=1, label="length cap")
+    ax.axvline(cap, color="#cc3311", ls="--", lw=1, label="length cap")
     ax.set_title(f"{profile.name}: sampled response lengths, steps {steps[0]}-{steps[-1]}")
     ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def _plot_lengths(profile, steps, seed, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = lengths_figure(profile, steps, seed)
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp)
     plt.close(fig)

@@ -172,7 +172,9 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
     summary = {
         "steps": len(rows), "mean_step_s": step_mean, "mean_stages_s": mean_stages,
         "stage_share": {s: v / step_mean if step_mean else 0.0 for s, v in mean_stages.items()},
-        "tokens_per_s_per_gpu": float(np.mean([r["tokens_per_s_per_gpu"] for r in rows])),
+        # total tokens over total time (a mean of per-step ratios over-weights the short steps)
+        "tokens_per_s_per_gpu": (sum(r["tokens"] for r in rows) / sum(r["step_s"] for r in rows) / cfg.n_gpus
+                                 if sum(r["step_s"] for r in rows) > 0 else 0.0),
         "rollout_tail_share": float(np.mean([r["idle"]["rollout_tail_share"] for r in rows])),
         "rank_imbalance_share": float(np.mean([r["idle"]["rank_imbalance_share"] for r in rows])),
     }

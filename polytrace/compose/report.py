@@ -28,8 +28,9 @@ def report_section(profile_name, model, gpu, gpus: int, steps=range(0, 10), seed
             "summary": res["summary"], "memory": res["memory"], "warnings": res["warnings"]}
 
 
-def plot_stage_breakdown(rows: list[dict], path, title: str = "") -> str:
-    """A stacked bar per step of the stage seconds in ``rows`` (from ``report_section``), as PNG."""
+def stage_breakdown_figure(rows: list[dict], title: str = ""):
+    """A stacked bar per step of the stage seconds in ``rows`` (from ``report_section``); the legend
+    sits in its own band below the axes, so it never hides a bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -37,7 +38,7 @@ def plot_stage_breakdown(rows: list[dict], path, title: str = "") -> str:
 
     stages = [s for s in STAGES if any(r.get(s, 0) > 0 for r in rows)]
     xs = [r["step"] for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(8, 4.4))
     bottom = [0.0] * len(rows)
     for s in stages:
         vals = [r.get(s, 0.0) for r in rows]
@@ -45,9 +46,18 @@ def plot_stage_breakdown(rows: list[dict], path, title: str = "") -> str:
         bottom = [b + v for b, v in zip(bottom, vals)]
     ax.set_xlabel("step")
     ax.set_ylabel("seconds (estimated)")
-    ax.set_title(title or "Estimated RL step time by stage")
-    ax.legend(fontsize=8, ncol=3)
-    fig.tight_layout()
+    ax.set_title(title or "Estimated RL step time by stage", fontsize=10)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", fontsize=8, ncol=max(1, len(stages)),
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # the bottom 7% is the legend's band
+    return fig
+
+
+def plot_stage_breakdown(rows: list[dict], path, title: str = "") -> str:
+    """``stage_breakdown_figure`` written as PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = stage_breakdown_figure(rows, title)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return str(path)
