@@ -184,6 +184,21 @@ def test_only_regular_files_are_read(tmp_path, capsys):
     assert len(load_result(folder).benchmarks) == 10  # the FIFO is not a result file of the folder
 
 
+def test_ls_skips_what_it_cannot_read(tmp_path, capsys):
+    from polytrace.results import store_result
+
+    root = tmp_path / "results"
+    store_result(write(tmp_path / "r.json", make_result()), root)
+    tuning = root / "tuning" / "h200"
+    tuning.mkdir(parents=True)
+    (tuning / "deep.json").write_text(_nested(100_000))
+    (tuning / "list.json").write_text("[1, 2]")
+    (tuning / "odd.json").write_text('{"configs": 5}')
+    os.mkfifo(tuning / "fifo.json")
+    code, out, err = _run(capsys, ["results", "ls", "--root", str(root)])
+    assert code == 0 and err == "" and "2026-11-02_abc123_logprob.json" in out and "tuning" not in out
+
+
 def test_oversized_files_are_refused_before_reading(tmp_path, monkeypatch):
     f = write(tmp_path / "big.json", make_result())
     monkeypatch.setattr(validation, "MAX_RESULT_BYTES", 1000)
