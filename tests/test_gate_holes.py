@@ -60,7 +60,7 @@ def test_aggregate_only_regression_fails_the_gate():
     agg = report.aggregates[0]
     assert (agg.family, agg.kernel, agg.mode, agg.provider) == ("logprob", "token_logprobs", "fwd", "triton")
     assert agg.status == "regression" and agg.speedup == pytest.approx(1 / 1.08, rel=1e-6) and agg.ci_high < 1
-    assert report.exit_code == 1 and report.verdict == "FAIL: 1 weighted-mean regression(s)"
+    assert report.exit_code == 1 and report.verdict == "FAIL: 1 weighted-mean regression"
 
 
 def test_session_level_shift_fails_and_points_at_the_controls():
@@ -150,6 +150,11 @@ def test_underpowered_planner_slowdown_is_an_error_not_a_pass(capsys, tmp_path):
                for e in report.errors)
     assert gate(base, cand, force=True).exit_code == 2  # --force overrides machine refusals, not this
     assert "**Errors**" in format_markdown(report)
+    # regressions found beside an error still refuse (the comparison is incomplete) but are named
+    both = gate(base, plan_members(1.3, n=3) + pack_members(1.3))
+    verdict = "REFUSED (1 error; also 3 regressions, 1 weighted-mean regression)"
+    assert both.exit_code == 2 and both.verdict == verdict
+    assert format_markdown(both).startswith(f"### polytrace gate: **REFUSED** ({verdict[9:-1]})\n")
     # an underpowered improvement is only a warning
     assert gate(base, plan_members(1 / 1.3, n=3) + pack_members()).exit_code == 0
     b, c = write(tmp_path / "b.json", result_file(base)), write(tmp_path / "c.json", result_file(cand))

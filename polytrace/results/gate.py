@@ -153,17 +153,20 @@ class GateReport:
     @property
     def verdict(self) -> str:
         code = self.exit_code
+        n = len(self.gated_regressions)
+        found = [f"{n} regression{'s' if n != 1 else ''}"] if n else []
+        if self.aggregate_regressions:
+            k = len(self.aggregate_regressions)
+            found.append(f"{k} weighted-mean regression{'s' if k != 1 else ''}")
         if code == 2:
-            return "REFUSED" + (f" ({len(self.errors)} error{'s' if len(self.errors) != 1 else ''})"
-                                if self.errors else "")
+            detail = [f"{len(self.errors)} error{'s' if len(self.errors) != 1 else ''}"] if self.errors else []
+            if found and self.errors:  # what was found beside the errors, for the reader
+                detail.append("also " + ", ".join(found))
+            return "REFUSED" + (f" ({'; '.join(detail)})" if detail else "")
         if code == 1:
-            n = len(self.gated_regressions)
-            parts = [f"{n} regression{'s' if n != 1 else ''}"] if n else []
-            if self.aggregate_regressions:
-                parts.append(f"{len(self.aggregate_regressions)} weighted-mean regression(s)")
-            if not parts:
-                parts.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
-            return "FAIL: " + ", ".join(parts)
+            if not found:
+                found.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
+            return "FAIL: " + ", ".join(found)
         return "PASS" + (" (forced past refusals)" if self.refusals else "")
 
     def to_dict(self) -> dict:

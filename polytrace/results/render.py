@@ -88,7 +88,9 @@ def format_markdown(report: GateReport) -> str:
 
     b, c = report.baseline, report.candidate
     mark = {0: "PASS", 1: "FAIL", 2: "REFUSED"}[report.exit_code]
-    title = f"### polytrace gate: **{mark}**" + (f" ({report.verdict})" if report.verdict != mark else "")
+    detail = report.verdict.removeprefix(mark)  # "FAIL: 2 regressions", "REFUSED (1 error)" -> the rest
+    detail = detail[2:] if detail.startswith(": ") else detail[2:-1] if detail.startswith(" (") else detail
+    title = f"### polytrace gate: **{mark}**" + (f" ({detail})" if detail else "")
     out = [title, "", *[f"**{line}**" for line in report.impact], *([""] if report.impact else []),
            f"On **{c['gpu_name']}** ({c['measured_on']}). A benchmark regresses when a two-sided Mann-Whitney U "
            f"test on the raw rounds gives p < {report.alpha:g} **and** its median time grows by more than "
