@@ -60,7 +60,7 @@ def register(sub) -> None:
     p.set_defaults(func=_history)
 
     p = sub.add_parser("gate", help="regression gate: Mann-Whitney U on raw rounds + median threshold, "
-                                    "trace-weighted geomean per family and provider")
+                                    "weighted geomean per kernel, mode and provider")
     p.add_argument("baseline", help="baseline result JSON, or a folder of one run's files")
     p.add_argument("candidate", help="candidate result JSON, or a folder of one run's files")
     p.add_argument("--threshold", type=threshold_fraction, default=0.05,

@@ -110,7 +110,8 @@ def format_markdown(report: GateReport) -> str:
     if report.refusals:
         out.append("**Refused:**" + (" (overridden with `--force`)" if report.forced else ""))
         out += [f"- {r}" for r in report.refusals] + [""]
-    for title, status in (("Untestable (no usable rounds)", "error"), ("Regressions", "regression"), ("Improvements", "improvement"),
+    for title, status in (("Untestable (no usable rounds)", "error"), ("Regressions", "regression"),
+                          ("Improvements", "improvement"),
                           ("Underpowered (changed beyond the threshold, too few rounds to test)", "underpowered")):
         comps = _sorted(report, (status,))
         if comps:
