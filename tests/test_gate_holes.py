@@ -72,6 +72,11 @@ def test_session_level_shift_fails_and_points_at_the_controls():
     assert [(a.provider, a.gated, a.status) for a in report.aggregates] == [
         ("torch", False, "regression"), ("triton", True, "regression")]  # the control warns, ours fails
     assert any("control provider logprob/token_logprobs/fwd/torch" in w and "+8.0%" in w for w in report.warnings)
+    assert any("logprob/token_logprobs/fwd/triton is +8.0% slower and its controls moved alike (torch +8.0%)" in w
+               and "session-level shift" in w for w in report.warnings)
+    # ours alone slower: no such hint
+    alone = gate(base, token_members(1.08) + token_members(provider="torch", kind="baseline"))
+    assert alone.exit_code == 1 and not any("session-level" in w for w in alone.warnings)
 
 
 def test_alpha_is_the_one_passed(tmp_path, capsys):

@@ -422,6 +422,15 @@ def _warnings(report: GateReport) -> None:
             report.warnings.append(
                 f"control provider {a.label} ({a.provider_kind or 'unknown kind'}) moved by "
                 f"{1 / a.speedup - 1:+.1%}: the machine or software may differ between the runs")
+    for a in report.aggregate_regressions:  # ours and the controls slower alike: the session, not the code
+        controls = [x for x in report.aggregates if not x.gated and (x.family, x.kernel, x.mode) ==
+                    (a.family, a.kernel, a.mode) and math.log(x.speedup) <= 0.5 * math.log(a.speedup)]
+        if controls:
+            report.warnings.append(
+                f"{a.label} is {1 / a.speedup - 1:+.1%} slower and its controls moved alike ("
+                + ", ".join(f"{x.provider} {1 / x.speedup - 1:+.1%}" for x in controls)
+                + "): a session-level shift is the likelier cause; `polytrace ab` times both revisions in one "
+                "session")
     fast = [x for x in report.of("underpowered") if not (x.gated and x.change is not None and x.change > 0)]
     if fast:
         report.warnings.append(f"{len(fast)} comparison(s) moved past the threshold but have too few rounds to test "
