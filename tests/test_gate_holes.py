@@ -155,11 +155,12 @@ def test_underpowered_planner_slowdown_is_an_error_not_a_pass(capsys, tmp_path):
                for e in report.errors)
     assert gate(base, cand, force=True).exit_code == 2  # --force overrides machine refusals, not this
     assert "**Errors**" in format_markdown(report)
-    # regressions found beside an error still refuse (the comparison is incomplete) but are named
+    # a regression found beside an error is a failure (1), and the error is still named
     both = gate(base, plan_members(1.3, n=3) + pack_members(1.3))
-    verdict = "REFUSED (1 error; also 3 regressions, 1 weighted-mean regression)"
-    assert both.exit_code == 2 and both.verdict == verdict
-    assert format_markdown(both).startswith(f"### polytrace gate: **REFUSED** ({verdict[9:-1]})\n")
+    assert both.exit_code == 1 and both.verdict == "FAIL: 3 regressions, 1 weighted-mean regression; also 1 error"
+    assert format_markdown(both).startswith("### polytrace gate: **FAIL** (3 regressions, 1 weighted-mean "
+                                            "regression; also 1 error)\n")
+    assert gate(base, plan_members(1.3, n=3) + pack_members(1.3), force=True).exit_code == 1
     # an underpowered improvement is only a warning
     assert gate(base, plan_members(1 / 1.3, n=3) + pack_members()).exit_code == 0
     b, c = write(tmp_path / "b.json", result_file(base)), write(tmp_path / "c.json", result_file(cand))

@@ -22,6 +22,26 @@ def test_report_default_writes_markdown_and_plots(tmp_path, capsys, monkeypatch)
     for png in ("stage_breakdown.png", "response_lengths.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.glob("*.tmp*"))
+    # the kernel breakdown of the default workload, where each family comes from, the Amdahl table
+    for text in (printed, md):
+        assert "update_actor s" in text and "Amdahl: the step with one kernel family 2x faster" in text
+        assert "logprob: roofline" in text and "step faster by" in text
+    assert "### Kernel families" in md and "| gemm " in md
+
+
+def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeypatch):
+    from _compose_results import family_benches, result_file, write
+
+    store = tmp_path / "results"
+    write(store / "h200" / "2026-11-02_abc1234_logprob.json", result_file(family_benches("logprob")))
+    monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(store))
+    assert main(["report", "-o", str(tmp_path / "rep"), "--steps", "0-1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    families = data["estimate"]["summary"]["families"]
+    assert families["logprob"]["status"] == "measured" and families["attention"]["status"] == "roofline"
+    assert "2026-11-02_abc1234_logprob.json: ours" in families["logprob"]["sources"]["update_actor"]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "- logprob: measured (" in md and "- attention: roofline" in md
 
 
 def test_report_json_and_other_profile(tmp_path, capsys):

@@ -177,13 +177,17 @@ def _history(args) -> int:
 def _gate(args) -> int:
     from ..results import compare, format_markdown, format_text, load_result
 
-    report = compare(load_result(args.baseline), load_result(args.candidate), threshold=args.threshold,
+    baseline, candidate = load_result(args.baseline), load_result(args.candidate)
+    report = compare(baseline, candidate, threshold=args.threshold,
                      alpha=args.alpha, force=args.force, gate_all=args.gate_all,
                      fail_on_missing=args.fail_on_missing)
+    step = _step_time(report, baseline, candidate)
+    if step:
+        report.impact.append(step["line"])  # rendered right under the verdict, kept in the JSON's "impact"
     if args.json:
         from ._io import print_json
 
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), **({"step_time": step} if step else {})})
     elif args.markdown:
         print(format_markdown(report))
     else:
@@ -195,6 +199,17 @@ def _gate(args) -> int:
         if not (args.json or args.markdown):
             print(f"plot: {path}")
     return report.exit_code
+
+
+def _step_time(report, baseline, candidate) -> dict | None:
+    """What the kernel changes cost on the default workload (``polytrace.compose.impact``), for
+    the line under the verdict; none for inputs the gate refused."""
+    if report.exit_code == 2:
+        return None
+    from ..compose.impact import step_time_line
+
+    res = step_time_line(baseline, candidate)
+    return {"line": res["line"], "step_change": res["step_change"]}
 
 
 def _plot(args) -> int:

@@ -10,10 +10,14 @@ _COLORS = {"gen": "#4c72b0", "old_log_prob": "#55a868", "ref": "#8172b2", "value
            "update_critic": "#64b5cd", "update_actor": "#c44e52", "other": "#999999"}
 
 
+AMDAHL_FACTOR = 2.0  # the report's "this kernel family 2x faster -> step Y% faster" table
+
+
 def report_section(profile_name, model, gpu, gpus: int, steps=range(0, 10), seed: int = 0, **kw) -> dict:
     """Per-step stage estimates (``rows``: one dict per step with ``step``, each stage's seconds,
-    ``step_s``, ``tokens_per_s_per_gpu`` and idle shares), the ``summary``, ``memory`` and
-    ``warnings`` of ``estimate``."""
+    ``step_s``, ``tokens_per_s_per_gpu`` and idle shares), the ``summary`` (with the kernel
+    breakdown and the Amdahl table), ``memory`` and ``warnings`` of ``estimate``."""
+    kw.setdefault("amdahl", AMDAHL_FACTOR)
     res = estimate(profile_name, model, gpu, gpus, steps=steps, seed=seed, **kw)
     rows = []
     for r in res["rows"]:

@@ -25,9 +25,9 @@ are controls: their drift says the machine or software changed, and it is report
 
 Refusals (exit 2 unless ``force``): different GPU, different place of measurement or
 CPU-interpreter timings, a benchmark id naming a different workload (profile, seed or step).
-Errors (exit 2, ``force`` or not, never a pass): nothing in common, nothing of ours to gate, a
-gated benchmark without raw rounds or with unusable ones in either file, an underpowered gated
-slowdown. A changed kernel source hash is *not* a refusal: a kernel pull request changes it by
+Errors (exit 2, ``force`` or not, never a pass; exit 1 when a regression was found all the same):
+nothing in common, nothing of ours to gate, a gated benchmark without raw rounds or with unusable
+ones in either file, an underpowered gated slowdown. A changed kernel source hash is *not* a refusal: a kernel pull request changes it by
 definition; it is reported, and so is an unchanged hash beside a regression.
 """
 
@@ -142,10 +142,15 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        if self.errors or (self.refusals and not self.forced):
+        """2 refused (unless forced); 1 a regression was found (whatever else could not be tested);
+        2 an error (something the gate cannot vouch for: never a pass); 1 missing benchmarks with
+        ``fail_on_missing``; else 0."""
+        if self.refusals and not self.forced:
             return 2
         if self.gated_regressions or self.aggregate_regressions:
             return 1
+        if self.errors:
+            return 2
         if self.fail_on_missing and any(c.gated for c in self.of("missing")):
             return 1
         return 0
@@ -158,15 +163,13 @@ class GateReport:
         if self.aggregate_regressions:
             k = len(self.aggregate_regressions)
             found.append(f"{k} weighted-mean regression{'s' if k != 1 else ''}")
+        errors = f"{len(self.errors)} error{'s' if len(self.errors) != 1 else ''}"
         if code == 2:
-            detail = [f"{len(self.errors)} error{'s' if len(self.errors) != 1 else ''}"] if self.errors else []
-            if found and self.errors:  # what was found beside the errors, for the reader
-                detail.append("also " + ", ".join(found))
-            return "REFUSED" + (f" ({'; '.join(detail)})" if detail else "")
+            return "REFUSED" + (f" ({errors})" if self.errors and not (self.refusals and not self.forced) else "")
         if code == 1:
             if not found:
                 found.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
-            return "FAIL: " + ", ".join(found)
+            return "FAIL: " + ", ".join(found) + (f"; also {errors}" if self.errors else "")
         return "PASS" + (" (forced past refusals)" if self.refusals else "")
 
     def to_dict(self) -> dict:
