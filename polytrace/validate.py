@@ -160,10 +160,21 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         eager=bool(cfg.get("actor_rollout_ref.rollout.enforce_eager", True)),
         old_log_prob_in_gen="old_log_prob" not in stages,
         ref_offload=bool(cfg.get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
+        param_offload=bool(cfg.get("actor_rollout_ref.actor.fsdp_config.param_offload", False)),
+        optimizer_offload=bool(cfg.get("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False)),
+        lora_rank=_lora_rank(cfg.get("actor_rollout_ref.model.lora_rank")),
         mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes)
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
+
+
+def _lora_rank(value) -> int:
+    """``actor_rollout_ref.model.lora_rank`` as an adapter rank (0: full fine-tuning)."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 # stage -> (config prefix, micro-batch key stem, dynamic-batching switch, token budget key)

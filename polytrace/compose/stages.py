@@ -112,7 +112,7 @@ class RunConfig:
             micro_batch_seqs=seqs, micro_batch_tokens=tokens,
             remove_padding=self.remove_padding, pad_to=self.max_prompt_len + self.max_response_len,
             gradient_checkpointing=self.gradient_checkpointing, mini_batches=self.mini_batches,
-            lora_rank=self.lora_rank if stage in (None, "old_log_prob", "ref", "update_actor") else 0)
+            lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0)
 
     def to_dict(self) -> dict:
         return {

@@ -154,29 +154,28 @@ def trainer_pipeline(batch: int, chunks: int, train_s: float, sync_s: float, *, 
     if rate is None or not rate > 0 or stream is None:
         raise ValueError("trainer_pipeline: a streaming rollout needs a positive rate and its StreamRollout")
     cap = (1.0 + staleness) * batch
+    # Without partial rollout every version loses the drain's shortfall: while the sequences in
+    # flight finish, no new ones start, and the engines refill afterwards.
+    start = 0.0 if partial else stream.drain_lost_s
     carry = 0.0
     rows = []
     for _ in range(versions):
-        start = 0.0
         t = 0.0
         for j in range(1, chunks + 1):
             need = j * batch / chunks
-            ready = start + max(0.0, need - carry) / rate if carry < need else 0.0
+            ready = start + (need - carry) / rate if carry < need else 0.0
             t = max(t, ready) + per_chunk
-        wait = t - train_s
-        produced = min(cap, carry + rate * max(0.0, t - start))
         full_at = start + max(0.0, cap - carry) / rate  # the staleness bound stops new admissions here
         sync_wait = 0.0
         if not partial:
             # the drain starts at the sync request, or earlier when the bound already stopped
             # admissions; the trainer waits for what is left of it
-            drain_end = min(t, full_at) + stream.drain_s
-            sync_wait = max(0.0, drain_end - t)
-            in_flight_done = stream.in_flight if full_at > t else 0.0
-            produced = min(cap, produced + in_flight_done)
-        busy = min(t, full_at) - start + (0.0 if partial else stream.drain_s)
+            sync_wait = max(0.0, min(t, full_at) + stream.drain_s - t)
+        end = t + sync_wait
+        produced = min(cap, carry + rate * max(0.0, end - start))
+        busy = min(end, full_at) - start
         carry = min(staleness * batch, max(0.0, produced - batch))
-        rows.append(Pipeline(t + sync_wait + sync_s, t, wait, sync_wait, max(0.0, busy), carry))
+        rows.append(Pipeline(end + sync_s, t, t - train_s, sync_wait, max(0.0, busy), carry))
     tail = rows[-3:]
     return Pipeline(*(float(np.mean([getattr(x, f) for x in tail])) for f in
                       ("step_s", "train_end_s", "trainer_wait_s", "sync_wait_s", "rollout_busy_s", "carry")))

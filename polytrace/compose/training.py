@@ -106,17 +106,18 @@ class _RankCost:
     comm_s: float
     micro_batches: int
     flops: float
-    overlapped_layers: float = 0.0  # FSDP: collectives overlap compute layer by layer (0: in series)
+    hidden_comm_s: float = 0.0  # of ``comm_s``, what can hide behind compute (FSDP's backward)
+    hide_share: float = 0.0  # the share of the device time it can hide behind
 
     @property
     def time_s(self) -> float:
-        """FSDP prefetches the next layer's all-gather while the current layer computes, so a
-        pass takes the larger of its compute and its collectives, plus the one layer's gather
-        nothing hides; Megatron's tensor-parallel all-reduces sit between the matmuls (in series)."""
+        """Device time plus the collectives nothing hides. FSDP (verl's defaults: backward
+        prefetch on, forward prefetch off) gathers each layer's parameters just before its
+        forward, in series, while the backward's gathers and gradient reduce-scatters overlap the
+        backward's compute; Megatron's tensor-parallel all-reduces sit between the matmuls."""
         device = sum(self.kernels.values())
-        if self.overlapped_layers:
-            return max(device, self.comm_s) + self.comm_s / self.overlapped_layers
-        return device + self.comm_s
+        exposed = self.comm_s - self.hidden_comm_s
+        return device + exposed + max(0.0, self.hidden_comm_s - self.hide_share * device)
 
 
 def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, backward: bool,
@@ -235,9 +236,11 @@ def _rank_cost(model: ModelSpec, gpu: GPU, chunk: np.ndarray, layout: TrainerLay
         # only the adapters' gradients move (under 1% of the weights: left out). Across nodes
         # the collectives run at the NIC's rate.
         link = gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm
-        gathers = n_micro * (1 + ((1 if lora else 3) if backward else 0))
-        comm = gathers * weight_bytes * (layout.n_gpus - 1) / layout.n_gpus / link
-        return _RankCost(fam, src, comm * pricer.scale("comm"), n_micro, flops, overlapped_layers=layers)
+        per_gather = weight_bytes * (layout.n_gpus - 1) / layout.n_gpus / link * pricer.scale("comm")
+        bwd = n_micro * (1 if lora else 3) * per_gather if backward else 0.0
+        # the backward's share of the compute: its matmul passes over all passes
+        hide = (mult - fwd_passes) / mult if backward else 0.0
+        return _RankCost(fam, src, n_micro * per_gather + bwd, n_micro, flops, hidden_comm_s=bwd, hide_share=hide)
     elif layout.strategy == "megatron":
         if layout.tp > 1:
             act = 2.0 * model.hidden * tokens * 2 * (layout.tp - 1) / layout.tp
