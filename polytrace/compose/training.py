@@ -107,17 +107,21 @@ class _RankCost:
     micro_batches: int
     flops: float
     hidden_comm_s: float = 0.0  # of ``comm_s``, what can hide behind compute (FSDP's backward)
-    hide_share: float = 0.0  # the share of the device time it can hide behind
+    hide_s: float = 0.0  # the backward compute it hides behind (at the roofline)
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """The collectives nothing hides. FSDP (verl's defaults: backward prefetch on, forward
+        prefetch off) gathers each layer's parameters just before its forward, in series, while
+        the backward's gathers and gradient reduce-scatters overlap the backward's compute;
+        Megatron's tensor-parallel all-reduces sit between the matmuls. The compute that hides
+        them is taken at the roofline, so a kernel family's what-if (a measured provider, a
+        speedup) moves that family's time only and the breakdown stays a sum of parts."""
+        return self.comm_s - self.hidden_comm_s + max(0.0, self.hidden_comm_s - self.hide_s)
 
     @property
     def time_s(self) -> float:
-        """Device time plus the collectives nothing hides. FSDP (verl's defaults: backward
-        prefetch on, forward prefetch off) gathers each layer's parameters just before its
-        forward, in series, while the backward's gathers and gradient reduce-scatters overlap the
-        backward's compute; Megatron's tensor-parallel all-reduces sit between the matmuls."""
-        device = sum(self.kernels.values())
-        exposed = self.comm_s - self.hidden_comm_s
-        return device + exposed + max(0.0, self.hidden_comm_s - self.hide_share * device)
+        return sum(self.kernels.values()) + self.exposed_comm_s
 
 
 def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, backward: bool,
@@ -238,9 +242,9 @@ def _rank_cost(model: ModelSpec, gpu: GPU, chunk: np.ndarray, layout: TrainerLay
         link = gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm
         per_gather = weight_bytes * (layout.n_gpus - 1) / layout.n_gpus / link * pricer.scale("comm")
         bwd = n_micro * (1 if lora else 3) * per_gather if backward else 0.0
-        # the backward's share of the compute: its matmul passes over all passes
-        hide = (mult - fwd_passes) / mult if backward else 0.0
-        return _RankCost(fam, src, n_micro * per_gather + bwd, n_micro, flops, hidden_comm_s=bwd, hide_share=hide)
+        # the backward's matmuls at the roofline (the input and weight gradients)
+        hide = body_flops * tokens * (mult - fwd_passes) / (rate * model_shards) if backward else 0.0
+        return _RankCost(fam, src, n_micro * per_gather + bwd, n_micro, flops, hidden_comm_s=bwd, hide_s=hide)
     elif layout.strategy == "megatron":
         if layout.tp > 1:
             act = 2.0 * model.hidden * tokens * 2 * (layout.tp - 1) / layout.tp
