@@ -106,6 +106,9 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         raise PolytraceError(f"--gpus must be a positive integer, got {gpus!r}")
     n = _count(n, "--n")
     lora_rank = _count(lora_rank, "--lora-rank", lowest=0) or 0
+    if lora_rank > model.hidden:
+        raise PolytraceError(f"--lora-rank {lora_rank} exceeds {model.name}'s hidden size {model.hidden}: an adapter "
+                             f"of that rank is no low-rank adapter")
     ppo_mini_batch = _count(ppo_mini_batch, "--ppo-mini-batch")
     pc = profile.config
     max_prompt_len = int(max_prompt_len or pc.max_prompt_len)

@@ -63,6 +63,9 @@ def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, p
             if v is not None:
                 raise PolytraceError(f"{flag} applies to --mode fully-async (one-step-off is staleness 1, "
                                      f"no partial rollout, one update per sync)")
+    if gpus < 2:
+        raise PolytraceError(f"--mode {mode} puts the rollout and the trainer on GPUs of their own: --gpus {gpus} "
+                             f"is too few (at least 2)")
     for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
             raise PolytraceError(f"{flag} must be a positive integer, got {v!r}")
@@ -274,6 +277,9 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     steps = list(steps)
     if not steps:
         raise PolytraceError("steps must not be empty")
+    if chunks > base.prompts_per_step * base.n:
+        raise PolytraceError(f"--updates-per-sync {chunks} exceeds the batch's {base.prompts_per_step * base.n} "
+                             f"samples: each local update needs at least one")
     batches = [prof.sample(step=int(st), seed=seed, prompts=base.prompts_per_step) for st in steps]
     seq_lens = [np.asarray(b.prompt_lens, dtype=np.int64)
                 + np.minimum(np.asarray(b.response_lens, dtype=np.int64), base.max_response_len) for b in batches]
