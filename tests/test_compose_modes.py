@@ -155,6 +155,8 @@ def test_weight_sync_crosses_nodes_slower_and_lora_moves_adapters_only():
     ("qwen2.5-72b", ["--mode", "one-step-off", "--rollout-gpus", "1"], "--rollout-gpus: 1 rollout GPU"),
     ("qwen2.5-72b", ["--mode", "one-step-off", "--train-gpus", "1"], "--train-gpus: 1 trainer GPU"),
     ("qwen2.5-7b", ["--ppo-mini-batch", "7"], "--ppo-mini-batch 7 does not divide"),
+    ("qwen2.5-7b", ["--mode", "fully-async", "--updates-per-sync", "1000"], "--updates-per-sync 1000 exceeds"),
+    ("qwen2.5-7b", ["--lora-rank", "5000"], "--lora-rank 5000 exceeds"),
 ])
 def test_infeasible_modes_are_one_line_errors(capsys, model, extra, match):
     args = ["estimate", "--model", model, "--gpu", "h100", "--gpus", "16", "--profile", "search-r1-7b",
@@ -179,6 +181,12 @@ def test_json_keeps_summary_keys_and_compare_prints_three_modes(capsys):
     assert main(base + ["--mode", "fully-async", "--rollout-gpus", "4", "--no-partial-rollout"]) == 0
     out = capsys.readouterr().out
     assert "partial rollout off" in out and "weight sync" in out and "GPU time per step by cause" in out
+
+
+def test_a_single_gpu_cannot_be_split(capsys):
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--gpu", "h100", "--gpus", "1", "--profile", "search-r1-7b",
+                 "--prompts", "8", "--mode", "one-step-off"]) == 2
+    assert "--gpus 1 is too few" in capsys.readouterr().err
 
 
 def test_mode_estimate_rejects_bad_arguments():
