@@ -46,6 +46,22 @@ def test_optimizer_steps_wait_for_the_slowest_rank():
     assert wide.comm_s > 16 * M7.weight_bytes() * 31 / 32 / (H100.scaleout_gbps * 1e9 * 0.7)
 
 
+def test_balanced_ranks_as_verl_balance_batch():
+    from polytrace.compose.training import rank_indices
+
+    # 16 prompts x 8 responses, each prompt's responses alike (long prompts and short ones)
+    lens = np.repeat(np.linspace(100, 4000, 16), 8) + np.tile(np.arange(8), 16)
+    balanced = rank_indices(lens, 8, balance=True)
+    contiguous = rank_indices(lens, 8, balance=False)
+    for split in (balanced, contiguous):
+        assert sorted(np.concatenate(split).tolist()) == list(range(len(lens)))
+        assert {len(x) for x in split} == {16}
+    assert all(np.all(np.diff(x) > 0) for x in balanced)  # each rank keeps batch order
+    sums = [lens[x].sum() for x in balanced]
+    assert max(sums) / min(sums) < 1.05  # a prompt's long responses spread over the ranks
+    assert max(lens[x].sum() for x in contiguous) / min(lens[x].sum() for x in contiguous) > 5
+
+
 def test_fsdp_gathers_cross_nodes_at_the_nic_rate():
     lens = np.full(64, 1000)
     eight = pass_cost(M7, H100, lens, TrainerLayout(n_gpus=8, micro_batch_seqs=1), backward=False)

@@ -60,6 +60,7 @@ class RunConfig:
     max_num_seqs: int = 1024
     eager: bool = False  # inference engine without CUDA graphs (verl's enforce_eager)
     colocated: bool = True  # trainer and inference engine share the GPUs (verl's hybrid engine)
+    balance_batch: bool = True  # verl's trainer.balance_batch: token-balanced ranks of equal counts
     old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
     ref_offload: bool = False
     # verl's actor FSDP ``param_offload`` / ``optimizer_offload``: the sharded fp32 parameters
@@ -112,6 +113,7 @@ class RunConfig:
             micro_batch_seqs=seqs, micro_batch_tokens=tokens,
             remove_padding=self.remove_padding, pad_to=self.max_prompt_len + self.max_response_len,
             gradient_checkpointing=self.gradient_checkpointing, mini_batches=self.mini_batches,
+            balance=self.balance_batch,
             lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0)
 
     def to_dict(self) -> dict:
@@ -127,7 +129,7 @@ class RunConfig:
             "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
             "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
             "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
-            "lora_rank": self.lora_rank, "mini_batches": self.mini_batches,
+            "lora_rank": self.lora_rank, "mini_batches": self.mini_batches, "balance_batch": self.balance_batch,
             "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
         }
 

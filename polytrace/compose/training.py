@@ -36,6 +36,7 @@ class TrainerLayout:
     pad_to: int | None = None  # padded sequence length when remove_padding is False
     gradient_checkpointing: bool = False
     mini_batches: int = 1  # optimizer steps per update pass, each waiting for the slowest rank
+    balance: bool = True  # verl's trainer.balance_batch: equal-count, token-balanced ranks (``rank_indices``)
     lora_rank: int = 0  # LoRA adapters of this rank train; the base weights stay frozen
 
     @property
@@ -70,6 +71,22 @@ def _micro_batches(lens: np.ndarray, layout: TrainerLayout) -> int:
         return int(np.ceil(lens.sum() / layout.micro_batch_tokens))
     mb = layout.micro_batch_seqs or len(lens)
     return int(np.ceil(len(lens) / mb))
+
+
+def rank_indices(lens: np.ndarray, dp: int, balance: bool = True) -> list[np.ndarray]:
+    """Which sequences each data-parallel rank gets. ``balance`` (verl's ``trainer.balance_batch``,
+    on by default): the same number of sequences per rank with near-equal token sums (longest
+    first, dealt to the ranks back and forth), each rank keeping them in batch order, as verl's
+    balanced partitions do; a prompt's long responses land on different ranks. Otherwise
+    contiguous chunks in batch order (a prompt's responses stay together)."""
+    n = len(lens)
+    if not balance or dp <= 1 or n == 0:
+        bounds = np.linspace(0, n, dp + 1).round().astype(int)
+        return [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    order = np.argsort(-np.asarray(lens), kind="stable")
+    lap = np.arange(n) % (2 * dp)
+    rank = np.where(lap < dp, lap, 2 * dp - 1 - lap)
+    return [np.sort(order[rank == r]) for r in range(dp)]
 
 
 def lora_params(model: ModelSpec, rank: int) -> float:
@@ -139,10 +156,9 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     pricer = pricer or Pricer(gpu, eff)
     lens = np.asarray(seq_lens, dtype=np.float64)
     dp = layout.dp
-    bounds = np.linspace(0, len(lens), dp + 1).round().astype(int)
     groups = max(1, int(layout.mini_batches)) if backward else 1
     # per rank, its sequences cut into the optimizer steps' mini-batches (contiguous, as verl splits)
-    shares = [np.array_split(lens[a:b], groups) for a, b in zip(bounds[:-1], bounds[1:])]
+    shares = [np.array_split(lens[idx], groups) for idx in rank_indices(lens, dp, layout.balance)]
     total = PassCost(0.0, 0.0, 0.0, 0.0, 0, 0.0)
     kernels: dict[str, float] = {}
     sources: dict[str, str] = {}
