@@ -89,8 +89,9 @@ def _step_rows(log: TrainingLog, run: RunConfig | None = None,
         prev_extra = bool(extra)
     if not rows:
         first = f" ({left[0]})" if left else ""
+        hint = "; if the log's caps are wrong, pass --max-prompt-len / --max-response-len" if "cap" in first else ""
         raise PolytraceError(f"{log.path}: no usable step: none has finite, positive timings and length "
-                             f"statistics{first}")
+                             f"statistics{first}{hint}")
     return rows
 
 

@@ -35,7 +35,7 @@ class Truth:
     fwd_per_token: float = 2.0e-6  # per token on one GPU
     ref_reload: float = 0.8  # parameter offload: weights back to the GPUs
     upd_fixed: float = 1.5
-    upd_per_mini: float = 0.3
+    upd_per_mini: float = 0.05  # per optimizer step: grad-norm all-reduce, AdamW launches
     upd_per_micro: float = 0.12
     upd_per_token: float = 7.0e-6
     other_fixed: float = 0.5
@@ -93,7 +93,7 @@ def lengths(run: Run, step: int, rng) -> dict:
     pm = 105.0 + 2.0 * rng.standard_normal()
     return {"response_length/mean": mean, "response_length/max": mx,
             "response_length/min": 12.0 + 3 * rng.random(), "response_length/clip_ratio": clip,
-            "prompt_length/mean": pm, "prompt_length/max": 310.0 + 20 * rng.random(),
+            "prompt_length/mean": pm, "prompt_length/max": min(float(run.max_prompt), 310.0 + 20 * rng.random()),
             "prompt_length/min": 40.0, "prompt_length/clip_ratio": 0.0}
 
 

@@ -77,12 +77,12 @@ class Override:
 
 def _word_overrides(word, line: int, depth: int = 0) -> list[Override]:
     text = word.text if isinstance(word, Unresolved) else word
-    if depth < _MAX_GROUP_DEPTH and any(ch in text for ch in " \t") and _GROUPED.search(" " + text):
+    if depth < _MAX_GROUP_DEPTH and any(ch in text for ch in " \t") and _GROUPED.search(text):
         # "a.b=1 c.d=2" passed to a wrapper script as one argument
         out = []
         for inner in split_words(text):
             inner_text = "".join(seg for seg, _ in inner)
-            if isinstance(word, Unresolved) and any(n in inner_text for n in word.names):
+            if isinstance(word, Unresolved) and "$" in inner_text:  # the unknown part, as written
                 inner_word = Unresolved(inner_text, word.names, word.reason)
             else:
                 inner_word = inner_text
@@ -92,7 +92,7 @@ def _word_overrides(word, line: int, depth: int = 0) -> list[Override]:
     if not m:
         return []
     key, raw = m.group(1), m.group(2)
-    if isinstance(word, Unresolved) and any(n in raw for n in word.names):
+    if isinstance(word, Unresolved) and ("$" in raw or "`" in raw):
         return [Override(key, Unresolved(raw, word.names, word.reason), line)]
     return [Override(key, parse_value(raw), line)]
 

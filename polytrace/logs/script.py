@@ -34,6 +34,11 @@ _ARITH_OK = re.compile(r"^[\d\s+\-*/%()]+$")
 _ASSIGN_START = re.compile(r"^(?:(?:export|declare|local|readonly|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*\+?=")
 
 
+NEVER_ASSIGNED = "is never assigned in the log"
+BY_COMMAND = "is set by a command the log does not show"
+SCRIPT_ARGUMENT = "is a script argument the log does not show"
+
+
 @dataclass(frozen=True)
 class Unresolved:
     """A value the log does not determine: ``text`` is it with what is known substituted and the
@@ -41,7 +46,7 @@ class Unresolved:
 
     text: str
     names: tuple[str, ...]
-    reason: str = "never assigned in the log"
+    reason: str = NEVER_ASSIGNED
 
     def __str__(self) -> str:
         return self.text
@@ -265,7 +270,7 @@ class Shell:
                 end = n if end < 0 else end + 1
                 out.append(text[i:end])
                 missing.append(text[i:end])
-                reasons.append("set by a command the log does not show")
+                reasons.append(BY_COMMAND)
                 i = end
                 continue
             if c != "$" or i + 1 >= n:
@@ -280,7 +285,7 @@ class Shell:
                 if value is None:
                     out.append(piece)
                     missing.append(piece)
-                    reasons.append("set by a command the log does not show")
+                    reasons.append(BY_COMMAND)
                 else:
                     out.append(value)
                 i = end
@@ -310,7 +315,7 @@ class Shell:
             if nxt.isdigit() or nxt in "@*#?!$-":  # positional and special parameters
                 out.append(text[i:i + 2])
                 missing.append(text[i:i + 2])
-                reasons.append("is a script argument the log does not show")
+                reasons.append(SCRIPT_ARGUMENT)
                 i += 2
                 continue
             out.append(c)
@@ -350,7 +355,7 @@ class Shell:
         for op in (":-", ":=", ":+", ":?", "-", "=", "+", "?"):
             if rest.startswith(op):
                 word = rest[len(op):]
-                unset = isinstance(value, Unresolved) and value.reason == "never assigned in the log"
+                unset = isinstance(value, Unresolved) and value.reason == NEVER_ASSIGNED
                 empty = unset or (op.startswith(":") and value == "")
                 base = op.lstrip(":")
                 if base in "-=":
@@ -408,11 +413,9 @@ class Shell:
                 split_points = True
             pieces.append(value)
         text = "".join(pieces)
-        parts = text.split() if split_points else [text]
-        if missing:
-            names = tuple(dict.fromkeys(missing))
-            return [Unresolved(p, names, reason) if any(n in p for n in names) else p for p in parts]
-        return parts
+        if missing:  # an unknown value is kept as one word: how it would split is unknown too
+            return [Unresolved(text, tuple(dict.fromkeys(missing)), reason)]
+        return text.split() if split_points else [text]
 
 
 def _eval_int(expr: str) -> str | None:
@@ -499,6 +502,8 @@ def run_script(logical: list[LogicalLine], wanted=None) -> tuple[list[Command], 
                 value: str | Unresolved = "".join(s for s, _ in rest_word)
             else:
                 value = _expand_assignment(shell, rest_word)
+                if isinstance(value, Unresolved) and value.reason == BY_COMMAND:
+                    value = Unresolved(value.text, (name,), f"{BY_COMMAND} ({value.text[:80]})")
             shell.assign(name, value, append=op == "+=")
             assigned_any = True
             idx += 1
