@@ -97,6 +97,9 @@ class Calibration:
     source: str
     left_out: list[LeftOut] = field(default_factory=list)
     fit_error_pct: dict[str, float] = field(default_factory=dict)  # in-sample MAPE per stage
+    # stages that run beside the step's critical path (generation in one-step-off and fully
+    # async runs): priced, but not part of the step's time
+    overlapped: tuple = ()
 
     def scalars(self) -> dict[str, float]:
         out = {f"{g}_slowdown": v for g, v in self.slowdown.items()}
@@ -111,12 +114,14 @@ class Calibration:
                 return self.overhead_s[other]
         return 0.0
 
-    def predict(self, row: StepData, stages: list[str]) -> dict[str, float]:
+    def predict(self, row: StepData, stages: list[str], overlapped: tuple | None = None) -> dict[str, float]:
+        overlapped = self.overlapped if overlapped is None else overlapped
         pred = {}
         for s in stages:
             work = sum(self.slowdown.get(g, 1.0) * v for g, v in row.x.get(s, {}).items())
             pred[s] = work + self.stage_overhead(s)
-        pred["step"] = sum(pred.values()) + row.other_s + self.overhead_s.get("other", 0.0)
+        on_path = sum(v for s, v in pred.items() if s not in overlapped)
+        pred["step"] = on_path + row.other_s + self.overhead_s.get("other", 0.0)
         return pred
 
 
@@ -136,7 +141,7 @@ def noise_rel(y: np.ndarray) -> float:
 
 
 def screen(rows: list[StepData], stages: list[str], first_step: int | None = None,
-           min_keep: int = 2) -> tuple[list[StepData], list[LeftOut]]:
+           min_keep: int = 2, overlapped: tuple = ()) -> tuple[list[StepData], list[LeftOut]]:
     """The calibration steps worth fitting, and those left out with the reason. A step is judged
     by its time over the model's price for it (per stage and in total), against the median of
     that ratio over the window. ``first_step`` is the log's first step (its warm-up)."""
@@ -148,7 +153,7 @@ def screen(rows: list[StepData], stages: list[str], first_step: int | None = Non
     q_all = np.ones((len(rows), len(keys)))
     for j, k in enumerate(keys):
         if k == "step":
-            model = np.array([sum(_xsum(r, s) for s in stages) + r.other_s for r in rows])
+            model = np.array([sum(_xsum(r, s) for s in stages if s not in overlapped) + r.other_s for r in rows])
         else:
             model = np.array([_xsum(r, k) for r in rows])
         y = np.array([r.actual[k] for r in rows])
@@ -187,7 +192,7 @@ def screen(rows: list[StepData], stages: list[str], first_step: int | None = Non
 
 
 def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: list[LeftOut] | None = None,
-        noise: dict[str, float] | None = None) -> Calibration:
+        noise: dict[str, float] | None = None, overlapped: tuple = ()) -> Calibration:
     """Slowdowns per kind of work, a fixed cost per stage and the step's time outside the stages,
     fitted on relative errors with a soft-L1 loss (module docstring). ``noise`` overrides the
     per-stage relative noise (``--stage-times`` averages are taken as exact to 1%)."""
@@ -250,10 +255,11 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         raise PolytraceError(f"{source}: calibration gave non-finite scalars")
     cal = Calibration({g: float(slow[gi[g]]) for g in groups},
                       {s: float(fixed[j]) for j, s in enumerate(stages)},
-                      [r.step for r in rows], source, list(left_out or []))
-    # the step's time outside the stages: what the rows show past the stages and the modelled
-    # reward scoring (a median: robust to a slow reward batch)
-    outside = [r.actual["step"] - sum(r.actual[s] for s in stages) - r.other_s for r in rows]
+                      [r.step for r in rows], source, list(left_out or []), overlapped=tuple(overlapped))
+    # the step's time outside the stages: what the rows show past the stages on its critical path
+    # and the modelled reward scoring (a median: robust to a slow reward batch)
+    outside = [r.actual["step"] - sum(r.actual[s] for s in stages if s not in overlapped) - r.other_s
+               for r in rows]
     cal.overhead_s["other"] = float(np.median(outside))
     preds = [cal.predict(r, stages) for r in rows]
     for k in stages + ["step"]:
@@ -264,9 +270,9 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
 
 
 def calibrate(rows: list[StepData], stages: list[str], source: str = "", first_step: int | None = None,
-              screen_outliers: bool = True) -> Calibration:
+              screen_outliers: bool = True, overlapped: tuple = ()) -> Calibration:
     """Screen the calibration steps (``screen``), then ``fit`` the rest."""
     left: list[LeftOut] = []
     if screen_outliers:
-        rows, left = screen(rows, stages, first_step)
-    return fit(rows, stages, source, left)
+        rows, left = screen(rows, stages, first_step, overlapped=overlapped)
+    return fit(rows, stages, source, left, overlapped=overlapped)

@@ -238,7 +238,8 @@ def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | Non
     window = rows[:calibrate_steps]
     if len(window) < 2:
         raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
-    cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step)
+    cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step,
+                    overlapped=_overlapped(split))
     return {"log": log, "run": run, "notes": notes, "stages": stages, "calibration": cal, "split": split}
 
 
@@ -251,7 +252,7 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
     rows = [r for r in rows if all(s in r.actual for s in stages)]
     if calibrate_on:
         source_ov = Overrides(gpu=overrides.gpu if overrides else None)
-        other_log, _, other_notes, other_rows, _ = prepare(calibrate_on, source_ov)
+        other_log, _, other_notes, other_rows, other_split = prepare(calibrate_on, source_ov)
         src_stages = _stages_of(other_rows, len(other_rows))
         other_rows = [r for r in other_rows if all(s in r.actual for s in src_stages)]
         shared = [s for s in stages if s in src_stages]
@@ -262,20 +263,22 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
             notes.append(f"{', '.join(unseen)} not timed in {calibrate_on}: priced with the slowdowns of their kind "
                          "of work and the fixed cost of the like stage")
         notes += [f"calibration log: {n}" for n in other_notes if n.startswith(("left out", "inferred"))]
-        cal = calibrate(other_rows, src_stages, source=str(calibrate_on), first_step=other_log.steps[0].step)
+        cal = calibrate(other_rows, src_stages, source=str(calibrate_on), first_step=other_log.steps[0].step,
+                        overlapped=_overlapped(other_split))
         test_rows, cal_rows = rows, other_rows
     else:
         if len(rows) <= calibrate_steps:
             raise PolytraceError(f"{path}: {len(rows)} usable steps, need more than --calibrate-steps "
                                  f"{calibrate_steps} to predict any")
         cal_rows, test_rows = rows[:calibrate_steps], rows[calibrate_steps:]
-        cal = calibrate(cal_rows, stages, source=f"first {calibrate_steps} steps", first_step=log.steps[0].step)
-    overlapped = ("gen",) if split.mode != "sync" else ()
+        cal = calibrate(cal_rows, stages, source=f"first {calibrate_steps} steps", first_step=log.steps[0].step,
+                        overlapped=_overlapped(split))
+    overlapped = _overlapped(split)
     keys = stages + ["step"]
     # the naive predictor repeats the calibration window's mean, warm-up and spikes included
     naive = {k: float(np.mean([r.actual[k] for r in cal_rows])) if all(k in r.actual for r in cal_rows) else None
              for k in keys}
-    preds = [_predict(cal, r, stages, overlapped) for r in test_rows]
+    preds = [cal.predict(r, stages, overlapped) for r in test_rows]
     per_stage = {}
     for k in keys:
         a = np.array([r.actual[k] for r in test_rows])
@@ -308,12 +311,9 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
     }
 
 
-def _predict(cal: Calibration, row: StepData, stages: list[str], overlapped: tuple) -> dict:
-    pred = cal.predict(row, stages)
-    for s in overlapped:  # generation runs beside training: not part of the step's critical path
-        if s in pred:
-            pred["step"] -= pred[s]
-    return pred
+def _overlapped(split: Split) -> tuple:
+    """Stages off the step's critical path: generation beside training in the separated modes."""
+    return ("gen",) if split.mode != "sync" else ()
 
 
 def _check_finite(entry: dict, key: str, rows: list[StepData], preds: list[dict]) -> None:

@@ -5,9 +5,7 @@ whose stage times come from a ground truth independent of polytrace's model."""
 from __future__ import annotations
 
 import json
-import math
 
-import numpy as np
 import pytest
 from _verl_logs import Run, Truth, write_log
 
@@ -224,3 +222,28 @@ def test_calibration_for_another_family_is_refused(tmp_path, grpo_log, capsys):
                  "--prompts", "4", "--calibration", str(out)]) == 0
     err = capsys.readouterr().err
     assert "fitted on mi300x, applied to h100-sxm" in err and "fitted on qwen2.5-0.5b, applied to qwen2.5-7b" in err
+
+
+def test_one_step_off_log(tmp_path):
+    """A one-step-off trainer's log: no ``gen`` timer (the rollout worker's ``generate_sequences``
+    stands in), generation overlaps training, so the step is the trainer's stages, the weight
+    sync and the wait. Before: the step was priced with generation on its critical path."""
+    from _verl_logs import step_records
+
+    run = Run(steps=40, prompts=64, n=5, max_response=512)
+    recs = step_records(run)
+    for r in recs:
+        m = r["metrics"]
+        gen = m.pop("timing_s/gen")
+        m["timing_s/generate_sequences"] = gen
+        trainer = sum(m[f"timing_s/{s}"] for s in ("old_log_prob", "ref", "update_actor"))
+        m["timing_s/wait_prev_gen"] = max(0.05, gen - trainer)
+        m["timing_s/sync_rollout_weights"] = 0.4
+        m["timing_s/step"] += m["timing_s/wait_prev_gen"] + 0.4 - gen
+    header = ("python3 -m recipe.one_step_off_policy.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct "
+              "data.train_batch_size=64 actor_rollout_ref.rollout.n=5 data.max_response_length=512 "
+              "data.max_prompt_length=512 trainer.n_gpus_per_node=6 rollout.n_gpus_per_node=2\n")
+    res = validate(write_log(tmp_path / "osp.log", run, header=header, records=recs), overrides=MI300X)
+    assert res["mode"] == "one-step-off" and res["config"]["n_gpus"] == 8
+    assert res["stages"][0] == "gen"
+    assert res["accuracy"]["step"]["accuracy"] >= 95.0, res["accuracy"]["step"]

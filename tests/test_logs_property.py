@@ -26,7 +26,8 @@ KEYS = ["timing_s/gen", "timing_s/old_log_prob", "timing_s/ref", "timing_s/updat
         "perf/throughput", "perf/time_per_step", "global_seqlen/mean", "x"]
 OVERRIDE_KEYS = ["data.train_batch_size", "actor_rollout_ref.rollout.n", "trainer.n_gpus_per_node", "trainer.nnodes",
                  "data.max_prompt_length", "data.max_response_length", "actor_rollout_ref.model.path",
-                 "actor_rollout_ref.rollout.tensor_model_parallel_size", "actor_rollout_ref.rollout.gpu_memory_utilization",
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size",
+                 "actor_rollout_ref.rollout.gpu_memory_utilization",
                  "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "actor_rollout_ref.rollout.name"]
 SHELLISH = st.sampled_from(["$", "${", "}", "$(", ")", "`", "'", '"', "\\", "#", "=", ":-", ":=", "$((", "))",
                             "[", "]", " ", "\t", "++ ", "+ ", "```", "export ", "A=", "$A", "${A:-8}", "$1", "{'"])

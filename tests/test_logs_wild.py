@@ -64,7 +64,8 @@ def test_set_x_echoes_and_xtrace_assignments(tmp_path):
               "++ train_files='['\\''/data/a.parquet'\\'', '\\''/data/b.parquet'\\'']'\n"
               "+ python3 -m verl.trainer.main_ppo 'data.train_files=['\\''/data/a.parquet'\\'']' "
               "data.train_batch_size=32 actor_rollout_ref.model.path=/hub/models--deepseek-ai--deepseek-llm-7b-chat"
-              "/snapshots/abc actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 'trainer.logger=[console,wandb]'\n")
+              "/snapshots/abc actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 "
+              "'trainer.logger=[console,wandb]'\n")
     log = read_log(write_log(tmp_path / "x.log", Run(**SMALL), header=header))
     assert log.variables["train_files"] == "['/data/a.parquet', '/data/b.parquet']"
     assert log.config["data.train_files"] == ["/data/a.parquet"]
@@ -120,7 +121,8 @@ def test_grouped_overrides_for_a_wrapper_script():
 
 def test_unstated_values_are_inferred_from_metrics_and_said(tmp_path, capsys):
     run = Run(**{**SMALL, "n": 5})
-    header = "python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B data.train_batch_size=32\n"
+    header = ("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "
+              "data.train_batch_size=32\n")
     path = write_log(tmp_path / "i.log", run, header=header)
     cfg, notes = config_from_log(read_log(path), Overrides(gpu="mi300x"))
     assert (cfg.n_gpus, cfg.n, cfg.max_response_len) == (8, 5, 256)

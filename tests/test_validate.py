@@ -180,3 +180,47 @@ def test_shared_log_beats_naive_where_step_time_varies(validation_logs, name):
         assert step["mape"] <= 0.5 * step["naive_mape"], step
     else:  # steady runs: at least as good as repeating the mean, within noise
         assert step["mape"] <= step["naive_mape"] + 0.5, step
+
+
+# ---- hold-out checks: calibrate on one stretch, predict another ---------------------------------
+
+
+@functools.cache
+def _prepared(folder: str, name: str):
+    from polytrace.validate import prepare
+
+    return prepare(f"{folder}/{name}")
+
+
+def _holdout(cal_rows, test_rows, stages, first_step):
+    from polytrace.calibration import calibrate
+
+    cal = calibrate(cal_rows, stages, first_step=first_step)
+    preds = [cal.predict(r, stages) for r in test_rows]
+    return {k: 100 - 100 * float(np.mean([abs(p[k] - r.actual[k]) / r.actual[k] for p, r in zip(preds, test_rows)]))
+            for k in stages + ["step"]}
+
+
+@pytest.mark.parametrize("start", [30, 100])
+def test_qwen7b_calibrated_mid_run_predicts_the_rest(validation_logs, start):
+    """The Qwen2-7B run's responses go from 200 to 669 tokens: ten steps from the middle of the
+    run (flat lengths near 215) predict the whole run, the long-response end included, for the
+    trainer stages (its generation drifts without a length cause; see UNMET)."""
+    log, _, _, rows, _ = _prepared(str(validation_logs), QWEN7B)
+    stages = ["gen", "old_log_prob", "update_actor"]
+    window = rows[start:start + 10]
+    acc = _holdout(window, [r for r in rows if r not in window], stages, log.steps[0].step)
+    assert acc["old_log_prob"] >= 93.0 and acc["update_actor"] >= 95.0 and acc["step"] >= 90.0, acc
+
+
+@pytest.mark.xfail(strict=True, reason="Qwen2.5-0.5B p1024/r512 -> p512/r256 (both 1 GPU, GPU type unstated): "
+                   "step 76.0% (naive 95.4%); generation and the padded trainer passes barely change between "
+                   "the two runs while the roofline halves, see README")
+def test_qwen05b_across_runs(validation_logs):
+    """The two Qwen2.5-0.5B PPO runs differ only in their length caps (1024+512 vs 512+256):
+    calibrate on the first ten steps of one, predict every step of the other."""
+    log, _, _, a, _ = _prepared(str(validation_logs), LOGS[0])
+    b = _prepared(str(validation_logs), LOGS[1])[3]
+    stages = ["gen", "ref", "values", "update_critic", "update_actor"]
+    acc = _holdout(a[:10], b, stages, log.steps[0].step)
+    assert acc["step"] >= 90.0, acc
