@@ -295,6 +295,9 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) 
     spec = get_model(model) if not isinstance(model, ModelSpec) else model
     warnings = check_applies(doc, spec, get_gpu(gpu).slug)
     res = estimate(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
+    if res.get("timings_used"):
+        warnings.append(f"--calibration {doc['path']} was fitted on roofline prices; measured kernel timings price "
+                        "part of this estimate, so the slowdowns may over- or under-correct those families")
     res["warnings"] = warnings + res["warnings"]
     res["calibration"] = {"path": doc["path"], "model": doc["model"]["name"], "gpu": doc["gpu"],
                           "mode": doc.get("mode"), "source": (doc.get("source") or {}).get("kind"),
