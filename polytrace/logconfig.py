@@ -349,7 +349,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         notes.append(f"GPU not stated in the log: assumed {gpu.slug} (pass --gpu); calibration absorbs "
                      "most of the difference")
     n_gpus = ov.gpus or _gpu_count(log, v, notes)
-    prompts = ov.prompts or v.count("data.train_batch_size", flag="--prompts N")
+    prompts = ov.prompts or _prompts_per_step(log, v, notes)
     n = ov.n or v.count("actor_rollout_ref.rollout.n", flag="--n N")
     if prompts is None and n is not None:
         prompts = infer_prompts(log, n)
@@ -419,6 +419,19 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
+
+
+def _prompts_per_step(log: TrainingLog, v: _Values, notes: list[str]) -> int | None:
+    """``data.train_batch_size``; a fully async trainer leaves it 0 and trains on
+    ``async_training.require_batches`` mini-batches of ``ppo_mini_batch_size`` prompts per step."""
+    if log.mode == "fully-async" and v.raw("data.train_batch_size")[1] in (0, None):
+        need = v.count("async_training.require_batches", flag="--prompts N") or 1
+        mini = v.count("actor_rollout_ref.actor.ppo_mini_batch_size", flag="--prompts N")
+        if mini:
+            notes.append(f"fully async: {need} x ppo_mini_batch_size {mini} = {need * mini} prompts per trainer step")
+            return need * mini
+        return None
+    return v.count("data.train_batch_size", flag="--prompts N")
 
 
 def _gpu_count(log: TrainingLog, v: _Values, notes: list[str]) -> int:

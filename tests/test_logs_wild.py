@@ -251,3 +251,15 @@ def test_step_line_format_round_trip(tmp_path):
     log = read_log(path)
     assert [s.step for s in log.steps] == [r["step"] for r in recs]
     assert log.steps[0].timings["gen"] == pytest.approx(recs[0]["metrics"]["timing_s/gen"], abs=1e-3)
+
+
+def test_fully_async_trainer_config(tmp_path):
+    """A fully async run states train_batch_size 0 and separate trainer and rollout pools."""
+    header = ("python -m recipe.fully_async_policy.fully_async_main data.train_batch_size=0 "
+              "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct actor_rollout_ref.actor.ppo_mini_batch_size=16 "
+              "async_training.require_batches=2 actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=4 "
+              "rollout.n_gpus_per_node=4 async_training.staleness_threshold=0.5\n")
+    log = read_log(write_log(tmp_path / "fa.log", Run(**SMALL), header=header))
+    run, notes = config_from_log(log, Overrides(gpu="mi300x"))
+    assert log.mode == "fully-async" and (run.prompts_per_step, run.n_gpus) == (32, 8)
+    assert any("2 x ppo_mini_batch_size 16 = 32" in n for n in notes)
