@@ -263,3 +263,15 @@ def test_fully_async_trainer_config(tmp_path):
     run, notes = config_from_log(log, Overrides(gpu="mi300x"))
     assert log.mode == "fully-async" and (run.prompts_per_step, run.n_gpus) == (32, 8)
     assert any("2 x ppo_mini_batch_size 16 = 32" in n for n in notes)
+
+
+def test_printed_config_on_one_line_and_other_dicts_passed_over(tmp_path):
+    """An unsorted config printed on one line (a recipe's print), after some other dict print."""
+    header = ("(WorkerDict pid=3) {'data': 1, 'x': 2}\n"
+              "(TaskRunner pid=2) {'data': {'train_batch_size': 32, 'max_response_length': 256}, "
+              "'trainer': {'n_gpus_per_node': 8, 'nnodes': 1}, 'actor_rollout_ref': {'model': "
+              "{'path': 'Qwen/Qwen2.5-0.5B-Instruct'}, 'rollout': {'n': 4}}}\n")
+    log = read_log(write_log(tmp_path / "p.log", Run(**SMALL), header=header))
+    assert log.printed["data.train_batch_size"] == 32 and log.printed["actor_rollout_ref.rollout.n"] == 4
+    run, _ = config_from_log(log, Overrides(gpu="mi300x"))
+    assert (run.model.name, run.n_gpus, run.prompts_per_step, run.n) == ("qwen2.5-0.5b", 8, 32, 4)

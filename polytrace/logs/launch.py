@@ -170,42 +170,72 @@ def read_launch(lines) -> Launch:
 
 # --- the printed config ------------------------------------------------------------------------
 
-_DICT_START = "{'actor_rollout_ref'"
+# pprint sorts keys, so verl's config starts with 'actor_rollout_ref'; recipes that print it
+# unsorted start with another top-level section
+_DICT_STARTS = tuple("{'" + k + "': " for k in ("actor_rollout_ref", "algorithm", "data", "trainer", "critic",
+                                                 "reward_model", "async_training"))
+
+
+def _dict_start(line: str) -> int:
+    pos = line.find("{'")
+    while pos >= 0:
+        if line.startswith(_DICT_STARTS, pos):
+            return pos
+        pos = line.find("{'", pos + 2)
+    return -1
+
 
 
 def printed_config(lines: list[str], head: int = 3000) -> dict | None:
     """The resolved config verl prints at start-up (a pprint'ed dict, one prefix per line; other
-    processes' lines may be interleaved, so only lines with the same prefix are joined)."""
+    processes' lines may be interleaved, so only lines with the same prefix are joined). A dict
+    that does not hold two of verl's top-level sections is some other print, and passed over."""
     for i, line in enumerate(lines[:head]):
-        pos = line.find(_DICT_START)
+        pos = _dict_start(line) if "{'" in line else -1
         if pos < 0:
             continue
-        prefix = line[:pos]
-        parts = [line[pos:]]
-        size = len(parts[0])
-        for nxt in lines[i + 1: i + _CONFIG_MAX_LINES]:
-            if prefix and not nxt.startswith(prefix):
-                continue
-            # another process's output can start mid-line: cut it off
-            body = _RAY_PREFIX.split(nxt[len(prefix):])[0]
-            parts.append(body)
-            size += len(body)
-            if size > _CONFIG_MAX_CHARS:
-                break
-            # pprint ends every line inside the dict with "," except the one closing the root:
-            # one parse attempt there, so a block with lost lines costs no more than a good one
-            if body.rstrip().endswith("}"):
-                try:
-                    value = ast.literal_eval("\n".join(parts))
-                except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
-                    value = None
-                if isinstance(value, dict):
-                    return value
-                break
-        # Lines lost (redacted, or swallowed by another process's output): rebuild what survives
-        # from pprint's indentation.
-        return _config_from_indentation(parts) or None
+        value = _config_block(lines, i, pos)
+        if value and sum(k in value for k in _SECTIONS) >= 2:
+            return value
     return None
+
+
+_SECTIONS = ("actor_rollout_ref", "algorithm", "data", "trainer", "critic", "reward_model")
+
+
+def _config_block(lines: list[str], i: int, pos: int) -> dict | None:
+    line = lines[i]
+    prefix = line[:pos]
+    parts = [line[pos:]]
+    size = len(parts[0])
+    following = iter(lines[i + 1: i + _CONFIG_MAX_LINES])
+    body = parts[0]
+    while True:
+        # pprint ends every line inside the dict with "," except the one closing the root:
+        # one parse attempt there, so a block with lost lines costs no more than a good one
+        if body.rstrip().endswith("}"):
+            try:
+                value = ast.literal_eval("\n".join(parts))
+            except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+                value = None
+            if isinstance(value, dict):
+                return value
+            break
+        nxt = next(following, None)
+        if nxt is None:
+            break
+        if prefix and not nxt.startswith(prefix):
+            body = ""
+            continue
+        # another process's output can start mid-line: cut it off
+        body = _RAY_PREFIX.split(nxt[len(prefix):])[0]
+        parts.append(body)
+        size += len(body)
+        if size > _CONFIG_MAX_CHARS:
+            break
+    # Lines lost (redacted, or swallowed by another process's output): rebuild what survives
+    # from pprint's indentation.
+    return _config_from_indentation(parts) or None
 
 
 _KEY = re.compile(r"'([^'\n]{1,200})': ")
