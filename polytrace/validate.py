@@ -31,7 +31,7 @@ from .compose.efficiency import DEFAULT
 from .compose.rollout import kv_capacity_tokens
 from .compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
 from .errors import PolytraceError
-from .logconfig import MAX_TOKENS, Overrides, Split, config_from_log, execution_split
+from .logconfig import MAX_TOKENS, Overrides, Split, config_from_log, execution_split, model_family
 from .logs import EXTRA_STAGES, TrainingLog, read_log
 
 # verl's top-level timers; others (generate_sequences, reshard, ...) are nested inside these.
@@ -252,7 +252,13 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
     rows = [r for r in rows if all(s in r.actual for s in stages)]
     if calibrate_on:
         source_ov = Overrides(gpu=overrides.gpu if overrides else None)
-        other_log, _, other_notes, other_rows, other_split = prepare(calibrate_on, source_ov)
+        other_log, other_run, other_notes, other_rows, other_split = prepare(calibrate_on, source_ov)
+        if model_family(other_run.model) != model_family(run.model):
+            raise PolytraceError(f"--calibrate-on {calibrate_on} is a run of {other_run.model.name}, another model "
+                                 f"family than {path} ({run.model.name}): calibrate on a run of the same model and "
+                                 "cluster")
+        if other_run.model.name != run.model.name:
+            notes.append(f"calibrated on a run of {other_run.model.name}, predicting {run.model.name} (same family)")
         src_stages = _stages_of(other_rows, len(other_rows))
         other_rows = [r for r in other_rows if all(s in r.actual for s in src_stages)]
         shared = [s for s in stages if s in src_stages]

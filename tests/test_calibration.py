@@ -121,6 +121,9 @@ def test_cross_run_grpo_to_ppo(tmp_path, grpo_log):
     assert res["accuracy"]["step"]["accuracy"] >= 90.0, res["accuracy"]
     assert res["accuracy"]["values"]["naive_accuracy"] is None  # the GRPO run has no values timer
     assert any("values, update_critic not timed in" in n for n in res["notes"])
+    llama = write_log(tmp_path / "llama.log", Run(steps=20, model_path="meta-llama/Llama-3.1-8B-Instruct"))
+    with pytest.raises(PolytraceError, match="another model family"):
+        validate(ppo, calibrate_on=llama, overrides=MI300X)
 
 
 # --- calibration files ------------------------------------------------------------------------------
