@@ -275,3 +275,19 @@ def test_printed_config_on_one_line_and_other_dicts_passed_over(tmp_path):
     assert log.printed["data.train_batch_size"] == 32 and log.printed["actor_rollout_ref.rollout.n"] == 4
     run, _ = config_from_log(log, Overrides(gpu="mi300x"))
     assert (run.model.name, run.n_gpus, run.prompts_per_step, run.n) == ("qwen2.5-0.5b", 8, 32, 4)
+
+
+def test_progress_bar_carriage_returns(tmp_path):
+    """tqdm redraws with bare carriage returns, so a step line can share a physical line with a
+    progress bar; line numbers in errors count newlines only, as editors do."""
+    recs = step_records(Run(**SMALL))
+    body = "".join("Training Progress:  3%|▎ | 3/100 [00:10<05:00]\r" + step_line(r["step"], r["metrics"])
+                   for r in recs)
+    path = tmp_path / "tqdm.log"
+    path.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=32\n" + body + body.replace(
+        "timing_s/gen:", "timing_s/gen:9", 1))
+    with pytest.raises(PolytraceError, match=rf"tqdm.log:{len(recs) + 2}: step 1 is logged again .*line 2 had"):
+        read_log(path)
+    path.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=32\n" + body)
+    log = read_log(path)
+    assert len(log.steps) == len(recs) and log.steps[-1].metrics["perf/throughput"] > 0

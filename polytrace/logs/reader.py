@@ -189,9 +189,9 @@ class _Steps:
         return TrainingLog(path=str(path), format=fmt, steps=steps, **kw)
 
 
-def _open_text(path: Path, what: str):
+def _open_text(path: Path, what: str, newline: str = ""):
     try:
-        return path.open("r", encoding="utf-8", errors="replace", newline="")
+        return path.open("r", encoding="utf-8", errors="replace", newline=newline)
     except OSError as exc:
         raise PolytraceError(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
 
@@ -203,27 +203,30 @@ def read_console_log(path) -> TrainingLog:
     long_lines = 0
     first_step_line = 0
     after_first = 0
-    with _open_text(path, "log") as fh:
+    with _open_text(path, "log", newline="\n") as fh:  # line numbers as editors count them
         try:
             for number, raw in enumerate(fh, 1):
                 if len(raw) > MAX_LINE_CHARS:
                     long_lines += 1
                     continue
-                line = strip_line(raw) if "[" in raw else raw.rstrip("\r\n")
-                if "step:" in line:
-                    m = _STEP.search(line)
-                    if m:
-                        metrics = _parse_metrics(line[m.end():])
-                        if metrics:
-                            steps.add(int(m.group(1)), metrics, number)
-                            first_step_line = first_step_line or number
-                            continue
-                if not first_step_line:
-                    if len(head) < MAX_HEAD_LINES:
-                        head.append((number, line))
-                elif after_first < _TAIL_CONFIG_LINES:
-                    head.append((number, line))  # workers print the model config after the trainer starts
-                    after_first += 1
+                raw = raw.rstrip("\r\n")
+                # progress bars redraw with bare carriage returns: each piece is a line of output
+                for piece in raw.split("\r") if "\r" in raw else (raw,):
+                    line = strip_line(piece) if "[" in piece else piece
+                    if "step:" in line:
+                        m = _STEP.search(line)
+                        if m:
+                            metrics = _parse_metrics(line[m.end():])
+                            if metrics:
+                                steps.add(int(m.group(1)), metrics, number)
+                                first_step_line = first_step_line or number
+                                continue
+                    if not first_step_line:
+                        if len(head) < MAX_HEAD_LINES:
+                            head.append((number, line))
+                    elif after_first < _TAIL_CONFIG_LINES:
+                        head.append((number, line))  # workers print the model config after the trainer starts
+                        after_first += 1
         except OSError as exc:
             raise PolytraceError(f"{path}: cannot read log ({exc.strerror or exc})") from None
     notes = []
