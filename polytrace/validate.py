@@ -41,6 +41,9 @@ GOAL_STAGES = ("gen", "old_log_prob", "ref", "update_actor")
 # Decode iterations one engine may simulate per step: past this the configuration (a KV cache
 # holding a handful of sequences, or lengths near the 2^20 bound) would take minutes per step.
 MAX_DECODE_ITERATIONS = 20_000_000
+# Pricing a step walks every data-parallel rank and inference engine in Python (~10 us each):
+# steps x GPUs past this would take minutes (a 1,000-step log of a 512-GPU run is 5*10^5).
+MAX_STEP_GPU_PRODUCT = 3_000_000
 _NEEDED = ("response_length/mean",)
 _MAX_NOTED = 5  # bad steps named one by one before the rest are counted
 
@@ -152,9 +155,18 @@ def _capped(v, hi: float):
     return None if v is None else min(float(v), hi)
 
 
-def _check_simulation_size(run: RunConfig, split: Split) -> None:
-    """Refuse a configuration whose rollout simulation would run for minutes per step: decode
-    iterations per engine are at most (sequences per engine / concurrent sequences) x the cap."""
+def _check_simulation_size(run: RunConfig, split: Split, steps: int = 1) -> None:
+    """Refuse a configuration whose pricing would run for minutes: more GPUs than sequences per
+    step (verl gives every data-parallel rank at least one), steps x GPUs past
+    ``MAX_STEP_GPU_PRODUCT``, or a rollout simulation whose decode iterations per engine, at most
+    (sequences per engine / concurrent sequences) x the cap, pass ``MAX_DECODE_ITERATIONS``."""
+    seqs = run.prompts_per_step * run.n
+    if run.n_gpus > seqs:
+        raise PolytraceError(f"{run.n_gpus} GPUs for {seqs} sequences per step: verl gives every GPU at least one; "
+                             "check --gpus, --prompts and --n")
+    if steps * run.n_gpus > MAX_STEP_GPU_PRODUCT:
+        raise PolytraceError(f"{steps} steps x {run.n_gpus} GPUs is too much to price one by one (at most "
+                             f"{MAX_STEP_GPU_PRODUCT:,}); check --gpus, or validate a shorter stretch of the log")
     gpus = split.rollout_gpus or run.n_gpus
     engines = max(1, gpus // run.rollout_tp)
     per_engine = math.ceil(run.prompts_per_step * run.n / engines)
@@ -172,7 +184,7 @@ def price_steps(run: RunConfig, rows: list[StepData], split: Split | None = None
     """Each row's stage costs at slowdown 1 (``row.x``). With a separate rollout pool (one-step-off,
     fully async) generation is priced on the rollout GPUs and the trainer stages on the rest."""
     split = split or Split("sync")
-    _check_simulation_size(run, split)
+    _check_simulation_size(run, split, len(rows))
     roll_run = train_run = run
     if split.rollout_gpus and split.rollout_gpus < run.n_gpus:
         train_gpus = run.n_gpus - split.rollout_gpus

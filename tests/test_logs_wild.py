@@ -291,3 +291,16 @@ def test_progress_bar_carriage_returns(tmp_path):
     path.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=32\n" + body)
     log = read_log(path)
     assert len(log.steps) == len(recs) and log.steps[-1].metrics["perf/throughput"] > 0
+
+
+def test_sizes_from_the_log_are_bounded_before_pricing(tmp_path):
+    """Counts that are valid alone but would make pricing run for minutes (or allocate per token
+    position) are refused before any step is priced."""
+    header = ("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B "
+              "data.train_batch_size=32 actor_rollout_ref.rollout.n=4 trainer.n_gpus_per_node=8 trainer.nnodes=1000\n")
+    with no_hang(), pytest.raises(PolytraceError, match="8000 GPUs for 128 sequences per step"):
+        validate(write_log(tmp_path / "g.log", Run(**SMALL), header=header))
+    header = header.replace("trainer.nnodes=1000", "trainer.nnodes=1").replace("train_batch_size=32",
+                                                                                "train_batch_size=400000")
+    with no_hang(), pytest.raises(PolytraceError, match="sequences per step, more than 1,048,576"):
+        validate(write_log(tmp_path / "s.log", Run(**SMALL), header=header))
