@@ -33,6 +33,8 @@ MAX_LINE_CHARS = 1_000_000
 MAX_HEAD_LINES = 200_000
 # Lines after the first step line that may still hold the printed configs (ray workers print late).
 _TAIL_CONFIG_LINES = 6000
+# ...and at most this many characters of them (a script and a printed config are ~100 kB).
+MAX_HEAD_CHARS = 50_000_000
 # Keys longer than this are not metric names.
 _MAX_KEY_CHARS = 200
 
@@ -203,6 +205,7 @@ def read_console_log(path) -> TrainingLog:
     long_lines = 0
     first_step_line = 0
     after_first = 0
+    head_chars = 0
     with _open_text(path, "log", newline="\n") as fh:  # line numbers as editors count them
         try:
             for number, raw in enumerate(fh, 1):
@@ -221,11 +224,15 @@ def read_console_log(path) -> TrainingLog:
                                 steps.add(int(m.group(1)), metrics, number)
                                 first_step_line = first_step_line or number
                                 continue
+                    if head_chars + len(line) > MAX_HEAD_CHARS:
+                        continue
                     if not first_step_line:
                         if len(head) < MAX_HEAD_LINES:
                             head.append((number, line))
+                            head_chars += len(line)
                     elif after_first < _TAIL_CONFIG_LINES:
                         head.append((number, line))  # workers print the model config after the trainer starts
+                        head_chars += len(line)
                         after_first += 1
         except OSError as exc:
             raise PolytraceError(f"{path}: cannot read log ({exc.strerror or exc})") from None
