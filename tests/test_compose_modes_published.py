@@ -20,6 +20,8 @@ gives async no gain over sync at the same GPU count.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from polytrace.compose.modes import mode_estimate
@@ -136,3 +138,29 @@ def test_one_step_off_speedup_and_trainer_side(one_step_off):
     # the trainer's stages on 12 of the 16 GPUs, against the published 108 s and 337 s
     stages = summary["mean_stages_s"]
     assert abs(stages["old_log_prob"] / 108 - 1) <= 0.20 and abs(stages["update_actor"] / 337 - 1) <= 0.20, stages
+
+
+def test_cli_calibrate_once_then_ask_each_mode(tmp_path, capsys):
+    from polytrace.cli import main
+
+    cal = tmp_path / "cal.json"
+    cfg = ["--prompts", "512", "--n", "16", "--max-prompt-len", "2048", "--max-response-len", "28672", "--no-ref",
+           "--ppo-mini-batch", "32"]
+    step, gen, olp, upd = FULLY_ASYNC_SYNC[CALIBRATE_ON]
+    assert main(["calibrate", "--stage-times", f"gen={gen},old_log_prob={olp},update_actor={upd},step={step}",
+                 "--model", MODEL, "--gpu", GPU, "--gpus", str(CALIBRATE_ON), *cfg, "-o", str(cal)]) == 0
+    capsys.readouterr()
+    where = ["estimate", "--calibration", str(cal), "--model", MODEL, "--gpu", GPU, "--gpus", "128", "--steps", "1"]
+    assert main([*where, *cfg, "--mode", "fully-async", "--rollout-gpus", "64", "--staleness", "0.5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["mode"]["mode"] == "fully-async" and "calibration" in doc
+    assert abs(doc["summary"]["mean_step_s"] / FULLY_ASYNC[128][1] - 1) <= 0.20
+    assert main([*where, *cfg, "--compare-modes"]) == 0
+    out = capsys.readouterr().out
+    assert "fully-async" in out and "one-step-off" in out
+    # a calibration of another model family is refused, with --compare-modes too
+    assert main([*where[:4], "llama-3.1-8b", *where[5:], "--compare-modes"]) == 2
+    assert "--calibration" in capsys.readouterr().err
+    # a log states its own configuration
+    assert main(["calibrate", "some.log", "--ppo-mini-batch", "32", "-o", str(tmp_path / "x.json")]) == 2
+    assert "--ppo-mini-batch applies to --stage-times" in capsys.readouterr().err
