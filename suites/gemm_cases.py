@@ -3,8 +3,9 @@ profiles' models through torch (cuBLAS on a GPU). A baseline, not a kernel of ou
 composition layer (``polytrace.compose``) prices every stage's dense matmuls with these timings.
 
 Models: the model each built-in profile is estimated with (``polytrace.report.PROFILE_DEFAULTS``:
-Qwen2.5-32B, Qwen2.5-14B (DeepCoder), Qwen2.5-VL-7B, Qwen2.5-7B, Qwen3-235B-A22B), one entry per
-distinct set of layer dimensions (Qwen2.5-VL-7B's language model has Qwen2.5-7B's). Layers, for
+Qwen2.5-32B, Qwen2.5-14B (DeepCoder), Qwen2.5-VL-7B, Qwen2.5-7B, Qwen3-235B-A22B), each at the
+tokens of its own profile's micro-batches (so the estimate of every built-in profile finds its
+model by name, though Qwen2.5-VL-7B's language model has Qwen2.5-7B's dimensions). Layers, for
 ``M`` tokens: ``qkv`` (N = (heads + 2 kv_heads) x head_dim, K = hidden), ``o`` (N = hidden,
 K = heads x head_dim), ``gate_up`` (N = 2 x intermediate, K = hidden), ``down`` (N = hidden,
 K = intermediate) and ``lm_head`` (N = vocab, K = hidden). A mixture-of-experts model's MLP is one
@@ -104,10 +105,9 @@ def gemm_shapes() -> tuple[tuple[str, GemmShape], ...]:
     seen = set()
     for profile, (model_name, _gpus) in PROFILE_DEFAULTS.items():
         dims = _model_dims(model_name)
-        key = tuple(v for k, v in sorted(dims.items()) if k != "name")
-        if key in seen:
-            continue  # same layer dimensions as a model already timed (Qwen2.5-VL-7B's LLM is Qwen2.5-7B's)
-        seen.add(key)
+        if dims["name"] in seen:
+            continue  # model-b-math and model-b-tooluse share their model
+        seen.add(dims["name"])
         mb = shapes.token_counts((profile,), per_profile=1)[0]
         for layer, m, n, k, e in layers(dims, mb.total_tokens):
             for mode in ("fwd", "bwd"):

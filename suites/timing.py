@@ -249,7 +249,7 @@ def plan_timer(fn: Callable[[], object], *, b=None, graph_ok: bool = True, input
     want_graph = force == "graph" or (force is None and graph_ok and estimate < GRAPH_BELOW_S)
     if not (want_graph and b.graphs):
         return Timer(b, fn, Plan("events", estimate_s=estimate), clock)
-    n = math.ceil(GRAPH_REPLAY_S / max(estimate, 1e-7))
+    n = math.ceil(round(GRAPH_REPLAY_S / max(estimate, 1e-7), 6))  # round: 1 ms / 20 us is 50, not 50.0000001
     if output_bytes > 0:
         n = min(n, max(1, GRAPH_OUTPUT_BYTES // output_bytes))
     n = max(2, min(n, MAX_GRAPH_LAUNCHES))
