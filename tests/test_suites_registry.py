@@ -98,7 +98,8 @@ def test_gemm_family_covers_every_profile_model_at_micro_batch_tokens(gpu_shapes
            and c.meta.mode == "bwd"}
     assert (q32["qkv"]["N"], q32["qkv"]["K"], q32["gate_up"]["N"], q32["lm_head"]["N"]) == (7168, 5120, 55296, 152064)
     assert 4096 <= q32["qkv"]["M"] <= 40000  # a packed micro-batch's tokens
-    moe = [c.meta.shape for c in cases if c.meta.shape["model"] == "qwen3-235b-a22b" and c.meta.shape["layer"] == "down"]
+    moe = [c.meta.shape for c in cases
+           if c.meta.shape["model"] == "qwen3-235b-a22b" and c.meta.shape["layer"] == "down"]
     assert all(s["experts"] == 128 and s["M"] == round(s["tokens"] * 8 / 128) for s in moe)
     assert {c.meta.shape["M"] for c in cases if c.meta.mode == "fwd"} >= {gemm.DECODE_TOKENS}
 
@@ -120,7 +121,6 @@ def test_decode_shapes_follow_the_rollout_across_kv_lengths(gpu_shapes):
 
 def test_decode_schedule_is_the_rollout_simulations():
     from polytrace.compose.rollout import _schedule
-
     from suites import shapes
 
     rng = np.random.default_rng(3)
