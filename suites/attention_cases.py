@@ -417,7 +417,8 @@ def cases() -> list[BenchCase]:
                 out.append(BenchCase(SUITE, meta, p, _inputs(s, mode == "bwd"), _bind(p.name, s, mode),
                                      _truth(s, mode), _compare(s, p.name, mode),
                                      label=f"varlen-{p.name}-{mode}-{s.id}",
-                                     rotate_inputs=not p.name.startswith("flex"), finish=_totals))
+                                     rotate_inputs=not p.name.startswith("flex"), finish=_totals,
+                                     slow_setup=p.name.startswith("flex")))
     return out
 
 

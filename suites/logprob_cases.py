@@ -484,7 +484,8 @@ def cases() -> list[BenchCase]:
                             profile=s.profile, seed=s.seed, step=s.step, weight=s.weight, extra=info)
                 out.append(BenchCase(SUITE, meta, p, _logits_inputs(s, mode != "fwd"), _bind_logits(p.name, s, mode),
                                      _logits_truth(s, p.name, mode), _logits_compare(s, p.name, mode),
-                                     label=f"token_logprobs-{p.name}-{mode}-{s.id}"))
+                                     label=f"token_logprobs-{p.name}-{mode}-{s.id}",
+                                     slow_setup=p.name == "torch-compile"))
     for mode in MODES:
         for s in linear_shapes():
             dtype = dtype_name(True)
@@ -500,5 +501,6 @@ def cases() -> list[BenchCase]:
                 out.append(BenchCase(SUITE, meta, p, _linear_inputs(s, mode != "fwd", p.name == "bare-matmul"),
                                      _bind_linear(p.name, s, mode), _linear_truth(s, p.name, mode),
                                      _linear_compare(s, p.name, mode),
-                                     label=f"linear_token_logprobs-{p.name}-{mode}-{s.id}"))
+                                     label=f"linear_token_logprobs-{p.name}-{mode}-{s.id}",
+                                     slow_setup=p.name == "torch-compile"))
     return out

@@ -44,6 +44,18 @@ def test_every_case_is_explicit_checked_and_unique(all_cases):
             ("logprob", "token_logprobs", "fwd+bwd"), ("packing", "pack", "fwd")} <= kernels
 
 
+def test_generated_tests_run_our_providers_first_and_compiled_ones_last(all_cases):
+    """A time budget cuts the end of a suite: what the gate needs comes first."""
+    test = registry.make_test(all_cases["logprob"], "test_x")
+    params = next(m for m in test.pytestmark if m.name == "parametrize").args[1]
+    order = [(p.values[0].slow_setup, p.values[0].meta.kind) for p in params]
+    kinds = [k for slow, k in order if not slow]
+    assert kinds == sorted(kinds, key=lambda k: {"ours": 0, "baseline": 1}.get(k, 2))
+    assert [slow for slow, _ in order] == sorted(slow for slow, _ in order)
+    assert any(slow for slow, _ in order) and params[0].values[0].meta.provider == "ours"
+    assert test.pytestmark[-1].name == "benchmark" or any(m.name == "benchmark" for m in test.pytestmark)
+
+
 def test_suite_modules_never_bind_our_kernels_at_import():
     """Another revision's kernels, imported under another name, must be callable through the same
     cases: suites/ imports itself relatively and takes only FLOP/byte specs (and the tolerance
