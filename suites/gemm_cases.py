@@ -2,7 +2,7 @@
 profiles' models through torch (cuBLAS on a GPU). A baseline, not a kernel of ours: the
 composition layer (``polytrace.compose``) prices every stage's dense matmuls with these timings.
 
-Models: the model each built-in profile is estimated with (``polytrace.report.PROFILE_DEFAULTS``:
+Models: the model each built-in profile is estimated with (``polytrace.compose.workloads.PROFILE_DEFAULTS``:
 Qwen2.5-32B, Qwen2.5-14B (DeepCoder), Qwen2.5-VL-7B, Qwen2.5-7B, Qwen3-235B-A22B), each at the
 tokens of its own profile's micro-batches (so the estimate of every built-in profile finds its
 model by name, though Qwen2.5-VL-7B's language model has Qwen2.5-7B's dimensions). Layers, for
@@ -10,13 +10,14 @@ model by name, though Qwen2.5-VL-7B's language model has Qwen2.5-7B's dimensions
 K = heads x head_dim), ``gate_up`` (N = 2 x intermediate, K = hidden), ``down`` (N = hidden,
 K = intermediate) and ``lm_head`` (N = vocab, K = hidden). A mixture-of-experts model's MLP is one
 expert's GEMM at the mean tokens an expert gets, ``M x active / experts`` (``experts`` and
-``tokens`` in the shape say so).
+``tokens`` in the shape say so), plus its ``router`` (N = experts, K = hidden): the layer names
+``polytrace.compose.pricing.linear_layers`` prices.
 
 ``M``: the tokens of the profile's representative packed micro-batch (``shapes.token_counts``,
 the log-prob and update passes), modes ``fwd`` (``x @ w.T``) and ``bwd`` (its two gradient
-matmuls, ``dy @ w`` and ``dy.T @ x``); plus ``DECODE_TOKENS`` (a rollout engine's running batch),
-forward only, weight 0. Shape keys: model, layer, M, N, K, dtype. Outputs are checked against fp64
-on a row subset (d(weight) on as many of its rows).
+matmuls, ``dy @ w`` and ``dy.T @ x``); plus ``DECODE_TOKENS`` (a rollout engine's running batch,
+full and in the tail), forward only, weight 0. Shape keys: model, layer, M, N, K, dtype. Outputs
+are checked against fp64 on a row subset (d(weight) on as many of its rows).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from .registry import BenchCase, Bound
 SUITE = "gemm"
 FAMILY = "gemm"
 KERNEL = "linear"
-DECODE_TOKENS = 256  # sequences one rollout engine decodes at once (vLLM's default max_num_seqs)
+# running sequences of a rollout engine: a full batch (vLLM's default max_num_seqs) and the tail's few
+DECODE_TOKENS = (256, 16)
 CPU_TOKENS = 48
 # an interpreter-sized stand-in with every layer kind (dimensions awkward on purpose)
 CPU_MODEL = {"name": "cpu-tiny", "hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 32, "intermediate": 96,
@@ -73,7 +75,8 @@ def layers(spec: dict, tokens: int) -> list[tuple[str, int, int, int, int]]:
     if spec.get("experts"):
         e, k_act, inter = spec["experts"], spec["active_experts"], spec["moe_intermediate"]
         per_expert = max(1, round(tokens * k_act / e))
-        out += [("gate_up", per_expert, 2 * inter, h, e), ("down", per_expert, h, inter, e)]
+        out += [("gate_up", per_expert, 2 * inter, h, e), ("down", per_expert, h, inter, e),
+                ("router", tokens, e, h, e)]
     else:
         out += [("gate_up", tokens, 2 * spec["intermediate"], h, 0), ("down", tokens, h, spec["intermediate"], 0)]
     out.append(("lm_head", tokens, spec["vocab"], h, 0))
@@ -100,7 +103,7 @@ def gemm_shapes() -> tuple[tuple[str, GemmShape], ...]:
             for mode in ("fwd", "bwd"):
                 out.append((mode, GemmShape(CPU_MODEL["name"], layer, m, n, k, "", 1.0, CPU_TOKENS, e, None, None)))
         return tuple(out)
-    from polytrace.report import PROFILE_DEFAULTS
+    from polytrace.compose.workloads import PROFILE_DEFAULTS
 
     seen = set()
     for profile, (model_name, _gpus) in PROFILE_DEFAULTS.items():
@@ -113,8 +116,9 @@ def gemm_shapes() -> tuple[tuple[str, GemmShape], ...]:
             for mode in ("fwd", "bwd"):
                 out.append((mode, GemmShape(dims["name"], layer, m, n, k, profile, mb.weight, mb.total_tokens, e,
                                             mb.seed, mb.step)))
-        for layer, m, n, k, e in layers(dims, DECODE_TOKENS):
-            out.append(("fwd", GemmShape(dims["name"], layer, m, n, k, profile, 0.0, DECODE_TOKENS, e, None, None)))
+        for tokens in DECODE_TOKENS:
+            for layer, m, n, k, e in layers(dims, tokens):
+                out.append(("fwd", GemmShape(dims["name"], layer, m, n, k, profile, 0.0, tokens, e, None, None)))
     return tuple(out)
 
 

@@ -37,6 +37,19 @@ def environment_line(result) -> str:
     return text + "; not throttled"
 
 
+def step_estimate(files: list[Path], slug: str) -> str:
+    """The default workload's step priced from this run's timings: which families are measured."""
+    try:
+        from polytrace.compose import estimate
+        from polytrace.compose.breakdown import kernel_table, source_lines
+
+        est = estimate("dapo-math-32b", "qwen2.5-32b", slug, 32, steps=range(8), results=[str(f) for f in files])
+        return ("step estimate priced from this run (dapo-math-32b / qwen2.5-32b / 32 GPUs, estimated):\n"
+                + kernel_table(est["summary"]) + "\n" + "\n".join(source_lines(est["summary"])))
+    except Exception as exc:  # noqa: BLE001 - e.g. a CPU dry run: CPU timings are not rates
+        return f"step estimate from this run: not computed ({exc})"
+
+
 def summary(out: Path, summary_path: Path, slug: str, suites: list[str], results_root: Path,
             allow_missing: bool = False) -> int:
     from polytrace.atomic_write import atomic_write_text
@@ -69,13 +82,21 @@ def summary(out: Path, summary_path: Path, slug: str, suites: list[str], results
                          + ", ".join(missing[:5]) + (" (allowed: --allow-missing)" if allow_missing else ""))
             code = code or (0 if allow_missing else 1)
         try:
-            report = compare(baseline, merge(results, name=str(out)))
-            atomic_write_text(out / "gate.md", format_markdown(report) + "\n")
+            candidate = merge(results, name=str(out))
+            report = compare(baseline, candidate)
+            gate_md = format_markdown(report)
+            if report.exit_code != 2:  # what the change costs on the default workload (polytrace gate prints it too)
+                from polytrace.compose.impact import step_time_line
+
+                gate_md += "\n\n**" + step_time_line(baseline, candidate)["line"] + "**"
+            atomic_write_text(out / "gate.md", gate_md + "\n")
             lines.append(f"gate vs {base}: {report.verdict} (exit {report.exit_code}) -> gate.md")
         except Exception as exc:  # noqa: BLE001 - the gate's refusal or error is reported, not fatal here
             lines.append(f"gate vs {base}: could not run: {exc}")
     elif results:
         lines.append(f"gate: no baseline at {base} (set one with: polytrace results set-baseline {out}/*.json)")
+    if results:
+        brief.append(step_estimate(run_files(out, suites), slug))
     atomic_write_text(summary_path, "\n\n".join(brief) + "\n\n" + "\n".join(lines) + "\n\n# full tables\n\n"
                       + "\n\n".join(full) + "\n")
     for line in lines:

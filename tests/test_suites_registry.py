@@ -91,8 +91,8 @@ def gpu_shapes(monkeypatch):
 
 
 def test_gemm_family_covers_every_profile_model_at_micro_batch_tokens(gpu_shapes):
+    from polytrace.compose.workloads import PROFILE_DEFAULTS
     from polytrace.models import get_model
-    from polytrace.report import PROFILE_DEFAULTS
 
     gemm = gpu_shapes["gemm_cases"]
     cases = gemm.cases()
@@ -105,7 +105,7 @@ def test_gemm_family_covers_every_profile_model_at_micro_batch_tokens(gpu_shapes
         assert {"model", "layer", "M", "N", "K", "dtype"} <= set(shape) and c.meta.roofline == "bf16"
         assert c.meta.flops == (2 if c.meta.mode == "fwd" else 4) * shape["M"] * shape["N"] * shape["K"]
     layers = {(c.meta.shape["model"], c.meta.shape["layer"]) for c in cases}
-    assert {layer for _, layer in layers} == {"qkv", "o", "gate_up", "down", "lm_head"}
+    assert {layer for _, layer in layers} == {"qkv", "o", "gate_up", "down", "lm_head", "router"}
     q32 = {c.meta.shape["layer"]: c.meta.shape for c in cases if c.meta.shape["model"] == "qwen2.5-32b"
            and c.meta.mode == "bwd"}
     assert (q32["qkv"]["N"], q32["qkv"]["K"], q32["gate_up"]["N"], q32["lm_head"]["N"]) == (7168, 5120, 55296, 152064)
@@ -113,7 +113,7 @@ def test_gemm_family_covers_every_profile_model_at_micro_batch_tokens(gpu_shapes
     moe = [c.meta.shape for c in cases
            if c.meta.shape["model"] == "qwen3-235b-a22b" and c.meta.shape["layer"] == "down"]
     assert all(s["experts"] == 128 and s["M"] == round(s["tokens"] * 8 / 128) for s in moe)
-    assert {c.meta.shape["M"] for c in cases if c.meta.mode == "fwd"} >= {gemm.DECODE_TOKENS}
+    assert {c.meta.shape["M"] for c in cases if c.meta.mode == "fwd"} >= set(gemm.DECODE_TOKENS)
 
 
 def test_decode_shapes_follow_the_rollout_across_kv_lengths(gpu_shapes):
