@@ -32,8 +32,9 @@ from .registry import BenchCase, Bound
 SUITE = "gemm"
 FAMILY = "gemm"
 KERNEL = "linear"
-# running sequences of a rollout engine: a full batch (vLLM's default max_num_seqs) and the tail's few
-DECODE_TOKENS = (256, 16)
+# running sequences of a rollout engine: a full batch (vLLM's default max_num_seqs), and the tail's
+# few down to one (a long-tailed rollout spends most of its iterations there)
+DECODE_TOKENS = (256, 16, 1)
 CPU_TOKENS = 48
 # an interpreter-sized stand-in with every layer kind (dimensions awkward on purpose)
 CPU_MODEL = {"name": "cpu-tiny", "hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 32, "intermediate": 96,

@@ -112,7 +112,7 @@ def test_gemm_family_covers_every_profile_model_at_micro_batch_tokens(gpu_shapes
     assert 4096 <= q32["qkv"]["M"] <= 40000  # a packed micro-batch's tokens
     moe = [c.meta.shape for c in cases
            if c.meta.shape["model"] == "qwen3-235b-a22b" and c.meta.shape["layer"] == "down"]
-    assert all(s["experts"] == 128 and s["M"] == round(s["tokens"] * 8 / 128) for s in moe)
+    assert all(s["experts"] == 128 and s["M"] == max(1, round(s["tokens"] * 8 / 128)) for s in moe)
     assert {c.meta.shape["M"] for c in cases if c.meta.mode == "fwd"} >= set(gemm.DECODE_TOKENS)
 
 
