@@ -345,7 +345,9 @@ def _bind(provider: str, s: VarlenShape, mode: str):
             return Bound(fwd, extra)
         out = call()  # the forward once, outside the timing; each round runs the backward
         dout = _as_layout(inp.dout, out, s)
-        return Bound(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True), extra)
+        # no CUDA graph: autograd runs each backward op on its forward's stream, and the forward ran
+        # outside any capture, so a graph of the backward alone would not hold its kernels
+        return Bound(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True), extra, graph_ok=False)
     return bind
 
 

@@ -129,6 +129,17 @@ def test_a_graph_that_cannot_be_captured_falls_back_to_events_and_says_why():
     assert timing.plan_timer(dev.work(900e-6), b=FakeDevice(), force="graph").plan.mode == "graph"
 
 
+def test_a_graph_that_lost_its_work_is_not_used():
+    """Work that ran outside the capture (another stream) leaves a replay of almost nothing."""
+    dev = FakeDevice()
+    dev.capture = lambda fns: (lambda: None)
+    timer = timing.plan_timer(dev.work(20e-6), b=dev)
+    assert timer.plan.mode == "events" and "escaped the capture" in timer.plan.info()["graph_fallback"]
+    good = FakeDevice()
+    ok = timing.plan_timer(good.work(20e-6), b=good)
+    assert ok.plan.mode == "graph" and ok.plan.info()["graph_over_events"] == pytest.approx(1.0)
+
+
 def test_host_work_uses_the_host_clock():
     timer = timing.plan_timer(lambda: sum(range(1000)), b=timing.HostBackend())
     assert timer.plan.info() == {"timing": "host", "l2": "n/a", "launches_per_round": 1, "input_copies": 1}
