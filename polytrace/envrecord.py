@@ -80,16 +80,19 @@ class NvmlDevice:
         nvml, reason = _load_nvml()
         if nvml is None:
             return cls(None, None, reason)
+        errors = []
+        if uuid:
+            text = str(uuid) if str(uuid).startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
+            try:
+                return cls(nvml, nvml.nvmlDeviceGetHandleByUUID(text))
+            except Exception as exc:  # noqa: BLE001 - an unexpected UUID format: the index still works
+                errors.append(f"by UUID {text}: {exc}")
         try:
-            if uuid:
-                text = uuid if str(uuid).startswith(("GPU-", "MIG-")) else f"GPU-{uuid}"
-                handle = nvml.nvmlDeviceGetHandleByUUID(text)
-            else:
-                handle = nvml.nvmlDeviceGetHandleByIndex(int(index))
+            return cls(nvml, nvml.nvmlDeviceGetHandleByIndex(int(index)))
         except Exception as exc:  # noqa: BLE001
-            _shutdown(nvml)
-            return cls(None, None, f"NVML cannot open GPU {uuid or index}: {exc}")
-        return cls(nvml, handle)
+            errors.append(f"by index {index}: {exc}")
+        _shutdown(nvml)
+        return cls(None, None, "NVML cannot open the GPU (" + "; ".join(errors) + ")")
 
     def close(self) -> None:
         if self.nvml is not None and not self._closed:

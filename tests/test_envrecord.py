@@ -91,6 +91,15 @@ def test_snapshot_reads_every_field(install):
     assert "nvmlDeviceGetHandleByUUID" in nvml.calls and nvml.calls[-1] == "nvmlShutdown"
 
 
+def test_a_uuid_nvml_does_not_know_falls_back_to_the_index(install):
+    nvml = install(fake_nvml(fail=("nvmlDeviceGetHandleByUUID",)))
+    dev = NvmlDevice.open(index=3, uuid="1234-abcd")
+    assert dev.handle == ("handle", 3) and dev.snapshot()["nvml"] == "ok"
+    assert nvml.calls[:3] == ["nvmlInit", "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByIndex"]
+    install(fake_nvml(fail=("nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByIndex")))
+    assert "cannot open the GPU" in NvmlDevice.open(uuid="x").snapshot()["nvml"]
+
+
 def test_unsupported_fields_are_unknown_not_errors(install):
     install(fake_nvml(fail=("nvmlDeviceGetEccMode", "nvmlDeviceGetMigMode", "nvmlDeviceGetPowerUsage",
                             "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses")))
