@@ -17,6 +17,9 @@ the same inputs):
 ``SUITES`` maps a suite name to its case modules (``suites/<module>.py``, each with a ``cases()``
 function); ``suite_cases(name)`` lists its cases; ``make_test`` turns some of them into a pytest
 test (ids stable across runs); ``run_case`` is the test body; ``measure`` the same without pytest.
+To interleave two revisions: ``prepare(case, kernels=A, inputs=x)`` and ``prepare(case,
+kernels=B, inputs=x)`` on one ``x = case.make_inputs(device, 0)``, then ``timer_for`` each and
+alternate their ``measure()`` calls.
 """
 
 from __future__ import annotations
@@ -125,12 +128,14 @@ class OutputCheckFailed(AssertionError):
     pass
 
 
-def prepare(case: BenchCase, kernels=None, seed: int = 0) -> Prepared:
-    """Build the inputs, bind the provider, call it once and check its output against the fp64
-    reference (outside any timing). A wrong result raises ``OutputCheckFailed`` naming the
-    provider and the error: it is never timed."""
+def prepare(case: BenchCase, kernels=None, seed: int = 0, inputs=None) -> Prepared:
+    """Build the inputs (or take ``inputs``: two revisions timed on the very same tensors), bind
+    the provider, call it once and check its output against the fp64 reference (outside any
+    timing). A wrong result raises ``OutputCheckFailed`` naming the provider and the error: it is
+    never timed."""
     dev = harness.device()
-    inputs = case.make_inputs(dev, seed)
+    if inputs is None:
+        inputs = case.make_inputs(dev, seed)
     # the truth first: a provider may write into its inputs (liger puts the gradient in the logits)
     checked = case.truth is not None and case.compare is not None
     truth = _cached_truth(case, inputs, seed) if checked else None
@@ -168,7 +173,11 @@ def _cached_truth(case: BenchCase, inputs, seed: int):
     return _TRUTHS[key]
 
 
-def _timer(case: BenchCase, prepared: Prepared, kernels=None, force: str | None = None) -> timing.Timer:
+def timer_for(case: BenchCase, prepared: Prepared, kernels=None, force: str | None = None) -> timing.Timer:
+    """How ``prepared`` is timed (events, or a CUDA graph over cold input copies); each
+    ``timer.measure()`` is one round's per-launch device seconds, so two revisions' timers can
+    be interleaved round by round. ``timer.close()`` frees the graph."""
+
     def more_bound(k: int) -> list[Callable[[], object]]:
         dev = harness.device()
         mod = kernels_module(kernels) if case.meta.kind == "ours" else kernels_module(None)
@@ -189,7 +198,7 @@ def run_case(benchmark, case: BenchCase, kernels=None) -> None:
         prepared = prepare(case, kernels)
     except OutputCheckFailed as exc:
         pytest.fail(str(exc), pytrace=False)
-    timer = _timer(case, prepared, kernels)
+    timer = timer_for(case, prepared, kernels)
     try:
         harness.time_rounds(benchmark, timer, case.meta, rounds=case.rounds, host=case.host)
     finally:
@@ -230,7 +239,7 @@ def measure(case: BenchCase, kernels=None, *, rounds: int | None = None, seed: i
             force: str | None = None) -> Measurement:
     """Time one case without pytest-benchmark (same inputs, check and timing as ``run_case``)."""
     prepared = prepare(case, kernels, seed)
-    timer = _timer(case, prepared, kernels, force)
+    timer = timer_for(case, prepared, kernels, force)
     try:
         n = rounds or harness.rounds_for(timer.plan.estimate_s, host=case.host)[0]
         times = [timer.measure() for _ in range(n)]

@@ -165,6 +165,12 @@ def test_a_case_runs_outside_pytest_with_another_copy_of_the_kernels(monkeypatch
         assert len(m.rounds_s) == 2 and all(t > 0 for t in m.rounds_s) and m.id == case.id
         a, b = case.make_inputs("cpu", 0), case.make_inputs("cpu", 0)
         assert (a.padded == b.padded).all()  # deterministic inputs
+        # two revisions on the very same tensors, rounds interleaved
+        pa, pb = registry.prepare(case, None, inputs=a), registry.prepare(case, other, inputs=a)
+        ta, tb = registry.timer_for(case, pa, None), registry.timer_for(case, pb, other)
+        n = len(calls)
+        rounds = [t.measure() for _ in range(2) for t in (ta, tb)]
+        assert pa.inputs is pb.inputs and all(r > 0 for r in rounds) and len(calls) == n + 2
     finally:
         for name in [n for n in sys.modules if n.startswith("polytrace_kernels_other_rev")]:
             del sys.modules[name]
