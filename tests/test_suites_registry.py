@@ -141,6 +141,67 @@ def test_decode_schedule_is_the_rollout_simulations():
         assert np.array_equal(shapes.fifo_starts(lens, slots), _schedule(lens, slots))
 
 
+def test_row_subset_references_equal_the_whole_batchs_rows():
+    """The GPU-sized attention check computes single query rows (and their dq) against their own
+    sequence's keys: the same numbers as the whole batch's reference at those rows."""
+    import torch
+
+    from suites.attention_ref import attention_rows, to_packed
+
+    gen = torch.Generator().manual_seed(5)
+    lens = [5, 1, 9, 3]
+    q, k, v, dout = (torch.randn(sum(lens), h, 8, generator=gen, dtype=torch.float16) for h in (4, 2, 2, 4))
+    whole = attention_rows(q, k, v, lens, None, None)
+    rows = torch.tensor([0, 4, 5, 6, 14, 17])
+    part = attention_rows(q, k, v, lens, rows, None)
+    assert torch.allclose(part["want"]["out"], whole["want"]["out"][rows], rtol=0, atol=1e-12)
+    wg = attention_rows(q, k, v, lens, None, dout)
+    pg = attention_rows(q, k, v, lens, rows, dout)
+    assert torch.allclose(pg["want"]["dq"], wg["want"]["dq"][rows], rtol=0, atol=1e-12)
+    assert set(pg["want"]) == {"dq"} and set(wg["want"]) == {"dq", "dk", "dv"}
+    # layouts mapped back: padded [B, H, Lmax, D] and K repeated per query head (summed per group)
+    padded = torch.zeros(len(lens), 4, max(lens), 8, dtype=torch.float64)
+    start = 0
+    for i, n in enumerate(lens):
+        padded[i, :, :n] = whole["want"]["out"][start:start + n].transpose(0, 1)
+        start += n
+    assert torch.equal(to_packed(padded, lens, 4), whole["want"]["out"])
+    rep = wg["want"]["dk"].repeat_interleave(2, 1) / 2
+    assert torch.allclose(to_packed(rep, lens, 2), wg["want"]["dk"].float(), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["fwd", "fwd+bwd"])
+def test_logprob_checks_on_a_row_subset_pass_ours_and_catch_a_bias(mode):
+    """Past 64 rows (every GPU shape) the log-prob checks compare 64 evenly spaced rows in fp64;
+    ours passes there, and a 2e-4 bias in its log-probs does not."""
+    from suites import logprob_cases as lc
+    from suites.harness import Case
+
+    s = lc.TokShape("t", "", 66, 1.0, "tiny", 50, 16)
+    for kernel, inputs, bind, truth, compare in (
+            ("token_logprobs", lc._logits_inputs(s, mode != "fwd"), lc._bind_logits("ours", s, mode),
+             lc._logits_truth(s, "ours", mode), lc._logits_compare(s, "ours", mode)),
+            ("linear_token_logprobs", lc._linear_inputs(s, mode != "fwd", False), lc._bind_linear("ours", s, mode),
+             lc._linear_truth(s, "ours", mode), lc._linear_compare(s, "ours", mode))):
+        meta = Case("logprob", kernel, "ours", mode, {"T": 66, "k": kernel}, provider_kind="ours",
+                    extra={"computes": ["logprob", "entropy"]})
+        case = registry.BenchCase("logprob", meta, lc.LOGITS_PROVIDERS[0], inputs, bind, truth, compare)
+        prepared = registry.prepare(case)
+        assert prepared.check["ok"] is True and len(truth(inputs("cpu", 0))["rows"]) == 64
+        names = [o["name"] for o in prepared.check["outputs"]]
+        assert names == (["logprob", "entropy"] if mode == "fwd" else
+                         ["d(logits)"] if kernel == "token_logprobs" else ["d(hidden)"])  # d(weight): all rows
+        if mode == "fwd":
+            def biased(inp, kernels, bind=bind):
+                bound = bind(inp, kernels)
+                fn = bound.fn
+                bound.fn = lambda: (fn()[0] + 2e-4, fn()[1])
+                return bound
+            bad = registry.BenchCase("logprob", meta, case.provider, inputs, biased, truth, compare)
+            with pytest.raises(registry.OutputCheckFailed, match="logprob: max"):
+                registry.prepare(bad)
+
+
 def _load_kernels_as(name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / "kernels" / "__init__.py",
                                                   submodule_search_locations=[str(ROOT / "kernels")])
