@@ -5,7 +5,7 @@
 # pytest-benchmark, scipy, tabulate, numpy; nvidia-ml-py for the environment record; no network,
 # polytrace NOT pip-installed), from anywhere:
 #
-#   scripts/device_check.sh [--budget-s 270] [--tests-budget-s 120] [--suites "logprob attention gemm packing workload"]
+#   scripts/device_check.sh [--budget-s 240] [--tests-budget-s 150] [--suites "logprob attention gemm packing workload"]
 #                           [--kernel-tests "tests/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
 #                           [--commit SHA] [--store] [--set-baseline] [--force] [--allow-cpu]
 #
@@ -13,7 +13,7 @@
 #    test_kernel_bad_input.py, and test_kernel_launch.py / test_tolerance.py where present) on the
 #    GPU, then the other `gpu`-marked tests, under their own cap (--tests-budget-s);
 # 2. runs every suite (suites/test_<name>.py) with pytest-benchmark, sharing the total time budget
-#    (--budget-s, default 270 s) between them: each suite gets the time left divided by the suites
+#    (--budget-s, default 240 s) between them: each suite gets the time left divided by the suites
 #    left, enforced in-process (POLYTRACE_BENCH_BUDGET_S: later benchmarks skip with a reason and the
 #    JSON is still written) with a hard `timeout` behind it (SIGINT first, so pytest still writes
 #    what it measured; SIGKILL 20 s later). -k EXPR selects benchmarks (pytest -k) in every suite;
@@ -24,7 +24,7 @@
 #      gate.md             the regression gate against results/baselines/<gpu-slug>.json, when one exists
 # 4. prints the one-screen summary.
 #
-# The defaults fit about 7 minutes of wall time on an H200 (120 s of tests, 270 s of suites, start-up
+# The defaults fit about 7 minutes of wall time on an H200 (150 s of tests, 240 s of suites, start-up
 # and summary), leaving a 15-minute device lease room for the machine's start and a partial rerun.
 #
 # --store / --set-baseline copy the JSON files into results/<gpu-slug>/<date>_<commit>_<suite>.json
@@ -41,8 +41,8 @@
 
 set -uo pipefail
 
-BUDGET_S=270
-TESTS_BUDGET_S=120
+BUDGET_S=240
+TESTS_BUDGET_S=150
 SUITES="logprob attention gemm packing workload"
 KERNEL_TESTS="tests/test_logprob.py tests/test_attention.py tests/test_packing_kernels.py tests/test_kernel_bad_input.py tests/test_kernel_launch.py tests/test_tolerance.py"
 # One representative micro-batch per profile keeps the attention suite inside a short lease;
