@@ -58,7 +58,7 @@ ALLOW_CPU=0
 COMMIT="${POLYTRACE_COMMIT:-}"
 MAX_OUT_FILES=8
 
-usage() { sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
