@@ -84,12 +84,11 @@ def summary(out: Path, summary_path: Path, slug: str, suites: list[str], results
         try:
             candidate = merge(results, name=str(out))
             report = compare(baseline, candidate)
-            gate_md = format_markdown(report)
-            if report.exit_code != 2:  # what the change costs on the default workload (polytrace gate prints it too)
+            if report.exit_code != 2:  # the change's cost on the default workload, under the verdict as in gate
                 from polytrace.compose.impact import step_time_line
 
-                gate_md += "\n\n**" + step_time_line(baseline, candidate)["line"] + "**"
-            atomic_write_text(out / "gate.md", gate_md + "\n")
+                report.impact.append(step_time_line(baseline, candidate)["line"])
+            atomic_write_text(out / "gate.md", format_markdown(report) + "\n")
             lines.append(f"gate vs {base}: {report.verdict} (exit {report.exit_code}) -> gate.md")
         except Exception as exc:  # noqa: BLE001 - the gate's refusal or error is reported, not fatal here
             lines.append(f"gate vs {base}: could not run: {exc}")
