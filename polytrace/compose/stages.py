@@ -55,6 +55,9 @@ class RunConfig:
     micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
     micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
     remove_padding: bool = True
+    # the critic's own ``critic.model.use_remove_padding`` where a log states it (None: as the
+    # actor's); a padded critic costs the same every step whatever the lengths
+    critic_remove_padding: bool | None = None
     mem_fraction: float = 0.5  # gpu_memory_utilization of the inference engine
     gradient_checkpointing: bool = True
     max_num_seqs: int = 1024
@@ -111,7 +114,9 @@ class RunConfig:
             tp=self.train_tp if self.strategy == "megatron" else 1,
             pp=self.train_pp if self.strategy == "megatron" else 1,
             micro_batch_seqs=seqs, micro_batch_tokens=tokens,
-            remove_padding=self.remove_padding, pad_to=self.max_prompt_len + self.max_response_len,
+            remove_padding=(self.critic_remove_padding if stage in ("values", "update_critic")
+                            and self.critic_remove_padding is not None else self.remove_padding),
+            pad_to=self.max_prompt_len + self.max_response_len,
             gradient_checkpointing=self.gradient_checkpointing, mini_batches=self.mini_batches,
             balance=self.balance_batch,
             lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0)
@@ -125,7 +130,8 @@ class RunConfig:
             "algorithm": self.algorithm, "use_ref": self.use_ref,
             "critic_model": (self.critic_model or self.model).name if self.use_critic else None,
             "micro_batch_tokens": self.micro_batch_tokens, "micro_batch_seqs": self.micro_batch_seqs,
-            "remove_padding": self.remove_padding, "mem_fraction": self.mem_fraction,
+            "remove_padding": self.remove_padding, "critic_remove_padding": self.critic_remove_padding,
+            "mem_fraction": self.mem_fraction,
             "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
             "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
             "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
