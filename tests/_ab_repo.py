@@ -71,7 +71,8 @@ def plant_planner_twice(repo: Path) -> None:
     """``plan_microbatches`` repeats its whole search."""
     edit(repo, "kernels/packing/planner.py", "\ndef plan_microbatches(", "\ndef _plan_once(")
     with open(repo / "kernels/packing/planner.py", "a") as fh:
-        fh.write("\n\ndef plan_microbatches(*args, **kwargs):\n    _plan_once(*args, **kwargs)  # planted: searched twice\n"
+        fh.write("\n\ndef plan_microbatches(*args, **kwargs):\n"
+                 "    _plan_once(*args, **kwargs)  # planted: searched twice\n"
                  "    return _plan_once(*args, **kwargs)\n")
 
 

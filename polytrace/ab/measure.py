@@ -155,7 +155,9 @@ def _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed) -> 
           rounds, seed)
 
 
-def _timers(reg, base_case, cand_case, base, cand, prep_b, prep_c, force=None):
+def _timers(reg, base_case, cand_case, base, cand, prep_b, prep_c):
+    # a provider that synchronises with the host cannot be a graph: then neither is (one plan for both)
+    force = None if prep_b.bound.graph_ok and prep_c.bound.graph_ok else "events"
     tc = _guard("CAND", "timing plan", lambda: reg.timer_for(cand_case, prep_c, cand.kernels, force))
     mode = tc.plan.mode if tc.plan.mode in ("events", "graph") else None
     try:

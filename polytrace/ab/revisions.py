@@ -137,9 +137,22 @@ def _sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@contextmanager
-def checked_out(repo: Path, base_rev: str, cand_rev: str | None) -> Iterator[tuple[Revision, Revision]]:
-    """BASE (and CAND, unless it is the working tree) in temporary worktrees, removed on exit."""
+@dataclass(frozen=True)
+class Resolved:
+    """Both revisions named, checked before anything is checked out or imported."""
+
+    repo: Path
+    base_rev: str
+    base_commit: str
+    cand_rev: str | None  # None: the working tree
+    cand_commit: str | None
+    head: str
+    changed: tuple[str, ...]  # uncommitted changes under kernels/ and suites/
+
+
+def resolve_pair(repo: Path, base_rev: str, cand_rev: str | None) -> Resolved:
+    """Resolve BASE and CAND; refuse CAND naming HEAD while kernels/ or suites/ have uncommitted
+    changes (a checkout of HEAD would silently leave them out)."""
     base_commit = resolve(repo, base_rev, "BASE")
     cand_commit = resolve(repo, cand_rev, "CAND") if cand_rev is not None else None
     head = resolve(repo, "HEAD", "HEAD")
@@ -149,6 +162,15 @@ def checked_out(repo: Path, base_rev: str, cand_rev: str | None) -> Iterator[tup
         raise PolytraceError(f"CAND {cand_rev!r} is HEAD, but the working tree has uncommitted changes under "
                              f"kernels/ or suites/ ({shown}) that a checkout of HEAD would leave out: commit them, "
                              "or omit CAND to time the working tree as it is")
+    return Resolved(repo, base_rev, base_commit, cand_rev, cand_commit, head, tuple(changed))
+
+
+@contextmanager
+def checked_out(repo: Path, base_rev: str, cand_rev: str | None,
+                resolved: Resolved | None = None) -> Iterator[tuple[Revision, Revision]]:
+    """BASE (and CAND, unless it is the working tree) in temporary worktrees, removed on exit."""
+    r = resolved or resolve_pair(repo, base_rev, cand_rev)
+    base_commit, cand_commit, head, changed = r.base_commit, r.cand_commit, r.head, r.changed
     with _sigterm_interrupts():
         tmp = Path(tempfile.mkdtemp(prefix="polytrace-ab-"))
         added: list[Path] = []

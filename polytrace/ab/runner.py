@@ -118,16 +118,19 @@ def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | Non
     if not 0 < alpha < 1:
         raise PolytraceError(f"--alpha must be in (0, 1), got {alpha}")
     match = keyword_matcher(keyword)
+    out_path = _out_dir(out_dir)
+    if rounds is not None:
+        check_rounds(rounds, alpha, cuda=True)  # too few for the test: refused before anything else
+    root = revisions.repo_root(repo)
+    resolved = revisions.resolve_pair(root, base_rev, cand_rev)  # git only: bad revisions fail fast
     cuda = _cuda()
     if not cuda and not force:
         raise PolytraceError("no CUDA GPU: on this machine both revisions would run in the Triton interpreter, a smoke "
                              "test of the code path whose timings are not performance; --force runs it anyway "
                              "(at the suites' tiny CPU shapes)")
     n_pairs = check_rounds(rounds, alpha, cuda)
-    out_path = _out_dir(out_dir)
-    root = revisions.repo_root(repo)
     say = progress or (lambda _msg: None)
-    with revisions.checked_out(root, base_rev, cand_rev) as (base_rev_, cand_rev_), _interpreter(cuda), \
+    with revisions.checked_out(root, base_rev, cand_rev, resolved) as (base_rev_, cand_rev_), _interpreter(cuda), \
             loader.loaded({"BASE": base_rev_.root, "CAND": cand_rev_.root}) as revs:
         base, cand = revs["BASE"], revs["CAND"]
         wanted = _suites(suites, cand, base)
