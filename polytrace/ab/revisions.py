@@ -108,9 +108,16 @@ def _check_layout(rev: Revision) -> None:
 
 
 def _add_worktree(repo: Path, folder: Path, commit: str, label: str) -> None:
-    proc = _git(repo, "worktree", "add", "--detach", "--quiet", str(folder), commit)
+    """A detached worktree at ``commit`` holding only kernels/ and suites/ (what ``ab`` loads): a
+    repository whose results/ grew large costs no more to check out."""
+    proc = _git(repo, "worktree", "add", "--detach", "--no-checkout", "--quiet", str(folder), commit)
     if proc.returncode != 0:
         raise PolytraceError(f"{label}: git worktree add failed: {_first_line(proc.stderr)}")
+    present = [d for d in MEASURED_DIRS if _git(repo, "cat-file", "-e", f"{commit}:{d}").returncode == 0]
+    if present:
+        proc = _git(folder, "checkout", "--quiet", commit, "--", *present)
+        if proc.returncode != 0:
+            raise PolytraceError(f"{label}: git checkout of {', '.join(present)} failed: {_first_line(proc.stderr)}")
 
 
 def _remove_worktrees(repo: Path, folders: list[Path], tmp: Path) -> None:
@@ -118,6 +125,18 @@ def _remove_worktrees(repo: Path, folders: list[Path], tmp: Path) -> None:
         _git(repo, "worktree", "remove", "--force", str(folder))
     shutil.rmtree(tmp, ignore_errors=True)
     _git(repo, "worktree", "prune")
+
+
+@contextmanager
+def _sigterm_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -189,4 +208,5 @@ def checked_out(repo: Path, base_rev: str, cand_rev: str | None,
                 _check_layout(rev)
             yield base, cand
         finally:
-            _remove_worktrees(repo, added, tmp)
+            with _sigterm_ignored():  # a second SIGTERM must not cut the cleanup short
+                _remove_worktrees(repo, added, tmp)

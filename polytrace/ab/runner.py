@@ -218,11 +218,18 @@ def _step_time(report: AbReport) -> None:
     from ..results.schema import parse_result
 
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
-    sides = [parse_result(result_json(report, side, now), f"<ab {side}>") for side in ("base", "cand")]
+    try:
+        sides = [parse_result(result_json(report, side, now), f"<ab {side}>") for side in ("base", "cand")]
+    except PolytraceError as exc:
+        report.impact.append(f"step time: not estimated ({exc})")
+        return
     if not sides[0].benchmarks:
         report.impact.append("step time: not estimated (no case was timed)")
         return
-    res = step_time_line(sides[0], sides[1])
+    try:
+        res = step_time_line(sides[0], sides[1])
+    except PolytraceError as exc:  # never lose a finished run to the estimate
+        res = {"line": f"step time: not estimated ({exc})", "step_change": None}
     report.impact.append(res["line"])
     report.step_time = {"line": res["line"], "step_change": res["step_change"]}
 
