@@ -115,6 +115,7 @@ def test_a_kernel_doing_its_work_twice_fails_and_is_named(capsys, repo, own_temp
     report = json.loads((tmp_path / "o" / "ab.json").read_text())
     (case,) = report["cases"]
     assert 0.5 < case["change"] < 3.0 and case["pairs"] == 16 and len(case["first"]) == 16
+    assert case["timing"]["timing"] == "host-cpu"  # the interpreter's rounds: process CPU time
     assert report["base"]["spec"] == "noop" and report["cand"]["kernel_hashes"]["packing"] != \
         report["base"]["kernel_hashes"]["packing"]
     from polytrace.results import load_result

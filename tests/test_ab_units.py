@@ -75,6 +75,15 @@ def test_a_consistent_slowdown_beyond_the_threshold_regresses_and_a_small_one_do
     assert fast.cases[0].status == "improvement" and fast.exit_code == 0
 
 
+def test_a_slowdown_the_test_cannot_reach_is_an_error_not_a_pass():
+    """Pairs timed exactly alike carry no sign; when too few pairs differ for p < alpha while the
+    median is slower beyond the threshold, the case cannot pass quietly."""
+    c = case_with(np.zeros(10))
+    c.cand_rounds = [b * (1.3 if i < 6 else 1.0) for i, b in enumerate(c.base_rounds)]  # 6 slower, 4 alike
+    r = report_of([c])
+    assert c.status == "error" and "only 6 of 10 pairs differ" in c.note and r.exit_code == 2
+
+
 def test_alpha_is_the_one_passed():
     # 7 of 10 pairs 10% slower, 3 slightly faster (the three smallest ranks): p = 0.027
     ratios = np.array([0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, -0.001, -0.002, -0.003]) + np.arange(10) * 1e-4

@@ -8,8 +8,12 @@
    bar the main branch's tests hold, so a pull request cannot loosen the check it is judged by.
    The two outputs are also compared with each other (``output_diff``: max |CAND - BASE|).
 3. **Rounds interleaved.** Both are timed by CAND's ``suites/timing.py`` with one plan (CUDA events
-   or a CUDA-graph replay, L2 flushed; the host clock in the interpreter and for host work): when
-   one revision cannot use the plan the other got, both fall back to the same one. After
+   or a CUDA-graph replay, L2 flushed; when one revision cannot use the plan the other got, both
+   fall back to the same one). Host-clock plans (host work such as the planner, and everything in
+   the CPU interpreter) are read as the process's CPU time (``time.process_time``, ``timing:
+   host-cpu``) instead of wall time: on a shared machine another process's time slice would land
+   on one side of a pair only (on this project's 2-core CI machine, wall-clock pairs of a 2x
+   slowdown flipped often enough to lift p past 0.002 under load; CPU time does not see them). After
    ``WARMUP_PAIRS`` untimed pairs, each pair runs BASE and CAND back to back in an order drawn per
    pair from a seeded generator (``first``: "B" or "C"), so drift hits both alike and neither
    always runs on a cache the other warmed.
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 import math
+import time
 import zlib
 from collections.abc import Callable
 
@@ -168,6 +173,16 @@ def _timers(reg, base_case, cand_case, base, cand, prep_b, prep_c):
     return tb, tc
 
 
+def _round(timer) -> float:
+    """One round's per-launch seconds: the device plan's own measure, or the process's CPU time
+    around the work for a host-clock plan."""
+    if timer.plan.mode != "host":
+        return timer.measure()
+    start = time.process_time()
+    timer.work()
+    return (time.process_time() - start) / timer.plan.launches
+
+
 def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, rounds, seed) -> None:
     reg = cand.registry
     prep_b = reg.Prepared(inputs, bound_b[0], {}, bound_b[1], None)
@@ -180,6 +195,8 @@ def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, ro
         if tb.plan.mode != tc.plan.mode:
             raise CaseError(f"BASE and CAND cannot be timed alike ({tb.plan.mode} vs {tc.plan.mode})")
         result.timing = {**tc.plan.info(), "launches_per_round_base": tb.plan.launches}
+        if tc.plan.mode == "host":
+            result.timing["timing"] = "host-cpu"
         rng = np.random.default_rng([seed, zlib.crc32(result.id.encode())])
         first = rng.integers(0, 2, size=WARMUP_PAIRS + rounds)
         b_times, c_times, order = [], [], []
@@ -187,7 +204,7 @@ def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, ro
             pair = {}
             for who in (("C", "B") if cand_first else ("B", "C")):
                 timer, label = (tc, "CAND") if who == "C" else (tb, "BASE")
-                pair[who] = _guard(label, "timed round", timer.measure)
+                pair[who] = _guard(label, "timed round", lambda t=timer: _round(t))
             if i >= WARMUP_PAIRS:
                 b_times.append(float(pair["B"]))
                 c_times.append(float(pair["C"]))

@@ -9,7 +9,8 @@ Per case (a benchmark id present in both revisions) the status is one of
 - ``base-wrong``: BASE's output fails its own check while CAND's passes (a fix, or a changed
   reference); a note, not timed;
 - ``error``: a revision raised while building, binding, checking or timing the case, both outputs
-  fail the check, or a round is unusable.
+  fail the check, a round is unusable, or CAND is slower beyond the threshold while too few pairs
+  differ at all (timed exactly alike) for the test to reach alpha: never a quiet pass.
 
 Aggregates follow the gate (``polytrace.results.gate``): per (family, kernel, mode, provider), weights
 with one meaning per mode (token share; sequences for the planner), the weighted geometric-mean
@@ -170,7 +171,12 @@ def judge(case: CaseResult, threshold: float, alpha: float) -> None:
     case.p_value = paired.signed_rank_p(r)
     case.change = paired.median_change(r)
     lr = math.log1p(case.change)
-    if case.p_value < alpha and lr > math.log1p(threshold):
+    differing = int(np.count_nonzero(r))  # pairs timed exactly alike carry no sign: the test drops them
+    if lr > math.log1p(threshold) and paired.min_p_value(differing) >= alpha:
+        case.status = "error"
+        case.note = (f"slower by {case.change:+.1%} but only {differing} of {r.size} pairs differ: the test cannot "
+                     f"reach p < {alpha:g} (needs {paired.pairs_needed(alpha)}); rerun with more --rounds")
+    elif case.p_value < alpha and lr > math.log1p(threshold):
         case.status = "regression"
     elif case.p_value < alpha and -lr > math.log1p(threshold):
         case.status = "improvement"

@@ -85,7 +85,7 @@ def resolve(repo: Path, rev: str, label: str) -> str:
     """The full commit hash ``rev`` names, or a one-line error naming it."""
     if not rev or rev.startswith("-") or any(c in rev for c in "\0\n"):
         raise PolytraceError(f"{label} {rev!r}: not a revision")
-    proc = _git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    proc = _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")  # a leading '-' was refused above
     if proc.returncode != 0 or not proc.stdout.strip():
         raise PolytraceError(f"{label} {rev!r}: no such revision in {repo} (a branch, tag or commit; "
                              "fetch it first if it is remote)")
