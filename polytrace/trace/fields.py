@@ -132,13 +132,15 @@ def read_regular_file(path: Path) -> str:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise TraceFormatError(path, f"cannot read: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
-                raise TraceFormatError(path, "is a folder, not a trace file")
-            if not stat.S_ISREG(mode):
-                raise TraceFormatError(path, "not a regular file (a FIFO, device or socket): not read")
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise TraceFormatError(path, "is a folder, not a trace file")
+        if not stat.S_ISREG(mode):
+            raise TraceFormatError(path, "not a regular file (a FIFO, device or socket): not read")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read().decode()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise TraceFormatError(path, f"cannot read: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFormatError(path, f"cannot read: {exc}") from None
+    finally:
+        os.close(fd)

@@ -119,7 +119,7 @@ def _read_file(path: Path, max_response_len: int | None) -> tuple[Trace, bool]:
         if "input" in first and "output" in first:
             return _read_step_jsonl(path, text_), True
         # A one-line paper-era JSON document also parses here.
-        if first and all(_STEP_KEY.fullmatch(str(k)) for k in first):
+        if first and all(re.fullmatch(r"-?\d+", str(k)) for k in first):  # bad step numbers refused there
             return _read_paper_json(path, first), True
         raise TraceFormatError(path, "unrecognised trace format: first record has none of "
                                      "'input'/'output', 'turns' or a 'format' header", line=1)
