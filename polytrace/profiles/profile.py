@@ -165,8 +165,8 @@ class Profile:
         except RecursionError:
             raise PolytraceError(f"{where}: JSON nested too deeply") from None
         except ValueError as exc:
-            raise PolytraceError(f"{where}:{getattr(exc, 'lineno', '?')}: invalid JSON: "
-                                 f"{getattr(exc, 'msg', exc)}") from None
+            line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise PolytraceError(f"{where}{line}: invalid JSON: {getattr(exc, 'msg', exc)}") from None
         return cls.from_json(obj, where=where)
 
 
