@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import random
 import re
@@ -397,6 +398,26 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _NONFINITE = re.compile(r"(?<![\w.])-?(?:nan|inf|infinity)(?![\w])", re.IGNORECASE)
 
 
+def _non_finite(text: str) -> str:
+    """Where ``text`` shows a NaN or an infinity ("" if nowhere): numbers of JSON output (names
+    such as a shape id "-inf" are strings there, not numbers), else nan/inf words of a table."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        m = _NONFINITE.search(text)
+        return text[max(0, m.start() - 60): m.end() + 20] if m else ""
+    stack = [("", doc)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return f"{where or '<root>'} = {node}"
+        if isinstance(node, dict):
+            stack += [(f"{where}/{k}", v) for k, v in node.items()]
+        elif isinstance(node, list):
+            stack += [(f"{where}/{i}", v) for i, v in enumerate(node)]
+    return ""
+
+
 def _where(stderr: str) -> str:
     frames = _FRAME.findall(stderr)
     ours = [(f, ln, fn) for f, ln, fn in frames if str(REPO) in f or "/polytrace/" in f or "/kernels/" in f]
@@ -435,10 +456,10 @@ def execute(plan: Plan, command: str, index: int, timeout: float) -> Outcome:
         o.detail = err_s.strip().splitlines()[-1][:200]
         return o
     if proc.returncode == 0 or (command == "gate" and proc.returncode == 1):
-        written = "".join(p.read_text(errors="replace") for p in plan.written if p.is_file())
-        m = _NONFINITE.search(out_s + written)
-        if m:
-            o.kind, o.detail = "non-finite", (out_s + written)[max(0, m.start() - 60): m.end() + 20]
+        texts = [out_s] + [p.read_text(errors="replace") for p in plan.written if p.is_file()]
+        bad = next((b for b in map(_non_finite, texts) if b), "")
+        if bad:
+            o.kind, o.detail = "non-finite", bad
         elif command == "fit" and plan.written and plan.written[0].is_file():
             check = subprocess.run([sys.executable, "-m", "polytrace", "describe", str(plan.written[0])],
                                    capture_output=True, text=True, env=env, timeout=timeout)
