@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PolytraceError
+from ..trace.fields import MAX_TOKENS
 from ..trace.model import Trace, describe_cap
 from .drift import DriftCurve, get_drift
 from .profile import BatchConfig, Profile
@@ -42,7 +43,8 @@ def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
     groups_per_step = [len(s.groups) for s in trace.steps]
     prompts_mode = int(np.bincount(groups_per_step).argmax())
     longest_prompt = int(pooled.prompt_lens.max())
-    max_prompt = int(max_prompt_len or trace.max_prompt_len or 1 << int(np.ceil(np.log2(longest_prompt))))
+    max_prompt = int(max_prompt_len or trace.max_prompt_len
+                     or min(1 << int(np.ceil(np.log2(longest_prompt))), MAX_TOKENS))
     config = BatchConfig(prompts_per_step=int(prompts_per_step or prompts_mode), n=int(n or n_mode),
                          max_prompt_len=max(max_prompt, longest_prompt), max_response_len=cap)
 
