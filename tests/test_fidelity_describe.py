@@ -147,3 +147,15 @@ def test_cli_describe_and_fidelity_flag_the_partial_search_r1_step(polytrace_dat
     d = json.loads(capsys.readouterr().out)
     assert d["partial_steps"] == [5] and d["include_partial"] is True
     assert d["summary"]["sequences"] == pytest.approx((5 * 2048 + 47) / 6)
+
+
+def test_cli_describe_max_response_len_is_for_traces(polytrace_data, capsys):
+    from polytrace.cli import main
+
+    dapo = str(polytrace_data / "verl/profile/packed_length_log/20260610_092349")
+    assert main(["describe", dapo]) == 0
+    assert "max response 10,112 (the longest response: no pile-up" in capsys.readouterr().out
+    assert main(["describe", dapo, "--max-response-len", "32768"]) == 0
+    assert "max response 32,768 (stated by the caller" in capsys.readouterr().out
+    assert main(["describe", "dapo-math-32b", "--max-response-len", "32768"]) == 2
+    assert "--max-response-len applies to recorded traces" in capsys.readouterr().err

@@ -76,14 +76,14 @@ def load_source(text: str, drift: str | None = None, max_response_len: int | Non
     from ..profiles.profile import FORMAT as PROFILE_FORMAT
     from ..trace import load_trace
 
-    if text in BUILTIN:
-        return get_profile(text, drift=drift)
     path = Path(text)
-    if not path.exists():
+    if text not in BUILTIN and not path.exists():
         raise PolytraceError(f"{text!r} is neither a built-in profile ({', '.join(BUILTIN)}) nor an existing "
                              f"file or folder")
-    if path.is_file() and path.suffix == ".json" and _is_profile_file(path, PROFILE_FORMAT):
-        return get_profile(str(path), drift=drift)
+    if text in BUILTIN or (path.is_file() and path.suffix == ".json" and _is_profile_file(path, PROFILE_FORMAT)):
+        if max_response_len is not None:
+            raise PolytraceError("--max-response-len applies to recorded traces, not to profiles")
+        return get_profile(text, drift=drift)
     if drift is not None:
         raise PolytraceError("--drift applies to profiles, not to recorded traces")
     return load_trace(path, max_response_len=max_response_len)
@@ -91,7 +91,8 @@ def load_source(text: str, drift: str | None = None, max_response_len: int | Non
 
 def _is_profile_file(path: Path, fmt: str) -> bool:
     try:
-        head = path.read_text()[:4096]
+        with path.open("rb") as fh:  # the head only: a profile names its format first
+            head = fh.read(4096).decode(errors="replace")
     except OSError:
         return False
     return f'"{fmt}"' in head
