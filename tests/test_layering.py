@@ -4,6 +4,7 @@
   entry point) imports ``polytrace.cli``.
 - ``kernels/`` stands alone: it never imports ``polytrace`` (a family folder can be vendored).
 - No import cycle between files, counting every import (top-level or inside a function).
+- No module over ``MAX_LINES`` (550) lines: a longer one is split along its seams.
 """
 
 from __future__ import annotations
@@ -11,9 +12,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # folder -> the import name it installs as (kernels/ installs as polytrace_kernels, see setup.py)
 PACKAGES = {"polytrace": "polytrace", "kernels": "polytrace_kernels", "suites": "suites"}
+MAX_LINES = 550
 
 
 def _modules() -> dict[str, Path]:
@@ -116,3 +120,9 @@ def test_no_import_cycle_between_files():
     that imports its own package's ``__init__`` back is a cycle (import the submodule instead)."""
     cycle = _cycle()
     assert cycle is None, " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_size(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{MODULES[module].relative_to(ROOT)} has {lines} lines: split it along its seams"

@@ -1,4 +1,4 @@
-"""Public functions, validation, launch configs and autograd for token log-probs and entropies.
+"""Public functions, launches and autograd for token log-probs and entropies.
 
 - ``token_logprobs(logits, tokens, ...)``: from materialised logits [T, V].
 - ``linear_token_logprobs(hidden, weight, tokens, ...)``: from hidden states [T, H] and the
@@ -9,201 +9,33 @@ Launch configs: ``config=None`` takes a tuned config for this device and shape b
 computed from the vocabulary size, hidden size and dtype only, never from the number of tokens:
 a config that changed with T would change the order of a row's sums, and with it the last bits
 of its log-prob (see "Batch invariance" in ``__init__.py``).
+
+Launch configs and tuning live in ``configs.py`` and argument checks in ``validation.py``; the
+names the package and ``polytrace tune`` reach through ``api`` are imported here.
 """
 
 from __future__ import annotations
-
-import functools
-import math
-import numbers
-import os
 
 import torch
 import triton
 
 from . import kernel as K
-
-try:  # a family folder vendored alone has no tuning store: defaults then
-    from .._tuning import lookup as _tuning_lookup
-except ImportError:  # pragma: no cover - exercised only when vendored
-    _tuning_lookup = None
-
-_FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-_TOKEN_DTYPES = (torch.int32, torch.int64)
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-
-# ---------------------------------------------------------------------------------------------
-# Launch configs and tuning
-# ---------------------------------------------------------------------------------------------
-
-TUNING_KERNEL = "token_logprobs"
-#: Search space of the logits forward kernel for ``polytrace tune``. num_stages only matters
-#: where Triton pipelines the block loads; BLOCK_V 4096 bf16 = 8 KB per row and step.
-TUNING_SPACE = {
-    "BLOCK_V": (1024, 2048, 4096, 8192, 16384),
-    "num_warps": (4, 8, 16),
-    "num_stages": (1, 2, 3, 4),
-}
-_VOCAB_BUCKET = 16384  # 151936 and 152064 (Qwen2.5) share a bucket; 128256 (Llama 3) has its own
-
-try:  # optional: a family folder vendored alone runs without it (needed by the triton<3.9 interpreter only)
-    from .._interpreter import interpreter_loop_bounds_fix as _interpreter_loop_bounds_fix
-except ImportError:  # pragma: no cover
-    def _interpreter_loop_bounds_fix() -> None:
-        return None
-
-
-
-def tuning_bucket(vocab_size: int, dtype) -> str:
-    """Bucket of the logits forward kernel: dtype and vocabulary size rounded up to 16384. The
-    number of tokens is deliberately absent (batch invariance)."""
-    name = _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
-    v = -(-int(vocab_size) // _VOCAB_BUCKET) * _VOCAB_BUCKET
-    return f"{name}-V{v}"
-
-
-LINEAR_TUNING_KERNEL = "linear_token_logprobs"
-#: Search space of the fused forward (a matmul with an online log-sum-exp epilogue).
-LINEAR_TUNING_SPACE = {
-    "BLOCK_T": (64, 128),
-    "BLOCK_V": (64, 128, 256),
-    "BLOCK_K": (32, 64),
-    "NSPLIT": (8, 16, 32),
-    "num_warps": (4, 8),
-    "num_stages": (2, 3, 4),
-}
-
-
-def linear_tuning_bucket(vocab_size: int, hidden_size: int, dtype) -> str:
-    """Bucket of the fused forward: dtype, vocabulary bucket and hidden size; never T."""
-    return f"{tuning_bucket(vocab_size, dtype)}-H{int(hidden_size)}"
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-@functools.lru_cache(maxsize=16)
-def _device_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)
-
-
-def _logits_fwd_default(dtype, device) -> dict:
-    if device.type != "cuda":  # interpreter: few, large blocks keep numpy fast
-        return {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1}
-    # 8 KB (bf16) or 8 KB (fp32, 2048) per row and step: 16 bytes per thread per load at 8 warps
-    return {"BLOCK_V": 4096 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 2}
-
-
-def _logits_bwd_default(dtype, device) -> dict:
-    if device.type != "cuda":
-        return {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1}
-    return {"BLOCK_V": 4096 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 1}
-
-
-def _linear_fwd_default(dtype, device) -> dict:
-    if device.type != "cuda":
-        return {"BLOCK_T": 16, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 4, "num_warps": 4, "num_stages": 1}
-    if dtype == torch.float32:
-        return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 16, "num_warps": 4, "num_stages": 2}
-    # 128 x 128 x 64 bf16 tiles, 3 stages = 96 KB shared memory: two programs per H100/H200 SM
-    return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 8, "num_stages": 3}
-
-
-def _linear_bwd_default(dtype, device) -> dict:
-    if device.type != "cuda":
-        return {"BLOCK_T": 16, "BLOCK_V": 32, "BLOCK_K": 32, "GROUP": 4, "num_warps": 4, "num_stages": 1}
-    if dtype == torch.float32:
-        return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "GROUP": 8, "num_warps": 4, "num_stages": 2}
-    return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3}
-
-
-def _resolve_config(kernel_name: str, bucket: str, device, default: dict, config: dict | None,
-                    argname: str = "config") -> dict:
-    if config is not None:
-        if not isinstance(config, dict):
-            raise ValueError(f"{argname} must be a dict or None, got {type(config).__name__}")
-        unknown = sorted(set(config) - set(default))
-        if unknown:
-            raise ValueError(f"{argname} has unknown key(s) {unknown}; valid keys: {sorted(default)}")
-        for key, value in config.items():
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{argname}[{key!r}] must be a positive int, got {value!r}")
-        merged = dict(default)
-        merged.update(config)
-        return merged
-    if device.type == "cuda" and _tuning_lookup is not None:
-        return _tuning_lookup(kernel_name, bucket, _device_name(device.index or 0), default)
-    return dict(default)
-
-
-def _check_block(cfg: dict, key: str, argname: str, minimum: int = 16) -> None:
-    v = cfg[key]
-    if v < minimum or v & (v - 1):
-        raise ValueError(f"{argname}[{key!r}] must be a power of two >= {minimum}, got {v}")
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation
-# ---------------------------------------------------------------------------------------------
-
-
-def _check_matrix(x, name: str, dims: str) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"{name} must be 2-D {dims}, got shape {tuple(x.shape)}")
-    if x.dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"{name} must be bfloat16, float16 or float32, got {x.dtype}")
-    if x.shape[1] > 1 and x.stride(1) != 1:
-        raise ValueError(f"{name} must be contiguous along its last dimension (stride 1), got strides "
-                         f"{tuple(x.stride())}; pass {name}.contiguous()")
-    if x.shape[0] > 1 and x.stride(0) < x.shape[1]:
-        raise ValueError(f"{name} rows overlap (row stride {x.stride(0)} < {x.shape[1]}); pass {name}.contiguous()")
-
-
-def _check_device(x: torch.Tensor, name: str) -> None:
-    if x.device.type == "cuda":
-        return
-    if x.device.type == "cpu" and _interpreting():
-        _interpreter_loop_bounds_fix()
-        return
-    raise ValueError(f"{name} is on {x.device}; these Triton kernels need CUDA tensors "
-                     "(CPU tensors only under TRITON_INTERPRET=1)")
-
-
-def _check_tokens(tokens, n_rows: int, like: torch.Tensor, like_name: str) -> None:
-    if not isinstance(tokens, torch.Tensor):
-        raise ValueError(f"tokens must be a torch.Tensor, got {type(tokens).__name__}")
-    if tokens.dim() != 1 or tokens.shape[0] != n_rows:
-        raise ValueError(f"tokens must have shape ({n_rows},) to match {like_name}, got {tuple(tokens.shape)}")
-    if tokens.dtype not in _TOKEN_DTYPES:
-        raise ValueError(f"tokens must be int32 or int64, got {tokens.dtype}")
-    if tokens.device != like.device:
-        raise ValueError(f"tokens is on {tokens.device} but {like_name} is on {like.device}")
-
-
-def _check_scalars(temperature, ignore_index) -> tuple[float, int]:
-    # numbers.Real / Integral take numpy scalars too; a tensor is refused (reading it is a sync)
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real):
-        raise ValueError(f"temperature must be a Python number, got {type(temperature).__name__}")
-    if not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be positive and finite, got {temperature}")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
-        raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
-    return float(temperature), int(ignore_index)
-
-
-def _check_token_range(tokens: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
-    """One device-to-host sync. Skipped with ``check_tokens=False``; the kernels then return NaN
-    for an out-of-range token (never read outside the row, never a plausible number)."""
-    if tokens.numel() == 0:
-        return
-    bad = ((tokens < 0) | (tokens >= vocab_size)) & (tokens != ignore_index)
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0, 0])
-        raise ValueError(f"tokens[{i}] = {int(tokens[i])} is outside [0, {vocab_size}) and is not "
-                         f"ignore_index ({ignore_index})")
+from .configs import (
+    LINEAR_TUNING_KERNEL,
+    TUNING_KERNEL,
+    _check_block,
+    _interpreting,
+    _linear_bwd_default,
+    _linear_fwd_default,
+    _logits_bwd_default,
+    _logits_fwd_default,
+    _resolve_config,
+    linear_tuning_bucket,
+    tuning_bucket,
+)
+from .configs import LINEAR_TUNING_SPACE as LINEAR_TUNING_SPACE
+from .configs import TUNING_SPACE as TUNING_SPACE
+from .validation import _check_device, _check_matrix, _check_scalars, _check_token_range, _check_tokens
 
 
 def _zeroed_on_ignored(g: torch.Tensor | None, tokens: torch.Tensor, ignore_index: int, n: int, device):
