@@ -79,13 +79,13 @@ def describe(source: Profile | Trace, steps=None, seed: int = 0, include_partial
     ``partial_steps`` in the result) and left out of the means unless ``include_partial``."""
     if isinstance(source, Profile):
         steps = list(range(8)) if steps is None else list(steps)
-        batches = [source.sample(step=s, seed=seed) for s in steps]
+        batches = (source.sample(step=s, seed=seed) for s in steps)  # one step in memory at a time
         head = {"kind": "profile", "name": source.name, "description": source.description,
                 "config": source.config.to_json(), "seed": seed,
                 "drift": source.drift.name if source.drift is not None else "none"}
-        partial = [False] * len(batches)
+        partial = [False] * len(steps)
     else:
-        batches = source.batches()
+        batches = (s.to_batch(source.max_response_len) for s in source.steps)
         partial = source.partial_flags()
         head = {"kind": "trace", "name": source.name, "source": source.source,
                 "max_response_len": source.max_response_len, "cap_source": source.cap_source,

@@ -280,3 +280,16 @@ def test_deeply_nested_and_fifo_profiles(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(PolytraceError, match="fifo.json: no such profile file"):
         get_profile(str(fifo))
+
+
+def test_sampling_is_refused_before_allocating_past_the_step_limit():
+    """fidelity samples as many prompts as the trace's step has groups: a profile with a huge n
+    must be refused, not allocate prompts x n sequences."""
+    from dataclasses import replace
+
+    from polytrace.profiles.profile import MAX_SEQUENCES_PER_STEP, BatchConfig
+
+    p = get_profile("dapo-math-32b")
+    big = replace(p, config=BatchConfig(1, MAX_SEQUENCES_PER_STEP, 2048, 32768))
+    with pytest.raises(PolytraceError, match="above the limit of 4,194,304 sequences per step"):
+        big.sample(step=0, seed=0, prompts=1000)

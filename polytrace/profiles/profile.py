@@ -101,6 +101,9 @@ class Profile:
             raise PolytraceError(f"step must be a non-negative integer, got {step!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise PolytraceError(f"seed must be a non-negative integer, got {seed!r}")
+        if prompts * self.config.n > MAX_SEQUENCES_PER_STEP:  # refused before anything is allocated
+            raise PolytraceError(f"{prompts} prompts x {self.config.n} responses is above the limit of "
+                                 f"{MAX_SEQUENCES_PER_STEP:,} sequences per step")
         rng = np.random.Generator(np.random.PCG64(
             np.random.SeedSequence([int(seed), int(step), zlib.crc32(self.name.encode())])))
         scale = self.drift.at(step) if self.drift is not None else 1.0
