@@ -256,12 +256,11 @@ try:
 
         cand = merge([load_result(f) for f in files], name=str(out))
         report = compare(load_result(base), cand)
-        gate_md = format_markdown(report)
-        if report.exit_code != 2:  # what the change costs on the default workload (polytrace gate prints it too)
+        if report.exit_code != 2:  # the change's cost on the default workload, under the verdict as in polytrace gate
             from polytrace.compose.impact import step_time_line
 
-            gate_md += "\n\n**" + step_time_line(load_result(base), cand)["line"] + "**\n"
-        (out / "gate.md").write_text(gate_md)
+            report.impact.append(step_time_line(load_result(base), cand)["line"])
+        (out / "gate.md").write_text(format_markdown(report))
         gate_line = f"gate vs {base}: {report.verdict} (exit {report.exit_code}) -> gate.md"
     elif files:
         gate_line = f"gate: no baseline at {base} (set one with: polytrace results set-baseline {out}/*.json)"
