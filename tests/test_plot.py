@@ -146,8 +146,15 @@ def _hostile(tmp_path, edit):
     return write(tmp_path / "h.json", raw)
 
 
+def test_all_negative_weights_are_a_clean_error_not_a_crash(tmp_path):
+    """The result-file reader refuses them (weights are shares in [0, 1]), naming the benchmark."""
+    src = _hostile(tmp_path, lambda r: [b["extra_info"].update(weight=-0.5) for b in r["benchmarks"]])
+    with pytest.raises(PolytraceError, match=r"h.json: benchmark .*'extra_info.weight' must be a number"):
+        plot_files([src], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("edit", [
-    lambda r: [b["extra_info"].update(weight=-0.5) for b in r["benchmarks"]],  # all-negative weights
     lambda r: [b["extra_info"].pop("provider") for b in r["benchmarks"]],  # before: TypeError sorting
     lambda r: [b["extra_info"].update(family="f" * 5000) for b in r["benchmarks"]],  # before: name too long
     lambda r: [b["extra_info"].update(provider="_hidden") for b in r["benchmarks"]
