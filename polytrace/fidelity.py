@@ -101,7 +101,6 @@ def fidelity(profile: Profile, trace: Trace, replicas: int = 8, seed: int = 0, i
             "pooled": pooled, "per_step": per_step}
 
 
-
 _TABLE_KEYS = ["ks", "wasserstein_rel", "p50_rel_err", "p90_rel_err", "p99_rel_err", "max_rel_err",
                "group_ratio_ks", "group_ratio_median_rel_err", "cap_share_real", "cap_share_sampled"]
 
