@@ -122,7 +122,7 @@ def test_unreadable_and_cpu_runs_are_noted_not_fatal(tmp_path):
     root = make_store(tmp_path, n_runs=3)
     (root / "h200" / "broken.json").write_text("{")
     cpu = make_result(measured_on="cpu-interpreter", gpu="cpu")
-    store_result(write(tmp_path / "cpu.json", cpu), root)
+    store_result(write(tmp_path / "cpu.json", cpu), root, allow_cpu=True)  # store refuses CPU runs unless allowed
     h = load_history(root)
     assert h.n_runs == 3
     assert any("skipped 1 unreadable file(s)" in n and "broken.json" in n for n in h.notes)

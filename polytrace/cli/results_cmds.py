@@ -33,12 +33,17 @@ def register(sub) -> None:
     p.add_argument("--root", default=None, help="results folder (default: ./results)")
     p.add_argument("--suite", default=None, help="suite name for the file name (default: from the benchmarks)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
+    p.add_argument("--force", action="store_true", help="store a run marked throttled (clock below 90%% of max "
+                   "or another process on the GPU) anyway")
     p.set_defaults(func=_store)
 
     p = rsub.add_parser("set-baseline", help="merge one run's result files into <root>/baselines/<gpu-slug>.json")
     p.add_argument("files", nargs="+", help="result JSON files or folders of one run")
     p.add_argument("--root", default=None, help="results folder (default: ./results)")
     p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
+    p.add_argument("--force", action="store_true", help="accept a run marked throttled (clock below 90%% of max "
+                   "or another process on the GPU)")
     p.set_defaults(func=_set_baseline)
 
     p = rsub.add_parser("history", help="a benchmark's time across the stored runs, change points and the "
@@ -68,7 +73,7 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=probability, default=0.002,
                    help="significance level of the U test and of the aggregates' intervals (default 0.002)")
     p.add_argument("--force", action="store_true", help="compare even when the inputs are refused "
-                   "(different GPU, CPU timings, changed workloads)")
+                   "(different GPU, CPU timings, a throttled run, changed workloads)")
     p.add_argument("--gate-all", action="store_true", help="gate torch and peer providers too (default: ours only)")
     p.add_argument("--fail-on-missing", action="store_true", help="fail when a baseline benchmark is missing")
     p.add_argument("--all", action="store_true", help="text output lists unchanged benchmarks too")
@@ -146,14 +151,15 @@ def _store(args) -> int:
     if args.suite and len(args.files) > 1:
         raise PolytraceError("--suite: give one file when naming its suite")
     for f in args.files:
-        print(store_result(f, args.root, suite=args.suite, overwrite=args.overwrite))
+        print(store_result(f, args.root, suite=args.suite, overwrite=args.overwrite, allow_cpu=args.allow_cpu,
+                           force=args.force))
     return 0
 
 
 def _set_baseline(args) -> int:
     from ..results import set_baseline
 
-    print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu))
+    print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu, force=args.force))
     return 0
 
 

@@ -300,6 +300,11 @@ def _check_machines(baseline: ResultFile, candidate: ResultFile, report: GateRep
     elif CPU_MEASURED_ON in (baseline.measured_on, candidate.measured_on):
         report.refusals.append("CPU-interpreter timings are a smoke test of the code path, not performance; "
                                "gate GPU results (--force runs the comparison anyway)")
+    for label, r in (("baseline", baseline), ("candidate", candidate)):
+        if r.throttled:
+            report.refusals.append(f"the {label} run is marked throttled ("
+                                   + ("; ".join(r.throttle_reasons()) or "see its environment record")
+                                   + "): rerun it on a quiet GPU (--force compares anyway)")
 
 
 def _examples(comps: list[Comparison]) -> str:
