@@ -219,21 +219,10 @@ def _step_time(report, baseline, candidate) -> dict | None:
 
 
 def _plot(args) -> int:
-    from pathlib import Path
+    from ..results import plot_files
 
-    from ..results import compare, load_result, plot_gate, plot_throughput
-
-    base = load_result(args.baseline) if args.baseline else None
-    loaded = [(src, load_result(src)) for src in args.results]  # every input checked before any PNG is written
-    for src, result in loaded:
-        if not any(b.median_s for b in result.benchmarks):
-            raise PolytraceError(f"{src}: no timed benchmarks (median) to plot")
-    for src, result in loaded:
-        for path in plot_throughput(result, args.out):
-            print(path)
-        if base is not None:
-            report = compare(base, result, force=True)
-            print(plot_gate(report, args.out, name=f"gate_{Path(src).stem}.png"))
+    for path in plot_files(args.results, args.out, baseline=args.baseline):
+        print(path)
     return 0
 
 
