@@ -104,7 +104,8 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="workload profile the shapes are drawn from "
                    "(a built-in name, e.g. dapo-math-32b, or a fitted profile JSON)")
     p.add_argument("--budget-s", type=_float, default=120.0, help="search time budget in seconds (default 120)")
-    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--seed", type=_int, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
                                                "out/tuning for CPU-interpreter runs)")
     p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
@@ -183,6 +184,10 @@ def _history(args) -> int:
 def _gate(args) -> int:
     from ..results import compare, format_markdown, format_text, load_result
 
+    if args.plot:  # a bad --plot fails before the report is printed, not after
+        from ..results.plots import check_output_dir
+
+        check_output_dir(args.plot, "--plot")
     baseline, candidate = load_result(args.baseline), load_result(args.candidate)
     report = compare(baseline, candidate, threshold=args.threshold,
                      alpha=args.alpha, force=args.force, gate_all=args.gate_all,

@@ -15,45 +15,49 @@ from ._io import print_json
 
 def register(sub) -> None:
     p = sub.add_parser("profiles", help="list the built-in workload profiles")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("describe", help="shape statistics of a profile or a trace")
     p.add_argument("source", metavar="PROFILE|TRACE", help="built-in profile name, fitted profile JSON, or trace")
     p.add_argument("--steps", type=_steps, default=None, help="steps to sample a profile at, e.g. 0-7 or 0,50,100")
-    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--seed", type=_nonneg, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--drift", default=None, help="drift preset for a profile (e.g. qwen2-7b-gpg, none)")
     p.add_argument("--per-step", action="store_true", help="print one row per step")
     p.add_argument("--max-response-len", type=_positive, default=None,
                    help="a trace's response cap, when the trace does not record it")
     p.add_argument("--include-partial", action="store_true",
                    help="keep a trace's partial steps (fewer than half the median step's responses) in the means")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("fidelity", help="sampled vs real: KS, Wasserstein, quantile errors, group spread")
-    p.add_argument("profile", metavar="PROFILE")
-    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("profile", metavar="PROFILE", help="built-in profile name or fitted profile JSON to sample")
+    p.add_argument("trace", metavar="TRACE", help="the real trace (file or folder) to compare with")
     p.add_argument("--max-response-len", type=_positive, default=None,
                    help="the trace's response cap, when the trace does not record it")
     p.add_argument("--replicas", type=_at_most(1000, "replicas"), default=8,
                    help="sampled batches per real step (default 8)")
-    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--seed", type=_nonneg, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--include-partial", action="store_true",
                    help="compare the trace's partial steps too (fewer than half the median step's responses)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_fidelity)
 
     p = sub.add_parser("fit", help="fit a profile to your own trace")
-    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("trace", metavar="TRACE", help="the trace (file or folder) to fit")
     p.add_argument("-o", "--output", required=True, help="profile JSON to write")
-    p.add_argument("--name", default=None)
-    p.add_argument("--description", default="")
+    p.add_argument("--name", default=None, help="profile name (default: the trace's name)")
+    p.add_argument("--description", default="", help="one-line description stored in the profile")
     p.add_argument("--max-response-len", type=_positive, default=None,
                    help="the run's response cap (default: recorded in the trace, else inferred from responses "
                         "piling up at the maximum, else the longest response; the output says which)")
-    p.add_argument("--max-prompt-len", type=_positive, default=None)
-    p.add_argument("--prompts-per-step", type=_positive, default=None)
+    p.add_argument("--max-prompt-len", type=_positive, default=None,
+                   help="the run's prompt cap (default: the longest prompt in the trace)")
+    p.add_argument("--prompts-per-step", type=_positive, default=None,
+                   help="prompts per step to sample (default: the trace's typical step)")
     p.add_argument("--n", type=_positive, default=None, help="responses per prompt")
     p.add_argument("--drift", default=None, help="drift preset to attach (default none)")
     p.set_defaults(func=cmd_fit)
@@ -64,9 +68,10 @@ def register(sub) -> None:
     p.add_argument("--gpu", default=None, help="GPU preset for the step estimate (default h200)")
     p.add_argument("--gpus", type=_positive, default=None, help="GPUs in the job (default: the profile's)")
     p.add_argument("--steps", type=_steps, default=None, help="steps to sample (default 0-7)")
-    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--seed", type=_nonneg, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("-o", "--output-dir", default="polytrace-report", help="folder for report.md and plots")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_report)
 
 

@@ -76,22 +76,33 @@ class _Stage:
         return self.folder / unique
 
 
-@contextlib.contextmanager
-def _staged(out_dir: str | Path):
+def check_output_dir(out_dir: str | Path, flag: str = "-o") -> Path:
+    """Refuse an output folder that cannot be one (an existing file), before any work is done or
+    printed; the error names the flag."""
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise PolytraceError(f"{flag} {out}: exists and is not a folder")
+    return out
+
+
+@contextlib.contextmanager
+def staged_pngs(out_dir: str | Path, flag: str = "-o"):
+    """Render into a hidden folder inside ``out_dir``; the files replace earlier ones only when the
+    block finished without an error (so a failed plot never leaves a half-updated set)."""
+    out = check_output_dir(out_dir, flag)
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
         folder = Path(tempfile.mkdtemp(prefix=".plots-staging-", dir=out))
     except OSError as exc:
-        raise PolytraceError(f"-o {out}: cannot create folder: {exc.strerror or exc}") from None
+        raise PolytraceError(f"{flag} {out}: cannot create folder: {exc.strerror or exc}") from None
     stage = _Stage(folder, out)
     try:
         yield stage
         for name in stage.names:  # every plot rendered: now, and only now, replace the old files
             os.replace(folder / name, out / name)
     except OSError as exc:
-        raise PolytraceError(f"-o {out}: cannot write the plots: {exc.strerror or exc}") from None
+        raise PolytraceError(f"{flag} {out}: cannot write the plots: {exc.strerror or exc}") from None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         if created and not any(out.iterdir()):
@@ -237,7 +248,7 @@ def plot_throughput(result: ResultFile, out_dir: str | Path) -> list[Path]:
     otherwise), or its median time where no bytes are counted. Marker area follows the shape's
     weight in the workload."""
     _check_timed(result)
-    with _staged(out_dir) as stage:
+    with staged_pngs(out_dir) as stage:
         _render_throughput(result, stage)
     return [stage.dest / n for n in stage.names]
 
@@ -293,11 +304,11 @@ def _render_gate(report: GateReport, stage: _Stage, name: str) -> None:
     plt.close(fig)
 
 
-def plot_gate(report: GateReport, out_dir: str | Path, name: str = "gate_ratios.png") -> Path:
+def plot_gate(report: GateReport, out_dir: str | Path, name: str = "gate_ratios.png", flag: str = "--plot") -> Path:
     """Horizontal bars of candidate / baseline median time per matched benchmark on a log axis,
     labelled by kernel, provider, mode and shape, coloured by the gate's verdict (legend), with
     the threshold band."""
-    with _staged(out_dir) as stage:
+    with staged_pngs(out_dir, flag) as stage:
         _render_gate(report, stage, plot_file_name(Path(name).stem))
     return stage.dest / stage.names[0]
 
@@ -313,7 +324,7 @@ def plot_files(sources: list[str | Path], out_dir: str | Path, baseline: str | P
     loaded = [(src, load_result(src)) for src in sources]
     for _, result in loaded:
         _check_timed(result)
-    with _staged(out_dir) as stage:
+    with staged_pngs(out_dir) as stage:
         for src, result in loaded:
             _render_throughput(result, stage)
             if base is not None:
