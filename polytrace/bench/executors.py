@@ -1,0 +1,129 @@
+"""Where shards run: one after another from this process (no ``--ray``), or as Ray tasks that each
+hold one GPU (``num_gpus=1``: Ray sets ``CUDA_VISIBLE_DEVICES``) or, for the CPU-interpreter path,
+one CPU. Both run the same ``worker`` functions, so they write the same files.
+
+Both yield each shard's result the moment it returns (the caller writes it at once). After Ctrl-C,
+``drain`` gives the shards in flight a short grace to hand back what they measured; the rest are
+cancelled and stay pending for the next run.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import PolytraceError
+from . import worker
+from .cluster import Cluster
+
+# Shards in flight after Ctrl-C get this long to return (each pytest child writes its partial JSON
+# within worker.SIGINT_GRACE_S when it saw the SIGINT, or is cancelled).
+DRAIN_GRACE_S = 15.0
+# Files left out of the code shipped with --ship-code: results and run folders can be large and
+# are never needed to run the suites.
+SHIP_EXCLUDES = [".git", "results", "out", "polytrace-report", "*.egg-info", "__pycache__", ".benchmarks"]
+
+
+class SerialExecutor:
+    label = "serial"
+    slots = 1
+    start_s = 0.0
+
+    def collect(self, spec: dict) -> dict:
+        return worker.collect(spec)
+
+    def run(self, specs: list[dict]) -> Iterator[dict]:
+        for spec in specs:
+            result = worker.run_shard(spec)
+            yield result
+            if result["interrupted"]:
+                raise KeyboardInterrupt
+
+    def drain(self) -> Iterator[dict]:
+        return iter(())
+
+    def close(self) -> None:
+        pass
+
+
+def _one_line(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the worker's exception
+    text = str(cause).strip().splitlines()
+    lines = [ln for ln in text if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    return " ".join((lines[-1] if lines else type(cause).__name__).split())[:300]
+
+
+class RayExecutor:
+    """Shards as Ray tasks, at most ``cluster.slots`` in flight. A task whose worker dies (node
+    lost, process killed, out of memory) is retried by Ray up to ``max_retries`` times; one that
+    still fails comes back as ``{'lost': reason}`` and its cases stay pending."""
+
+    def __init__(self, cluster: Cluster, *, max_retries: int = 3, ship_code: Path | None = None):
+        ray = cluster.ray
+        self.ray = ray
+        self.cluster = cluster
+        self.label = f"ray {cluster.address}"
+        self.slots = cluster.slots
+        self.start_s = cluster.start_s
+        self.pending: dict = {}
+        self.max_retries = max_retries
+        # the worker module is standard library only: shipped by value, so a node needs the checkout
+        # (or --ship-code) but not polytrace installed
+        ray.cloudpickle.register_pickle_by_value(sys.modules[worker.__name__])
+        options = {"num_gpus": cluster.num_gpus, "num_cpus": cluster.num_cpus, "max_retries": max_retries,
+                   "retry_exceptions": False}
+        if ship_code is not None:
+            options["runtime_env"] = {"working_dir": str(ship_code), "excludes": SHIP_EXCLUDES}
+        self._collect = ray.remote(worker.collect).options(**options)
+        self._run = ray.remote(worker.run_shard).options(**options)
+
+    def collect(self, spec: dict) -> dict:
+        ref = self._collect.remote(spec)
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            raise PolytraceError(f"collection on the cluster failed: {_one_line(exc)}") from None
+        except KeyboardInterrupt:
+            self.ray.cancel(ref, force=True)
+            raise
+
+    def run(self, specs: list[dict]) -> Iterator[dict]:
+        queue = list(specs)
+        while queue or self.pending:
+            while queue and len(self.pending) < self.slots:
+                spec = queue.pop(0)
+                self.pending[self._run.remote(spec)] = spec
+            done, _ = self.ray.wait(list(self.pending), num_returns=1)
+            for ref in done:
+                yield self._result(ref, self.pending.pop(ref))
+
+    def _result(self, ref, spec: dict) -> dict:
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            return {"id": spec["id"], "lost": f"worker lost or failed (max_retries={self.max_retries}): "
+                                              f"{_one_line(exc)}"}
+
+    def drain(self) -> Iterator[dict]:
+        """After Ctrl-C: the shards that return within the grace, then cancel the rest."""
+        if not self.pending:
+            return
+        try:
+            done, rest = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=DRAIN_GRACE_S)
+        except KeyboardInterrupt:
+            done, rest = [], list(self.pending)
+        for ref in rest:
+            self.ray.cancel(ref, force=True)
+            self.pending.pop(ref, None)
+        for ref in done:
+            spec = self.pending.pop(ref)
+            result = self._result(ref, spec)
+            if not result.get("lost"):
+                yield result
+
+    def close(self) -> None:
+        for ref in list(self.pending):
+            self.ray.cancel(ref, force=True)
+        self.pending.clear()
+        self.cluster.shutdown()
