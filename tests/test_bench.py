@@ -154,8 +154,8 @@ def test_gpu_models_never_share_a_file_and_other_code_is_refused(suites, tmp_pat
     path = sorted((out / "shards").glob("*.json"))[0]
     rec = json.loads(path.read_text())
     rec["machine_info"]["polytrace"]["suite_hash"] = "other"
-    rec["benchmarks"] = [dict(b, fullname="test_alpha.py::test_case[zz]", extra_info={**b["extra_info"], "shape_id": "zz"})
-                         for b in rec["benchmarks"][:1]]
+    rec["benchmarks"] = [dict(b, fullname="test_alpha.py::test_case[zz]",
+                              extra_info={**b["extra_info"], "shape_id": "zz"}) for b in rec["benchmarks"][:1]]
     rec["polytrace_shard"]["cases"] = []
     other = path.with_name("s9-0.json")
     other.write_text(json.dumps(rec))

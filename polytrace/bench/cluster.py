@@ -31,6 +31,13 @@ def import_ray():
     return ray
 
 
+def one_line_error(exc: BaseException) -> str:
+    """The last line of what a worker raised (a RayTaskError wraps it with the remote traceback)."""
+    cause = getattr(exc, "cause", None) or exc
+    lines = [ln for ln in str(cause).strip().splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    return " ".join((lines[-1] if lines else type(cause).__name__).split())[:300]
+
+
 @dataclass
 class Cluster:
     """A connected Ray cluster and the per-worker resources of this run."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import PolytraceError
 from . import worker
-from .cluster import Cluster
+from .cluster import Cluster, one_line_error
 
 # Shards in flight after Ctrl-C get this long to return (each pytest child writes its partial JSON
 # within worker.SIGINT_GRACE_S when it saw the SIGINT, or is cancelled).
@@ -47,13 +47,6 @@ class SerialExecutor:
         pass
 
 
-def _one_line(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None) or exc  # RayTaskError wraps the worker's exception
-    text = str(cause).strip().splitlines()
-    lines = [ln for ln in text if ln.strip() and not ln.startswith((" ", "Traceback"))]
-    return " ".join((lines[-1] if lines else type(cause).__name__).split())[:300]
-
-
 class RayExecutor:
     """Shards as Ray tasks, at most ``cluster.slots`` in flight. A task whose worker dies (node
     lost, process killed, out of memory) is retried by Ray up to ``max_retries`` times; one that
@@ -83,7 +76,7 @@ class RayExecutor:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
-            raise PolytraceError(f"collection on the cluster failed: {_one_line(exc)}") from None
+            raise PolytraceError(f"collection on the cluster failed: {one_line_error(exc)}") from None
         except KeyboardInterrupt:
             self.ray.cancel(ref, force=True)
             raise
@@ -103,7 +96,7 @@ class RayExecutor:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
             return {"id": spec["id"], "lost": f"worker lost or failed (max_retries={self.max_retries}): "
-                                              f"{_one_line(exc)}"}
+                                              f"{one_line_error(exc)}"}
 
     def drain(self) -> Iterator[dict]:
         """After Ctrl-C: the shards that return within the grace, then cancel the rest."""

@@ -34,6 +34,10 @@ class MergedFile:
     n_benchmarks: int
     nodes: list[str] = field(default_factory=list)
 
+    def line(self) -> str:
+        return f"wrote {self.path}: {self.n_benchmarks} benchmarks ({self.suite} on {self.gpu_slug}, " \
+               f"nodes {', '.join(self.nodes)})"
+
 
 def _slug(record: dict) -> str:
     info = (record.get("machine_info") or {}).get("polytrace") or {}

@@ -58,9 +58,7 @@ class BenchReport:
                  f"{self.pending} cases pending"]
         lines.append(f"time: start {self.start_s:.1f} s, collect {self.collect_s:.1f} s, shards {self.run_s:.1f} s, "
                      f"merge {self.merge_s:.1f} s")
-        for m in self.merged:
-            lines.append(f"wrote {m.path}: {m.n_benchmarks} benchmarks ({m.suite} on {m.gpu_slug}, "
-                         f"nodes {', '.join(m.nodes)})")
+        lines += [m.line() for m in self.merged]
         if self.interrupted:
             lines.append(f"interrupted: every finished shard is in {self.out / ledger.SHARDS}; rerun the same "
                          f"command to resume, or `polytrace bench --merge {self.out}` to merge what is there")

@@ -56,7 +56,7 @@ def _bench(args) -> int:
         from ..bench import merge_dir
 
         for m in merge_dir(args.merge):
-            print(f"wrote {m.path}: {m.n_benchmarks} benchmarks ({m.suite} on {m.gpu_slug}, nodes {', '.join(m.nodes)})")
+            print(m.line())
         return 0
     if not args.out:
         raise PolytraceError("-o DIR: required (the run folder; rerun into the same folder to resume)")
