@@ -9,7 +9,8 @@ variables (the bench driver forwards ``POLYTRACE_*`` to every worker):
 - ``POLYTRACE_FAKE_FAIL``: the case ``[fail]`` fails its assertion.
 - ``POLYTRACE_FAKE_RUNLOG``: every case appends its node id here when it runs, so a test can count
   how often each case ran.
-- ``POLYTRACE_FAKE_SLUG``: the GPU slug (and name) the suite records in machine_info.
+- ``POLYTRACE_FAKE_SLUG``: the GPU slug (and name) the suite records in machine_info; in a run
+  per GPU model (``--each-gpu-type``), the model the shard was pinned to.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import os
 
 def pytest_benchmark_update_machine_info(config, machine_info):
     slug = os.environ.get("POLYTRACE_FAKE_SLUG", "cpu")
+    target = os.environ.get("POLYTRACE_BENCH_TARGET", "any")
+    if target.startswith("accelerator_type:"):  # a run per GPU model: this shard's model
+        slug = target.split(":", 1)[1].lower()
     machine_info["polytrace"] = {
         "measured_on": "cpu-interpreter" if slug == "cpu" else "cuda", "gpu_name": slug, "gpu_slug": slug,
         "commit": os.environ.get("POLYTRACE_COMMIT", "unknown"), "suite_hash": "fake", "kernel_hashes": {},

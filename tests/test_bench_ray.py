@@ -25,7 +25,9 @@ CASES = ["a0", "a1", "kill", "a3", "a4", "a5", "a6"]
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    # two GPU models as Ray labels them (accelerator_type:<model>) on the one node, for --each-gpu-type
+    ray.init(num_cpus=2, resources={"accelerator_type:FAKEA": 1, "accelerator_type:FAKEB": 1},
+             include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     # this module's functions (the toy kernel and timer below) travel to the workers by value
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     yield ray
@@ -78,6 +80,21 @@ def test_a_shard_lost_for_good_is_one_line_and_the_rest_is_kept(local_ray, tmp_p
     again = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True)
     assert again.exit_code == 0 and again.collected - again.finished_before == len(lost_cases)
     assert merged_ids(out / "cpu" / "alpha.json") == [f"alpha/k/ours/fwd/{c}" for c in CASES]
+
+
+def test_each_gpu_model_runs_every_case_into_its_own_file(local_ray, tmp_path):
+    suites = write_suites(tmp_path / "suites", {"alpha": ["a0", "a1", "a2"]})
+    out = tmp_path / "run"
+    report = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True, each_gpu_type=True)
+    assert report.exit_code == 0 and report.collected == 2 * 4  # 3 benchmarks + 1 plain test, per model
+    want = [f"alpha/k/ours/fwd/{c}" for c in ("a0", "a1", "a2")]
+    assert merged_ids(out / "fakea" / "alpha.json") == want and merged_ids(out / "fakeb" / "alpha.json") == want
+    targets = {r["polytrace_shard"]["target"] for r in shard_records(out)}
+    assert targets == {"accelerator_type:FAKEA", "accelerator_type:FAKEB"}
+    again = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True, each_gpu_type=True)
+    assert again.finished_before == again.collected == 8 and again.records == []  # resumed per model
+    with pytest.raises(PolytraceError, match="--each-gpu-type: only with --ray"):
+        run_bench(out, suites_dir=suites, each_gpu_type=True)
 
 
 def test_a_gpu_run_on_a_cluster_without_gpus_is_refused_naming_the_nodes(local_ray):

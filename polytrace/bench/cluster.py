@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from ..errors import PolytraceError
 
 INSTALL_HINT = "pip install 'polytrace[cluster]' (or pip install ray)"
+# Node resources naming a node's GPU model, most specific first: `ray start --resources
+# '{"polytrace_gpu:h100-sxm": 1}'` (our slugs tell H100 SXM from PCIe, A100 40 from 80 GB), else
+# the label Ray sets itself on NVIDIA nodes (accelerator_type:H100, A100, ...).
+GPU_TYPE_PREFIXES = ("polytrace_gpu:", "accelerator_type:")
 # An address that does not answer makes ray.init retry for minutes; a plain TCP connect first
 # turns that into one line within this many seconds.
 CONNECT_TIMEOUT_S = 5.0
@@ -47,7 +51,7 @@ class Cluster:
     num_gpus: float  # per worker: 1 (a GPU run) or 0 (the CPU-interpreter path)
     num_cpus: float
     slots: int  # workers that run at once
-    nodes: list[dict] = field(default_factory=list)  # alive nodes: {"ip", "hostname", "gpus", "cpus"}
+    nodes: list[dict] = field(default_factory=list)  # alive: {"ip", "hostname", "gpus", "cpus", "resources"}
     started_here: bool = False
     start_s: float = 0.0  # seconds spent starting or joining Ray (excluded from the speed-up)
 
@@ -59,6 +63,19 @@ class Cluster:
         kind = "GPU" if not self.on_cpu else "CPU (interpreter)"
         return (f"Ray {self.address}: {len(self.nodes)} node(s), {self.slots} {kind} worker(s)"
                 f"{', started here' if self.started_here else ''} in {self.start_s:.1f} s")
+
+    def gpu_types(self) -> dict[str, int]:
+        """{node resource naming a GPU model: workers of that model, at most ``slots``} (see
+        GPU_TYPE_PREFIXES); a worker is a GPU, or a CPU on a cluster without GPUs."""
+        for prefix in GPU_TYPE_PREFIXES:
+            types: dict[str, float] = {}
+            for n in self.nodes:
+                for key in n["resources"]:
+                    if key.startswith(prefix):
+                        types[key] = types.get(key, 0) + (n["cpus"] if self.on_cpu else n["gpus"])
+            if types:
+                return {key: max(1, min(int(n), self.slots)) for key, n in sorted(types.items())}
+        return {}
 
     def shutdown(self) -> None:
         if self.started_here and self.ray.is_initialized():
@@ -86,7 +103,7 @@ def _nodes(ray) -> list[dict]:
             continue
         res = n.get("Resources") or {}
         out.append({"ip": n.get("NodeManagerAddress", "?"), "hostname": n.get("NodeManagerHostname", "?"),
-                    "gpus": float(res.get("GPU", 0)), "cpus": float(res.get("CPU", 0))})
+                    "gpus": float(res.get("GPU", 0)), "cpus": float(res.get("CPU", 0)), "resources": dict(res)})
     return out
 
 

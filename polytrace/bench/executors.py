@@ -25,10 +25,18 @@ DRAIN_GRACE_S = 15.0
 SHIP_EXCLUDES = [".git", "results", "out", "polytrace-report", "*.egg-info", "__pycache__", ".benchmarks"]
 
 
+ANY = "any"  # the target of a run that takes whatever GPU comes
+
+
 class SerialExecutor:
     label = "serial"
     slots = 1
     start_s = 0.0
+
+    def targets(self, each_gpu_type: bool) -> list[tuple[str, dict, int]]:
+        if each_gpu_type:
+            raise PolytraceError("--each-gpu-type: only with --ray (this machine has one GPU model)")
+        return [(ANY, {}, 1)]
 
     def collect(self, spec: dict) -> dict:
         return worker.collect(spec)
@@ -68,11 +76,32 @@ class RayExecutor:
                    "retry_exceptions": False}
         if ship_code is not None:
             options["runtime_env"] = {"working_dir": str(ship_code), "excludes": SHIP_EXCLUDES}
-        self._collect = ray.remote(worker.collect).options(**options)
-        self._run = ray.remote(worker.run_shard).options(**options)
+        self.options = options
+        self._collect = ray.remote(worker.collect)
+        self._run = ray.remote(worker.run_shard)
+        self.caps = {ANY: self.slots}
+
+    def targets(self, each_gpu_type: bool) -> list[tuple[str, dict, int]]:
+        """(label, Ray resources pinning a task to it, workers) per target: the whole cluster, or
+        each GPU model (each runs every case: one complete result file per model)."""
+        if not each_gpu_type:
+            return [(ANY, {}, self.slots)]
+        types = self.cluster.gpu_types()
+        if not types:
+            raise PolytraceError("--each-gpu-type: no node of the cluster names its GPU model (Ray's "
+                                 "accelerator_type:<model> resource, or polytrace_gpu:<slug> given to `ray start "
+                                 "--resources`)")
+        # a node holds 1 of its model's resource whatever its GPU count: asking for a sliver pins
+        # the task to such a node without limiting how many run there
+        self.caps = dict(types)
+        return [(key, {key: 0.001}, n) for key, n in types.items()]
+
+    def _submit(self, remote, spec: dict):
+        pinned = {"resources": spec["resources"]} if spec.get("resources") else {}
+        return remote.options(**self.options, **pinned).remote(spec)
 
     def collect(self, spec: dict) -> dict:
-        ref = self._collect.remote(spec)
+        ref = self._submit(self._collect, spec)
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
@@ -84,9 +113,11 @@ class RayExecutor:
     def run(self, specs: list[dict]) -> Iterator[dict]:
         queue = list(specs)
         while queue or self.pending:
-            while queue and len(self.pending) < self.slots:
-                spec = queue.pop(0)
-                self.pending[self._run.remote(spec)] = spec
+            for spec in list(queue):  # fill every target's free workers, in shard order
+                target = spec.get("target", ANY)
+                if sum(1 for s in self.pending.values() if s.get("target", ANY) == target) < self.caps[target]:
+                    queue.remove(spec)
+                    self.pending[self._submit(self._run, spec)] = spec
             done, _ = self.ray.wait(list(self.pending), num_returns=1)
             for ref in done:
                 yield self._result(ref, self.pending.pop(ref))

@@ -47,13 +47,15 @@ class Case:
 class Shard:
     id: str  # s<run>-<n>
     cases: list[Case]
+    target: str = "any"  # "any" GPU, or the node resource naming the GPU model it must run on
 
     @property
     def files(self) -> list[str]:
         return sorted({c.file for c in self.cases})
 
 
-def make_shards(cases: list[Case], slots: int, run: int, max_cases: int = MAX_SHARD_CASES) -> list[Shard]:
+def make_shards(cases: list[Case], slots: int, run: int, max_cases: int = MAX_SHARD_CASES, *, first: int = 0,
+                target: str = "any") -> list[Shard]:
     """Cut ``cases`` into a multiple of ``slots`` shards of at most ``max_cases`` cases, dealt round
     robin: a suite's cases come grouped by kernel and provider, and dealing spreads the slow ones
     (ours in the interpreter, the long shapes on a GPU) over every shard."""
@@ -62,7 +64,7 @@ def make_shards(cases: list[Case], slots: int, run: int, max_cases: int = MAX_SH
     slots = max(1, slots)
     n = slots * math.ceil(len(cases) / (slots * max(1, max_cases)))
     n = min(n, len(cases))
-    shards = [Shard(f"s{run}-{i}", []) for i in range(n)]
+    shards = [Shard(f"s{run}-{first + i}", [], target) for i in range(n)]
     for i, case in enumerate(cases):
         shards[i % n].cases.append(case)
     return shards
@@ -109,8 +111,10 @@ def next_run(records: list[dict]) -> int:
     return max(runs, default=0) + 1
 
 
-def done_nodeids(records: list[dict]) -> set[str]:
-    return {c["nodeid"] for r in records for c in r["polytrace_shard"]["cases"] if is_done(c)}
+def done_nodeids(records: list[dict], target: str = "any") -> set[str]:
+    """Cases finished for ``target`` (a run per GPU model finishes each case once per model)."""
+    return {c["nodeid"] for r in records if r["polytrace_shard"].get("target", "any") == target
+            for c in r["polytrace_shard"]["cases"] if is_done(c)}
 
 
 def check_same_code(records: list[dict], commit: str, out: Path) -> None:
@@ -155,7 +159,7 @@ def last_error(log: str) -> str:
     return " ".join(lines[-1].split())[:300] if lines else "no output"
 
 
-def make_record(shard: Shard, result: dict, target: str = "any") -> dict:
+def make_record(shard: Shard, result: dict) -> dict:
     """The record of one shard's result (also of a shard that never returned: ``result['lost']``)."""
     outcomes = result.get("cases") or {}
     missing = set(result.get("missing") or [])
@@ -175,7 +179,7 @@ def make_record(shard: Shard, result: dict, target: str = "any") -> dict:
     status, message = _status(result, cases)
     node = result.get("node") or {}
     base["polytrace_shard"] = {
-        "format": RECORD_FORMAT, "id": shard.id, "target": target, "status": status, "message": message,
+        "format": RECORD_FORMAT, "id": shard.id, "target": shard.target, "status": status, "message": message,
         "node": node, "node_label": node_label(node) if node else "?", "rc": result.get("rc"),
         "started": result.get("started"), "seconds": result.get("seconds", 0.0), "cases": cases,
         "log_tail": result.get("log_tail", "") if status != "done" else "",

@@ -12,11 +12,14 @@ from pathlib import Path
 from ..errors import PolytraceError
 from . import ledger
 from .merge import MergedFile, merge_dir
+from .worker import node_label
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # driver variables every worker needs (a remote node does not inherit this shell's environment):
 # POLYTRACE_ATTENTION_BATCHES, POLYTRACE_BENCH_ROUNDS, POLYTRACE_SHARED, ...
 FORWARD_PREFIX = "POLYTRACE_"
+# tells a shard's pytest which target it runs for ("any", or e.g. "accelerator_type:H100")
+TARGET_ENV = "POLYTRACE_BENCH_TARGET"
 
 
 @dataclass
@@ -99,7 +102,7 @@ def _forwarded_env(commit: str) -> dict:
 def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None = None, ray: str | None = None,
               workers: int | None = None, allow_cpu: bool = False, budget_s: float | None = None,
               max_retries: int = 3, max_shard_cases: int = ledger.MAX_SHARD_CASES,
-              suites_dir: str | Path | None = None, ship_code: bool = False,
+              suites_dir: str | Path | None = None, ship_code: bool = False, each_gpu_type: bool = False,
               on_event: Callable[[str], None] | None = None) -> BenchReport:
     """Run the suites' cases in shards (serially here, or over Ray with ``ray`` = ``local``,
     ``auto`` or an address), write each shard's record to ``out/shards`` as it finishes, skip
@@ -136,24 +139,26 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
             "env": _forwarded_env(commit)}
     try:
         t0 = time.monotonic()
-        collected = executor.collect({**base, "k": k})
+        shards: list[ledger.Shard] = []
+        run_no = ledger.next_run(records)
+        plan = executor.targets(each_gpu_type)
+        for target, resources, slots in plan:
+            env = {**base["env"], TARGET_ENV: target}
+            nodeids = _collect(executor, {**base, "env": env, "k": k, "resources": resources}, base["files"], k)
+            done = ledger.done_nodeids(records, target)
+            todo = [ledger.Case(n, i) for i, n in enumerate(nodeids) if n not in done]
+            report.collected += len(nodeids)
+            report.finished_before += len(nodeids) - len(todo)
+            new = ledger.make_shards(todo, slots, run_no, max_shard_cases, first=len(shards), target=target)
+            shards += new
+            say(f"{'' if target == 'any' else target + ': '}{len(nodeids)} cases, {len(nodeids) - len(todo)} "
+                f"finished earlier: {len(todo)} to run in {len(new)} shard(s) on {slots} worker(s)")
         report.collect_s = time.monotonic() - t0
-        nodeids = collected["nodeids"]
-        if nodeids is None:
-            raise PolytraceError(f"collecting {', '.join(base['files'])} on {collected['node']['hostname']} failed "
-                                 f"(pytest exit code {collected['rc']}): {ledger.last_error(collected['log_tail'])}")
-        if not nodeids:
-            raise PolytraceError(f"no cases collected from {', '.join(base['files'])}"
-                                 + (f" with -k {k!r}" if k else ""))
-        report.collected = len(nodeids)
-        done = ledger.done_nodeids(records)
-        todo = [ledger.Case(n, i) for i, n in enumerate(nodeids) if n not in done]
-        report.finished_before = len(nodeids) - len(todo)
-        shards = ledger.make_shards(todo, executor.slots, ledger.next_run(records), max_shard_cases)
-        say(f"{len(nodeids)} cases, {report.finished_before} finished earlier: {len(todo)} to run in "
-            f"{len(shards)} shard(s) on {executor.slots} worker(s)")
+        resources_of = {target: resources for target, resources, _ in plan}
         by_id = {s.id: s for s in shards}
-        specs = [{**base, "id": s.id, "nodeids": [c.nodeid for c in s.cases], "deadline": deadline} for s in shards]
+        specs = [{**base, "env": {**base["env"], TARGET_ENV: s.target}, "id": s.id, "target": s.target,
+                  "resources": resources_of.get(s.target, {}), "nodeids": [c.nodeid for c in s.cases],
+                  "deadline": deadline} for s in shards]
         t0 = time.monotonic()
         try:
             for result in executor.run(specs):
@@ -172,6 +177,19 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
         report.merged = merge_dir(out)
         report.merge_s = time.monotonic() - t0
     return report
+
+
+def _collect(executor, spec: dict, files: list[str], k: str | None) -> list[str]:
+    collected = executor.collect(spec)
+    nodeids = collected["nodeids"]
+    if collected.get("interrupted"):
+        raise KeyboardInterrupt
+    if nodeids is None:
+        raise PolytraceError(f"collecting {', '.join(files)} on {node_label(collected['node'])} failed (pytest exit "
+                             f"code {collected['rc']}): {ledger.last_error(collected['log_tail'])}")
+    if not nodeids:
+        raise PolytraceError(f"no cases collected from {', '.join(files)}" + (f" with -k {k!r}" if k else ""))
+    return nodeids
 
 
 def _executor(ray: str | None, workers: int | None, allow_cpu: bool, max_retries: int, ship_code: bool):

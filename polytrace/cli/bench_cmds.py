@@ -28,8 +28,8 @@ def register(sub) -> None:
     p.add_argument("--merge", metavar="DIR", default=None,
                    help="only merge the shard records already in DIR (after Ctrl-C, or to re-merge)")
     p.add_argument("--workers", type=positive_int, default=None,
-                   help="workers at once (default: every GPU of the cluster; with --allow-cpu on a cluster "
-                        "without GPUs, every CPU)")
+                   help="workers at once, per GPU model with --each-gpu-type (default: every GPU of the cluster; with "
+                        "--allow-cpu on a cluster without GPUs, every CPU)")
     p.add_argument("--allow-cpu", action="store_true",
                    help="on a cluster without GPUs, run one worker per CPU in the Triton interpreter "
                         "(code-path check; timings are not performance)")
@@ -42,6 +42,9 @@ def register(sub) -> None:
                    help="at most this many cases per shard (default 64; shards are a multiple of the workers)")
     p.add_argument("--suites-dir", metavar="DIR", default=None,
                    help="folder of test_<suite>.py files (default: the checkout's suites/)")
+    p.add_argument("--each-gpu-type", action="store_true",
+                   help="with --ray: run every case once on each GPU model of the cluster (one complete file per "
+                        "model); default: each case once, on whichever GPU is free")
     p.add_argument("--ship-code", action="store_true",
                    help="with --ray: upload this checkout to the workers (Ray runtime_env working_dir) instead "
                         "of expecting it at the same path on every node")
@@ -70,7 +73,7 @@ def _bench(args) -> int:
     report = run_bench(args.out, suites=args.suites, k=args.k, ray=args.ray, workers=args.workers,
                        allow_cpu=args.allow_cpu, budget_s=args.budget_s, max_retries=args.max_retries,
                        max_shard_cases=args.shard_size or MAX_SHARD_CASES, suites_dir=args.suites_dir,
-                       ship_code=args.ship_code, on_event=say)
+                       ship_code=args.ship_code, each_gpu_type=args.each_gpu_type, on_event=say)
     for line in report.problems:
         print(f"polytrace: error: {line}", file=sys.stderr)
     print(report.summary())

@@ -1,0 +1,62 @@
+"""Measure `polytrace bench` serially against `--ray local` with N workers, in one process on one
+machine, alternating, and print each pair's times and the ratio (Ray's one-time start excluded).
+
+    PYTHONPATH=. python scripts/bench_speedup.py [--suites attention logprob] [--workers 2] [--repeats 3]
+
+On a machine without CUDA the suites run in the Triton interpreter (--allow-cpu), so this measures
+the scale-out machinery on the CPU, not GPU performance. The load average before each pair is
+printed: other processes on the machine make both runs slower and the ratio noisier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from polytrace.bench import run_bench  # noqa: E402
+
+
+def _ids(run: Path, suite: str) -> list[str]:
+    from polytrace.results import load_result
+
+    return [b.id for b in load_result(next(run.glob(f"*/{suite}.json"))).benchmarks]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suites", nargs="+", default=["attention", "logprob"], help="suite names")
+    parser.add_argument("--workers", type=int, default=2, help="Ray workers (default 2)")
+    parser.add_argument("--repeats", type=int, default=3, help="serial/Ray pairs (default 3)")
+    args = parser.parse_args()
+    import ray
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-speedup-") as tmp:
+        for i in range(args.repeats):
+            load = os.getloadavg()[0]
+            serial = run_bench(Path(tmp) / f"serial{i}", suites=args.suites)
+            clustered = run_bench(Path(tmp) / f"ray{i}", suites=args.suites, ray="local", allow_cpu=True,
+                                  workers=args.workers)
+            assert not ray.is_initialized()
+            same = all(_ids(Path(tmp) / f"serial{i}", s) == _ids(Path(tmp) / f"ray{i}", s) for s in args.suites)
+            row = {"load_1min_before": round(load, 2), "serial_s": round(serial.seconds_without_start, 2),
+                   "ray_s_without_start": round(clustered.seconds_without_start, 2),
+                   "ray_start_s": round(clustered.start_s, 2),
+                   "ratio": round(serial.seconds_without_start / clustered.seconds_without_start, 2),
+                   "shards": len(clustered.records), "same_ids": same}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    ratios = sorted(r["ratio"] for r in rows)
+    print(json.dumps({"median_ratio": ratios[len(ratios) // 2], "workers": args.workers, "suites": args.suites,
+                      "cpus": os.cpu_count()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
