@@ -68,7 +68,8 @@ def test_serial_run_writes_the_ids_and_order_of_plain_pytest(suites, tmp_path, c
     """Shards of two cases each, merged: per suite, exactly the benchmark ids of one plain
     `pytest --benchmark-json` run, in its order, readable by the results store."""
     out = tmp_path / "run"
-    report = run_bench(out, suites_dir=suites, max_shard_cases=4, k="not fail and not ctrl")  # 4+4+2 cases
+    report = run_bench(out, suites_dir=suites, max_shard_cases=4, k="not fail and not ctrl",  # 4+4+2 cases
+                       pytest_args=["--benchmark-disable-gc"])
     assert report.exit_code == 0 and report.problems == [] and report.pending == 0
     records = shard_records(out)
     assert len(records) == len(report.records) == 3  # 10 cases in shards of at most 4
@@ -82,6 +83,7 @@ def test_serial_run_writes_the_ids_and_order_of_plain_pytest(suites, tmp_path, c
         assert merged["machine_info"]["polytrace"]["gpu_slug"] == "cpu"
         assert merged["polytrace_bench"]["nodes"][0]["machine_info"]["polytrace"]["gpu_slug"] == "cpu"
         assert set(merged) >= {"machine_info", "commit_info", "benchmarks", "datetime", "version"}
+        assert all(b["options"]["disable_gc"] for b in merged["benchmarks"])  # --pytest-arg reached every shard
     from polytrace.results import load_result, store_result
 
     stored = store_result(out / "cpu" / "alpha.json", tmp_path / "store")

@@ -103,7 +103,7 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
               workers: int | None = None, allow_cpu: bool = False, budget_s: float | None = None,
               max_retries: int = 3, max_shard_cases: int = ledger.MAX_SHARD_CASES,
               suites_dir: str | Path | None = None, ship_code: bool = False, each_gpu_type: bool = False,
-              on_event: Callable[[str], None] | None = None) -> BenchReport:
+              pytest_args: list[str] | None = None, on_event: Callable[[str], None] | None = None) -> BenchReport:
     """Run the suites' cases in shards (serially here, or over Ray with ``ray`` = ``local``,
     ``auto`` or an address), write each shard's record to ``out/shards`` as it finishes, skip
     cases earlier runs into ``out`` finished, and merge into ``out/<gpu-slug>/<suite>.json``."""
@@ -136,7 +136,7 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
     if ray:
         say(executor.cluster.describe())
     base = {"repo": None if ship_code else str(REPO_ROOT), "files": [_relative(f, REPO_ROOT) for f in files],
-            "env": _forwarded_env(commit)}
+            "env": _forwarded_env(commit), "pytest_args": list(pytest_args or [])}
     try:
         t0 = time.monotonic()
         shards: list[ledger.Shard] = []

@@ -48,6 +48,8 @@ def register(sub) -> None:
     p.add_argument("--ship-code", action="store_true",
                    help="with --ray: upload this checkout to the workers (Ray runtime_env working_dir) instead "
                         "of expecting it at the same path on every node")
+    p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                   help="pass ARG to every shard's pytest (repeatable), e.g. --pytest-arg=--benchmark-disable-gc")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=_bench)
 
@@ -73,7 +75,8 @@ def _bench(args) -> int:
     report = run_bench(args.out, suites=args.suites, k=args.k, ray=args.ray, workers=args.workers,
                        allow_cpu=args.allow_cpu, budget_s=args.budget_s, max_retries=args.max_retries,
                        max_shard_cases=args.shard_size or MAX_SHARD_CASES, suites_dir=args.suites_dir,
-                       ship_code=args.ship_code, each_gpu_type=args.each_gpu_type, on_event=say)
+                       ship_code=args.ship_code, each_gpu_type=args.each_gpu_type,
+                       pytest_args=args.pytest_arg, on_event=say)
     for line in report.problems:
         print(f"polytrace: error: {line}", file=sys.stderr)
     print(report.summary())
