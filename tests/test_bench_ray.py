@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import sys
 
 import pytest
@@ -72,7 +73,8 @@ def test_a_shard_lost_for_good_is_one_line_and_the_rest_is_kept(local_ray, tmp_p
     report = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True, max_shard_cases=2, max_retries=0)
     assert report.exit_code == 1 and len(report.problems) == 1
     lost = [r["polytrace_shard"] for r in shard_records(out) if r["polytrace_shard"]["status"] == "lost"]
-    assert len(lost) == 1 and report.problems[0].startswith(f"shard {lost[0]['id']} on ")
+    # the line names the shard and the node it was lost on (from where it started)
+    assert len(lost) == 1 and report.problems[0].startswith(f"shard {lost[0]['id']} on {socket.gethostname()}")
     assert "max_retries=0" in report.problems[0]
     lost_cases = {c["nodeid"] for c in lost[0]["cases"]}
     kept = merged_ids(out / "cpu" / "alpha.json")

@@ -79,6 +79,7 @@ class RayExecutor:
         self.options = options
         self._collect = ray.remote(worker.collect)
         self._run = ray.remote(worker.run_shard)
+        self.start_log = ray.remote(worker.StartLog).options(num_cpus=0).remote()
         self.caps = {ANY: self.slots}
 
     def targets(self, each_gpu_type: bool) -> list[tuple[str, dict, int]]:
@@ -117,7 +118,7 @@ class RayExecutor:
                 target = spec.get("target", ANY)
                 if sum(1 for s in self.pending.values() if s.get("target", ANY) == target) < self.caps[target]:
                     queue.remove(spec)
-                    self.pending[self._submit(self._run, spec)] = spec
+                    self.pending[self._submit(self._run, {**spec, "start_log": self.start_log})] = spec
             done, _ = self.ray.wait(list(self.pending), num_returns=1)
             for ref in done:
                 yield self._result(ref, self.pending.pop(ref))
@@ -126,28 +127,35 @@ class RayExecutor:
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
-            return {"id": spec["id"], "lost": f"worker lost or failed (max_retries={self.max_retries}): "
-                                              f"{one_line_error(exc)}"}
+            return {"id": spec["id"], "node": self._node_of(spec["id"]),
+                    "lost": f"worker lost or failed (max_retries={self.max_retries}): {one_line_error(exc)}"}
+
+    def _node_of(self, shard_id: str) -> dict:
+        try:
+            return self.ray.get(self.start_log.node_of.remote(shard_id), timeout=10) or {}
+        except Exception:  # noqa: BLE001 - the log's node may be gone too: the line then says '?'
+            return {}
 
     def drain(self) -> Iterator[dict]:
         """After Ctrl-C: the shards that return within the grace, then cancel the rest."""
         if not self.pending:
             return
         try:
-            done, rest = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=DRAIN_GRACE_S)
-        except KeyboardInterrupt:
-            done, rest = [], list(self.pending)
-        for ref in rest:
-            self.ray.cancel(ref, force=True)
-            self.pending.pop(ref, None)
-        for ref in done:
+            done, _ = self.ray.wait(list(self.pending), num_returns=len(self.pending), timeout=DRAIN_GRACE_S)
+        except (KeyboardInterrupt, Exception):  # noqa: BLE001 - a second Ctrl-C, or a local Ray already gone
+            done = []
+        for ref in done:  # the rest stay pending and are cancelled in close()
             spec = self.pending.pop(ref)
             result = self._result(ref, spec)
             if not result.get("lost"):
                 yield result
 
     def close(self) -> None:
-        for ref in list(self.pending):
-            self.ray.cancel(ref, force=True)
+        try:  # after Ctrl-C a local Ray may already be gone: nothing left to cancel then
+            for ref in list(self.pending):
+                self.ray.cancel(ref, force=True)
+            self.ray.kill(self.start_log)
+        except Exception:  # noqa: BLE001
+            pass
         self.pending.clear()
         self.cluster.shutdown()

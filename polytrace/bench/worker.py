@@ -72,6 +72,29 @@ def node_label(node: dict) -> str:
     return f"{node.get('hostname', '?')} ({ip})" if ip and ip != node.get("hostname") else node.get("hostname", "?")
 
 
+class StartLog:
+    """Where each shard started: a Ray actor the shards report to first thing, so the line about a
+    shard whose worker was lost can name the node it was lost on (Ray's error does not)."""
+
+    def __init__(self):
+        self.nodes: dict[str, dict] = {}
+
+    def started(self, shard_id: str, node: dict) -> None:
+        self.nodes[shard_id] = node
+
+    def node_of(self, shard_id: str) -> dict | None:
+        return self.nodes.get(shard_id)
+
+
+def _report_start(spec: dict) -> None:
+    log = spec.get("start_log")
+    if log is not None:
+        try:
+            log.started.remote(spec["id"], node_info())
+        except Exception:  # noqa: BLE001 - the log is a courtesy; the shard runs regardless
+            pass
+
+
 def _repo(spec: dict) -> Path:
     repo = Path(spec["repo"]) if spec.get("repo") else Path.cwd()
     if not (repo / "polytrace").is_dir():
@@ -155,6 +178,7 @@ def run_shard(spec: dict) -> dict:
     ``env`` (extra variables), ``deadline`` (epoch seconds or None: the run's time budget; the
     suites skip what would start after it, and a shard that starts after it runs nothing)."""
     started = time.time()
+    _report_start(spec)
     repo = _repo(spec)
     result = {"id": spec["id"], "node": node_info(), "started": started, "rc": None, "interrupted": False,
               "not_started": False, "benchmark_json": None, "cases": {}, "missing": [], "log_tail": "",
