@@ -207,6 +207,17 @@ def test_bad_input_is_one_line(args, message, suites, tmp_path, capsys):
     assert message.replace("{tmp}", str(tmp_path)) in err
 
 
+def test_a_suite_that_cannot_be_collected_is_one_line(tmp_path, capsys):
+    from polytrace.cli import main
+
+    suites = write_suites(tmp_path / "suites", {"alpha": ["a0"]})
+    (suites / "test_broken.py").write_text("def test_x(:\n")
+    code = main(["bench", "--suites-dir", str(suites), "-o", str(tmp_path / "o"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "polytrace: error: collecting " in err and "test_broken.py: SyntaxError" in err
+
+
 def test_without_ray_installed_ray_says_how_to_install(suites, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(PolytraceError, match=r"Ray is not installed; pip install 'polytrace\[cluster\]'"):

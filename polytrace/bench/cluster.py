@@ -3,7 +3,8 @@ many workers, and what each worker holds (one GPU, or one CPU for the interprete
 
 ``--ray local`` starts a Ray instance on this machine (and stops it at the end); ``--ray auto``
 joins the cluster this machine belongs to (``RAY_ADDRESS``, or a ``ray start`` here); any other
-value is the head's address (``HOST:PORT`` of ``ray start --head``, or ``ray://HOST:10001``).
+value is the head's address (``HOST:PORT`` of ``ray start --head``; a Ray Client address
+``ray://HOST:10001`` is passed on to Ray as well, untested here).
 Ray is optional (``pip install 'polytrace[cluster]'``); it is imported only here, on first use.
 """
 

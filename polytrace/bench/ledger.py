@@ -152,11 +152,18 @@ def _status(result: dict, cases: list[dict]) -> tuple[str, str]:
 
 
 def last_error(log: str) -> str:
-    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    """One line from a pytest log: the file it could not collect and the exception (the last line
+    of the first block pytest marks with 'E'), else the log's last line."""
+    lines = [ln.rstrip() for ln in log.splitlines() if ln.strip()]
+    where = next((m.group(1) for ln in lines if (m := re.search(r"ERROR collecting (\S+)", ln))), "")
+    block: list[str] = []
     for ln in lines:
-        if ln.startswith(("E ", "ERROR ")):
-            return " ".join(ln.split())[:300]
-    return " ".join(lines[-1].split())[:300] if lines else "no output"
+        if ln.startswith("E "):
+            block.append(ln[1:].strip())
+        elif block:
+            break
+    message = block[-1] if block else (lines[-1].strip() if lines else "no output")
+    return " ".join(f"{where + ': ' if where else ''}{message}".split())[:300]
 
 
 def make_record(shard: Shard, result: dict) -> dict:

@@ -22,7 +22,7 @@ def register(sub) -> None:
     p.add_argument("-k", dest="k", metavar="EXPR", default=None, help="pytest -k expression selecting cases")
     p.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
                    help="run shards as Ray tasks: 'local' starts Ray here, 'auto' joins this machine's cluster, "
-                        "or the head's HOST:PORT / ray://HOST:PORT; default: serially in this process")
+                        "or the head's HOST:PORT (of `ray start --head`); default: serially in this process")
     p.add_argument("-o", "--out", metavar="DIR", default=None,
                    help="run folder: shards/ (one record per shard) and <gpu-slug>/<suite>.json (merged)")
     p.add_argument("--merge", metavar="DIR", default=None,
