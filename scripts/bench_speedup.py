@@ -1,5 +1,6 @@
 """Measure `polytrace bench` serially against `--ray local` with N workers, in one process on one
-machine, alternating, and print each pair's times and the ratio (Ray's one-time start excluded).
+machine, alternating, and print each pair's times and the ratio (Ray's one-time start excluded),
+with a plain `pytest suites/test_<suite>.py ...` run beside them for reference.
 
     PYTHONPATH=. python scripts/bench_speedup.py [--suites attention logprob] [--workers 2] [--repeats 3]
 
@@ -13,11 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from polytrace.bench import run_bench  # noqa: E402
 
@@ -40,12 +44,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-speedup-") as tmp:
         for i in range(args.repeats):
             load = os.getloadavg()[0]
+            t0 = time.monotonic()
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            *[f"suites/test_{s}.py" for s in args.suites], f"--benchmark-json={tmp}/plain{i}.json"],
+                           cwd=ROOT, check=True, capture_output=True)
+            plain_s = time.monotonic() - t0
             serial = run_bench(Path(tmp) / f"serial{i}", suites=args.suites)
             clustered = run_bench(Path(tmp) / f"ray{i}", suites=args.suites, ray="local", allow_cpu=True,
                                   workers=args.workers)
             assert not ray.is_initialized()
             same = all(_ids(Path(tmp) / f"serial{i}", s) == _ids(Path(tmp) / f"ray{i}", s) for s in args.suites)
-            row = {"load_1min_before": round(load, 2), "serial_s": round(serial.seconds_without_start, 2),
+            row = {"load_1min_before": round(load, 2), "plain_pytest_s": round(plain_s, 2),
+                   "serial_s": round(serial.seconds_without_start, 2),
                    "ray_s_without_start": round(clustered.seconds_without_start, 2),
                    "ray_start_s": round(clustered.start_s, 2),
                    "ratio": round(serial.seconds_without_start / clustered.seconds_without_start, 2),

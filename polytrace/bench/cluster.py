@@ -23,6 +23,9 @@ INSTALL_HINT = "pip install 'polytrace[cluster]' (or pip install ray)"
 # '{"polytrace_gpu:h100-sxm": 1}'` (our slugs tell H100 SXM from PCIe, A100 40 from 80 GB), else
 # the label Ray sets itself on NVIDIA nodes (accelerator_type:H100, A100, ...).
 GPU_TYPE_PREFIXES = ("polytrace_gpu:", "accelerator_type:")
+# Left out of the checkout shipped with --ship-code: results and run folders can be large and are
+# never needed to run the suites.
+SHIP_EXCLUDES = [".git", "results", "out", "polytrace-report", "*.egg-info", "__pycache__", ".benchmarks", ".shim"]
 # An address that does not answer makes ray.init retry for minutes; a plain TCP connect first
 # turns that into one line within this many seconds.
 CONNECT_TIMEOUT_S = 5.0
@@ -108,21 +111,27 @@ def _nodes(ray) -> list[dict]:
     return out
 
 
-def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False) -> Cluster:
+def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, ship_code: str | None = None) -> Cluster:
     """Join or start Ray and decide the workers: one per GPU on a GPU cluster; with
     ``allow_cpu`` and no GPU anywhere, one per CPU (or ``workers``), with the GPU requirement
     dropped so the suites run in the Triton interpreter. A Ray already initialised in this process
-    (a notebook, the tests' shared instance) is used as it is and left running."""
+    (a notebook, the tests' shared instance) is used as it is and left running. ``ship_code``: a
+    checkout uploaded to every worker as its working directory (Ray's job-level ``working_dir``)."""
     ray = import_ray()
     if workers is not None and workers < 1:
         raise PolytraceError(f"--workers: must be >= 1, got {workers}")
     t0 = time.monotonic()
     started = False
     if ray.is_initialized():
+        if ship_code:
+            raise PolytraceError("--ship-code: Ray is already initialised in this process, so the code to ship "
+                                 "cannot be set; run from a fresh process")
         address = "(this process's Ray)"
     else:
         opts = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
                 "configure_logging": True}
+        if ship_code:
+            opts["runtime_env"] = {"working_dir": str(ship_code), "excludes": SHIP_EXCLUDES}
         if mode == "local":
             address = "local"
             ray.init(num_cpus=workers or os.cpu_count() or 1, **opts)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 from ..errors import PolytraceError
 from . import worker
@@ -20,9 +19,6 @@ from .cluster import Cluster, one_line_error
 # Shards in flight after Ctrl-C get this long to return (each pytest child writes its partial JSON
 # within worker.SIGINT_GRACE_S when it saw the SIGINT, or is cancelled).
 DRAIN_GRACE_S = 15.0
-# Files left out of the code shipped with --ship-code: results and run folders can be large and
-# are never needed to run the suites.
-SHIP_EXCLUDES = [".git", "results", "out", "polytrace-report", "*.egg-info", "__pycache__", ".benchmarks"]
 
 
 ANY = "any"  # the target of a run that takes whatever GPU comes
@@ -60,7 +56,7 @@ class RayExecutor:
     lost, process killed, out of memory) is retried by Ray up to ``max_retries`` times; one that
     still fails comes back as ``{'lost': reason}`` and its cases stay pending."""
 
-    def __init__(self, cluster: Cluster, *, max_retries: int = 3, ship_code: Path | None = None):
+    def __init__(self, cluster: Cluster, *, max_retries: int = 3):
         ray = cluster.ray
         self.ray = ray
         self.cluster = cluster
@@ -74,8 +70,6 @@ class RayExecutor:
         ray.cloudpickle.register_pickle_by_value(sys.modules[worker.__name__])
         options = {"num_gpus": cluster.num_gpus, "num_cpus": cluster.num_cpus, "max_retries": max_retries,
                    "retry_exceptions": False}
-        if ship_code is not None:
-            options["runtime_env"] = {"working_dir": str(ship_code), "excludes": SHIP_EXCLUDES}
         self.options = options
         self._collect = ray.remote(worker.collect)
         self._run = ray.remote(worker.run_shard)

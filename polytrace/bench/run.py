@@ -201,8 +201,8 @@ def _executor(ray: str | None, workers: int | None, allow_cpu: bool, max_retries
         return SerialExecutor()
     from .cluster import connect
 
-    cluster = connect(ray, workers=workers, allow_cpu=allow_cpu)
-    return RayExecutor(cluster, max_retries=max_retries, ship_code=REPO_ROOT if ship_code else None)
+    cluster = connect(ray, workers=workers, allow_cpu=allow_cpu, ship_code=str(REPO_ROOT) if ship_code else None)
+    return RayExecutor(cluster, max_retries=max_retries)
 
 
 def _record(out: Path, shard: ledger.Shard, result: dict, report: BenchReport, say) -> None:
