@@ -122,8 +122,9 @@ def _search_here(tunable: Tunable, *, profile: str, model: str | None, seed: int
 
     on_gpu = bool(torch.cuda.is_available())
     if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
-        raise PolytraceError("no CUDA GPU: set TRITON_INTERPRET=1 (before Python starts) to run the tuning "
-                             "code path in the Triton interpreter")
+        raise PolytraceError(f"no CUDA GPU: to run the tuning code path in the Triton interpreter (a smoke "
+                             f"test; its timings are not performance), run: TRITON_INTERPRET=1 polytrace tune "
+                             f"{tunable.name} --profile {profile}")
     device = torch.device("cuda" if on_gpu else "cpu")
     work = build_workload(tunable, profile, model, seed, on_gpu,
                           torch.cuda.get_device_name(device) if on_gpu else "cpu")

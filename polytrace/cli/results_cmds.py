@@ -77,10 +77,19 @@ def register(sub) -> None:
     p.add_argument("--baseline", default=None, help="also plot each result's per-benchmark ratios against this")
     p.set_defaults(func=_plot)
 
-    p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile")
-    p.add_argument("kernel", help="tunable kernel: token_logprobs, linear_token_logprobs, pack or "
-                                  "varlen_attention_fwd")
-    p.add_argument("--profile", default=None, help="workload profile the shapes are drawn from")
+    from ..tunables import tunable_names
+
+    p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile",
+                       description="Search a kernel's launch configs (blocks, warps, stages) over the shape "
+                       "buckets of a workload profile and write the best per bucket, which the kernel reads "
+                       "at launch. Needs a CUDA GPU; on a CPU-only machine run it as TRITON_INTERPRET=1 "
+                       "polytrace tune ... to exercise the code path in the Triton interpreter (timings "
+                       "there are not performance).")
+    # choices: an unknown kernel is reported while parsing, before a missing --profile
+    p.add_argument("kernel", choices=tunable_names(), metavar="KERNEL",
+                   help=f"tunable kernel: {', '.join(tunable_names())}")
+    p.add_argument("--profile", required=True, help="workload profile the shapes are drawn from "
+                   "(a built-in name, e.g. dapo-math-32b, or a fitted profile JSON)")
     p.add_argument("--budget-s", type=_float, default=120.0, help="search time budget in seconds (default 120)")
     p.add_argument("--seed", type=_int, default=0)
     p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
@@ -154,17 +163,23 @@ def _gate(args) -> int:
 
     if not 0 < args.alpha < 1:
         raise PolytraceError(f"--alpha: must be in (0, 1), got {args.alpha}")
-    report = compare(load_result(args.baseline), load_result(args.candidate), threshold=args.threshold,
+    baseline, candidate = load_result(args.baseline), load_result(args.candidate)
+    report = compare(baseline, candidate, threshold=args.threshold,
                      alpha=args.alpha, force=args.force, gate_all=args.gate_all,
                      fail_on_missing=args.fail_on_missing)
+    step = _step_time(report, baseline, candidate)
     if args.json:
         from ._io import print_json
 
-        print_json(report.to_dict())
+        print_json({**report.to_dict(), **({"step_time": step} if step else {})})
     elif args.markdown:
         print(format_markdown(report))
+        if step:
+            print(f"\n**{step['line']}**")
     else:
         print(format_text(report, show_all=args.all))
+        if step:
+            print(step["line"])
     if args.plot and report.exit_code != 2:
         from ..results import plot_gate
 
@@ -172,6 +187,17 @@ def _gate(args) -> int:
         if not (args.json or args.markdown):
             print(f"plot: {path}")
     return report.exit_code
+
+
+def _step_time(report, baseline, candidate) -> dict | None:
+    """What the kernel changes cost on the default workload (``polytrace.compose.impact``), for
+    the line under the verdict; none for inputs the gate refused."""
+    if report.exit_code == 2:
+        return None
+    from ..compose.impact import step_time_line
+
+    res = step_time_line(baseline, candidate)
+    return {"line": res["line"], "step_change": res["step_change"]}
 
 
 def _plot(args) -> int:
@@ -196,9 +222,6 @@ def _plot(args) -> int:
 def _tune(args) -> int:
     from .. import tune
 
-    if args.profile is None:
-        raise PolytraceError("--profile: required (e.g. --profile dapo-math-32b); "
-                             f"tunable kernels: {', '.join(tune.tunable_names())}")
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,
                                progress=not args.no_progress, ray=args.ray, workers=args.workers,
