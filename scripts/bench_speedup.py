@@ -1,6 +1,9 @@
 """Measure `polytrace bench` serially against `--ray local` with N workers, in one process on one
 machine, alternating, and print each pair's times and the ratio (Ray's one-time start excluded),
-with a plain `pytest suites/test_<suite>.py ...` run beside them for reference.
+with a plain `pytest suites/test_<suite>.py ...` run beside them for reference. Also the ratio of
+CPU seconds (the serial run's against the Ray run's longest path), which estimates the ratio on an
+idle machine when other jobs share the cores: a loaded machine gives two processes a bigger share
+of the CPUs than one, which flatters the wall-clock ratio.
 
     PYTHONPATH=. python scripts/bench_speedup.py [--suites attention logprob] [--workers 2] [--repeats 3]
 
@@ -54,12 +57,22 @@ def main() -> int:
                                   workers=args.workers)
             assert not ray.is_initialized()
             same = all(_ids(Path(tmp) / f"serial{i}", s) == _ids(Path(tmp) / f"ray{i}", s) for s in args.suites)
+            serial_cpu = serial.collect_cpu_s + sum(r["polytrace_shard"]["cpu_s"] for r in serial.records)
+            per_worker: dict[int, float] = {}
+            for r in clustered.records:
+                pid = r["polytrace_shard"]["node"].get("pid", 0)
+                per_worker[pid] = per_worker.get(pid, 0.0) + r["polytrace_shard"]["cpu_s"]
+            ray_cpu_path = clustered.collect_cpu_s + max(per_worker.values())
             row = {"load_1min_before": round(load, 2), "plain_pytest_s": round(plain_s, 2),
                    "serial_s": round(serial.seconds_without_start, 2),
                    "ray_s_without_start": round(clustered.seconds_without_start, 2),
                    "ray_start_s": round(clustered.start_s, 2),
                    "ratio": round(serial.seconds_without_start / clustered.seconds_without_start, 2),
-                   "shards": len(clustered.records), "same_ids": same}
+                   "shards": len(clustered.records), "same_ids": same,
+                   # CPU seconds: the serial run's, and the Ray run's longest path (collection, then the
+                   # busiest worker): their ratio estimates the speed-up on an idle machine
+                   "serial_cpu_s": round(serial_cpu, 2), "ray_cpu_path_s": round(ray_cpu_path, 2),
+                   "ratio_from_cpu_s": round(serial_cpu / ray_cpu_path, 2)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     ratios = sorted(r["ratio"] for r in rows)

@@ -57,6 +57,23 @@ def test_shards_deal_every_case_once_in_multiples_of_the_workers():
     assert ledger.make_shards([], 4, run=1) == []
 
 
+def test_recorded_times_balance_the_shards_longest_first():
+    """With the times of an earlier run, LPT: here round robin would put both 10 s cases (0 and 2)
+    in one shard; balanced, each shard gets one and the loads are 11 and 11."""
+    cases = [ledger.Case(f"t.py::c[{i}]", i) for i in range(4)]
+    seconds = {"t.py::c[0]": 10.0, "t.py::c[1]": 1.0, "t.py::c[2]": 10.0, "t.py::c[3]": 1.0}
+    naive = ledger.make_shards(cases, 2, run=1)
+    assert [c.index for c in naive[0].cases] == [0, 2]
+    shards = ledger.make_shards(cases, 2, run=1, seconds=seconds)
+    assert sorted(sum(seconds[c.nodeid] for c in s.cases) for s in shards) == [11.0, 11.0]
+    assert all([c.index for c in s.cases] == sorted(c.index for c in s.cases) for s in shards)  # collection order
+    # a case without a recorded time counts as the median; every case still lands exactly once
+    more = cases + [ledger.Case("t.py::new", 4)]
+    dealt = ledger.make_shards(more, 2, run=1, seconds=seconds, max_cases=3)
+    assert sorted(c.index for s in dealt for c in s.cases) == [0, 1, 2, 3, 4]
+    assert all(len(s.cases) <= 3 for s in dealt)
+
+
 def test_budget_skips_are_not_finished_but_other_skips_are():
     assert ledger.is_done({"outcome": "passed"}) and ledger.is_done({"outcome": "skipped", "reason": "needs a GPU"})
     assert not ledger.is_done({"outcome": "skipped", "reason": "time budget POLYTRACE_BENCH_BUDGET_S=5 s spent"})
@@ -137,6 +154,8 @@ def test_a_failing_shard_is_one_line_and_the_others_are_kept(suites, tmp_path, c
 def test_merge_alone_rewrites_the_merged_files(suites, tmp_path):
     out = tmp_path / "run"
     run_bench(out, suites_dir=suites, k="a1 or a2 or b0", max_shard_cases=2)
+    assert ledger.recorded_seconds(out).keys() == {"test_alpha.py::test_case[a1]", "test_alpha.py::test_case[a2]",
+                                                   "test_beta.py::test_case[b0]"}
     before = (out / "cpu" / "alpha.json").read_text()
     (out / "cpu" / "alpha.json").unlink()
     written = merge_dir(out)
@@ -190,6 +209,7 @@ def test_a_spent_budget_leaves_cases_pending_for_the_rerun(suites, tmp_path):
     (["-o", "{tmp}/o", "--ray", "nohost"], "expected auto, local, HOST:PORT"),
     (["-o", "{tmp}/o", "--budget-s", "-1"], "--budget-s: must be > 0"),
     (["-o", "{tmp}/o", "--shard-size", "0"], "--shard-size"),
+    (["-o", "{tmp}/o", "--balance-from", "{tmp}/empty"], "--balance-from {tmp}/empty: no shard records"),
 ])
 def test_bad_input_is_one_line(args, message, suites, tmp_path, capsys):
     from polytrace.cli import main

@@ -11,6 +11,7 @@ shard cut short by Ctrl-C keeps the cases it measured).
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import re
@@ -55,19 +56,53 @@ class Shard:
 
 
 def make_shards(cases: list[Case], slots: int, run: int, max_cases: int = MAX_SHARD_CASES, *, first: int = 0,
-                target: str = "any") -> list[Shard]:
-    """Cut ``cases`` into a multiple of ``slots`` shards of at most ``max_cases`` cases, dealt round
-    robin: a suite's cases come grouped by kernel and provider, and dealing spreads the slow ones
-    (ours in the interpreter, the long shapes on a GPU) over every shard."""
+                target: str = "any", seconds: dict[str, float] | None = None) -> list[Shard]:
+    """Cut ``cases`` into a multiple of ``slots`` shards of at most ``max_cases`` cases.
+
+    Without ``seconds`` the cases are dealt round robin: a suite's cases come grouped by kernel and
+    provider, and dealing spreads the slow ones (ours in the interpreter, the long shapes on a GPU)
+    over every shard. With ``seconds`` ({node id: seconds} a previous run measured), longest first
+    onto the least-loaded shard that has room (LPT); a case it does not know counts as the median.
+    Each shard runs its cases in collection order."""
     if not cases:
         return []
     slots = max(1, slots)
     n = slots * math.ceil(len(cases) / (slots * max(1, max_cases)))
     n = min(n, len(cases))
     shards = [Shard(f"s{run}-{first + i}", [], target) for i in range(n)]
-    for i, case in enumerate(cases):
-        shards[i % n].cases.append(case)
+    if not seconds:
+        for i, case in enumerate(cases):
+            shards[i % n].cases.append(case)
+        return shards
+    known = sorted(seconds.values())
+    median = known[len(known) // 2] if known else 1.0
+    cost = {c.nodeid: float(seconds.get(c.nodeid, median)) for c in cases}
+    cap = math.ceil(len(cases) / n)
+    heap = [(0.0, i) for i in range(n)]
+    for case in sorted(cases, key=lambda c: (-cost[c.nodeid], c.index)):
+        load, i = heapq.heappop(heap)
+        shards[i].cases.append(case)
+        if len(shards[i].cases) < cap:
+            heapq.heappush(heap, (load + cost[case.nodeid], i))
+    for shard in shards:
+        shard.cases.sort(key=lambda c: c.index)
     return shards
+
+
+def recorded_seconds(folder: Path) -> dict[str, float]:
+    """{node id: seconds} the shard records of a run folder measured (``--balance-from``)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise PolytraceError(f"--balance-from {folder}: run folder not found")
+    records = load_records(folder)
+    if not records:
+        raise PolytraceError(f"--balance-from {folder}: no shard records in {folder / SHARDS}")
+    found: dict[str, float] = {}
+    for r in records:
+        for c in r["polytrace_shard"]["cases"]:
+            if c.get("complete", True) and c.get("seconds"):
+                found[c["nodeid"]] = max(found.get(c["nodeid"], 0.0), float(c["seconds"]))
+    return found
 
 
 def is_done(entry: dict) -> bool:
@@ -188,7 +223,8 @@ def make_record(shard: Shard, result: dict) -> dict:
     base["polytrace_shard"] = {
         "format": RECORD_FORMAT, "id": shard.id, "target": shard.target, "status": status, "message": message,
         "node": node, "node_label": node_label(node) if node else "?", "rc": result.get("rc"),
-        "started": result.get("started"), "seconds": result.get("seconds", 0.0), "cases": cases,
+        "started": result.get("started"), "seconds": result.get("seconds", 0.0),
+        "cpu_s": result.get("cpu_s", 0.0), "cases": cases,
         "log_tail": result.get("log_tail", "") if status != "done" else "",
     }
     return base

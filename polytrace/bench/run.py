@@ -35,6 +35,7 @@ class BenchReport:
     interrupted: bool = False
     start_s: float = 0.0  # starting or joining Ray
     collect_s: float = 0.0
+    collect_cpu_s: float = 0.0  # CPU seconds of the collection's pytest
     run_s: float = 0.0
     merge_s: float = 0.0
 
@@ -103,7 +104,8 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
               workers: int | None = None, allow_cpu: bool = False, budget_s: float | None = None,
               max_retries: int = 3, max_shard_cases: int = ledger.MAX_SHARD_CASES,
               suites_dir: str | Path | None = None, ship_code: bool = False, each_gpu_type: bool = False,
-              pytest_args: list[str] | None = None, on_event: Callable[[str], None] | None = None) -> BenchReport:
+              pytest_args: list[str] | None = None, balance_from: str | Path | None = None,
+              on_event: Callable[[str], None] | None = None) -> BenchReport:
     """Run the suites' cases in shards (serially here, or over Ray with ``ray`` = ``local``,
     ``auto`` or an address), write each shard's record to ``out/shards`` as it finishes, skip
     cases earlier runs into ``out`` finished, and merge into ``out/<gpu-slug>/<suite>.json``."""
@@ -130,6 +132,7 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
     commit = git_commit(REPO_ROOT)
     ledger.check_same_code(records, commit, out)
     deadline = time.time() + budget_s if budget_s else None
+    seconds = ledger.recorded_seconds(Path(balance_from)) if balance_from else None
 
     executor = _executor(ray, workers, allow_cpu, max_retries, ship_code)
     report = BenchReport(out, executor.label, executor.slots, start_s=executor.start_s)
@@ -144,12 +147,14 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
         plan = executor.targets(each_gpu_type)
         for target, resources, slots in plan:
             env = {**base["env"], TARGET_ENV: target}
-            nodeids = _collect(executor, {**base, "env": env, "k": k, "resources": resources}, base["files"], k)
+            nodeids = _collect(executor, {**base, "env": env, "k": k, "resources": resources}, base["files"], k,
+                               report)
             done = ledger.done_nodeids(records, target)
             todo = [ledger.Case(n, i) for i, n in enumerate(nodeids) if n not in done]
             report.collected += len(nodeids)
             report.finished_before += len(nodeids) - len(todo)
-            new = ledger.make_shards(todo, slots, run_no, max_shard_cases, first=len(shards), target=target)
+            new = ledger.make_shards(todo, slots, run_no, max_shard_cases, first=len(shards), target=target,
+                                     seconds=seconds)
             shards += new
             say(f"{'' if target == 'any' else target + ': '}{len(nodeids)} cases, {len(nodeids) - len(todo)} "
                 f"finished earlier: {len(todo)} to run in {len(new)} shard(s) on {slots} worker(s)")
@@ -179,8 +184,9 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
     return report
 
 
-def _collect(executor, spec: dict, files: list[str], k: str | None) -> list[str]:
+def _collect(executor, spec: dict, files: list[str], k: str | None, report: BenchReport) -> list[str]:
     collected = executor.collect(spec)
+    report.collect_cpu_s += collected.get("cpu_s", 0.0)
     nodeids = collected["nodeids"]
     if collected.get("interrupted"):
         raise KeyboardInterrupt

@@ -132,13 +132,26 @@ def _load(path: Path):
         return None
 
 
-def _pytest(repo: Path, args: list[str], env: dict, log: Path) -> tuple[int, bool]:
-    """Run pytest to the end; on Ctrl-C let it write what it measured. (exit code, interrupted)."""
+def _cpu_seconds_of_children() -> float:
+    try:
+        import resource
+
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime
+    except (ImportError, OSError):  # not on this platform
+        return 0.0
+
+
+def _pytest(repo: Path, args: list[str], env: dict, log: Path) -> tuple[int, bool, float]:
+    """Run pytest to the end; on Ctrl-C let it write what it measured. (exit code, interrupted,
+    CPU seconds the child used: a worker runs one child at a time, so the difference of its
+    children's usage is this child's)."""
     cmd = [sys.executable, "-c", LAUNCH, str(os.getpid()), "-m", "pytest", *args]
+    cpu0 = _cpu_seconds_of_children()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            return proc.wait(), False
+            return proc.wait(), False, _cpu_seconds_of_children() - cpu0
         except KeyboardInterrupt:
             pass
         try:
@@ -150,7 +163,7 @@ def _pytest(repo: Path, args: list[str], env: dict, log: Path) -> tuple[int, boo
             except (subprocess.TimeoutExpired, KeyboardInterrupt):
                 proc.kill()
                 proc.wait()
-        return proc.returncode, True
+        return proc.returncode, True, _cpu_seconds_of_children() - cpu0
 
 
 def collect(spec: dict) -> dict:
@@ -165,10 +178,10 @@ def collect(spec: dict) -> dict:
         args = ["--collect-only", "-q", *PYTEST_BASE, f"--polytrace-collect={out}"]
         if spec.get("k"):
             args += ["-k", spec["k"]]
-        rc, interrupted = _pytest(repo, args + list(spec["files"]), env, tmp / "log.txt")
+        rc, interrupted, cpu_s = _pytest(repo, args + list(spec["files"]), env, tmp / "log.txt")
         nodeids = _load(out)
         return {"nodeids": nodeids if rc in (0, 5) else None, "rc": rc, "interrupted": interrupted,
-                "log_tail": _tail(tmp / "log.txt"), "node": node_info()}
+                "log_tail": _tail(tmp / "log.txt"), "node": node_info(), "cpu_s": round(cpu_s, 3)}
 
 
 def run_shard(spec: dict) -> dict:
@@ -182,7 +195,7 @@ def run_shard(spec: dict) -> dict:
     repo = _repo(spec)
     result = {"id": spec["id"], "node": node_info(), "started": started, "rc": None, "interrupted": False,
               "not_started": False, "benchmark_json": None, "cases": {}, "missing": [], "log_tail": "",
-              "seconds": 0.0}
+              "seconds": 0.0, "cpu_s": 0.0}
     with tempfile.TemporaryDirectory(prefix="polytrace-shard-") as tmp:
         tmp = Path(tmp)
         (tmp / "shim").mkdir()
@@ -199,9 +212,9 @@ def run_shard(spec: dict) -> dict:
         args = ["-q", *PYTEST_BASE, f"--polytrace-select={select}",
                 f"--polytrace-outcomes={outcomes}", f"--benchmark-json={bench}", "--benchmark-save-data",
                 *spec.get("pytest_args", []), *spec["files"]]
-        rc, interrupted = _pytest(repo, args, env, tmp / "log.txt")
+        rc, interrupted, cpu_s = _pytest(repo, args, env, tmp / "log.txt")
         recorded = _load(outcomes) or {}
-        result.update(rc=rc, interrupted=interrupted, benchmark_json=_load(bench),
+        result.update(rc=rc, interrupted=interrupted, benchmark_json=_load(bench), cpu_s=round(cpu_s, 3),
                       cases=recorded.get("cases") or {}, missing=recorded.get("missing") or [],
                       log_tail=_tail(tmp / "log.txt"), seconds=round(time.time() - started, 3))
     return result

@@ -40,6 +40,9 @@ def register(sub) -> None:
                    help="times Ray reruns a shard whose worker was lost (default 3)")
     p.add_argument("--shard-size", type=positive_int, default=None,
                    help="at most this many cases per shard (default 64; shards are a multiple of the workers)")
+    p.add_argument("--balance-from", metavar="DIR", default=None,
+                   help="balance the shards by the case times an earlier run folder recorded (longest first onto "
+                        "the least-loaded shard); default: cases dealt round robin")
     p.add_argument("--suites-dir", metavar="DIR", default=None,
                    help="folder of test_<suite>.py files (default: the checkout's suites/)")
     p.add_argument("--each-gpu-type", action="store_true",
@@ -76,7 +79,7 @@ def _bench(args) -> int:
                        allow_cpu=args.allow_cpu, budget_s=args.budget_s, max_retries=args.max_retries,
                        max_shard_cases=args.shard_size or MAX_SHARD_CASES, suites_dir=args.suites_dir,
                        ship_code=args.ship_code, each_gpu_type=args.each_gpu_type,
-                       pytest_args=args.pytest_arg, on_event=say)
+                       pytest_args=args.pytest_arg, balance_from=args.balance_from, on_event=say)
     for line in report.problems:
         print(f"polytrace: error: {line}", file=sys.stderr)
     print(report.summary())
