@@ -35,6 +35,15 @@ def _ids(run: Path, suite: str) -> list[str]:
     return [b.id for b in load_result(next(run.glob(f"*/{suite}.json"))).benchmarks]
 
 
+def _cpu_path(report) -> float:
+    """CPU seconds on the Ray run's longest path: the collection, then the busiest worker."""
+    per_worker: dict[int, float] = {}
+    for r in report.records:
+        pid = r["polytrace_shard"]["node"].get("pid", 0)
+        per_worker[pid] = per_worker.get(pid, 0.0) + r["polytrace_shard"]["cpu_s"]
+    return report.collect_cpu_s + max(per_worker.values())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suites", nargs="+", default=["attention", "logprob"], help="suite names")
@@ -55,14 +64,12 @@ def main() -> int:
             serial = run_bench(Path(tmp) / f"serial{i}", suites=args.suites)
             clustered = run_bench(Path(tmp) / f"ray{i}", suites=args.suites, ray="local", allow_cpu=True,
                                   workers=args.workers)
+            balanced = run_bench(Path(tmp) / f"balanced{i}", suites=args.suites, ray="local", allow_cpu=True,
+                                 workers=args.workers, balance_from=Path(tmp) / f"serial{i}")
             assert not ray.is_initialized()
             same = all(_ids(Path(tmp) / f"serial{i}", s) == _ids(Path(tmp) / f"ray{i}", s) for s in args.suites)
             serial_cpu = serial.collect_cpu_s + sum(r["polytrace_shard"]["cpu_s"] for r in serial.records)
-            per_worker: dict[int, float] = {}
-            for r in clustered.records:
-                pid = r["polytrace_shard"]["node"].get("pid", 0)
-                per_worker[pid] = per_worker.get(pid, 0.0) + r["polytrace_shard"]["cpu_s"]
-            ray_cpu_path = clustered.collect_cpu_s + max(per_worker.values())
+            ray_cpu_path = _cpu_path(clustered)
             row = {"load_1min_before": round(load, 2), "plain_pytest_s": round(plain_s, 2),
                    "serial_s": round(serial.seconds_without_start, 2),
                    "ray_s_without_start": round(clustered.seconds_without_start, 2),
@@ -72,7 +79,11 @@ def main() -> int:
                    # CPU seconds: the serial run's, and the Ray run's longest path (collection, then the
                    # busiest worker): their ratio estimates the speed-up on an idle machine
                    "serial_cpu_s": round(serial_cpu, 2), "ray_cpu_path_s": round(ray_cpu_path, 2),
-                   "ratio_from_cpu_s": round(serial_cpu / ray_cpu_path, 2)}
+                   "ratio_from_cpu_s": round(serial_cpu / ray_cpu_path, 2),
+                   # shards balanced by the serial run's case times (--balance-from)
+                   "balanced_s_without_start": round(balanced.seconds_without_start, 2),
+                   "balanced_ratio": round(serial.seconds_without_start / balanced.seconds_without_start, 2),
+                   "balanced_ratio_from_cpu_s": round(serial_cpu / _cpu_path(balanced), 2)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     ratios = sorted(r["ratio"] for r in rows)

@@ -103,7 +103,7 @@ def test_serial_run_writes_the_ids_and_order_of_plain_pytest(suites, tmp_path, c
         assert all(b["options"]["disable_gc"] for b in merged["benchmarks"])  # --pytest-arg reached every shard
     from polytrace.results import load_result, store_result
 
-    stored = store_result(out / "cpu" / "alpha.json", tmp_path / "store")
+    stored = store_result(out / "cpu" / "alpha.json", tmp_path / "store", allow_cpu=True)
     assert stored.parent.name == "cpu" and stored.name.endswith("_alpha.json")
     assert len(load_result(out / "cpu").benchmarks) == 8  # the folder reads as one run (the gate's input)
 

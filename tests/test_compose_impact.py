@@ -116,12 +116,16 @@ def test_gate_prints_the_step_time_under_its_verdict(tmp_path, baseline, capsys)
     code = main(["gate", str(baseline), str(cand)])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1 and "regression" in " ".join(out)
-    assert out[-1].startswith(LINE + "+") and out[-1] != LINE + "+0.00%"
+    # right under the verdict line (GateReport.impact), in every format
+    assert out[0].startswith("polytrace gate: FAIL")
+    assert out[1].startswith(LINE + "+") and out[1] != LINE + "+0.00%"
     main(["gate", str(baseline), str(cand), "--markdown"])
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith(f"**{LINE}+")
+    md = capsys.readouterr().out.strip().splitlines()
+    assert md[0].startswith("### polytrace gate: **FAIL**") and md[2].startswith(f"**{LINE}+")
     main(["gate", str(baseline), str(cand), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert data["step_time"]["line"].startswith(LINE) and data["step_time"]["step_change"] > 0
+    assert data["impact"] == [data["step_time"]["line"]]
     # a refused comparison (different GPUs) has no step-time line
     h100 = write(tmp_path / "h100.json", result_file(family_benches("attention"), gpu="NVIDIA H100 80GB HBM3",
                                                       slug="h100-sxm"))

@@ -1,5 +1,5 @@
-"""``polytrace estimate``, ``polytrace impact`` and ``polytrace validate``: RL step estimates, what a
-change in kernel timings does to them, and their check on real logs."""
+"""``polytrace estimate`` and ``polytrace impact``: RL step estimates and what a change in kernel
+timings does to them (``validate`` and ``calibrate`` live in ``validate_cmds``)."""
 
 from __future__ import annotations
 
@@ -52,6 +52,10 @@ def register(sub) -> None:
                    "e.g. --speedup logprob=1.5 (repeatable)")
     p.add_argument("--amdahl", type=_float, default=2.0, metavar="X",
                    help="the speedup of each family in the Amdahl table of --kernels (default 2)")
+    p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt (default: the profile's)")
+    p.add_argument("--calibration", default=None, metavar="CAL_JSON",
+                   help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
+                   "refused for another model family")
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
 
@@ -73,38 +77,24 @@ def register(sub) -> None:
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
     i.set_defaults(func=_impact)
 
-    v = sub.add_parser("validate", help="check step estimates against a real verl log",
-                       description="Calibrate a handful of scalars on the first K steps of a verl log "
-                       "(console or wandb CSV) and predict every later step from its logged length "
-                       "statistics; report accuracy per stage and for the step, next to the naive "
-                       "predictor (the calibration steps' mean).")
-    v.add_argument("log", help="verl console log or wandb CSV export")
-    v.add_argument("--calibrate-steps", type=_pos_int, default=10, help="calibration steps (default 10)")
-    v.add_argument("--calibrate-on", default=None, help="calibrate on all steps of another log of the same hardware")
-    v.add_argument("--model", default=None, help="model, when the log does not name it")
-    v.add_argument("--gpu", default=None, help="GPU preset (logs do not state it; default a100-80g)")
-    v.add_argument("--gpus", type=_pos_int, default=None, help="GPU count, when the log does not state it")
-    v.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step, when not stated")
-    v.add_argument("--n", type=_pos_int, default=None, help="responses per prompt, when not stated")
-    v.add_argument("--max-prompt-len", type=_pos_int, default=None)
-    v.add_argument("--max-response-len", type=_pos_int, default=None)
-    v.add_argument("--rollout-tp", type=_pos_int, default=None)
-    v.add_argument("--json", action="store_true")
-    v.set_defaults(func=_validate)
-
 
 def _estimate(args) -> int:
+    from ..calfile import estimate_calibrated
     from ..compose import estimate
     from ..compose.pricing import parse_assignments
 
-    res = estimate(args.profile, args.model, args.gpu, args.gpus, steps=range(args.steps), seed=args.seed,
-                   rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp,
-                   train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
-                   micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
-                   max_response_len=args.max_response_len, mem_fraction=args.mem_fraction,
-                   results=args.results, providers=parse_assignments(args.provider, "--provider"),
-                   speedups=parse_assignments(args.speedup, "--speedup"),
-                   amdahl=args.amdahl if args.kernels else None)
+    kw = dict(steps=range(args.steps), seed=args.seed,
+              rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp,
+              train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
+              micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
+              max_response_len=args.max_response_len, mem_fraction=args.mem_fraction, n=args.n,
+              results=args.results, providers=parse_assignments(args.provider, "--provider"),
+              speedups=parse_assignments(args.speedup, "--speedup"),
+              amdahl=args.amdahl if args.kernels else None)
+    if args.calibration:
+        res = estimate_calibrated(args.calibration, args.profile, args.model, args.gpu, args.gpus, **kw)
+    else:
+        res = estimate(args.profile, args.model, args.gpu, args.gpus, **kw)
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
@@ -173,33 +163,3 @@ def format_memory(mem: dict) -> list[str]:
         f"KV capacity {mem['kv_capacity_tokens']:,} tokens per engine ({mem['kv_bytes_per_token'] / 1024:.0f} KiB "
         f"per token per GPU)",
     ]
-
-
-def _validate(args) -> int:
-    from ..validate import Overrides, validate
-
-    ov = Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
-                   max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
-                   rollout_tp=args.rollout_tp)
-    res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on, overrides=ov)
-    if args.json:
-        print_json(res)
-        return 0
-    from tabulate import tabulate
-
-    c = res["config"]
-    print(f"{res['log']} ({res['format']}): {res['steps']} steps, {res['predicted_steps']} predicted")
-    print(f"config: {c['model']}, {c['n_gpus']} GPUs ({c['gpu']}), {c['prompts_per_step']} prompts x {c['n']}, "
-          f"max {c['max_prompt_len']}+{c['max_response_len']}, {c['algorithm']}")
-    for note in res["notes"]:
-        print(f"note: {note}")
-    print(f"calibrated on {res['calibration']['source']}: " + ", ".join(
-        f"{k}={v:.3g}" for k, v in res["calibration"]["scalars"].items()))
-    rows = [[k, f"{a['accuracy']:.1f}%", f"{a['naive_accuracy']:.1f}%", f"{a['mean_actual_s']:.1f}",
-             f"{a['mean_predicted_s']:.1f}"] for k, a in res["accuracy"].items()]
-    print(tabulate(rows, headers=["stage", "accuracy", "naive", "mean actual s", "mean predicted s"]))
-    ex = res["excluded_s"]
-    print(f"step time excludes validation ({ex.get('testing', 0):.0f} s) and checkpoints "
-          f"({ex.get('save_checkpoint', 0):.0f} s); step-time spread {100 * res['step_time_variation']:.0f}%")
-    print("goals: " + ", ".join(f"{k} {'met' if ok else 'NOT met'}" for k, ok in res["goals"].items()))
-    return 0

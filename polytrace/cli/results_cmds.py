@@ -3,25 +3,13 @@
 
 from __future__ import annotations
 
-import argparse
-
 from ..errors import PolytraceError
 from ._args import any_int as _int
 from ._args import finite_float as _float
-from ._args import nonneg_int, positive_int
+from ._args import nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
 
-
-def _fraction(text: str) -> float:
-    """'5%' or '0.05' -> 0.05 (argparse reports a bad value as a usage error naming --threshold)."""
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage like 5% or a fraction like 0.05, got {text!r}") \
-            from None
-    if not 0 < value < 10:
-        raise argparse.ArgumentTypeError(f"must be above 0 and below 1000%, got {text!r}")
-    return value
+# runs on each side of a change point: a window wider than this is a typo, not a history
+_window = positive_int_at_most(1000, "runs")
 
 
 def register(sub) -> None:
@@ -45,22 +33,47 @@ def register(sub) -> None:
     p.add_argument("--root", default=None, help="results folder (default: ./results)")
     p.add_argument("--suite", default=None, help="suite name for the file name (default: from the benchmarks)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
+    p.add_argument("--force", action="store_true", help="store a run marked throttled (clock below 90%% of max "
+                   "or another process on the GPU) anyway")
     p.set_defaults(func=_store)
 
     p = rsub.add_parser("set-baseline", help="merge one run's result files into <root>/baselines/<gpu-slug>.json")
     p.add_argument("files", nargs="+", help="result JSON files or folders of one run")
     p.add_argument("--root", default=None, help="results folder (default: ./results)")
     p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
+    p.add_argument("--force", action="store_true", help="accept a run marked throttled (clock below 90%% of max "
+                   "or another process on the GPU)")
     p.set_defaults(func=_set_baseline)
 
+    p = rsub.add_parser("history", help="a benchmark's time across the stored runs, change points and the "
+                                         "version changes that coincide with them")
+    p.add_argument("--root", default=None, help="results folder (default: $POLYTRACE_RESULTS_DIR or ./results)")
+    p.add_argument("--gpu", default=None, help="GPU slug, e.g. h200 (default: every GPU, one series each; "
+                                               "'cpu' shows CPU-interpreter runs)")
+    p.add_argument("-k", dest="keyword", metavar="EXPR", default=None,
+                   help="select benchmark ids as pytest -k does: words (substrings) with and/or/not, parentheses")
+    p.add_argument("--window", type=_window, default=5,
+                   help="runs on each side of a candidate change point (default 5, at least 3)")
+    p.add_argument("--alpha", type=probability, default=0.01,
+                   help="significance level of the change-point test (default 0.01)")
+    p.add_argument("--threshold", type=threshold_fraction, default=0.05,
+                   help="smallest change of level that counts: 5%% or 0.05 (default 5%%)")
+    p.add_argument("--plot", metavar="DIR", default=None, help="write one PNG per series into DIR")
+    p.add_argument("--max-plots", type=positive_int, default=20, help="plot at most this many series (default 20)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_history)
+
     p = sub.add_parser("gate", help="regression gate: Mann-Whitney U on raw rounds + median threshold, "
-                                    "trace-weighted geomean per family and provider")
+                                    "weighted geomean per kernel, mode and provider")
     p.add_argument("baseline", help="baseline result JSON, or a folder of one run's files")
     p.add_argument("candidate", help="candidate result JSON, or a folder of one run's files")
-    p.add_argument("--threshold", type=_fraction, default=0.05, help="median slowdown that counts (default 5%%)")
-    p.add_argument("--alpha", type=_float, default=0.002, help="significance level of the U test (default 0.002)")
+    p.add_argument("--threshold", type=threshold_fraction, default=0.05,
+                   help="median slowdown that counts: 5%% or 0.05 (default 5%%); a bare number above 1 is refused")
+    p.add_argument("--alpha", type=probability, default=0.002,
+                   help="significance level of the U test and of the aggregates' intervals (default 0.002)")
     p.add_argument("--force", action="store_true", help="compare even when the inputs are refused "
-                   "(different GPU, CPU timings, changed workloads)")
+                   "(different GPU, CPU timings, a throttled run, changed workloads)")
     p.add_argument("--gate-all", action="store_true", help="gate torch and peer providers too (default: ours only)")
     p.add_argument("--fail-on-missing", action="store_true", help="fail when a baseline benchmark is missing")
     p.add_argument("--all", action="store_true", help="text output lists unchanged benchmarks too")
@@ -147,39 +160,53 @@ def _store(args) -> int:
     if args.suite and len(args.files) > 1:
         raise PolytraceError("--suite: give one file when naming its suite")
     for f in args.files:
-        print(store_result(f, args.root, suite=args.suite, overwrite=args.overwrite))
+        print(store_result(f, args.root, suite=args.suite, overwrite=args.overwrite, allow_cpu=args.allow_cpu,
+                           force=args.force))
     return 0
 
 
 def _set_baseline(args) -> int:
     from ..results import set_baseline
 
-    print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu))
+    print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu, force=args.force))
+    return 0
+
+
+def _history(args) -> int:
+    from ..results.history import format_history, load_history, plot_history
+
+    h = load_history(args.root, gpu=args.gpu, keyword=args.keyword, window=args.window, alpha=args.alpha,
+                     threshold=args.threshold)
+    paths = plot_history(h, args.plot, max_plots=args.max_plots) if args.plot else []
+    if args.json:
+        from ._io import print_json
+
+        print_json({**h.to_dict(), "plots": [str(p) for p in paths]})
+    else:
+        print(format_history(h))
+        for path in paths:
+            print(f"plot: {path}")
     return 0
 
 
 def _gate(args) -> int:
     from ..results import compare, format_markdown, format_text, load_result
 
-    if not 0 < args.alpha < 1:
-        raise PolytraceError(f"--alpha: must be in (0, 1), got {args.alpha}")
     baseline, candidate = load_result(args.baseline), load_result(args.candidate)
     report = compare(baseline, candidate, threshold=args.threshold,
                      alpha=args.alpha, force=args.force, gate_all=args.gate_all,
                      fail_on_missing=args.fail_on_missing)
     step = _step_time(report, baseline, candidate)
+    if step:
+        report.impact.append(step["line"])  # rendered right under the verdict, kept in the JSON's "impact"
     if args.json:
         from ._io import print_json
 
         print_json({**report.to_dict(), **({"step_time": step} if step else {})})
     elif args.markdown:
         print(format_markdown(report))
-        if step:
-            print(f"\n**{step['line']}**")
     else:
         print(format_text(report, show_all=args.all))
-        if step:
-            print(step["line"])
     if args.plot and report.exit_code != 2:
         from ..results import plot_gate
 

@@ -9,6 +9,7 @@ measured kernel timings (``results/<gpu>/`` or files given) where present, else 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -59,12 +60,14 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                  train_tp: int = 1, train_pp: int = 1, algorithm: str = "grpo", use_ref: bool = True,
                  prompts: int | None = None, micro_batch_tokens: int | str | None = "auto",
                  max_prompt_len: int | None = None, max_response_len: int | None = None,
-                 mem_fraction: float = 0.5, gradient_checkpointing: bool = True) -> RunConfig:
+                 mem_fraction: float = 0.5, gradient_checkpointing: bool = True, n: int | None = None) -> RunConfig:
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
     gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
         raise PolytraceError(f"--gpus must be a positive integer, got {gpus!r}")
     pc = profile.config
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
+        raise PolytraceError(f"--n must be a positive integer, got {n!r}")
     max_prompt_len = int(max_prompt_len or pc.max_prompt_len)
     max_response_len = int(max_response_len or pc.max_response_len)
     if micro_batch_tokens == "auto":
@@ -82,7 +85,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
     tp = rollout_tp or default_rollout_tp(model, gpu, int(gpus), mem_fraction,
                                           need_tokens=max_prompt_len + max_response_len)
     return RunConfig(
-        model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=int(prompts or pc.prompts_per_step), n=int(pc.n),
+        model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=int(prompts or pc.prompts_per_step), n=int(n or pc.n),
         max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
         strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), algorithm=algorithm,
         use_ref=bool(use_ref), micro_batch_tokens=micro_batch_tokens, remove_padding=True,
@@ -203,6 +206,8 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
 
     prof = get_profile(profile)
     cfg = build_config(prof, model, gpu, gpus, **config_kw)
+    if cfg.n != prof.config.n:  # --n: the profile's samplers draw groups of config.n responses
+        prof = dataclasses.replace(prof, config=dataclasses.replace(prof.config, n=cfg.n))
     timings, explicit = load_timings(cfg.gpu.slug, results, results_root)
     if amdahl is not None and (not np.isfinite(amdahl) or amdahl <= 1.0):
         raise PolytraceError(f"--amdahl {amdahl}: the speedup factor must be a finite number above 1")
