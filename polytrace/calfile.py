@@ -284,17 +284,37 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
     return doc
 
 
-def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
-    """``polytrace estimate ... --calibration cal.json``: the estimate with the file's scalars,
-    refused for another model family, with a warning for another GPU or model size."""
-    from .compose import estimate
+def _applicable(calibration_path, model, gpu):
     from .hardware import get_gpu
     from .models import get_model
 
     doc = load(calibration_path)
     spec = get_model(model) if not isinstance(model, ModelSpec) else model
-    warnings = check_applies(doc, spec, get_gpu(gpu).slug)
-    res = estimate(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
+    return doc, spec, check_applies(doc, spec, get_gpu(gpu).slug)
+
+
+def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+    """``polytrace estimate ... --compare-modes --calibration cal.json``: the execution modes side
+    by side with the file's scalars (``compose.modes.compare_modes``), checked as
+    ``estimate_calibrated`` checks them; its warnings go to every mode."""
+    from .compose.modes import compare_modes
+
+    doc, spec, warnings = _applicable(calibration_path, model, gpu)
+    cmp = compare_modes(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
+    for res in cmp["results"].values():
+        res["warnings"] = warnings + res["warnings"]
+        res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+    return cmp
+
+
+def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+    """``polytrace estimate ... --calibration cal.json``: the estimate with the file's scalars,
+    refused for another model family, with a warning for another GPU or model size; ``mode``
+    and the split flags as ``compose.modes.mode_estimate`` takes them."""
+    from .compose.modes import mode_estimate
+
+    doc, spec, warnings = _applicable(calibration_path, model, gpu)
+    res = mode_estimate(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
     if res.get("timings_used"):
         warnings.append(f"--calibration {doc['path']} was fitted on roofline prices; measured kernel timings price "
                         "part of this estimate, so the slowdowns may over- or under-correct those families")

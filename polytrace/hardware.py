@@ -30,6 +30,17 @@ class GPU:
     measured_hbm_tbps: float | None = None  # a measured device-to-device copy rate (read + write)
     measured_note: str = ""
     name_patterns: tuple[str, ...] = ()
+    # Scale-out (between nodes) bandwidth per GPU, GB/s one direction, and GPUs per node: the
+    # reference HGX/DGX/OAM designs give every GPU its own NIC (``SCALEOUT_SOURCE``). Collectives
+    # of a group spanning nodes run at the NIC's rate, not NVLink's.
+    scaleout_gbps: float = 50.0
+    gpus_per_node: int = 8
+
+    def link_gbps(self, group_gpus: int) -> float:
+        """Per-GPU bandwidth of a collective over ``group_gpus`` GPUs (GB/s): NVLink within one
+        node, the scale-out NIC once the group spans nodes."""
+        return self.interconnect_gbps if group_gpus <= self.gpus_per_node else min(self.interconnect_gbps,
+                                                                                   self.scaleout_gbps)
 
     def ceiling(self, kind: str) -> float:
         """Peak in base units: 'bf16' -> FLOP/s, 'hbm' -> bytes/s. Datasheet figures (the
@@ -43,10 +54,15 @@ class GPU:
         raise ValueError(f"kind must be 'bf16', 'hbm' or 'fp32', got {kind!r}")
 
 
+SCALEOUT_SOURCE = (
+    "reference system designs, one NIC per GPU: DGX A100 (8 x 200 Gb/s HDR ConnectX-6: 25 GB/s per GPU); "
+    "DGX/HGX H100, H200, H20, H800, GH200 and DGX B200 (8 x 400 Gb/s NDR ConnectX-7: 50 GB/s per GPU); "
+    "AMD MI300X platform (8 x 400 Gb/s NICs: 50 GB/s per GPU). Clusters built with fewer NICs are slower.")
+
 _GPUS = [
     GPU("a100-80g", "NVIDIA A100 80GB SXM", 312.0, 2.039, 80, 300, 19.5,
         "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 2,039 GB/s HBM2e, NVLink 600 GB/s bidirectional",
-        name_patterns=(r"\ba100\b.*\b80\s?gb\b",)),
+        name_patterns=(r"\ba100\b.*\b80\s?gb\b",), scaleout_gbps=25.0),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
         "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
         name_patterns=(r"\bh100\b(?!.*\b(?:pcie|nvl)\b)",)),

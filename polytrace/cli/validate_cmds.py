@@ -3,6 +3,7 @@ calibrated once for ``estimate --calibration``."""
 
 from __future__ import annotations
 
+from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
 
@@ -50,6 +51,15 @@ def register(sub) -> None:
                    help="with --stage-times: workload profile the lengths are sampled from (default dapo-math-32b)")
     c.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="with --stage-times: ppo adds a critic")
     c.add_argument("--no-ref", action="store_true", help="with --stage-times: no reference model")
+    c.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
+                   help="with --stage-times: prompts per optimizer step (verl's ppo_mini_batch_size; default 256 "
+                   "or the whole batch when smaller)")
+    c.add_argument("--lora-rank", type=_nonneg_int, default=0,
+                   help="with --stage-times: the run trained LoRA adapters of this rank (default 0: full)")
+    c.add_argument("--param-offload", action="store_true",
+                   help="with --stage-times: the run offloaded the actor's parameters between stages")
+    c.add_argument("--optimizer-offload", action="store_true",
+                   help="with --stage-times: the run offloaded the actor's optimizer state between updates")
     c.add_argument("-o", "--output", required=True, metavar="CAL_JSON", help="calibration file to write")
     c.add_argument("--json", action="store_true", help="print the written file")
     c.set_defaults(func=_calibrate)
@@ -111,10 +121,16 @@ def _calibrate(args) -> int:
             args.stage_times, args.output, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=args.profile,
             prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
             max_response_len=args.max_response_len, algorithm=args.algo, use_ref=not args.no_ref,
-            rollout_tp=args.rollout_tp)
+            rollout_tp=args.rollout_tp, ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank,
+            param_offload=args.param_offload, optimizer_offload=args.optimizer_offload)
     else:
         if args.log is None:
             raise PolytraceError("calibrate: give a LOG, or --stage-times with --model, --gpu and --gpus")
+        given = [flag for flag, v in (("--ppo-mini-batch", args.ppo_mini_batch), ("--lora-rank", args.lora_rank),
+                                      ("--param-offload", args.param_offload),
+                                      ("--optimizer-offload", args.optimizer_offload)) if v]
+        if given:
+            raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
         doc = calibrate_from_log(args.log, args.output, calibrate_steps=args.calibrate_steps,
                                  overrides=_overrides(args))
     if args.json:
