@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import PolytraceError
 from ._args import any_int as _int
 from ._args import finite_float as _float
-from ._args import positive_int, positive_int_at_most, probability, threshold_fraction
+from ._args import nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
 
 # runs on each side of a change point: a window wider than this is a typo, not a history
 _window = positive_int_at_most(1000, "runs")
@@ -113,6 +113,15 @@ def register(sub) -> None:
     p.add_argument("--max-buckets", type=_int, default=None, help="tune at most this many buckets")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", action="store_true", help="print the written file's content")
+    p.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
+                   help="spread the trials (bucket, config) over a Ray cluster, one worker per GPU: 'local' starts "
+                        "Ray here, 'auto' joins this machine's cluster, or the head's HOST:PORT")
+    p.add_argument("--workers", type=positive_int, default=None, help="with --ray: workers at once (default: "
+                   "every GPU; with --allow-cpu on a cluster without GPUs, every CPU)")
+    p.add_argument("--allow-cpu", action="store_true", help="with --ray: on a cluster without GPUs, one worker per "
+                   "CPU in the Triton interpreter (code-path check)")
+    p.add_argument("--max-retries", type=nonneg_int, default=3,
+                   help="with --ray: times a lost worker is restarted and its trial retried (default 3)")
     p.set_defaults(func=_tune)
 
 
@@ -236,7 +245,8 @@ def _tune(args) -> int:
 
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, ray=args.ray, workers=args.workers,
+                               allow_cpu=args.allow_cpu, max_retries=args.max_retries)
     if args.json:
         from ._io import print_json
 
