@@ -46,10 +46,14 @@ PLAN_ID = "packing/plan_microbatches/ours/plan/profile=search-r1-7b"
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    """Tags: base; noop (a comment); slowpack (noop + pack twice); slowplan (noop + planner twice);
+    """Tags: base; noop (a comment, a tuned-config file and a result file); slowpack (noop + pack
+    twice); slowplan (noop + planner twice);
     wrongpack (noop + pack writes one wrong element); fewer (noop + the search-r1 pack shapes
     dropped from the suite); broken (noop + a planner that does not import)."""
     path = make_repo(tmp_path_factory.mktemp("ab") / "repo")
+    for rel in ("results/tuning/cpu/pack.json", "results/cpu/run.json"):  # tuned configs travel, results do not
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text("{}\n")
     plant_noop(path)
     commit(path, "a comment")
     git(path, "tag", "noop")
@@ -179,7 +183,8 @@ def test_the_working_tree_is_the_default_candidate_and_a_dirty_head_is_refused(c
         code, out, err = ab(capsys, clone, "HEAD", "HEAD", *PACK, *ROUNDS)
         assert code == 2 and out == ""
         assert err.startswith("polytrace: error: CAND 'HEAD' is HEAD, but the working tree has uncommitted changes "
-                              "under kernels/ or suites/ (kernels/packing/api.py)") and err.count("\n") == 1
+                              "under kernels/, suites/ or results/tuning/ (kernels/packing/api.py)")
+        assert err.count("\n") == 1
         assert "commit them, or omit CAND" in err
         code, out, err = ab(capsys, clone, "HEAD", *PACK, *DETECT)
         assert code == 1, out + err
@@ -251,6 +256,7 @@ def test_each_revision_imports_its_own_kernels_and_caches_no_bytecode(repo, own_
         assert "_plan_once" in plan_c.__code__.co_names and "_plan_once" not in plan_b.__code__.co_names
         assert [c.id for c in cases["BASE"]] == [c.id for c in cases["CAND"]]
         assert not list(base.root.rglob("__pycache__"))
+        assert (base.root / "results/tuning/cpu/pack.json").is_file() and not (base.root / "results/cpu").exists()
     assert_clean(repo, own_tempdir)
 
 

@@ -27,7 +27,10 @@ GIT_TIMEOUT_S = 120  # a checkout of this repository takes well under a second; 
 # What a revision must hold to be A/B-tested: its kernels package and the suites' case registry
 # (older revisions timed cases inside pytest only and cannot be imported side by side).
 REQUIRED = ("kernels/__init__.py", "suites/__init__.py", "suites/registry.py")
-MEASURED_DIRS = ("kernels", "suites")  # what `ab` loads from a revision
+# What `ab` loads from a revision: its kernels, its suites, and its tuned launch configs (the kernels
+# read results/tuning/ beside their own folder at launch: without them a revision would run its
+# defaults where the real checkout runs its tuned configs).
+MEASURED_DIRS = ("kernels", "suites", "results/tuning")
 
 
 class Terminated(KeyboardInterrupt):
@@ -39,7 +42,7 @@ class Revision:
     label: str  # "BASE" or "CAND"
     spec: str  # as given ("origin/main", "HEAD"), or "working tree"
     commit: str  # full hash; for the working tree, HEAD's
-    short: str  # 12 hex digits, "-dirty" for a working tree with changes in kernels/ or suites/
+    short: str  # 12 hex digits, "-dirty" for a working tree with changes in kernels/, suites/, results/tuning/
     root: Path  # the folder holding kernels/ and suites/
     temporary: bool  # a worktree made for this run (removed afterwards)
 
@@ -93,7 +96,7 @@ def resolve(repo: Path, rev: str, label: str) -> str:
 
 
 def changed_paths(repo: Path) -> list[str]:
-    """Uncommitted changes (tracked or untracked, not ignored) under kernels/ and suites/."""
+    """Uncommitted changes (tracked or untracked, not ignored) under ``MEASURED_DIRS``."""
     proc = _git(repo, "status", "--porcelain", "--untracked-files=all", "--", *MEASURED_DIRS)
     if proc.returncode != 0:
         raise PolytraceError(f"{repo}: git status failed: {_first_line(proc.stderr)}")
@@ -108,7 +111,7 @@ def _check_layout(rev: Revision) -> None:
 
 
 def _add_worktree(repo: Path, folder: Path, commit: str, label: str) -> None:
-    """A detached worktree at ``commit`` holding only kernels/ and suites/ (what ``ab`` loads): a
+    """A detached worktree at ``commit`` holding only ``MEASURED_DIRS`` (what ``ab`` loads): a
     repository whose results/ grew large costs no more to check out."""
     proc = _git(repo, "worktree", "add", "--detach", "--no-checkout", "--quiet", str(folder), commit)
     if proc.returncode != 0:
@@ -170,7 +173,7 @@ class Resolved:
 
 
 def resolve_pair(repo: Path, base_rev: str, cand_rev: str | None) -> Resolved:
-    """Resolve BASE and CAND; refuse CAND naming HEAD while kernels/ or suites/ have uncommitted
+    """Resolve BASE and CAND; refuse CAND naming HEAD while ``MEASURED_DIRS`` have uncommitted
     changes (a checkout of HEAD would silently leave them out)."""
     base_commit = resolve(repo, base_rev, "BASE")
     cand_commit = resolve(repo, cand_rev, "CAND") if cand_rev is not None else None
@@ -179,8 +182,8 @@ def resolve_pair(repo: Path, base_rev: str, cand_rev: str | None) -> Resolved:
     if cand_rev is not None and cand_commit == head and changed:
         shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
         raise PolytraceError(f"CAND {cand_rev!r} is HEAD, but the working tree has uncommitted changes under "
-                             f"kernels/ or suites/ ({shown}) that a checkout of HEAD would leave out: commit them, "
-                             "or omit CAND to time the working tree as it is")
+                             f"kernels/, suites/ or results/tuning/ ({shown}) that a checkout of HEAD would leave "
+                             "out: commit them, or omit CAND to time the working tree as it is")
     return Resolved(repo, base_rev, base_commit, cand_rev, cand_commit, head, tuple(changed))
 
 

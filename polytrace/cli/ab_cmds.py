@@ -27,7 +27,7 @@ def register(sub) -> None:
                                                     "e.g. origin/main)")
     p.add_argument("cand", metavar="CAND_REV", nargs="?", default=None,
                    help="the candidate revision (default: the working tree, uncommitted changes included; naming "
-                        "HEAD with uncommitted changes under kernels/ or suites/ is refused)")
+                        "HEAD with uncommitted changes under kernels/, suites/ or results/tuning/ is refused)")
     p.add_argument("--suite", action="append", dest="suites", metavar="S", default=None,
                    help="time this suite (repeatable; default: every suite of CAND but 'workload', whose cases "
                         "time the running polytrace for both sides)")
