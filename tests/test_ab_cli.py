@@ -47,9 +47,9 @@ PLAN_ID = "packing/plan_microbatches/ours/plan/profile=search-r1-7b"
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
     """Tags: base; noop (a comment, a tuned-config file and a result file); slowpack (noop + pack
-    twice); slowplan (noop + planner twice);
-    wrongpack (noop + pack writes one wrong element); fewer (noop + the search-r1 pack shapes
-    dropped from the suite); broken (noop + a planner that does not import)."""
+    twice); slowplan (noop + planner twice); wrongpack (noop + pack writes one wrong element);
+    fewer (noop + the search-r1 pack shapes dropped from the suite); broken (noop + a planner
+    that does not import)."""
     path = make_repo(tmp_path_factory.mktemp("ab") / "repo")
     for rel in ("results/tuning/cpu/pack.json", "results/cpu/run.json"):  # tuned configs travel, results do not
         (path / rel).parent.mkdir(parents=True, exist_ok=True)
