@@ -8,7 +8,7 @@
 #   scripts/device_check.sh [--budget-s 240] [--tests-budget-s 150] [--suites "logprob attention gemm packing workload"]
 #                           [--kernel-tests "tests/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
 #                           [--commit SHA] [--store] [--set-baseline] [--force] [--allow-cpu]
-#                           [--via-bench [--bench-dir DIR]]
+#                           [--via-bench [--bench-dir DIR]] [--ab-check]
 #
 # 1. runs every kernel test file (tests/test_logprob.py, test_attention.py, test_packing_kernels.py,
 #    test_kernel_bad_input.py, and test_kernel_launch.py / test_tolerance.py where present) on the
@@ -28,6 +28,10 @@
 #      summary.txt         the one-screen summary plus every suite's full table
 #      gate.md             the regression gate against results/baselines/<gpu-slug>.json, when one exists
 # 4. prints the one-screen summary.
+#
+# --ab-check (optional, off by default; about 2-3 more minutes): after the suites, runs
+# tests/test_ab_gpu.py, the GPU goal of `polytrace ab` (a planted ~5% kernel slowdown caught, no
+# false alarm in 10 A/A runs; the measured changes go to the log), as its own status line.
 #
 # The defaults fit about 7 minutes of wall time on an H200 (150 s of tests, 240 s of suites, start-up
 # and summary), leaving a 15-minute device lease room for the machine's start and a partial rerun.
@@ -60,6 +64,8 @@ STORE=0
 SET_BASELINE=0
 FORCE=0
 ALLOW_CPU=0
+AB_CHECK=0
+AB_CHECK_CAP_S=300
 COMMIT="${POLYTRACE_COMMIT:-}"
 MAX_OUT_FILES=8
 VIA_BENCH=0
@@ -81,6 +87,7 @@ while [ $# -gt 0 ]; do
         --set-baseline) STORE=1; SET_BASELINE=1; shift ;;
         --force) FORCE=1; shift ;;
         --allow-cpu) ALLOW_CPU=1; shift ;;
+        --ab-check) AB_CHECK=1; shift ;;
         --via-bench) VIA_BENCH=1; shift ;;
         --bench-dir) BENCH_DIR="${2:?--bench-dir needs a folder}"; VIA_BENCH=1; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -322,6 +329,24 @@ for s in $SUITES; do
         FAILED=1
     fi
 done
+# ---- 2b. optional: the polytrace ab GPU check (--ab-check) ---------------------------------
+if [ "$AB_CHECK" = "1" ]; then
+    if [ "$HAS_CUDA" = "1" ]; then
+        say "ab GPU check: tests/test_ab_gpu.py (cap ${AB_CHECK_CAP_S}s)"
+        POLYTRACE_AB_GPU_CHECK=1 run_pytest "ab gpu check" "$AB_CHECK_CAP_S" 0 -q -rfEs -s tests/test_ab_gpu.py
+        rc=$?
+        if [ "$rc" = "0" ]; then
+            STATUS_LINES+=("ab gpu check: passed - ${LAST_LINE:-?} (measured changes in the log)")
+        else
+            STATUS_LINES+=("ab gpu check: FAILED (rc $rc) - ${LAST_LINE:-no summary line, see log}")
+            while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
+            FAILED=1
+        fi
+    else
+        STATUS_LINES+=("ab gpu check: not run (no CUDA)")
+    fi
+fi
+
 # pytest -rs prints "SKIPPED [n] file:line: reason"; sum n over the budget's reason
 TOTAL_BUDGET_SKIPS=$(grep "time budget POLYTRACE_BENCH_BUDGET_S" "$LOG" | sed -n 's/^SKIPPED \[\([0-9]*\)\].*/\1/p' \
                      | awk '{s += $1} END {print s + 0}')
