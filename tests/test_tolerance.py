@@ -12,10 +12,13 @@ from polytrace_kernels.tolerance import (
     DEFAULT_C,
     FP32_UNIT_ROUNDOFF,
     Check,
+    check_bias,
     check_fp32,
     check_output,
+    check_rounded,
     check_vs_torch,
     fp32_bound,
+    ulp,
     unit_roundoff,
 )
 
@@ -132,3 +135,45 @@ def test_check_is_json_safe_and_one_line():
     empty = check_fp32("empty", torch.zeros(0), torch.zeros(0, dtype=torch.float64))
     assert empty.ok and empty.as_dict()["max_abs_err"] == 0.0
     assert isinstance(empty, Check)
+
+
+def test_ulp_matches_nextafter():
+    x = torch.tensor([1.0, 1.5, 0.3, -7.0, 65504.0, 1e-6, 0.0], dtype=torch.float64)
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        r = x.to(dtype)
+        nxt = torch.nextafter(r.float(), torch.full_like(r.float(), math.inf)) if dtype == torch.float32 else None
+        u = ulp(r, dtype)
+        if nxt is not None:
+            assert torch.equal(u[:4], (nxt.double() - r.double())[:4].abs())
+        assert torch.all(u > 0)
+    assert ulp(torch.tensor([1.0]), torch.float16).item() == 2.0**-10
+    assert ulp(torch.tensor([0.0]), torch.float16).item() == 2.0**-24  # subnormal spacing
+
+
+def test_check_rounded_catches_sub_ulp_scale_errors():
+    """One rounding of an fp32 result: correct rounding passes, a 2e-4 scale error (below fp16's
+    half ulp, invisible to 2x torch's error) fails, in fp16 and bf16."""
+    truth = torch.randn(4000, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    for dtype in (torch.float16, torch.bfloat16):
+        assert check_rounded("ok", truth.to(dtype), truth).ok
+        c = check_rounded("bug", (truth * 1.0002).to(dtype), truth)
+        assert not c.ok and "element(s) over" in c.message()
+        assert check_vs_torch("2x torch", (truth * 1.0002).to(dtype), truth.to(dtype), truth).ok
+    with pytest.raises(ValueError, match="check_rounded is for float16/bfloat16 outputs"):
+        check_rounded("x", truth.float(), truth)
+
+
+def test_check_bias_sees_a_scale_error_below_the_rounding():
+    gen = torch.Generator().manual_seed(4)
+    truth = torch.randn(4096, generator=gen, dtype=torch.float64)
+    noise = torch.randn(4096, generator=gen, dtype=torch.float64) * 3e-4 * truth.abs()
+    assert check_bias("ok", (truth + noise).half(), truth).ok
+    for scale in (1.0002, 0.9997):
+        c = check_bias("bug", (truth * scale + noise).half(), truth)
+        assert not c.ok and abs(c.max_abs_err - abs(scale - 1)) < 5e-5, c.message()
+    # a huge tensor: the floor (unit roundoff / 16) keeps a last-bit effect from failing
+    assert check_bias("floor", (truth * (1 + 1e-6)).float(), truth, floor=1e-5).ok
+    assert not check_bias("floor", (truth * (1 + 1e-4)).float(), truth, floor=1e-5).ok
+    assert check_bias("zeros", torch.zeros(3), torch.zeros(3, dtype=torch.float64)).ok
+    with pytest.raises(ValueError, match="sigmas must be"):
+        check_bias("x", truth.half(), truth, sigmas=0)
