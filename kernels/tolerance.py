@@ -53,8 +53,8 @@ Non-finite values: where ``truth`` is NaN the output must be NaN, where it is +-
 the same infinity; a non-finite output anywhere else fails (``max_abs_err = inf``). Errors are
 measured over the positions where the truth is finite.
 
-``check_output`` picks the rule from ``out.dtype`` (fp32 rule, or 2x torch); ``Check.message()`` is the one-line failure text
-for assertions and benchmark reports, ``Check.as_dict()`` its JSON-safe form.
+``check_output`` picks the rule from ``out.dtype`` (fp32 rule, or 2x torch); ``Check.message()`` is
+the one-line failure text for assertions and benchmark reports, ``Check.as_dict()`` its JSON-safe form.
 
 torch only (no ``polytrace`` import), so a vendored kernel family can keep its tests.
 """

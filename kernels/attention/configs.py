@@ -7,7 +7,6 @@ choice reads on its own; no kernel is launched here.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -15,6 +14,20 @@ try:  # vendoring kernels/attention alone must work: the tuning table is optiona
     from .._tuning import lookup as _tuning_lookup
 except ImportError:  # pragma: no cover - exercised only when vendored
     _tuning_lookup = None
+
+try:  # the one reading of TRITON_INTERPRET (kernels/_interpreter.py); vendored alone: triton's own knob
+    from .._interpreter import check_runnable as _check_runnable
+    from .._interpreter import interpreting as _interpreting
+except ImportError:  # pragma: no cover - exercised only when vendored
+    def _interpreting() -> bool:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+
+    def _check_runnable(tensor, name: str) -> None:
+        if tensor.device.type != "cuda" and not (tensor.device.type == "cpu" and _interpreting()):
+            raise ValueError(f"{name} is on {tensor.device}: these Triton kernels need CUDA tensors, or CPU "
+                             "tensors under the Triton interpreter (TRITON_INTERPRET=1)")
 
 # Search space of the forward for ``polytrace tune`` (BLOCK_M x BLOCK_N x warps x stages).
 TUNING_SPACE = {
@@ -31,10 +44,6 @@ def tuning_bucket(head_dim: int, dtype, causal: bool = True, group: int = 1) -> 
     same however it is packed."""
     name = str(dtype).replace("torch.", "")
     return f"d{int(head_dim)}-{name}-{'causal' if causal else 'full'}-g{int(group)}"
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _block_d(head_dim: int) -> int:

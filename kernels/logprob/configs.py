@@ -6,7 +6,6 @@ merge with a caller's or a tuned config. Apart from ``api.py`` so the launches r
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -14,6 +13,20 @@ try:  # a family folder vendored alone has no tuning store: defaults then
     from .._tuning import lookup as _tuning_lookup
 except ImportError:  # pragma: no cover - exercised only when vendored
     _tuning_lookup = None
+
+try:  # the one reading of TRITON_INTERPRET (kernels/_interpreter.py); vendored alone: triton's own knob
+    from .._interpreter import check_runnable as _check_runnable
+    from .._interpreter import interpreting as _interpreting
+except ImportError:  # pragma: no cover - exercised only when vendored
+    def _interpreting() -> bool:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+
+    def _check_runnable(tensor, name: str) -> None:
+        if tensor.device.type != "cuda" and not (tensor.device.type == "cpu" and _interpreting()):
+            raise ValueError(f"{name} is on {tensor.device}: these Triton kernels need CUDA tensors, or CPU "
+                             "tensors under the Triton interpreter (TRITON_INTERPRET=1)")
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
@@ -55,10 +68,6 @@ LINEAR_TUNING_SPACE = {
 def linear_tuning_bucket(vocab_size: int, hidden_size: int, dtype) -> str:
     """Bucket of the fused forward: dtype, vocabulary bucket and hidden size; never T."""
     return f"{tuning_bucket(vocab_size, dtype)}-H{int(hidden_size)}"
-
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @functools.lru_cache(maxsize=16)
