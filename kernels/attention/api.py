@@ -169,8 +169,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     scale = _check_scale(softmax_scale, d)
     group = q.shape[1] // k.shape[1]
     bucket = tuning_bucket(d, q.dtype, causal, group)
-    fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype), config, q.device)
-    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype, capability=device_capability(q.device)),
+    capability = device_capability(q.device)
+    fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype, capability=capability), config, q.device)
+    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype, capability=capability),
                        bwd_config, q.device, "bwd_config")
     q, k, v = _contig(q), _contig(k), _contig(v)
     if plan is None:
@@ -262,7 +263,7 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     group = hq // hkv
     scale = _check_scale(softmax_scale, d)
     cfg = _resolve(DECODE_KERNEL, f"d{d}-g{group}-{'paged' if paged else 'contig'}",
-                   default_decode_config(d), config, q.device)
+                   default_decode_config(d, capability=device_capability(q.device)), config, q.device)
     block_n = cfg["BLOCK_N"]
     if num_splits is not None:
         split_tokens = max(block_n, _cdiv(_cdiv(max(max_len, 1), num_splits), block_n) * block_n)

@@ -39,11 +39,9 @@ def tuning_bucket(features: int, dtype: torch.dtype) -> str:
     return f"F{f}-{str(dtype).replace('torch.', '')}"
 
 
-def _config(kernel: str, features: int, dtype: torch.dtype, device: torch.device, config: dict | None) -> dict:
-    if config is not None:
-        merged = dict(DEFAULT_CONFIG)
-        merged.update(config)
-        return merged
+def default_config(features: int, dtype: torch.dtype, capability: tuple[int, int] | None = None) -> dict:
+    """The launch config for rows of ``features`` elements: the same on every GPU (``capability``)
+    and in the interpreter, so the CPU tests run exactly the GPU default."""
     cfg = dict(DEFAULT_CONFIG)
     # narrow rows: more rows per program so each moves >= ~4 KB
     f = max(1, features)
@@ -52,6 +50,15 @@ def _config(kernel: str, features: int, dtype: torch.dtype, device: torch.device
         block_f *= 2
     cfg["BLOCK_F"] = max(16, block_f)
     cfg["BLOCK_T"] = max(16, min(256, 4096 // cfg["BLOCK_F"]))
+    return cfg
+
+
+def _config(kernel: str, features: int, dtype: torch.dtype, device: torch.device, config: dict | None) -> dict:
+    if config is not None:
+        merged = dict(DEFAULT_CONFIG)
+        merged.update(config)
+        return merged
+    cfg = default_config(features, dtype)
     if device.type == "cuda":
         try:
             from .._tuning import lookup
