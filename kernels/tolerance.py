@@ -5,7 +5,8 @@ saw (a bf16 input upcast exactly to fp64, never the fp32 original it was rounded
 then follows the dtype of the kernel's output:
 
 fp32 (and fp64) outputs: log-probs, entropies, log-sum-exps, fp32 gradients
-    ``|out - truth| <= c * 2**-24 * (|truth| + scale + log2(terms))`` elementwise (``fp32_bound``).
+    ``|out - truth| <= c * 2**-24 * (|truth| + scale + log2(terms)) + 2**-126`` elementwise
+    (``fp32_bound``; the last term is fp32's underflow: a truth of 1e-217 comes out 0 or subnormal).
 
     ``2**-24`` is fp32's unit roundoff ``u``. Why these three terms, for a kernel whose arithmetic is
     fp32 throughout (inputs of any width are exact in fp32):
@@ -67,6 +68,9 @@ from dataclasses import dataclass
 import torch
 
 FP32_UNIT_ROUNDOFF = 2.0**-24
+#: fp32's smallest normal number: below it results lose relative precision (subnormals, then 0), so
+#: the fp32 bound never goes under it (a gradient entry p_i * g with p_i = e^-500 is 0 in fp32).
+FP32_TINY = 2.0**-126
 #: Multiple of fp32 rounding at the truth's scale allowed for fp32 outputs (see the module docstring).
 DEFAULT_C = 8.0
 #: Multiple of torch's own same-dtype error allowed for 16-bit outputs.
@@ -171,7 +175,7 @@ def _mismatch_check(name, rule, out64, truth, n_bad, where, bound) -> Check:
 
 
 def fp32_bound(truth: torch.Tensor, *, terms: int = 1, scale=0.0, c: float = DEFAULT_C) -> torch.Tensor:
-    """Elementwise bound for an fp32 output: ``c * 2**-24 * (|truth| + scale + log2(terms))``.
+    """Elementwise bound for an fp32 output: ``c * 2**-24 * (|truth| + scale + log2(terms)) + 2**-126``.
 
     ``scale`` is a float or a tensor broadcastable to ``truth`` (see the module docstring for what
     to pass). Non-finite truth positions get a bound of 0 (they are checked by pattern instead).
@@ -191,7 +195,7 @@ def fp32_bound(truth: torch.Tensor, *, terms: int = 1, scale=0.0, c: float = DEF
         raise ValueError(f"scale must be a non-negative finite number or a tensor, got {scale!r}")
     finite = torch.isfinite(truth)
     magnitude = torch.where(finite, truth, torch.zeros_like(truth)).abs() + scale + math.log2(terms)
-    bound = float(c) * FP32_UNIT_ROUNDOFF * magnitude
+    bound = float(c) * FP32_UNIT_ROUNDOFF * magnitude + FP32_TINY
     bound = torch.where(finite, bound, torch.zeros_like(bound))
     if isinstance(scale, torch.Tensor) and not bool(torch.isfinite(bound).all()):
         raise ValueError("scale has non-finite values where the truth is finite")
@@ -204,7 +208,7 @@ def check_fp32(name: str, out: torch.Tensor, truth: torch.Tensor, *, terms: int 
     truth = _check_truth(truth)
     out64 = _as_f64(out, "out", truth)
     bound = fp32_bound(truth, terms=terms, scale=scale, c=c)
-    rule = f"fp32: {float(c):g}*2^-24*(|truth|+scale+log2({terms}))"
+    rule = f"fp32: {float(c):g}*2^-24*(|truth|+scale+log2({terms}))+2^-126"
     if truth.numel() == 0:
         return Check(name, 0.0, 0.0, True, rule)
     n_bad, where = _nonfinite_mismatch(out64, truth)
