@@ -30,6 +30,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        # mkstemp creates 0600; give the file the mode a plain open() would (0644 under the usual
+        # umask 022), or keep the mode of the file it replaces
+        os.chmod(tmp, _mode_for(path))
         os.replace(tmp, path)
     except OSError as exc:  # disk full, read-only file system, ...: the old file stays as it was
         os.path.exists(tmp) and os.unlink(tmp)
@@ -38,3 +41,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask

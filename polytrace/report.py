@@ -16,22 +16,11 @@ import os
 from pathlib import Path
 
 from .atomic_write import atomic_write_text
+
+# The default workload lives with the composition layer (impact and the gate's step-time line use
+# it too); re-exported here for callers of the report.
+from .compose.workloads import DEFAULT_GPU, DEFAULT_STEPS, FALLBACK_DEFAULTS, PROFILE_DEFAULTS  # noqa: F401
 from .errors import PolytraceError
-
-DEFAULT_GPU = "h200"
-DEFAULT_STEPS = tuple(range(8))
-
-# The model and cluster each built-in profile was recorded on (or, where the source does not say,
-# a typical size for that model), used when ``--model`` / ``--gpus`` are not given.
-PROFILE_DEFAULTS = {
-    "dapo-math-32b": ("qwen2.5-32b", 32),  # DAPO recipe, Qwen2.5-32B; GPU count assumed
-    "deepcoder-14b": ("deepcoder-14b", 32),  # DeepCoder-14B was trained on 32 H100s
-    "video-vl-7b": ("qwen2.5-vl-7b", 8),
-    "search-r1-7b": ("qwen2.5-7b", 8),
-    "model-b-math": ("qwen3-235b-a22b", 64),  # a 235B-class MoE stands in for the in-house Model B
-    "model-b-tooluse": ("qwen3-235b-a22b", 64),
-}
-FALLBACK_DEFAULTS = ("qwen2.5-7b", 8)
 
 
 def _results_root() -> Path:
@@ -59,7 +48,8 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
     default_model, default_gpus = PROFILE_DEFAULTS.get(prof.name, FALLBACK_DEFAULTS)
     model = model or default_model
     gpus = gpus or default_gpus
-    section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed)
+    section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed,
+                             results_root=_results_root())
     estimate = _render_estimate(section, model, gpu, gpus)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -122,13 +112,14 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
                    ["rollout peak memory per GPU", f"{mem['rollout_peak']:.1f} of {gpu_gb:.0f} GB"],
                    ["KV-cache capacity per engine", f"{mem['kv_capacity_tokens']:,.0f} tokens"]]
     warnings = [f"warning: {w}" for w in section.get("warnings", [])]
+    kernels = _render_kernels(summary)
     per_step = [[r["step"], r["step_s"], r["gen"], r["tokens_per_s_per_gpu"]] for r in section["rows"]]
     text = "\n".join([
         head, "",
         tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%")), "",
         tabulate(totals, headers=["where time goes", ""]), "",
         tabulate(per_step, headers=["step", "step s", "gen s", "tok/s/GPU"], floatfmt=(".0f", ".1f", ".1f", ".0f")),
-        *warnings,
+        *warnings, "", kernels["text"],
     ])
     markdown = "\n".join([
         f"{model} on {gpus} x {gpu}, mean over {summary['steps']} sampled steps.", "",
@@ -136,11 +127,34 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
                  tablefmt="github"), "",
         tabulate(totals, headers=["where time goes", ""], tablefmt="github"),
         *(["", *[f"> **{w}**" for w in warnings]] if warnings else []),
+        "", kernels["markdown"],
     ])
     return {"text": text, "markdown": markdown}
 
 
-def _plot_lengths(profile, steps, seed, path: Path) -> None:
+def _render_kernels(summary: dict) -> dict:
+    """The kernel breakdown (seconds of each family per stage, share, measured or roofline) and
+    the Amdahl table, as text and Markdown."""
+    from .compose.breakdown import amdahl_lines, kernel_table, source_lines
+
+    factor = summary["amdahl"][0]["factor"] if summary.get("amdahl") else 2.0
+    amdahl_head = (f"Amdahl: the step with one kernel family {factor:g}x faster "
+                   f"(its share is the most any speedup of it can save)")
+    text = "\n".join(["kernel families (seconds per stage, share of the step, where they come from):",
+                      kernel_table(summary), "", *source_lines(summary), "", amdahl_head, amdahl_lines(summary)])
+    markdown = "\n".join(["### Kernel families", "",
+                          "Seconds of each kernel family per stage (estimated), its share of the step, and "
+                          "whether its timings were measured (result file and provider) or come from the "
+                          "roofline at assumed efficiencies.", "",
+                          kernel_table(summary, tablefmt="github"), "",
+                          *[f"- {line}" for line in source_lines(summary)], "",
+                          f"### {amdahl_head}", "", amdahl_lines(summary, tablefmt="github")])
+    return {"text": text, "markdown": markdown}
+
+
+def lengths_figure(profile, steps, seed):
+    """Histogram of the sampled response lengths on a log axis that starts just below the shortest
+    length (from 1 token, the short responses of a 32k-cap profile would sit in a corner)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,15 +163,27 @@ def _plot_lengths(profile, steps, seed, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 3.6), dpi=110)
     lens = np.concatenate([profile.sample(step=s, seed=seed).response_lens for s in steps])
-    bins = np.unique(np.geomspace(1, max(lens.max(), 2), 60).astype(int))
+    cap = profile.config.max_response_len
+    shortest, longest = (float(lens.min()), float(lens.max())) if lens.size else (1.0, 2.0)
+    lo = max(1.0, shortest * 0.9)
+    hi = max(longest, float(cap), lo * 1.5) * 1.1
+    bins = np.unique(np.geomspace(lo, hi, 60).astype(int))
     ax.hist(lens, bins=bins, color="#4477aa")
     ax.set_xscale("log")
+    ax.set_xlim(lo, hi)
     ax.set_xlabel("response length (tokens)")
     ax.set_ylabel("responses")
-    ax.axvline(profile.config.max_response_len, color="#cc3311", ls="--", lw=1, label="length cap")
+    ax.axvline(cap, color="#cc3311", ls="--", lw=1, label="length cap")
     ax.set_title(f"{profile.name}: sampled response lengths, steps {steps[0]}-{steps[-1]}")
     ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def _plot_lengths(profile, steps, seed, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = lengths_figure(profile, steps, seed)
     tmp = path.with_suffix(".tmp.png")
     fig.savefig(tmp)
     plt.close(fig)

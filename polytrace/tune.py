@@ -154,8 +154,9 @@ def run_session(kernel: str | Tunable, *, profile: str = "dapo-math-32b", budget
 
     on_gpu = bool(torch.cuda.is_available())
     if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
-        raise PolytraceError("no CUDA GPU: set TRITON_INTERPRET=1 (before Python starts) to run the tuning "
-                             "code path in the Triton interpreter")
+        raise PolytraceError(f"no CUDA GPU: to run the tuning code path in the Triton interpreter (a smoke "
+                             f"test; its timings are not performance), run: TRITON_INTERPRET=1 polytrace tune "
+                             f"{tunable.name} --profile {profile}")
     prof = get_profile(profile)
     model_name = model or PROFILE_MODELS.get(prof.name, FALLBACK_MODEL)
     spec = get_model(model_name)

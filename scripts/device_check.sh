@@ -256,10 +256,24 @@ try:
 
         cand = merge([load_result(f) for f in files], name=str(out))
         report = compare(load_result(base), cand)
+        if report.exit_code != 2:  # the change's cost on the default workload, under the verdict as in polytrace gate
+            from polytrace.compose.impact import step_time_line
+
+            report.impact.append(step_time_line(load_result(base), cand)["line"])
         (out / "gate.md").write_text(format_markdown(report))
         gate_line = f"gate vs {base}: {report.verdict} (exit {report.exit_code}) -> gate.md"
     elif files:
         gate_line = f"gate: no baseline at {base} (set one with: polytrace results set-baseline {out}/*.json)"
+    if files:  # the default workload's step priced from this run's timings: which families are measured
+        try:
+            from polytrace.compose import estimate
+            from polytrace.compose.breakdown import kernel_table, source_lines
+
+            est = estimate("dapo-math-32b", "qwen2.5-32b", slug, 32, steps=range(8), results=[str(f) for f in files])
+            brief.append("step estimate priced from this run (dapo-math-32b / qwen2.5-32b / 32 GPUs, estimated):\n"
+                         + kernel_table(est["summary"]) + "\n" + "\n".join(source_lines(est["summary"])))
+        except Exception as exc:  # e.g. a CPU dry run: CPU timings are not rates
+            brief.append(f"step estimate from this run: not computed ({exc})")
 except Exception:
     traceback.print_exc()
     gate_line = "summary/gate step failed: see the traceback in the log"

@@ -3,9 +3,10 @@
 - On a machine without CUDA, Triton kernels run in the interpreter: ``TRITON_INTERPRET=1`` is set
   here, before any test module imports triton.
 - ``@pytest.mark.gpu`` tests are skipped without CUDA.
-- Shared data (PolyTrace traces, real verl logs) is found through ``POLYTRACE_SHARED`` (the folder
-  holding ``polytrace-data/`` and ``validation-logs/``; ``.ci/run`` sets it to ``../shared``).
-  Unset: tests that need it are skipped, saying so. Set but missing files: they fail.
+- Shared data (PolyTrace traces, real verl logs): the folder holding ``polytrace-data/`` and
+  ``validation-logs/``, given by ``POLYTRACE_SHARED``, or else ``../shared`` beside the checkout when it
+  exists (so the README's test command needs no variable). Set but missing files: the tests that need
+  them fail. Neither set nor present (or ``../shared`` without that part): they are skipped, saying so.
 """
 
 from __future__ import annotations
@@ -40,13 +41,32 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def shared_root(environ=os.environ, repo_root: Path = REPO_ROOT) -> tuple[Path | None, bool]:
+    """(folder, explicitly set): ``$POLYTRACE_SHARED`` when set, else ``../shared`` when it holds
+    ``polytrace-data/`` or ``validation-logs/``, else None."""
+    root = environ.get(SHARED_ENV)
+    if root:
+        return Path(root), True
+    beside = repo_root.parent / "shared"
+    if any((beside / sub).is_dir() for sub in ("polytrace-data", "validation-logs")):
+        return beside, False
+    return None, False
+
+
 def _shared_subdir(name: str) -> Path:
-    root = os.environ.get(SHARED_ENV)
-    if not root:
-        pytest.skip(f"{SHARED_ENV} is not set; set it to the folder holding {name}/ to run this test")
+    root, explicit = shared_root()
+    if root is None:
+        pytest.skip(f"{SHARED_ENV} is not set and {REPO_ROOT.parent / 'shared'} does not exist; set it to "
+                    f"the folder holding {name}/ to run this test")
     path = Path(root) / name
     if not path.is_dir() or not any(path.iterdir()):
-        pytest.fail(f"{SHARED_ENV}={root} is set but {path} is missing or empty")
+        if not explicit:
+            pytest.skip(f"{root} (found beside the checkout) has no {name}/; set {SHARED_ENV} to run this test")
+        pytest.fail(f"shared data folder {root} (from {SHARED_ENV} or ../shared) has no {name}/: "
+                    f"{path} is missing or empty")
     return path
 
 

@@ -103,7 +103,7 @@ def test_control_provider_drift_warns_but_does_not_fail(tmp_path):
     b, c = _pair(tmp_path, cand_kw={"provider_slowdown": {"torch": 1.2}})
     report = compare(load_result(b), load_result(c))
     assert report.exit_code == 0
-    assert any("control provider logprob/torch" in w for w in report.warnings)
+    assert any("control provider logprob/token_logprobs/fwd/torch" in w for w in report.warnings)
     assert [x.status for x in report.comparisons if x.provider == "torch"] == ["regression"] * len(SHAPES)
     assert compare(load_result(b), load_result(c), gate_all=True).exit_code == 1
 
@@ -155,7 +155,8 @@ def test_refuses_files_without_raw_rounds(tmp_path):
             del bench["stats"]["data"]
         p.write_text(json.dumps(obj))
     report = compare(load_result(b), load_result(c))
-    assert report.exit_code == 2 and any("--benchmark-save-data" in r for r in report.refusals)
+    assert report.exit_code == 2 and any("--benchmark-save-data" in e for e in report.errors)
+    assert compare(load_result(b), load_result(c), force=True).exit_code == 2  # --force never passes it
 
 
 def test_cli_exit_codes_and_outputs(tmp_path, capsys):

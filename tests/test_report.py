@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from polytrace.cli import main
 
 
@@ -20,6 +22,26 @@ def test_report_default_writes_markdown_and_plots(tmp_path, capsys, monkeypatch)
     for png in ("stage_breakdown.png", "response_lengths.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(out.glob("*.tmp*"))
+    # the kernel breakdown of the default workload, where each family comes from, the Amdahl table
+    for text in (printed, md):
+        assert "update_actor s" in text and "Amdahl: the step with one kernel family 2x faster" in text
+        assert "logprob: roofline" in text and "step faster by" in text
+    assert "### Kernel families" in md and "| gemm " in md
+
+
+def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeypatch):
+    from _compose_results import family_benches, result_file, write
+
+    store = tmp_path / "results"
+    write(store / "h200" / "2026-11-02_abc1234_logprob.json", result_file(family_benches("logprob")))
+    monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(store))
+    assert main(["report", "-o", str(tmp_path / "rep"), "--steps", "0-1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    families = data["estimate"]["summary"]["families"]
+    assert families["logprob"]["status"] == "measured" and families["attention"]["status"] == "roofline"
+    assert "2026-11-02_abc1234_logprob.json: ours" in families["logprob"]["sources"]["update_actor"]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "- logprob: measured (" in md and "- attention: roofline" in md
 
 
 def test_report_json_and_other_profile(tmp_path, capsys):
@@ -40,3 +62,77 @@ def test_report_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "unknown GPU 'tpu9'" in err and "h200" in err
     assert not (tmp_path / "r" / "report.md").exists()
+
+
+def test_tokens_per_s_per_gpu_is_total_tokens_over_total_time():
+    """Not a mean of per-step ratios (181 vs 164 tokens/s/GPU on the default report before)."""
+    from polytrace.compose import estimate
+
+    res = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(4))
+    rows = res["rows"]
+    total = sum(r["tokens"] for r in rows) / sum(r["step_s"] for r in rows) / 32
+    mean_of_ratios = sum(r["tokens_per_s_per_gpu"] for r in rows) / len(rows)
+    assert abs(total - mean_of_ratios) > 1e-6 * total  # the steps differ, so the two definitions do
+    assert res["summary"]["tokens_per_s_per_gpu"] == pytest.approx(total, rel=1e-12)
+
+
+def test_stage_breakdown_legend_hides_no_bar():
+    import matplotlib.pyplot as plt
+
+    from polytrace.compose.report import stage_breakdown_figure
+
+    rows = [{"step": i, "gen": 100.0 + 30 * i, "old_log_prob": 10.0, "ref": 9.0, "update_actor": 40.0}
+            for i in range(8)]
+    fig = stage_breakdown_figure(rows, "a title")
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legends = fig.legends + [a.get_legend() for a in fig.axes if a.get_legend()]
+        assert legends
+        boxes = [leg.get_window_extent(renderer) for leg in legends]
+        bars = [p.get_window_extent(renderer) for ax in fig.axes for p in ax.patches]
+        assert len(bars) == 8 * 4
+        assert not any(box.overlaps(bar) for box in boxes for bar in bars)
+    finally:
+        plt.close(fig)
+
+
+def test_response_length_axis_starts_near_the_shortest_length():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from polytrace import get_profile
+    from polytrace.report import lengths_figure
+
+    prof = get_profile("dapo-math-32b")
+    shortest = min(int(np.min(prof.sample(step=s, seed=0).response_lens)) for s in (0, 1))
+    fig = lengths_figure(prof, [0, 1], 0)
+    try:
+        left, right = fig.axes[0].get_xlim()
+        assert 0.5 * shortest <= left <= shortest
+        assert right >= prof.config.max_response_len
+    finally:
+        plt.close(fig)
+
+
+def test_written_files_are_0644(tmp_path, monkeypatch):
+    """Atomic writes go through mkstemp (0600); the result must read like any file (0644 under umask 022)."""
+    import os
+    import stat
+
+    monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(tmp_path / "no-results"))
+    old = os.umask(0o022)
+    try:
+        assert main(["report", "-o", str(tmp_path / "rep"), "--steps", "0"]) == 0
+        from polytrace.atomic_write import atomic_write_text
+
+        target = tmp_path / "profile.json"
+        atomic_write_text(target, "{}")
+        assert stat.S_IMODE(target.stat().st_mode) == 0o644
+        os.chmod(target, 0o640)  # an existing file keeps its mode
+        atomic_write_text(target, "{}")
+        assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+    for name in ("report.md", "stage_breakdown.png", "response_lengths.png"):
+        assert stat.S_IMODE((tmp_path / "rep" / name).stat().st_mode) == 0o644, name

@@ -95,3 +95,31 @@ def step_list(text: str) -> list[int]:
     if not out or min(out) < 0:
         raise argparse.ArgumentTypeError(f"steps must be non-negative and non-empty; got {text!r}")
     return out
+
+
+def threshold_fraction(text: str) -> float:
+    """A relative threshold: ``5%`` or ``0.05`` -> 0.05. A bare number above 1 is refused (``5``
+    would mean 500%, which nobody who types it means)."""
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentage like 5% or a fraction like 0.05, got {text!r}") \
+            from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite, positive percentage like 5% or fraction like 0.05, "
+                                         f"got {text!r}")
+    if not t.endswith("%") and value > 1:
+        raise argparse.ArgumentTypeError(f"{text!r} would be {value:.0%}; did you mean {t}%? (a bare number is a "
+                                         "fraction: 0.05 = 5%)")
+    if value >= 10:
+        raise argparse.ArgumentTypeError(f"must be below 1000%, got {text!r}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A significance level strictly between 0 and 1."""
+    v = finite_float(text)
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1 (exclusive), got {text!r}")
+    return v

@@ -1,4 +1,5 @@
-"""``polytrace estimate`` and ``polytrace validate``: RL step estimates and their check on real logs."""
+"""``polytrace estimate``, ``polytrace impact`` and ``polytrace validate``: RL step estimates, what a
+change in kernel timings does to them, and their check on real logs."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from ._io import print_json
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="per-stage time of RL training steps (estimated, no GPU needed)",
                        description="Estimate rollout, log-prob, reference, critic and update time per RL "
-                       "step for a workload profile, a model and a cluster (roofline at assumed "
-                       "efficiencies, measured kernel rates from results/<gpu>/ where present).")
+                       "step for a workload profile, a model and a cluster. Every stage is a sum of kernel "
+                       "families (gemm, attention, decode, prefill, logprob, packing, optimizer, comm, host), "
+                       "each priced from measured kernel timings on that GPU (results/<gpu>/, or --results) "
+                       "where present, else at the roofline at assumed efficiencies.")
     p.add_argument("--model", required=True, help="model preset (e.g. qwen2.5-7b) or a HF config.json")
     p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
     p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
@@ -35,8 +38,40 @@ def register(sub) -> None:
     p.add_argument("--max-prompt-len", type=_pos_int, default=None)
     p.add_argument("--max-response-len", type=_pos_int, default=None)
     p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--kernels", action="store_true",
+                   help="print per stage the seconds of each kernel family, its share of the step and where it "
+                   "came from (result file and provider, or roofline), and the Amdahl table")
+    p.add_argument("--results", action="append", metavar="PATH", default=None,
+                   help="price measured families from these result files or folders, all of the --gpu "
+                   "(repeatable; default: results/<gpu>/, each benchmark's latest run)")
+    p.add_argument("--provider", action="append", metavar="FAMILY=NAME", default=None,
+                   help="what-if: price a measured family (gemm, attention, decode, logprob, packing) with "
+                   "another provider's timings, e.g. --provider logprob=torch-eager (repeatable)")
+    p.add_argument("--speedup", action="append", metavar="FAMILY=X", default=None,
+                   help="what-if: make a kernel family X times faster (X > 0; 0.5 = twice as slow), "
+                   "e.g. --speedup logprob=1.5 (repeatable)")
+    p.add_argument("--amdahl", type=_float, default=2.0, metavar="X",
+                   help="the speedup of each family in the Amdahl table of --kernels (default 2)")
+    p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
+
+    i = sub.add_parser("impact", help="what a change in kernel timings does to the RL step time",
+                       description="Price the same sampled steps of a workload with the kernel timings of "
+                       "BASELINE and of CANDIDATE (result files or folders of one GPU) and print the step-time "
+                       "change per stage and in total, with the kernel families that cause it. Kernels only "
+                       "one side measured are priced alike on both sides.")
+    i.add_argument("baseline", help="baseline result JSON, or a folder of them (e.g. results/baselines/h200.json)")
+    i.add_argument("candidate", help="candidate result JSON, or a folder of them (e.g. out/)")
+    i.add_argument("--profile", default=None, help="workload profile (default dapo-math-32b)")
+    i.add_argument("--model", default=None, help="model preset or HF config.json (default: the profile's model)")
+    i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
+    i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
+    i.add_argument("--steps", type=_step_count, default=8, help="sampled steps to price (default 8)")
+    i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
+    out = i.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print JSON")
+    out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
+    i.set_defaults(func=_impact)
 
     v = sub.add_parser("validate", help="check step estimates against a real verl log",
                        description="Calibrate a handful of scalars on the first K steps of a verl log "
@@ -60,18 +95,24 @@ def register(sub) -> None:
 
 def _estimate(args) -> int:
     from ..compose import estimate
+    from ..compose.pricing import parse_assignments
 
     res = estimate(args.profile, args.model, args.gpu, args.gpus, steps=range(args.steps), seed=args.seed,
                    rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp,
                    train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
                    micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
-                   max_response_len=args.max_response_len, mem_fraction=args.mem_fraction)
+                   max_response_len=args.max_response_len, mem_fraction=args.mem_fraction,
+                   results=args.results, providers=parse_assignments(args.provider, "--provider"),
+                   speedups=parse_assignments(args.speedup, "--speedup"),
+                   amdahl=args.amdahl if args.kernels else None)
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
         print_json(res)
         return 0
     from tabulate import tabulate
+
+    from ..compose.breakdown import amdahl_lines, kernel_table, source_lines, what_if_lines
 
     c = res["config"]
     print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']} | "
@@ -86,6 +127,29 @@ def _estimate(args) -> int:
               f"{100 * r['idle']['rank_imbalance_share']:.1f}%"] for r in res["rows"]]
     print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
                                    "idle: tail", "idle: ranks"]))
+    for line in what_if_lines(res["summary"]):
+        print(line)
+    if args.kernels:
+        summary = res["summary"]
+        print(f"\nkernel families (estimated, mean over {summary['steps']} sampled steps):")
+        print(kernel_table(summary))
+        print("\nwhere each family's time comes from:")
+        for line in source_lines(summary):
+            print(f"  {line}")
+        print(f"\nAmdahl: the step with one kernel family {args.amdahl:g}x faster (share = the most it can save):")
+        print(amdahl_lines(summary))
+    return 0
+
+
+def _impact(args) -> int:
+    from ..compose.impact import format_impact, impact
+
+    res = impact(args.baseline, args.candidate, profile=args.profile, model=args.model, gpu=args.gpu,
+                 gpus=args.gpus, steps=range(args.steps), seed=args.seed)
+    if args.json:
+        print_json(res)
+    else:
+        print(format_impact(res, markdown=args.markdown))
     return 0
 
 

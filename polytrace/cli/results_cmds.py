@@ -3,24 +3,13 @@
 
 from __future__ import annotations
 
-import argparse
-
 from ..errors import PolytraceError
 from ._args import any_int as _int
 from ._args import finite_float as _float
+from ._args import positive_int, positive_int_at_most, probability, threshold_fraction
 
-
-def _fraction(text: str) -> float:
-    """'5%' or '0.05' -> 0.05 (argparse reports a bad value as a usage error naming --threshold)."""
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100.0 if t.endswith("%") else float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a percentage like 5% or a fraction like 0.05, got {text!r}") \
-            from None
-    if not 0 < value < 10:
-        raise argparse.ArgumentTypeError(f"must be above 0 and below 1000%, got {text!r}")
-    return value
+# runs on each side of a change point: a window wider than this is a typo, not a history
+_window = positive_int_at_most(1000, "runs")
 
 
 def register(sub) -> None:
@@ -52,12 +41,32 @@ def register(sub) -> None:
     p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
     p.set_defaults(func=_set_baseline)
 
+    p = rsub.add_parser("history", help="a benchmark's time across the stored runs, change points and the "
+                                         "version changes that coincide with them")
+    p.add_argument("--root", default=None, help="results folder (default: $POLYTRACE_RESULTS_DIR or ./results)")
+    p.add_argument("--gpu", default=None, help="GPU slug, e.g. h200 (default: every GPU, one series each; "
+                                               "'cpu' shows CPU-interpreter runs)")
+    p.add_argument("-k", dest="keyword", metavar="EXPR", default=None,
+                   help="select benchmark ids as pytest -k does: words (substrings) with and/or/not, parentheses")
+    p.add_argument("--window", type=_window, default=5,
+                   help="runs on each side of a candidate change point (default 5, at least 3)")
+    p.add_argument("--alpha", type=probability, default=0.01,
+                   help="significance level of the change-point test (default 0.01)")
+    p.add_argument("--threshold", type=threshold_fraction, default=0.05,
+                   help="smallest change of level that counts: 5%% or 0.05 (default 5%%)")
+    p.add_argument("--plot", metavar="DIR", default=None, help="write one PNG per series into DIR")
+    p.add_argument("--max-plots", type=positive_int, default=20, help="plot at most this many series (default 20)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_history)
+
     p = sub.add_parser("gate", help="regression gate: Mann-Whitney U on raw rounds + median threshold, "
-                                    "trace-weighted geomean per family and provider")
+                                    "weighted geomean per kernel, mode and provider")
     p.add_argument("baseline", help="baseline result JSON, or a folder of one run's files")
     p.add_argument("candidate", help="candidate result JSON, or a folder of one run's files")
-    p.add_argument("--threshold", type=_fraction, default=0.05, help="median slowdown that counts (default 5%%)")
-    p.add_argument("--alpha", type=_float, default=0.002, help="significance level of the U test (default 0.002)")
+    p.add_argument("--threshold", type=threshold_fraction, default=0.05,
+                   help="median slowdown that counts: 5%% or 0.05 (default 5%%); a bare number above 1 is refused")
+    p.add_argument("--alpha", type=probability, default=0.002,
+                   help="significance level of the U test and of the aggregates' intervals (default 0.002)")
     p.add_argument("--force", action="store_true", help="compare even when the inputs are refused "
                    "(different GPU, CPU timings, changed workloads)")
     p.add_argument("--gate-all", action="store_true", help="gate torch and peer providers too (default: ours only)")
@@ -76,10 +85,19 @@ def register(sub) -> None:
     p.add_argument("--baseline", default=None, help="also plot each result's per-benchmark ratios against this")
     p.set_defaults(func=_plot)
 
-    p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile")
-    p.add_argument("kernel", help="tunable kernel: token_logprobs, linear_token_logprobs, pack or "
-                                  "varlen_attention_fwd")
-    p.add_argument("--profile", default=None, help="workload profile the shapes are drawn from")
+    from ..tunables import tunable_names
+
+    p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile",
+                       description="Search a kernel's launch configs (blocks, warps, stages) over the shape "
+                       "buckets of a workload profile and write the best per bucket, which the kernel reads "
+                       "at launch. Needs a CUDA GPU; on a CPU-only machine run it as TRITON_INTERPRET=1 "
+                       "polytrace tune ... to exercise the code path in the Triton interpreter (timings "
+                       "there are not performance).")
+    # choices: an unknown kernel is reported while parsing, before a missing --profile
+    p.add_argument("kernel", choices=tunable_names(), metavar="KERNEL",
+                   help=f"tunable kernel: {', '.join(tunable_names())}")
+    p.add_argument("--profile", required=True, help="workload profile the shapes are drawn from "
+                   "(a built-in name, e.g. dapo-math-32b, or a fitted profile JSON)")
     p.add_argument("--budget-s", type=_float, default=120.0, help="search time budget in seconds (default 120)")
     p.add_argument("--seed", type=_int, default=0)
     p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
@@ -139,18 +157,37 @@ def _set_baseline(args) -> int:
     return 0
 
 
-def _gate(args) -> int:
-    from ..results import compare, format_markdown, format_text, load_result
+def _history(args) -> int:
+    from ..results.history import format_history, load_history, plot_history
 
-    if not 0 < args.alpha < 1:
-        raise PolytraceError(f"--alpha: must be in (0, 1), got {args.alpha}")
-    report = compare(load_result(args.baseline), load_result(args.candidate), threshold=args.threshold,
-                     alpha=args.alpha, force=args.force, gate_all=args.gate_all,
-                     fail_on_missing=args.fail_on_missing)
+    h = load_history(args.root, gpu=args.gpu, keyword=args.keyword, window=args.window, alpha=args.alpha,
+                     threshold=args.threshold)
+    paths = plot_history(h, args.plot, max_plots=args.max_plots) if args.plot else []
     if args.json:
         from ._io import print_json
 
-        print_json(report.to_dict())
+        print_json({**h.to_dict(), "plots": [str(p) for p in paths]})
+    else:
+        print(format_history(h))
+        for path in paths:
+            print(f"plot: {path}")
+    return 0
+
+
+def _gate(args) -> int:
+    from ..results import compare, format_markdown, format_text, load_result
+
+    baseline, candidate = load_result(args.baseline), load_result(args.candidate)
+    report = compare(baseline, candidate, threshold=args.threshold,
+                     alpha=args.alpha, force=args.force, gate_all=args.gate_all,
+                     fail_on_missing=args.fail_on_missing)
+    step = _step_time(report, baseline, candidate)
+    if step:
+        report.impact.append(step["line"])  # rendered right under the verdict, kept in the JSON's "impact"
+    if args.json:
+        from ._io import print_json
+
+        print_json({**report.to_dict(), **({"step_time": step} if step else {})})
     elif args.markdown:
         print(format_markdown(report))
     else:
@@ -162,6 +199,17 @@ def _gate(args) -> int:
         if not (args.json or args.markdown):
             print(f"plot: {path}")
     return report.exit_code
+
+
+def _step_time(report, baseline, candidate) -> dict | None:
+    """What the kernel changes cost on the default workload (``polytrace.compose.impact``), for
+    the line under the verdict; none for inputs the gate refused."""
+    if report.exit_code == 2:
+        return None
+    from ..compose.impact import step_time_line
+
+    res = step_time_line(baseline, candidate)
+    return {"line": res["line"], "step_change": res["step_change"]}
 
 
 def _plot(args) -> int:
@@ -186,9 +234,6 @@ def _plot(args) -> int:
 def _tune(args) -> int:
     from .. import tune
 
-    if args.profile is None:
-        raise PolytraceError("--profile: required (e.g. --profile dapo-math-32b); "
-                             f"tunable kernels: {', '.join(tune.tunable_names())}")
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,
                                progress=not args.no_progress)

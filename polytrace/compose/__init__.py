@@ -1,27 +1,34 @@
-"""The composition layer: kernel costs + model + hardware + workload -> per-stage RL step time.
+"""The composition layer: kernel timings + model + hardware + workload -> per-stage RL step time.
 
+- ``timings.py``: measured kernel timings from result files (``results/<gpu>/*.json`` or files
+  given), as monotone time-versus-size curves
+- ``pricing.py``: the kernel families a step is made of and the price of each: measured timings
+  of the chosen provider where present, else the roofline; what-if speedups
 - ``rollout.py``: decode-iteration simulation of continuous batching (long tail, KV capacity)
 - ``training.py``: forward / update passes over data-parallel ranks (padding, FSDP, Megatron)
-- ``stages.py``: ``RunConfig`` and ``stage_costs`` for one step's sequence lengths
-- ``measured.py``: measured kernel rates from ``results/<gpu>/*.json``
+- ``stages.py``: ``RunConfig`` and ``stage_costs``: one step's stages as parts by kernel family
 - ``memory.py``: per-GPU memory (trainer state, activations, rollout weights, KV cache) and the
   feasibility check ``estimate`` runs: errors for setups that cannot run, warnings for ones that
   need unpriced help (offload)
 - ``estimate.py``: ``estimate`` over sampled steps of a profile
+- ``breakdown.py``: the kernel breakdown, what-ifs and the Amdahl table, and their tables
+- ``impact.py``: the step-time change between two result files (``polytrace impact``, the gate's line)
+- ``workloads.py``: the default workload of each profile (model, GPU count)
 - ``report.py``: ``report_section`` and ``plot_stage_breakdown`` for ``polytrace report``
 """
 
 from .efficiency import DEFAULT as DEFAULT_EFFICIENCY
 from .efficiency import Efficiency
 from .estimate import build_config, estimate, estimate_step
-from .measured import MeasuredRates
 from .memory import MemoryPlan, check_feasibility, memory_plan
+from .pricing import FAMILIES, MEASURED, Pricer
 from .report import plot_stage_breakdown, report_section
 from .rollout import simulate_rollout
-from .stages import STAGES, RunConfig, StageCosts, stage_costs, synthetic_lengths
+from .stages import STAGES, Part, RunConfig, StageCosts, stage_costs, synthetic_lengths
+from .timings import Curve, KernelTimings
 
 __all__ = [
-    "DEFAULT_EFFICIENCY", "STAGES", "Efficiency", "MeasuredRates", "MemoryPlan", "RunConfig", "StageCosts",
-    "build_config", "check_feasibility", "estimate", "estimate_step", "memory_plan", "plot_stage_breakdown",
-    "report_section", "simulate_rollout", "stage_costs", "synthetic_lengths",
+    "DEFAULT_EFFICIENCY", "FAMILIES", "MEASURED", "STAGES", "Curve", "Efficiency", "KernelTimings", "MemoryPlan",
+    "Part", "Pricer", "RunConfig", "StageCosts", "build_config", "check_feasibility", "estimate", "estimate_step",
+    "memory_plan", "plot_stage_breakdown", "report_section", "simulate_rollout", "stage_costs", "synthetic_lengths",
 ]

@@ -1,7 +1,7 @@
 """Roofline efficiencies and fixed costs the composition layer assumes when no measured table
 covers a kernel. One table, each figure with its reason. They are starting points: ``polytrace
 validate`` calibrates a handful of scalars on real logs on top of them, and measured results in
-``results/<gpu>/`` replace them where present (see ``measured.py``).
+``results/<gpu>/`` replace them per kernel family where present (see ``pricing.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ class Efficiency:
     # Bytes moved per logit per forward: the bf16 logits written and read, an fp32 copy for the
     # temperature and log-softmax, and the entropy's softmax: ~4 passes of 4 bytes.
     logit_bytes_per_element: float = 16.0
+    # Planning a pass's micro-batches over the ranks (a host algorithm): our planner split 8192
+    # sequences into 8 balanced ranks in 12.4-13.8 ms on one CPU core (README, packing section):
+    # ~1.6 us per sequence.
+    plan_s_per_sequence: float = 1.6e-6
     # Host-to-device copies (parameter offload) over PCIe Gen4/5 x16: ~20 GB/s in practice.
     pcie_gbps: float = 20.0
     # Per decode iteration: ~12 kernel launches per layer at ~8 us each in eager mode; with CUDA

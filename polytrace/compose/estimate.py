@@ -1,8 +1,10 @@
 """``estimate``: per-stage times of RL training steps for a workload profile, a model and a cluster.
 
-Every figure is an estimate: the roofline of ``stages.py`` at the efficiencies of
-``efficiency.py`` (or measured kernel rates from ``results/<gpu>/`` where present), optionally
-scaled by scalars calibrated on a real log (``polytrace validate --json`` -> ``calibration``).
+Every figure is an estimate: each stage is a sum of kernel families (``pricing.py``), priced from
+measured kernel timings (``results/<gpu>/`` or files given) where present, else at the roofline of
+``efficiency.py``, optionally scaled by scalars calibrated on a real log (``polytrace validate
+--json`` -> ``calibration``). The summary breaks the step down by stage and kernel family
+(``breakdown.py``).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import numpy as np
 from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
+from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .efficiency import DEFAULT
-from .measured import MeasuredRates
 from .memory import check_feasibility, smallest_rollout_tp
-from .stages import STAGES, RunConfig, stage_costs
+from .pricing import MEASURED, NOT_KERNELS, Pricer
+from .stages import STAGES, Part, RunConfig, stage_costs
+from .timings import KernelTimings
 
 
 def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float,
@@ -86,22 +90,37 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         max_num_seqs=1024, eager=False)
 
 
-def _apply_calibration(costs, calibration: dict | None) -> dict:
-    if not calibration:
-        return dict(costs.seconds)
-    out = {}
-    for s, parts in costs.components.items():
-        if not parts or costs.seconds[s] <= 0:
-            out[s] = 0.0
+def _calibrated(parts, calibration: dict | None) -> dict[str, dict[str, float]]:
+    """Stage -> kernel family -> seconds, each part multiplied by the calibrated slowdown of its
+    kind of work, plus the calibration's fixed seconds per stage (family ``calibration``)."""
+    cal = calibration or {}
+    raw = {s: 0.0 for s in STAGES}
+    for p in parts:
+        raw[p.stage] += p.seconds
+    out: dict[str, dict[str, float]] = {s: {} for s in STAGES}
+    for p in parts:
+        if raw[p.stage] <= 0:
             continue
-        work = sum(calibration.get(f"{g}_slowdown", 1.0) * v for g, v in parts.items())
-        out[s] = work + calibration.get(f"{s}_overhead_s", 0.0)
+        out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + cal.get(f"{p.group}_slowdown", 1.0) * p.seconds
+    for s in STAGES:
+        if raw[s] > 0 and cal.get(f"{s}_overhead_s"):
+            out[s]["calibration"] = float(cal[f"{s}_overhead_s"])
     return out
 
 
-def estimate_step(cfg: RunConfig, batch, *, measured: MeasuredRates | None = None,
-                  calibration: dict | None = None) -> dict:
-    """One step's estimate for a sampled or recorded ``Batch``."""
+def _sources(parts) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, list[str]]] = {s: {} for s in STAGES}
+    for p in parts:
+        seen = out[p.stage].setdefault(p.family, [])
+        if p.source not in seen:
+            seen.append(p.source)
+    return {s: {f: " + ".join(v) for f, v in fams.items()} for s, fams in out.items()}
+
+
+def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibration: dict | None = None) -> dict:
+    """One step's estimate for a sampled or recorded ``Batch``: stage seconds, and per stage the
+    seconds of each kernel family (``kernels``) with where they came from (``kernel_sources``)."""
+    pricer = pricer or Pricer(cfg.gpu, DEFAULT)
     p = np.asarray(batch.prompt_lens, dtype=np.int64)
     r = np.minimum(np.asarray(batch.response_lens, dtype=np.int64), cfg.max_response_len)
     decode = r
@@ -115,26 +134,30 @@ def estimate_step(cfg: RunConfig, batch, *, measured: MeasuredRates | None = Non
         tool = np.bincount(batch.turns.seq, weights=batch.turns.tool_latency_s, minlength=len(r))
         extra_rollout = float(tool.max()) if len(tool) else 0.0
         notes.append("multi-turn: slowest trajectory's tool latency added to the rollout")
-    costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, measured=measured)
+    costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, pricer=pricer)
+    parts, train = list(costs.parts), costs
     if batch.turns is not None:
         # training sees the whole trajectory (tool output included)
-        costs_train = stage_costs(cfg, p, np.maximum(r, 1), eff=DEFAULT, measured=measured)
-        for s in STAGES:
-            if s != "gen":
-                costs.seconds[s] = costs_train.seconds[s]
-                costs.components[s] = costs_train.components[s]
-        costs.seconds["gen"] += extra_rollout
+        train = stage_costs(cfg, p, np.maximum(r, 1), eff=DEFAULT, pricer=pricer)
+        parts = [x for x in costs.parts if x.stage == "gen"] + [x for x in train.parts if x.stage != "gen"]
         # tool time is not GPU or host work of ours: no calibrated slowdown applies to it
-        costs.components["gen"]["tool"] = costs.components["gen"].get("tool", 0.0) + extra_rollout
-    seconds = _apply_calibration(costs, calibration)
-    step_s = float(sum(seconds.values())) + costs.other_s + (calibration or {}).get("other_overhead_s", 0.0)
+        parts.append(Part("gen", "tool", "tool", extra_rollout, "trace (tool latency)"))
+    kernels = _calibrated(parts, calibration)
+    seconds = {s: float(sum(kernels[s].values())) for s in STAGES}
+    other = {"reward": costs.other_s}
+    if (calibration or {}).get("other_overhead_s"):
+        other["calibration"] = float(calibration["other_overhead_s"])
+    step_s = float(sum(seconds.values())) + sum(other.values())
+    raw_gen = sum(x.seconds for x in parts if x.stage == "gen")
     tokens = int((p + r).sum())
     gpu_s = step_s * cfg.n_gpus
     roll = costs.rollout
-    scale_gen = seconds["gen"] / costs.seconds["gen"] if costs.seconds["gen"] > 0 else 1.0
+    scale_gen = seconds["gen"] / raw_gen if raw_gen > 0 else 1.0
     tail = roll.tail_gpu_s * scale_gen
     r_imb = roll.imbalance_gpu_s * scale_gen
-    t_imb = costs.train_imbalance_gpu_s
+    t_imb = train.train_imbalance_gpu_s
+    sources = _sources(parts)
+    sources["other"] = {"reward": "roofline", **({"calibration": "calibration"} if "calibration" in other else {})}
     return {
         "step": int(batch.step), "stages_s": seconds, "other_s": costs.other_s, "step_s": step_s, "tokens": tokens,
         "response_tokens": int(r.sum()), "sequences": int(len(r)),
@@ -143,18 +166,54 @@ def estimate_step(cfg: RunConfig, batch, *, measured: MeasuredRates | None = Non
         "idle": {"rollout_tail_gpu_s": tail, "rollout_imbalance_gpu_s": r_imb, "train_imbalance_gpu_s": t_imb,
                  "rollout_tail_share": tail / gpu_s if gpu_s else 0.0,
                  "rank_imbalance_share": (r_imb + t_imb) / gpu_s if gpu_s else 0.0},
+        "kernels": {**{s: kernels[s] for s in STAGES if kernels[s]}, "other": other},
+        "kernel_sources": {s: v for s, v in sources.items() if v},
         "notes": notes,
     }
 
 
+def load_timings(gpu_slug: str, results=None, results_root=None) -> tuple[KernelTimings, bool]:
+    """The measured kernel timings an estimate uses, and whether they were given explicitly:
+    ``results`` None: every GPU benchmark under ``results_root/<gpu_slug>/`` (default
+    ``$POLYTRACE_RESULTS_DIR`` or ``./results``); a ``KernelTimings``; or files / folders (the
+    ``--results`` flag), which must come from ``gpu_slug``."""
+    if isinstance(results, KernelTimings):
+        if results and results.gpu_slug != gpu_slug:
+            raise PolytraceError(f"{results.origin}: measured on {results.gpu_slug}, not --gpu {gpu_slug}")
+        return results, True
+    if results:
+        return KernelTimings.from_paths(results, gpu_slug, "--results"), True
+    if results_root is None:
+        from ..results.store import default_root
+
+        results_root = default_root()
+    return KernelTimings.discover(gpu_slug, results_root), False
+
+
 def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calibration: dict | None = None,
-             results_root: str = "results", **config_kw) -> dict:
-    """Per-step stage estimates and their summary. ``profile`` is a name, path or ``Profile``."""
+             results_root=None, results=None, providers: dict | None = None, speedups: dict | None = None,
+             amdahl: float | None = None, **config_kw) -> dict:
+    """Per-step stage estimates and their summary. ``profile`` is a name, path or ``Profile``.
+
+    Kernel families are priced from measured timings (``results``, see ``load_timings``) where
+    present, else at the roofline; ``providers`` ({family: provider}) and ``speedups`` ({family:
+    factor}) are what-ifs (the summary then compares with the estimate without them); ``amdahl``
+    (a factor) adds the table of step time with each family that much faster."""
     from ..profiles import get_profile
 
     prof = get_profile(profile)
     cfg = build_config(prof, model, gpu, gpus, **config_kw)
-    measured = MeasuredRates.load(cfg.gpu.slug, results_root)
+    timings, explicit = load_timings(cfg.gpu.slug, results, results_root)
+    if amdahl is not None and (not np.isfinite(amdahl) or amdahl <= 1.0):
+        raise PolytraceError(f"--amdahl {amdahl}: the speedup factor must be a finite number above 1")
+
+    def pricer_for(extra_speedups: dict | None = None, what_ifs: bool = True) -> Pricer:
+        sp = dict(speedups or {}) if what_ifs else {}
+        for fam, x in (extra_speedups or {}).items():
+            sp[fam] = sp.get(fam, 1.0) * x
+        return Pricer(cfg.gpu, DEFAULT, timings, providers if what_ifs else None, sp, strict_model=explicit)
+
+    pricer = pricer_for()
     steps = list(steps)
     if not steps:
         raise PolytraceError("steps must not be empty")
@@ -166,22 +225,41 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
     biggest = max(seq_lens, key=lambda s: int(s.sum()))
     plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=config_kw.get("rollout_tp") is not None,
                                        seq_lens=biggest)
-    rows = [estimate_step(cfg, batch, measured=measured or None, calibration=calibration) for batch in batches]
+
+    def mean_step(p: Pricer) -> float:
+        return float(np.mean([estimate_step(cfg, b, pricer=p, calibration=calibration)["step_s"] for b in batches]))
+
+    rows = [estimate_step(cfg, batch, pricer=pricer, calibration=calibration) for batch in batches]
     mean_stages = {s: float(np.mean([r["stages_s"][s] for r in rows])) for s in STAGES}
     step_mean = float(np.mean([r["step_s"] for r in rows]))
     summary = {
         "steps": len(rows), "mean_step_s": step_mean, "mean_stages_s": mean_stages,
         "stage_share": {s: v / step_mean if step_mean else 0.0 for s, v in mean_stages.items()},
-        "tokens_per_s_per_gpu": float(np.mean([r["tokens_per_s_per_gpu"] for r in rows])),
+        # total tokens over total time (a mean of per-step ratios over-weights the short steps)
+        "tokens_per_s_per_gpu": (sum(r["tokens"] for r in rows) / sum(r["step_s"] for r in rows) / cfg.n_gpus
+                                 if sum(r["step_s"] for r in rows) > 0 else 0.0),
         "rollout_tail_share": float(np.mean([r["idle"]["rollout_tail_share"] for r in rows])),
         "rank_imbalance_share": float(np.mean([r["idle"]["rank_imbalance_share"] for r in rows])),
+        "kernels": kernel_summary(rows),
     }
+    summary["families"] = family_summary(summary["kernels"], step_mean)
+    if providers or speedups:
+        reference = [estimate_step(cfg, b, pricer=pricer_for(what_ifs=False), calibration=calibration)
+                     for b in batches]
+        summary["what_if"] = what_if_summary(rows, reference, providers or {}, pricer.speedups)
+    if amdahl is not None:
+        summary["amdahl"] = amdahl_table(summary["families"], step_mean, amdahl,
+                                         lambda fam: mean_step(pricer_for({fam: amdahl})))
+    measured = sorted(f for f, v in summary["families"].items() if v["status"] != "roofline"
+                      and f not in NOT_KERNELS)
     source = ("estimated: roofline at assumed efficiencies (polytrace/compose/efficiency.py)"
-              + (f", measured kernel rates from {', '.join(measured.files)}" if measured else "")
+              + (f", measured kernel timings for {', '.join(measured)} ({timings.origin})" if measured else "")
               + (", calibrated scalars applied" if calibration else ""))
     return {"profile": prof.name, "config": cfg.to_dict(), "model": cfg.model.to_dict(),
             "gpu": {"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
             "seed": seed, "source": source, "rows": rows, "summary": summary,
+            "providers": {f: pricer.provider(f) for f in MEASURED},
+            "timings_used": sorted("/".join(k) for k in pricer.used),
             "memory": {**plan.to_dict(), "longest_sequence": longest,
                        "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
                                  "gradients and Adam moments, activations, KV cache)"},

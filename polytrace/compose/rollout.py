@@ -6,18 +6,25 @@ a waiting sequence starts when a slot frees. Every decode iteration costs the la
 compute and its memory traffic (weights once, plus the KV cache of every running sequence), plus
 launch and host overheads; the running batch shrinks as sequences finish, so the longest
 responses set the time (the "long tail"). Prefill is charged at GEMM speed.
+
+An iteration's device time is split into kernel families (``pricing.py``): ``gemm`` (the linear
+layers and LM head: weights streamed, or their FLOPs when the batch is large) and ``decode``
+(attention over the KV cache); at the roofline their sum is the iteration's larger of compute
+and memory time, with measured timings each is its kernels' time. ``comm`` and ``host`` are the
+tensor-parallel all-reduces and the host's launches and scheduling; ``prefill`` the prompts.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
+from .pricing import Pricer
 
 
 @dataclass
@@ -31,6 +38,8 @@ class EngineResult:
     fixed_s: float = 0.0  # the part paid per iteration whatever the batch (weights read, launches)
     host_s: float = 0.0  # host-side seconds: kernel launches (or graph replays) and per-sequence scheduling
     comm_s: float = 0.0  # tensor-parallel all-reduces
+    kernels: dict[str, float] = field(default_factory=dict)  # seconds by kernel family (sums to time_s)
+    sources: dict[str, str] = field(default_factory=dict)  # family -> result file and provider, or "roofline"
 
 
 @dataclass
@@ -46,6 +55,8 @@ class RolloutResult:
     fixed_s: float = 0.0  # of the slowest engine: per-iteration costs independent of the batch
     host_s: float = 0.0  # of the slowest engine: host-side seconds (launches, scheduler), part of time_s
     comm_s: float = 0.0  # of the slowest engine: tensor-parallel all-reduce seconds, part of time_s
+    kernels: dict[str, float] = field(default_factory=dict)  # of the slowest engine, by kernel family
+    sources: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -101,13 +112,25 @@ def iteration_host_seconds(model: ModelSpec, active: np.ndarray, eff: Efficiency
 
 
 def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
-                    eff: Efficiency = DEFAULT, eager: bool = False) -> np.ndarray:
+                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None) -> np.ndarray:
     """Seconds per decode iteration for running-batch sizes ``active`` holding ``ctx`` context
     tokens in total (arrays of the same shape): device time plus host time
     (``iteration_host_seconds``)."""
+    parts, _ = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer)
+    return sum(parts.values())
+
+
+def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
+                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None
+                    ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Seconds per decode iteration by kernel family (``gemm``, ``decode``, ``comm``, ``host``)
+    and where each came from. At the roofline the device time is the larger of compute and memory
+    time; the linear layers' share is the larger of theirs, attention takes the rest."""
+    pricer = pricer or Pricer(gpu, eff)
     active = np.asarray(active, dtype=np.float64)
     ctx = np.asarray(ctx, dtype=np.float64)
-    flops = model.matmul_flops_per_token() * active + model.attn_flops_per_pair * ctx
+    mm_flops = model.matmul_flops_per_token() * active
+    flops = mm_flops + model.attn_flops_per_pair * ctx
     if model.experts:
         # a batch touches more experts than one token does, up to all of them
         touched = np.minimum(model.experts, model.active_experts * np.maximum(active, 1.0))
@@ -118,10 +141,16 @@ def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
     else:
         weight_bytes = model.weight_bytes()
     bytes_ = weight_bytes + model.kv_bytes_per_token() * ctx
-    compute_s = flops / (tp * gpu.ceiling("bf16") * eff.gemm)
-    memory_s = bytes_ / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
-    return (np.maximum(compute_s, memory_s) + iteration_comm_seconds(model, gpu, tp, active, eff)
-            + iteration_host_seconds(model, active, eff, eager))
+    compute_rate = tp * gpu.ceiling("bf16") * eff.gemm
+    memory_rate = tp * gpu.ceiling("hbm") * eff.decode_hbm
+    device = np.maximum(flops / compute_rate, bytes_ / memory_rate)
+    linear = np.maximum(mm_flops / compute_rate, weight_bytes / memory_rate)
+    gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
+    attn, attn_src = pricer.decode(model, active, ctx, tp, device - linear)
+    parts = {"gemm": gemm, "decode": attn,
+             "comm": iteration_comm_seconds(model, gpu, tp, active, eff) * pricer.scale("comm"),
+             "host": iteration_host_seconds(model, active, eff, eager) * pricer.scale("host")}
+    return parts, {"gemm": gemm_src, "decode": attn_src, "comm": "roofline", "host": "roofline"}
 
 
 def iteration_comm_seconds(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray,
@@ -144,7 +173,7 @@ def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
 
 def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
                     response_lens: np.ndarray, *, mem_fraction: float = 0.5, max_num_seqs: int = 1024,
-                    eff: Efficiency = DEFAULT, eager: bool = False) -> EngineResult:
+                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None) -> EngineResult:
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.maximum(np.asarray(response_lens, dtype=np.int64), 1)
     if len(r) == 0:
@@ -166,30 +195,35 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     active = np.cumsum(d_active)[:horizon]
     t = np.arange(horizon, dtype=np.float64)
     ctx = np.cumsum(d_base)[:horizon] + t * active
-    per_iter = iteration_costs(model, gpu, tp, active, ctx, eff, eager)
+    pricer = pricer or Pricer(gpu, eff)
+    parts, sources = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer)
+    per_iter = sum(parts.values())
     decode = float(per_iter.sum())
     tail = float(per_iter[active < 0.5 * active.max()].sum())
-    prefill = prefill_seconds(model, gpu, tp, p, eff)
+    prefill = prefill_seconds(model, gpu, tp, p, eff) * pricer.scale("prefill")
     fixed = min(decode, horizon * iteration_fixed_seconds(model, gpu, tp, eff, eager))
-    host = float(iteration_host_seconds(model, active, eff, eager).sum())
-    comm = float(iteration_comm_seconds(model, gpu, tp, active, eff).sum())
-    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed, host, comm)
+    kernels = {"prefill": prefill, **{k: float(v.sum()) for k, v in parts.items()}}
+    sources = {"prefill": "roofline", **sources}
+    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed, kernels["host"],
+                        kernels["comm"], kernels, sources)
 
 
 def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
                      mem_fraction: float = 0.5, max_num_seqs: int = 1024, eff: Efficiency = DEFAULT,
-                     eager: bool = False) -> RolloutResult:
+                     eager: bool = False, pricer: Pricer | None = None) -> RolloutResult:
     """The rollout of one step: the batch is split in contiguous slices over ``n_gpus // tp``
     engines, as verl does."""
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.asarray(response_lens, dtype=np.int64)
     engines_n = max(1, n_gpus // max(1, tp))
     bounds = np.linspace(0, len(r), engines_n + 1).round().astype(int)
+    pricer = pricer or Pricer(gpu, eff)
     results = [simulate_engine(model, gpu, tp, p[a:b], r[a:b], mem_fraction=mem_fraction,
-                               max_num_seqs=max_num_seqs, eff=eff, eager=eager)
+                               max_num_seqs=max_num_seqs, eff=eff, eager=eager, pricer=pricer)
                for a, b in zip(bounds[:-1], bounds[1:])]
     slowest = max(results, key=lambda e: e.time_s)
     imbalance = sum(slowest.time_s - e.time_s for e in results) * tp
     tail = sum(e.tail_s for e in results) * tp
     return RolloutResult(slowest.time_s, slowest.prefill_s, slowest.decode_s, slowest.iterations, results,
-                         tail, imbalance, n_gpus, slowest.fixed_s, slowest.host_s, slowest.comm_s)
+                         tail, imbalance, n_gpus, slowest.fixed_s, slowest.host_s, slowest.comm_s,
+                         dict(slowest.kernels), dict(slowest.sources))

@@ -1,10 +1,11 @@
 """Per-stage costs of one RL step from its sequence lengths and the run's configuration.
 
 Stages (verl's names): ``gen`` (rollout), ``old_log_prob`` (actor forward), ``ref`` (reference
-forward), ``values`` (critic forward), ``update_critic``, ``update_actor``. Each is priced with the
-roofline models of ``rollout.py`` and ``training.py`` (or measured rates), so the times are what
-the hardware allows at the assumed efficiencies; ``validate`` calibrates how far real runs are
-from them.
+forward), ``values`` (critic forward), ``update_critic``, ``update_actor``. Each is a sum of
+``Part``s, one per kernel family (``pricing.FAMILIES``) and kind of work (``GROUPS``), priced by
+``rollout.py`` and ``training.py`` from measured kernel timings where a ``Pricer`` has them, else
+at the roofline at the assumed efficiencies; ``validate`` calibrates how far real runs are from
+them, one slowdown per kind of work.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from ..errors import PolytraceError
 from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
-from .measured import MeasuredRates
+from .pricing import ROOFLINE, Pricer
 from .rollout import RolloutResult, simulate_rollout
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
@@ -116,10 +117,20 @@ class RunConfig:
         }
 
 
+@dataclass(frozen=True)
+class Part:
+    """Seconds of one kernel family's work in one stage."""
+
+    stage: str
+    family: str  # pricing.FAMILIES, or "tool" (multi-turn tool latency)
+    group: str  # the kind of work (GROUPS) ``validate`` calibrates one slowdown for, or "tool"
+    seconds: float
+    source: str = ROOFLINE  # the result file(s) and provider, or "roofline"
+
+
 @dataclass
 class StageCosts:
-    seconds: dict[str, float]  # stage -> roofline seconds (0 for stages the run does not have)
-    components: dict[str, dict[str, float]]  # stage -> kind of work (GROUPS) -> seconds
+    parts: list[Part]
     rollout: RolloutResult
     train_imbalance_gpu_s: float
     tokens: int
@@ -127,22 +138,53 @@ class StageCosts:
     other_s: float = 0.0  # the step outside the stages: rule-based reward scoring, advantages
 
     @property
+    def seconds(self) -> dict[str, float]:
+        """Stage -> seconds (0 for stages the run does not have)."""
+        out = {k: 0.0 for k in STAGES}
+        for p in self.parts:
+            out[p.stage] += p.seconds
+        return out
+
+    @property
+    def components(self) -> dict[str, dict[str, float]]:
+        """Stage -> kind of work (GROUPS) -> seconds: what ``validate`` calibrates."""
+        out: dict[str, dict[str, float]] = {k: {} for k in STAGES}
+        for p in self.parts:
+            out[p.stage][p.group] = out[p.stage].get(p.group, 0.0) + p.seconds
+        return out
+
+    @property
+    def kernels(self) -> dict[str, dict[str, float]]:
+        """Stage -> kernel family -> seconds."""
+        out: dict[str, dict[str, float]] = {k: {} for k in STAGES}
+        for p in self.parts:
+            out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + p.seconds
+        return out
+
+    @property
     def step_s(self) -> float:
         return float(sum(self.seconds.values())) + self.other_s
 
 
+def _pass_parts(stage: str, pc, kind: str) -> list[Part]:
+    parts = [Part(stage, fam, kind, s, pc.sources.get(fam, ROOFLINE)) for fam, s in pc.kernels.items()]
+    parts += [Part(stage, "comm", f"{kind}_overhead", pc.comm_s), Part(stage, "host", f"{kind}_overhead", pc.host_s)]
+    if pc.plan_s:
+        parts.append(Part(stage, "packing", f"{kind}_overhead", pc.plan_s, pc.plan_source))
+    return parts
+
+
 def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency = DEFAULT,
-                measured: MeasuredRates | None = None) -> StageCosts:
-    """Roofline seconds of every stage for one step's sequences."""
+                pricer: Pricer | None = None) -> StageCosts:
+    """Seconds of every stage for one step's sequences, as parts by kernel family: measured
+    kernel timings where ``pricer`` has them, else the roofline (the default)."""
+    pricer = pricer or Pricer(cfg.gpu, eff)
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.asarray(response_lens, dtype=np.int64)
     seq = p + r
     roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
                             mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
-                            eager=cfg.eager)
-    gemm_rate = None
-    if measured:
-        gemm_rate = measured.flop_rate("gemm", float(cfg.model.matmul_flops_per_token()) * 8192)
+                            eager=cfg.eager, pricer=pricer)
     critic = cfg.critic_model or cfg.model
     passes = {}  # stage -> PassCost on the trainer
     for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", cfg.model, False, True),
@@ -151,28 +193,25 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         if stage == "ref" and not cfg.use_ref or stage in ("values", "update_critic") and not cfg.use_critic:
             continue
         passes[stage] = pass_cost(model, cfg.gpu, seq, cfg.layout(stage), backward=backward, lm_head=head,
-                                  eff=eff, gemm_rate=gemm_rate)
-    comp: dict[str, dict[str, float]] = {k: {} for k in STAGES}
-    comp["gen"] = {"rollout": roll.time_s}
+                                  eff=eff, pricer=pricer)
+    parts = [Part("gen", fam, "rollout", v, roll.sources.get(fam, ROOFLINE)) for fam, v in roll.kernels.items()]
     for stage, pc in passes.items():
-        kind = "train" if stage.startswith("update") else "forward"
-        comp[stage] = {kind: pc.compute_s, f"{kind}_overhead": pc.comm_s + pc.host_s}
+        parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload:
-        comp["ref"]["forward_overhead"] += offload_seconds(cfg.model, cfg.n_gpus, eff)
-    opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
-    comp["update_actor"]["train"] += opt
+        parts.append(Part("ref", "offload", "forward_overhead",
+                          offload_seconds(cfg.model, cfg.n_gpus, eff) * pricer.scale("offload")))
+    opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches) * pricer.scale("optimizer")
+    parts.append(Part("update_actor", "optimizer", "train", opt))
     if cfg.use_critic:
-        comp["update_critic"]["train"] += optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+        parts.append(Part("update_critic", "optimizer", "train",
+                          optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches) * pricer.scale("optimizer")))
     if cfg.old_log_prob_in_gen:  # older verl: the old-policy forward runs inside gen
-        olp = comp.pop("old_log_prob")
-        comp["old_log_prob"] = {}
-        for kind, v in olp.items():
-            comp["gen"][kind] = comp["gen"].get(kind, 0.0) + v
+        parts = [Part("gen", x.family, x.group, x.seconds, x.source) if x.stage == "old_log_prob" else x
+                 for x in parts]
     imbalance = sum(pc.imbalance_gpu_s for pc in passes.values())
     fwd, upd = passes["old_log_prob"], passes["update_actor"]
-    s = {k: float(sum(comp[k].values())) for k in STAGES}
     other = len(r) * eff.reward_s_per_response
-    return StageCosts(s, comp, roll, imbalance, int(seq.sum()), other_s=other,
+    return StageCosts(parts, roll, imbalance, int(seq.sum()), other_s=other,
                       details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt})
 
 

@@ -1,9 +1,13 @@
 """Results store, regression gate and plots for the suites' pytest-benchmark JSON files.
 
+- ``validation``: the boundary: bounded JSON reading, typed and range-checked fields
 - ``schema``: reading result files (``load_result``, ``ResultFile``, ``BenchResult``)
 - ``store``: layout ``results/<gpu-slug>/<date>_<commit>_<suite>.json``, baselines, ``ls``/``show``
+- ``stats``: overflow-safe medians, the exact Mann-Whitney bound, the bounded-memory bootstrap
 - ``gate``: the trace-weighted, statistically tested regression gate (``compare``)
 - ``render``: text and Markdown of a gate report
+- ``history``: a benchmark's time across stored runs, change points (``load_history``)
+- ``select``: ``-k`` expressions over benchmark ids (``keyword_matcher``)
 - ``plots``: PNG plots and ``report_links`` for ``polytrace report``
 
 matplotlib, scipy and tabulate are imported on first use.

@@ -8,20 +8,27 @@ Per benchmark (matched by its stable id), a regression needs both
 2. a median slowdown above ``threshold`` (default 5%): a significant 1% drift on a shared GPU is
    real but not worth blocking a pull request for.
 
-Improvements are the mirror image. Comparisons whose sample sizes cannot reach ``alpha`` at all
-(the exact test's smallest p-value, 2 / C(n+m, n), is above it) are reported as "underpowered",
-not passed silently. Per kernel family and provider the gate reports the trace-weighted geometric
-mean speedup (weights: ``extra_info.weight``, each shape's share of the sampled workload,
-normalised over the benchmarks both files have) with a bootstrap confidence interval over rounds;
-an aggregate slowdown above the threshold whose interval excludes 1 also fails the gate.
+Improvements are the mirror image. A gated benchmark whose median slowed past the threshold but
+whose rounds cannot reach ``alpha`` at all (the exact test's smallest p-value, 2 / C(n+m, n), is
+above it) is "underpowered" and an error: the gate cannot tell, so it does not pass.
+
+Per (family, kernel, mode, provider) the gate reports the weighted geometric-mean speedup with a
+bootstrap confidence interval over rounds (at 1 - alpha); an aggregate slowdown above the
+threshold whose interval excludes 1 also fails the gate. Weights have one meaning per mode
+(``WEIGHT_BASIS``): each shape's share of the sampled workload's tokens (``extra_info.weight``), or
+for the planner ("plan") the number of sequences it plans. Members with fewer than
+``MIN_BOOTSTRAP_ROUNDS`` rounds in either file are left out of the aggregate (with a note) and
+judged on their own.
 
 Only our own providers (``provider_kind`` "ours", or unknown) are gated; torch and peer providers
 are controls: their drift says the machine or software changed, and it is reported as a warning.
 
-Refusals (exit 2 unless forced): different GPU, different place of measurement or CPU-interpreter
-timings, a benchmark id naming a different workload (profile, seed or step) in the two files, no
-benchmark in common, no raw rounds. A changed kernel source hash is *not* a refusal: a kernel pull
-request changes it by definition; it is reported, and so is an unchanged hash beside a regression.
+Refusals (exit 2 unless ``force``): different GPU, different place of measurement or
+CPU-interpreter timings, a benchmark id naming a different workload (profile, seed or step).
+Errors (exit 2, ``force`` or not, never a pass; exit 1 when a regression was found all the same):
+nothing in common, nothing of ours to gate, a gated benchmark without raw rounds or with unusable
+ones in either file, an underpowered gated slowdown. A changed kernel source hash is *not* a refusal: a kernel pull request changes it by
+definition; it is reported, and so is an unchanged hash beside a regression.
 """
 
 from __future__ import annotations
@@ -32,9 +39,28 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .schema import CPU_MEASURED_ON, BenchResult, ResultFile
+from .stats import (
+    MIN_BOOTSTRAP_ROUNDS,
+    bootstrap_log_medians,
+    change_of,
+    log_ratio,
+    mann_whitney_p,
+    median_of,
+    min_p_value,
+    rounds_needed,
+)
+from .validation import MAX_ROUND_S, MIN_ROUND_S
+
+__all__ = ["Aggregate", "Comparison", "GateReport", "WEIGHT_BASIS", "compare", "min_p_value"]
 
 GATED_KINDS = ("ours", "")
 VERSION_KEYS = ("torch_version", "triton_version", "cuda_version", "driver_version")
+# mode -> what a member's weight in its aggregate stands for; every other mode: "tokens"
+WEIGHT_BASIS = {"plan": "sequences"}
+# Bootstrap resamples: >= 10 beyond each end of the 1 - alpha interval, capped so a tiny alpha
+# cannot ask for billions (past the cap the interval's ends are the extreme resamples: wider).
+MIN_BOOT, MAX_BOOT = 2000, 50_000
+_EXAMPLES = 3  # ids named in a summarised error
 
 
 @dataclass
@@ -46,9 +72,10 @@ class Comparison:
     provider_kind: str
     mode: str
     shape_id: str
-    status: str  # regression | improvement | unchanged | underpowered | no-data | new | missing
+    # regression | improvement | unchanged | underpowered | error | no-data | new | missing
+    status: str
     gated: bool
-    weight: float | None = None  # normalised over its (family, provider)
+    weight: float | None = None  # normalised over its aggregate (family, kernel, mode, provider)
     base_median_s: float | None = None
     cand_median_s: float | None = None
     change: float | None = None  # candidate / baseline median time - 1 (positive = slower)
@@ -65,14 +92,23 @@ class Comparison:
 @dataclass
 class Aggregate:
     family: str
+    kernel: str
+    mode: str
     provider: str
     provider_kind: str
-    n: int
-    speedup: float  # trace-weighted geometric mean of baseline / candidate median time (>1 = faster)
+    n: int  # members compared
+    speedup: float  # weighted geometric mean of baseline / candidate median time (>1 = faster)
     ci_low: float | None
     ci_high: float | None
-    status: str  # regression | improvement | unchanged
+    status: str  # regression | improvement | unchanged | untested
     gated: bool
+    weight_basis: str = "tokens"  # "tokens", "sequences" or "uniform"
+    n_tested: int = 0  # members in the speedup and its interval (enough rounds in both files)
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.family}/{self.kernel}/{self.mode}/{self.provider}"
 
 
 @dataclass
@@ -83,9 +119,13 @@ class GateReport:
     alpha: float
     comparisons: list[Comparison]
     aggregates: list[Aggregate]
-    refusals: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)  # overridable with force
+    errors: list[str] = field(default_factory=list)  # never overridable: the gate cannot vouch
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # one-line statements shown right under the verdict (text, Markdown) and kept in the JSON, e.g.
+    # "step time on <workload>: +x%" from the composition layer; the gate itself leaves it empty
+    impact: list[str] = field(default_factory=list)
     forced: bool = False
     fail_on_missing: bool = False
 
@@ -102,10 +142,15 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
+        """2 refused (unless forced); 1 a regression was found (whatever else could not be tested);
+        2 an error (something the gate cannot vouch for: never a pass); 1 missing benchmarks with
+        ``fail_on_missing``; else 0."""
         if self.refusals and not self.forced:
             return 2
         if self.gated_regressions or self.aggregate_regressions:
             return 1
+        if self.errors:
+            return 2
         if self.fail_on_missing and any(c.gated for c in self.of("missing")):
             return 1
         return 0
@@ -113,16 +158,18 @@ class GateReport:
     @property
     def verdict(self) -> str:
         code = self.exit_code
+        n = len(self.gated_regressions)
+        found = [f"{n} regression{'s' if n != 1 else ''}"] if n else []
+        if self.aggregate_regressions:
+            k = len(self.aggregate_regressions)
+            found.append(f"{k} weighted-mean regression{'s' if k != 1 else ''}")
+        errors = f"{len(self.errors)} error{'s' if len(self.errors) != 1 else ''}"
         if code == 2:
-            return "REFUSED"
+            return "REFUSED" + (f" ({errors})" if self.errors and not (self.refusals and not self.forced) else "")
         if code == 1:
-            n = len(self.gated_regressions)
-            parts = [f"{n} regression{'s' if n != 1 else ''}"] if n else []
-            if self.aggregate_regressions:
-                parts.append(f"{len(self.aggregate_regressions)} weighted-mean regression(s)")
-            if not parts:
-                parts.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
-            return "FAIL: " + ", ".join(parts)
+            if not found:
+                found.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
+            return "FAIL: " + ", ".join(found) + (f"; also {errors}" if self.errors else "")
         return "PASS" + (" (forced past refusals)" if self.refusals else "")
 
     def to_dict(self) -> dict:
@@ -134,24 +181,6 @@ class GateReport:
         return d
 
 
-def min_p_value(n: int, m: int) -> float:
-    """Smallest two-sided p-value an exact Mann-Whitney U test can give for samples of n and m."""
-    if n < 1 or m < 1:
-        return 1.0
-    return min(1.0, 2.0 / math.comb(n + m, n))
-
-
-def mann_whitney_p(base: np.ndarray, cand: np.ndarray) -> float:
-    from scipy.stats import mannwhitneyu
-
-    if base.size == 0 or cand.size == 0:
-        return 1.0
-    if np.all(base == base[0]) and np.all(cand == cand[0]) and base[0] == cand[0]:
-        return 1.0  # identical constant samples: no evidence of a difference (scipy would give nan)
-    p = float(mannwhitneyu(cand, base, alternative="two-sided").pvalue)
-    return p if math.isfinite(p) else 1.0
-
-
 def _summary(r: ResultFile) -> dict:
     out = {"path": r.path, "gpu_name": r.gpu_name, "gpu_slug": r.gpu_slug, "measured_on": r.measured_on,
            "commit": r.commit, "datetime": r.datetime, "n_benchmarks": len(r.benchmarks),
@@ -159,11 +188,6 @@ def _summary(r: ResultFile) -> dict:
     for k in VERSION_KEYS:
         out[k] = r.machine.get(k)
     return out
-
-
-def _bootstrap_medians(rounds: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    idx = rng.integers(0, rounds.size, size=(n_boot, rounds.size))
-    return np.median(rounds[idx], axis=1)
 
 
 def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0.05, alpha: float = 0.002,
@@ -174,8 +198,8 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
         raise ValueError(f"threshold must be a fraction in (0, 10), got {threshold}")
     if not (0 < alpha < 1):
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if n_boot is None:  # >= 10 resamples beyond each end of the interval
-        n_boot = max(2000, math.ceil(20 / alpha))
+    if n_boot is None:
+        n_boot = min(MAX_BOOT, max(MIN_BOOT, math.ceil(20 / alpha)))
     report = GateReport(_summary(baseline), _summary(candidate), threshold, alpha, [], [], forced=force,
                         fail_on_missing=fail_on_missing)
     _check_machines(baseline, candidate, report)
@@ -183,53 +207,25 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
     base, cand = baseline.by_id(), candidate.by_id()
     matched = [i for i in base if i in cand]
     if not matched:
-        report.refusals.append("no benchmark id occurs in both files: nothing to compare")
+        report.errors.append("no benchmark id occurs in both files: nothing to compare")
     mismatched = [i for i in matched if base[i].definition() != cand[i].definition()]
     if mismatched:
         b, c = base[mismatched[0]], cand[mismatched[0]]
         report.refusals.append(
             f"{len(mismatched)} benchmark(s) name a different workload in the two files, e.g. {mismatched[0]}: "
             f"profile/seed/step {b.definition()} vs {c.definition()}; the suites' shape definitions changed")
-    if matched and not any(base[i].rounds.size and cand[i].rounds.size for i in matched):
-        report.refusals.append("no raw rounds in the files: run the suites with --benchmark-save-data")
 
     def gated(b: BenchResult) -> bool:
         return gate_all or b.provider_kind in GATED_KINDS
 
-    log_ratio_boot: dict[str, np.ndarray] = {}
+    boot: dict[str, np.ndarray] = {}  # id -> bootstrap log speedups
     rng = np.random.default_rng(seed)
-    underpowered_min = None
     for i in matched:
-        b, c = base[i], cand[i]
-        comp = _new_comparison(b, gated(b))
-        comp.n_base, comp.n_cand = int(b.rounds.size), int(c.rounds.size)
-        comp.base_median_s = float(np.median(b.rounds)) if b.rounds.size else b.median_s
-        comp.cand_median_s = float(np.median(c.rounds)) if c.rounds.size else c.median_s
-        if comp.base_median_s and comp.cand_median_s:
-            comp.change = comp.cand_median_s / comp.base_median_s - 1.0
-        if not (b.rounds.size and c.rounds.size) or comp.change is None:
-            comp.status = "no-data"
-            comp.note = "no raw rounds (saved without --benchmark-save-data?)"
-        else:
-            comp.p_value = mann_whitney_p(b.rounds, c.rounds)
-            big_slow = comp.change > threshold
-            big_fast = 1.0 / (1.0 + comp.change) - 1.0 > threshold
-            if comp.p_value < alpha and big_slow:
-                comp.status = "regression"
-            elif comp.p_value < alpha and big_fast:
-                comp.status = "improvement"
-            elif (big_slow or big_fast) and min_p_value(comp.n_base, comp.n_cand) >= alpha:
-                comp.status = "underpowered"
-                comp.note = f"{comp.n_base} vs {comp.n_cand} rounds cannot reach p < {alpha:g}"
-                underpowered_min = _rounds_needed(alpha)
-            else:
-                comp.status = "unchanged"
-            if b.rounds.size >= 5 and c.rounds.size >= 5:
-                log_ratio_boot[i] = np.log(_bootstrap_medians(b.rounds, n_boot, rng)
-                                           / _bootstrap_medians(c.rounds, n_boot, rng))
-        if b.weight is not None and c.weight is not None and not math.isclose(b.weight, c.weight, rel_tol=1e-6,
-                                                                                abs_tol=1e-12):
-            comp.note = (comp.note + "; " if comp.note else "") + f"weight {b.weight:.4g} -> {c.weight:.4g}"
+        comp = _compare_one(base[i], cand[i], gated(base[i]), threshold, alpha)
+        if comp.status in ("regression", "improvement", "unchanged", "underpowered") \
+                and min(comp.n_base, comp.n_cand) >= MIN_BOOTSTRAP_ROUNDS:
+            boot[i] = bootstrap_log_medians(base[i].rounds, n_boot, rng) \
+                - bootstrap_log_medians(cand[i].rounds, n_boot, rng)
         report.comparisons.append(comp)
     for i in cand:
         if i not in base:
@@ -242,16 +238,51 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
             comp.status, comp.base_median_s, comp.n_base = "missing", base[i].median_s, int(base[i].rounds.size)
             report.comparisons.append(comp)
 
-    _weights_and_aggregates(report, base, log_ratio_boot)
-    _warnings(report, baseline, candidate, underpowered_min)
+    _errors(report, {"baseline": base, "candidate": cand}, gate_all)
+    _aggregates(report, base, boot)
+    _warnings(report)
     return report
 
 
-def _rounds_needed(alpha: float) -> int:
-    n = 2
-    while min_p_value(n, n) >= alpha:
-        n += 1
-    return n
+def _rounds_problem(rounds: np.ndarray) -> str:
+    """Why in-memory rounds are unusable ("" when fine); files were checked by the reader already."""
+    if rounds.size == 0:
+        return "no raw rounds"
+    if not (np.all(np.isfinite(rounds)) and rounds.min() >= MIN_ROUND_S and rounds.max() <= MAX_ROUND_S):
+        return f"rounds outside [{MIN_ROUND_S:g}, {MAX_ROUND_S:g}] s or not finite"
+    return ""
+
+
+def _compare_one(b: BenchResult, c: BenchResult, is_gated: bool, threshold: float, alpha: float) -> Comparison:
+    comp = _new_comparison(b, is_gated)
+    comp.n_base, comp.n_cand = int(b.rounds.size), int(c.rounds.size)
+    if b.weight is not None and c.weight is not None and not math.isclose(b.weight, c.weight, rel_tol=1e-6,
+                                                                            abs_tol=1e-12):
+        comp.note = f"weight {b.weight:.4g} -> {c.weight:.4g}"
+    problems = [f"{p} in the {side}" for side, p in (("baseline", _rounds_problem(b.rounds)),
+                                                     ("candidate", _rounds_problem(c.rounds))) if p]
+    if problems:
+        comp.base_median_s, comp.cand_median_s = b.median_s, c.median_s
+        comp.status = "error" if is_gated else "no-data"
+        comp.note = "; ".join(problems + ([comp.note] if comp.note else []))
+        return comp
+    comp.base_median_s, comp.cand_median_s = median_of(b.rounds), median_of(c.rounds)
+    lr = log_ratio(comp.base_median_s, comp.cand_median_s)
+    comp.change = change_of(lr)
+    comp.p_value = mann_whitney_p(b.rounds, c.rounds)
+    big_slow, big_fast = lr > math.log1p(threshold), -lr > math.log1p(threshold)
+    if comp.p_value < alpha and big_slow:
+        comp.status = "regression"
+    elif comp.p_value < alpha and big_fast:
+        comp.status = "improvement"
+    elif (big_slow or big_fast) and min_p_value(comp.n_base, comp.n_cand) >= alpha:
+        comp.status = "underpowered"
+        note = (f"{comp.n_base} vs {comp.n_cand} rounds cannot reach p < {alpha:g} "
+                f"(needs {rounds_needed(alpha)} each)")
+        comp.note = note + ("; " + comp.note if comp.note else "")
+    else:
+        comp.status = "unchanged"
+    return comp
 
 
 def _new_comparison(b: BenchResult, is_gated: bool) -> Comparison:
@@ -271,41 +302,108 @@ def _check_machines(baseline: ResultFile, candidate: ResultFile, report: GateRep
                                "gate GPU results (--force runs the comparison anyway)")
 
 
-def _weights_and_aggregates(report: GateReport, base: dict[str, BenchResult],
-                            log_ratio_boot: dict[str, np.ndarray]) -> None:
-    groups: dict[tuple[str, str], list[Comparison]] = {}
+def _examples(comps: list[Comparison]) -> str:
+    names = ", ".join(c.id for c in comps[:_EXAMPLES])
+    return names + (f" and {len(comps) - _EXAMPLES} more" if len(comps) > _EXAMPLES else "")
+
+
+def _errors(report: GateReport, files: dict[str, dict[str, BenchResult]], gate_all: bool) -> None:
+    """What the gate cannot vouch for is an error (exit 2 with or without --force), never a pass."""
+    broken = report.of("error")
+    for where, by_id in files.items():
+        path = report.baseline["path"] if where == "baseline" else report.candidate["path"]
+        problems = {c.id: _rounds_problem(by_id[c.id].rounds) for c in broken}
+        no_rounds = [c for c in broken if problems[c.id] == "no raw rounds"]
+        bad = [c for c in broken if problems[c.id] and problems[c.id] != "no raw rounds"]
+        if no_rounds:
+            report.errors.append(f"{len(no_rounds)} gated benchmark(s) have no raw rounds in the {where} ({path}): "
+                                 f"{_examples(no_rounds)}; run the suites with --benchmark-save-data")
+        if bad:
+            report.errors.append(f"{len(bad)} gated benchmark(s) have unusable rounds in the {where} ({path}): "
+                                 f"{_examples(bad)} ({problems[bad[0].id]})")
+    slow = [c for c in report.of("underpowered") if c.gated and c.change is not None and c.change > 0]
+    if slow:
+        worst = max(slow, key=lambda c: c.change)
+        report.errors.append(
+            f"{len(slow)} gated benchmark(s) slowed past the threshold with too few rounds to test at "
+            f"alpha={report.alpha:g}: {_examples(slow)} (worst {worst.change:+.1%}, {worst.n_base} vs "
+            f"{worst.n_cand} rounds); rerun with at least {rounds_needed(report.alpha)} rounds each")
+    matched = [c for c in report.comparisons if c.status not in ("new", "missing")]
+    if matched and not any(c.gated for c in matched) and not gate_all:
+        report.errors.append("no benchmark of ours in common, only controls (torch, peers): nothing to gate "
+                             "(--gate-all gates the controls)")
+
+
+def _raw_weight(b: BenchResult, basis: str) -> float | None:
+    if basis == "sequences":
+        n = b.shape.get("sequences")
+        return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+    return b.weight
+
+
+def _aggregates(report: GateReport, base: dict[str, BenchResult], boot: dict[str, np.ndarray]) -> None:
+    groups: dict[tuple[str, str, str, str], list[Comparison]] = {}
     for c in report.comparisons:
-        if c.change is not None and c.status not in ("new", "missing"):
-            groups.setdefault((c.family, c.provider), []).append(c)
-    alpha, thr = report.alpha, report.threshold
-    for (family, provider), comps in sorted(groups.items()):
-        raw = np.array([base[c.id].weight if base[c.id].weight is not None else np.nan for c in comps])
-        if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
-            w = np.full(len(comps), 1.0 / len(comps))
-            report.notes.append(f"{family}/{provider}: no shape weights recorded; geometric mean is unweighted")
-        else:
-            raw = np.nan_to_num(raw, nan=0.0)
-            w = raw / raw.sum()
-        for c, wi in zip(comps, w):
-            c.weight = float(wi)
-        log_speed = np.array([-math.log1p(c.change) for c in comps])
-        speedup = float(math.exp(np.dot(w, log_speed)))
-        ci_low = ci_high = None
-        if all(c.id in log_ratio_boot for c in comps):
-            boot = sum(wi * log_ratio_boot[c.id] for c, wi in zip(comps, w))
-            lo, hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
-            ci_low, ci_high = float(math.exp(lo)), float(math.exp(hi))
+        if c.change is not None and c.status not in ("new", "missing", "error", "no-data"):
+            groups.setdefault((c.family, c.kernel, c.mode, c.provider), []).append(c)
+    for key, comps in sorted(groups.items()):
+        report.aggregates.append(_aggregate(report, key, comps, base, boot))
+
+
+def _normalised(raw: np.ndarray) -> np.ndarray | None:
+    """raw weights (NaN = unknown) summing to 1, or None when they carry no information."""
+    if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
+        return None
+    raw = np.nan_to_num(raw, nan=0.0)
+    return raw / raw.sum()
+
+
+def _aggregate(report: GateReport, key, comps: list[Comparison], base: dict[str, BenchResult],
+               boot: dict[str, np.ndarray]) -> Aggregate:
+    family, kernel, mode, provider = key
+    label = "/".join(key)
+    basis = WEIGHT_BASIS.get(mode, "tokens")
+    raw = np.array([_raw_weight(base[c.id], basis) for c in comps], dtype=np.float64)
+    w = _normalised(raw)
+    if w is None:
+        w, basis = np.full(len(comps), 1.0 / len(comps)), "uniform"
+        report.notes.append(f"{label}: no {WEIGHT_BASIS.get(mode, 'tokens')} weights recorded; "
+                            "geometric mean is unweighted")
+    elif np.isnan(raw).any():
+        report.notes.append(f"{label}: {int(np.isnan(raw).sum())} of {len(comps)} member(s) carry no weight "
+                            "and count 0 in the weighted mean")
+    for c, wi in zip(comps, w):
+        c.weight = float(wi)
+    log_speed = np.array([-log_ratio(c.base_median_s, c.cand_median_s) for c in comps])
+    tested = np.array([c.id in boot for c in comps])
+    note, ci_low, ci_high, status = "", None, None, "untested"
+    if tested.any():
+        wt = w[tested] if w[tested].sum() > 0 else np.ones(int(tested.sum()))
+        wt = wt / wt.sum()
+        center = float(np.dot(wt, log_speed[tested]))
+        resampled = sum(wi * boot[c.id] for c, wi in zip([c for c, t in zip(comps, tested) if t], wt))
+        lo, hi = np.quantile(resampled, [report.alpha / 2, 1 - report.alpha / 2])
+        ci_low, ci_high = float(math.exp(lo)), float(math.exp(hi))
         status = "unchanged"
-        if ci_high is not None and 1.0 / speedup - 1.0 > thr and ci_high < 1.0:
+        if -center > math.log1p(report.threshold) and hi < 0:
             status = "regression"
-        elif ci_low is not None and speedup - 1.0 > thr and ci_low > 1.0:
+        elif center > math.log1p(report.threshold) and lo > 0:
             status = "improvement"
-        kind = comps[0].provider_kind
-        report.aggregates.append(Aggregate(family, provider, kind, len(comps), speedup, ci_low, ci_high, status,
-                                           comps[0].gated))
+        if not tested.all():
+            note = (f"{int((~tested).sum())} member(s) (weight {float(w[~tested].sum()):.1%}) with fewer than "
+                    f"{MIN_BOOTSTRAP_ROUNDS} rounds left out, judged on their own")
+    else:
+        center = float(np.dot(w, log_speed))
+        note = f"no member has {MIN_BOOTSTRAP_ROUNDS}+ rounds in both files: no interval, not tested"
+    if note:
+        report.notes.append(f"{label}: {note}")
+    return Aggregate(family=family, kernel=kernel, mode=mode, provider=provider,
+                     provider_kind=comps[0].provider_kind, n=len(comps), speedup=float(math.exp(center)),
+                     ci_low=ci_low, ci_high=ci_high, status=status, gated=comps[0].gated, weight_basis=basis,
+                     n_tested=int(tested.sum()), note=note)
 
 
-def _warnings(report: GateReport, baseline: ResultFile, candidate: ResultFile, underpowered_min) -> None:
+def _warnings(report: GateReport) -> None:
     b, c = report.baseline, report.candidate
     for k in VERSION_KEYS:
         if b.get(k) and c.get(k) and b[k] != c[k]:
@@ -317,24 +415,30 @@ def _warnings(report: GateReport, baseline: ResultFile, candidate: ResultFile, u
     changed = sorted(f for f in set(bh) & set(ch) if bh[f] != ch[f])
     if changed:
         report.notes.append("kernel source changed in: " + ", ".join(f"{f} ({bh[f]} -> {ch[f]})" for f in changed))
-    unchanged_reg = sorted({x.family for x in report.gated_regressions
-                            if x.family in bh and x.family in ch and bh[x.family] == ch[x.family]})
+    regressed = {x.family for x in report.gated_regressions} | {a.family for a in report.aggregate_regressions}
+    unchanged_reg = sorted(f for f in regressed if f in bh and f in ch and bh[f] == ch[f])
     if unchanged_reg:
         report.warnings.append("regressions in families whose kernel source did not change ("
                                + ", ".join(unchanged_reg) + "): look at the environment or noise first")
     for a in report.aggregates:
         if not a.gated and abs(math.log(a.speedup)) > math.log1p(report.threshold):
             report.warnings.append(
-                f"control provider {a.family}/{a.provider} ({a.provider_kind or 'unknown kind'}) moved by "
+                f"control provider {a.label} ({a.provider_kind or 'unknown kind'}) moved by "
                 f"{1 / a.speedup - 1:+.1%}: the machine or software may differ between the runs")
-    n_under = len(report.of("underpowered"))
-    if n_under:
-        report.warnings.append(f"{n_under} comparison(s) changed by more than the threshold but have too few rounds "
-                               f"to test at alpha={report.alpha:g}; use at least {underpowered_min} rounds each")
-    testable = [x for x in report.comparisons if x.gated and x.status in ("regression", "improvement", "unchanged")]
-    gated_matched = [x for x in report.comparisons if x.gated and x.status not in ("new", "missing")]
-    if gated_matched and not testable:
-        report.refusals.append("no gated benchmark could be tested (all underpowered or without raw rounds)")
+    for a in report.aggregate_regressions:  # ours and the controls slower alike: the session, not the code
+        controls = [x for x in report.aggregates if not x.gated and (x.family, x.kernel, x.mode) ==
+                    (a.family, a.kernel, a.mode) and math.log(x.speedup) <= 0.5 * math.log(a.speedup)]
+        if controls:
+            report.warnings.append(
+                f"{a.label} is {1 / a.speedup - 1:+.1%} slower and its controls moved alike ("
+                + ", ".join(f"{x.provider} {1 / x.speedup - 1:+.1%}" for x in controls)
+                + "): a session-level shift is the likelier cause; `polytrace ab` times both revisions in one "
+                "session")
+    fast = [x for x in report.of("underpowered") if not (x.gated and x.change is not None and x.change > 0)]
+    if fast:
+        report.warnings.append(f"{len(fast)} comparison(s) moved past the threshold but have too few rounds to test "
+                               f"at alpha={report.alpha:g} (improvements or controls); use at least "
+                               f"{rounds_needed(report.alpha)} rounds each")
     missing = report.of("missing")
     if missing:
         report.warnings.append(f"{len(missing)} benchmark(s) of the baseline are missing from the candidate "

@@ -6,7 +6,7 @@ from .gate import Comparison, GateReport
 from .schema import natural_key
 from .store import format_time
 
-_ORDER = ("regression", "improvement", "underpowered", "no-data", "unchanged", "new", "missing")
+_ORDER = ("error", "regression", "improvement", "underpowered", "no-data", "unchanged", "new", "missing")
 
 
 def _pct(x: float | None) -> str:
@@ -37,12 +37,14 @@ def _agg_rows(report: GateReport) -> list[list[str]]:
     rows = []
     for a in report.aggregates:
         ci = "-" if a.ci_low is None else f"{a.ci_low:.3f}-{a.ci_high:.3f}"
-        rows.append([a.family, a.provider, a.provider_kind or "?", a.n, f"{a.speedup:.3f}x", ci,
+        n = str(a.n) if a.n_tested == a.n else f"{a.n_tested} of {a.n}"
+        rows.append([f"{a.family}/{a.kernel}" if a.kernel else a.family, a.mode or "-", a.provider,
+                     a.provider_kind or "?", n, a.weight_basis, f"{a.speedup:.3f}x", ci,
                      a.status + ("" if a.gated else " (control)")])
     return rows
 
 
-_AGG_HEAD = ["family", "provider", "kind", "n", "weighted geomean speedup", "CI", "status"]
+_AGG_HEAD = ["kernel", "mode", "provider", "kind", "n", "weights", "weighted geomean speedup", "CI", "status"]
 
 
 def _sorted(report: GateReport, statuses) -> list[Comparison]:
@@ -55,25 +57,28 @@ def format_text(report: GateReport, show_all: bool = False) -> str:
     from tabulate import tabulate
 
     b, c = report.baseline, report.candidate
-    lines = [f"polytrace gate: {report.verdict}",
+    lines = [f"polytrace gate: {report.verdict}", *report.impact,
              f"baseline  {b['path']} ({b['gpu_name']}, {b['measured_on']}, commit {b['commit']})",
              f"candidate {c['path']} ({c['gpu_name']}, {c['measured_on']}, commit {c['commit']})",
              f"rule: Mann-Whitney U (two-sided) p < {report.alpha:g} on raw rounds AND median change beyond "
              f"{report.threshold:.1%}"]
     counts = {s: len(report.of(s)) for s in _ORDER}
     lines.append("counts: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+    for e in report.errors:
+        lines.append(f"ERROR: {e}")
     for r in report.refusals:
         lines.append(f"REFUSED: {r}" + (" (overridden by --force)" if report.forced else ""))
     for w in report.warnings:
         lines.append(f"warning: {w}")
     for n in report.notes:
         lines.append(f"note: {n}")
-    statuses = _ORDER if show_all else ("regression", "improvement", "underpowered", "no-data", "new", "missing")
+    statuses = _ORDER if show_all else tuple(x for x in _ORDER if x != "unchanged")
     comps = _sorted(report, statuses)
     if comps:
         lines += ["", tabulate(_rows(comps, False), headers=_HEAD, disable_numparse=True)]
     if report.aggregates:
-        lines += ["", "trace-weighted geometric-mean speedup (baseline time / candidate time; >1 = faster):",
+        lines += ["", "weighted geometric-mean speedup per kernel, mode and provider (baseline time / candidate "
+                  "time; >1 = faster):",
                   tabulate(_agg_rows(report), headers=_AGG_HEAD, disable_numparse=True)]
     return "\n".join(lines)
 
@@ -83,11 +88,14 @@ def format_markdown(report: GateReport) -> str:
 
     b, c = report.baseline, report.candidate
     mark = {0: "PASS", 1: "FAIL", 2: "REFUSED"}[report.exit_code]
-    title = f"### polytrace gate: **{mark}**" + (f" ({report.verdict})" if report.verdict != mark else "")
-    out = [title, "",
+    detail = report.verdict.removeprefix(mark)  # "FAIL: 2 regressions", "REFUSED (1 error)" -> the rest
+    detail = detail[2:] if detail.startswith(": ") else detail[2:-1] if detail.startswith(" (") else detail
+    title = f"### polytrace gate: **{mark}**" + (f" ({detail})" if detail else "")
+    out = [title, "", *[f"**{line}**" for line in report.impact], *([""] if report.impact else []),
            f"On **{c['gpu_name']}** ({c['measured_on']}). A benchmark regresses when a two-sided Mann-Whitney U "
            f"test on the raw rounds gives p < {report.alpha:g} **and** its median time grows by more than "
-           f"{report.threshold:.0%}. Weights are each shape's share of the sampled workload.", ""]
+           f"{report.threshold:.1%}. Weights are each shape's share of the sampled workload's tokens "
+           "(sequences for the planner).", ""]
     env = [["path", f"`{b['path']}`", f"`{c['path']}`"], ["commit", b["commit"], c["commit"]],
            ["date", b["datetime"][:19], c["datetime"][:19]], ["benchmarks", b["n_benchmarks"], c["n_benchmarks"]]]
     for k in ("torch_version", "triton_version", "driver_version"):
@@ -96,19 +104,24 @@ def format_markdown(report: GateReport) -> str:
     for f in families:
         env.append([f"kernels/{f} hash", b["kernel_hashes"].get(f, "-"), c["kernel_hashes"].get(f, "-")])
     out += [tabulate(env, headers=["", "baseline", "candidate"], tablefmt="github", disable_numparse=True), ""]
+    if report.errors:
+        out.append("**Errors** (the gate cannot vouch for these; `--force` does not override them):")
+        out += [f"- {e}" for e in report.errors] + [""]
     if report.refusals:
         out.append("**Refused:**" + (" (overridden with `--force`)" if report.forced else ""))
         out += [f"- {r}" for r in report.refusals] + [""]
-    for title, status in (("Regressions", "regression"), ("Improvements", "improvement"),
+    for title, status in (("Untestable (no usable rounds)", "error"), ("Regressions", "regression"),
+                          ("Improvements", "improvement"),
                           ("Underpowered (changed beyond the threshold, too few rounds to test)", "underpowered")):
         comps = _sorted(report, (status,))
         if comps:
             out += [f"#### {title} ({len(comps)})", "",
                     tabulate(_rows(comps, True), headers=_HEAD, tablefmt="github", disable_numparse=True), ""]
     if report.aggregates:
-        out += ["#### Trace-weighted geometric-mean speedup", "",
+        out += ["#### Weighted geometric-mean speedup per kernel, mode and provider", "",
                 "Baseline time / candidate time, weighted by each shape's share of the workload; "
-                f"CI: {1 - report.alpha:.1%} bootstrap interval over rounds.", "",
+                f"CI: {1 - report.alpha:.1%} bootstrap interval over rounds; n: members with enough rounds "
+                "to test, of all compared.", "",
                 tabulate(_agg_rows(report), headers=_AGG_HEAD, tablefmt="github", disable_numparse=True), ""]
     new, missing = report.of("new"), report.of("missing")
     if new or missing:

@@ -13,12 +13,13 @@ working. What polytrace adds lives in two places, written by ``suites/``:
 
 ``benchmarks[].stats.data`` holds the raw per-round times in seconds (present only with
 ``--benchmark-save-data``; the gate needs them).
+
+Every file passes the checks of ``validation`` on the way in (types, ranges, sizes, nesting); a
+file that fails them is refused whole, with one line naming the file, the benchmark and the field.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,27 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PolytraceError
+from .stats import median_of
+from .validation import (
+    MAX_AMOUNT,
+    MAX_BENCHMARKS,
+    MAX_DEPTH,
+    MAX_PCT,
+    MAX_ROUND_S,
+    MAX_SEED,
+    MAX_SOURCES,
+    MAX_STEP,
+    MAX_WEIGHT,
+    MEASURED_ON,
+    MIN_ROUND_S,
+    PROVIDER_KINDS,
+    ROOFLINES,
+    Fields,
+    describe,
+    nesting_depth,
+    read_json,
+    rounds_problem,
+)
 
 CPU_MEASURED_ON = "cpu-interpreter"
 
@@ -165,96 +187,108 @@ def suite_of(fullname: str) -> str:
     return m.group(1) if m else ""
 
 
-def _float(value, default: float = 0.0) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return default
-    return out if math.isfinite(out) else default
-
-
-def _opt_int(value) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def benchmark_id(extra: dict, name: str) -> str:
     """family/kernel/provider/mode/shape_id when the harness recorded them, else the pytest name."""
     parts = [extra.get(k) for k in ("family", "kernel", "provider", "mode", "shape_id")]
-    if all(isinstance(p, str) and p for p in parts[:4]) and parts[4] is not None:
-        return "/".join(str(p) for p in parts)
+    if all(isinstance(p, str) and p for p in parts[:4]) and isinstance(parts[4], str):
+        return "/".join(parts)
     return name
 
 
-def parse_benchmark(raw: dict, where: str) -> BenchResult:
-    if not isinstance(raw, dict) or "name" not in raw:
-        raise PolytraceError(f"{where}: a benchmark entry has no 'name'")
-    extra = raw.get("extra_info") or {}
-    if not isinstance(extra, dict):
-        extra = {}
-    stats = raw.get("stats") or {}
-    if not isinstance(stats, dict):
-        raise PolytraceError(f"{where}: benchmark {raw['name']!r}: 'stats' must be an object, "
-                             f"got {type(stats).__name__}")
+def parse_benchmark(raw, where: str, index: int = 0) -> BenchResult:
+    """One ``benchmarks[]`` entry, every field the results code uses typed and range-checked."""
+    if not isinstance(raw, dict):
+        raise PolytraceError(f"{where}: benchmarks[{index}] must be an object, got {describe(raw)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise PolytraceError(f"{where}: benchmarks[{index}] has no 'name' (a non-empty string), got {describe(name)}")
+    top = Fields(raw, f"{where}: benchmark {describe(name)}")
+    fullname = top.text("fullname")
+    extra = top.obj_or_empty("extra_info")
+    stats = top.obj_or_empty("stats")
+    info = Fields(extra, top.where, "extra_info.")
+    st = Fields(stats, top.where, "stats.")
     data = stats.get("data")
-    if data is not None and not isinstance(data, list):
-        raise PolytraceError(f"{where}: benchmark {raw['name']!r}: 'stats.data' must be a list of seconds, "
-                             f"got {type(data).__name__}")
-    rounds = np.asarray([_float(x, float("nan")) for x in (data or [])], dtype=np.float64)
-    rounds = rounds[np.isfinite(rounds) & (rounds > 0)]
-    median = stats.get("median") if isinstance(stats, dict) else None
-    if median is None and rounds.size:
-        median = float(np.median(rounds))
-    weight = extra.get("weight")
-    shape = extra.get("shape") if isinstance(extra.get("shape"), dict) else {}
-    name = str(raw["name"])
+    if data is None:
+        data = []
+    if not isinstance(data, list):
+        raise PolytraceError(f"{top.where}: 'stats.data' must be a list of seconds, got {describe(data)}")
+    problem = rounds_problem(data)
+    if problem:
+        raise PolytraceError(f"{top.where}: 'stats.data': {problem}")
+    rounds = np.asarray(data, dtype=np.float64)
+    median = st.number("median", MIN_ROUND_S, MAX_ROUND_S)
+    if rounds.size:
+        median = median_of(rounds)
+    shape = info.obj_or_empty("shape")
+    for key in ("pct_peak_bf16", "pct_peak_hbm"):
+        info.number(key, 0.0, MAX_PCT)
     return BenchResult(
         id=benchmark_id(extra, name),
         name=name,
-        fullname=str(raw.get("fullname") or name),
-        family=str(extra.get("family") or ""),
-        kernel=str(extra.get("kernel") or ""),
-        provider=str(extra.get("provider") or ""),
-        provider_kind=str(extra.get("provider_kind") or ""),
-        mode=str(extra.get("mode") or ""),
-        shape_id=str(extra.get("shape_id") or ""),
+        fullname=fullname or name,
+        family=info.text("family"),
+        kernel=info.text("kernel"),
+        provider=info.text("provider"),
+        provider_kind=info.text("provider_kind", PROVIDER_KINDS),
+        mode=info.text("mode"),
+        shape_id=info.text("shape_id"),
         shape=shape,
-        profile=str(extra.get("profile") or ""),
-        seed=_opt_int(extra.get("seed")),
-        step=_opt_int(extra.get("step")),
-        weight=_float(weight) if weight is not None else None,
-        flops=_float(extra.get("flops")),
-        bytes_moved=_float(extra.get("bytes_moved")),
-        roofline=str(extra.get("roofline") or "hbm"),
-        kernel_hash=str(extra.get("kernel_hash") or ""),
-        measured_on=str(extra.get("measured_on") or ""),
+        profile=info.text("profile"),
+        seed=info.integer("seed", 0, MAX_SEED),
+        step=info.integer("step", 0, MAX_STEP),
+        weight=info.number("weight", 0.0, MAX_WEIGHT),
+        flops=info.number("flops", 0.0, MAX_AMOUNT) or 0.0,
+        bytes_moved=info.number("bytes_moved", 0.0, MAX_AMOUNT) or 0.0,
+        roofline=info.text("roofline", ROOFLINES) or "hbm",
+        kernel_hash=info.text("kernel_hash"),
+        measured_on=info.text("measured_on", MEASURED_ON),
         rounds=rounds,
-        median_s=_float(median) or None,
+        median_s=median,
         extra=extra,
     )
 
 
-def parse_result(obj: dict, path: str = "<memory>") -> ResultFile:
+# machine_info.polytrace: string fields, and the numbers the suites record
+_MACHINE_TEXT = ("gpu_name", "gpu_slug", "commit", "suite_hash", "torch_version", "triton_version",
+                 "cuda_version", "driver_version", "triton_interpret")
+
+
+def parse_machine(machine_info: dict, where: str) -> dict:
+    f = Fields(machine_info, where, "machine_info.")
+    machine = f.obj_or_empty("polytrace")
+    m = Fields(machine, where, "machine_info.polytrace.")
+    for key in _MACHINE_TEXT:
+        m.text(key)
+    m.text("measured_on", MEASURED_ON)
+    m.string_map("kernel_hashes")
+    m.integer("sm_count", 0, 2**31)
+    m.integer("total_memory_bytes", 0, 2**63)
+    m.number("budget_s", 0.0, 1e9)
+    return dict(machine)
+
+
+def parse_result(obj, path: str = "<memory>") -> ResultFile:
+    """A parsed pytest-benchmark JSON object, validated (see ``validation``)."""
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
         raise PolytraceError(f"{path}: not a pytest-benchmark result (no 'benchmarks' list)")
-    machine_info = obj.get("machine_info") or {}
-    if not isinstance(machine_info, dict):
-        raise PolytraceError(f"{path}: 'machine_info' must be an object, got {type(machine_info).__name__}")
-    machine = machine_info.get("polytrace") or {}
-    if not isinstance(machine, dict):
-        raise PolytraceError(f"{path}: 'machine_info.polytrace' must be an object, got {type(machine).__name__}")
-    benches = [parse_benchmark(b, path) for b in obj["benchmarks"]]
+    if nesting_depth(obj) > MAX_DEPTH:  # objects built in memory skip read_json's check
+        raise PolytraceError(f"{path}: JSON nested more than {MAX_DEPTH} levels deep")
+    if len(obj["benchmarks"]) > MAX_BENCHMARKS:
+        raise PolytraceError(f"{path}: {len(obj['benchmarks']):,} benchmarks (at most {MAX_BENCHMARKS:,})")
+    top = Fields(obj, path)
+    machine_info = top.obj_or_empty("machine_info")
+    machine = parse_machine(machine_info, path)
+    benches = [parse_benchmark(b, path, i) for i, b in enumerate(obj["benchmarks"])]
     seen: dict[str, int] = {}
     for b in benches:  # a duplicated id would silently shadow a benchmark in the gate
         seen[b.id] = seen.get(b.id, 0) + 1
     dups = [k for k, v in seen.items() if v > 1]
     if dups:
         raise PolytraceError(f"{path}: benchmark id {dups[0]!r} occurs {seen[dups[0]]} times")
-    return ResultFile(path=str(path), machine=dict(machine), machine_info=dict(machine_info),
-                      datetime=str(obj.get("datetime") or ""), benchmarks=benches,
-                      sources=list(obj.get("polytrace_sources") or [str(path)]))
+    return ResultFile(path=str(path), machine=machine, machine_info=dict(machine_info),
+                      datetime=top.text("datetime"), benchmarks=benches,
+                      sources=top.string_list("polytrace_sources", MAX_SOURCES) or [str(path)])
 
 
 def load_result(path: str | Path) -> ResultFile:
@@ -266,15 +300,7 @@ def load_result(path: str | Path) -> ResultFile:
         if not files:
             raise PolytraceError(f"{p}: folder holds no *.json result files")
         return merge([load_result(f) for f in files], name=str(p))
-    if not p.is_file():
-        raise PolytraceError(f"{p}: result file not found")
-    try:
-        obj = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolytraceError(f"{p}: cannot read: {exc}") from None
-    except ValueError as exc:
-        raise PolytraceError(f"{p}: not valid JSON: {exc}") from None
-    return parse_result(obj, str(p))
+    return parse_result(read_json(p), str(p))
 
 
 def merge(results: list[ResultFile], name: str = "<merged>") -> ResultFile:
@@ -316,7 +342,7 @@ def merged_json(paths: list[str | Path]) -> dict:
     for p in paths:
         r = load_result(p)
         results.append(r)
-        objs.append(json.loads(Path(p).read_text()) if Path(p).is_file() else None)
+        objs.append(read_json(p) if Path(p).is_file() else None)
     merged = merge(results)  # validates machine and unique ids
     if any(o is None for o in objs):
         raise PolytraceError("pass result files, not folders, to merge raw JSON")

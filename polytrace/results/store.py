@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import PolytraceError
 from .schema import CPU_MEASURED_ON, ResultFile, load_result, merged_json, natural_key
+from .validation import read_json
 
 BASELINES = "baselines"
 TUNING = "tuning"
@@ -61,7 +62,7 @@ def store_result(src: str | Path, root: str | Path | None = None, suite: str | N
     dest = result_path(root or default_root(), result, suite)
     if dest.exists() and not overwrite:
         raise PolytraceError(f"{dest} already exists (pass --overwrite to replace it)")
-    _write_json(dest, json.loads(Path(src).read_text()))
+    _write_json(dest, read_json(src))
     return dest
 
 
@@ -119,8 +120,10 @@ def list_results(root: str | Path | None = None) -> list[Entry]:
         rel = path.relative_to(base).parts
         if rel[0] == TUNING:
             try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
+                data = read_json(path, "tuning file")
+            except PolytraceError:
+                continue  # ls lists only what it can read (a FIFO, a broken or deeply nested file: skipped)
+            if not isinstance(data, dict) or not isinstance(data.get("configs") or {}, (dict, list)):
                 continue
             entries.append(Entry(path, "tuning", rel[1] if len(rel) > 2 else "?", str(data.get("created", ""))[:10],
                                  str(data.get("commit", "")), str(data.get("kernel", path.stem)),

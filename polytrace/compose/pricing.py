@@ -1,0 +1,419 @@
+"""The kernel families an RL step is made of, and the price of each.
+
+Every stage is a sum of parts, one per kernel family (``FAMILIES``):
+
+- ``gemm``: the decoder layers' linear layers (qkv, o, gate_up, down; MoE: experts and router).
+- ``attention``: training attention over packed sequences (varlen forward and backward).
+- ``decode``: the rollout's decode attention over the KV cache.
+- ``prefill``: the rollout's prompt prefill (linear layers and attention of the prompts).
+- ``logprob``: the LM head and the log-prob / entropy over the vocabulary (the logits path, or the
+  fused LM-head kernel where that is what the provider measured).
+- ``packing``: packing micro-batches (input ids in, per-token outputs back to the padded layout)
+  and planning them (a host algorithm).
+- ``optimizer``, ``comm`` (collectives), ``host`` (kernel launches, scheduler), ``offload``.
+
+Five families are measured by the suites (``MEASURED``); each takes its time from the chosen
+provider's measured timings on the GPU (``timings.py``), interpolated over the problem size,
+where they cover the work, else from the roofline at its efficiency (``efficiency.py``). Every
+price comes with its ``source``: the result file(s) and provider, or ``roofline``. ``speedups``
+divide a family's time by a factor (what-ifs and the Amdahl table).
+
+The problem sizes are computed here with the same formulas the suites record (the kernels'
+``spec.py``; ``tests/test_compose_pricing.py`` checks they agree), so a query lands on the same
+axis as the measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import PolytraceError
+from ..hardware import GPU
+from ..models import ModelSpec
+from .efficiency import DEFAULT, Efficiency
+from .timings import Curve, KernelTimings
+
+ROOFLINE = "roofline"
+FAMILIES = ("gemm", "attention", "decode", "prefill", "logprob", "packing", "optimizer", "comm", "host", "offload")
+# Parts of a step that are no kernel: multi-turn tool latency, reward scoring outside the stages,
+# and the fixed per-stage seconds a calibration adds. Shown in the breakdown, never sped up.
+NOT_KERNELS = ("tool", "reward", "calibration")
+
+
+@dataclass(frozen=True)
+class MeasuredFamily:
+    results_family: str  # ``extra_info.family`` in the result files
+    kernels: tuple[str, ...]  # ``extra_info.kernel`` values that price this family
+    default_provider: str
+
+
+MEASURED = {
+    "gemm": MeasuredFamily("gemm", ("linear",), "torch"),  # a baseline: torch / cuBLAS, no kernel of ours
+    "attention": MeasuredFamily("attention", ("varlen_attention",), "ours"),
+    "decode": MeasuredFamily("attention", ("decode_attention",), "ours"),
+    "logprob": MeasuredFamily("logprob", ("token_logprobs", "linear_token_logprobs"), "ours"),
+    "packing": MeasuredFamily("packing", ("pack", "unpack", "plan_microbatches"), "ours"),
+}
+
+BF16 = 2  # bytes per element of bf16 activations, logits and KV cache
+_TOKEN_ROW_FWD = 8 + 4 * 4  # logprob spec: int64 token in; log-prob, entropy, max, log-sum out
+_TOKEN_ROW_BWD = 8 + 5 * 4
+
+
+@dataclass(frozen=True)
+class Linear:
+    """One linear layer of a decoder layer, named as the GEMM suite names it."""
+
+    layer: str  # qkv, o, gate_up, down, router, lm_head
+    n: int  # output features
+    k: int  # input features
+    per_layer: int = 1  # launches per decoder layer (MoE: one per expert)
+    token_share: float = 1.0  # share of the tokens each launch sees (MoE experts: active / experts)
+
+
+def linear_layers(model: ModelSpec) -> list[Linear]:
+    """The decoder layer's linear layers (the LM head is priced with ``logprob``). Their FLOPs per
+    token add up to ``model.matmul_flops_per_token(lm_head=False)`` less the critic's value head
+    and the qkv bias (under 1e-4 of it)."""
+    h, q, kv = model.hidden, model.heads * model.head_dim, model.kv_heads * model.head_dim
+    out = [Linear("qkv", q + 2 * kv, h), Linear("o", h, q)]
+    if model.experts:
+        share = model.active_experts / model.experts
+        out += [Linear("gate_up", 2 * model.moe_intermediate, h, model.experts, share),
+                Linear("down", h, model.moe_intermediate, model.experts, share)]
+        if model.shared_experts:
+            out += [Linear("gate_up", 2 * model.moe_intermediate, h, model.shared_experts),
+                    Linear("down", h, model.moe_intermediate, model.shared_experts)]
+        out.append(Linear("router", model.experts, h))
+    else:
+        out += [Linear("gate_up", 2 * model.intermediate, h), Linear("down", h, model.intermediate)]
+    return out
+
+
+# --- problem sizes, as the suites record them -------------------------------------------------
+def logits_bytes(tokens, vocab, mode: str):
+    """``polytrace_kernels.logprob.spec.logits_bytes`` (bf16 logits)."""
+    fwd = tokens * vocab * BF16 + tokens * _TOKEN_ROW_FWD
+    bwd = 2.0 * tokens * vocab * BF16 + tokens * _TOKEN_ROW_BWD
+    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
+
+
+def fused_logprob_flops(tokens, vocab, hidden, mode: str):
+    """The FLOPs the log-prob suite records for ``linear_token_logprobs``: those of the bare
+    ``hidden @ weight.T`` (``spec.matmul_flops``), forward one matmul, fwd+bwd three."""
+    fwd = 2.0 * tokens * vocab * hidden
+    return {"fwd": fwd, "bwd": 2.0 * fwd, "fwd+bwd": 3.0 * fwd}[mode]
+
+
+def varlen_attention_flops(sum_sq_len, heads_q, head_dim, mode: str = "fwd"):
+    """``polytrace_kernels.attention.spec.varlen_attention_flops`` (causal) from sum(L^2)."""
+    fwd = 4.0 * head_dim * heads_q * sum_sq_len / 2.0
+    return fwd * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[mode]
+
+
+def decode_attention_bytes(active, kv_tokens, heads_q, heads_kv, head_dim):
+    """``polytrace_kernels.attention.spec.decode_attention_bytes`` (bf16) for ``active``
+    sequences holding ``kv_tokens`` cached tokens in all."""
+    return 2.0 * kv_tokens * heads_kv * head_dim * BF16 + 2.0 * active * heads_q * head_dim * BF16 + 4.0 * active
+
+
+def pack_bytes(tokens, batch, features: int, elem_bytes: int):
+    """``polytrace_kernels.packing.spec.pack_bytes``."""
+    return 2.0 * tokens * features * elem_bytes + 4.0 * (batch + 1)
+
+
+def unpack_bytes(tokens, batch, max_len, features: int, elem_bytes: int):
+    """``polytrace_kernels.packing.spec.unpack_bytes``."""
+    return tokens * features * elem_bytes + batch * max_len * features * elem_bytes + 4.0 * (batch + 1)
+
+
+# --- parsing what-ifs -----------------------------------------------------------------------
+def parse_assignments(items, flag: str) -> dict[str, str]:
+    """``["logprob=torch-eager", ...]`` -> ``{"logprob": "torch-eager"}``; one-line errors naming ``flag``."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        family, sep, value = str(item).partition("=")
+        family, value = family.strip(), value.strip()
+        if not sep or not family or not value:
+            raise PolytraceError(f"{flag} {item!r}: expected FAMILY=VALUE, e.g. {flag} logprob=" +
+                                 ("torch-eager" if flag == "--provider" else "1.5"))
+        if family in out:
+            raise PolytraceError(f"{flag} {family}: given twice")
+        out[family] = value
+    return out
+
+
+def check_speedups(speedups: dict, flag: str = "--speedup") -> dict[str, float]:
+    out = {}
+    for family, value in (speedups or {}).items():
+        if family not in FAMILIES:
+            raise PolytraceError(f"{flag} {family}={value}: unknown kernel family; valid families: "
+                                 f"{', '.join(FAMILIES)}")
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            raise PolytraceError(f"{flag} {family}={value}: expected a factor above 0, e.g. 1.5") from None
+        if not np.isfinite(x) or x <= 0:
+            raise PolytraceError(f"{flag} {family}={value}: the factor must be a finite number above 0 "
+                                 f"(2 = twice as fast, 0.5 = twice as slow)")
+        out[family] = x
+    return out
+
+
+class Pricer:
+    """Prices kernel work for one GPU: measured timings of the chosen provider per family where
+    they cover the work, else the roofline; ``speedups`` divide a family's time.
+
+    ``strict_model``: the GEMM family was measured, but not at ``model``'s linear shapes: an error
+    naming ``--model`` (result files given explicitly) instead of the roofline with a note (the
+    results found under ``results/<gpu>/``, measured for the built-in profiles' models)."""
+
+    def __init__(self, gpu: GPU, eff: Efficiency = DEFAULT, timings: KernelTimings | None = None,
+                 providers: dict[str, str] | None = None, speedups: dict[str, float] | None = None,
+                 strict_model: bool = False):
+        self.gpu, self.eff = gpu, eff
+        self.timings = timings if timings is not None else KernelTimings.empty(gpu.slug)
+        self.speedups = check_speedups(speedups or {})
+        self.strict_model = strict_model
+        self.used: set[tuple[str, str, str, str]] = set()  # (family, kernel, mode, provider) curves priced from
+        self._memo: dict = {}
+        self.chosen = {f: m.default_provider for f, m in MEASURED.items()}
+        self.explicit = dict(providers or {})
+        for family, provider in self.explicit.items():
+            if family not in MEASURED:
+                raise PolytraceError(f"--provider {family}={provider}: only measured families take a provider; "
+                                     f"valid families: {', '.join(MEASURED)}")
+            spec = MEASURED[family]
+            have = self.timings.providers(spec.results_family, spec.kernels)
+            if provider not in have:
+                where = self.timings.origin or f"results/{gpu.slug}"
+                listed = ", ".join(have) if have else "none"
+                raise PolytraceError(f"--provider {family}={provider}: no measurements of {provider} for {family} "
+                                     f"({'/'.join(spec.kernels)}) on {gpu.slug} in {where}; "
+                                     f"measured providers: {listed}")
+            self.chosen[family] = provider
+
+    # ------------------------------------------------------------------------------- helpers
+    def scale(self, family: str) -> float:
+        return 1.0 / self.speedups.get(family, 1.0)
+
+    def provider(self, family: str) -> str:
+        return self.chosen[family]
+
+    def _curve(self, family: str, kernel: str, mode: str, **match) -> Curve | None:
+        spec = MEASURED[family]
+        return self._use(self.timings.curve(spec.results_family, kernel, mode, self.chosen[family], **match))
+
+    def _use(self, curve: Curve | None) -> Curve | None:
+        if curve is not None:
+            self.used.add(curve.key)
+        return curve
+
+    def _source(self, family: str, curves, what: str = "") -> str:
+        files = sorted({f for c in curves for f in c.files})
+        detail = f" ({what})" if what else ""
+        return f"{', '.join(files)}: {self.chosen[family]}{detail}"
+
+    def _roofline(self, family: str, why: str = "") -> str:
+        return f"{ROOFLINE} ({why})" if why else ROOFLINE
+
+    # ------------------------------------------------------------------------------- GEMM
+    def _gemm_curves(self, model: ModelSpec, layers: list[str], modes: tuple[str, ...]):
+        """{(layer, mode): curve} for ``model``'s own GEMM shapes, or (None, reason)."""
+        key = ("gemm-curves", model.name, tuple(layers), modes)
+        if key not in self._memo:
+            self._memo[key] = self._find_gemm_curves(model, layers, modes)
+        curves, why = self._memo[key]
+        if curves:
+            self.used.update(c.key for c in curves.values() if c is not None)
+        return curves, why
+
+    def _find_gemm_curves(self, model: ModelSpec, layers: list[str], modes: tuple[str, ...]):
+        kernel = MEASURED["gemm"].kernels[0]
+        if not self.timings.select("gemm", kernel, modes[0], self.chosen["gemm"]):
+            return None, ""
+        if not self.timings.select("gemm", kernel, modes[0], self.chosen["gemm"], model=model.name):
+            measured = ", ".join(self.timings.shape_values("gemm", kernel, "model")) or "unnamed shapes"
+            if self.strict_model:
+                raise PolytraceError(f"--model {model.name}: gemm ({self.chosen['gemm']}) was measured at the linear "
+                                     f"shapes of {measured} only; pass one of those models, or results that "
+                                     f"include {model.name}")
+            return None, f"gemm measured for {measured} only"
+        out = {}
+        for layer in layers:
+            for mode in modes:
+                out[(layer, mode)] = self._curve("gemm", kernel, mode, model=model.name, layer=layer)
+        return out, ""
+
+    def gemm(self, model: ModelSpec, tokens: float, launches: float, *, tp: int = 1, fwd_passes: int = 1,
+             backward: bool = False, roofline_s: float) -> tuple[float, str]:
+        """The decoder layers' linear layers over ``launches`` (micro-batch x layer) launches of
+        ``tokens`` tokens each: ``fwd_passes`` forwards (2 with activation checkpointing) and, for
+        an update, the backward's two gradient matmuls (the suite's ``bwd``)."""
+        scale = self.scale("gemm")
+        lins = linear_layers(model)
+        modes = ("fwd", "bwd") if backward else ("fwd",)
+        curves, why = self._gemm_curves(model, sorted({lin.layer for lin in lins}), modes)
+        if curves is None:
+            return roofline_s * scale, self._roofline("gemm", why)
+        rate = self.gpu.ceiling("bf16") * self.eff.gemm
+        total, measured, unmeasured = 0.0, [], []
+        for lin in lins:
+            f = 2.0 * tokens * lin.token_share * lin.n * lin.k / tp
+            cf, cb = curves[(lin.layer, "fwd")], curves.get((lin.layer, "bwd"))
+            if cf is None or (backward and cb is None):
+                unmeasured.append(lin.layer)  # this layer at the roofline, the others measured
+                t = f * (fwd_passes + (2.0 if backward else 0.0)) / rate
+            else:
+                measured += [cf] + ([cb] if backward else [])
+                t = cf.seconds(f) * fwd_passes + (cb.seconds(2.0 * f) if backward else 0.0)
+            total += t * lin.per_layer
+        if not measured:
+            return roofline_s * scale, self._roofline("gemm", "no layer of this model measured in this mode")
+        src = self._source("gemm", measured)
+        if unmeasured:
+            src += f" + roofline ({', '.join(sorted(set(unmeasured)))})"
+        return total * launches * scale, src
+
+    def decode_gemm(self, model: ModelSpec, active: np.ndarray, tp: int, roofline_s: np.ndarray
+                    ) -> tuple[np.ndarray, str]:
+        """One decode iteration's linear layers and LM head at ``active`` running sequences
+        (arrays over iterations): measured where the GEMM suite timed batches at least that large
+        for every layer (never extrapolated below: small batches stream weights, which a rate
+        measured on large batches does not describe), else the roofline (weights read at
+        ``decode_hbm``)."""
+        scale = self.scale("gemm")
+        lins = [(lin, float(model.layers)) for lin in linear_layers(model)]
+        lins.append((Linear("lm_head", model.vocab, model.hidden), 1.0))
+        curves, why = self._gemm_curves(model, sorted({lin.layer for lin, _ in lins}), ("fwd",))
+        if curves is None:
+            return roofline_s * scale, self._roofline("gemm", why)
+        if any(c is None for c in curves.values()):
+            missing = sorted({layer for (layer, _), c in curves.items() if c is None})
+            return roofline_s * scale, self._roofline("gemm", f"decode: no fwd timing of {', '.join(missing)}")
+        active = np.asarray(active, dtype=np.float64)
+        total = np.zeros_like(active)
+        covered = np.ones(active.shape, dtype=bool)
+        for lin, repeat in lins:
+            curve = curves[(lin.layer, "fwd")]
+            whole = 2.0 * active * lin.token_share * lin.n * lin.k
+            # covered: the suite timed this layer at a batch this small (it times unsharded
+            # layers); a tensor-parallel shard is then priced at its share of the FLOPs
+            covered &= whole >= curve.covers_from() * (1 - 1e-12)
+            total += curve.seconds(whole / tp) * lin.per_layer * repeat
+        out = np.where(covered, total, roofline_s) * scale
+        if covered.all():
+            return out, self._source("gemm", list(curves.values()))
+        if not covered.any():
+            return out, self._roofline("gemm", "decode batches below the GEMM suite's smallest shapes")
+        return out, (self._source("gemm", list(curves.values()), f"{covered.mean():.0%} of decode iterations")
+                     + " + roofline (smaller batches)")
+
+    # ------------------------------------------------------------------------------- attention
+    def attention(self, model: ModelSpec, sum_sq_len: float, launches: float, *, tp: int = 1, fwd_passes: int = 1,
+                  backward: bool = False, roofline_s: float) -> tuple[float, str]:
+        """Training attention: ``launches`` (micro-batch x layer) launches over micro-batches
+        whose squared sequence lengths sum to ``sum_sq_len``."""
+        scale = self.scale("attention")
+        cf = self._curve("attention", "varlen_attention", "fwd")
+        cb = self._curve("attention", "varlen_attention", "bwd") if backward else None
+        if cf is None or (backward and cb is None):
+            return roofline_s * scale, self._missing("attention", "fwd" if cf is None else "bwd")
+        f = varlen_attention_flops(sum_sq_len, max(model.heads / tp, 1.0), model.head_dim)
+        t = cf.seconds(f) * fwd_passes + (cb.seconds(2.5 * f) if backward else 0.0)
+        return t * launches * scale, self._source("attention", [cf] + ([cb] if cb else []))
+
+    def _missing(self, family: str, mode: str) -> str:
+        if family in self.explicit or self.timings.providers(MEASURED[family].results_family, MEASURED[family].kernels):
+            return self._roofline(family, f"no usable {mode} timing of {self.chosen[family]}")
+        return ROOFLINE
+
+    def decode(self, model: ModelSpec, active: np.ndarray, kv_tokens: np.ndarray, tp: int,
+               roofline_s: np.ndarray) -> tuple[np.ndarray, str]:
+        """Decode attention of one iteration, all layers, per GPU of a ``tp``-way engine."""
+        scale = self.scale("decode")
+        curve = self._curve("decode", "decode_attention", "decode")
+        if curve is None:
+            return roofline_s * scale, self._missing("decode", "decode")
+        nbytes = decode_attention_bytes(np.asarray(active, dtype=np.float64), np.asarray(kv_tokens, dtype=np.float64),
+                                        max(model.heads / tp, 1.0), max(model.kv_heads / tp, 1.0), model.head_dim)
+        return model.layers * curve.seconds(nbytes) * scale, self._source("decode", [curve])
+
+    # ------------------------------------------------------------------------------- log-prob
+    def fused_logprob(self, backward: bool) -> bool:
+        """Whether the log-prob provider is priced by its fused LM-head kernel
+        (``linear_token_logprobs``: it has no logits kernel timing in this mode but a fused one);
+        then the LM head is part of ``logprob``, otherwise a GEMM beside the logits kernel."""
+        mode = "fwd+bwd" if backward else "fwd"
+        if self.timings.curve("logprob", "token_logprobs", mode, self.chosen["logprob"]) is not None:
+            return False
+        return self.timings.curve("logprob", "linear_token_logprobs", mode, self.chosen["logprob"]) is not None
+
+    def logprob(self, model: ModelSpec, tokens: float, n_micro: float, *, tp: int = 1, backward: bool = False,
+                roofline_s: float) -> tuple[float, str]:
+        """Log-prob and entropy over the vocabulary of ``n_micro`` micro-batches of ``tokens``
+        tokens: the provider's logits kernel (``token_logprobs``, verl's default path: the LM head
+        writes logits, then log-probs; the LM head is priced with ``gemm``), else its fused LM-head
+        kernel (``linear_token_logprobs``, LM head included), else the roofline (the logits passes
+        at ``elementwise_hbm``)."""
+        scale = self.scale("logprob")
+        mode = "fwd+bwd" if backward else "fwd"
+        vocab = model.vocab / tp
+        logits = self._curve("logprob", "token_logprobs", mode)
+        if logits is not None:
+            t = logits.seconds(logits_bytes(tokens, vocab, mode)) * n_micro
+            return t * scale, self._source("logprob", [logits], "token_logprobs")
+        fused = self._curve("logprob", "linear_token_logprobs", mode)
+        if fused is not None:
+            t = fused.seconds(fused_logprob_flops(tokens, vocab, model.hidden, mode)) * n_micro
+            return t * scale, self._source("logprob", [fused], "linear_token_logprobs, LM head included")
+        return roofline_s * scale, self._missing("logprob", mode)
+
+    def lm_head(self, model: ModelSpec, tokens: float, n_micro: float, *, tp: int = 1, fwd_passes: int = 1,
+                backward: bool = False, roofline_s: float) -> tuple[float, str]:
+        """The LM-head GEMM of the logits path (``gemm`` family, layer ``lm_head``)."""
+        scale = self.scale("gemm")
+        curves, why = self._gemm_curves(model, ["lm_head"], ("fwd", "bwd") if backward else ("fwd",))
+        if curves is None:
+            return roofline_s * scale, self._roofline("gemm", why)
+        if any(c is None for c in curves.values()):
+            return roofline_s * scale, self._roofline("gemm", "no LM-head GEMM timing")
+        f = 2.0 * tokens * model.vocab * model.hidden / tp
+        cf = curves[("lm_head", "fwd")]
+        t = cf.seconds(f) * fwd_passes + (curves[("lm_head", "bwd")].seconds(2.0 * f) if backward else 0.0)
+        return t * n_micro * scale, self._source("gemm", list(curves.values()), "LM head")
+
+    # ------------------------------------------------------------------------------- packing
+    def packing(self, *, tokens: float, seqs: float, max_len: float, n_micro: float, outputs: int,
+                backward: bool) -> tuple[float, str]:
+        """Device side of packing, per pass: each micro-batch packs its input ids and position
+        ids (int64) into the packed layout and unpacks its per-token outputs (fp32 log-prob and
+        entropy, or the critic's value) back to [B, S]; the backward packs their gradients."""
+        scale = self.scale("packing")
+        packs = [(pack_bytes(tokens, seqs, 1, 8), 2.0)]
+        if backward:
+            packs.append((pack_bytes(tokens, seqs, 1, 4), float(outputs)))
+        unpacks = [(unpack_bytes(tokens, seqs, max_len, 1, 4), float(outputs))]
+        cp = self._curve("packing", "pack", "fwd")
+        cu = self._curve("packing", "unpack", "fwd")
+        if cp is None or cu is None:
+            total = sum(b * k for b, k in packs + unpacks)
+            roof = total / (self.gpu.ceiling("hbm") * self.eff.elementwise_hbm)
+            return roof * n_micro * scale, self._missing("packing", "pack" if cp is None else "unpack")
+        t = sum(cp.seconds(b) * k for b, k in packs) + sum(cu.seconds(b) * k for b, k in unpacks)
+        return t * n_micro * scale, self._source("packing", [cp, cu], "pack, unpack")
+
+    def planning(self, sequences: float) -> tuple[float, str]:
+        """Host seconds of planning one pass's micro-batches over the ranks (``plan_microbatches``
+        on the step's sequences)."""
+        scale = self.scale("packing")
+        curve = self._curve("packing", "plan_microbatches", "plan")
+        if curve is None or curve.axis != "sequences":
+            return self.eff.plan_s_per_sequence * sequences * scale, ROOFLINE
+        return curve.seconds(sequences) * scale, self._source("packing", [curve], "plan_microbatches")
+
+
+__all__ = ["FAMILIES", "MEASURED", "NOT_KERNELS", "ROOFLINE", "Linear", "MeasuredFamily", "Pricer",
+           "check_speedups", "linear_layers", "parse_assignments"]
