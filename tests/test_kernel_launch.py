@@ -50,9 +50,11 @@ KERNELS = {
 def test_interpreting_reads_the_variable_as_triton_does(monkeypatch, value, expected):
     monkeypatch.setenv("TRITON_INTERPRET", value)
     assert interpreting() is expected
-    from triton._C.libtriton import getenv_bool
-
-    assert getenv_bool("TRITON_INTERPRET", False) is expected  # Triton's own reading agrees
+    try:  # Triton's own reading (C++, behind triton.knobs), where this triton exposes it
+        from triton._C.libtriton import getenv_bool
+    except ImportError:
+        return
+    assert getenv_bool("TRITON_INTERPRET", False) is expected
 
 
 @pytest.mark.parametrize("setting", ["0", "false", "off", "", " 1"])
