@@ -156,3 +156,53 @@ def decode_lse_scale(q, k_cache, cache_seqlens, softmax_scale: float, block_tabl
         ka = kb.detach().double().abs().transpose(0, 1).repeat_interleave(hq // kb.shape[1], 0)  # [Hq, n, D]
         out[b] = (ka @ q[b].detach().double().abs()[:, :, None])[..., 0].amax(-1) * abs(softmax_scale)
     return out, max([1, *lens])
+
+
+def attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal: bool, softmax_scale: float):
+    """Elementwise fp32 ``scale`` of out, dq, dk, dv for attention run in fp32 (the interpreter's
+    precision probe), from an error model of the kernels' arithmetic in fp64:
+
+    - a score's rounding ``u * R_ij`` (``R = softmax_scale |q| |k|^T``) moves p_ij relatively, and
+      the row's sums add ``log2(Lk)``: ``A_i = max_j R_ij + log2(Lk) + 1``;
+    - out: ``A_i * sum_j p_ij |v_j|``; dv: ``sum_i A_i p_ij |do_i|`` (+ ``log2(Lq)`` for the sum);
+    - ds = p (dp - delta): ``E_ij = p_ij (|dp_ij - delta_i| A_i + sum_d |do_id v_jd| + sum_d
+      |do_id o_id|)``; dq and dk push ``E + log2(L) |ds|`` through ``|k|`` and ``|q|``.
+    """
+    tq, hq, d = q.shape
+    tk, hkv, _ = k.shape
+    group = hq // hkv
+    scales = {name: torch.zeros(shape, dtype=torch.float64) for name, shape in
+              (("out", (tq, hq, d)), ("dq", (tq, hq, d)), ("dk", (tk, hkv, d)), ("dv", (tk, hkv, d)))}
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    sc = abs(softmax_scale)
+    for b in range(len(cq) - 1):
+        qs, qe, ks, ke = cq[b], cq[b + 1], ck[b], ck[b + 1]
+        lq, lk = qe - qs, ke - ks
+        if lq == 0 or lk == 0:
+            continue
+        qb = q[qs:qe].detach().double().transpose(0, 1)  # [Hq, Lq, D]
+        kb = k[ks:ke].detach().double().transpose(0, 1).repeat_interleave(group, 0)
+        vb = v[ks:ke].detach().double().transpose(0, 1).repeat_interleave(group, 0)
+        dob = dout[qs:qe].detach().double().transpose(0, 1)
+        s = qb @ kb.transpose(1, 2) * softmax_scale
+        reach = qb.abs() @ kb.abs().transpose(1, 2) * sc
+        if causal:
+            allowed = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)
+            s = s.masked_fill(~allowed, float("-inf"))
+            reach = reach.masked_fill(~allowed, 0.0)
+        p = torch.softmax(s, -1).nan_to_num(0.0)  # rows that see no key: 0
+        a = reach.amax(-1, keepdim=True) + math.log2(lk) + 1.0  # [Hq, Lq, 1]
+        o = p @ vb
+        dp = dob @ vb.transpose(1, 2)
+        delta = (dob * o).sum(-1, keepdim=True)
+        ds = p * (dp - delta)
+        err_ds = p * ((dp - delta).abs() * a + dob.abs() @ vb.abs().transpose(1, 2)
+                      + (dob.abs() * o.abs()).sum(-1, keepdim=True))
+        log_q = math.log2(lq)
+        scales["out"][qs:qe] = (a * (p @ vb.abs())).transpose(0, 1)
+        scales["dq"][qs:qe] = (sc * ((err_ds + math.log2(lk) * ds.abs()) @ kb.abs())).transpose(0, 1)
+        dk = sc * ((err_ds + log_q * ds.abs()).transpose(1, 2) @ qb.abs())  # [Hq, Lk, D]
+        dv = (p * (a + log_q)).transpose(1, 2) @ dob.abs()
+        scales["dk"][ks:ke] = dk.reshape(hkv, group, lk, d).sum(1).transpose(0, 1)
+        scales["dv"][ks:ke] = dv.reshape(hkv, group, lk, d).sum(1).transpose(0, 1)
+    return scales

@@ -271,13 +271,27 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
         split_tokens = max(block_n, _cdiv(cfg["SPLIT_TOKENS"], block_n) * block_n)
     else:
         split_tokens = choose_split_tokens(batch, hkv, max_len, block_n, _num_sms(q.device))
+    out, lse = _decode(_contig(q), _contig(k_cache), _contig(v_cache), cache_seqlens, block_table, max_len,
+                       page_size, scale, split_tokens, cfg)
+    if squeeze:
+        out = out[:, None]
+    return (out, lse) if return_lse else out
+
+
+def _decode(q, k_cache, v_cache, cache_seqlens, block_table, max_len: int, page_size: int, scale: float,
+            split_tokens: int, cfg: dict):
+    """The decode launches on validated, contiguous-last-dim inputs: split kernel, then the combine
+    when there is more than one split. Returns (out like q, lse [B, Hq] fp32)."""
+    batch, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    group = hq // hkv
+    paged = block_table is not None
+    block_n = cfg["BLOCK_N"]
     n_splits = max(1, _cdiv(max_len, split_tokens))
-    q = _contig(q)
-    k_cache, v_cache = _contig(k_cache), _contig(v_cache)
     out = torch.empty_like(q)
     lse = torch.empty((batch, hq), device=q.device, dtype=torch.float32)
     if batch == 0:
-        return (out, lse) if return_lse else out
+        return out, lse
     block_d = _block_d(d)
     block_g = max(16, 1 << (group - 1).bit_length())
     single = n_splits == 1
@@ -306,6 +320,4 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
             o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
             out.stride(0), out.stride(1), lse.stride(0), hq, split_tokens, max_len,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=min(16, pow2), N_SPLITS_POW2=pow2, num_warps=4)
-    if squeeze:
-        out = out[:, None]
-    return (out, lse) if return_lse else out
+    return out, lse
