@@ -42,8 +42,9 @@ CASES = {
     "q-longer-than-k": ([12, 20], [5, 0], 2, 1, 32, True, None),
     "non-causal-cross": ([5, 21, 0], [8, 30, 6], 3, 1, 32, False, None),
     "head-dim-24": ([19, 13], None, 2, 2, 24, True, None),
-    # Lk - Lq = 0..17: every residue of the 16-key block, so the unmasked loop's end is exercised
-    "every-causal-offset": ([5] * 18, [5 + i for i in range(18)], 2, 1, 16, True, None),
+    # Lk - Lq = 0..17 with 20 queries (two 16-row blocks): every residue of the 16-key block, so the
+    # forward's unmasked-loop end and dK/dV's first query block are hit at each alignment
+    "every-causal-offset": ([20] * 18, [20 + i for i in range(18)], 1, 1, 16, True, None),
     # GPU tiles (64-key blocks): offsets 61-65 around a block boundary, one sequence over two tiles
     "sm90-tiles-offsets": ([7, 7, 7, 7, 7, 130], [68, 69, 70, 71, 72, 130], 2, 1, 32, True, (9, 0)),
     "sm80-tiles-d128": ([70, 3, 20], [70, 66, 90], 2, 1, 128, True, (8, 0)),

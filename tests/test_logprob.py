@@ -76,6 +76,7 @@ LOGITS_CASES = {
     # name: (T, V, temperature, logits scale, shift, config)
     "awkward-T37-V1031-temp0.7": (37, 1031, 0.7, 3.0, 0.0, None),
     "aligned-V1024-many-blocks": (20, 1024, 1.0, 3.0, 0.0, {"BLOCK_V": 128}),
+    "one-column-tail-V1025": (7, 1025, 0.9, 3.0, 0.0, {"BLOCK_V": 128}),
     "all-negative": (16, 777, 1.3, 2.0, -60.0, None),
     "large-magnitude-1e4": (16, 515, 1.0, 1e4, 0.0, None),
     # |lse| ~ 1e4 but likely tokens have log-probs ~ -1: forming lse = m + log s first would cost
@@ -273,6 +274,8 @@ LINEAR_CASES = {
     # name: (T, V, H, temperature, kwargs)
     "T37-V1031-H64-temp0.7": (37, 1031, 64, 0.7, {}),
     "H40-uneven-K-chunked-bwd": (21, 515, 40, 1.0, {"chunk_bytes": 21 * 4 * 96}),
+    # V = 16 * 64 + 1: the last vocabulary block (and split) holds a single column
+    "one-column-last-block-V1025": (9, 1025, 32, 1.1, {}),
 }
 
 
