@@ -30,6 +30,17 @@ class GPU:
     measured_hbm_tbps: float | None = None  # a measured device-to-device copy rate (read + write)
     measured_note: str = ""
     name_patterns: tuple[str, ...] = ()
+    # Scale-out (between nodes) bandwidth per GPU, GB/s one direction, and GPUs per node: the
+    # reference HGX/DGX/OAM designs give every GPU its own NIC (``SCALEOUT_SOURCE``). Collectives
+    # of a group spanning nodes run at the NIC's rate, not NVLink's.
+    scaleout_gbps: float = 50.0
+    gpus_per_node: int = 8
+
+    def link_gbps(self, group_gpus: int) -> float:
+        """Per-GPU bandwidth of a collective over ``group_gpus`` GPUs (GB/s): NVLink within one
+        node, the scale-out NIC once the group spans nodes."""
+        return self.interconnect_gbps if group_gpus <= self.gpus_per_node else min(self.interconnect_gbps,
+                                                                                   self.scaleout_gbps)
 
     def ceiling(self, kind: str) -> float:
         """Peak in base units: 'bf16' -> FLOP/s, 'hbm' -> bytes/s. Datasheet figures (the
@@ -43,16 +54,21 @@ class GPU:
         raise ValueError(f"kind must be 'bf16', 'hbm' or 'fp32', got {kind!r}")
 
 
+SCALEOUT_SOURCE = (
+    "reference system designs, one NIC per GPU: DGX A100 (8 x 200 Gb/s HDR ConnectX-6: 25 GB/s per GPU); "
+    "DGX/HGX H100, H200, H20, H800, GH200 and DGX B200 (8 x 400 Gb/s NDR ConnectX-7: 50 GB/s per GPU); "
+    "AMD MI300X platform (8 x 400 Gb/s NICs: 50 GB/s per GPU). Clusters built with fewer NICs are slower.")
+
 _GPUS = [
     GPU("a100-80g", "NVIDIA A100 80GB SXM", 312.0, 2.039, 80, 300, 19.5,
         "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 2,039 GB/s HBM2e, NVLink 600 GB/s bidirectional",
-        name_patterns=(r"a100.*80", r"a100-sxm4-80")),
+        name_patterns=(r"\ba100\b.*\b80\s?gb\b",), scaleout_gbps=25.0),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
         "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
-        name_patterns=(r"h100(?!.*pcie)",)),
+        name_patterns=(r"\bh100\b(?!.*\b(?:pcie|nvl)\b)",)),
     GPU("h800", "NVIDIA H800 SXM5 80GB", 989.4, 3.35, 80, 200, 67.0,
         "NVIDIA H800 product brief: H100 compute, NVLink limited to 400 GB/s bidirectional",
-        name_patterns=(r"h800",)),
+        name_patterns=(r"\bh800\b(?!.*\bpcie\b)",)),
     GPU("h20", "NVIDIA H20 96GB", 148.0, 4.0, 96, 450, 44.0,
         "NVIDIA H20 product brief (2024): 148 TF bf16 dense, 4.0 TB/s HBM3, NVLink 900 GB/s",
         name_patterns=(r"\bh20\b",)),
@@ -61,16 +77,16 @@ _GPUS = [
         measured_bf16_tflops=788.0, measured_hbm_tbps=4.3,
         measured_note="8192^3 bf16 torch.matmul on random data and a torch device-to-device copy, "
         "one H200 of the lending workplace, 2026-10-28 (device tool notes)",
-        name_patterns=(r"h200",)),
+        name_patterns=(r"\bh200\b(?!.*\bnvl\b)",)),
     GPU("b200", "NVIDIA B200 180GB", 2250.0, 8.0, 180, 900, 80.0,
         "NVIDIA HGX B200 datasheet (2024): 2.25 PF bf16 dense per GPU, 8 TB/s HBM3e, NVLink 5 1.8 TB/s",
-        name_patterns=(r"b200",)),
+        name_patterns=(r"\bb200\b",)),
     GPU("mi300x", "AMD Instinct MI300X 192GB", 1307.4, 5.3, 192, 448, 163.4,
         "AMD MI300X datasheet (2023): 1307.4 TF bf16 dense, 5.3 TB/s HBM3, Infinity Fabric 896 GB/s",
-        name_patterns=(r"mi300x",)),
+        name_patterns=(r"\bmi300x\b",)),
     GPU("gh200", "NVIDIA GH200 Grace Hopper 144GB", 989.4, 4.9, 144, 450, 67.0,
         "NVIDIA GH200 datasheet (2024): H100 compute, 144 GB HBM3e at 4.9 TB/s, NVLink 900 GB/s",
-        name_patterns=(r"gh200",)),
+        name_patterns=(r"\bgh200\b",)),
 ]
 
 GPUS: dict[str, GPU] = {g.slug: g for g in _GPUS}
@@ -90,7 +106,11 @@ def get_gpu(name: str) -> GPU:
 
 
 def detect(device_name: str) -> GPU | None:
-    """The preset whose pattern matches a device name as torch reports it, or None."""
+    """The preset whose pattern matches a device name as ``torch.cuda.get_device_name`` reports it
+    ("NVIDIA H100 80GB HBM3", "NVIDIA GH200 480GB"), or None. Patterns match whole words, so
+    "gh200" is not "h200" and "h20" is not "h200"; PCIe and NVL boards of the SXM parts are not
+    matched (lower clocks and bandwidth: an SXM ceiling would understate their % of peak). Each
+    name matches at most one preset (``tests/test_hardware.py`` checks every preset)."""
     low = device_name.lower()
     for gpu in _GPUS:
         if any(re.search(p, low) for p in gpu.name_patterns):

@@ -13,6 +13,7 @@ and prints the same tables. It runs in seconds on a CPU: nothing here touches a 
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 from .atomic_write import atomic_write_text
@@ -103,8 +104,12 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
                   zip(summary["mean_stages_s"].items(), summary["stage_share"].values()) if secs > 0]
     stage_rows.append(["step", summary["mean_step_s"], 1.0])
     totals = [["tokens / s / GPU", f"{summary['tokens_per_s_per_gpu']:,.0f}"],
-              ["GPU time idle in the rollout tail", f"{summary['rollout_tail_share']:.1%}"],
-              ["GPU time idle from rank imbalance", f"{summary['rank_imbalance_share']:.1%}"]]
+              ["GPU time in the rollout tail (under half the peak batch decoding)",
+               f"{summary['rollout_tail_share']:.1%}"],
+              ["GPU time idle: rollout engines waiting for the slowest engine",
+               f"{summary['rollout_engine_wait_share']:.1%}"],
+              ["GPU time idle: trainer ranks waiting for the slowest rank",
+               f"{summary['trainer_rank_wait_share']:.1%}"]]
     mem = section.get("memory") or {}
     if mem:
         gpu_gb = mem["gpu_bytes"]
@@ -113,11 +118,12 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
                    ["KV-cache capacity per engine", f"{mem['kv_capacity_tokens']:,.0f} tokens"]]
     warnings = [f"warning: {w}" for w in section.get("warnings", [])]
     kernels = _render_kernels(summary)
+    from .compose.estimate import TAIL_FIGURES_NOTE
     per_step = [[r["step"], r["step_s"], r["gen"], r["tokens_per_s_per_gpu"]] for r in section["rows"]]
     text = "\n".join([
         head, "",
         tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%")), "",
-        tabulate(totals, headers=["where time goes", ""]), "",
+        tabulate(totals, headers=["where time goes", ""]), "", textwrap.fill(TAIL_FIGURES_NOTE, 100), "",
         tabulate(per_step, headers=["step", "step s", "gen s", "tok/s/GPU"], floatfmt=(".0f", ".1f", ".1f", ".0f")),
         *warnings, "", kernels["text"],
     ])
@@ -125,7 +131,7 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
         f"{model} on {gpus} x {gpu}, mean over {summary['steps']} sampled steps.", "",
         tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%"),
                  tablefmt="github"), "",
-        tabulate(totals, headers=["where time goes", ""], tablefmt="github"),
+        tabulate(totals, headers=["where time goes", ""], tablefmt="github"), "", TAIL_FIGURES_NOTE,
         *(["", *[f"> **{w}**" for w in warnings]] if warnings else []),
         "", kernels["markdown"],
     ])

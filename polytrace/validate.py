@@ -1,20 +1,17 @@
 """Validate the step model on a real training log.
 
 1. Read the log (``polytrace.logs``) and the run's configuration from its launch command and
-   printed config (model, GPUs, batch, n, lengths, parallelism, padding, offload).
-2. For every step, rebuild a batch of sequence lengths from that step's logged statistics
+   printed config, inferring what it leaves unstated from its metrics (``polytrace.logconfig``).
+2. Check every step at the boundary: a step whose timings or length statistics are missing,
+   non-finite, non-positive or inconsistent with the configured caps is left out, and said so.
+3. For every kept step, rebuild a batch of sequence lengths from that step's logged statistics
    (response and prompt length mean, max, min, clip ratio) and price each stage with the roofline
    models of ``polytrace.compose`` -> ``x[stage]``, seconds the hardware would need.
-3. Calibrate at most five named scalars on the first K steps (or on another log of the same
-   hardware): one slowdown (real seconds per modelled second) per kind of work, shared by every
-   stage doing it: ``rollout`` (the inference engine), ``forward`` and ``train`` (the trainer's
-   FLOPs and bytes in forward-only passes and in updates) and ``forward_overhead`` and
-   ``train_overhead`` (what those passes pay per micro-batch: launches, FSDP collectives,
-   offload). No per-stage constants: a stage's fixed cost comes from the modelled per-micro-batch
-   and per-iteration costs, and the step's time outside the stages from a modelled reward
-   scoring cost per response. Robust least squares with a weak prior that like kinds have alike
-   slowdowns, since ten near-identical steps of three stages cannot separate five on their own.
-4. Predict every later step and report, per stage and for the step, the accuracy
+4. Calibrate the named scalars (``polytrace.calibration``: one slowdown per kind of work, a fixed
+   cost per stage, the step's time outside the stages) on the first K steps, leaving out warm-up,
+   validation/checkpoint spikes and stalls, or on all steps of another log of the same model and
+   cluster (``--calibrate-on``).
+5. Predict every later step and report, per stage and for the step, the accuracy
    (100% - mean absolute percentage error) next to the naive predictor that repeats the
    calibration steps' mean.
 
@@ -24,219 +21,129 @@ time and reported separately.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import math
 
 import numpy as np
 
+from .calibration import Calibration, StepData, calibrate
 from .compose.efficiency import DEFAULT
-from .compose.stages import GROUPS, STAGES, RunConfig, stage_costs, synthetic_lengths
+from .compose.rollout import kv_capacity_tokens
+from .compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
 from .errors import PolytraceError
-from .hardware import get_gpu
+from .logconfig import MAX_TOKENS, Overrides, Split, config_from_log, execution_split, model_family
 from .logs import EXTRA_STAGES, TrainingLog, read_log
-from .models import ModelSpec, find_model, from_hf_config, get_model
 
 # verl's top-level timers; others (generate_sequences, reshard, ...) are nested inside these.
 TOP_LEVEL = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
              "update_weights", "rollout_correction")
 GOAL_STAGES = ("gen", "old_log_prob", "ref", "update_actor")
-DEFAULT_GPU = "a100-80g"
-TIE_SD = 0.5  # prior sd of the log ratio of two slowdowns of like kinds
-# like kinds: the trainer's forward and update passes run the same kernels, and pay the same kind
-# of per-micro-batch costs
-TIED = (("forward", "train"), ("forward_overhead", "train_overhead"))
-
-
-@dataclass
-class Overrides:
-    """What the user states because the log does not (CLI flags)."""
-
-    model: str | None = None
-    gpu: str | None = None
-    gpus: int | None = None
-    prompts: int | None = None
-    n: int | None = None
-    max_prompt_len: int | None = None
-    max_response_len: int | None = None
-    rollout_tp: int | None = None
-
-
-@dataclass
-class StepData:
-    step: int
-    stats: dict[str, float]
-    actual: dict[str, float]  # stage -> seconds, plus "step" (testing and checkpoint removed)
-    extra: dict[str, float]  # testing / save_checkpoint seconds
-    x: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> kind of work -> roofline s
-    other_s: float = 0.0  # modelled seconds outside the stages (reward scoring), not calibrated
-
-
-def _first(cfg: dict, *keys, default=None):
-    for k in keys:
-        if cfg.get(k) is not None:
-            return cfg[k]
-    return default
-
-
-def _resolve_model(log: TrainingLog, given: str | None) -> ModelSpec:
-    if given:
-        return get_model(given)
-    for cand in log.model_candidates:
-        spec = find_model(str(cand))
-        if spec is not None:
-            return spec
-    if log.hf_config:
-        return from_hf_config(log.hf_config, name=str(log.hf_config.get("_name_or_path") or "from log"))
-    named = ", ".join(sorted({str(c) for c in log.model_candidates})) or "none"
-    raise PolytraceError(f"{log.path}: cannot tell the model from the log (model paths: {named}); "
-                         "pass --model NAME or --model path/to/config.json")
-
-
-def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunConfig, list[str]]:
-    """The run's configuration; notes list what was assumed rather than read."""
-    ov = ov or Overrides()
-    cfg = log.config
-    notes: list[str] = []
-    stages = set(log.stages())
-    model = _resolve_model(log, ov.model)
-    critic = None
-    cpath = cfg.get("critic.model.path")
-    if isinstance(cpath, str):
-        critic = find_model(cpath)
-    if ov.gpu:
-        gpu = get_gpu(ov.gpu)
-    else:
-        gpu = get_gpu(DEFAULT_GPU)
-        notes.append(f"GPU not stated in the log: assumed {gpu.slug} (pass --gpu); calibration absorbs "
-                     "most of the difference")
-    n_gpus = ov.gpus
-    if n_gpus is None:
-        per_node = cfg.get("trainer.n_gpus_per_node")
-        if per_node is None:
-            raise PolytraceError(f"{log.path}: the log does not state the GPU count "
-                                 "(trainer.n_gpus_per_node); pass --gpus N")
-        n_gpus = int(per_node) * int(cfg.get("trainer.nnodes") or 1)
-    prompts = ov.prompts or cfg.get("data.train_batch_size")
-    if prompts is None:
-        raise PolytraceError(f"{log.path}: the log does not state the batch size (data.train_batch_size); "
-                             "pass --prompts N")
-    n = ov.n or int(_first(cfg, "actor_rollout_ref.rollout.n", default=1))
-    max_p = ov.max_prompt_len or _first(cfg, "data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length")
-    max_r = ov.max_response_len or _first(cfg, "data.max_response_length", "actor_rollout_ref.rollout.response_length")
-    if max_p is None:
-        max_p = int(max(s.metrics.get("prompt_length/max", 0) for s in log.steps)) or None
-        if max_p is None:
-            raise PolytraceError(f"{log.path}: no max prompt length in the log; pass --max-prompt-len")
-        notes.append(f"max prompt length not stated: using the longest logged prompt ({max_p})")
-    if max_r is None:
-        max_r = int(max(s.metrics.get("response_length/max", 0) for s in log.steps)) or None
-        if max_r is None:
-            raise PolytraceError(f"{log.path}: no max response length in the log; pass --max-response-len")
-        notes.append(f"max response length not stated: using the longest logged response ({max_r})")
-    tp = ov.rollout_tp or cfg.get("actor_rollout_ref.rollout.tensor_model_parallel_size")
-    if tp is None:
-        tp = 1
-        notes.append("rollout tensor parallelism not stated: assumed 1 (pass --rollout-tp)")
-    strategy = str(cfg.get("actor_rollout_ref.actor.strategy") or "fsdp")
-    strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
-    train_tp = int(cfg.get("actor_rollout_ref.actor.megatron.tensor_model_parallel_size") or 1)
-    train_pp = int(cfg.get("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size") or 1)
-    stage_mb = _stage_micro_batches(cfg, int(n_gpus))
-    mb_seqs, mb_tokens = stage_mb.get("update_actor", (None, None))
-    mini = cfg.get("actor_rollout_ref.actor.ppo_mini_batch_size")
-    epochs = int(cfg.get("actor_rollout_ref.actor.ppo_epochs") or 1)
-    mini_batches = max(1, int(prompts) // int(mini)) * epochs if mini else epochs
-    has_critic = "values" in stages or "update_critic" in stages
-    run = RunConfig(
-        model=model, gpu=gpu, n_gpus=int(n_gpus), prompts_per_step=int(prompts), n=int(n),
-        max_prompt_len=int(max_p), max_response_len=int(max_r), rollout_tp=int(tp),
-        strategy=strategy, train_tp=train_tp, train_pp=train_pp,
-        algorithm="ppo" if has_critic else "grpo", use_ref="ref" in stages,
-        critic_model=critic, micro_batch_tokens=mb_tokens or None,
-        micro_batch_seqs=int(mb_seqs) if mb_seqs else None,
-        remove_padding=bool(cfg.get("actor_rollout_ref.model.use_remove_padding", False)),
-        mem_fraction=float(cfg.get("actor_rollout_ref.rollout.gpu_memory_utilization") or 0.5),
-        gradient_checkpointing=bool(cfg.get("actor_rollout_ref.model.enable_gradient_checkpointing", False)),
-        max_num_seqs=int(cfg.get("actor_rollout_ref.rollout.max_num_seqs") or 1024),
-        eager=bool(cfg.get("actor_rollout_ref.rollout.enforce_eager", True)),
-        old_log_prob_in_gen="old_log_prob" not in stages,
-        ref_offload=bool(cfg.get("actor_rollout_ref.ref.fsdp_config.param_offload", False)),
-        mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes)
-    if run.old_log_prob_in_gen:
-        notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
-    return run, notes
-
-
-# stage -> (config prefix, micro-batch key stem, dynamic-batching switch, token budget key)
-_MICRO_KEYS = {
-    "update_actor": ("actor_rollout_ref.actor", "ppo_micro_batch_size", "use_dynamic_bsz", "ppo_max_token_len_per_gpu"),
-    "old_log_prob": ("actor_rollout_ref.rollout", "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz",
-                     "log_prob_max_token_len_per_gpu"),
-    "ref": ("actor_rollout_ref.ref", "log_prob_micro_batch_size", "log_prob_use_dynamic_bsz",
-            "log_prob_max_token_len_per_gpu"),
-    "update_critic": ("critic", "ppo_micro_batch_size", "use_dynamic_bsz", "ppo_max_token_len_per_gpu"),
-    "values": ("critic", "forward_micro_batch_size", "use_dynamic_bsz", "forward_max_token_len_per_gpu"),
-}
-
-
-def _stage_micro_batches(cfg: dict, n_gpus: int) -> dict:
-    """Per-stage micro-batching as verl reads it: ``<key>_per_gpu``, else the older global
-    ``<key>`` divided over the GPUs; a token budget where dynamic batching is on. The critic's
-    forward falls back to its update's micro-batch, the log-prob ones to the actor's."""
-    out = {}
-    for stage, (prefix, key, dyn_key, tok_key) in _MICRO_KEYS.items():
-        if cfg.get(f"{prefix}.{dyn_key}") and cfg.get(f"{prefix}.{tok_key}"):
-            out[stage] = (None, int(cfg[f"{prefix}.{tok_key}"]))
-            continue
-        seqs = cfg.get(f"{prefix}.{key}_per_gpu")
-        if seqs is None and cfg.get(f"{prefix}.{key}"):
-            seqs = max(1, int(cfg[f"{prefix}.{key}"]) // max(1, n_gpus))
-        if seqs is not None:
-            out[stage] = (int(seqs), None)
-    if "values" not in out and "update_critic" in out:
-        out["values"] = out["update_critic"]
-    for stage in ("old_log_prob", "ref"):
-        if stage not in out and "update_actor" in out:
-            out[stage] = out["update_actor"]
-    return out
-
-
+# Decode iterations one engine may simulate per step: past this the configuration (a KV cache
+# holding a handful of sequences, or lengths near the 2^20 bound) would take minutes per step.
+MAX_DECODE_ITERATIONS = 20_000_000
+# Pricing a step walks every data-parallel rank and inference engine in Python (~10 us each):
+# steps x GPUs past this would take minutes (a 1,000-step log of a 512-GPU run is 5*10^5).
+MAX_STEP_GPU_PRODUCT = 3_000_000
 _NEEDED = ("response_length/mean",)
+_MAX_NOTED = 5  # bad steps named one by one before the rest are counted
+
+__all__ = ["Calibration", "Overrides", "StepData", "config_from_log", "price_steps", "step_batch", "validate"]
 
 
-def _step_rows(log: TrainingLog) -> list[StepData]:
+def _bad(v) -> bool:
+    return v is None or not math.isfinite(v)
+
+
+def _step_rows(log: TrainingLog, run: RunConfig | None = None,
+               left: list[str] | None = None, split: Split | None = None) -> list[StepData]:
+    """The log's steps as rows, each checked: timings finite and positive, length statistics
+    finite, positive and within the configured caps. A failing step is left out and named in
+    ``left``."""
     stages = log.stages()
-    if "gen" not in stages:
+    overlapped = split is not None and split.mode != "sync"
+    if "gen" not in stages and "generate_sequences" not in stages and not overlapped:
         raise PolytraceError(f"{log.path}: missing timing keys: no timing/gen or timing_s/gen on the step lines "
                              f"(found: {', '.join(stages) or 'none'})")
     rows = []
+    left = left if left is not None else []
+    prev_extra = False
     for s in log.steps:
-        if any(k not in s.metrics for k in _NEEDED) or "gen" not in s.timings:
+        timings = dict(s.timings)
+        if "gen" not in timings and "generate_sequences" in timings:
+            timings["gen"] = timings["generate_sequences"]  # one-step-off: the rollout worker's timer
+        why = _row_problem(s.metrics, timings, run, overlapped)
+        extra = {k: timings[k] for k in EXTRA_STAGES if k in timings}
+        if why:
+            left.append(f"step {s.step} (line {s.line}): {why}")
+            prev_extra = bool(extra)
             continue
-        extra = {k: s.timings[k] for k in EXTRA_STAGES if k in s.timings}
-        actual = {k: s.timings[k] for k in STAGES if k in s.timings}
-        if "step" in s.timings:
-            total = s.timings["step"] - sum(extra.values())
+        actual = {k: timings[k] for k in STAGES if k in timings}
+        if "step" in timings:
+            total = timings["step"] - sum(extra.values())
         else:
-            total = sum(v for k, v in s.timings.items() if k in TOP_LEVEL)
+            total = sum(v for k, v in timings.items() if k in TOP_LEVEL)
+        if not total > 0:
+            left.append(f"step {s.step} (line {s.line}): step time {total:.3g} s after validation and "
+                        "checkpoint seconds are taken out")
+            prev_extra = bool(extra)
+            continue
         actual["step"] = total
-        rows.append(StepData(s.step, dict(s.metrics), actual, extra))
+        rows.append(StepData(s.step, dict(s.metrics), actual, extra, after_extra=prev_extra))
+        prev_extra = bool(extra)
     if not rows:
-        raise PolytraceError(f"{log.path}: no step has both timing/gen and response_length/mean")
+        first = f" ({left[0]})" if left else ""
+        hint = "; if the log's caps are wrong, pass --max-prompt-len / --max-response-len" if "cap" in first else ""
+        raise PolytraceError(f"{log.path}: no usable step: none has finite, positive timings and length "
+                             f"statistics{first}{hint}")
     return rows
+
+
+def _row_problem(m: dict, timings: dict, run: RunConfig | None, overlapped: bool) -> str:
+    for k in _NEEDED:
+        if k not in m:
+            return f"no {k}"
+    if "gen" not in timings and not overlapped:
+        return "no gen timing"
+    for k, v in timings.items():
+        if k in STAGES or k == "step":
+            if _bad(v) or v <= 0:
+                return f"timing {k} is {v:g}"
+        elif k in EXTRA_STAGES and (_bad(v) or v < 0):
+            return f"timing {k} is {v:g}"
+    cap_r = run.max_response_len if run else MAX_TOKENS
+    cap_p = run.max_prompt_len if run else MAX_TOKENS
+    for kind, cap in (("response", cap_r), ("prompt", cap_p)):
+        for stat in ("mean", "max", "min"):
+            v = m.get(f"{kind}_length/{stat}")
+            if v is None:
+                continue
+            lowest = 1.0 if kind == "response" and stat == "mean" else 0.0
+            if _bad(v) or v < lowest:
+                return f"{kind}_length/{stat} is {v:g}"
+            if v > cap * 1.001 + 1:
+                return f"{kind}_length/{stat} {v:g} is above the {kind} cap {cap}"
+        mean, mx = m.get(f"{kind}_length/mean"), m.get(f"{kind}_length/max")
+        if mean is not None and mx is not None and mx + 1e-6 < mean:
+            return f"{kind}_length/max {mx:g} is below its mean {mean:g}"
+    clip = m.get("response_length/clip_ratio")
+    if clip is not None and (_bad(clip) or not 0 <= clip <= 1):
+        return f"response_length/clip_ratio is {clip:g}"
+    return ""
 
 
 def step_batch(run: RunConfig, stats: dict, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Prompt and response lengths consistent with one step's logged statistics, in a fixed
-    shuffled order (ranks and engines get mixed lengths, as with real data)."""
+    shuffled order (ranks and engines get mixed lengths, as with real data). Every size comes
+    from the run's checked configuration (caps, sequences per step), never from a raw value."""
     n_seqs = run.prompts_per_step * run.n
-    r = synthetic_lengths(n_seqs, stats["response_length/mean"],
-                          stats.get("response_length/max", stats["response_length/mean"] * 3),
-                          stats.get("response_length/min"), stats.get("response_length/clip_ratio"),
-                          cap=run.max_response_len)
-    pm = stats.get("prompt_length/mean", 0.0)
-    prompts = synthetic_lengths(run.prompts_per_step, pm, stats.get("prompt_length/max", pm),
-                                stats.get("prompt_length/min", pm))
-    p = np.repeat(prompts, run.n)
+    cap_r, cap_p = float(run.max_response_len), float(run.max_prompt_len)
+    mean_r = min(float(stats["response_length/mean"]), cap_r)
+    max_r = min(float(stats.get("response_length/max", mean_r * 3)), cap_r)
+    r = synthetic_lengths(n_seqs, mean_r, max(max_r, mean_r), _capped(stats.get("response_length/min"), mean_r),
+                          stats.get("response_length/clip_ratio"), cap=run.max_response_len)
+    pm = min(float(stats.get("prompt_length/mean", 0.0)), cap_p)
+    max_p = max(min(float(stats.get("prompt_length/max", pm)), cap_p), pm)
+    prompts = synthetic_lengths(run.prompts_per_step, pm, max_p, _capped(stats.get("prompt_length/min", pm), pm))
     rng = np.random.default_rng(seed)
     order_p = rng.permutation(run.prompts_per_step)
     p = np.repeat(prompts[order_p], run.n)
@@ -244,75 +151,53 @@ def step_batch(run: RunConfig, stats: dict, seed: int = 0) -> tuple[np.ndarray, 
     return p, r
 
 
-def price_steps(run: RunConfig, rows: list[StepData]) -> None:
+def _capped(v, hi: float):
+    return None if v is None else min(float(v), hi)
+
+
+def _check_simulation_size(run: RunConfig, split: Split, steps: int = 1) -> None:
+    """Refuse a configuration whose pricing would run for minutes: more GPUs than sequences per
+    step (verl gives every data-parallel rank at least one), steps x GPUs past
+    ``MAX_STEP_GPU_PRODUCT``, or a rollout simulation whose decode iterations per engine, at most
+    (sequences per engine / concurrent sequences) x the cap, pass ``MAX_DECODE_ITERATIONS``."""
+    seqs = run.prompts_per_step * run.n
+    if run.n_gpus > seqs:
+        raise PolytraceError(f"{run.n_gpus} GPUs for {seqs} sequences per step: verl gives every GPU at least one; "
+                             "check --gpus, --prompts and --n")
+    if steps * run.n_gpus > MAX_STEP_GPU_PRODUCT:
+        raise PolytraceError(f"{steps} steps x {run.n_gpus} GPUs is too much to price one by one (at most "
+                             f"{MAX_STEP_GPU_PRODUCT:,}); check --gpus, or validate a shorter stretch of the log")
+    gpus = split.rollout_gpus or run.n_gpus
+    engines = max(1, gpus // run.rollout_tp)
+    per_engine = math.ceil(run.prompts_per_step * run.n / engines)
+    cap_tokens = kv_capacity_tokens(run.model, run.gpu, run.rollout_tp, run.mem_fraction, DEFAULT)
+    slots = max(1, min(run.max_num_seqs, int(cap_tokens // (run.max_prompt_len + run.max_response_len))))
+    iterations = math.ceil(per_engine / slots) * run.max_response_len
+    if iterations > MAX_DECODE_ITERATIONS:
+        raise PolytraceError(
+            f"{run.model.name} on {run.gpu.slug}, rollout TP {run.rollout_tp}: the KV cache holds {slots} sequence(s) "
+            f"of {run.max_prompt_len}+{run.max_response_len} tokens, so one engine would decode {iterations:,} "
+            "iterations per step; check --gpu, --rollout-tp, gpu_memory_utilization and the length caps")
+
+
+def price_steps(run: RunConfig, rows: list[StepData], split: Split | None = None) -> None:
+    """Each row's stage costs at slowdown 1 (``row.x``). With a separate rollout pool (one-step-off,
+    fully async) generation is priced on the rollout GPUs and the trainer stages on the rest."""
+    split = split or Split("sync")
+    _check_simulation_size(run, split, len(rows))
+    roll_run = train_run = run
+    if split.rollout_gpus and split.rollout_gpus < run.n_gpus:
+        train_gpus = run.n_gpus - split.rollout_gpus
+        tp = run.rollout_tp if split.rollout_gpus % run.rollout_tp == 0 else 1
+        roll_run = dataclasses.replace(run, n_gpus=split.rollout_gpus, rollout_tp=tp, notes=[])
+        train_run = dataclasses.replace(run, n_gpus=train_gpus, rollout_tp=1, notes=[])
     for row in rows:
         p, r = step_batch(run, row.stats)
-        costs = stage_costs(run, p, r, eff=DEFAULT)
+        costs = stage_costs(train_run, p, r, eff=DEFAULT)
         row.x = {k: dict(v) for k, v in costs.components.items()}
         row.other_s = costs.other_s
-
-
-@dataclass
-class Calibration:
-    slowdown: dict[str, float]  # kind of work -> real seconds per modelled second
-    overhead_s: dict[str, float]  # "other": the step's seconds outside the timed stages
-    steps: list[int]
-    source: str
-
-    def scalars(self) -> dict[str, float]:
-        out = {f"{g}_slowdown": v for g, v in self.slowdown.items()}
-        out.update({f"{s}_overhead_s": v for s, v in self.overhead_s.items()})
-        return out
-
-    def predict(self, row: StepData, stages: list[str]) -> dict[str, float]:
-        pred = {}
-        for s in stages:
-            work = sum(self.slowdown.get(g, 1.0) * v for g, v in row.x.get(s, {}).items())
-            pred[s] = work + self.overhead_s.get(s, 0.0)
-        pred["step"] = sum(pred.values()) + row.other_s + self.overhead_s.get("other", 0.0)
-        return pred
-
-
-def _noise_sd(y: np.ndarray) -> float:
-    """Step-to-step noise: MAD of first differences (insensitive to slow trends), floored at 1%."""
-    floor = 0.01 * float(np.mean(np.abs(y))) + 1e-6
-    if len(y) < 3:
-        return floor
-    d = np.diff(y)
-    mad = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2)
-    return max(mad, floor)
-
-
-def calibrate(rows: list[StepData], stages: list[str], source: str = "") -> Calibration:
-    """One slowdown per kind of work (``GROUPS``: rollout, forward, train device work and host
-    time), shared by every stage doing that kind, plus the step's time outside the timed stages:
-    at most five scalars. Robust least squares over all stages at once, slowdowns non-negative,
-    with a weak prior that the three device slowdowns are alike (the roofline's efficiencies are
-    trusted to within a factor ~1.6 of each other), since ten near-identical calibration steps
-    of three stages cannot separate four slowdowns on their own."""
-    from scipy.optimize import least_squares
-
-    groups = [g for g in GROUPS if any(r.x.get(s, {}).get(g, 0.0) > 0 for r in rows for s in stages)]
-    gi = {g: i for i, g in enumerate(groups)}
-    X = {s: np.array([[r.x.get(s, {}).get(g, 0.0) for g in groups] for r in rows]) for s in stages}
-    Y = {s: np.array([r.actual[s] for r in rows]) for s in stages}
-    sd = {s: _noise_sd(Y[s]) for s in stages}
-    tied = [(a, b) for a, b in TIED if a in gi and b in gi]
-
-    def residuals(theta):
-        out = [(X[s] @ theta - Y[s]) / sd[s] for s in stages]
-        for a, b in tied:
-            out.append(np.array([np.log((theta[gi[a]] + 1e-9) / (theta[gi[b]] + 1e-9)) / TIE_SD]))
-        return np.concatenate(out)
-
-    # start: every kind at the slowdown that matches the stages' mean time
-    total_y = sum(float(Y[s].sum()) for s in stages)
-    total_x = sum(float(X[s].sum()) for s in stages)
-    theta0 = np.full(len(groups), total_y / max(total_x, 1e-12))
-    fit = least_squares(residuals, theta0, bounds=(1e-9, np.inf), loss="soft_l1", f_scale=2.0,
-                        x_scale=np.maximum(theta0, 1e-6))
-    slow = {g: float(fit.x[gi[g]]) for g in groups}
-    return Calibration(slow, {}, [r.step for r in rows], source)
+        if roll_run is not train_run:
+            row.x["gen"] = dict(stage_costs(roll_run, p, r, eff=DEFAULT).components["gen"])
 
 
 def accuracy(pred: np.ndarray, actual: np.ndarray) -> float:
@@ -325,59 +210,137 @@ def _variation(y: np.ndarray) -> float:
     return float((np.percentile(y, 95) - np.percentile(y, 5)) / np.median(y))
 
 
+def _stages_of(rows: list[StepData], window: int) -> list[str]:
+    head = rows[: max(window, 1)]
+    return [s for s in STAGES
+            if all(s in r.actual for r in head) and sum(s in r.actual for r in rows) >= len(rows) // 2]
+
+
+def _noted(left: list[str], what: str) -> list[str]:
+    if not left:
+        return []
+    shown = "; ".join(left[:_MAX_NOTED])
+    more = f"; and {len(left) - _MAX_NOTED} more" if len(left) > _MAX_NOTED else ""
+    return [f"{what} {len(left)} step(s) with unusable values: {shown}{more}"]
+
+
+def prepare(path, overrides: Overrides | None = None):
+    """A log read, configured, checked and priced: (log, run, notes, rows, split)."""
+    log = read_log(path)
+    run, notes = config_from_log(log, overrides)
+    split = execution_split(log)
+    left: list[str] = []
+    rows = _step_rows(log, run, left, split)
+    notes = list(log.notes) + notes + _noted(left, "left out")
+    if split.mode != "sync":
+        notes.append(f"{split.mode} run: generation overlaps training, so the step is priced as the trainer's "
+                     "stages plus the calibrated time outside them (execution modes: estimate --mode)")
+    price_steps(run, rows, split)
+    return log, run, notes, rows, split
+
+
+def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | None = None) -> dict:
+    """Calibrate on the first ``calibrate_steps`` usable steps of a log (``polytrace calibrate``):
+    the calibration, the configuration it holds for, and what was left out."""
+    if calibrate_steps < 2:
+        raise PolytraceError(f"--calibrate-steps must be at least 2, got {calibrate_steps}")
+    log, run, notes, rows, split = prepare(path, overrides)
+    stages = _stages_of(rows, calibrate_steps)
+    rows = [r for r in rows if all(s in r.actual for s in stages)]
+    window = rows[:calibrate_steps]
+    if len(window) < 2:
+        raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
+    cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step,
+                    overlapped=_overlapped(split))
+    return {"log": log, "run": run, "notes": notes, "stages": stages, "calibration": cal, "split": split}
+
+
 def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None,
              overrides: Overrides | None = None) -> dict:
     if calibrate_steps < 2:
         raise PolytraceError(f"--calibrate-steps must be at least 2, got {calibrate_steps}")
-    log = read_log(path)
-    run, notes = config_from_log(log, overrides)
-    rows = _step_rows(log)
-    stages = [s for s in STAGES if all(s in r.actual for r in rows[: max(calibrate_steps, 1)])
-              and sum(s in r.actual for r in rows) >= len(rows) // 2]
+    log, run, notes, rows, split = prepare(path, overrides)
+    stages = _stages_of(rows, calibrate_steps)
     rows = [r for r in rows if all(s in r.actual for s in stages)]
-    price_steps(run, rows)
     if calibrate_on:
-        other_log = read_log(calibrate_on)
-        other_run, _ = config_from_log(other_log, Overrides(gpu=overrides.gpu if overrides else None))
-        other_rows = [r for r in _step_rows(other_log) if all(s in r.actual for s in stages)]
-        if not other_rows:
-            raise PolytraceError(f"{calibrate_on}: no steps with the stages of {path} ({', '.join(stages)})")
-        price_steps(other_run, other_rows)
-        cal = calibrate(other_rows, stages, source=str(calibrate_on))
-        test_rows = rows
-        cal_rows = other_rows
+        source_ov = Overrides(gpu=overrides.gpu if overrides else None)
+        other_log, other_run, other_notes, other_rows, other_split = prepare(calibrate_on, source_ov)
+        if model_family(other_run.model) != model_family(run.model):
+            raise PolytraceError(f"--calibrate-on {calibrate_on} is a run of {other_run.model.name}, another model "
+                                 f"family than {path} ({run.model.name}): calibrate on a run of the same model and "
+                                 "cluster")
+        if other_run.model.name != run.model.name:
+            notes.append(f"calibrated on a run of {other_run.model.name}, predicting {run.model.name} (same family)")
+        src_stages = _stages_of(other_rows, len(other_rows))
+        other_rows = [r for r in other_rows if all(s in r.actual for s in src_stages)]
+        shared = [s for s in stages if s in src_stages]
+        if not shared:
+            raise PolytraceError(f"{calibrate_on}: no stage in common with {path} ({', '.join(stages)})")
+        unseen = [s for s in stages if s not in src_stages]
+        if unseen:
+            notes.append(f"{', '.join(unseen)} not timed in {calibrate_on}: priced with the slowdowns of their kind "
+                         "of work and the fixed cost of the like stage")
+        notes += [f"calibration log: {n}" for n in other_notes if n.startswith(("left out", "inferred"))]
+        cal = calibrate(other_rows, src_stages, source=str(calibrate_on), first_step=other_log.steps[0].step,
+                        overlapped=_overlapped(other_split))
+        test_rows, cal_rows = rows, other_rows
     else:
         if len(rows) <= calibrate_steps:
             raise PolytraceError(f"{path}: {len(rows)} usable steps, need more than --calibrate-steps "
                                  f"{calibrate_steps} to predict any")
         cal_rows, test_rows = rows[:calibrate_steps], rows[calibrate_steps:]
-        cal = calibrate(cal_rows, stages, source=f"first {calibrate_steps} steps")
+        cal = calibrate(cal_rows, stages, source=f"first {calibrate_steps} steps", first_step=log.steps[0].step,
+                        overlapped=_overlapped(split))
+    overlapped = _overlapped(split)
     keys = stages + ["step"]
-    naive = {k: float(np.mean([r.actual[k] for r in cal_rows])) for k in keys}
-    preds = [cal.predict(r, stages) for r in test_rows]
+    # the naive predictor repeats the calibration window's mean, warm-up and spikes included
+    naive = {k: float(np.mean([r.actual[k] for r in cal_rows])) if all(k in r.actual for r in cal_rows) else None
+             for k in keys}
+    preds = [cal.predict(r, stages, overlapped) for r in test_rows]
     per_stage = {}
     for k in keys:
         a = np.array([r.actual[k] for r in test_rows])
         p = np.array([pr[k] for pr in preds])
-        nv = np.full_like(a, naive[k])
-        per_stage[k] = {
-            "accuracy": accuracy(p, a), "naive_accuracy": accuracy(nv, a),
-            "mape": 100 - accuracy(p, a), "naive_mape": 100 - accuracy(nv, a),
-            "mean_actual_s": float(a.mean()), "mean_predicted_s": float(p.mean()),
-        }
+        acc = accuracy(p, a)
+        entry = {"accuracy": acc, "mape": 100 - acc, "naive_accuracy": None, "naive_mape": None,
+                 "mean_actual_s": float(a.mean()), "mean_predicted_s": float(p.mean())}
+        if naive[k] is not None:
+            nacc = accuracy(np.full_like(a, naive[k]), a)
+            entry.update(naive_accuracy=nacc, naive_mape=100 - nacc)
+        _check_finite(entry, k, test_rows, preds)
+        per_stage[k] = entry
     step_all = np.array([r.actual["step"] for r in rows])
     variation = _variation(step_all)
     goals = {
         "step_accuracy_ge_95": per_stage["step"]["accuracy"] >= 95.0,
         **{f"{s}_accuracy_ge_90": per_stage[s]["accuracy"] >= 90.0 for s in GOAL_STAGES if s in per_stage},
     }
-    if variation > 0.20:
+    if variation > 0.20 and per_stage["step"]["naive_mape"] is not None:
         goals["step_error_le_half_naive"] = per_stage["step"]["mape"] <= 0.5 * per_stage["step"]["naive_mape"]
     return {
-        "log": str(path), "format": log.format, "steps": len(rows), "predicted_steps": len(test_rows),
-        "calibration": {"source": cal.source, "steps": cal.steps, "scalars": cal.scalars()},
+        "log": str(path), "format": log.format, "mode": split.mode, "steps": len(rows),
+        "predicted_steps": len(test_rows),
+        "calibration": {"source": cal.source, "steps": cal.steps, "scalars": cal.scalars(),
+                        "left_out": [lo.to_dict() for lo in cal.left_out], "fit_error_pct": cal.fit_error_pct},
         "config": run.to_dict(), "notes": notes, "stages": stages,
         "accuracy": per_stage, "step_time_variation": variation, "goals": goals,
         "excluded_s": {k: float(sum(r.extra.get(k, 0.0) for r in rows)) for k in EXTRA_STAGES},
         "per_step": [{"step": r.step, "actual": r.actual, "predicted": p} for r, p in zip(test_rows, preds)],
     }
+
+
+def _overlapped(split: Split) -> tuple:
+    """Stages off the step's critical path: generation beside training in the separated modes."""
+    return ("gen",) if split.mode != "sync" else ()
+
+
+def _check_finite(entry: dict, key: str, rows: list[StepData], preds: list[dict]) -> None:
+    """No NaN or infinity in a verdict: name the step and value that would cause one."""
+    if all(v is None or math.isfinite(v) for v in entry.values()):
+        return
+    for r, p in zip(rows, preds):
+        a, q = r.actual[key], p[key]
+        if not (math.isfinite(a) and a > 0) or not math.isfinite(q):
+            raise PolytraceError(f"step {r.step}: {key} actual {a:g} s, predicted {q:g} s: the accuracy would not be "
+                                 "a finite number")
+    raise PolytraceError(f"{key}: the accuracy is not a finite number")

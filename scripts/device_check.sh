@@ -1,61 +1,88 @@
 #!/usr/bin/env bash
-# polytrace GPU runbook: turn a GPU lease into result files.
+# polytrace GPU runbook: turn a GPU lease into checked kernels and result files, and fail loudly.
 #
 # On a machine with a CUDA GPU and the packages already installed (torch, triton, pytest,
-# pytest-benchmark, scipy, tabulate, matplotlib, tqdm; no network, polytrace NOT pip-installed),
-# from anywhere:
+# pytest-benchmark, scipy, tabulate, numpy; nvidia-ml-py for the environment record; no network,
+# polytrace NOT pip-installed), from anywhere:
 #
-#   scripts/device_check.sh [--budget-s 360] [--tests-budget-s 90] [--suites "logprob attention packing workload"]
-#                           [--skip-tests] [--commit SHA] [--store] [--set-baseline] [--allow-cpu]
+#   scripts/device_check.sh [--budget-s 240] [--tests-budget-s 150] [--suites "logprob attention gemm packing workload"]
+#                           [--kernel-tests "tests/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
+#                           [--commit SHA] [--store] [--set-baseline] [--force] [--allow-cpu]
+#                           [--via-bench [--bench-dir DIR]]
 #
-# 1. runs the GPU-marked tests (pytest -m gpu tests/) under their own cap (--tests-budget-s);
+# 1. runs every kernel test file (tests/test_logprob.py, test_attention.py, test_packing_kernels.py,
+#    test_kernel_bad_input.py, and test_kernel_launch.py / test_tolerance.py where present) on the
+#    GPU, then the other `gpu`-marked tests, under their own cap (--tests-budget-s);
 # 2. runs every suite (suites/test_<name>.py) with pytest-benchmark, sharing the total time budget
-#    (--budget-s, default 6 minutes) between them: each suite gets the time left divided by the
-#    suites left, enforced in-process (POLYTRACE_BENCH_BUDGET_S: later benchmarks skip with a
-#    reason and the JSON is still written) with a hard `timeout` behind it (SIGINT first, so
-#    pytest still writes what it measured; SIGKILL 20 s later);
+#    (--budget-s, default 240 s) between them: each suite gets the time left divided by the suites
+#    left, enforced in-process (POLYTRACE_BENCH_BUDGET_S: later benchmarks skip with a reason and the
+#    JSON is still written) with a hard `timeout` behind it (SIGINT first, so pytest still writes
+#    what it measured; SIGKILL 20 s later). -k EXPR selects benchmarks (pytest -k) in every suite;
+#    --via-bench runs the same suites through `polytrace bench` instead (serially on this GPU, no
+#    Ray needed; one budget for all suites; shards recorded in --bench-dir, default a scratch
+#    folder, so a rerun with the same --bench-dir resumes) and copies the merged
+#    <gpu-slug>/<suite>.json files to $OUT/<suite>.json: the same files, ids and schema;
 # 3. writes under $OUT (default ./out), at most 8 plain files, no sub-folders:
-#      <suite>.json        pytest-benchmark JSON with raw rounds, one per suite run
+#      <suite>.json        pytest-benchmark JSON with raw rounds (device times) and the environment record
 #      device_check.log    everything the steps printed
 #      summary.txt         the one-screen summary plus every suite's full table
 #      gate.md             the regression gate against results/baselines/<gpu-slug>.json, when one exists
 # 4. prints the one-screen summary.
 #
+# The defaults fit about 7 minutes of wall time on an H200 (150 s of tests, 240 s of suites, start-up
+# and summary), leaving a 15-minute device lease room for the machine's start and a partial rerun.
+#
 # --store / --set-baseline copy the JSON files into results/<gpu-slug>/<date>_<commit>_<suite>.json
-# and merge them into results/baselines/<gpu-slug>.json in THIS tree. On a leased machine whose
-# tree does not come back, fetch $OUT instead and run the same step at home:
+# and merge them into results/baselines/<gpu-slug>.json in THIS tree (a throttled run is refused
+# unless --force). On a leased machine whose tree does not come back, fetch $OUT instead and run the
+# same step at home:
 #   PYTHONPATH=. python3 -m polytrace results store OUT_DIR/*.json
 #   PYTHONPATH=. python3 -m polytrace results set-baseline OUT_DIR/*.json      # when it is the new baseline
 #
-# Exit status: 0 when every step ran (test failures and regressions are reported, not fatal: the
-# summary says what happened), 3 when the machine cannot run the check (no GPU, missing package).
+# Exit status: 0 when every test passed, every suite ran without error and every benchmark of the
+# baseline (of the suites run) is in the run; 1 when a test failed, a suite errored (a wrong output,
+# a provider that raised, a hard timeout) or a baseline benchmark is missing (--allow-missing, or
+# -k, relaxes the last); 3 when the machine cannot run the check (no GPU, missing package, bad option).
 
 set -uo pipefail
 
-BUDGET_S=360
-TESTS_BUDGET_S=90
-SUITES="logprob attention packing workload"
-# One representative micro-batch per profile keeps the attention suite (about 330 cases at 2) inside
-# a short lease; export POLYTRACE_ATTENTION_BATCHES=2 or more for a full run.
+BUDGET_S=240
+TESTS_BUDGET_S=150
+SUITES="logprob attention gemm packing workload"
+KERNEL_TESTS="tests/test_logprob.py tests/test_attention.py tests/test_packing_kernels.py tests/test_kernel_bad_input.py tests/test_kernel_launch.py tests/test_tolerance.py"
+# One representative micro-batch per profile keeps the attention suite inside a short lease;
+# export POLYTRACE_ATTENTION_BATCHES=2 or more for a full run.
 export POLYTRACE_ATTENTION_BATCHES="${POLYTRACE_ATTENTION_BATCHES:-1}"
+SELECT=""
 SKIP_TESTS=0
+ALLOW_MISSING=0
 STORE=0
 SET_BASELINE=0
+FORCE=0
 ALLOW_CPU=0
 COMMIT="${POLYTRACE_COMMIT:-}"
+MAX_OUT_FILES=8
+VIA_BENCH=0
+BENCH_DIR=""
 
-usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --budget-s) BUDGET_S="${2:?--budget-s needs seconds}"; shift 2 ;;
         --tests-budget-s) TESTS_BUDGET_S="${2:?--tests-budget-s needs seconds}"; shift 2 ;;
         --suites) SUITES="${2:?--suites needs a list}"; shift 2 ;;
+        --kernel-tests) KERNEL_TESTS="${2:?--kernel-tests needs a list of test files}"; shift 2 ;;
+        -k) SELECT="${2:?-k needs a pytest expression}"; ALLOW_MISSING=1; shift 2 ;;
         --skip-tests) SKIP_TESTS=1; shift ;;
+        --allow-missing) ALLOW_MISSING=1; shift ;;
         --commit) COMMIT="${2:?--commit needs a value}"; shift 2 ;;
         --store) STORE=1; shift ;;
         --set-baseline) STORE=1; SET_BASELINE=1; shift ;;
+        --force) FORCE=1; shift ;;
         --allow-cpu) ALLOW_CPU=1; shift ;;
+        --via-bench) VIA_BENCH=1; shift ;;
+        --bench-dir) BENCH_DIR="${2:?--bench-dir needs a folder}"; VIA_BENCH=1; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "device_check.sh: unknown option $1 (see --help)" >&2; exit 3 ;;
     esac
@@ -63,12 +90,18 @@ done
 for n in "$BUDGET_S" "$TESTS_BUDGET_S"; do
     case "$n" in ''|*[!0-9]*) echo "device_check.sh: budgets are whole seconds, got '$n'" >&2; exit 3 ;; esac
 done
+set -- $SUITES
+if [ $(( $# + 3 )) -gt "$MAX_OUT_FILES" ]; then
+    echo "device_check.sh: --suites: at most $(( MAX_OUT_FILES - 3 )) suites (one JSON each, plus log, summary and gate.md: $MAX_OUT_FILES files under \$OUT)" >&2
+    exit 3
+fi
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT" || exit 3
 OUT="${OUT:-$ROOT/out}"
 mkdir -p "$OUT" || { echo "device_check.sh: cannot create OUT=$OUT" >&2; exit 3; }
 OUT="$(cd "$OUT" && pwd)"
+RESULTS="${POLYTRACE_RESULTS_DIR:-$ROOT/results}"
 LOG="$OUT/device_check.log"
 SUMMARY="$OUT/summary.txt"
 : > "$LOG"
@@ -95,22 +128,43 @@ elapsed() { echo $(( $(date +%s) - T_START )); }
 
 # ---- the machine -----------------------------------------------------------------------------
 say "polytrace device check in $ROOT, OUT=$OUT"
-if ! "$PY" -c "import torch, triton, pytest, pytest_benchmark, scipy, tabulate, numpy" >>"$LOG" 2>&1; then
-    say "FATAL: a required package is missing (torch, triton, pytest, pytest-benchmark, scipy, tabulate, numpy); see $LOG"
-    exit 3
-fi
-"$PY" - >>"$LOG" 2>&1 <<'EOF'
-import platform, sys
-import torch, triton
+# one interpreter start for every question about the machine (each import of torch costs seconds);
+# the last line it prints is "<has cuda> <device name with _ for spaces> <gpu slug>"
+MACHINE=$("$PY" - 2>>"$LOG" <<'EOF'
+import platform
+import sys
+
+try:
+    import numpy, pytest, pytest_benchmark, scipy, tabulate, torch, triton  # noqa: F401
+except ImportError as exc:
+    print(f"missing package: {exc}")
+    print("0 - -")
+    sys.exit(0)
 print("python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda,
       "| triton", triton.__version__, "| cuda available", torch.cuda.is_available())
 for i in range(torch.cuda.device_count()):
     p = torch.cuda.get_device_properties(i)
-    print(f"gpu {i}: {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs")
-EOF
-if command -v nvidia-smi >/dev/null 2>&1; then timeout 30 nvidia-smi >>"$LOG" 2>&1; fi
+    print(f"gpu {i}: {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs, "
+          f"L2 {getattr(p, 'L2_cache_size', 0) / 2**20:.0f} MiB")
+try:
+    import pynvml  # noqa: F401
+    print("nvidia-ml-py present: the environment record reads clocks, power and processes")
+except ImportError:
+    print("nvidia-ml-py absent: the environment record will say unknown")
+from polytrace.hardware import slug_for
 
-HAS_CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>>"$LOG" || echo 0)
+cuda = torch.cuda.is_available()
+name = torch.cuda.get_device_name(0) if cuda else "cpu"
+print(int(cuda), name.replace(" ", "_"), slug_for(name) if cuda else "cpu")
+EOF
+)
+echo "$MACHINE" | sed '$d' >>"$LOG"
+read -r HAS_CUDA GPU_NAME GPU_SLUG <<<"$(echo "$MACHINE" | tail -1)"
+if [ "${GPU_NAME:--}" = "-" ] || { [ "$HAS_CUDA" != "0" ] && [ "$HAS_CUDA" != "1" ]; }; then
+    say "FATAL: a required package is missing or polytrace does not import (torch, triton, pytest, pytest-benchmark, scipy, tabulate, numpy); see $LOG"
+    exit 3
+fi
+if command -v nvidia-smi >/dev/null 2>&1; then timeout 30 nvidia-smi >>"$LOG" 2>&1; fi
 if [ "$HAS_CUDA" != "1" ]; then
     if [ "$ALLOW_CPU" != "1" ]; then
         say "FATAL: no CUDA GPU visible (pass --allow-cpu to run the CPU-interpreter path as a dry run)"
@@ -119,13 +173,6 @@ if [ "$HAS_CUDA" != "1" ]; then
     export TRITON_INTERPRET=1
     say "no CUDA GPU: dry run in the Triton interpreter (timings are not performance)"
 fi
-read -r GPU_NAME GPU_SLUG < <("$PY" - 2>>"$LOG" <<'EOF'
-import torch
-from polytrace.hardware import slug_for
-name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-print(name.replace(" ", "_"), slug_for(name) if name != "cpu" else "cpu")
-EOF
-)
 GPU_NAME="${GPU_NAME//_/ }"
 GPU_SLUG="${GPU_SLUG:-unknown}"
 if [ -z "$COMMIT" ]; then
@@ -138,6 +185,7 @@ export POLYTRACE_COMMIT="${COMMIT:-unknown}"
 say "device: ${GPU_NAME:-?} (slug $GPU_SLUG), commit $POLYTRACE_COMMIT"
 
 LAST_LINE=""
+FAILED=0
 # run_pytest LABEL HARD_TIMEOUT_S BUDGET_S PYTEST_ARGS...: output to the log, summary line in LAST_LINE
 run_pytest() {
     local label=$1 hard=$2 budget=$3
@@ -155,35 +203,102 @@ run_pytest() {
     LAST_LINE=$(grep -E "[0-9]+ (passed|failed|skipped|deselected|error)|no tests ran" "$tmp" | tail -1 \
                 | sed -e 's/=//g' -e 's/^ *//' -e 's/ *$//')
     if [ "$rc" = "124" ] || [ "$rc" = "137" ]; then LAST_LINE="HARD TIMEOUT after ${hard}s; ${LAST_LINE}"; fi
+    FAILURES=$(grep -E "^(FAILED|ERROR) " "$tmp" | head -5)
     rm -f "$tmp"
     return $rc
 }
 
 STATUS_LINES=()
 
-# ---- 1. GPU-marked tests ---------------------------------------------------------------------
+# ---- 1. kernel tests and GPU-marked tests ----------------------------------------------------
 if [ "$SKIP_TESTS" = "1" ]; then
-    STATUS_LINES+=("gpu tests: skipped (--skip-tests)")
+    STATUS_LINES+=("kernel tests: skipped (--skip-tests)")
 else
-    say "GPU-marked tests (cap ${TESTS_BUDGET_S}s)"
-    # a test module that cannot be imported here (e.g. hypothesis absent) must not stop the others
-    run_pytest "gpu tests" "$TESTS_BUDGET_S" 0 -q -m gpu --continue-on-collection-errors tests
-    rc=$?
-    [ "$rc" = "5" ] && LAST_LINE="no GPU-marked tests collected"
-    STATUS_LINES+=("gpu tests: rc $rc - ${LAST_LINE:-no summary line (see log)}")
+    FILES=()
+    for f in $KERNEL_TESTS; do [ -f "$f" ] && FILES+=("$f"); done
+    T_TESTS=$(date +%s)
+    if [ "${#FILES[@]}" = "0" ]; then
+        STATUS_LINES+=("kernel tests: FAILED - none of the files exist: $KERNEL_TESTS")
+        FAILED=1
+    else
+        cap=$(( TESTS_BUDGET_S - 30 ))
+        [ "$cap" -lt 30 ] && cap=30
+        say "kernel tests: ${FILES[*]} (cap ${cap}s)"
+        run_pytest "kernel tests" "$cap" 0 -q -rfE "${FILES[@]}"
+        rc=$?
+        if [ "$rc" = "0" ]; then
+            STATUS_LINES+=("kernel tests: passed - ${LAST_LINE:-?}")
+        else
+            STATUS_LINES+=("kernel tests: FAILED (rc $rc) - ${LAST_LINE:-no summary line, see log}")
+            while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
+            FAILED=1
+        fi
+    fi
+    if [ "$HAS_CUDA" = "1" ]; then
+        left=$(( TESTS_BUDGET_S - ($(date +%s) - T_TESTS) ))
+        [ "$left" -lt 30 ] && left=30
+        IGNORES=()
+        for f in "${FILES[@]}"; do IGNORES+=("--ignore=$f"); done
+        say "other GPU-marked tests (cap ${left}s)"
+        # a test module that cannot be imported here (e.g. hypothesis absent) must not stop the others
+        run_pytest "gpu-marked tests" "$left" 0 -q -rfE -m gpu --continue-on-collection-errors "${IGNORES[@]}" tests
+        rc=$?
+        if [ "$rc" = "0" ] || [ "$rc" = "5" ]; then
+            STATUS_LINES+=("gpu-marked tests: passed - ${LAST_LINE:-none collected}")
+        else
+            STATUS_LINES+=("gpu-marked tests: FAILED (rc $rc) - ${LAST_LINE:-no summary line, see log}")
+            while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
+            FAILED=1
+        fi
+    else
+        STATUS_LINES+=("gpu-marked tests: not run (no CUDA)")
+    fi
 fi
 
 # ---- 2. suites under the total budget --------------------------------------------------------
 set -- $SUITES
 N_SUITES=$#
 T_SUITES=$(date +%s)
+SELECT_ARGS=()
+[ -n "$SELECT" ] && SELECT_ARGS=(-k "$SELECT")
 i=0
+if [ "$VIA_BENCH" = "1" ]; then
+    # The same suites through `polytrace bench` (one pytest per shard, serial: one GPU here). Its
+    # exit 1 means a failed shard or cases the budget left pending; the per-case outcomes are in
+    # the log and the merged JSON, and a failed shard is named on its own line.
+    [ -n "$BENCH_DIR" ] || BENCH_DIR="$(mktemp -d)"
+    BENCH_ARGS=(--suites $SUITES -o "$BENCH_DIR" --budget-s "$BUDGET_S" --pytest-arg=--benchmark-disable-gc -q)
+    [ -n "$SELECT" ] && BENCH_ARGS+=(-k "$SELECT")
+    [ "$HAS_CUDA" != "1" ] && BENCH_ARGS+=(--allow-cpu)
+    say "suites through polytrace bench into $BENCH_DIR (budget ${BUDGET_S}s)"
+    timeout -s INT -k 20 $(( BUDGET_S + 120 )) "$PY" -m polytrace bench "${BENCH_ARGS[@]}" >>"$LOG" 2>&1
+    rc=$?
+    if [ "$rc" = "130" ] || [ "$rc" = "124" ]; then
+        "$PY" -m polytrace bench --merge "$BENCH_DIR" >>"$LOG" 2>&1
+    fi
+    for s in $SUITES; do
+        if [ -f "$BENCH_DIR/$GPU_SLUG/$s.json" ]; then
+            cp "$BENCH_DIR/$GPU_SLUG/$s.json" "$OUT/$s.json"
+            STATUS_LINES+=("suite $s: ran through polytrace bench (rc $rc) -> $s.json")
+        else
+            STATUS_LINES+=("suite $s: FAILED - polytrace bench wrote no $GPU_SLUG/$s.json (rc $rc, see log)")
+            FAILED=1
+        fi
+    done
+    if grep -q "^polytrace: error: shard" "$LOG"; then
+        while IFS= read -r line; do STATUS_LINES+=("    $line"); done < <(grep "^polytrace: error: shard" "$LOG")
+        FAILED=1
+    fi
+    SUITES_DONE=1
+fi
 for s in $SUITES; do
+    [ "${SUITES_DONE:-0}" = "1" ] && break
     i=$((i + 1))
     file="suites/test_$s.py"
     if [ ! -f "$file" ]; then
-        STATUS_LINES+=("suite $s: MISSING ($file not found)")
-        say "suite $s: $file not found, skipped"
+        STATUS_LINES+=("suite $s: FAILED - $file not found")
+        say "suite $s: $file not found"
+        FAILED=1
         continue
     fi
     left=$(( BUDGET_S - ($(date +%s) - T_SUITES) ))
@@ -193,94 +308,47 @@ for s in $SUITES; do
     [ "$soft" -lt 15 ] && soft=15
     hard=$(( share + 30 ))
     say "suite $s: budget ${soft}s (hard stop ${hard}s)"
-    run_pytest "suite $s" "$hard" "$soft" -q "$file" --benchmark-json="$OUT/$s.json" --benchmark-save-data \
-        --benchmark-disable-gc --benchmark-columns=min,median,iqr,rounds --benchmark-sort=name -rs
+    run_pytest "suite $s" "$hard" "$soft" -q "$file" "${SELECT_ARGS[@]}" --benchmark-json="$OUT/$s.json" \
+        --benchmark-save-data --benchmark-disable-gc --benchmark-columns=min,median,iqr,rounds \
+        --benchmark-sort=name -rfEs
     rc=$?
-    if [ -f "$OUT/$s.json" ]; then
-        STATUS_LINES+=("suite $s: rc $rc - ${LAST_LINE:-?} -> $s.json")
+    if [ "$rc" = "0" ]; then
+        STATUS_LINES+=("suite $s: ran - ${LAST_LINE:-?} -> $s.json")
     else
-        STATUS_LINES+=("suite $s: rc $rc - ${LAST_LINE:-?} - NO JSON (nothing measured)")
+        where="-> $s.json"
+        [ -f "$OUT/$s.json" ] || where="- NO JSON (nothing measured)"
+        STATUS_LINES+=("suite $s: FAILED (rc $rc) - ${LAST_LINE:-?} $where")
+        while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
+        FAILED=1
     fi
 done
 # pytest -rs prints "SKIPPED [n] file:line: reason"; sum n over the budget's reason
 TOTAL_BUDGET_SKIPS=$(grep "time budget POLYTRACE_BENCH_BUDGET_S" "$LOG" | sed -n 's/^SKIPPED \[\([0-9]*\)\].*/\1/p' \
                      | awk '{s += $1} END {print s + 0}')
 
-# ---- 3. store (optional), summary, gate ------------------------------------------------------
+# ---- 3. store (optional), summary, gate, missing benchmarks ----------------------------------
 if [ "$STORE" = "1" ]; then
-    say "storing results under results/"
-    "$PY" - "$OUT" "$SET_BASELINE" "$ALLOW_CPU" $SUITES >>"$LOG" 2>&1 <<'EOF'
-import sys
-from pathlib import Path
-from polytrace.errors import PolytraceError
-from polytrace.results import set_baseline, store_result
-
-out, set_base, allow_cpu, suites = Path(sys.argv[1]), sys.argv[2] == "1", sys.argv[3] == "1", sys.argv[4:]
-files = [out / f"{s}.json" for s in suites if (out / f"{s}.json").is_file()]
-for f in files:
-    try:
-        print("stored", store_result(f, "results", overwrite=True))
-    except PolytraceError as exc:
-        print("store failed:", exc)
-if set_base and files:
-    try:
-        print("baseline", set_baseline(files, "results", allow_cpu=allow_cpu))
-    except PolytraceError as exc:
-        print("set-baseline failed:", exc)
-EOF
-    STATUS_LINES+=("store: $(grep -E '^(stored|baseline|store failed|set-baseline failed)' "$LOG" | wc -l) action(s), see log")
+    say "storing results under $RESULTS"
+    STORE_ARGS=(--results "$RESULTS")
+    [ "$SET_BASELINE" = "1" ] && STORE_ARGS+=(--set-baseline)
+    [ "$ALLOW_CPU" = "1" ] && STORE_ARGS+=(--allow-cpu)
+    [ "$FORCE" = "1" ] && STORE_ARGS+=(--force)
+    "$PY" -m suites.runbook store "$OUT" $SUITES "${STORE_ARGS[@]}" >>"$LOG" 2>&1
+    rc=$?
+    STATUS_LINES+=("store: $(grep -cE '^(stored|baseline) ' "$LOG") file(s) written$([ "$rc" != "0" ] && echo ", SOME REFUSED (see log)")")
 fi
 
-"$PY" - "$OUT" "$SUMMARY" "$GPU_SLUG" $SUITES >>"$LOG" 2>&1 <<'EOF'
-import sys
-import traceback
-from pathlib import Path
-
-out, summary, slug, suites = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4:]
-brief, full, gate_line = [], [], ""
-try:
-    from polytrace.results import compare, format_markdown, format_show, load_result
-    from polytrace.results.store import baseline_path, format_brief
-
-    files = [out / f"{s}.json" for s in suites if (out / f"{s}.json").is_file()]
-    for f in files:
-        try:
-            r = load_result(f)
-            brief.append(format_brief(r))
-            full.append(format_show(r))
-        except Exception as exc:  # one unreadable file must not hide the others
-            brief.append(f"{f.name}: cannot read: {exc}")
-    base = baseline_path("results", slug)
-    if files and base.is_file():
-        from polytrace.results.schema import merge
-
-        cand = merge([load_result(f) for f in files], name=str(out))
-        report = compare(load_result(base), cand)
-        if report.exit_code != 2:  # the change's cost on the default workload, under the verdict as in polytrace gate
-            from polytrace.compose.impact import step_time_line
-
-            report.impact.append(step_time_line(load_result(base), cand)["line"])
-        (out / "gate.md").write_text(format_markdown(report))
-        gate_line = f"gate vs {base}: {report.verdict} (exit {report.exit_code}) -> gate.md"
-    elif files:
-        gate_line = f"gate: no baseline at {base} (set one with: polytrace results set-baseline {out}/*.json)"
-    if files:  # the default workload's step priced from this run's timings: which families are measured
-        try:
-            from polytrace.compose import estimate
-            from polytrace.compose.breakdown import kernel_table, source_lines
-
-            est = estimate("dapo-math-32b", "qwen2.5-32b", slug, 32, steps=range(8), results=[str(f) for f in files])
-            brief.append("step estimate priced from this run (dapo-math-32b / qwen2.5-32b / 32 GPUs, estimated):\n"
-                         + kernel_table(est["summary"]) + "\n" + "\n".join(source_lines(est["summary"])))
-        except Exception as exc:  # e.g. a CPU dry run: CPU timings are not rates
-            brief.append(f"step estimate from this run: not computed ({exc})")
-except Exception:
-    traceback.print_exc()
-    gate_line = "summary/gate step failed: see the traceback in the log"
-summary.write_text("\n\n".join(brief) + ("\n\n" + gate_line if gate_line else "") + "\n\n# full tables\n\n"
-                   + "\n\n".join(full) + "\n")
-print(gate_line)
-EOF
+SUMMARY_ARGS=(--results "$RESULTS")
+[ "$ALLOW_MISSING" = "1" ] && SUMMARY_ARGS+=(--allow-missing)
+SUMMARY_OUT=$("$PY" -m suites.runbook summary "$OUT" "$SUMMARY" "$GPU_SLUG" $SUITES "${SUMMARY_ARGS[@]}" 2>>"$LOG")
+rc=$?
+echo "$SUMMARY_OUT" >>"$LOG"
+if [ "$rc" != "0" ]; then
+    FAILED=1
+    [ -z "$SUMMARY_OUT" ] && SUMMARY_OUT="summary step failed (rc $rc): see device_check.log"
+fi
+# the summary file repeats these lines under the status lines; without it, show them here
+[ -f "$SUMMARY" ] || while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("$line"); done <<<"$SUMMARY_OUT"
 
 # keep the log under the device tool's 16 MiB per file
 if [ "$(wc -c <"$LOG")" -gt 15000000 ]; then
@@ -289,8 +357,11 @@ if [ "$(wc -c <"$LOG")" -gt 15000000 ]; then
 fi
 
 # ---- 4. one-screen summary -------------------------------------------------------------------
+VERDICT="PASSED"
+[ "$FAILED" != "0" ] && VERDICT="FAILED"
+SCREEN="$(mktemp)"
 {
-    echo "== polytrace device check: ${GPU_NAME:-?} ($GPU_SLUG), commit $POLYTRACE_COMMIT, $(elapsed) s total =="
+    echo "== polytrace device check: ${GPU_NAME:-?} ($GPU_SLUG), commit $POLYTRACE_COMMIT, $(elapsed) s total: $VERDICT =="
     for line in "${STATUS_LINES[@]}"; do echo "  $line"; done
     [ "${TOTAL_BUDGET_SKIPS:-0}" != "0" ] && echo "  benchmarks skipped by the time budget: $TOTAL_BUDGET_SKIPS (raise --budget-s)"
     echo
@@ -301,7 +372,11 @@ fi
     fi
     echo "files in $OUT: $(cd "$OUT" && ls -1 | tr '\n' ' ')"
     echo "store them at home: PYTHONPATH=. python3 -m polytrace results store OUT_DIR/*.json"
-} | tee "$OUT/.screen"
-{ cat "$OUT/.screen"; echo; cat "$SUMMARY"; } >"$SUMMARY.tmp" && mv "$SUMMARY.tmp" "$SUMMARY"
-rm -f "$OUT/.screen"
-exit 0
+} | tee "$SCREEN"
+if [ -f "$SUMMARY" ]; then
+    { cat "$SCREEN"; echo; cat "$SUMMARY"; } >"$SUMMARY.tmp" && mv "$SUMMARY.tmp" "$SUMMARY"
+else
+    cp "$SCREEN" "$SUMMARY"
+fi
+rm -f "$SCREEN"
+exit "$FAILED"

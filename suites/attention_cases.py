@@ -1,6 +1,30 @@
-"""Shapes and provider preparation of the attention suite (``suites/test_attention.py``): the
-PolyTrace micro-batch and decode shapes, and each provider's inputs bound to one shape. Apart from
-the test file so that it holds the provider registrations and the benchmarks only.
+"""Cases of the attention suite's varlen part (``suites/test_attention.py``; decode lives in
+``decode_cases.py``): attention over packed variable-length sequences on PolyTrace shapes.
+
+Shapes: micro-batches of sampled steps of four built-in profiles (dapo-math-32b: long tail to 32k;
+deepcoder-14b: many responses near the 16k cap; video-vl-7b: bimodal prompts; search-r1-7b:
+multi-turn), planned as a trainer packs them (``shapes.microbatches``), with the attention heads of
+Qwen2.5-7B (28 q / 4 kv, D 128) and Qwen2.5-32B (40 / 8, D 128), plus a long-tail scheduling shape.
+
+Providers (modes ``fwd``; ``bwd``: the forward runs once outside the timing, each round computes
+dq, dk, dv from a fixed upstream gradient):
+
+- ``ours``: polytrace_kernels.attention, longest-first work list (the default).
+- ``ours-naive-order``: the same kernel, tiles in sequence order with heads outermost (the launch
+  order of a conventional (blocks, batch, heads) grid): the skew-aware scheduling's effect alone.
+- ``torch-varlen``: ``torch.nn.attention.varlen.varlen_attn`` (flash-attention 2 inside; CUDA).
+- ``flash-attn``: ``flash_attn_varlen_func`` when installed.
+- ``flex``: FlexAttention with a document mask, compiled per shape (``compiled.py``). Block-mask
+  creation is timed apart (``block_mask_s``); ``flex+mask`` times mask creation plus attention.
+- ``sdpa-padded``: ``scaled_dot_product_attention`` on right-padded [B, H, Lmax, D]: the cost of not
+  packing (pad/unpad copies not timed).
+
+Metadata is the same for all: cu_seqlens on the device and max_seqlen on the host, built once per
+batch outside the timing. Our work list is built once per cu_seqlens tensor and reused by every
+layer (and the backward), like the peers' host-side max_seqlen; its build time is ``plan_build_s``.
+
+On CPU (Triton interpreter) one tiny, clearly labelled batch per mode, fp16 (bf16 ``tl.dot`` is
+wrong in the interpreter): a smoke test of the code paths, never a performance figure.
 """
 
 from __future__ import annotations
@@ -9,15 +33,19 @@ import functools
 import inspect
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import pytest
 
 from polytrace_kernels.attention import spec
-from suites import harness
-from suites.harness import on_gpu
 
+from . import checks, compiled, harness
+from .attention_ref import attention_rows, to_packed
+from .harness import Case, Provider, module_available, needs_cuda, on_gpu
+from .registry import BenchCase, Bound, family_module
+
+SUITE = "attention"
+FAMILY = "attention"
 PROFILES = ("dapo-math-32b", "deepcoder-14b", "video-vl-7b", "search-r1-7b")
 # (q heads, kv heads, head dim) per model: Qwen2.5-7B and Qwen2.5-32B config.json (no tensor parallel)
 HEAD_CONFIGS = {"qwen2.5-7b": (28, 4, 128), "qwen2.5-32b": (40, 8, 128)}
@@ -31,9 +59,9 @@ GPU_MAX_TOKENS = 16384  # verl's ppo_max_token_len_per_gpu default; raised to th
 # POLYTRACE_ATTENTION_BATCHES=1 (and select models/modes with -k) to fit a short GPU session
 GPU_BATCHES_PER_PROFILE = int(os.environ.get("POLYTRACE_ATTENTION_BATCHES", "2"))
 CPU_MAX_TOKENS = 128  # interpreter: ~1 s per forward at 2 heads, D 64
-DECODE_PROGRESS = (0.25, 0.75)  # points of the rollout (fraction of the longest response's iterations)
-GPU_DECODE_BATCH = 256  # active sequences per GPU (vLLM's default max_num_seqs)
 PADDED_LIMIT_BYTES = 8 << 30  # skip padded SDPA when one padded tensor would exceed this
+FULL_CHECK_TOKENS = 4096  # up to this many tokens the whole output and every gradient is checked
+LONG_TAIL_STEPS = (0, 100, 200, 300, 400, 500)  # sampled steps searched for the longest sequence
 
 
 # ---------------------------------------------------------------------------------------- shapes
@@ -65,7 +93,7 @@ class VarlenShape:
 
 @functools.cache
 def varlen_shapes() -> tuple[VarlenShape, ...]:
-    from suites import shapes
+    from . import shapes
 
     out = []
     if on_gpu():
@@ -88,15 +116,12 @@ def varlen_shapes() -> tuple[VarlenShape, ...]:
     return tuple(out)
 
 
-LONG_TAIL_STEPS = (0, 100, 200, 300, 400, 500)  # sampled steps searched for the longest sequence
-
-
 def long_tail_batch(profile: str, seed: int = 0) -> tuple[list[int], float, int]:
     """The skew case for the scheduling comparison: the longest sequence of a few sampled steps
     (the profile's drift makes late steps longer) packed with randomly drawn others of the same
     step, up to the longest + GPU_MAX_TOKENS tokens (a packer filling the budget around one long
     response). Returns (lengths, token share of the step, step)."""
-    from suites import shapes
+    from . import shapes
 
     batches = {st: shapes.sample_step(profile, seed=seed, step=st).seq_lens.astype(np.int64)
                for st in LONG_TAIL_STEPS}
@@ -111,86 +136,78 @@ def long_tail_batch(profile: str, seed: int = 0) -> tuple[list[int], float, int]
     return picked, float(sum(picked)) / float(lens.sum()), step
 
 
-@dataclass
-class DecodeShape:
-    label: str
-    profile: str
-    model: str
-    kv_lens: list[int]
-    heads_q: int
-    heads_kv: int
-    head_dim: int
-    progress: float
-
-    @property
-    def id(self) -> str:
-        return f"{self.label}-{self.model}"
-
-    def shape(self) -> dict:
-        lens = self.kv_lens
-        return {"profile": self.profile, "model": self.model, "B": len(lens), "kv_total": int(sum(lens)),
-                "kv_max": int(max(lens)), "kv_mean": round(float(np.mean(lens)), 1), "Hq": self.heads_q,
-                "Hkv": self.heads_kv, "D": self.head_dim, "progress": self.progress}
-
-
-@functools.cache
-def decode_shapes() -> tuple[DecodeShape, ...]:
-    from suites import shapes
-
-    out = []
-    if on_gpu():
-        for profile in PROFILES:
-            for progress in DECODE_PROGRESS:
-                lens = shapes.decode_snapshot(profile, batch_size=GPU_DECODE_BATCH, progress=progress)
-                if lens.size == 0:
-                    continue
-                for model, (hq, hkv, d) in HEAD_CONFIGS.items():
-                    out.append(DecodeShape(f"{profile}/p{progress}", profile, model, [int(x) for x in lens],
-                                           hq, hkv, d, progress))
-    else:
-        profile = PROFILES[0]
-        lens = shapes.decode_snapshot(profile, progress=DECODE_PROGRESS[0])
-        lens = shapes.cpu_scale(lens, 160, max_seqs=6)
-        for model, (hq, hkv, d) in CPU_HEADS.items():
-            out.append(DecodeShape(f"{profile}/p{DECODE_PROGRESS[0]}-cpu", profile, model, [int(x) for x in lens],
-                                   hq, hkv, d, DECODE_PROGRESS[0]))
-    return tuple(out)
-
-
-# ------------------------------------------------------------------------------------- providers
-
-
-@dataclass
-class Prepared:
-    """A provider bound to one shape: ``run()`` returns the attention output, computed from the
-    leaf tensors ``inputs`` (what the backward differentiates)."""
-
-    run: object
-    inputs: tuple
-    extra: dict = field(default_factory=dict)
-
-
-def _dtype():
+def dtype():
     import torch
 
     return torch.bfloat16 if on_gpu() else torch.float16  # bf16 tl.dot is wrong in the interpreter
 
 
-def _packed_inputs(s: VarlenShape, requires_grad: bool):
-    import torch
+# ------------------------------------------------------------------------------------- providers
 
-    dev = harness.device()
-    gen = torch.Generator(device=dev).manual_seed(0)  # on the device: a host randn of GBs would dominate
-    total = sum(s.seqlens)
 
-    def rand(heads):
-        t = torch.randn(total, heads, s.head_dim, generator=gen, device=dev, dtype=torch.float32)
-        return t.to(_dtype()).requires_grad_(requires_grad)
+def _torch_varlen_available() -> str | None:
+    reason = needs_cuda()
+    if reason:
+        return reason
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return "torch.nn.attention.varlen is not in this torch (needs >= 2.10)"
+    return None
 
-    q, k, v = rand(s.heads_q), rand(s.heads_kv), rand(s.heads_kv)
-    cu = torch.zeros(len(s.seqlens) + 1, dtype=torch.int32)
-    cu[1:] = torch.cumsum(torch.tensor(s.seqlens), 0)
-    return q, k, v, cu.to(dev)
+
+def _flex_available() -> str | None:
+    reason = needs_cuda()
+    if reason:
+        return reason
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: F401
+    except ImportError:
+        return "torch.nn.attention.flex_attention is not in this torch"
+    return None
+
+
+def flash_attn_available() -> str | None:
+    return needs_cuda() or module_available("flash_attn")
+
+
+VARLEN_PROVIDERS = [
+    Provider("ours", kind="ours"),
+    Provider("ours-naive-order", kind="ours"),
+    Provider("torch-varlen", available=_torch_varlen_available),
+    Provider("flash-attn", available=flash_attn_available),
+    Provider("flex", available=_flex_available, kind="baseline"),
+    Provider("flex+mask", available=_flex_available, kind="baseline"),
+    Provider("sdpa-padded", kind="baseline"),
+]
+BWD_PROVIDERS = [p for p in VARLEN_PROVIDERS if p.name != "flex+mask"]
+
+
+@dataclass
+class VarlenInputs:
+    q: object  # [T, Hq, D] leaves (require grad in bwd)
+    k: object
+    v: object
+    cu: object  # [B+1] int32 on the device
+    seqlens: list
+    dout: object = None  # [T, Hq, D] upstream gradient (bwd)
+
+
+def _inputs(s: VarlenShape, grad: bool):
+    def make(device, seed: int) -> VarlenInputs:
+        import torch
+
+        gen = torch.Generator(device=device).manual_seed(seed)  # on the device: a host randn of GBs would dominate
+        total = sum(s.seqlens)
+
+        def rand(heads):
+            return torch.randn(total, heads, s.head_dim, generator=gen, device=device, dtype=dtype())
+
+        q, k, v = (rand(h).requires_grad_(grad) for h in (s.heads_q, s.heads_kv, s.heads_kv))
+        cu = torch.zeros(len(s.seqlens) + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(torch.tensor(s.seqlens), 0)
+        return VarlenInputs(q, k, v, cu.to(device), list(s.seqlens), rand(s.heads_q) if grad else None)
+    return make
 
 
 def _timed_once(fn) -> float:
@@ -201,26 +218,6 @@ def _timed_once(fn) -> float:
     return time.perf_counter() - t0
 
 
-def _prepare_ours(s: VarlenShape, schedule: str, requires_grad: bool) -> Prepared:
-    from polytrace_kernels.attention import api
-
-    q, k, v, cu = _packed_inputs(s, requires_grad)
-    mx = max(s.seqlens)
-    block_m = api.default_fwd_config(s.head_dim, q.dtype)["BLOCK_M"]
-    build = functools.partial(api.varlen_plan, cu, cu, q.shape[0], k.shape[0], block_m=block_m, causal=True,
-                              schedule=schedule, max_seqlen_q=mx)
-    build()  # first call out of the measurement
-    plan_s = _timed_once(build)
-    run = lambda: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, schedule=schedule)
-    # Tail-effect model (spec.schedule_makespan): one resident forward program per SM at the GPU
-    # tiles (186-250 registers x 256 threads, sm_90a): an estimate, labelled as such.
-    sms = _sm_count()
-    est = spec.schedule_makespan(s.seqlens, s.heads_q, api.default_fwd_config(s.head_dim, on_cuda=True)["BLOCK_M"],
-                                 schedule=schedule, n_slots=sms)
-    return Prepared(run, (q, k, v), {"schedule": schedule, "plan_build_s": plan_s,
-                                     "est_makespan_over_balanced": round(est, 4), "est_sms": sms})
-
-
 def _sm_count() -> int:
     if on_gpu():
         import torch
@@ -229,11 +226,28 @@ def _sm_count() -> int:
     return EST_SMS
 
 
-def _prepare_torch_varlen(s: VarlenShape, requires_grad: bool) -> Prepared:
+def _call_ours(inp: VarlenInputs, s: VarlenShape, schedule: str, kernels):
+    api = family_module(kernels, FAMILY, "api")
+    q, k, v, cu, mx = inp.q, inp.k, inp.v, inp.cu, max(s.seqlens)
+    block_m = api.default_fwd_config(s.head_dim, q.dtype)["BLOCK_M"]
+    build = functools.partial(api.varlen_plan, cu, cu, q.shape[0], k.shape[0], block_m=block_m, causal=True,
+                              schedule=schedule, max_seqlen_q=mx)
+    build()  # first call out of the measurement
+    plan_s = _timed_once(build)
+    # Tail-effect model (spec.schedule_makespan): one resident forward program per SM at the GPU
+    # tiles (186-250 registers x 256 threads, sm_90a): an estimate, labelled as such.
+    sms = _sm_count()
+    est = spec.schedule_makespan(s.seqlens, s.heads_q, api.default_fwd_config(s.head_dim, on_cuda=True)["BLOCK_M"],
+                                 schedule=schedule, n_slots=sms)
+    call = lambda: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, schedule=schedule)
+    return call, (q, k, v), {"schedule": schedule, "plan_build_s": plan_s,
+                             "est_makespan_over_balanced": round(est, 4), "est_sms": sms}
+
+
+def _call_torch_varlen(inp: VarlenInputs, s: VarlenShape):
     from torch.nn.attention.varlen import varlen_attn
 
-    q, k, v, cu = _packed_inputs(s, requires_grad)
-    mx = max(s.seqlens)
+    q, k, v, cu, mx = inp.q, inp.k, inp.v, inp.cu, max(s.seqlens)
     params = inspect.signature(varlen_attn).parameters
     kw = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}  # 2.10 vs >= 2.11
     if "enable_gqa" in params and s.heads_q != s.heads_kv:
@@ -244,37 +258,19 @@ def _prepare_torch_varlen(s: VarlenShape, requires_grad: bool) -> Prepared:
         kk, vv = k, v
     except (RuntimeError, ValueError):  # a torch without GQA in varlen_attn: repeat K/V (more bytes; recorded)
         group = s.heads_q // s.heads_kv
-        kk = k.detach().repeat_interleave(group, 1).requires_grad_(requires_grad)
-        vv = v.detach().repeat_interleave(group, 1).requires_grad_(requires_grad)
+        kk = k.detach().repeat_interleave(group, 1).requires_grad_(k.requires_grad)
+        vv = v.detach().repeat_interleave(group, 1).requires_grad_(v.requires_grad)
         extra["kv_expanded"] = True
-    return Prepared(lambda: varlen_attn(q, kk, vv, cu, cu, mx, mx, **kw), (q, kk, vv), extra)
+    return lambda: varlen_attn(q, kk, vv, cu, cu, mx, mx, **kw), (q, kk, vv), extra
 
 
-def _prepare_flash_attn(s: VarlenShape, requires_grad: bool) -> Prepared:
-    from flash_attn import flash_attn_varlen_func
-
-    q, k, v, cu = _packed_inputs(s, requires_grad)
-    mx = max(s.seqlens)
-    return Prepared(lambda: flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True), (q, k, v))
-
-
-@functools.cache
-def _compiled_flex():
+def _call_flex(inp: VarlenInputs, s: VarlenShape, mode: str, include_mask: bool):
     import torch
-    from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-    return torch.compile(flex_attention)
-
-
-def _prepare_flex(s: VarlenShape, requires_grad: bool, include_mask: bool) -> Prepared:
-    import torch
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    q, k, v, cu = _packed_inputs(s, requires_grad)
-    dev = q.device
-    total = q.shape[0]
-    doc = torch.repeat_interleave(torch.arange(len(s.seqlens), device=dev),
-                                  torch.tensor(s.seqlens, device=dev))
+    q, k, v = inp.q, inp.k, inp.v
+    dev, total = q.device, q.shape[0]
+    doc = torch.repeat_interleave(torch.arange(len(s.seqlens), device=dev), torch.tensor(s.seqlens, device=dev))
 
     def document_causal(b, h, q_idx, kv_idx):
         return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
@@ -282,127 +278,157 @@ def _prepare_flex(s: VarlenShape, requires_grad: bool, include_mask: bool) -> Pr
     make_mask = lambda: create_block_mask(document_causal, None, None, total, total, device=dev)
     block_mask = make_mask()
     mask_s = _timed_once(make_mask)
-    flex = _compiled_flex()
+    flex = compiled.guarded(compiled.compile_for_shape(flex_attention, f"{s.id}-{mode}"))
     qf, kf, vf = (t.transpose(0, 1)[None] for t in (q, k, v))  # [1, H, T, D] views of the leaves
     gqa = s.heads_q != s.heads_kv
     if include_mask:
-        run = lambda: flex(qf, kf, vf, block_mask=make_mask(), enable_gqa=gqa)
+        call = lambda: flex(qf, kf, vf, block_mask=make_mask(), enable_gqa=gqa)
     else:
-        run = lambda: flex(qf, kf, vf, block_mask=block_mask, enable_gqa=gqa)
-    return Prepared(run, (q, k, v), {"block_mask_s": mask_s, "mask_in_timing": include_mask})
+        call = lambda: flex(qf, kf, vf, block_mask=block_mask, enable_gqa=gqa)
+    return call, (q, k, v), {"block_mask_s": mask_s, "mask_in_timing": include_mask}
 
 
 def _padded_bytes(s: VarlenShape) -> int:
     return len(s.seqlens) * max(s.seqlens) * s.heads_q * s.head_dim * 2
 
 
-def _prepare_sdpa_padded(s: VarlenShape, requires_grad: bool) -> Prepared:
+def _pad(t, seqlens, heads):
+    b, lmax = len(seqlens), max(seqlens)
+    out = t.new_zeros(b, lmax, heads, t.shape[-1])
+    start = 0
+    for i, n in enumerate(seqlens):
+        out[i, :n] = t[start:start + n]
+        start += n
+    return out.transpose(1, 2).contiguous()  # [B, H, Lmax, D]
+
+
+def _call_sdpa_padded(inp: VarlenInputs, s: VarlenShape):
+    import pytest
     import torch.nn.functional as F
 
     if _padded_bytes(s) > PADDED_LIMIT_BYTES:
         pytest.skip(f"sdpa-padded: one padded tensor would need {_padded_bytes(s) / 2**30:.1f} GiB")
-    q, k, v, _ = _packed_inputs(s, False)
-    b, lmax = len(s.seqlens), max(s.seqlens)
     group = s.heads_q // s.heads_kv
-
-    def pad(t, heads):
-        out = t.new_zeros(b, lmax, heads, s.head_dim)
-        start = 0
-        for i, n in enumerate(s.seqlens):
-            out[i, :n] = t[start:start + n]
-            start += n
-        return out.transpose(1, 2).contiguous()  # [B, H, Lmax, D]
-
-    qp = pad(q, s.heads_q).requires_grad_(requires_grad)
+    grad = inp.q.requires_grad
+    qp = _pad(inp.q.detach(), s.seqlens, s.heads_q).requires_grad_(grad)
     # K/V repeated per query head outside the timing: SDPA's fused backends need equal heads
-    kp = pad(k.repeat_interleave(group, 1), s.heads_q).requires_grad_(requires_grad)
-    vp = pad(v.repeat_interleave(group, 1), s.heads_q).requires_grad_(requires_grad)
+    kp = _pad(inp.k.detach().repeat_interleave(group, 1), s.seqlens, s.heads_q).requires_grad_(grad)
+    vp = _pad(inp.v.detach().repeat_interleave(group, 1), s.seqlens, s.heads_q).requires_grad_(grad)
     # right padding + causal: valid rows never see padded keys, so no extra mask is needed
-    return Prepared(lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True), (qp, kp, vp),
-                    {"padded_tokens": b * lmax, "kv_expanded": True})
+    return (lambda: F.scaled_dot_product_attention(qp, kp, vp, is_causal=True), (qp, kp, vp),
+            {"padded_tokens": len(s.seqlens) * max(s.seqlens), "kv_expanded": True})
 
 
-def prepare_varlen(provider: str, s: VarlenShape, requires_grad: bool) -> Prepared:
-    if provider == "ours":
-        return _prepare_ours(s, "longest_first", requires_grad)
-    if provider == "ours-naive-order":
-        return _prepare_ours(s, "naive", requires_grad)
-    if provider == "torch-varlen":
-        return _prepare_torch_varlen(s, requires_grad)
-    if provider == "flash-attn":
-        return _prepare_flash_attn(s, requires_grad)
-    if provider == "flex":
-        return _prepare_flex(s, requires_grad, include_mask=False)
-    if provider == "flex+mask":
-        return _prepare_flex(s, requires_grad, include_mask=True)
-    if provider == "sdpa-padded":
-        return _prepare_sdpa_padded(s, requires_grad)
-    raise AssertionError(f"unregistered provider {provider}")
+def _bind(provider: str, s: VarlenShape, mode: str):
+    def bind(inp: VarlenInputs, kernels) -> Bound:
+        import torch
+
+        if provider in ("ours", "ours-naive-order"):
+            call, leaves, extra = _call_ours(inp, s, "longest_first" if provider == "ours" else "naive", kernels)
+        elif provider == "torch-varlen":
+            call, leaves, extra = _call_torch_varlen(inp, s)
+        elif provider == "flash-attn":
+            from flash_attn import flash_attn_varlen_func
+
+            q, k, v, cu, mx = inp.q, inp.k, inp.v, inp.cu, max(s.seqlens)
+            call, leaves, extra = (lambda: flash_attn_varlen_func(q, k, v, cu, cu, mx, mx, causal=True)), (q, k, v), {}
+        elif provider in ("flex", "flex+mask"):
+            call, leaves, extra = _call_flex(inp, s, mode, provider == "flex+mask")
+        elif provider == "sdpa-padded":
+            call, leaves, extra = _call_sdpa_padded(inp, s)
+        else:
+            raise AssertionError(f"unregistered provider {provider}")
+        if mode == "fwd":
+            def fwd():
+                with torch.no_grad():
+                    return call()
+            return Bound(fwd, extra)
+        out = call()  # the forward once, outside the timing; each round runs the backward
+        dout = _as_layout(inp.dout, out, s)
+        # no CUDA graph: autograd runs each backward op on its forward's stream, and the forward ran
+        # outside any capture, so a graph of the backward alone would not hold its kernels
+        return Bound(lambda: torch.autograd.grad(out, leaves, dout, retain_graph=True), extra, graph_ok=False)
+    return bind
 
 
-# ---------------------------------------------------------------------------------------- decode
+def _as_layout(dout, out, s: VarlenShape):
+    """The packed upstream gradient in the provider's output layout."""
+    if out.dim() == 3:
+        return dout
+    if out.shape[0] == 1:  # flex: [1, H, T, D]
+        return dout.transpose(0, 1)[None]
+    return _pad(dout, s.seqlens, s.heads_q)  # sdpa-padded: [B, H, Lmax, D]
 
 
-def _decode_inputs(s: DecodeShape):
-    import torch
-
-    dev = harness.device()
-    gen = torch.Generator(device=dev).manual_seed(0)
-    b, lmax = len(s.kv_lens), max(s.kv_lens)
-    q = torch.randn(b, s.heads_q, s.head_dim, generator=gen, device=dev).to(_dtype())
-    # filled on the device: a host randn of tens of GB would dominate the suite
-    kc = torch.empty(b, lmax, s.heads_kv, s.head_dim, device=dev, dtype=_dtype()).normal_(generator=gen)
-    vc = torch.empty_like(kc).normal_(generator=gen)
-    sl = torch.tensor(s.kv_lens, dtype=torch.int32, device=dev)
-    return q, kc, vc, sl
+# ------------------------------------------------------------------------------- checks and cases
 
 
-def prepare_decode(provider: str, s: DecodeShape):
-    import torch
+def _truth(s: VarlenShape, mode: str):
+    def truth(inp: VarlenInputs) -> dict:
+        total = sum(s.seqlens)
+        rows = None if total <= FULL_CHECK_TOKENS else checks.subset_rows(total, device=inp.q.device)
+        return attention_rows(inp.q.detach(), inp.k.detach(), inp.v.detach(), s.seqlens, rows,
+                              inp.dout if mode == "bwd" else None)
+    return truth
 
-    from polytrace_kernels.attention import decode_attention
 
-    cache_bytes = 2 * len(s.kv_lens) * max(s.kv_lens) * s.heads_kv * s.head_dim * 2
-    if cache_bytes > 48 << 30:
-        pytest.skip(f"contiguous cache would need {cache_bytes / 2**30:.1f} GiB")
-    q, kc, vc, sl = _decode_inputs(s)
-    b, lmax = len(s.kv_lens), max(s.kv_lens)
-    if provider == "ours":
-        return lambda: decode_attention(q, kc, vc, sl), {}
-    if provider == "ours-1split":
-        return lambda: decode_attention(q, kc, vc, sl, num_splits=1), {"num_splits": 1}
-    if provider == "flash-attn":
-        from flash_attn import flash_attn_with_kvcache
+def _compare(s: VarlenShape, provider: str, mode: str):
+    ours = provider.startswith("ours")
 
-        q4 = q[:, None]
-        return lambda: flash_attn_with_kvcache(q4, kc, vc, cache_seqlens=sl), {}
-    if provider == "torch-varlen":
-        from torch.nn.attention.varlen import varlen_attn
+    def compare(out, truth: dict, inp) -> list:
+        rows = truth["rows"]
+        outs = (out,) if mode == "fwd" else tuple(out)
+        names = ("out",) if mode == "fwd" else ("dq", "dk", "dv")
+        results = []
+        for i, name in enumerate(names):
+            if name not in truth["want"]:
+                continue  # dk, dv need every row: not checked on a row subset
+            got = to_packed(outs[i], s.seqlens, s.heads_kv if name in ("dk", "dv") else s.heads_q)
+            if rows is not None:
+                got = got[rows]
+            results.append(checks.verify(name, got, truth["want"][name], ours=ours, torch_same=truth["same"][name]))
+        return results
+    return compare
 
-        # packed K/V of exactly the cached tokens (built outside the timing)
-        kp = torch.cat([kc[i, :n] for i, n in enumerate(s.kv_lens)])
-        vp = torch.cat([vc[i, :n] for i, n in enumerate(s.kv_lens)])
-        cu_k = torch.zeros(b + 1, dtype=torch.int32, device=q.device)
-        cu_k[1:] = torch.cumsum(sl, 0)
-        cu_q = torch.arange(b + 1, dtype=torch.int32, device=q.device)
-        params = inspect.signature(varlen_attn).parameters
-        kw = {"enable_gqa": True} if "enable_gqa" in params and s.heads_q != s.heads_kv else {}
-        try:
-            varlen_attn(q, kp, vp, cu_q, cu_k, 1, lmax, **kw)
-        except (RuntimeError, ValueError) as exc:
-            pytest.skip(f"torch-varlen: this torch's varlen_attn cannot run GQA decode ({exc})")
-        return lambda: varlen_attn(q, kp, vp, cu_q, cu_k, 1, lmax, **kw), {"kv_layout": "packed"}
-    if provider == "sdpa-padded":
-        import torch.nn.functional as F
 
-        mask = (torch.arange(lmax, device=q.device)[None, :] < sl[:, None])[:, None, None, :]
-        qs = q[:, :, None]  # [B, Hq, 1, D]
-        ks, vs = kc.transpose(1, 2), vc.transpose(1, 2)  # [B, Hkv, Lmax, D] views
-        group = s.heads_q // s.heads_kv
-        try:
-            F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=group > 1)
-            return lambda: F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=group > 1), {}
-        except TypeError:  # torch < 2.5: no enable_gqa
-            ke, ve = ks.repeat_interleave(group, 1), vs.repeat_interleave(group, 1)
-            return lambda: F.scaled_dot_product_attention(qs, ke, ve, attn_mask=mask), {"kv_expanded": True}
-    raise AssertionError(f"unregistered provider {provider}")
+def _check_note(s: VarlenShape, mode: str) -> str:
+    total = sum(s.seqlens)
+    if total <= FULL_CHECK_TOKENS:
+        return f"all {total} rows in fp64"
+    note = checks.subset_note(total, what="query rows")
+    return note + ("; dk, dv not checked at this size (they sum over every query row)" if mode == "bwd" else "")
+
+
+def cases() -> list[BenchCase]:
+    out = []
+    for mode, providers in (("fwd", VARLEN_PROVIDERS), ("bwd", BWD_PROVIDERS)):
+        dt = "bf16" if on_gpu() else "fp16"
+        for s in varlen_shapes():
+            lens = s.seqlens
+            flops = spec.varlen_attention_flops(lens, s.heads_q, s.head_dim, causal=True, mode=mode)
+            nbytes = spec.varlen_attention_bytes(sum(lens), sum(lens), s.heads_q, s.heads_kv, s.head_dim, dtype=dt,
+                                                 mode=mode)
+            for p in providers:
+                info = {"dtype": dt, "skew_max_over_mean": round(max(lens) / (sum(lens) / len(lens)), 2),
+                        "sum_sq_tokens": int(sum(x * x for x in lens)), "check_subset": _check_note(s, mode),
+                        "computes": ["out", "lse"] if p.name.startswith("ours") or p.name in ("flash-attn",
+                                                                                              "torch-varlen")
+                        else ["out"]}
+                meta = Case(FAMILY, "varlen_attention", p.name, mode, s.shape(), flops=flops, bytes_moved=nbytes,
+                            roofline="bf16", profile=s.profile, seed=s.seed, step=s.step, weight=s.weight, extra=info)
+                out.append(BenchCase(SUITE, meta, p, _inputs(s, mode == "bwd"), _bind(p.name, s, mode),
+                                     _truth(s, mode), _compare(s, p.name, mode),
+                                     label=f"varlen-{p.name}-{mode}-{s.id}",
+                                     rotate_inputs=not p.name.startswith("flex"), finish=_totals,
+                                     slow_setup=p.name.startswith("flex")))
+    return out
+
+
+def _totals(info: dict) -> None:
+    """Totals with the per-batch setup (plan or block mask) added, beside the per-call median."""
+    median = info.get("median_s")
+    if not median:
+        return
+    for key in ("plan_build_s", "block_mask_s"):
+        if key in info and not info.get("mask_in_timing"):
+            info[f"total_with_{key[:-2]}_s"] = median + info[key]

@@ -4,6 +4,15 @@ Device detection happens before anything imports triton: on a machine without CU
 interpreter is switched on (``TRITON_INTERPRET=1``) and the suites run at reduced, clearly
 labelled CPU shapes, so CI exercises every code path.
 
+Every test using the ``benchmark`` fixture is timed with the device clock
+(``pytest.mark.benchmark(timer=suites.timing.device_clock)`` is added where a test does not set
+it): pytest-benchmark's raw rounds are then device seconds (``suites/timing.py``).
+
+The session's environment record (``suites/environment.py``: clocks, temperature, power, other
+processes, through NVML) is taken at the start and the end and written to
+``machine_info.polytrace.environment``; a throttled session is marked ``throttled`` there and said
+so in the terminal summary.
+
 ``POLYTRACE_BENCH_BUDGET_S``: a time budget for the whole session, in seconds. Once it is spent,
 the remaining benchmarks are skipped with a reason saying so (the session still ends normally and
 pytest-benchmark still writes its JSON, which a hard kill by ``timeout`` would lose).
@@ -62,6 +71,9 @@ def pytest_sessionstart(session):
     global _session_start
     _session_start = time.monotonic()
     _budget_s()  # a malformed value fails here, once, with the variable named
+    from . import environment, harness
+
+    environment.start(harness.on_gpu())
 
 
 def pytest_runtest_setup(item):
@@ -75,9 +87,17 @@ def pytest_runtest_setup(item):
         pytest.skip(f"time budget {BUDGET_ENV}={budget:g} s spent ({spent:.0f} s elapsed)")
 
 
+def pytest_collection_modifyitems(config, items):
+    from . import timing
+
+    for item in items:
+        if "benchmark" in getattr(item, "fixturenames", ()) and item.get_closest_marker("benchmark") is None:
+            item.add_marker(pytest.mark.benchmark(timer=timing.device_clock))
+
+
 def kernel_hashes() -> dict[str, str]:
     """{family: source hash} of every ``kernels/<family>/`` folder."""
-    from suites import harness
+    from . import harness
 
     base = _ROOT / "kernels"
     if not base.is_dir():
@@ -96,10 +116,11 @@ def suite_hash() -> str:
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
-    """Everything needed to refuse a wrong comparison: GPU, driver, versions, commit."""
+    """Everything needed to refuse a wrong comparison: GPU, driver, versions, commit, and the
+    session's environment record (throttled or not)."""
     import torch
 
-    from suites import harness
+    from . import environment, harness
 
     info = {
         "measured_on": harness.measured_on(),
@@ -132,16 +153,29 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         props = torch.cuda.get_device_properties(0)
         info["sm_count"] = props.multi_processor_count
         info["total_memory_bytes"] = props.total_memory
+        info["l2_bytes"] = int(getattr(props, "L2_cache_size", 0) or 0) or None
+    record = environment.finish()
+    info["environment"] = record
+    info["throttled"] = record.get("throttled")
+    info["throttle_reasons"] = record.get("reasons", [])
     machine_info["polytrace"] = info
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Say plainly where the numbers above came from."""
-    from suites import harness
+    """Say plainly where the numbers above came from, and whether the GPU was throttled."""
+    from . import environment, harness
 
     if harness.on_gpu():
-        terminalreporter.write_line(f"polytrace: timings measured on {harness.device_name()} (CUDA).")
+        terminalreporter.write_line(f"polytrace: timings measured on {harness.device_name()} (CUDA events).")
+        record = environment.finish()
+        if record.get("throttled"):
+            terminalreporter.write_line("polytrace: THROTTLED: " + "; ".join(record.get("reasons", []))
+                                        + " - the timings are suspect; gate, results store and set-baseline "
+                                        "refuse this run without --force", red=True)
+        elif record.get("throttled") is None:
+            terminalreporter.write_line("polytrace: environment unknown (" + str(
+                (record.get("start") or {}).get("nvml", record.get("note", "no NVML"))) + ")")
     else:
         terminalreporter.write_line(
             "polytrace: no CUDA device: the kernel timings in this run are Triton-interpreter runs on the CPU "

@@ -1,25 +1,33 @@
 """The timing harness shared by every suite.
 
-A suite registers its providers explicitly (``Provider``), builds ``Case`` objects from PolyTrace
-shapes (``suites/shapes.py``) and calls ``run(benchmark, fn, case)``. ``run`` warms up outside the
-timed region, times each round with a device synchronisation (pytest-benchmark's raw rounds are
-kept with ``--benchmark-save-data``), and fills ``extra_info`` with everything needed to read and
-gate the number: provider, family, mode, shape, profile and seed, the shape's weight, FLOPs and
-bytes moved, TFLOP/s, GB/s, % of the device's peak, peak memory, the kernel source hash and where
-the number was measured ("cuda" on a GPU, "cpu-interpreter" otherwise: a CPU timing is a smoke
-test of the code path, never a performance figure).
+Suites declare their cases in a registry (``suites/registry.py``); each case is timed by
+``registry.run_case``, which builds the inputs, binds the provider, checks its output against the
+fp64 reference once, then hands the timed rounds to pytest-benchmark through ``timing``
+(device-side: CUDA events, L2 flushed, CUDA graphs for short kernels). This module holds what
+every path shares: the device, ``Provider`` and ``Case`` (what a benchmark measures), the number
+of rounds (and the refusal of gated benchmarks whose rounds cannot reach the gate's alpha), and
+``record``, which fills ``extra_info`` with everything needed to read and gate the number:
+provider, family, mode, shape, profile and seed, the shape's weight, FLOPs and bytes moved,
+TFLOP/s, GB/s, % of the device's peak on the benchmark's roofline, peak memory, the kernel
+source hash, how it was timed, the output check, the SM clock after the rounds, and where it was
+measured ("cuda" on a GPU, "cpu-interpreter" otherwise: a CPU timing is a smoke test of the code
+path, never a performance figure). ``run(benchmark, fn, case)`` times a bare callable the same
+way, for ad-hoc suites without a registry.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from . import environment, timing
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
+GATED_KINDS = ("ours", "")  # polytrace.results.gate gates these (and only these) by default
+GATE_ALPHA = 0.002  # polytrace gate's default alpha: a gated benchmark's rounds must be able to reach it
 
 
 @functools.cache
@@ -82,7 +90,7 @@ class Provider:
 
     name: str
     available: Callable[[], str | None] = lambda: None
-    kind: str = "peer"  # "ours", "baseline" (torch eager/compile), "peer"
+    kind: str = "peer"  # "ours", "baseline" (torch eager/compile, cuBLAS), "peer"
 
     def __post_init__(self):
         _PROVIDER_KINDS[self.name] = self.kind
@@ -109,54 +117,98 @@ class Case:
     def shape_id(self) -> str:
         return ",".join(f"{k}={v}" for k, v in self.shape.items())
 
+    @property
+    def kind(self) -> str:
+        return self.provider_kind or _PROVIDER_KINDS.get(self.provider, "")
 
-def rounds_for(expected_s: float | None = None) -> tuple[int, int]:
-    """(rounds, warmup_rounds): fewer on CPU, where the interpreter is slow and only the code path
-    is exercised. POLYTRACE_BENCH_ROUNDS overrides the number of rounds."""
-    env = os.environ.get("POLYTRACE_BENCH_ROUNDS")
+
+def rounds_for(expected_s: float | None = None, *, host: bool = False) -> tuple[int, int]:
+    """(rounds, warmup_rounds). On CPU, where the interpreter is slow and only the code path is
+    exercised, 2 rounds; host work (planner) 3. On a GPU 30 rounds (10 for work over 50 ms; host
+    work 8): enough for the gate's U test to reach p < 0.002 (7 each at least). POLYTRACE_BENCH_ROUNDS
+    overrides the number of rounds."""
+    env = os.environ.get("POLYTRACE_BENCH_ROUNDS", "").strip()
     if env:
-        return max(1, int(env)), 1
+        try:
+            value = int(env)
+        except ValueError:
+            raise ValueError(f"POLYTRACE_BENCH_ROUNDS must be a whole number of rounds, got {env!r}") from None
+        return max(1, value), 1
     if not on_gpu():
-        return 2, 1
+        return (3 if host else 2), 0
+    if host:
+        return 8, 1
     if expected_s is not None and expected_s > 0.05:
         return 10, 2
     return 30, 3
 
 
-def run(benchmark, fn: Callable[[], object], case: Case, *, rounds: int | None = None,
-        warmup_rounds: int | None = None, setup: Callable[[], None] | None = None) -> object:
-    """Time ``fn`` with pytest-benchmark and record ``case`` in ``extra_info``. Returns one result
-    of ``fn`` (from the warm-up), so callers can check it."""
+def refuse_underpowered(case: Case, rounds: int, alpha: float = GATE_ALPHA) -> None:
+    """On a GPU, a gated benchmark whose rounds could never reach ``p < alpha`` in the gate's
+    Mann-Whitney U test (against a baseline with as many rounds) would let any regression through
+    as "underpowered": refuse it here, naming the rounds needed."""
+    if not on_gpu() or case.kind not in GATED_KINDS:
+        return
+    from polytrace.results.gate import min_p_value
+
+    if min_p_value(rounds, rounds) >= alpha:
+        need = rounds
+        while min_p_value(need, need) >= alpha:
+            need += 1
+        raise ValueError(f"{benchmark_id(case)}: {rounds} rounds cannot reach p < {alpha:g} in the gate "
+                         f"(smallest p {min_p_value(rounds, rounds):.3g}); a gated benchmark needs >= {need}")
+
+
+def peak_memory(fn: Callable[[], object]) -> int | None:
+    """Bytes one call allocates above what was allocated before it (GPU only)."""
+    if not on_gpu():
+        return None
     import torch
 
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return int(torch.cuda.max_memory_allocated() - base)
+
+
+def check_timer(benchmark) -> None:
+    """The rounds must be the device clock's: a test without ``pytest.mark.benchmark(timer=
+    device_clock)`` (the suites' conftest adds it) would record host time around flush and sync."""
+    timer = getattr(benchmark, "_timer", timing.device_clock)
+    if timer is not timing.device_clock:
+        raise RuntimeError("this benchmark does not use suites.timing.device_clock as its timer: run it with "
+                           "-p suites.conftest or mark it pytest.mark.benchmark(timer=timing.device_clock)")
+
+
+def time_rounds(benchmark, timer: timing.Timer, case: Case, *, rounds: int | None = None,
+                warmup_rounds: int | None = None, host: bool = False) -> None:
+    """The timed rounds through pytest-benchmark (its raw rounds become device seconds)."""
+    check_timer(benchmark)
+    r, w = rounds_for(timer.plan.estimate_s, host=host)
+    rounds = rounds or r
+    refuse_underpowered(case, rounds)
+    benchmark.pedantic(timer.round, rounds=rounds, iterations=1, warmup_rounds=w if warmup_rounds is None
+                       else warmup_rounds)
+
+
+def run(benchmark, fn: Callable[[], object], case: Case, *, rounds: int | None = None,
+        warmup_rounds: int | None = None, host: bool = False, graph_ok: bool = True,
+        check: dict | None = None) -> object:
+    """Time a bare ``fn`` with pytest-benchmark and record ``case`` in ``extra_info``. Returns one
+    result of ``fn`` (from the first call, outside the timing), so callers can check it; pass the
+    outcome as ``check`` to record it (registry cases do all of this themselves)."""
     result = fn()  # compile / autotune / first-call costs stay out of the timed rounds
     sync()
-    t0 = time.perf_counter()
-    fn()
-    sync()
-    first = time.perf_counter() - t0
-    r, w = rounds_for(first)
-    rounds = rounds or r
-    warmup_rounds = w if warmup_rounds is None else warmup_rounds
-
-    peak_mem = None
-    if on_gpu():
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        torch.cuda.synchronize()
-        peak_mem = int(torch.cuda.max_memory_allocated() - base)
-
-    def timed():
-        fn()
-        sync()
-
-    if setup is None:
-        benchmark.pedantic(timed, rounds=rounds, iterations=1, warmup_rounds=warmup_rounds)
-    else:
-        benchmark.pedantic(timed, setup=setup, rounds=rounds, iterations=1, warmup_rounds=warmup_rounds)
-    record(benchmark, case, peak_mem)
+    peak = peak_memory(fn)
+    timer = timing.plan_timer(fn, b=timing.backend(host=host), graph_ok=graph_ok,
+                              output_bytes=timing.tensor_bytes(result))
+    try:
+        time_rounds(benchmark, timer, case, rounds=rounds, warmup_rounds=warmup_rounds, host=host)
+    finally:
+        timer.close()
+    record(benchmark, case, peak, timer.plan, check)
     return result
 
 
@@ -168,7 +220,8 @@ def benchmark_id(case: Case) -> str:
     return f"{case.family}/{case.kernel}/{case.provider}/{case.mode}/{case.shape_id}"
 
 
-def record(benchmark, case: Case, peak_mem: int | None = None) -> None:
+def record(benchmark, case: Case, peak_mem: int | None = None, plan: timing.Plan | None = None,
+           check: dict | None = None) -> None:
     """Fill ``benchmark.extra_info`` from the case and the measured median. Two benchmarks of one
     session with the same id would make the results file unreadable for the gate, so the second
     fails here, naming the id (give its ``shape`` what tells them apart)."""
@@ -182,11 +235,19 @@ def record(benchmark, case: Case, peak_mem: int | None = None) -> None:
     info.update(d)
     info.update(extra)
     info["shape_id"] = case.shape_id
-    info["provider_kind"] = case.provider_kind or _PROVIDER_KINDS.get(case.provider, "")
+    info["provider_kind"] = case.kind
     info["measured_on"] = measured_on()
     info["device_name"] = device_name()
     info["kernel_hash"] = kernel_source_hash(case.family)
     info["peak_mem_bytes"] = peak_mem
+    if plan is not None:
+        info.update(plan.info())
+    if check is not None:
+        info["check"] = check
+    sample = environment.sample() if plan is not None and plan.mode != "host" else None
+    if sample is not None:
+        info["sm_clock_mhz"] = sample.get("sm_clock_mhz")
+        info["clock_reasons"] = sample.get("clock_reasons")
     stats = getattr(benchmark, "stats", None)
     median = None
     if stats is not None:
@@ -197,11 +258,12 @@ def record(benchmark, case: Case, peak_mem: int | None = None) -> None:
         info["tflops"] = case.flops / median / 1e12 if case.flops else None
         info["gbps"] = case.bytes_moved / median / 1e9 if case.bytes_moved else None
         gpu = gpu_preset()
-        if gpu is not None:
-            if case.flops:
-                info["pct_peak_bf16"] = 100.0 * case.flops / median / gpu.ceiling("bf16")
-            if case.bytes_moved:
-                info["pct_peak_hbm"] = 100.0 * case.bytes_moved / median / gpu.ceiling("hbm")
+        # % of peak only on the ceiling that bounds the case: a bandwidth-bound kernel's % of the
+        # bf16 peak (or a GEMM's % of HBM) is a number nobody should compare
+        if gpu is not None and case.roofline == "bf16" and case.flops:
+            info["pct_peak_bf16"] = 100.0 * case.flops / median / gpu.ceiling("bf16")
+        if gpu is not None and case.roofline == "hbm" and case.bytes_moved:
+            info["pct_peak_hbm"] = 100.0 * case.bytes_moved / median / gpu.ceiling("hbm")
     # pytest-benchmark groups the table by this
     benchmark.group = f"{case.family}/{case.kernel}/{case.mode}/{case.shape_id}"
 

@@ -112,6 +112,61 @@ def decode_snapshot(profile: str, *, seed: int = 0, step: int = 0, batch_size: i
     return kv
 
 
+@dataclass
+class DecodePoint:
+    """The running batch at one decode iteration of a simulated rollout."""
+
+    profile: str
+    progress: float  # fraction of the rollout's decode iterations done
+    iteration: int
+    kv_lens: np.ndarray  # KV length (prompt + generated so far) of every running sequence
+    seed: int = 0
+    step: int = 0
+
+
+def fifo_starts(response_lens: np.ndarray, slots: int) -> np.ndarray:
+    """Decode iteration at which each sequence starts when at most ``slots`` run at once and a
+    waiting sequence takes the first slot that frees, in batch order: the schedule of
+    ``polytrace.compose.rollout``'s engine simulation (``tests/test_suites_timing.py`` checks
+    the two agree)."""
+    import heapq
+
+    lens = np.maximum(np.asarray(response_lens, dtype=np.int64), 1)
+    starts = np.zeros(lens.size, dtype=np.int64)
+    if slots >= lens.size:
+        return starts
+    heap = [int(x) for x in lens[:slots]]
+    heapq.heapify(heap)
+    for i in range(slots, lens.size):
+        t = heapq.heappop(heap)
+        starts[i] = t
+        heapq.heappush(heap, t + int(lens[i]))
+    return starts
+
+
+def decode_trajectory(profile: str, *, slots: int, points=(0.05, 0.3, 0.6, 0.9), seed: int = 0,
+                      step: int = 0) -> list[DecodePoint]:
+    """The KV lengths decode attention sees across a rollout: one sampled step of ``profile`` run
+    through continuous batching on one engine with ``slots`` sequences at once (FIFO, as
+    ``polytrace/compose/rollout.py`` simulates it), the running batch read off at ``points``
+    (fractions of the iterations until the last sequence finishes). Early points hold a full batch
+    at prompt-sized KV lengths, late ones the few long responses of the tail at long lengths."""
+    batch = sample_step(profile, seed=seed, step=step)
+    prompts = np.asarray(batch.prompt_lens, dtype=np.int64)
+    lens = np.maximum(np.asarray(batch.response_lens, dtype=np.int64), 1)
+    starts = fifo_starts(lens, slots)
+    ends = starts + lens
+    horizon = int(ends.max())
+    out = []
+    for f in points:
+        t = min(int(f * horizon), horizon - 1)
+        running = (starts <= t) & (ends > t)
+        kv = prompts[running] + (t - starts[running])
+        if kv.size:
+            out.append(DecodePoint(profile, float(f), t, np.sort(kv)[::-1], seed, step))
+    return out
+
+
 def cpu_scale(seqlens, max_total: int = CPU_MAX_TOTAL_TOKENS, max_seqs: int = 8) -> np.ndarray:
     """Shrink a batch for interpreter runs keeping its shape: at most ``max_seqs`` sequences
     (spread across the length ranking, so the longest stays), lengths scaled so they sum to at

@@ -74,9 +74,14 @@ def test_synthetic_log_is_predicted_and_beats_naive(tmp_path):
     assert res["excluded_s"]["testing"] == pytest.approx(50.0 * 6)
     assert all(res["goals"].values())
     scalars = res["calibration"]["scalars"]
-    assert set(scalars) == {f"{k}_slowdown" for k in TRUE_SLOWDOWN}, scalars
+    assert {k for k in scalars if k.endswith("_slowdown")} == {f"{k}_slowdown" for k in TRUE_SLOWDOWN}, scalars
+    assert {k for k in scalars if k.endswith("_overhead_s")} == {f"{s}_overhead_s" for s in res["stages"] + ["other"]}
     # the rollout's slowdown is pinned by gen alone; the trainer's four share two stages and a prior
-    assert scalars["rollout_slowdown"] == pytest.approx(TRUE_SLOWDOWN["rollout"], rel=0.05)
+    assert scalars["rollout_slowdown"] == pytest.approx(TRUE_SLOWDOWN["rollout"], rel=0.10)
+    # these stage times have no fixed part and their lengths grow 4x: the data must override the
+    # prior (half the trainer stages, 15% of generation) down to under 10% of each stage
+    for s in res["stages"]:
+        assert scalars[f"{s}_overhead_s"] < 0.10 * acc[s]["mean_actual_s"], (s, scalars)
 
 
 def test_calibrate_on_another_log(tmp_path):
@@ -129,7 +134,7 @@ QWEN7B = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
 # while every logged length statistic stays flat (mean ~215, max 1024, clip ~0.2%); no predictor
 # of that step's lengths can follow it (a least-squares fit on all 210 steps reaches 84% on gen).
 UNMET = {(QWEN7B, "gen"): "gen 83.1% (naive 74.1%): unexplained generation slowdown, steps 53-137",
-         (QWEN7B, "step"): "step 94.1% (naive 85.9%): the same generation slowdown"}
+         (QWEN7B, "step"): "step 93.9% (naive 85.9%): the same generation slowdown"}
 
 
 @functools.cache
@@ -156,10 +161,32 @@ def test_shared_log_accuracy_goal(validation_logs, name, stage, goal):
         assert res["accuracy"][s]["accuracy"] >= goal, (name, s, res["accuracy"][s])
 
 
+# The README's table (ours), per log and stage: asserted to within 0.3 points, so the table and
+# the code cannot drift apart.
+README_TABLE = {
+    LOGS[0]: {"step": 99.3, "gen": 98.3, "ref": 99.4, "values": 98.6, "update_critic": 98.1, "update_actor": 99.2},
+    LOGS[1]: {"step": 96.8, "gen": 94.2, "ref": 98.2, "values": 96.1, "update_critic": 96.0, "update_actor": 98.1},
+    LOGS[2]: {"step": 98.4, "gen": 96.3, "ref": 98.3, "values": 97.9, "update_critic": 98.2, "update_actor": 98.6},
+    LOGS[3]: {"step": 93.9, "gen": 83.1, "old_log_prob": 98.5, "update_actor": 99.4},
+}
+
+
 @pytest.mark.parametrize("name", LOGS)
-def test_shared_log_calibrates_at_most_five_scalars(validation_logs, name):
-    scalars = _result(str(validation_logs), name)["calibration"]["scalars"]
-    assert 3 <= len(scalars) <= 5, scalars
+def test_shared_log_matches_readme_table(validation_logs, name):
+    acc = _result(str(validation_logs), name)["accuracy"]
+    got = {k: round(acc[k]["accuracy"], 1) for k in README_TABLE[name]}
+    assert all(got[k] >= v - 0.3 for k, v in README_TABLE[name].items()), (got, README_TABLE[name])
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_shared_log_calibrates_named_scalars(validation_logs, name):
+    """At most five slowdowns (one per kind of work), one fixed cost per timed stage and one for
+    the step outside the stages: nothing per step, nothing unnamed."""
+    res = _result(str(validation_logs), name)
+    scalars = res["calibration"]["scalars"]
+    slowdowns = [k for k in scalars if k.endswith("_slowdown")]
+    assert 3 <= len(slowdowns) <= 5, scalars
+    assert set(scalars) - set(slowdowns) == {f"{s}_overhead_s" for s in res["stages"] + ["other"]}, scalars
 
 
 @pytest.mark.parametrize("name", LOGS)
@@ -170,3 +197,47 @@ def test_shared_log_beats_naive_where_step_time_varies(validation_logs, name):
         assert step["mape"] <= 0.5 * step["naive_mape"], step
     else:  # steady runs: at least as good as repeating the mean, within noise
         assert step["mape"] <= step["naive_mape"] + 0.5, step
+
+
+# ---- hold-out checks: calibrate on one stretch, predict another ---------------------------------
+
+
+@functools.cache
+def _prepared(folder: str, name: str):
+    from polytrace.validate import prepare
+
+    return prepare(f"{folder}/{name}")
+
+
+def _holdout(cal_rows, test_rows, stages, first_step):
+    from polytrace.calibration import calibrate
+
+    cal = calibrate(cal_rows, stages, first_step=first_step)
+    preds = [cal.predict(r, stages) for r in test_rows]
+    return {k: 100 - 100 * float(np.mean([abs(p[k] - r.actual[k]) / r.actual[k] for p, r in zip(preds, test_rows)]))
+            for k in stages + ["step"]}
+
+
+@pytest.mark.parametrize("start", [30, 100])
+def test_qwen7b_calibrated_mid_run_predicts_the_rest(validation_logs, start):
+    """The Qwen2-7B run's responses go from 200 to 669 tokens: ten steps from the middle of the
+    run (flat lengths near 215) predict the whole run, the long-response end included, for the
+    trainer stages (its generation drifts without a length cause; see UNMET)."""
+    log, _, _, rows, _ = _prepared(str(validation_logs), QWEN7B)
+    stages = ["gen", "old_log_prob", "update_actor"]
+    window = rows[start:start + 10]
+    acc = _holdout(window, [r for r in rows if r not in window], stages, log.steps[0].step)
+    assert acc["old_log_prob"] >= 93.0 and acc["update_actor"] >= 95.0 and acc["step"] >= 90.0, acc
+
+
+@pytest.mark.xfail(strict=True, reason="Qwen2.5-0.5B p1024/r512 -> p512/r256 (both 1 GPU, GPU type unstated): "
+                   "step 75.9% (naive 95.4%); generation and the padded trainer passes barely change between "
+                   "the two runs while the roofline halves, see README")
+def test_qwen05b_across_runs(validation_logs):
+    """The two Qwen2.5-0.5B PPO runs differ only in their length caps (1024+512 vs 512+256):
+    calibrate on the first ten steps of one, predict every step of the other."""
+    log, _, _, a, _ = _prepared(str(validation_logs), LOGS[0])
+    b = _prepared(str(validation_logs), LOGS[1])[3]
+    stages = ["gen", "ref", "values", "update_critic", "update_actor"]
+    acc = _holdout(a[:10], b, stages, log.steps[0].step)
+    assert acc["step"] >= 90.0, acc

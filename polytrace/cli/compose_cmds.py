@@ -1,14 +1,17 @@
-"""``polytrace estimate``, ``polytrace impact`` and ``polytrace validate``: RL step estimates, what a
-change in kernel timings does to them, and their check on real logs."""
+"""``polytrace estimate`` and ``polytrace impact``: RL step estimates and what a change in kernel
+timings does to them (``validate`` and ``calibrate`` live in ``validate_cmds``)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+import textwrap
 
 from ._args import any_int as _int
 from ._args import finite_float as _float
+from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
-from ._args import step_count as _step_count
+from ._args import steps_or_count as _steps_or_count
 from ._io import print_json
 
 
@@ -23,10 +26,13 @@ def register(sub) -> None:
     p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
     p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
     p.add_argument("--profile", default="dapo-math-32b", help="workload profile (default dapo-math-32b)")
-    p.add_argument("--steps", type=_step_count, default=1, help="sampled steps to estimate (default 1)")
-    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--steps", type=_steps_or_count, default=[0], help="sampled steps to estimate: a count N "
+                   "(steps 0 to N-1; default 1) or steps like 0-3 or 0,50,100")
+    p.add_argument("--seed", type=_int, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
-    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp")
+    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp",
+                   help="trainer parallelism: fsdp (default) or megatron (with --train-tp / --train-pp)")
     p.add_argument("--train-tp", type=_pos_int, default=1, help="Megatron tensor parallelism")
     p.add_argument("--train-pp", type=_pos_int, default=1, help="Megatron pipeline parallelism")
     p.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="ppo adds a critic")
@@ -35,9 +41,44 @@ def register(sub) -> None:
     p.add_argument("--micro-batch-tokens", type=_pos_int, default=None,
                    help="token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
                    "or max prompt + max response rounded up to 1024 when longer)")
-    p.add_argument("--max-prompt-len", type=_pos_int, default=None)
-    p.add_argument("--max-response-len", type=_pos_int, default=None)
+    p.add_argument("--max-prompt-len", type=_pos_int, default=None,
+                   help="prompt cap in tokens (default: the profile's)")
+    p.add_argument("--max-response-len", type=_pos_int, default=None,
+                   help="response cap in tokens; longer sampled responses are cut there (default: the profile's)")
     p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
+    p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt (default: the profile's)")
+    p.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
+                   help="prompts per optimizer step (verl's ppo_mini_batch_size; default 256 or the whole batch "
+                   "when smaller): each step waits for the slowest trainer rank")
+    p.add_argument("--lora-rank", type=_nonneg_int, default=0,
+                   help="train LoRA adapters of this rank instead of the full model (verl's "
+                   "actor_rollout_ref.model.lora_rank; default 0: full fine-tuning)")
+    p.add_argument("--param-offload", action="store_true",
+                   help="verl's actor FSDP param_offload: parameters wait in CPU memory between stages "
+                   "(priced: PCIe both ways around each actor stage)")
+    p.add_argument("--optimizer-offload", action="store_true",
+                   help="verl's actor FSDP optimizer_offload: Adam moments wait in CPU memory between updates "
+                   "(priced: PCIe both ways around the update)")
+    m = p.add_argument_group("execution modes")
+    m.add_argument("--mode", choices=("sync", "one-step-off", "fully-async"), default="sync",
+                   help="sync: rollout and training colocated on all GPUs (default); one-step-off: the rollout "
+                   "generates batch k+1 on its own GPUs while the trainer trains on batch k; fully-async: the "
+                   "rollout streams samples to the trainer under a staleness bound")
+    m.add_argument("--rollout-gpus", type=_pos_int, default=None, metavar="R",
+                   help="GPUs of the rollout in the separated modes (default: the best split tried)")
+    m.add_argument("--train-gpus", type=_pos_int, default=None, metavar="T",
+                   help="GPUs of the trainer in the separated modes; R + T must equal --gpus")
+    m.add_argument("--staleness", type=_float, default=None, metavar="S",
+                   help="fully-async: the share of a batch the rollout may generate ahead on old weights "
+                   "(verl's staleness_threshold; default 0.1; 0: one batch per weight version)")
+    m.add_argument("--partial-rollout", action=argparse.BooleanOptionalAction, default=None,
+                   help="fully-async: interrupt the sequences in flight at a weight sync and resume them after "
+                   "(default on, as verl); --no-partial-rollout waits for them to finish")
+    m.add_argument("--updates-per-sync", type=_pos_int, default=None, metavar="K",
+                   help="fully-async: local updates per batch before the weights sync (verl's "
+                   "trigger_parameter_sync_step; default 4)")
+    m.add_argument("--compare-modes", action="store_true",
+                   help="print sync, one-step-off and fully-async side by side on the same sampled steps")
     p.add_argument("--kernels", action="store_true",
                    help="print per stage the seconds of each kernel family, its share of the step and where it "
                    "came from (result file and provider, or roofline), and the Amdahl table")
@@ -52,6 +93,9 @@ def register(sub) -> None:
                    "e.g. --speedup logprob=1.5 (repeatable)")
     p.add_argument("--amdahl", type=_float, default=2.0, metavar="X",
                    help="the speedup of each family in the Amdahl table of --kernels (default 2)")
+    p.add_argument("--calibration", default=None, metavar="CAL_JSON",
+                   help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
+                   "refused for another model family")
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
 
@@ -66,53 +110,52 @@ def register(sub) -> None:
     i.add_argument("--model", default=None, help="model preset or HF config.json (default: the profile's model)")
     i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
-    i.add_argument("--steps", type=_step_count, default=8, help="sampled steps to price (default 8)")
+    i.add_argument("--steps", type=_steps_or_count, default=list(range(8)), help="sampled steps to price: a count "
+                   "N (steps 0 to N-1; default 8) or steps like 0-3 or 0,50,100")
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
     i.set_defaults(func=_impact)
 
-    v = sub.add_parser("validate", help="check step estimates against a real verl log",
-                       description="Calibrate a handful of scalars on the first K steps of a verl log "
-                       "(console or wandb CSV) and predict every later step from its logged length "
-                       "statistics; report accuracy per stage and for the step, next to the naive "
-                       "predictor (the calibration steps' mean).")
-    v.add_argument("log", help="verl console log or wandb CSV export")
-    v.add_argument("--calibrate-steps", type=_pos_int, default=10, help="calibration steps (default 10)")
-    v.add_argument("--calibrate-on", default=None, help="calibrate on all steps of another log of the same hardware")
-    v.add_argument("--model", default=None, help="model, when the log does not name it")
-    v.add_argument("--gpu", default=None, help="GPU preset (logs do not state it; default a100-80g)")
-    v.add_argument("--gpus", type=_pos_int, default=None, help="GPU count, when the log does not state it")
-    v.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step, when not stated")
-    v.add_argument("--n", type=_pos_int, default=None, help="responses per prompt, when not stated")
-    v.add_argument("--max-prompt-len", type=_pos_int, default=None)
-    v.add_argument("--max-response-len", type=_pos_int, default=None)
-    v.add_argument("--rollout-tp", type=_pos_int, default=None)
-    v.add_argument("--json", action="store_true")
-    v.set_defaults(func=_validate)
-
 
 def _estimate(args) -> int:
-    from ..compose import estimate
+    from ..calfile import compare_calibrated, estimate_calibrated
+    from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
 
-    res = estimate(args.profile, args.model, args.gpu, args.gpus, steps=range(args.steps), seed=args.seed,
-                   rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp,
-                   train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
-                   micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
-                   max_response_len=args.max_response_len, mem_fraction=args.mem_fraction,
-                   results=args.results, providers=parse_assignments(args.provider, "--provider"),
-                   speedups=parse_assignments(args.speedup, "--speedup"),
-                   amdahl=args.amdahl if args.kernels else None)
+    kw = dict(steps=args.steps, seed=args.seed, rollout_tp=args.rollout_tp, strategy=args.strategy,
+              train_tp=args.train_tp, train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref,
+              prompts=args.prompts, micro_batch_tokens=args.micro_batch_tokens or "auto",
+              max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
+              mem_fraction=args.mem_fraction, n=args.n, ppo_mini_batch=args.ppo_mini_batch,
+              lora_rank=args.lora_rank, param_offload=args.param_offload, optimizer_offload=args.optimizer_offload,
+              results=args.results, providers=parse_assignments(args.provider, "--provider"),
+              speedups=parse_assignments(args.speedup, "--speedup"))
+    split = dict(rollout_gpus=args.rollout_gpus, train_gpus=args.train_gpus, staleness=args.staleness,
+                 partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync)
+    where = (args.profile, args.model, args.gpu, args.gpus)
+    if args.compare_modes:
+        cmp = (compare_calibrated(args.calibration, *where, **split, **kw) if args.calibration
+               else compare_modes(*where, **split, **kw))
+        return _print_comparison(cmp, args)
+    kw.update(split, mode=args.mode, amdahl=args.amdahl if args.kernels else None)
+    res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
         print_json(res)
         return 0
+    if args.mode != "sync":
+        from ..compose.modes_text import mode_lines
+
+        print("\n".join(mode_lines(res)))
+        return 0
     from tabulate import tabulate
 
     from ..compose.breakdown import amdahl_lines, kernel_table, source_lines, what_if_lines
+    from ..compose.estimate import TAIL_FIGURES_NOTE
+    from ..compose.modes_text import idle_lines
 
     c = res["config"]
     print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']} | "
@@ -124,9 +167,12 @@ def _estimate(args) -> int:
     stages = [s for s in res["summary"]["mean_stages_s"] if any(r["stages_s"][s] > 0 for r in res["rows"])]
     table = [[r["step"], *(f"{r['stages_s'][s]:.1f}" for s in stages), f"{r['step_s']:.1f}",
               f"{r['tokens_per_s_per_gpu']:.0f}", f"{100 * r['idle']['rollout_tail_share']:.1f}%",
-              f"{100 * r['idle']['rank_imbalance_share']:.1f}%"] for r in res["rows"]]
+              f"{100 * r['idle']['rollout_engine_wait_share']:.1f}%",
+              f"{100 * r['idle']['trainer_rank_wait_share']:.1f}%"] for r in res["rows"]]
     print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
-                                   "idle: tail", "idle: ranks"]))
+                                   "rollout tail", "engines wait", "ranks wait"]))
+    print("\n".join(idle_lines(res["summary"])))
+    print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
     for line in what_if_lines(res["summary"]):
         print(line)
     if args.kernels:
@@ -141,11 +187,33 @@ def _estimate(args) -> int:
     return 0
 
 
+def _print_comparison(cmp: dict, args) -> int:
+    for name, res in cmp["results"].items():
+        for w in res["warnings"]:
+            print(f"warning: {name}: {w}", file=sys.stderr)
+    if args.json:
+        print_json({"modes": cmp["modes"], "results": {k: {"config": v["config"], "summary": v["summary"]}
+                                                        for k, v in cmp["results"].items()}})
+        return 0
+    from ..compose.modes_text import compare_table
+
+    sync = cmp["results"]["sync"]
+    c = sync["config"]
+    print(f"{sync['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | {c['prompts_per_step']} prompts x {c['n']} "
+          f"| steady-state step per batch, estimated")
+    print(compare_table(cmp))
+    fa = cmp["results"]["fully-async"]["summary"]["mode"]
+    print(f"fully-async: staleness {fa['staleness']:g}, partial rollout {'on' if fa['partial_rollout'] else 'off'}, "
+          f"{fa['updates_per_sync']} updates per sync; separated splits: "
+          + ("as given" if fa["split"] == "given" else "the best of the splits tried (--rollout-gpus to fix one)"))
+    return 0
+
+
 def _impact(args) -> int:
     from ..compose.impact import format_impact, impact
 
     res = impact(args.baseline, args.candidate, profile=args.profile, model=args.model, gpu=args.gpu,
-                 gpus=args.gpus, steps=range(args.steps), seed=args.seed)
+                 gpus=args.gpus, steps=args.steps, seed=args.seed)
     if args.json:
         print_json(res)
     else:
@@ -173,33 +241,3 @@ def format_memory(mem: dict) -> list[str]:
         f"KV capacity {mem['kv_capacity_tokens']:,} tokens per engine ({mem['kv_bytes_per_token'] / 1024:.0f} KiB "
         f"per token per GPU)",
     ]
-
-
-def _validate(args) -> int:
-    from ..validate import Overrides, validate
-
-    ov = Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
-                   max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
-                   rollout_tp=args.rollout_tp)
-    res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on, overrides=ov)
-    if args.json:
-        print_json(res)
-        return 0
-    from tabulate import tabulate
-
-    c = res["config"]
-    print(f"{res['log']} ({res['format']}): {res['steps']} steps, {res['predicted_steps']} predicted")
-    print(f"config: {c['model']}, {c['n_gpus']} GPUs ({c['gpu']}), {c['prompts_per_step']} prompts x {c['n']}, "
-          f"max {c['max_prompt_len']}+{c['max_response_len']}, {c['algorithm']}")
-    for note in res["notes"]:
-        print(f"note: {note}")
-    print(f"calibrated on {res['calibration']['source']}: " + ", ".join(
-        f"{k}={v:.3g}" for k, v in res["calibration"]["scalars"].items()))
-    rows = [[k, f"{a['accuracy']:.1f}%", f"{a['naive_accuracy']:.1f}%", f"{a['mean_actual_s']:.1f}",
-             f"{a['mean_predicted_s']:.1f}"] for k, a in res["accuracy"].items()]
-    print(tabulate(rows, headers=["stage", "accuracy", "naive", "mean actual s", "mean predicted s"]))
-    ex = res["excluded_s"]
-    print(f"step time excludes validation ({ex.get('testing', 0):.0f} s) and checkpoints "
-          f"({ex.get('save_checkpoint', 0):.0f} s); step-time spread {100 * res['step_time_variation']:.0f}%")
-    print("goals: " + ", ".join(f"{k} {'met' if ok else 'NOT met'}" for k, ok in res["goals"].items()))
-    return 0

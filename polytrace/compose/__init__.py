@@ -11,6 +11,10 @@
   feasibility check ``estimate`` runs: errors for setups that cannot run, warnings for ones that
   need unpriced help (offload)
 - ``estimate.py``: ``estimate`` over sampled steps of a profile
+- ``modes.py``: execution modes (colocated sync, one-step-off, fully async): the steady-state
+  step of a rollout:trainer split, the weight sync, busy shares and idle GPU time by cause;
+  ``streaming.py`` the physics under them (streaming rollout, drain, weight sync, the trainer
+  consuming samples as they arrive); ``modes_text.py`` their text
 - ``breakdown.py``: the kernel breakdown, what-ifs and the Amdahl table, and their tables
 - ``impact.py``: the step-time change between two result files (``polytrace impact``, the gate's line)
 - ``workloads.py``: the default workload of each profile (model, GPU count)
@@ -21,6 +25,7 @@ from .efficiency import DEFAULT as DEFAULT_EFFICIENCY
 from .efficiency import Efficiency
 from .estimate import build_config, estimate, estimate_step
 from .memory import MemoryPlan, check_feasibility, memory_plan
+from .modes import MODES, compare_modes, mode_estimate
 from .pricing import FAMILIES, MEASURED, Pricer
 from .report import plot_stage_breakdown, report_section
 from .rollout import simulate_rollout
@@ -28,7 +33,8 @@ from .stages import STAGES, Part, RunConfig, StageCosts, stage_costs, synthetic_
 from .timings import Curve, KernelTimings
 
 __all__ = [
-    "DEFAULT_EFFICIENCY", "FAMILIES", "MEASURED", "STAGES", "Curve", "Efficiency", "KernelTimings", "MemoryPlan",
-    "Part", "Pricer", "RunConfig", "StageCosts", "build_config", "check_feasibility", "estimate", "estimate_step",
-    "memory_plan", "plot_stage_breakdown", "report_section", "simulate_rollout", "stage_costs", "synthetic_lengths",
+    "DEFAULT_EFFICIENCY", "FAMILIES", "MEASURED", "MODES", "STAGES", "Curve", "Efficiency", "KernelTimings",
+    "MemoryPlan", "Part", "Pricer", "RunConfig", "StageCosts", "build_config", "check_feasibility", "compare_modes",
+    "estimate", "estimate_step", "memory_plan", "mode_estimate", "plot_stage_breakdown", "report_section",
+    "simulate_rollout", "stage_costs", "synthetic_lengths",
 ]

@@ -55,15 +55,61 @@ def auto_micro_batch_tokens(max_prompt_len: int, max_response_len: int) -> int:
     return max(DEFAULT_MICRO_BATCH_TOKENS, int(math.ceil(longest / 1024) * 1024))
 
 
+# The step's GPU time that does no full-speed work, as shares of (step time x GPUs). The tail is
+# busy but mostly streaming weights for a few sequences; the two waits are idle. What used to be
+# called "idle from rank imbalance" is their sum, kept as ``rank_imbalance_share``: mostly
+# rollout engines done early and waiting for the slowest engine (its longest responses).
+IDLE_FIGURES = {
+    "rollout_tail_share": "rollout tail: decoding with under half the engine's peak batch still running",
+    "rollout_engine_wait_share": "rollout engines idle, waiting for the slowest engine to finish its responses",
+    "trainer_rank_wait_share": "trainer ranks idle, waiting for the slowest rank at each optimizer step",
+    "rank_imbalance_share": "both waits together (engines + ranks)",
+}
+
+# How the workload's tail figure and the estimate's differ (printed by ``estimate`` and the report).
+TAIL_FIGURES_NOTE = (
+    "Two tail figures answer two questions. The workload's rollout tail (polytrace describe, the shape "
+    "table) is the share of decode iterations in which fewer than 10% of the batch's sequences are still "
+    "generating, as if all started together: a property of the lengths alone, on any hardware. The "
+    "estimate's rollout tail is the share of this step's GPU time spent decoding with under half of an "
+    "engine's peak batch still running: the GPUs are busy but mostly stream weights for a few long "
+    "responses. Engines that have finished and wait for the slowest one are idle and counted apart "
+    "(engines wait), as are trainer ranks waiting for the slowest rank (ranks wait).")
+
+# verl's default ``actor_rollout_ref.actor.ppo_mini_batch_size``: prompts per optimizer step.
+DEFAULT_PPO_MINI_BATCH = 256
+
+
+def _count(value, flag: str, lowest: int = 1) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lowest:
+        kind = "positive" if lowest == 1 else "non-negative"
+        raise PolytraceError(f"{flag} must be a {kind} integer, got {value!r}")
+    return int(value)
+
+
 def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = None, strategy: str = "fsdp",
                  train_tp: int = 1, train_pp: int = 1, algorithm: str = "grpo", use_ref: bool = True,
                  prompts: int | None = None, micro_batch_tokens: int | str | None = "auto",
                  max_prompt_len: int | None = None, max_response_len: int | None = None,
-                 mem_fraction: float = 0.5, gradient_checkpointing: bool = True) -> RunConfig:
+                 mem_fraction: float = 0.5, gradient_checkpointing: bool = True, n: int | None = None,
+                 lora_rank: int = 0, param_offload: bool = False, optimizer_offload: bool = False,
+                 ppo_mini_batch: int | None = None) -> RunConfig:
+    """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
+    ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
+    adapters of that rank train instead of the full model; ``param_offload`` /
+    ``optimizer_offload``: verl's actor FSDP offload between stages (priced)."""
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
     gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
         raise PolytraceError(f"--gpus must be a positive integer, got {gpus!r}")
+    n = _count(n, "--n")
+    lora_rank = _count(lora_rank, "--lora-rank", lowest=0) or 0
+    if lora_rank > model.hidden:
+        raise PolytraceError(f"--lora-rank {lora_rank} exceeds {model.name}'s hidden size {model.hidden}: an adapter "
+                             f"of that rank is no low-rank adapter")
+    ppo_mini_batch = _count(ppo_mini_batch, "--ppo-mini-batch")
     pc = profile.config
     max_prompt_len = int(max_prompt_len or pc.max_prompt_len)
     max_response_len = int(max_response_len or pc.max_response_len)
@@ -81,16 +127,32 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         raise PolytraceError(f"--train-tp {train_tp} x --train-pp {train_pp} does not divide --gpus {gpus}")
     tp = rollout_tp or default_rollout_tp(model, gpu, int(gpus), mem_fraction,
                                           need_tokens=max_prompt_len + max_response_len)
+    prompts = int(prompts or pc.prompts_per_step)
+    if ppo_mini_batch is not None and prompts % ppo_mini_batch:
+        raise PolytraceError(f"--ppo-mini-batch {ppo_mini_batch} does not divide the batch of {prompts} prompts "
+                             f"(verl requires it); pass a divisor of {prompts}")
+    mini_batches = max(1, prompts // ppo_mini_batch) if ppo_mini_batch else max(
+        1, -(-prompts // DEFAULT_PPO_MINI_BATCH))
     return RunConfig(
-        model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=int(prompts or pc.prompts_per_step), n=int(pc.n),
+        model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=prompts, n=int(n or pc.n),
         max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
         strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), algorithm=algorithm,
         use_ref=bool(use_ref), micro_batch_tokens=micro_batch_tokens, remove_padding=True,
         mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
-        max_num_seqs=1024, eager=False)
+        max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
+        optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches)
 
 
-def _calibrated(parts, calibration: dict | None) -> dict[str, dict[str, float]]:
+def with_group_size(prof, n: int):
+    """The profile drawing groups of ``n`` responses per prompt (``--n``)."""
+    if n == prof.config.n:
+        return prof
+    import dataclasses
+
+    return dataclasses.replace(prof, config=dataclasses.replace(prof.config, n=int(n)))
+
+
+def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, float]]:
     """Stage -> kernel family -> seconds, each part multiplied by the calibrated slowdown of its
     kind of work, plus the calibration's fixed seconds per stage (family ``calibration``)."""
     cal = calibration or {}
@@ -142,7 +204,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         parts = [x for x in costs.parts if x.stage == "gen"] + [x for x in train.parts if x.stage != "gen"]
         # tool time is not GPU or host work of ours: no calibrated slowdown applies to it
         parts.append(Part("gen", "tool", "tool", extra_rollout, "trace (tool latency)"))
-    kernels = _calibrated(parts, calibration)
+    kernels = calibrated_kernels(parts, calibration)
     seconds = {s: float(sum(kernels[s].values())) for s in STAGES}
     other = {"reward": costs.other_s}
     if (calibration or {}).get("other_overhead_s"):
@@ -163,8 +225,11 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         "response_tokens": int(r.sum()), "sequences": int(len(r)),
         "tokens_per_s_per_gpu": tokens / step_s / cfg.n_gpus if step_s > 0 else 0.0,
         "rollout_iterations": roll.iterations, "max_response_len": int(r.max(initial=0)),
+        # where GPU time goes besides useful work (module ``IDLE_FIGURES``)
         "idle": {"rollout_tail_gpu_s": tail, "rollout_imbalance_gpu_s": r_imb, "train_imbalance_gpu_s": t_imb,
                  "rollout_tail_share": tail / gpu_s if gpu_s else 0.0,
+                 "rollout_engine_wait_share": r_imb / gpu_s if gpu_s else 0.0,
+                 "trainer_rank_wait_share": t_imb / gpu_s if gpu_s else 0.0,
                  "rank_imbalance_share": (r_imb + t_imb) / gpu_s if gpu_s else 0.0},
         "kernels": {**{s: kernels[s] for s in STAGES if kernels[s]}, "other": other},
         "kernel_sources": {s: v for s, v in sources.items() if v},
@@ -203,6 +268,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
 
     prof = get_profile(profile)
     cfg = build_config(prof, model, gpu, gpus, **config_kw)
+    prof = with_group_size(prof, cfg.n)
     timings, explicit = load_timings(cfg.gpu.slug, results, results_root)
     if amdahl is not None and (not np.isfinite(amdahl) or amdahl <= 1.0):
         raise PolytraceError(f"--amdahl {amdahl}: the speedup factor must be a finite number above 1")
@@ -238,8 +304,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
         # total tokens over total time (a mean of per-step ratios over-weights the short steps)
         "tokens_per_s_per_gpu": (sum(r["tokens"] for r in rows) / sum(r["step_s"] for r in rows) / cfg.n_gpus
                                  if sum(r["step_s"] for r in rows) > 0 else 0.0),
-        "rollout_tail_share": float(np.mean([r["idle"]["rollout_tail_share"] for r in rows])),
-        "rank_imbalance_share": float(np.mean([r["idle"]["rank_imbalance_share"] for r in rows])),
+        **{key: float(np.mean([r["idle"][key] for r in rows])) for key in IDLE_FIGURES},
         "kernels": kernel_summary(rows),
     }
     summary["families"] = family_summary(summary["kernels"], step_mean)

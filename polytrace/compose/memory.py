@@ -32,6 +32,12 @@ by the rollout TP, ``engine_reserve_bytes`` for activations and CUDA graphs, and
 taking the rest of the share. KV bytes per token per GPU: ``2 (K, V) x layers x max(kv_heads / tp, 1) x
 head_dim x 2`` (bf16), the figure the rollout simulation uses.
 
+LoRA (``lora_rank``): the frozen base weights stay as sharded fp32 (as verl loads the actor), only
+the adapters (``training.lora_params``) have gradients and Adam moments, and the reference is the
+actor with its adapters off (no second copy). verl's actor offload (``param_offload``,
+``optimizer_offload``) parks the sharded parameters / moments in CPU memory between stages: the
+rollout phase no longer holds them; the update still does.
+
 Phases: verl colocates trainer and engine on the same GPUs. During training the engine sleeps
 (weights and KV cache freed), so the training peak is trainer state + activations. During the
 rollout the trainer keeps its fp32 master weights, moments and the reference weights (gradients
@@ -88,16 +94,22 @@ def activation_bytes_per_token(model: ModelSpec, *, layers: float, checkpointing
     return body + head
 
 
-def trainer_state_bytes(model: ModelSpec, n_gpus: int, strategy: str, tp: int, pp: int) -> dict:
+def trainer_state_bytes(model: ModelSpec, n_gpus: int, strategy: str, tp: int, pp: int,
+                        lora_rank: int = 0) -> dict:
     """Per-GPU bytes of one trained model: bf16 weights, fp32 master weights, Adam moments,
-    gradients."""
+    gradients. Under LoRA (``lora_rank`` > 0) the base weights stay (sharded fp32, as verl loads
+    the actor) but only the adapters have gradients and moments."""
+    from .training import lora_params
+
     p = float(model.params_total)
+    trained = lora_params(model, lora_rank) if lora_rank > 0 else p
+    master = p + (trained if lora_rank > 0 else 0.0)  # frozen base + the adapters' own fp32 copy
     if strategy == "megatron":
         shards = tp * pp
-        return {"weights_bf16": 2 * p / shards, "master_fp32": 4 * p / n_gpus, "adam_moments": 8 * p / n_gpus,
-                "gradients": 4 * p / shards}
-    return {"weights_bf16": FSDP_GATHERED_LAYERS * 2 * layer_params(model), "master_fp32": 4 * p / n_gpus,
-            "adam_moments": 8 * p / n_gpus, "gradients": 4 * p / n_gpus}
+        return {"weights_bf16": 2 * p / shards, "master_fp32": 4 * master / n_gpus,
+                "adam_moments": 8 * trained / n_gpus, "gradients": 4 * trained / shards}
+    return {"weights_bf16": FSDP_GATHERED_LAYERS * 2 * layer_params(model), "master_fp32": 4 * master / n_gpus,
+            "adam_moments": 8 * trained / n_gpus, "gradients": 4 * trained / n_gpus}
 
 
 @dataclass
@@ -172,7 +184,8 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
         bounds = np.linspace(0, len(lens), dp + 1).round().astype(int)
         rank_tokens = max(int(lens[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:]))
     for role, m, head in models:
-        for k, v in trainer_state_bytes(m, n, cfg.strategy, tp, pp).items():
+        lora = cfg.lora_rank if role == "actor" else 0
+        for k, v in trainer_state_bytes(m, n, cfg.strategy, tp, pp, lora).items():
             state[f"{role}_{k}"] = v
         seqs, budget = cfg.micro_batch_seqs, cfg.micro_batch_tokens
         stage = "update_actor" if role == "actor" else "update_critic"
@@ -185,11 +198,17 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
             per_tok /= tp
         if t * per_tok > act:
             act, tokens = t * per_tok, t
-    if cfg.use_ref and not cfg.ref_offload:
+    if cfg.use_ref and not cfg.ref_offload and not cfg.lora_rank:
+        # (under LoRA the reference is the actor with its adapters switched off: no second copy)
         state["ref_weights_bf16"] = 2.0 * model.params_total / (tp * pp if mega else n)
-    # kept through the rollout: master weights, moments, bf16 weights where persistent, reference
-    resident = sum(v for k, v in state.items() if not k.endswith("gradients")
+    # kept through the rollout: master weights, moments, bf16 weights where persistent, reference;
+    # less what verl's actor offload parks in CPU memory meanwhile
+    offloaded = (("actor_master_fp32", "actor_weights_bf16") if cfg.param_offload else ()) + \
+        (("actor_adam_moments",) if cfg.optimizer_offload else ())
+    resident = sum(v for k, v in state.items() if not k.endswith("gradients") and k not in offloaded
                    and not (k.endswith("weights_bf16") and not mega and not k.startswith("ref")))
+    if not cfg.colocated:
+        resident = 0.0  # a trainer of its own: no engine shares its GPUs
     rw = model.weight_bytes() / cfg.rollout_tp
     kv = max(0.0, engine_kv_bytes(model, cfg.gpu, cfg.rollout_tp, cfg.mem_fraction, eff))
     kv_tok = kv_bytes_per_token_per_gpu(model, cfg.rollout_tp)
@@ -207,15 +226,11 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
     is never split across micro-batches), and an engine whose KV cache cannot hold one sequence of
     the configured maximum length (vLLM refuses to start when ``max_model_len`` exceeds the cache).
     Warnings are setups that run with changes the estimate ignores: trainer state over the GPU
-    (verl's parameter / optimizer offload to CPU makes it fit, at a cost not priced here) and a
-    rollout share that does not leave room for the trainer's resident state."""
+    (it fits only if FSDP keeps parameters and optimizer in CPU memory while computing, not priced
+    here) and a rollout share that does not leave room for the trainer's resident state (verl's
+    ``--param-offload`` / ``--optimizer-offload``, priced, park it in CPU memory meanwhile)."""
     model, gpu, n = cfg.model, cfg.gpu, cfg.n_gpus
-    budgets = [cfg.micro_batch_tokens] + [tok for _, tok in cfg.stage_micro_batches.values()]
-    for budget in budgets:
-        if budget and budget < longest_seq:
-            raise PolytraceError(
-                f"--micro-batch-tokens {budget} is smaller than the longest sequence of the sampled batch "
-                f"({longest_seq} tokens); a sequence cannot be split across micro-batches")
+    check_micro_batches(cfg, longest_seq)
     max_model_len = cfg.max_prompt_len + cfg.max_response_len
     need = max(longest_seq, max_model_len)
     gb = gpu.memory_gb
@@ -244,15 +259,28 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
                 "--micro-batch-tokens")
         warnings.append(
             f"training needs {plan.train_peak / GB:.0f} GB per GPU (state {plan.training_state_total / GB:.0f} GB + "
-            f"activations {plan.activations / GB:.0f} GB) on a {gb:g} GB {gpu.slug}: it runs only with parameter/"
-            f"optimizer offload, whose cost this estimate does not include; try {hint}")
+            f"activations {plan.activations / GB:.0f} GB) on a {gb:g} GB {gpu.slug}: it runs only if the state leaves "
+            f"the GPU while it computes (FSDP CPU offload of parameters and optimizer), which this estimate does not "
+            f"price (--param-offload/--optimizer-offload price verl's offload between stages, which frees the "
+            f"rollout, not the update); try {hint}")
     if plan.rollout_peak > plan.gpu_bytes:
         warnings.append(
             f"rollout needs {plan.rollout_peak / GB:.0f} GB per GPU (trainer state kept "
             f"{plan.rollout_resident / GB:.0f} GB + engine share {cfg.mem_fraction * gb:.0f} GB) on a {gb:g} GB "
-            f"{gpu.slug}: lower --mem-fraction "
-            f"or offload the trainer during the rollout")
+            f"{gpu.slug}: lower --mem-fraction, or park the trainer in CPU memory during the rollout with "
+            f"--param-offload / --optimizer-offload (priced)")
     return plan, warnings
+
+
+def check_micro_batches(cfg, longest_seq: int) -> None:
+    """A micro-batch token budget below the longest sequence cannot run: verl's dynamic batching
+    never splits a sequence across micro-batches."""
+    budgets = [cfg.micro_batch_tokens] + [tok for _, tok in cfg.stage_micro_batches.values()]
+    for budget in budgets:
+        if budget and budget < longest_seq:
+            raise PolytraceError(
+                f"--micro-batch-tokens {budget} is smaller than the longest sequence of the sampled batch "
+                f"({longest_seq} tokens); a sequence cannot be split across micro-batches")
 
 
 def smallest_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float, need_tokens: int,
@@ -267,5 +295,5 @@ def smallest_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: f
     return None
 
 
-__all__ = ["MemoryPlan", "activation_bytes_per_token", "check_feasibility", "engine_kv_bytes",
+__all__ = ["MemoryPlan", "activation_bytes_per_token", "check_feasibility", "check_micro_batches", "engine_kv_bytes",
            "kv_bytes_per_token_per_gpu", "memory_plan", "smallest_rollout_tp", "trainer_state_bytes"]

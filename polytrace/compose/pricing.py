@@ -248,10 +248,12 @@ class Pricer:
         return out, ""
 
     def gemm(self, model: ModelSpec, tokens: float, launches: float, *, tp: int = 1, fwd_passes: int = 1,
-             backward: bool = False, roofline_s: float) -> tuple[float, str]:
+             backward: bool = False, weight_grads: bool = True, roofline_s: float) -> tuple[float, str]:
         """The decoder layers' linear layers over ``launches`` (micro-batch x layer) launches of
         ``tokens`` tokens each: ``fwd_passes`` forwards (2 with activation checkpointing) and, for
-        an update, the backward's two gradient matmuls (the suite's ``bwd``)."""
+        an update, the backward's two gradient matmuls (the suite's ``bwd``), or only the input
+        gradient when the weights are frozen (``weight_grads=False``, LoRA: half the suite's
+        ``bwd``, whose two matmuls have equal FLOPs)."""
         scale = self.scale("gemm")
         lins = linear_layers(model)
         modes = ("fwd", "bwd") if backward else ("fwd",)
@@ -259,16 +261,17 @@ class Pricer:
         if curves is None:
             return roofline_s * scale, self._roofline("gemm", why)
         rate = self.gpu.ceiling("bf16") * self.eff.gemm
+        bwd_share = 1.0 if weight_grads else 0.5
         total, measured, unmeasured = 0.0, [], []
         for lin in lins:
             f = 2.0 * tokens * lin.token_share * lin.n * lin.k / tp
             cf, cb = curves[(lin.layer, "fwd")], curves.get((lin.layer, "bwd"))
             if cf is None or (backward and cb is None):
                 unmeasured.append(lin.layer)  # this layer at the roofline, the others measured
-                t = f * (fwd_passes + (2.0 if backward else 0.0)) / rate
+                t = f * (fwd_passes + (bwd_share * 2.0 if backward else 0.0)) / rate
             else:
                 measured += [cf] + ([cb] if backward else [])
-                t = cf.seconds(f) * fwd_passes + (cb.seconds(2.0 * f) if backward else 0.0)
+                t = cf.seconds(f) * fwd_passes + (bwd_share * cb.seconds(2.0 * f) if backward else 0.0)
             total += t * lin.per_layer
         if not measured:
             return roofline_s * scale, self._roofline("gemm", "no layer of this model measured in this mode")
@@ -372,8 +375,9 @@ class Pricer:
         return roofline_s * scale, self._missing("logprob", mode)
 
     def lm_head(self, model: ModelSpec, tokens: float, n_micro: float, *, tp: int = 1, fwd_passes: int = 1,
-                backward: bool = False, roofline_s: float) -> tuple[float, str]:
-        """The LM-head GEMM of the logits path (``gemm`` family, layer ``lm_head``)."""
+                backward: bool = False, weight_grads: bool = True, roofline_s: float) -> tuple[float, str]:
+        """The LM-head GEMM of the logits path (``gemm`` family, layer ``lm_head``); frozen under
+        LoRA (``weight_grads=False``: the backward's input gradient only)."""
         scale = self.scale("gemm")
         curves, why = self._gemm_curves(model, ["lm_head"], ("fwd", "bwd") if backward else ("fwd",))
         if curves is None:
@@ -382,7 +386,8 @@ class Pricer:
             return roofline_s * scale, self._roofline("gemm", "no LM-head GEMM timing")
         f = 2.0 * tokens * model.vocab * model.hidden / tp
         cf = curves[("lm_head", "fwd")]
-        t = cf.seconds(f) * fwd_passes + (curves[("lm_head", "bwd")].seconds(2.0 * f) if backward else 0.0)
+        bwd_share = 1.0 if weight_grads else 0.5
+        t = cf.seconds(f) * fwd_passes + (bwd_share * curves[("lm_head", "bwd")].seconds(2.0 * f) if backward else 0.0)
         return t * n_micro * scale, self._source("gemm", list(curves.values()), "LM head")
 
     # ------------------------------------------------------------------------------- packing

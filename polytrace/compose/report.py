@@ -3,7 +3,7 @@ profile and a plot of their breakdown."""
 
 from __future__ import annotations
 
-from .estimate import estimate
+from .estimate import IDLE_FIGURES, estimate
 from .stages import STAGES
 
 _COLORS = {"gen": "#4c72b0", "old_log_prob": "#55a868", "ref": "#8172b2", "values": "#ccb974",
@@ -23,8 +23,7 @@ def report_section(profile_name, model, gpu, gpus: int, steps=range(0, 10), seed
     for r in res["rows"]:
         row = {"step": r["step"], **{s: r["stages_s"][s] for s in STAGES}, "step_s": r["step_s"],
                "tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"],
-               "rollout_tail_share": r["idle"]["rollout_tail_share"],
-               "rank_imbalance_share": r["idle"]["rank_imbalance_share"]}
+               **{key: r["idle"][key] for key in IDLE_FIGURES}}
         rows.append(row)
     # "warnings": setups that run only with help the estimate does not price (see memory.py);
     # "memory": the per-GPU memory breakdown and KV-cache capacity of ``estimate``

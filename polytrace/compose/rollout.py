@@ -40,6 +40,7 @@ class EngineResult:
     comm_s: float = 0.0  # tensor-parallel all-reduces
     kernels: dict[str, float] = field(default_factory=dict)  # seconds by kernel family (sums to time_s)
     sources: dict[str, str] = field(default_factory=dict)  # family -> result file and provider, or "roofline"
+    finish_s: np.ndarray | None = None  # when each of the engine's sequences is done, from the engine's start
 
 
 @dataclass
@@ -57,6 +58,7 @@ class RolloutResult:
     comm_s: float = 0.0  # of the slowest engine: tensor-parallel all-reduce seconds, part of time_s
     kernels: dict[str, float] = field(default_factory=dict)  # of the slowest engine, by kernel family
     sources: dict[str, str] = field(default_factory=dict)
+    finish_s: np.ndarray | None = None  # when each sequence of the batch is done (batch order)
 
     def to_dict(self) -> dict:
         return {
@@ -161,7 +163,7 @@ def iteration_comm_seconds(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarr
     if tp <= 1:
         return np.zeros_like(active)
     msg = 2.0 * model.hidden * active * 2.0 * (tp - 1) / tp
-    return model.layers * 2 * (msg / (gpu.interconnect_gbps * 1e9 * eff.comm) + 8e-6)
+    return model.layers * 2 * (msg / (gpu.link_gbps(tp) * 1e9 * eff.comm) + 8e-6)
 
 
 def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
@@ -173,15 +175,21 @@ def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
 
 def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
                     response_lens: np.ndarray, *, mem_fraction: float = 0.5, max_num_seqs: int = 1024,
-                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None) -> EngineResult:
+                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None,
+                    slots: int | None = None) -> EngineResult:
+    """One engine's continuous batching over its sequences. ``slots``: how many run at once when
+    known (sequences already running, ``streaming.py``), else the KV cache's room for sequences
+    of the mean length, at most ``max_num_seqs``."""
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.maximum(np.asarray(response_lens, dtype=np.int64), 1)
     if len(r) == 0:
-        return EngineResult(0.0, 0.0, 0.0, 0, 0, 0.0)
-    cap_tokens = kv_capacity_tokens(model, gpu, tp, mem_fraction, eff)
-    mean_len = float((p + r).mean())
-    by_kv = int(cap_tokens // max(mean_len, 1.0)) if cap_tokens > 0 else 1
-    slots = max(1, min(max_num_seqs, by_kv, len(r)))
+        return EngineResult(0.0, 0.0, 0.0, 0, 0, 0.0, finish_s=np.zeros(0))
+    if slots is None:
+        cap_tokens = kv_capacity_tokens(model, gpu, tp, mem_fraction, eff)
+        mean_len = float((p + r).mean())
+        by_kv = int(cap_tokens // max(mean_len, 1.0)) if cap_tokens > 0 else 1
+        slots = min(max_num_seqs, by_kv)
+    slots = max(1, min(int(slots), len(r)))
     starts = _schedule(r, slots)
     ends = starts + r
     horizon = int(ends.max())
@@ -199,13 +207,14 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     parts, sources = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer)
     per_iter = sum(parts.values())
     decode = float(per_iter.sum())
+    done_at = np.cumsum(per_iter)  # seconds of decode when iteration t is over
     tail = float(per_iter[active < 0.5 * active.max()].sum())
     prefill = prefill_seconds(model, gpu, tp, p, eff) * pricer.scale("prefill")
     fixed = min(decode, horizon * iteration_fixed_seconds(model, gpu, tp, eff, eager))
     kernels = {"prefill": prefill, **{k: float(v.sum()) for k, v in parts.items()}}
     sources = {"prefill": "roofline", **sources}
     return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed, kernels["host"],
-                        kernels["comm"], kernels, sources)
+                        kernels["comm"], kernels, sources, prefill + done_at[ends - 1])
 
 
 def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
@@ -226,4 +235,5 @@ def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, 
     tail = sum(e.tail_s for e in results) * tp
     return RolloutResult(slowest.time_s, slowest.prefill_s, slowest.decode_s, slowest.iterations, results,
                          tail, imbalance, n_gpus, slowest.fixed_s, slowest.host_s, slowest.comm_s,
-                         dict(slowest.kernels), dict(slowest.sources))
+                         dict(slowest.kernels), dict(slowest.sources),
+                         np.concatenate([e.finish_s for e in results]) if results else np.zeros(0))

@@ -59,8 +59,16 @@ class RunConfig:
     gradient_checkpointing: bool = True
     max_num_seqs: int = 1024
     eager: bool = False  # inference engine without CUDA graphs (verl's enforce_eager)
+    colocated: bool = True  # trainer and inference engine share the GPUs (verl's hybrid engine)
+    balance_batch: bool = True  # verl's trainer.balance_batch: token-balanced ranks of equal counts
     old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
     ref_offload: bool = False
+    # verl's actor FSDP ``param_offload`` / ``optimizer_offload``: the sharded fp32 parameters
+    # (Adam moments) wait in CPU memory between the stages that use them and cross PCIe both ways
+    # around every such stage (``offload_parts``)
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    lora_rank: int = 0  # LoRA adapter rank (``actor_rollout_ref.model.lora_rank``); 0: full fine-tuning
     mini_batches: int = 1  # optimizer steps per update (train batch / mini-batch x epochs)
     # per-stage micro-batching where it differs from the defaults above: stage -> (sequences per
     # GPU or None, token budget per GPU or None); verl sets log-prob, ref and critic ones apart
@@ -84,6 +92,11 @@ class RunConfig:
             raise PolytraceError(f"algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
         if not 0.05 <= self.mem_fraction <= 0.99:
             raise PolytraceError(f"gpu memory fraction must be in [0.05, 0.99], got {self.mem_fraction}")
+        for name in ("lora_rank", "mini_batches"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "lora_rank" else 1):
+                raise PolytraceError(f"{name} must be a {'non-negative' if name == 'lora_rank' else 'positive'} "
+                                     f"integer, got {v!r}")
 
     @property
     def use_critic(self) -> bool:
@@ -99,7 +112,9 @@ class RunConfig:
             pp=self.train_pp if self.strategy == "megatron" else 1,
             micro_batch_seqs=seqs, micro_batch_tokens=tokens,
             remove_padding=self.remove_padding, pad_to=self.max_prompt_len + self.max_response_len,
-            gradient_checkpointing=self.gradient_checkpointing)
+            gradient_checkpointing=self.gradient_checkpointing, mini_batches=self.mini_batches,
+            balance=self.balance_batch,
+            lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0)
 
     def to_dict(self) -> dict:
         return {
@@ -113,6 +128,8 @@ class RunConfig:
             "remove_padding": self.remove_padding, "mem_fraction": self.mem_fraction,
             "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
             "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
+            "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
+            "lora_rank": self.lora_rank, "mini_batches": self.mini_batches, "balance_batch": self.balance_batch,
             "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
         }
 
@@ -175,16 +192,20 @@ def _pass_parts(stage: str, pc, kind: str) -> list[Part]:
 
 
 def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency = DEFAULT,
-                pricer: Pricer | None = None) -> StageCosts:
+                pricer: Pricer | None = None, rollout: bool = True) -> StageCosts:
     """Seconds of every stage for one step's sequences, as parts by kernel family: measured
-    kernel timings where ``pricer`` has them, else the roofline (the default)."""
+    kernel timings where ``pricer`` has them, else the roofline (the default). ``rollout=False``:
+    the trainer's stages only (a trainer with GPUs of its own: ``modes.py``)."""
     pricer = pricer or Pricer(cfg.gpu, eff)
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.asarray(response_lens, dtype=np.int64)
     seq = p + r
-    roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
-                            mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
-                            eager=cfg.eager, pricer=pricer)
+    if rollout:
+        roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
+                                mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
+                                eager=cfg.eager, pricer=pricer)
+    else:
+        roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
     critic = cfg.critic_model or cfg.model
     passes = {}  # stage -> PassCost on the trainer
     for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", cfg.model, False, True),
@@ -197,14 +218,17 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     parts = [Part("gen", fam, "rollout", v, roll.sources.get(fam, ROOFLINE)) for fam, v in roll.kernels.items()]
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
-    if cfg.use_ref and cfg.ref_offload:
+    if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model
         parts.append(Part("ref", "offload", "forward_overhead",
                           offload_seconds(cfg.model, cfg.n_gpus, eff) * pricer.scale("offload")))
-    opt = optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches) * pricer.scale("optimizer")
+    parts += offload_parts(cfg, eff, pricer)
+    opt = (optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches, cfg.lora_rank)
+           * pricer.scale("optimizer"))
     parts.append(Part("update_actor", "optimizer", "train", opt))
     if cfg.use_critic:
         parts.append(Part("update_critic", "optimizer", "train",
-                          optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches) * pricer.scale("optimizer")))
+                          optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
+                          * pricer.scale("optimizer")))
     if cfg.old_log_prob_in_gen:  # older verl: the old-policy forward runs inside gen
         parts = [Part("gen", x.family, x.group, x.seconds, x.source) if x.stage == "old_log_prob" else x
                  for x in parts]
@@ -213,6 +237,33 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     other = len(r) * eff.reward_s_per_response
     return StageCosts(parts, roll, imbalance, int(seq.sum()), other_s=other,
                       details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt})
+
+
+def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | None = None) -> list[Part]:
+    """verl's actor offload, priced: with ``param_offload`` the sharded fp32 parameters (4 bytes
+    per parameter over the GPUs) are loaded before and offloaded after every stage that uses the
+    actor (its log-prob, its update, and the weight sync into the colocated engine, counted in
+    ``gen``); with ``optimizer_offload`` the Adam moments (8 bytes per trained parameter) do the
+    same around the update. Both directions cross PCIe at ``eff.pcie_gbps``."""
+    from .training import lora_params
+
+    pricer = pricer or Pricer(cfg.gpu, eff)
+    pcie = eff.pcie_gbps * 1e9
+    params = 4.0 * cfg.model.params_total / cfg.n_gpus
+    trained = cfg.model.params_total if not cfg.lora_rank else lora_params(cfg.model, cfg.lora_rank)
+    moments = 8.0 * trained / cfg.n_gpus
+    scale = pricer.scale("offload")
+    parts = []
+    if cfg.param_offload:
+        stages = (["gen"] if cfg.colocated else []) + ["old_log_prob", "update_actor"]
+        for stage in stages:
+            if stage == "old_log_prob" and cfg.old_log_prob_in_gen:
+                continue
+            group = "train_overhead" if stage == "update_actor" else "forward_overhead"
+            parts.append(Part(stage, "offload", group, 2.0 * params / pcie * scale))
+    if cfg.optimizer_offload:
+        parts.append(Part("update_actor", "offload", "train_overhead", 2.0 * moments / pcie * scale))
+    return parts
 
 
 def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float | None = None,

@@ -4,6 +4,11 @@ A verl console log has one line per step, ``step:N - key:value - key:value ...``
 ray prefix (``(TaskRunner pid=123)``) and ANSI colour codes. Older verl names timings
 ``timing/<stage>``, newer ``timing_s/<stage>``; both are read into ``StepRecord.timings`` under the
 bare stage name (``gen``, ``old_log_prob``, ``ref``, ``values``, ``update_actor``, ...).
+
+The reader is the boundary for log lines: a line longer than ``MAX_LINE_CHARS`` is passed over
+(and said so), step numbers are bounded, values that do not parse as numbers are dropped, and a
+step logged twice with different values is an error (two runs, or a restart, in one file). Values
+are kept as logged, NaN and infinities included: ``validate`` says which step it leaves out and why.
 """
 
 from __future__ import annotations
@@ -17,11 +22,21 @@ from pathlib import Path
 from ..errors import PolytraceError
 from . import launch
 
-_ANSI = re.compile(r"(?:\x1b)?\[[0-9;]*m")
-_STEP = re.compile(r"(?:^|[\s)\]])step:(\d+)\s+-\s+(.*)$")
+_ANSI = re.compile(r"\x1b?\[[0-9;]{0,16}m")
+_STEP = re.compile(r"(?:^|[\s)\]])step:(\d{1,9})\s{1,8}-\s{1,8}")
 _TIMING_PREFIXES = ("timing_s/", "timing/")
 # Seconds that are not part of the training step proper: accounted separately.
 EXTRA_STAGES = ("testing", "save_checkpoint")
+# verl's step lines are 2-20 kB (a few hundred metrics); a line past this is a dump, not a step.
+MAX_LINE_CHARS = 1_000_000
+# The launch script and the printed configs come before the first step; lines kept for them.
+MAX_HEAD_LINES = 200_000
+# Lines after the first step line that may still hold the printed configs (ray workers print late).
+_TAIL_CONFIG_LINES = 6000
+# ...and at most this many characters of them (a script and a printed config are ~100 kB).
+MAX_HEAD_CHARS = 50_000_000
+# Keys longer than this are not metric names.
+_MAX_KEY_CHARS = 200
 
 
 @dataclass
@@ -29,6 +44,7 @@ class StepRecord:
     step: int
     metrics: dict[str, float]
     timings: dict[str, float]
+    line: int = 0  # the first line of the log holding this step
 
     def get(self, key: str, default=None):
         return self.metrics.get(key, default)
@@ -41,9 +57,13 @@ class TrainingLog:
     steps: list[StepRecord]
     command: str = ""  # the launch line the configuration was read from
     overrides: dict = field(default_factory=dict)  # hydra overrides on the launch lines
+    override_lines: dict = field(default_factory=dict)  # key -> line of the winning override
     printed: dict = field(default_factory=dict)  # flattened config printed by verl at start-up
-    model_candidates: list = field(default_factory=list)  # every model path the launch lines name
+    model_candidates: list = field(default_factory=list)  # every model path the launch commands name, in order
     hf_config: dict | None = None  # the model config transformers printed, when the log has it
+    entry: str = ""  # the trainer module or script the run was launched with
+    variables: dict = field(default_factory=dict)  # shell variables of the launch script
+    notes: list = field(default_factory=list)  # what the reader passed over, one line each
 
     @property
     def config(self) -> dict:
@@ -51,6 +71,30 @@ class TrainingLog:
         merged = dict(self.overrides)
         merged.update(self.printed)
         return merged
+
+    def source_of(self, key: str) -> str:
+        """Where a config value was read: the printed config or a launch line."""
+        if key in self.printed:
+            return "the printed config"
+        if key in self.override_lines:
+            return f"the launch command (line {self.override_lines[key]})"
+        return "the log"
+
+    @property
+    def mode(self) -> str:
+        """How rollout and training were scheduled: ``sync`` (colocated, verl's default),
+        ``one-step-off`` or ``fully-async``, from the entry point, the config and the metrics."""
+        entry = self.entry.lower()
+        if "fully_async" in entry or any(k.startswith("async_training.") for k in self.config):
+            return "fully-async"
+        if "one_step_off" in entry:
+            return "one-step-off"
+        for s in self.steps[:5]:
+            if any(k.startswith("fully_async/") for k in s.metrics):
+                return "fully-async"
+            if "wait_prev_gen" in s.timings:
+                return "one-step-off"
+        return "sync"
 
     @property
     def timing_style(self) -> str:
@@ -79,13 +123,15 @@ def strip_line(line: str) -> str:
 def _parse_metrics(body: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for part in body.split(" - "):
-        part = part.strip()
-        if ":" not in part:
+        key, sep, val = part.rpartition(":")
+        if not sep:
             continue
-        key, _, val = part.rpartition(":")
         key = key.strip()
+        val = val.strip()
+        if not key or len(key) > _MAX_KEY_CHARS or len(val) > 64:
+            continue
         try:
-            out[key] = float(val.strip())
+            out[key] = float(val)
         except ValueError:
             continue
     return out
@@ -100,50 +146,112 @@ def _timings(metrics: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _finish(path, fmt, by_step: dict[int, dict], **kw) -> TrainingLog:
-    steps = []
-    for n in sorted(by_step):
-        metrics = by_step[n]
-        timings = _timings(metrics)
-        if not timings:  # a validation-only line (e.g. step:0 before training)
-            continue
-        steps.append(StepRecord(step=n, metrics=metrics, timings=timings))
-    if not steps:
-        raise PolytraceError(f"{path}: no training step lines with timings (expected 'step:N - "
-                             "timing_s/gen:... - ...' lines, or wandb CSV columns like timing_s/gen)")
-    return TrainingLog(path=str(path), format=fmt, steps=steps, **kw)
+def _same(a: float, b: float) -> bool:
+    if math.isnan(a) and math.isnan(b):
+        return True
+    if a == b:
+        return True
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
+class _Steps:
+    """Step metrics merged over lines; a step's key seen again with another value is an error."""
+
+    def __init__(self, path):
+        self.path = path
+        self.by_step: dict[int, dict] = {}
+        self.first_line: dict[int, int] = {}
+        self.key_line: dict[tuple[int, str], int] = {}
+
+    def add(self, step: int, metrics: dict, line: int, what: str = "line") -> None:
+        have = self.by_step.setdefault(step, {})
+        self.first_line.setdefault(step, line)
+        for k, v in metrics.items():
+            if k in have and not _same(have[k], v):
+                first = self.key_line.get((step, k), self.first_line[step])
+                raise PolytraceError(
+                    f"{self.path}:{line}: step {step} is logged again with {k}={v:g} ({what} {first} had "
+                    f"{have[k]:g}): conflicting duplicate steps, so the log mixes two runs (or a restart); "
+                    f"keep one run's lines")
+            if k not in have:
+                have[k] = v
+                self.key_line[(step, k)] = line
+
+    def finish(self, path, fmt, **kw) -> TrainingLog:
+        steps = []
+        for n in sorted(self.by_step):
+            metrics = self.by_step[n]
+            timings = _timings(metrics)
+            if not timings:  # a validation-only line (e.g. step:0 before training)
+                continue
+            steps.append(StepRecord(step=n, metrics=metrics, timings=timings, line=self.first_line[n]))
+        if not steps:
+            raise PolytraceError(f"{path}: no training step lines with timings (expected 'step:N - "
+                                 "timing_s/gen:... - ...' lines, or wandb CSV columns like timing_s/gen)")
+        return TrainingLog(path=str(path), format=fmt, steps=steps, **kw)
+
+
+def _open_text(path: Path, what: str, newline: str = ""):
+    try:
+        return path.open("r", encoding="utf-8", errors="replace", newline=newline)
+    except OSError as exc:
+        raise PolytraceError(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
 
 
 def read_console_log(path) -> TrainingLog:
     path = Path(path)
-    try:
-        raw = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise PolytraceError(f"{path}: cannot read log ({exc.strerror or exc})") from None
-    lines = [strip_line(x) for x in raw.splitlines()]
-    by_step: dict[int, dict] = {}
-    for line in lines:
-        m = _STEP.search(line)
-        if not m:
-            continue
-        metrics = _parse_metrics(m.group(2))
-        if metrics:
-            by_step.setdefault(int(m.group(1)), {}).update(metrics)
-    launch_lines = launch.launch_lines(lines)
-    printed = launch.printed_config(lines)
-    candidates = []
-    for key in ("actor_rollout_ref.model.path", "critic.model.path"):
-        candidates += [v for v in launch.all_override_values(lines, key) if isinstance(v, str)]
+    steps = _Steps(path)
+    head: list[tuple[int, str]] = []  # (line number, text) before the first step, for the launch
+    long_lines = 0
+    first_step_line = 0
+    after_first = 0
+    head_chars = 0
+    with _open_text(path, "log", newline="\n") as fh:  # line numbers as editors count them
+        try:
+            for number, raw in enumerate(fh, 1):
+                if len(raw) > MAX_LINE_CHARS:
+                    long_lines += 1
+                    continue
+                raw = raw.rstrip("\r\n")
+                # progress bars redraw with bare carriage returns: each piece is a line of output
+                for piece in raw.split("\r") if "\r" in raw else (raw,):
+                    line = strip_line(piece) if "[" in piece else piece
+                    if "step:" in line:
+                        m = _STEP.search(line)
+                        if m:
+                            metrics = _parse_metrics(line[m.end():])
+                            if metrics:
+                                steps.add(int(m.group(1)), metrics, number)
+                                first_step_line = first_step_line or number
+                                continue
+                    if head_chars + len(line) > MAX_HEAD_CHARS:
+                        continue
+                    if not first_step_line:
+                        if len(head) < MAX_HEAD_LINES:
+                            head.append((number, line))
+                            head_chars += len(line)
+                    elif after_first < _TAIL_CONFIG_LINES:
+                        head.append((number, line))  # workers print the model config after the trainer starts
+                        head_chars += len(line)
+                        after_first += 1
+        except OSError as exc:
+            raise PolytraceError(f"{path}: cannot read log ({exc.strerror or exc})") from None
+    notes = []
+    if long_lines:
+        notes.append(f"passed over {long_lines} line(s) longer than {MAX_LINE_CHARS:,} characters "
+                     "(not verl output)")
+    script_lines = [(n, t) for n, t in head if not first_step_line or n < first_step_line]
+    found = launch.read_launch(script_lines)
+    texts = [t for _, t in head]
+    printed = launch.printed_config(texts, head=len(texts))
     flat_printed = launch.flatten(printed) if printed else {}
-    for key in ("actor_rollout_ref.model.path", "critic.model.path", "reward_model.model.input_tokenizer"):
-        v = flat_printed.get(key)
-        if isinstance(v, str):
-            candidates.append(v)
-    return _finish(path, "verl-console", by_step,
-                   command=launch_lines[-1] if launch_lines else "",
-                   overrides=launch.overrides_from_lines(lines),
-                   printed=flat_printed, model_candidates=candidates,
-                   hf_config=launch.printed_model_config(lines))
+    candidates = list(found.model_paths)  # the printed config's paths are in ``printed``
+    return steps.finish(path, "verl-console",
+                        command=found.commands[-1][1] if found.commands else "",
+                        overrides=found.overrides, override_lines=found.lines,
+                        printed=flat_printed, model_candidates=candidates,
+                        hf_config=launch.printed_model_config(texts, head=len(texts)),
+                        entry=found.entry, variables=found.variables, notes=notes)
 
 
 _STEP_COLUMNS = ("training/global_step", "_step", "Step", "step", "trainer/global_step")
@@ -151,47 +259,55 @@ _STEP_COLUMNS = ("training/global_step", "_step", "Step", "step", "trainer/globa
 
 def read_wandb_csv(path) -> TrainingLog:
     path = Path(path)
-    try:
-        fh = path.open(newline="", encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise PolytraceError(f"{path}: cannot read CSV ({exc.strerror or exc})") from None
-    with fh:
+    steps = _Steps(path)
+    csv.field_size_limit(MAX_LINE_CHARS)
+    with _open_text(path, "CSV") as fh:
         reader = csv.reader(fh)
         try:
             header = next(reader)
-        except StopIteration:
-            raise PolytraceError(f"{path}: empty CSV") from None
-        names = []
-        for h in header:
-            h = h.strip()
-            if h.endswith("__MIN") or h.endswith("__MAX"):
-                names.append(None)
-                continue
-            # wandb's panel export names columns "<run> - <metric>"
-            names.append(h.split(" - ", 1)[1] if " - " in h else h)
-        step_col = next((names.index(c) for c in _STEP_COLUMNS if c in names), None)
-        if step_col is None:
-            raise PolytraceError(f"{path}: no step column (one of {', '.join(_STEP_COLUMNS)})")
-        by_step: dict[int, dict] = {}
-        for row in reader:
-            if len(row) <= step_col or not row[step_col].strip():
-                continue
-            try:
-                step = int(float(row[step_col]))
-            except ValueError:
-                continue
-            metrics = {}
-            for name, cell in zip(names, row):
-                if name is None or not cell.strip():
+            names = []
+            runs: dict[str, str] = {}  # metric -> the run whose column it came from
+            for h in header:
+                h = h.strip()
+                if h.endswith("__MIN") or h.endswith("__MAX"):
+                    names.append(None)
+                    continue
+                # wandb's panel export names columns "<run> - <metric>"
+                run, _, metric = h.rpartition(" - ") if " - " in h else ("", "", h)
+                if metric in runs and runs[metric] != run:
+                    raise PolytraceError(f"{path}:1: columns of two runs ({runs[metric]!r} and {run!r}) for "
+                                         f"{metric}: the export mixes two runs; export one run per file")
+                runs[metric] = run
+                names.append(metric)
+            step_col = next((names.index(c) for c in _STEP_COLUMNS if c in names), None)
+            if step_col is None:
+                raise PolytraceError(f"{path}: no step column (one of {', '.join(_STEP_COLUMNS)})")
+            for row in reader:
+                if len(row) <= step_col or not row[step_col].strip():
                     continue
                 try:
-                    v = float(cell)
+                    step_value = float(row[step_col])
                 except ValueError:
                     continue
-                if math.isfinite(v):
-                    metrics[name] = v
-            by_step.setdefault(step, {}).update(metrics)
-    return _finish(path, "wandb-csv", by_step)
+                if not math.isfinite(step_value) or not 0 <= step_value < 1e9 or step_value != int(step_value):
+                    raise PolytraceError(f"{path}:{reader.line_num}: step {row[step_col]!r} is not a step number "
+                                         "(a whole number below 10^9)")
+                metrics = {}
+                for name, cell in zip(names, row):
+                    if name is None or not cell.strip() or len(cell) > 64:
+                        continue
+                    try:
+                        metrics[name] = float(cell)
+                    except ValueError:
+                        continue
+                steps.add(int(step_value), metrics, reader.line_num, what="row ending on line")
+        except StopIteration:
+            raise PolytraceError(f"{path}: empty CSV") from None
+        except csv.Error as exc:
+            raise PolytraceError(f"{path}:{reader.line_num}: not a readable CSV row ({exc})") from None
+        except OSError as exc:
+            raise PolytraceError(f"{path}: cannot read CSV ({exc.strerror or exc})") from None
+    return steps.finish(path, "wandb-csv")
 
 
 def read_log(path) -> TrainingLog:
@@ -199,10 +315,15 @@ def read_log(path) -> TrainingLog:
     path = Path(path)
     if path.is_dir():
         raise PolytraceError(f"{path}: is a folder; expected a verl console log or a wandb CSV file")
-    if not path.is_file():
+    if not path.exists():
         raise PolytraceError(f"{path}: no such log file")
-    with path.open("rb") as fh:
-        head = fh.read(4096).decode("utf-8", errors="replace")
+    if not path.is_file():
+        raise PolytraceError(f"{path}: not a regular file (a pipe or a device); save the log to a file first")
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096).decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise PolytraceError(f"{path}: cannot read log ({exc.strerror or exc})") from None
     first = head.splitlines()[0] if head else ""
     if path.suffix.lower() == ".csv" or (first.count(",") >= 2 and "step" in first.lower()
                                          and "step:" not in first):

@@ -152,6 +152,16 @@ class ResultFile:
         return str(self.machine.get("commit") or "unknown")
 
     @property
+    def throttled(self) -> bool:
+        """The run's environment record (``suites/environment.py``) found the GPU throttled or
+        shared: its timings are suspect, and gate, store and set-baseline refuse it unforced."""
+        return self.machine.get("throttled") is True
+
+    def throttle_reasons(self) -> list[str]:
+        reasons = self.machine.get("throttle_reasons")
+        return [str(r) for r in reasons] if isinstance(reasons, list) else []
+
+    @property
     def suites(self) -> list[str]:
         return sorted({b.suite for b in self.benchmarks if b.suite})
 
@@ -327,6 +337,10 @@ def merge(results: list[ResultFile], name: str = "<merged>") -> ResultFile:
     for r in results:
         hashes.update(r.kernel_hashes())
     machine["kernel_hashes"] = hashes
+    if any(r.throttled for r in results):
+        machine["throttled"] = True
+        machine["throttle_reasons"] = [f"{Path(r.path).name}: {why}" for r in results if r.throttled
+                                       for why in (r.throttle_reasons() or ["marked throttled"])]
     commits = sorted({r.commit for r in results})
     machine["commit"] = commits[0] if len(commits) == 1 else "+".join(commits)
     sources = [s for r in results for s in r.sources]

@@ -51,14 +51,28 @@ def _write_json(path: Path, obj: dict) -> None:
     atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
 
 
+def refuse_unfit(result: ResultFile, what: str, *, allow_cpu: bool = False, force: bool = False) -> None:
+    """The store holds GPU timings measured on a quiet GPU: refuse CPU-interpreter runs (unless
+    ``allow_cpu``) and runs whose environment record marks them throttled (unless ``force``)."""
+    if result.measured_on == CPU_MEASURED_ON and not allow_cpu:
+        raise PolytraceError(f"{result.path}: timed in the CPU interpreter (a smoke test, not performance); "
+                             f"{what} takes GPU results (--allow-cpu for a test)")
+    if result.throttled and not force:
+        why = "; ".join(result.throttle_reasons()) or "see machine_info.polytrace.environment"
+        raise PolytraceError(f"{result.path}: the run is marked throttled ({why}); its timings are suspect: "
+                             f"rerun on a quiet GPU (--force to {what} it anyway)")
+
+
 def store_result(src: str | Path, root: str | Path | None = None, suite: str | None = None,
-                 overwrite: bool = False) -> Path:
-    """Copy one result file into the layout; returns where it went."""
+                 overwrite: bool = False, *, allow_cpu: bool = False, force: bool = False) -> Path:
+    """Copy one result file into the layout; returns where it went. Refuses CPU-interpreter
+    results and throttled runs (see ``refuse_unfit``)."""
     result = load_result(src)
     if Path(src).is_dir():
         raise PolytraceError(f"{src}: store takes result files, not folders")
     if not result.benchmarks:
         raise PolytraceError(f"{src}: holds no benchmarks (did every test fail or skip?); nothing to store")
+    refuse_unfit(result, "store", allow_cpu=allow_cpu, force=force)
     dest = result_path(root or default_root(), result, suite)
     if dest.exists() and not overwrite:
         raise PolytraceError(f"{dest} already exists (pass --overwrite to replace it)")
@@ -66,8 +80,10 @@ def store_result(src: str | Path, root: str | Path | None = None, suite: str | N
     return dest
 
 
-def set_baseline(srcs: list[str | Path], root: str | Path | None = None, allow_cpu: bool = False) -> Path:
-    """Merge the result files of one run (one per suite) into ``baselines/<gpu-slug>.json``."""
+def set_baseline(srcs: list[str | Path], root: str | Path | None = None, allow_cpu: bool = False,
+                 force: bool = False) -> Path:
+    """Merge the result files of one run (one per suite) into ``baselines/<gpu-slug>.json``.
+    Refuses CPU-interpreter results (unless ``allow_cpu``) and throttled runs (unless ``force``)."""
     if not srcs:
         raise PolytraceError("set-baseline needs at least one result file")
     files: list[Path] = []
@@ -79,6 +95,8 @@ def set_baseline(srcs: list[str | Path], root: str | Path | None = None, allow_c
         files.extend(found)
     obj = merged_json(files)
     merged = [load_result(f) for f in files]
+    for r in merged:  # the CPU case is refused below, for the merged run
+        refuse_unfit(r, "set-baseline", allow_cpu=True, force=force)
     result = merged[0] if len(files) == 1 else None
     benches = [b for r in merged for b in r.benchmarks]
     if not benches:
@@ -195,6 +213,9 @@ def format_show(result: ResultFile) -> str:
     if cpu:
         head.append("CPU-interpreter timings: a smoke test of the code path, not performance figures; "
                     "no % of peak.")
+    if result.throttled:
+        head.append("THROTTLED: " + ("; ".join(result.throttle_reasons()) or "see the environment record")
+                    + " - these timings are suspect")
     rows = []
     for r in show_rows(result):
         peak = "-" if cpu or r["pct_peak"] is None else f"{r['pct_peak']:.1f}% {r['roofline']}"
@@ -240,6 +261,8 @@ def format_brief(result: ResultFile) -> str:
     head = f"{Path(result.path).name}: {len(result.benchmarks)} benchmarks on {result.gpu_name} ({result.measured_on})"
     if cpu:
         head += " - CPU interpreter: not performance"
+    if result.throttled:
+        head += "\nTHROTTLED: " + ("; ".join(result.throttle_reasons()) or "see the environment record")
     rows = [[r["kernel"], r["mode"], r["provider"], r["n"], _fmt(r["vs_best"], ".2f") + "x",
              "-" if cpu or r["pct_peak_mean"] is None else f"{r['pct_peak_mean']:.1f}% {r['roofline']}",
              "-" if cpu or r["pct_peak_max"] is None else f"{r['pct_peak_max']:.1f}%"]

@@ -1,0 +1,326 @@
+"""Calibration files: calibrate once (on a log, or on the stage averages a dashboard shows), then
+ask ``polytrace estimate --calibration cal.json`` about any other configuration of that model
+family.
+
+A file holds the named scalars, the configuration they were fitted for, the execution mode, and
+where they came from::
+
+    {"format": "polytrace.calibration", "version": 1,
+     "scalars": {"rollout_slowdown": 2.1, ..., "gen_overhead_s": 0.8, ..., "other_overhead_s": 1.2},
+     "model": {"name": "qwen2.5-7b", "family": "qwen2", ...}, "gpu": "mi300x", "mode": "sync",
+     "config": {...}, "stages": [...], "fit_error_pct": {...},
+     "source": {"kind": "log" | "stage-times", ...}, "created_by": {"polytrace": ..., "commit": ...}}
+
+Scalars are ``<kind>_slowdown`` (a kind of work: ``compose.stages.GROUPS``) and
+``<stage>_overhead_s`` (a stage's fixed seconds, ``other`` for the step outside the stages); a
+later mode may add its own under the same two patterns. Every stage has a fixed cost in the file:
+one the calibration did not time takes the like stage's (``calibration.FIXED_FALLBACK``) and the
+file says so under ``source.derived``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from .atomic_write import atomic_write_text
+from .calibration import Calibration, StepData, fit
+from .compose.stages import GROUPS, STAGES, stage_costs
+from .errors import PolytraceError
+from .logconfig import model_family
+from .models import ModelSpec
+
+FORMAT = "polytrace.calibration"
+VERSION = 1
+_SCALAR = re.compile(r"^[a-z][a-z0-9_]{0,63}_(slowdown|overhead_s)$")
+# a slowdown is real seconds per modelled second: past 1000x the model or the file is wrong
+_MAX_SLOWDOWN = 1000.0
+_MAX_OVERHEAD_S = 1e6
+_MAX_FILE_BYTES = 10_000_000
+STAGE_TIMES_STEPS = 4  # sampled profile steps the averages are compared with
+
+
+def _derived(cal: Calibration) -> tuple[dict, dict]:
+    scalars = cal.scalars()
+    derived = {}
+    for s in STAGES:
+        key = f"{s}_overhead_s"
+        if key not in scalars:
+            scalars[key] = cal.stage_overhead(s)
+            derived[key] = "like stage" if scalars[key] else "none timed: 0"
+    for g in GROUPS:
+        key = f"{g}_slowdown"
+        if key not in scalars:
+            derived[key] = "not calibrated: the model's own efficiency (1.0)"
+    return scalars, derived
+
+
+def document(cal: Calibration, run, stages: list[str], mode: str, source: dict, notes: list[str]) -> dict:
+    from . import __version__
+    from .provenance import git_commit
+
+    scalars, derived = _derived(cal)
+    source = dict(source, derived=derived, left_out=[lo.to_dict() for lo in cal.left_out],
+                  calibration_steps=cal.steps)
+    model = run.model
+    return {
+        "format": FORMAT, "version": VERSION,
+        "scalars": {k: float(v) for k, v in scalars.items()},
+        "model": {"name": model.name, "family": model_family(model), "params_total": model.params_total,
+                  "layers": model.layers, "hidden": model.hidden},
+        "gpu": run.gpu.slug, "mode": mode, "overlapped": list(cal.overlapped), "config": run.to_dict(),
+        "stages": list(stages),
+        "fit_error_pct": {k: float(v) for k, v in cal.fit_error_pct.items()},
+        "source": source, "notes": list(notes),
+        "created_by": {"polytrace": __version__, "commit": git_commit()},
+    }
+
+
+def save(doc: dict, path) -> None:
+    for k, v in doc["scalars"].items():
+        if not math.isfinite(v):  # never write a file ``load`` would refuse
+            raise PolytraceError(f"{path}: scalar {k} is {v}; nothing written")
+    atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=False) + "\n")
+
+
+def load(path) -> dict:
+    """A calibration file, checked: format and version, every scalar a finite number in range."""
+    p = Path(path)
+    if not p.is_file():
+        raise PolytraceError(f"--calibration {p}: no such file" if not p.exists()
+                             else f"--calibration {p}: not a regular file")
+    try:
+        if p.stat().st_size > _MAX_FILE_BYTES:
+            raise PolytraceError(f"--calibration {p}: {p.stat().st_size:,} bytes is not a calibration file")
+        doc = json.loads(p.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise PolytraceError(f"--calibration {p}: not a readable JSON file ({type(exc).__name__})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise PolytraceError(f"--calibration {p}: not a polytrace calibration file (write one with "
+                             "'polytrace calibrate LOG -o cal.json')")
+    if doc.get("version") != VERSION:
+        raise PolytraceError(f"--calibration {p}: version {doc.get('version')!r}; this polytrace reads "
+                             f"version {VERSION}")
+    scalars = doc.get("scalars")
+    if not isinstance(scalars, dict) or not scalars:
+        raise PolytraceError(f"--calibration {p}: no scalars")
+    clean = {}
+    for k, v in scalars.items():
+        if not isinstance(k, str) or not _SCALAR.match(k):
+            raise PolytraceError(f"--calibration {p}: scalar name {str(k)[:80]!r} is not <kind>_slowdown or "
+                                 "<stage>_overhead_s")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise PolytraceError(f"--calibration {p}: scalar {k} is {v!r}, not a finite number")
+        if k.endswith("_slowdown") and not 0 < v <= _MAX_SLOWDOWN:
+            raise PolytraceError(f"--calibration {p}: {k} = {v} is outside (0, {_MAX_SLOWDOWN:g}]")
+        if k.endswith("_overhead_s") and abs(v) > _MAX_OVERHEAD_S:
+            raise PolytraceError(f"--calibration {p}: {k} = {v} s is outside +-{_MAX_OVERHEAD_S:g} s")
+        clean[k] = float(v)
+    model = doc.get("model")
+    if not (isinstance(model, dict) and isinstance(model.get("family"), str) and isinstance(model.get("name"), str)):
+        raise PolytraceError(f"--calibration {p}: no model family (model.family)")
+    if not isinstance(doc.get("gpu"), str):
+        raise PolytraceError(f"--calibration {p}: no GPU")
+    out = dict(doc)
+    out["scalars"] = clean
+    out["path"] = str(p)
+    return out
+
+
+def check_applies(doc: dict, model: ModelSpec, gpu_slug: str) -> list[str]:
+    """Refuse a calibration of another model family; warn about another GPU or model size."""
+    fam = model_family(model)
+    where = doc.get("path", "calibration")
+    cal_model = doc["model"]
+    if cal_model["family"] != fam:
+        raise PolytraceError(f"--calibration {where} was fitted on {cal_model['name']} ({cal_model['family']} family); "
+                             f"--model {model.name} is {fam}: calibrate on a run of that family, or drop --calibration")
+    warnings = []
+    if doc["gpu"] != gpu_slug:
+        warnings.append(f"--calibration {where} was fitted on {doc['gpu']}, applied to {gpu_slug}: the slowdowns may "
+                        "not transfer")
+    if cal_model["name"] != model.name:
+        warnings.append(f"--calibration {where} was fitted on {cal_model['name']}, applied to {model.name} "
+                        "(same family)")
+    return warnings
+
+
+# --- stage averages ----------------------------------------------------------------------------
+
+
+def parse_stage_times(text: str) -> dict[str, float]:
+    """``gen=S,old_log_prob=S,update_actor=S[,ref=S,values=S,update_critic=S,step=S]``."""
+    out: dict[str, float] = {}
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in STAGES + ("step",):
+            raise PolytraceError(f"--stage-times: {part[:60]!r} is not STAGE=SECONDS with STAGE one of "
+                                 f"{', '.join(STAGES + ('step',))}")
+        try:
+            v = float(value)
+        except ValueError:
+            v = float("nan")
+        if not math.isfinite(v) or v <= 0 or v > 1e7:
+            raise PolytraceError(f"--stage-times: {name}={value.strip()[:40]!r} is not a positive number of seconds")
+        if name in out:
+            raise PolytraceError(f"--stage-times: {name} is given twice")
+        out[name] = v
+    return out
+
+
+def required_stages(run) -> list[str]:
+    need = ["gen"]
+    if not run.old_log_prob_in_gen:
+        need.append("old_log_prob")
+    if run.use_ref:
+        need.append("ref")
+    if run.use_critic:
+        need += ["values", "update_critic"]
+    return need + ["update_actor"]
+
+
+def check_stage_times(times: dict, run) -> None:
+    need = required_stages(run)
+    missing = [s for s in need if s not in times]
+    if missing:
+        hints = []
+        if "ref" in missing:
+            hints.append("ref=S, or --no-ref for a run without a reference model")
+        if "values" in missing or "update_critic" in missing:
+            hints.append("values=S,update_critic=S for PPO, or --algo grpo")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        raise PolytraceError(f"--stage-times lacks {', '.join(missing)}: a {run.algorithm} run"
+                             f"{' with a reference' if run.use_ref else ''} needs {', '.join(need)}{hint}")
+    extra = [s for s in times if s not in need and s != "step"]
+    if extra:
+        why = {"ref": "--no-ref was given", "values": "--algo grpo has no critic",
+               "update_critic": "--algo grpo has no critic"}
+        raise PolytraceError(f"--stage-times gives {', '.join(extra)}, which this run does not have "
+                             f"({'; '.join(why.get(s, s) for s in extra)})")
+
+
+def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[Calibration, list[int]]:
+    """Fit the scalars to a run known only by its per-stage averages: the model prices
+    ``STAGE_TIMES_STEPS`` batches sampled from the profile for ``run``, and the averages of those
+    prices are matched to ``times`` (taken as exact to 1%)."""
+    check_stage_times(times, run)
+    steps = list(range(STAGE_TIMES_STEPS))
+    comps: dict[str, dict[str, list]] = {}
+    other = []
+    for st in steps:
+        batch = profile.sample(step=st, seed=seed, prompts=run.prompts_per_step)
+        p = np.asarray(batch.prompt_lens, dtype=np.int64)
+        r = np.minimum(np.asarray(batch.response_lens, dtype=np.int64), run.max_response_len)
+        costs = stage_costs(run, p, np.maximum(r, 1))
+        for s, parts in costs.components.items():
+            for g, v in parts.items():
+                comps.setdefault(s, {}).setdefault(g, []).append(v)
+        other.append(costs.other_s)
+    x = {s: {g: float(np.mean(v)) for g, v in parts.items()} for s, parts in comps.items()}
+    stages = [s for s in STAGES if s in times]
+    actual = {s: times[s] for s in stages}
+    actual["step"] = times.get("step", sum(actual.values()) + float(np.mean(other)))
+    if actual["step"] <= sum(times[s] for s in stages):
+        raise PolytraceError(f"--stage-times: step={actual['step']:g} s is not more than the stages' sum "
+                             f"{sum(times[s] for s in stages):g} s")
+    row = StepData(0, {}, actual, {}, x=x, other_s=float(np.mean(other)))
+    cal = fit([row], stages, source="--stage-times", noise={s: 0.01 for s in stages})
+    return cal, steps
+
+
+# --- the three entry points the CLI calls ------------------------------------------------------
+
+
+def _sha256(path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def calibrate_from_log(path, out, *, calibrate_steps: int = 10, overrides=None) -> dict:
+    """``polytrace calibrate LOG -o cal.json``: fit on the log's first steps, write the file."""
+    from .validate import calibrate_log
+
+    res = calibrate_log(path, calibrate_steps=calibrate_steps, overrides=overrides)
+    log, run, split = res["log"], res["run"], res["split"]
+    source = {"kind": "log", "path": str(path), "sha256": _sha256(path), "format": log.format,
+              "entry": log.entry, "steps_in_log": len(log.steps)}
+    doc = document(res["calibration"], run, res["stages"], split.mode, source, res["notes"])
+    save(doc, out)
+    return doc
+
+
+def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, profile: str = "dapo-math-32b",
+                               seed: int = 0, **config_kw) -> dict:
+    """``polytrace calibrate --stage-times ... -o cal.json``: fit on per-stage averages, with
+    lengths sampled from the profile for the stated configuration."""
+    from .compose.estimate import build_config
+    from .profiles import get_profile
+
+    times = parse_stage_times(stage_times)
+    prof = get_profile(profile)
+    run = build_config(prof, model, gpu, gpus, **config_kw)
+    if run.n != prof.config.n:
+        import dataclasses
+
+        prof = dataclasses.replace(prof, config=dataclasses.replace(prof.config, n=run.n))
+    cal, steps = calibrate_stage_times(times, prof, run, seed=seed)
+    source = {"kind": "stage-times", "stage_times": times, "profile": prof.name, "sampled_steps": steps, "seed": seed}
+    notes = ["lengths sampled from the profile; the averages are matched by the model's prices of those batches"]
+    doc = document(cal, run, [s for s in STAGES if s in times], "sync", source, notes)
+    save(doc, out)
+    return doc
+
+
+def _applicable(calibration_path, model, gpu):
+    from .hardware import get_gpu
+    from .models import get_model
+
+    doc = load(calibration_path)
+    spec = get_model(model) if not isinstance(model, ModelSpec) else model
+    return doc, spec, check_applies(doc, spec, get_gpu(gpu).slug)
+
+
+def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+    """``polytrace estimate ... --compare-modes --calibration cal.json``: the execution modes side
+    by side with the file's scalars (``compose.modes.compare_modes``), checked as
+    ``estimate_calibrated`` checks them; its warnings go to every mode."""
+    from .compose.modes import compare_modes
+
+    doc, spec, warnings = _applicable(calibration_path, model, gpu)
+    cmp = compare_modes(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
+    for res in cmp["results"].values():
+        res["warnings"] = warnings + res["warnings"]
+        res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+    return cmp
+
+
+def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+    """``polytrace estimate ... --calibration cal.json``: the estimate with the file's scalars,
+    refused for another model family, with a warning for another GPU or model size; ``mode``
+    and the split flags as ``compose.modes.mode_estimate`` takes them."""
+    from .compose.modes import mode_estimate
+
+    doc, spec, warnings = _applicable(calibration_path, model, gpu)
+    res = mode_estimate(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
+    if res.get("timings_used"):
+        warnings.append(f"--calibration {doc['path']} was fitted on roofline prices; measured kernel timings price "
+                        "part of this estimate, so the slowdowns may over- or under-correct those families")
+    res["warnings"] = warnings + res["warnings"]
+    res["calibration"] = {"path": doc["path"], "model": doc["model"]["name"], "gpu": doc["gpu"],
+                          "mode": doc.get("mode"), "source": (doc.get("source") or {}).get("kind"),
+                          "scalars": doc["scalars"]}
+    res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+    return res

@@ -1,0 +1,150 @@
+"""``polytrace validate`` and ``polytrace calibrate``: the step model checked on real logs, and
+calibrated once for ``estimate --calibration``."""
+
+from __future__ import annotations
+
+from ..wording import counted
+from ._args import nonneg_int as _nonneg_int
+from ._args import positive_int as _pos_int
+from ._io import print_json
+
+
+def _log_config_flags(p, *, for_log: bool = True) -> None:
+    """The flags that state what a log does not (shared by validate and calibrate LOG)."""
+    p.add_argument("--model", default=None, help="model preset or HF config.json, when the log does not name it")
+    p.add_argument("--gpu", default=None, help="GPU preset (logs do not state it; default a100-80g)")
+    p.add_argument("--gpus", type=_pos_int, default=None, help="GPU count, when the log does not state it")
+    p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step, when not stated")
+    p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt, when not stated")
+    p.add_argument("--max-prompt-len", type=_pos_int, default=None, help="prompt length cap, when not stated")
+    p.add_argument("--max-response-len", type=_pos_int, default=None, help="response length cap, when not stated")
+    p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism, when not stated")
+    p.add_argument("--calibrate-steps", type=_pos_int, default=10,
+                   help="calibrate on this many first usable steps (default 10)")
+
+
+def register(sub) -> None:
+    v = sub.add_parser("validate", help="check step estimates against a real verl log",
+                       description="Calibrate the named scalars on the first K steps of a verl log (console or "
+                       "wandb CSV; warm-up, validation/checkpoint spikes and stalls are left out and named) and "
+                       "predict every later step from its logged length statistics; report accuracy per stage "
+                       "and for the step, next to the naive predictor (the calibration steps' mean).")
+    v.add_argument("log", help="verl console log or wandb CSV export")
+    _log_config_flags(v)
+    v.add_argument("--calibrate-on", default=None, metavar="OTHER_LOG",
+                   help="calibrate on all steps of another log of the same model and cluster (e.g. a GRPO run "
+                   "to predict a PPO run); --gpu applies to both")
+    v.add_argument("--json", action="store_true", help="the full result as JSON")
+    v.set_defaults(func=_validate)
+
+    c = sub.add_parser("calibrate", help="fit the step model's scalars once, for estimate --calibration",
+                       description="Write a calibration file: the named scalars (slowdowns per kind of work, "
+                       "fixed seconds per stage), the configuration they were fitted for and their provenance. "
+                       "From a verl log (its first --calibrate-steps steps, as validate does), or from the "
+                       "per-stage averages a dashboard shows (--stage-times, lengths sampled from --profile).")
+    c.add_argument("log", nargs="?", default=None,
+                   help="verl console log or wandb CSV export (omit with --stage-times)")
+    _log_config_flags(c)
+    c.add_argument("--stage-times", default=None, metavar="gen=S,old_log_prob=S,update_actor=S[,...]",
+                   help="per-stage average seconds of a run known only by its dashboard (ref=, values=, "
+                   "update_critic=, step= as the run has them); needs --model, --gpu, --gpus")
+    c.add_argument("--profile", default="dapo-math-32b",
+                   help="with --stage-times: workload profile the lengths are sampled from (default dapo-math-32b)")
+    c.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="with --stage-times: ppo adds a critic")
+    c.add_argument("--no-ref", action="store_true", help="with --stage-times: no reference model")
+    c.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
+                   help="with --stage-times: prompts per optimizer step (verl's ppo_mini_batch_size; default 256 "
+                   "or the whole batch when smaller)")
+    c.add_argument("--lora-rank", type=_nonneg_int, default=0,
+                   help="with --stage-times: the run trained LoRA adapters of this rank (default 0: full)")
+    c.add_argument("--param-offload", action="store_true",
+                   help="with --stage-times: the run offloaded the actor's parameters between stages")
+    c.add_argument("--optimizer-offload", action="store_true",
+                   help="with --stage-times: the run offloaded the actor's optimizer state between updates")
+    c.add_argument("-o", "--output", required=True, metavar="CAL_JSON", help="calibration file to write")
+    c.add_argument("--json", action="store_true", help="print the written file")
+    c.set_defaults(func=_calibrate)
+
+
+def _overrides(args):
+    from ..logconfig import Overrides
+
+    return Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
+                     max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
+                     rollout_tp=args.rollout_tp)
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v:.1f}%"
+
+
+def _validate(args) -> int:
+    from ..validate import validate
+
+    res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on,
+                   overrides=_overrides(args))
+    if args.json:
+        print_json(res)
+        return 0
+    from tabulate import tabulate
+
+    c = res["config"]
+    print(f"{res['log']} ({res['format']}, {res['mode']}): {res['steps']} steps, {res['predicted_steps']} predicted")
+    print(f"config: {c['model']}, {counted(c['n_gpus'], 'GPU')} ({c['gpu']}), "
+          f"{c['prompts_per_step']} prompts x {c['n']}, max {c['max_prompt_len']}+{c['max_response_len']}, "
+          f"{c['algorithm']}")
+    for note in res["notes"]:
+        print(f"note: {note}")
+    cal = res["calibration"]
+    print(f"calibrated on {cal['source']}: " + ", ".join(f"{k}={v:.3g}" for k, v in cal["scalars"].items()))
+    for lo in cal["left_out"]:
+        print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
+    rows = [[k, _pct(a["accuracy"]), _pct(a["naive_accuracy"]), f"{a['mean_actual_s']:.1f}",
+             f"{a['mean_predicted_s']:.1f}"] for k, a in res["accuracy"].items()]
+    print(tabulate(rows, headers=["stage", "accuracy", "naive", "mean actual s", "mean predicted s"]))
+    ex = res["excluded_s"]
+    print(f"step time excludes validation ({ex.get('testing', 0):.0f} s) and checkpoints "
+          f"({ex.get('save_checkpoint', 0):.0f} s); step-time spread {100 * res['step_time_variation']:.0f}%")
+    print("goals: " + ", ".join(f"{k} {'met' if ok else 'NOT met'}" for k, ok in res["goals"].items()))
+    return 0
+
+
+def _calibrate(args) -> int:
+    from ..calfile import calibrate_from_log, calibrate_from_stage_times
+    from ..errors import PolytraceError
+
+    if args.stage_times is not None:
+        if args.log is not None:
+            raise PolytraceError("calibrate: give a LOG or --stage-times, not both")
+        missing = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--gpus", args.gpus)) if v is None]
+        if missing:
+            raise PolytraceError(f"calibrate --stage-times needs {', '.join(missing)} (the run the averages come from)")
+        doc = calibrate_from_stage_times(
+            args.stage_times, args.output, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=args.profile,
+            prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
+            max_response_len=args.max_response_len, algorithm=args.algo, use_ref=not args.no_ref,
+            rollout_tp=args.rollout_tp, ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank,
+            param_offload=args.param_offload, optimizer_offload=args.optimizer_offload)
+    else:
+        if args.log is None:
+            raise PolytraceError("calibrate: give a LOG, or --stage-times with --model, --gpu and --gpus")
+        given = [flag for flag, v in (("--ppo-mini-batch", args.ppo_mini_batch), ("--lora-rank", args.lora_rank),
+                                      ("--param-offload", args.param_offload),
+                                      ("--optimizer-offload", args.optimizer_offload)) if v]
+        if given:
+            raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
+        doc = calibrate_from_log(args.log, args.output, calibrate_steps=args.calibrate_steps,
+                                 overrides=_overrides(args))
+    if args.json:
+        print_json(doc)
+        return 0
+    src = doc["source"]
+    print(f"wrote {args.output}: {doc['model']['name']} ({doc['model']['family']}) on {doc['gpu']}, "
+          f"{doc['mode']}, from {src['kind']}" + (f" {src['path']}" if src.get("path") else ""))
+    for note in doc["notes"]:
+        print(f"note: {note}")
+    for lo in src.get("left_out", []):
+        print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
+    print("scalars: " + ", ".join(f"{k}={v:.3g}" for k, v in doc["scalars"].items()))
+    print("in-sample error: " + ", ".join(f"{k} {v:.1f}%" for k, v in doc["fit_error_pct"].items()))
+    return 0

@@ -1,0 +1,380 @@
+"""Execution modes: how rollout and training share a cluster, and what each mode's step costs.
+
+- ``sync`` (verl's colocated hybrid engine, the default): every GPU generates, then every GPU
+  trains; the step is the sum of the stages (``estimate``, unchanged).
+- ``one-step-off`` (verl's ``recipe/one_step_off_policy``): the rollout has ``R`` GPUs of its
+  own and generates batch k+1 while the trainer's ``T`` GPUs train on batch k. Each step the
+  weights go from trainer to rollout (both wait), then the trainer waits for the previous
+  generation only for what training did not cover: step = sync + max(generation, training).
+- ``fully-async`` (``recipe/fully_async_policy``): the rollout streams samples one at a time into
+  a queue; the trainer takes a batch in ``updates_per_sync`` local updates as the samples arrive,
+  then syncs the weights. ``staleness`` (verl's ``staleness_threshold``) lets the rollout run up
+  to ``staleness x batch`` samples ahead on old weights: with 0 it makes exactly one batch per
+  weight version, long tail included; above 0 its engines stay full (``streaming.py``).
+  ``partial_rollout`` interrupts the sequences in flight at a sync and resumes them after
+  (re-prefilling their context) instead of waiting for them to finish. The trainer skips the
+  old-policy log-prob pass (verl uses the rollout's log-probs in this mode).
+
+The steady-state time per batch, each side's busy share and the GPU time idle by cause are
+estimates. A calibration (``estimate(calibration=...)``) scales both sides' work as in ``sync``;
+the weight sync is priced from the model's bytes and the links (``streaming.weight_sync_seconds``)
+and not calibrated.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import PolytraceError
+from .efficiency import DEFAULT
+from .estimate import build_config, calibrated_kernels, default_rollout_tp, estimate, load_timings, with_group_size
+from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
+from .pricing import Pricer
+from .rollout import simulate_rollout
+from .stages import STAGES, Part, stage_costs
+from .streaming import stream_rollout, trainer_pipeline, weight_sync_seconds
+
+MODES = ("sync", "one-step-off", "fully-async")
+DEFAULT_STALENESS = 0.1  # verl's fully_async_ppo_trainer.yaml ``staleness_threshold``
+DEFAULT_UPDATES_PER_SYNC = 4  # verl's ``trigger_parameter_sync_step``
+# Rollout shares of the GPUs tried when the split is not given: eighths of the cluster.
+SPLIT_FRACTIONS = tuple(k / 8 for k in range(1, 8))
+TRAINER_STAGES = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
+
+
+def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, partial_rollout,
+                    updates_per_sync) -> None:
+    """One-line errors naming the flag for arguments a mode cannot take."""
+    if mode not in MODES:
+        raise PolytraceError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "sync":
+        given = [flag for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus),
+                                      ("--staleness", staleness), ("--partial-rollout", partial_rollout),
+                                      ("--updates-per-sync", updates_per_sync)) if v is not None]
+        if given:
+            raise PolytraceError(f"{given[0]} applies to --mode one-step-off or fully-async; --mode sync colocates "
+                                 f"rollout and training on all --gpus")
+        return
+    if mode == "one-step-off":
+        for flag, v in (("--staleness", staleness), ("--partial-rollout", partial_rollout),
+                        ("--updates-per-sync", updates_per_sync)):
+            if v is not None:
+                raise PolytraceError(f"{flag} applies to --mode fully-async (one-step-off is staleness 1, "
+                                     f"no partial rollout, one update per sync)")
+    if gpus < 2:
+        raise PolytraceError(f"--mode {mode} puts the rollout and the trainer on GPUs of their own: --gpus {gpus} "
+                             f"is too few (at least 2)")
+    for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+            raise PolytraceError(f"{flag} must be a positive integer, got {v!r}")
+    if rollout_gpus is not None and train_gpus is not None and rollout_gpus + train_gpus != gpus:
+        raise PolytraceError(f"--rollout-gpus {rollout_gpus} + --train-gpus {train_gpus} = "
+                             f"{rollout_gpus + train_gpus}, not --gpus {gpus}")
+    for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus)):
+        if v is not None and v >= gpus:
+            raise PolytraceError(f"{flag} {v} leaves no GPU for the other side of --gpus {gpus}")
+    if staleness is not None and (not math.isfinite(staleness) or staleness < 0):
+        raise PolytraceError(f"--staleness {staleness}: must be a finite number >= 0 (the share of a batch the "
+                             f"rollout may generate ahead on old weights; verl's staleness_threshold)")
+    if updates_per_sync is not None and (isinstance(updates_per_sync, bool) or updates_per_sync < 1):
+        raise PolytraceError(f"--updates-per-sync must be a positive integer, got {updates_per_sync!r}")
+
+
+def _split_candidates(gpus: int, unit: int, rollout_gpus, train_gpus) -> list[tuple[int, int]]:
+    if rollout_gpus is not None:
+        return [(int(rollout_gpus), gpus - int(rollout_gpus))]
+    if train_gpus is not None:
+        return [(gpus - int(train_gpus), int(train_gpus))]
+    out = []
+    for f in SPLIT_FRACTIONS:
+        r = max(unit, int(round(f * gpus / unit)) * unit)
+        if r < gpus and (r, gpus - r) not in out:
+            out.append((r, gpus - r))
+    return out
+
+
+class _Sides:
+    """The two configurations of a separated cluster and their feasibility checks."""
+
+    def __init__(self, prof, model, gpu, rollout_gpus: int, train_gpus: int, config_kw: dict, longest: int,
+                 seq_lens, given: tuple[bool, bool]):
+        kw = dict(config_kw)
+        rollout_tp = kw.pop("rollout_tp", None)
+        mem = float(kw.get("mem_fraction", 0.5))
+        self.trainer = build_config(prof, model, gpu, train_gpus, rollout_tp=1, **kw)
+        self.trainer.colocated = False
+        need = max(longest, self.trainer.max_prompt_len + self.trainer.max_response_len)
+        m, g = self.trainer.model, self.trainer.gpu
+        what = "--rollout-gpus" if given[0] or not given[1] else "--train-gpus"
+        if smallest_rollout_tp(m, g, rollout_gpus, mem, need) is None:
+            raise PolytraceError(
+                f"{what}: {rollout_gpus} rollout GPU(s) cannot hold {m.name} serving a {need}-token sequence "
+                f"({m.weight_bytes() / rollout_gpus / GB:.1f} GB of weights per GPU at --mem-fraction {mem:g} of "
+                f"{g.memory_gb:g} GB); give the rollout more GPUs")
+        if rollout_tp is not None and rollout_gpus % rollout_tp:
+            raise PolytraceError(f"--rollout-tp {rollout_tp} does not divide {rollout_gpus} rollout GPUs "
+                                 f"({what}): every inference engine needs whole GPUs")
+        tp = rollout_tp or default_rollout_tp(m, g, rollout_gpus, mem, need_tokens=need)
+        roll_kw = {k: v for k, v in kw.items() if k not in ("strategy", "train_tp", "train_pp")}
+        self.rollout = build_config(prof, model, gpu, rollout_gpus, rollout_tp=tp, **roll_kw)
+        self.rollout.colocated = False
+        check_micro_batches(self.trainer, longest)
+        plan = memory_plan(self.trainer, longest, DEFAULT, seq_lens)
+        what = "--train-gpus" if given[1] or not given[0] else "--rollout-gpus"
+        if plan.training_state_total > plan.gpu_bytes:
+            raise PolytraceError(
+                f"{what}: {train_gpus} trainer GPU(s) cannot hold {m.name}'s training state "
+                f"({plan.training_state_total / GB:.0f} GB per GPU of {g.memory_gb:g} GB); give the trainer more GPUs")
+        self.warnings = []
+        if plan.train_peak > plan.gpu_bytes:
+            self.warnings.append(
+                f"training on {train_gpus} GPU(s) needs {plan.train_peak / GB:.0f} GB per GPU (state "
+                f"{plan.training_state_total / GB:.0f} GB + activations {plan.activations / GB:.0f} GB) on a "
+                f"{g.memory_gb:g} GB {g.slug}: lower --micro-batch-tokens or give the trainer more GPUs")
+        self.memory = {"trainer": plan.to_dict(),
+                       "rollout": memory_plan(self.rollout, longest, DEFAULT, seq_lens).to_dict()}
+
+
+def _separated(calibration: dict | None) -> dict | None:
+    """A calibration as it applies to a rollout on GPUs of its own: without ``gen``'s fixed
+    seconds. In a colocated run they hold the switch between trainer and engine (waking the
+    engine, resharding the weights into it, putting it back to sleep), which separate rollout
+    GPUs never do; verl's one-step-off table shows it: colocated ``gen`` 321 s against 247 s of
+    ``generate_sequences`` (16 H20, Qwen2.5-Math-7B). The separated modes price the weight sync
+    on its own (``streaming.weight_sync_seconds``)."""
+    if not calibration:
+        return calibration
+    return {k: v for k, v in calibration.items() if k != "gen_overhead_s"}
+
+
+def _side_seconds(parts, calibration) -> dict[str, float]:
+    kernels = calibrated_kernels(parts, calibration)
+    return {s: float(sum(kernels[s].values())) for s in STAGES}
+
+
+def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: dict | None, staleness: float,
+                partial: bool, chunks: int) -> dict:
+    """One sampled batch's steady-state step in a separated mode."""
+    rc, tc = sides.rollout, sides.trainer
+    cal = calibration or {}
+    p = np.asarray(batch.prompt_lens, dtype=np.int64)
+    r = np.maximum(np.minimum(np.asarray(batch.response_lens, dtype=np.int64), tc.max_response_len), 1)
+    trainer = stage_costs(tc, p, r, eff=DEFAULT, pricer=pricer, rollout=False)
+    parts = [x for x in trainer.parts if not (mode == "fully-async" and x.stage == "old_log_prob")]
+    stages = _side_seconds(parts, calibration)
+    other = trainer.other_s + float(cal.get("other_overhead_s", 0.0))
+    train_s = sum(stages[s] for s in TRAINER_STAGES) + other
+    sync = weight_sync_seconds(tc.model, tc.gpu, tc.n_gpus, rc.n_gpus, rc.rollout_tp, tc.lora_rank)
+    w = sync["total"]
+    n_seq = len(r)
+    roll = None
+    if mode == "one-step-off" or staleness == 0:
+        roll = simulate_rollout(rc.model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
+                                mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs, eff=DEFAULT,
+                                eager=rc.eager, pricer=pricer)
+        gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
+        gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
+        scale = gen / roll.time_s if roll.time_s > 0 else 1.0
+    if mode == "one-step-off":
+        step = w + max(gen, train_s)
+        trainer_wait = max(0.0, gen - train_s)
+        rollout_busy = gen
+        detail = {"wait_prev_gen_s": trainer_wait}
+    else:
+        if staleness == 0:
+            pipe = trainer_pipeline(n_seq, chunks, train_s, w, ready_s=roll.finish_s * scale)
+            detail = {"rollout": "one batch per weight version, long tail included (staleness 0)"}
+        else:
+            stream = stream_rollout(rc.model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
+                                    mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs,
+                                    in_flight_cap=(1.0 + staleness) * n_seq, eff=DEFAULT, eager=rc.eager,
+                                    pricer=pricer)
+            slow = float(cal.get("rollout_slowdown", 1.0))
+            for key in ("batch_s", "drain_s", "drain_lost_s"):
+                setattr(stream, key, getattr(stream, key) * slow)
+            pipe = trainer_pipeline(n_seq, chunks, train_s, w, rate=n_seq / stream.batch_s, staleness=staleness,
+                                    stream=stream, partial=partial)
+            gen = stream.batch_s
+            detail = {"stream": stream.to_dict(), "carry_samples": pipe.carry}
+        step = pipe.step_s
+        trainer_wait = pipe.trainer_wait_s + pipe.sync_wait_s
+        rollout_busy = min(pipe.rollout_busy_s, step - w)
+        detail.update(trainer_wait_for_samples_s=pipe.trainer_wait_s, trainer_wait_for_drain_s=pipe.sync_wait_s)
+    stages["gen"] = gen
+    R, T = rc.n_gpus, tc.n_gpus
+    rollout_idle = max(0.0, step - w - rollout_busy)
+    idle = {
+        "weight_sync_gpu_s": w * (R + T),
+        "rollout_waiting_for_trainer_gpu_s": rollout_idle * R,
+        "trainer_waiting_for_rollout_gpu_s": trainer_wait * T,
+        "trainer_ranks_waiting_for_slowest_gpu_s": trainer.train_imbalance_gpu_s,
+    }
+    if roll is not None:
+        idle["rollout_engines_waiting_for_slowest_gpu_s"] = roll.imbalance_gpu_s * scale
+        idle["rollout_tail_gpu_s"] = roll.tail_gpu_s * scale
+    tokens = int((p + r).sum())
+    return {"step": int(batch.step), "stages_s": stages, "step_s": step, "other_s": other, "tokens": tokens,
+            "sequences": n_seq, "tokens_per_s_per_gpu": tokens / step / (R + T) if step > 0 else 0.0,
+            "train_s": train_s, "weight_sync_s": w, "weight_sync": sync,
+            "busy": {"rollout": rollout_busy / step if step else 0.0, "trainer": train_s / step if step else 0.0},
+            "idle": idle, "detail": detail}
+
+
+def _sync_mode_block(res: dict) -> dict:
+    """Utilisation and idle causes of the colocated estimate (numbers unchanged)."""
+    rows = res["rows"]
+    n = res["config"]["n_gpus"]
+    step = res["summary"]["mean_step_s"]
+    gen = res["summary"]["mean_stages_s"]["gen"]
+    idle = {"rollout_tail_gpu_s": float(np.mean([r["idle"]["rollout_tail_gpu_s"] for r in rows])),
+            "rollout_engines_waiting_for_slowest_gpu_s": float(np.mean([r["idle"]["rollout_imbalance_gpu_s"]
+                                                                          for r in rows])),
+            "trainer_ranks_waiting_for_slowest_gpu_s": float(np.mean([r["idle"]["train_imbalance_gpu_s"]
+                                                                        for r in rows])),
+            "reward_scoring_gpu_s": float(np.mean([sum(r["kernels"]["other"].values()) for r in rows])) * n,
+            "weight_sync_gpu_s": 0.0}
+    return {"mode": "sync", "rollout_gpus": n, "train_gpus": n, "step_s": step, "weight_sync_s": 0.0,
+            "busy": {"rollout": gen / step if step else 0.0, "trainer": (step - gen) / step if step else 0.0},
+            "idle_gpu_s": idle,
+            "note": "colocated: every GPU generates, then trains; the weight reshard into the engine is not "
+                    "priced (a calibration's gen fixed cost holds it)"}
+
+
+def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout_gpus: int | None = None,
+                  train_gpus: int | None = None, staleness: float | None = None,
+                  partial_rollout: bool | None = None, updates_per_sync: int | None = None, steps=(0,),
+                  seed: int = 0, calibration: dict | None = None, results_root=None, results=None,
+                  providers: dict | None = None, speedups: dict | None = None, amdahl: float | None = None,
+                  **config_kw) -> dict:
+    """The steady-state step of ``mode`` (``MODES``) on ``gpus`` GPUs: ``estimate``'s keys
+    (``summary.mean_step_s``, ``summary.mean_stages_s``, ``rows``, ``config``) plus
+    ``summary.mode``: the split, the weight sync, each side's busy share and the GPU time idle by
+    cause. Without ``rollout_gpus`` / ``train_gpus`` the split is the best of ``SPLIT_FRACTIONS``."""
+    from ..profiles import get_profile
+
+    check_mode_args(mode, gpus, rollout_gpus, train_gpus, staleness, partial_rollout, updates_per_sync)
+    if mode == "sync":
+        res = estimate(profile, model, gpu, gpus, steps=steps, seed=seed, calibration=calibration,
+                       results_root=results_root, results=results, providers=providers, speedups=speedups,
+                       amdahl=amdahl, **config_kw)
+        res["summary"]["mode"] = _sync_mode_block(res)
+        return res
+    if amdahl is not None:
+        raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
+    staleness = DEFAULT_STALENESS if staleness is None else float(staleness)
+    partial = True if partial_rollout is None else bool(partial_rollout)
+    chunks = DEFAULT_UPDATES_PER_SYNC if updates_per_sync is None else int(updates_per_sync)
+    if mode == "one-step-off":
+        staleness, partial, chunks = 1.0, False, 1
+    prof = get_profile(profile)
+    base = build_config(prof, model, gpu, gpus, rollout_tp=1,
+                        **{k: v for k, v in config_kw.items() if k != "rollout_tp"})
+    prof = with_group_size(prof, base.n)
+    timings, explicit = load_timings(base.gpu.slug, results, results_root)
+    pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)
+    steps = list(steps)
+    if not steps:
+        raise PolytraceError("steps must not be empty")
+    if chunks > base.prompts_per_step * base.n:
+        raise PolytraceError(f"--updates-per-sync {chunks} exceeds the batch's {base.prompts_per_step * base.n} "
+                             f"samples: each local update needs at least one")
+    batches = [prof.sample(step=int(st), seed=seed, prompts=base.prompts_per_step) for st in steps]
+    seq_lens = [np.asarray(b.prompt_lens, dtype=np.int64)
+                + np.minimum(np.asarray(b.response_lens, dtype=np.int64), base.max_response_len) for b in batches]
+    longest = max(int(s.max(initial=1)) for s in seq_lens)
+    biggest = max(seq_lens, key=lambda s: int(s.sum()))
+    unit = config_kw.get("rollout_tp") or default_rollout_tp(base.model, base.gpu, gpus,
+                                                             float(config_kw.get("mem_fraction", 0.5)),
+                                                             need_tokens=base.max_prompt_len + base.max_response_len)
+    given = (rollout_gpus is not None, train_gpus is not None)
+    candidates = _split_candidates(int(gpus), int(unit), rollout_gpus, train_gpus)
+    tried, best, errors = [], None, []
+    for r_gpus, t_gpus in candidates:
+        try:
+            sides = _Sides(prof, base.model, base.gpu, r_gpus, t_gpus, config_kw, longest, biggest, given)
+        except PolytraceError as exc:
+            if len(candidates) == 1:
+                raise
+            errors.append(str(exc))
+            continue
+        probe = _async_step(mode, sides, batches[0], pricer, calibration, staleness, partial, chunks)
+        tried.append({"rollout_gpus": r_gpus, "train_gpus": t_gpus, "step_s": probe["step_s"]})
+        if best is None or probe["step_s"] < best[1]:
+            best = (sides, probe["step_s"])
+    if best is None:
+        raise PolytraceError(f"--gpus {gpus}: no rollout:trainer split of the GPUs is feasible for --mode {mode} "
+                             f"({errors[0] if errors else 'no split tried'})")
+    sides = best[0]
+    rows = [_async_step(mode, sides, b, pricer, calibration, staleness, partial, chunks) for b in batches]
+    return _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
+                      timings, seed)
+
+
+def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer, timings,
+               seed) -> dict:
+    rc, tc = sides.rollout, sides.trainer
+    step = float(np.mean([r["step_s"] for r in rows]))
+    mean_stages = {s: float(np.mean([r["stages_s"][s] for r in rows])) for s in STAGES}
+    idle_keys = sorted({k for r in rows for k in r["idle"]})
+    idle = {k: float(np.mean([r["idle"].get(k, 0.0) for r in rows])) for k in idle_keys}
+    n = rc.n_gpus + tc.n_gpus
+    gpu_s = step * n
+    block = {
+        "mode": mode, "rollout_gpus": rc.n_gpus, "train_gpus": tc.n_gpus, "rollout_tp": rc.rollout_tp,
+        "split": "given" if any(given) else "best of the splits tried", "splits_tried": tried,
+        "staleness": staleness, "partial_rollout": partial, "updates_per_sync": chunks, "step_s": step,
+        "train_s": float(np.mean([r["train_s"] for r in rows])),
+        "weight_sync_s": float(np.mean([r["weight_sync_s"] for r in rows])), "weight_sync": rows[0]["weight_sync"],
+        "busy": {side: float(np.mean([r["busy"][side] for r in rows])) for side in ("rollout", "trainer")},
+        "idle_gpu_s": idle, "details": [r["detail"] for r in rows],
+    }
+    total_tokens = sum(r["tokens"] for r in rows)
+    summary = {
+        "steps": len(rows), "mean_step_s": step, "mean_stages_s": mean_stages,
+        "stage_share": {s: v / step if step else 0.0 for s, v in mean_stages.items()},
+        "tokens_per_s_per_gpu": total_tokens / sum(r["step_s"] for r in rows) / n,
+        "rollout_tail_share": idle.get("rollout_tail_gpu_s", 0.0) / gpu_s if gpu_s else 0.0,
+        "rank_imbalance_share": (idle.get("rollout_engines_waiting_for_slowest_gpu_s", 0.0)
+                                 + idle["trainer_ranks_waiting_for_slowest_gpu_s"]) / gpu_s if gpu_s else 0.0,
+        "mode": block,
+    }
+    source = ("estimated: roofline at assumed efficiencies (polytrace/compose/efficiency.py), "
+              f"{mode} steady state (polytrace/compose/modes.py)" + (", calibrated scalars applied" if calibration
+                                                                     else ""))
+    config = tc.to_dict()
+    config.update(n_gpus=n, rollout_tp=rc.rollout_tp, mode=mode, rollout_gpus=rc.n_gpus, train_gpus=tc.n_gpus)
+    return {"profile": prof.name, "config": config, "model": tc.model.to_dict(),
+            "gpu": {"slug": tc.gpu.slug, "name": tc.gpu.name, "source": tc.gpu.source}, "seed": seed,
+            "source": source, "rows": rows, "summary": summary, "memory": sides.memory["trainer"],
+            "memory_sides": sides.memory, "timings_used": sorted("/".join(k) for k in pricer.used),
+            "warnings": list(sides.warnings)}
+
+
+def compare_modes(profile, model, gpu, gpus: int, *, rollout_gpus=None, train_gpus=None, staleness=None,
+                  partial_rollout=None, updates_per_sync=None, **kw) -> dict:
+    """The three modes side by side on the same sampled steps ("what would async give me"):
+    the separated modes take the given split or their best one."""
+    out = {"sync": mode_estimate(profile, model, gpu, gpus, mode="sync", **kw)}
+    out["one-step-off"] = mode_estimate(profile, model, gpu, gpus, mode="one-step-off", rollout_gpus=rollout_gpus,
+                                        train_gpus=train_gpus, **kw)
+    out["fully-async"] = mode_estimate(profile, model, gpu, gpus, mode="fully-async", rollout_gpus=rollout_gpus,
+                                       train_gpus=train_gpus, staleness=staleness, partial_rollout=partial_rollout,
+                                       updates_per_sync=updates_per_sync, **kw)
+    sync_step = out["sync"]["summary"]["mean_step_s"]
+    rows = []
+    for name, res in out.items():
+        s, m = res["summary"], res["summary"]["mode"]
+        rows.append({"mode": name, "split": f"{m['rollout_gpus']}:{m['train_gpus']}" if name != "sync"
+                     else f"{m['rollout_gpus']} colocated", "step_s": s["mean_step_s"],
+                     "speedup": sync_step / s["mean_step_s"] if s["mean_step_s"] else 0.0,
+                     "gen_s": s["mean_stages_s"]["gen"],
+                     "train_s": (m.get("train_s") if name != "sync" else s["mean_step_s"] - s["mean_stages_s"]["gen"]),
+                     "weight_sync_s": m["weight_sync_s"], "rollout_busy": m["busy"]["rollout"],
+                     "trainer_busy": m["busy"]["trainer"]})
+    return {"modes": rows, "results": out}
+
+
+__all__ = ["DEFAULT_STALENESS", "DEFAULT_UPDATES_PER_SYNC", "MODES", "check_mode_args", "compare_modes",
+           "mode_estimate"]

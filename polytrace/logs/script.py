@@ -1,0 +1,540 @@
+"""Launch scripts as logs hold them: the shell text around a verl command, read without a shell.
+
+Logs and the pages that publish them show the launch script in many shapes: a ``set -x`` trace
+(``+ python3 -m verl.trainer.main_ppo ...``), a script pasted into a markdown fence or an rst
+``code-block``, one override per line joined by ``\\`` continuations, values held in shell
+variables (``MODEL_PATH=Qwen/Qwen2.5-7B-Instruct`` then ``actor_rollout_ref.model.path=$MODEL_PATH``,
+``${GPUS:-8}``), ``#`` comments, ray-prefixed lines. This module turns such lines into logical
+command lines with their variables expanded, the way bash would for the simple cases, and marks
+what it cannot know (a variable never assigned, one set by ``$(...)``) instead of guessing.
+
+Everything here is linear in the input: lines longer than ``MAX_COMMAND_CHARS`` are not commands
+and are passed over, and nested expansions stop at ``MAX_DEPTH`` levels.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# A real launch command with every override on one line is 2-20 kB; a joined one above this is
+# not a command (a base64 dump, a tensor printed whole) and is not tokenised.
+MAX_COMMAND_CHARS = 200_000
+# ${A:-${B:-${C}}} nests rarely past 2; past 8 the text is not a script.
+MAX_DEPTH = 8
+# $((...)) arithmetic is evaluated only on short integer expressions.
+MAX_ARITH_CHARS = 200
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RAY_PREFIX = re.compile(r"^\((?:[\w:.\-]+ )*pid=\d+(?:, ip=[\d.]+)?\)\s?")
+_XTRACE = re.compile(r"^\++ ")
+_ASSIGN_WORD = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?=)(.*)$", re.S)
+_DECLARE = ("export", "declare", "local", "readonly", "typeset")
+_ARITH_OK = re.compile(r"^[\d\s+\-*/%()]+$")
+_ASSIGN_START = re.compile(r"^(?:(?:export|declare|local|readonly|typeset)\s+(?:-\w+\s+)*)?[A-Za-z_]\w*\+?=")
+
+
+NEVER_ASSIGNED = "is never assigned in the log"
+BY_COMMAND = "is set by a command the log does not show"
+SCRIPT_ARGUMENT = "is a script argument the log does not show"
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A value the log does not determine: ``text`` is it with what is known substituted and the
+    unknown variables left as ``$NAME``; ``names`` lists those; ``reason`` says why."""
+
+    text: str
+    names: tuple[str, ...]
+    reason: str = NEVER_ASSIGNED
+
+    def __str__(self) -> str:
+        return self.text
+
+    def explain(self) -> str:
+        names = ", ".join(f"${n}" for n in self.names) or self.text
+        return f"{names} {self.reason}"
+
+
+@dataclass
+class LogicalLine:
+    line: int  # 1-based line number in the log where the command starts
+    text: str  # the command text, continuations joined, comments cut
+    xtrace: bool = False  # echoed by ``set -x``: bash already expanded it
+
+
+def _strip_decorations(text: str) -> tuple[str, bool, bool]:
+    """(text, is_xtrace, is_fence_or_directive) for one physical line."""
+    s = _RAY_PREFIX.sub("", text.lstrip(), count=1) if text.lstrip().startswith("(") else text.lstrip()
+    if s.startswith("> "):  # a quoted block in a markdown page
+        s = s[2:].lstrip()
+    if s.startswith(("```", "~~~")) or s.startswith(".. code-block") or s.startswith(".. code::"):
+        return "", False, True
+    if s.startswith("$ "):  # a shell prompt in a pasted session
+        s = s[2:]
+    m = _XTRACE.match(s)
+    if m:
+        return s[m.end():], True, False
+    return s, False, False
+
+
+def cut_comment(text: str) -> str:
+    """``text`` without a trailing ``# comment`` (a ``#`` that starts a word, outside quotes)."""
+    if "#" not in text:
+        return text
+    quote = ""
+    prev = " "
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = ""
+            elif c == "\\" and quote == '"':
+                i += 1
+        elif c in "'\"":
+            quote = c
+        elif c == "\\":
+            i += 1
+        elif c == "#" and prev in " \t;(":
+            return text[:i].rstrip()
+        prev = c
+        i += 1
+    return text
+
+
+def logical_lines(lines) -> list[LogicalLine]:
+    """Commands of the script text in ``lines`` (1-based ``(number, text)`` pairs or plain
+    strings): markdown fences, rst directives and ``#`` comment lines dropped, ``set -x``
+    markers, ray prefixes and shell prompts stripped, ``\\`` continuations joined (a comment line
+    inside a continuation is skipped, as people comment out one override of a long command)."""
+    out: list[LogicalLine] = []
+    buf: list[str] = []
+    size = 0
+    start = 0
+    xtrace_start = False
+    for item in lines:
+        number, raw = item if isinstance(item, tuple) else (0, item)
+        if len(raw) > MAX_COMMAND_CHARS:
+            buf, size = [], 0
+            continue
+        text, xtrace, fence = _strip_decorations(raw)
+        if fence:
+            if buf:
+                out.append(LogicalLine(start, " ".join(buf), xtrace_start))
+                buf, size = [], 0
+            continue
+        stripped = text.strip()
+        if stripped.startswith("#"):
+            continue  # a comment line (inside a continuation too)
+        body = cut_comment(text).rstrip()
+        cont = body.endswith("\\") and not body.endswith("\\\\")
+        if cont:
+            body = body[:-1]
+        if not buf:
+            start, xtrace_start = number, xtrace
+        if size + len(body) > MAX_COMMAND_CHARS:
+            buf, size = [], 0
+            continue
+        buf.append(body.strip())
+        size += len(body) + 1
+        if not cont:
+            joined = " ".join(p for p in buf if p)
+            if joined:
+                out.append(LogicalLine(start, joined, xtrace_start))
+            buf, size = [], 0
+    if buf:
+        joined = " ".join(p for p in buf if p)
+        if joined:
+            out.append(LogicalLine(start, joined, xtrace_start))
+    return out
+
+
+# --- words -------------------------------------------------------------------------------------
+
+
+def split_words(text: str) -> list[list[tuple[str, str]]]:
+    """Shell words of ``text``, each a list of ``(segment, quoting)`` pieces where quoting is
+    ``"'"`` (single-quoted: literal), ``'"'`` (double-quoted: expanded, not split) or ``""``
+    (bare: expanded and split on whitespace). Unbalanced quotes close at the end of the text,
+    as a truncated log line would need."""
+    words: list[list[tuple[str, str]]] = []
+    cur: list[tuple[str, str]] = []
+    seg: list[str] = []
+    mode = ""  # current quoting of seg
+    in_word = False
+    i, n = 0, len(text)
+
+    def flush_seg():
+        nonlocal seg
+        if seg:
+            cur.append(("".join(seg), mode))
+            seg = []
+
+    while i < n:
+        c = text[i]
+        if mode == "'":
+            if c == "'":
+                flush_seg()
+                mode = ""
+            else:
+                seg.append(c)
+            i += 1
+            continue
+        if mode == '"':
+            if c == '"':
+                flush_seg()
+                mode = ""
+            elif c == "\\" and i + 1 < n and text[i + 1] in '"\\$`':
+                seg.append(text[i + 1])
+                i += 1
+            else:
+                seg.append(c)
+            i += 1
+            continue
+        if c in " \t\n":
+            if in_word:
+                flush_seg()
+                words.append(cur)
+                cur = []
+                in_word = False
+            i += 1
+            continue
+        in_word = True
+        if c in "'\"":
+            flush_seg()
+            mode = c
+        elif c == "\\" and i + 1 < n:
+            flush_seg()
+            cur.append((text[i + 1], "'"))  # an escaped character is literal
+            i += 1
+        elif c == "$" and i + 1 < n and text[i + 1] in "({":
+            # keep $(...) / ${...} / $((...)) whole so the spaces inside do not split the word
+            end = _matching_close(text, i + 1)
+            seg.append(text[i:end])
+            i = end
+            continue
+        else:
+            seg.append(c)
+        i += 1
+    flush_seg()
+    if in_word or cur:
+        words.append(cur)
+    return words
+
+
+def _matching_close(text: str, open_at: int) -> int:
+    """Index just past the bracket closing the one at ``open_at`` (or the end of the text)."""
+    opener = text[open_at]
+    closer = ")" if opener == "(" else "}"
+    depth = 0
+    i, n = open_at, len(text)
+    while i < n:
+        c = text[i]
+        if c == opener:
+            depth += 1
+        elif c == closer:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c == "\\":
+            i += 1
+        i += 1
+    return n
+
+
+# --- expansion ---------------------------------------------------------------------------------
+
+
+class Shell:
+    """The variables a script assigned so far, and expansion against them."""
+
+    def __init__(self):
+        self.vars: dict[str, str | Unresolved] = {}
+
+    def expand(self, text: str, depth: int = 0) -> str | Unresolved:
+        """``text`` with ``$NAME``, ``${NAME}``, ``${NAME:-default}`` (and ``-``, ``:=``, ``=``,
+        ``:+``, ``+``), ``$((arithmetic))`` substituted; an ``Unresolved`` when any part is
+        unknown (its text keeps the known parts)."""
+        if "$" not in text and "`" not in text:
+            return text
+        out: list[str] = []
+        missing: list[str] = []
+        reasons: list[str] = []
+        i, n = 0, len(text)
+        while i < n:
+            c = text[i]
+            if c == "`":
+                end = text.find("`", i + 1)
+                end = n if end < 0 else end + 1
+                out.append(text[i:end])
+                missing.append(text[i:end])
+                reasons.append(BY_COMMAND)
+                i = end
+                continue
+            if c != "$" or i + 1 >= n:
+                out.append(c)
+                i += 1
+                continue
+            nxt = text[i + 1]
+            if nxt == "(":
+                end = _matching_close(text, i + 1)
+                piece = text[i:end]
+                value = self._arith(piece, depth) if piece.startswith("$((") else None
+                if value is None:
+                    out.append(piece)
+                    missing.append(piece)
+                    reasons.append(BY_COMMAND)
+                else:
+                    out.append(value)
+                i = end
+                continue
+            if nxt == "{":
+                end = _matching_close(text, i + 1)
+                value = self._braced(text[i + 2:end - 1], depth)
+                if isinstance(value, Unresolved):
+                    out.append(value.text)
+                    missing.extend(value.names)
+                    reasons.append(value.reason)
+                else:
+                    out.append(value)
+                i = end
+                continue
+            m = _NAME.match(text, i + 1)
+            if m:
+                value = self._lookup(m.group(0))
+                if isinstance(value, Unresolved):
+                    out.append(value.text)
+                    missing.extend(value.names)
+                    reasons.append(value.reason)
+                else:
+                    out.append(value)
+                i = m.end()
+                continue
+            if nxt.isdigit() or nxt in "@*#?!$-":  # positional and special parameters
+                out.append(text[i:i + 2])
+                missing.append(text[i:i + 2])
+                reasons.append(SCRIPT_ARGUMENT)
+                i += 2
+                continue
+            out.append(c)
+            i += 1
+        joined = "".join(out)
+        if missing:
+            names = tuple(dict.fromkeys(n.lstrip("$") for n in missing))
+            return Unresolved(joined, names, reasons[0])
+        return joined
+
+    def _lookup(self, name: str) -> str | Unresolved:
+        if name in self.vars:
+            return self.vars[name]
+        return Unresolved(f"${name}", (name,))
+
+    def _braced(self, inner: str, depth: int) -> str | Unresolved:
+        if depth >= MAX_DEPTH:
+            return Unresolved("${" + inner + "}", (inner[:40],), "nests too deep to read")
+        if inner.startswith("#"):  # ${#NAME}: a length
+            value = self._lookup(inner[1:])
+            return value if isinstance(value, Unresolved) else str(len(value))
+        m = _NAME.match(inner)
+        if not m:
+            return Unresolved("${" + inner + "}", (inner[:40],), "is not a variable this reader follows")
+        name, rest = m.group(0), inner[m.end():]
+        if rest.startswith("[") and "]" in rest:  # ${ARR[@]}, ${ARR[0]}: the array's text
+            rest = rest[rest.index("]") + 1:]
+            value = self._lookup(name)
+            if isinstance(value, str) and value.startswith("(") and value.endswith(")"):
+                value = value[1:-1].strip()
+            if not rest:
+                return value
+        else:
+            value = self._lookup(name)
+        if not rest:
+            return value
+        for op in (":-", ":=", ":+", ":?", "-", "=", "+", "?"):
+            if rest.startswith(op):
+                word = rest[len(op):]
+                unset = isinstance(value, Unresolved) and value.reason == NEVER_ASSIGNED
+                empty = unset or (op.startswith(":") and value == "")
+                base = op.lstrip(":")
+                if base in "-=":
+                    if not empty:
+                        return value
+                    default = self.expand(word, depth + 1)
+                    if base == "=" and not isinstance(default, Unresolved):
+                        self.vars[name] = default
+                    return default
+                if base == "+":
+                    return "" if empty else self.expand(word, depth + 1)
+                return value  # ${NAME:?message}
+        # ${NAME#prefix}, ${NAME%suffix}, ${NAME/a/b}, ${NAME:1:2}: not followed
+        return Unresolved("${" + inner + "}", (name,), "is transformed in a way this reader does not follow")
+
+    def _arith(self, piece: str, depth: int) -> str | None:
+        """``$((expr))`` when ``expr`` is short integer arithmetic over known values."""
+        if len(piece) > MAX_ARITH_CHARS or not piece.endswith("))"):
+            return None
+        body = piece[3:-2]
+        body = re.sub(r"\$?\b([A-Za-z_][A-Za-z0-9_]*)\b", lambda m: "${" + m.group(1) + "}", body)
+        value = self.expand(body, depth + 1)
+        if isinstance(value, Unresolved) or not _ARITH_OK.match(value):
+            return None
+        return _eval_int(value)
+
+    def assign(self, name: str, value: str | Unresolved, append: bool = False) -> None:
+        if append and name in self.vars:
+            old = self.vars[name]
+            if isinstance(old, Unresolved) or isinstance(value, Unresolved):
+                text = f"{old}{value}"
+                names = tuple((old.names if isinstance(old, Unresolved) else ())
+                              + (value.names if isinstance(value, Unresolved) else ()))
+                value = Unresolved(text, names)
+            else:
+                value = old + value
+        self.vars[name] = value
+
+    def expand_word(self, word: list[tuple[str, str]]) -> list[str | Unresolved]:
+        """One shell word -> the words it becomes (a bare expansion holding spaces splits)."""
+        pieces: list[str] = []
+        missing: list[str] = []
+        reason = ""
+        split_points = False
+        for seg, quoting in word:
+            if quoting == "'":
+                pieces.append(seg)
+                continue
+            value = self.expand(seg)
+            if isinstance(value, Unresolved):
+                missing.extend(value.names)
+                reason = reason or value.reason
+                value = value.text
+            if quoting == "" and value != seg and any(ch in value for ch in " \t\n"):
+                split_points = True
+            pieces.append(value)
+        text = "".join(pieces)
+        if missing:  # an unknown value is kept as one word: how it would split is unknown too
+            return [Unresolved(text, tuple(dict.fromkeys(missing)), reason)]
+        return text.split() if split_points else [text]
+
+
+def _eval_int(expr: str) -> str | None:
+    import ast
+
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            v = ev(node.operand)
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv,
+                                                                ast.Div, ast.Mod)):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            if isinstance(node.op, ast.Sub):
+                return a - b
+            if isinstance(node.op, ast.Mult):
+                if abs(a) > 2**62 or abs(b) > 2**62:
+                    raise ValueError("too large")
+                return a * b
+            if b == 0:
+                raise ValueError("division by zero")
+            return a // b if isinstance(node.op, (ast.FloorDiv, ast.Div)) else a % b
+        raise ValueError("not integer arithmetic")
+
+    try:
+        value = ev(tree)
+    except (ValueError, RecursionError):
+        return None
+    return str(value) if abs(value) < 2**63 else None
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Command:
+    line: int
+    words: list  # str | Unresolved, after expansion
+    xtrace: bool = False
+
+
+def run_script(logical: list[LogicalLine], wanted=None) -> tuple[list[Command], Shell]:
+    """Walk the logical lines as a shell would for assignments: ``NAME=value`` (alone, after
+    ``export``/``declare``/..., or as a command's environment prefix) is recorded; every other
+    line becomes a ``Command`` of expanded words. ``set -x`` lines are taken as bash printed
+    them (already expanded); their assignments are recorded too. ``wanted(text)`` picks the
+    lines worth tokenising besides assignments (a log holds far more lines than its script)."""
+    shell = Shell()
+    commands: list[Command] = []
+    for ll in logical:
+        if "=" not in ll.text and "$" not in ll.text:
+            continue  # neither an assignment nor an override: not worth tokenising
+        if wanted is not None and not _ASSIGN_START.match(ll.text) and not wanted(ll.text):
+            continue
+        words = split_words(ll.text)
+        if not words:
+            continue
+        first = "".join(seg for seg, _ in words[0])
+        idx = 0
+        if first in _DECLARE:
+            idx = 1
+            while idx < len(words) and "".join(s for s, _ in words[idx]).startswith("-"):
+                idx += 1
+        assigned_any = False
+        while idx < len(words):
+            w = words[idx]
+            head = w[0][0] if w and w[0][1] == "" else ""
+            m = _ASSIGN_WORD.match(head) if head else None
+            if not m:
+                break
+            name, op, first_rest = m.group(1), m.group(2), m.group(3)
+            rest_word = ([(first_rest, "")] if first_rest else []) + list(w[1:])
+            if ll.xtrace:
+                value: str | Unresolved = "".join(s for s, _ in rest_word)
+            else:
+                value = _expand_assignment(shell, rest_word)
+                if isinstance(value, Unresolved) and value.reason == BY_COMMAND:
+                    value = Unresolved(value.text, (name,), f"{BY_COMMAND} ({value.text[:80]})")
+            shell.assign(name, value, append=op == "+=")
+            assigned_any = True
+            idx += 1
+        if idx >= len(words):
+            continue
+        if first in _DECLARE and assigned_any:
+            continue
+        if ll.xtrace:
+            out = ["".join(s for s, _ in w) for w in words[idx:]]
+        else:
+            out = []
+            for w in words[idx:]:
+                out.extend(shell.expand_word(w))
+        commands.append(Command(ll.line, out, ll.xtrace))
+    return commands, shell
+
+
+def _expand_assignment(shell: Shell, word: list[tuple[str, str]]) -> str | Unresolved:
+    """An assignment's value is expanded but never split (bash semantics)."""
+    pieces, missing, reason = [], [], ""
+    for seg, quoting in word:
+        if quoting == "'":
+            pieces.append(seg)
+            continue
+        v = shell.expand(seg)
+        if isinstance(v, Unresolved):
+            missing.extend(v.names)
+            reason = reason or v.reason
+            v = v.text
+        pieces.append(v)
+    text = "".join(pieces)
+    if missing:
+        return Unresolved(text, tuple(dict.fromkeys(missing)), reason)
+    return text

@@ -1,0 +1,102 @@
+"""fp64 references for the attention suite's output checks, and the providers' layouts mapped back
+to the packed one.
+
+``attention_rows`` computes, from the same (16-bit) inputs the providers saw, the fp64 truth and
+torch's own same-dtype result ("torch_same", the 16-bit rule's yardstick) with the kernels'
+pure-torch reference (``polytrace_kernels.attention.reference``):
+
+- the whole batch (every row; with ``dout``, dq, dk and dv) when ``rows`` is None;
+- else the given query rows one at a time (each against the keys of its own sequence up to itself):
+  the output and, with ``dout``, dq of those rows are exact per row, while dk and dv sum over every
+  later query row of the sequence and are not computed. That keeps a GPU-sized check (16k tokens,
+  sequences of 32k: an fp64 score matrix of a whole sequence is 40 x 32k x 32k x 8 bytes) small.
+"""
+
+from __future__ import annotations
+
+
+def _reference():
+    from polytrace_kernels.attention.reference import varlen_attention_reference
+
+    return varlen_attention_reference
+
+
+def _cu(lengths, device):
+    import torch
+
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=device)
+    cu[1:] = torch.cumsum(torch.tensor(lengths, device=device), 0)
+    return cu
+
+
+def _whole(q, k, v, seqlens, dout, compute_dtype):
+    import torch
+
+    ref = _reference()
+    cast = (lambda t: t.double()) if compute_dtype == torch.float64 else (lambda t: t.clone())
+    leaves = [cast(t).requires_grad_(dout is not None) for t in (q, k, v)]
+    cu = _cu(seqlens, q.device)
+    out = ref(*leaves, cu, cu, causal=True, compute_dtype=compute_dtype or q.dtype)
+    if dout is None:
+        return {"out": out.detach()}
+    g = torch.autograd.grad(out, leaves, dout.to(out.dtype))
+    return {"dq": g[0], "dk": g[1], "dv": g[2]}
+
+
+def _rows(q, k, v, seqlens, rows, dout, compute_dtype):
+    import torch
+
+    ref = _reference()
+    starts, acc = [], 0
+    for n in seqlens:
+        starts.append(acc)
+        acc += n
+    bounds = torch.tensor(starts[1:] + [acc])
+    outs = []
+    for r in rows.tolist():
+        b = int(torch.searchsorted(bounds, r, right=True))
+        s = starts[b]
+        cast = (lambda t: t.double()) if compute_dtype == torch.float64 else (lambda t: t.clone())
+        qr = cast(q[r:r + 1]).requires_grad_(dout is not None)
+        kr, vr = cast(k[s:r + 1]), cast(v[s:r + 1])
+        out = ref(qr, kr, vr, _cu([1], q.device), _cu([r + 1 - s], q.device), causal=True,
+                  compute_dtype=compute_dtype or q.dtype)
+        if dout is None:
+            outs.append(out.detach())
+        else:
+            outs.append(torch.autograd.grad(out, qr, dout[r:r + 1].to(out.dtype))[0])
+    key = "out" if dout is None else "dq"
+    return {key: torch.cat(outs, 0)}
+
+
+def attention_rows(q, k, v, seqlens, rows=None, dout=None) -> dict:
+    """``{"rows": rows, "want": {name: fp64}, "same": {name: 16-bit}}`` for the forward output
+    ("out") or, with ``dout``, the gradients ("dq", plus "dk" and "dv" when ``rows`` is None)."""
+    import torch
+
+    if rows is None:
+        want = _whole(q, k, v, seqlens, dout, torch.float64)
+        same = _whole(q, k, v, seqlens, dout, None)
+    else:
+        want = _rows(q, k, v, seqlens, rows, dout, torch.float64)
+        same = _rows(q, k, v, seqlens, rows, dout, None)
+    return {"rows": rows, "want": want, "same": same}
+
+
+def to_packed(t, seqlens, heads: int):
+    """A provider's output or gradient in the packed layout ``[T, heads, D]``: flex's
+    ``[1, H, T, D]`` and the padded ``[B, H, Lmax, D]`` are mapped back, and a gradient with respect
+    to K/V repeated per query head (``[T, Hq, D]`` for ``heads`` KV heads) is summed over each
+    group, in fp32."""
+    import torch
+
+    if t.dim() == 4 and t.shape[0] == 1 and t.shape[2] == sum(seqlens):  # flex (and padded with B = 1)
+        t = t[0].transpose(0, 1)
+    elif t.dim() == 4:  # padded [B, H, Lmax, D]
+        lmax = t.shape[2]
+        mask = torch.arange(lmax, device=t.device)[None, :] < torch.tensor(seqlens, device=t.device)[:, None]
+        t = t.transpose(1, 2)[mask]
+    if t.shape[1] != heads:
+        group = t.shape[1] // heads
+        t = t.float().reshape(t.shape[0], heads, group, t.shape[2]).sum(2)
+    return t

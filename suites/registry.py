@@ -1,0 +1,248 @@
+"""The suites' explicit case registry: every benchmark is a ``BenchCase`` a suite declares, and
+the pytest tests are generated from it.
+
+A case is usable outside pytest (``polytrace ab`` times two revisions' kernels side by side on
+the same inputs):
+
+- ``make_inputs(device, seed)``: deterministic input construction, apart from the call;
+- ``bind(inputs, kernels)``: the provider's call on those inputs, a ``Bound`` whose ``fn()``
+  launches once and returns the outputs. For our own providers ``kernels`` is the kernels package
+  to call (default: the module ``polytrace_kernels``; another revision's copy imported under
+  another name works the same), and nothing in ``suites/`` binds our kernel functions at import;
+- ``truth(inputs)``: the fp64 reference from the same (rounded) inputs, on a deterministic subset
+  of rows where the whole would not fit (``checks.py``);
+- ``compare(outputs, truth, inputs)``: the output checks (``polytrace_kernels.tolerance``, the
+  kernel tests' bounds), one ``Check`` per output.
+
+``SUITES`` maps a suite name to its case modules (``suites/<module>.py``, each with a ``cases()``
+function); ``suite_cases(name)`` lists its cases; ``make_test`` turns some of them into a pytest
+test (ids stable across runs); ``run_case`` is the test body; ``measure`` the same without pytest.
+To interleave two revisions: ``prepare(case, kernels=A, inputs=x)`` and ``prepare(case,
+kernels=B, inputs=x)`` on one ``x = case.make_inputs(device, 0)``, then ``timer_for`` each and
+alternate their ``measure()`` calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import checks, harness, timing
+from .harness import Case, Provider
+
+# suite name (suites/test_<name>.py) -> its case modules inside suites/
+SUITES = {
+    "logprob": ("logprob_cases",),
+    "attention": ("attention_cases", "decode_cases"),
+    "packing": ("packing_cases",),
+    "gemm": ("gemm_cases",),
+    "workload": ("workload_cases",),
+}
+DEFAULT_KERNELS = "polytrace_kernels"
+
+
+@dataclass
+class Bound:
+    """A provider bound to one input set: ``fn()`` launches once and returns the outputs."""
+
+    fn: Callable[[], object]
+    extra: dict = field(default_factory=dict)  # goes into extra_info (e.g. plan build time)
+    graph_ok: bool = True  # False: the call synchronises with the host (no CUDA graph possible)
+
+
+@dataclass
+class BenchCase:
+    suite: str
+    meta: Case  # what the benchmark measures: family, kernel, provider, mode, shape, FLOPs, bytes, ...
+    provider: Provider
+    make_inputs: Callable[[object, int], object]
+    bind: Callable[[object, object], Bound]
+    truth: Callable[[object], object] | None = None
+    compare: Callable[[object, object, object], list] | None = None
+    label: str = ""  # the pytest id
+    host: bool = False  # host work (planner, sampler): timed with the host clock
+    rotate_inputs: bool = True  # graph mode may build more input sets to keep the L2 cold
+    rounds: int | None = None
+    finish: Callable[[dict], None] | None = None  # adds derived figures to extra_info after the timing
+    slow_setup: bool = False  # binding compiles for the shape (torch.compile, flex): run after the others
+
+    @property
+    def truth_key(self) -> tuple:
+        """Cases with the same key share their fp64 reference (same shape, mode and outputs)."""
+        m = self.meta
+        return (m.family, m.kernel, m.mode, m.shape_id, tuple(m.extra.get("computes") or ()))
+
+    @property
+    def order(self) -> tuple:
+        """Run order inside a suite, so a time budget cuts the least needed cases: our providers
+        first, then baselines, then peers, compiled providers last."""
+        rank = {"ours": 0, "": 0, "baseline": 1}.get(self.meta.kind, 2)
+        return (self.slow_setup, rank)
+
+    @property
+    def id(self) -> str:
+        return harness.benchmark_id(self.meta)
+
+    @property
+    def test_id(self) -> str:
+        return self.label or f"{self.meta.provider}-{self.meta.mode}-{self.meta.shape_id}"
+
+
+def kernels_module(kernels=None):
+    """The kernels package to call: a module, an importable name, or None (``polytrace_kernels``)."""
+    if kernels is None:
+        kernels = DEFAULT_KERNELS
+    return importlib.import_module(kernels) if isinstance(kernels, str) else kernels
+
+
+def family_module(kernels, family: str, sub: str = ""):
+    """``<kernels>.<family>`` (or ``.<family>.<sub>``) of the given kernels package."""
+    base = kernels_module(kernels).__name__
+    return importlib.import_module(f"{base}.{family}" + (f".{sub}" if sub else ""))
+
+
+def suite_cases(suite: str) -> list[BenchCase]:
+    """The cases of one suite, in a fixed order."""
+    if suite not in SUITES:
+        raise KeyError(f"unknown suite {suite!r}; suites: {', '.join(SUITES)}")
+    out: list[BenchCase] = []
+    for name in SUITES[suite]:
+        out.extend(importlib.import_module(f".{name}", __package__).cases())
+    return out
+
+
+# ---------------------------------------------------------------------------------- running
+
+
+@dataclass
+class Prepared:
+    inputs: object
+    bound: Bound
+    check: dict
+    output_bytes: int
+    peak_mem: int | None
+
+
+class OutputCheckFailed(AssertionError):
+    pass
+
+
+def prepare(case: BenchCase, kernels=None, seed: int = 0, inputs=None) -> Prepared:
+    """Build the inputs (or take ``inputs``: two revisions timed on the very same tensors), bind
+    the provider, call it once and check its output against the fp64 reference (outside any
+    timing). A wrong result raises ``OutputCheckFailed`` naming the provider and the error: it is
+    never timed."""
+    dev = harness.device()
+    if inputs is None:
+        inputs = case.make_inputs(dev, seed)
+    # the truth first: a provider may write into its inputs (liger puts the gradient in the logits)
+    checked = case.truth is not None and case.compare is not None
+    truth = _cached_truth(case, inputs, seed) if checked else None
+    bound = case.bind(inputs, kernels_module(kernels) if case.meta.kind == "ours" else kernels_module(None))
+    out = bound.fn()
+    harness.sync()
+    if not checked:
+        check = {"ok": None, "rule": "not checked", "note": "no reference registered for this case"}
+    else:
+        results = case.compare(out, truth, inputs)
+        check = checks.summary(results, case.meta.extra.get("check_subset", ""))
+        failed = [c for c in results if not c.ok]
+        if failed:
+            raise OutputCheckFailed(f"{case.meta.provider}: wrong output, not timed: "
+                                    + "; ".join(c.message() for c in failed))
+    out_bytes = timing.tensor_bytes(out)
+    del out
+    return Prepared(inputs, bound, check, out_bytes, harness.peak_memory(bound.fn))
+
+
+_TRUTHS: dict[tuple, object] = {}
+TRUTH_CACHE_BYTES = 4 << 30  # fp64 references kept for the next provider of the same shape
+
+
+def _cached_truth(case: BenchCase, inputs, seed: int):
+    """The fp64 reference, computed once per (shape, mode, outputs, seed) for every provider of the
+    shape (inputs are deterministic, so it is the same)."""
+    key = (*case.truth_key, seed)
+    if key not in _TRUTHS:
+        truth = case.truth(inputs)
+        while _TRUTHS and sum(timing.tensor_bytes(t) for t in _TRUTHS.values()) + timing.tensor_bytes(truth) \
+                > TRUTH_CACHE_BYTES:
+            _TRUTHS.pop(next(iter(_TRUTHS)))
+        _TRUTHS[key] = truth
+    return _TRUTHS[key]
+
+
+def timer_for(case: BenchCase, prepared: Prepared, kernels=None, force: str | None = None) -> timing.Timer:
+    """How ``prepared`` is timed (events, or a CUDA graph over cold input copies); each
+    ``timer.measure()`` is one round's per-launch device seconds, so two revisions' timers can
+    be interleaved round by round. ``timer.close()`` frees the graph."""
+
+    def more_bound(k: int) -> list[Callable[[], object]]:
+        dev = harness.device()
+        mod = kernels_module(kernels) if case.meta.kind == "ours" else kernels_module(None)
+        return [case.bind(case.make_inputs(dev, 1000 + i), mod).fn for i in range(k)]
+
+    return timing.plan_timer(prepared.bound.fn, b=timing.backend(host=case.host), graph_ok=prepared.bound.graph_ok,
+                             input_bytes=timing.tensor_bytes(prepared.inputs), output_bytes=prepared.output_bytes,
+                             more_bound=more_bound if case.rotate_inputs else None, force=force)
+
+
+def run_case(benchmark, case: BenchCase, kernels=None) -> None:
+    """The body of every generated test: skip an unavailable provider (saying why), check the
+    output once, time the rounds, record everything in ``extra_info``."""
+    import pytest
+
+    harness.skip_unavailable(case.provider)
+    try:
+        prepared = prepare(case, kernels)
+    except OutputCheckFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    timer = timer_for(case, prepared, kernels)
+    try:
+        harness.time_rounds(benchmark, timer, case.meta, rounds=case.rounds, host=case.host)
+    finally:
+        timer.close()
+    meta = case.meta
+    if prepared.bound.extra:
+        meta = Case(**{**meta.__dict__, "extra": {**meta.extra, **prepared.bound.extra}})
+    harness.record(benchmark, meta, prepared.peak_mem, timer.plan, prepared.check)
+    if case.finish is not None:
+        case.finish(benchmark.extra_info)
+
+
+def make_test(cases: list[BenchCase], name: str):
+    """A pytest test function named ``name`` running ``cases`` (one parametrised case each),
+    timed with the device clock."""
+    import pytest
+
+    def test(benchmark, case):
+        run_case(benchmark, case)
+
+    test.__name__ = test.__qualname__ = name
+    ordered = sorted(cases, key=lambda c: c.order)  # stable: declaration order within a rank
+    test = pytest.mark.parametrize("case", [pytest.param(c, id=c.test_id) for c in ordered])(test)
+    return pytest.mark.benchmark(timer=timing.device_clock)(test)
+
+
+@dataclass
+class Measurement:
+    """A case timed outside pytest: per-launch device seconds of each round, and how."""
+
+    id: str
+    rounds_s: list[float]
+    plan: timing.Plan
+    check: dict
+
+
+def measure(case: BenchCase, kernels=None, *, rounds: int | None = None, seed: int = 0,
+            force: str | None = None) -> Measurement:
+    """Time one case without pytest-benchmark (same inputs, check and timing as ``run_case``)."""
+    prepared = prepare(case, kernels, seed)
+    timer = timer_for(case, prepared, kernels, force)
+    try:
+        n = rounds or harness.rounds_for(timer.plan.estimate_s, host=case.host)[0]
+        times = [timer.measure() for _ in range(n)]
+    finally:
+        timer.close()
+    return Measurement(case.id, times, timer.plan, prepared.check)

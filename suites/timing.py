@@ -1,0 +1,283 @@
+"""Device-side timing for the suites: CUDA events around the work only, the L2 flushed before every
+round, CUDA-graph replays for short kernels; rounds handed to pytest-benchmark as device seconds.
+
+How a round is timed (``Timer.round``):
+
+1. the L2 is flushed outside the events: a write of ``max(2 x L2, 256 MiB)`` (the device's L2 size
+   from its properties; 256 MiB is ``triton.testing.do_bench``'s own flush buffer, so the two flush
+   the same way on an H100/H200);
+2. a start event, the work, an end event, a device synchronisation;
+3. the elapsed device time, divided by the launches in the round, is added to ``CLOCK``.
+
+pytest-benchmark reads ``device_clock`` as its timer (the suites' tests carry
+``pytest.mark.benchmark(timer=device_clock)``, a documented per-test option), so its
+``end - start`` around a round is exactly the device seconds that round added: the raw rounds in
+the JSON are device times and ``polytrace gate`` / ``pytest-benchmark compare`` keep working.
+
+Work of one launch shorter than ``GRAPH_BELOW_S`` (200 us; launch and sync latency are 5-20 us)
+is timed as one replay of a CUDA graph holding N launches (N so the replay lasts >= 1 ms, up to
+``MAX_GRAPH_LAUNCHES``); per-launch time = replay / N. The launches cycle over k copies of the
+inputs (``more_bound``: the case builds them, deterministically, with other seeds), k chosen so
+that ``k x input bytes >= 2 x L2``: each launch then reads inputs no launch touched within two
+L2-fulls of traffic, as cold as after a flush (``l2: flushed``). When copies cannot be made the
+launches re-read warm inputs and ``extra_info["l2"]`` says ``warm``. A graph that cannot be
+captured (a host sync in the provider) falls back to events, saying why (``graph_fallback``).
+
+On a machine without CUDA (the Triton interpreter) and for host work (the packing planner, the
+profile sampler) rounds are timed with the host clock: ``timing: host``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+GRAPH_BELOW_S = 200e-6  # single launches shorter than this are timed as CUDA-graph replays
+GRAPH_REPLAY_S = 1e-3  # one replay lasts at least this long
+MAX_GRAPH_LAUNCHES = 1000
+GRAPH_OUTPUT_BYTES = 4 << 30  # outputs of the N launches live in the graph's pool: cap N by them
+MAX_INPUT_COPIES = 64
+DO_BENCH_FLUSH_BYTES = 256 << 20  # triton.testing.do_bench's L2 flush buffer
+ESTIMATE_ROUNDS = 3  # event-timed single launches that choose events or graph
+MIN_GRAPH_OVER_EVENTS = 0.05  # a replay faster than this share of the event-timed launch lost work
+
+
+class DeviceClock:
+    """Seconds of device time accumulated by timed rounds: pytest-benchmark's timer."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.seconds += float(seconds)
+
+    def __call__(self) -> float:
+        return self.seconds
+
+
+CLOCK = DeviceClock()
+
+
+def device_clock() -> float:
+    """pytest-benchmark's timer for the suites' tests. Only ``benchmark.pedantic`` may use it (it
+    stands still between rounds, so pytest-benchmark's calibration of ``benchmark(fn)`` would
+    never end)."""
+    return CLOCK.seconds
+
+
+# ------------------------------------------------------------------------------------- backends
+
+
+class _HostEvent:
+    t = 0.0
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+
+class HostBackend:
+    """Host clock: the Triton interpreter on a CPU, and host work (planner, sampler) anywhere."""
+
+    kind = "host"
+    graphs = False
+    l2_bytes = 0
+    flush_bytes = 0
+
+    def sync(self) -> None:
+        pass
+
+    def event(self):
+        return _HostEvent()
+
+    def elapsed_s(self, start, end) -> float:
+        return end.t - start.t
+
+    def flush_l2(self) -> None:
+        pass
+
+    def capture(self, fns):  # pragma: no cover - never called: graphs is False
+        raise RuntimeError("the host clock has no graphs")
+
+
+class CudaBackend:
+    """CUDA events, an L2 flush buffer and CUDA graphs on the current device."""
+
+    kind = "cuda"
+    graphs = True
+
+    def __init__(self) -> None:
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        # L2_cache_size is in torch's device properties since 2.1; 50 MiB (H100) where it is not
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 50 << 20)
+        self.flush_bytes = max(2 * self.l2_bytes, DO_BENCH_FLUSH_BYTES)
+        self._buffer = None
+
+    def sync(self) -> None:
+        import torch
+
+        torch.cuda.synchronize()
+
+    def event(self):
+        import torch
+
+        return torch.cuda.Event(enable_timing=True)
+
+    def elapsed_s(self, start, end) -> float:
+        return start.elapsed_time(end) / 1e3
+
+    def flush_l2(self) -> None:
+        import torch
+
+        if self._buffer is None:
+            self._buffer = torch.empty(self.flush_bytes, dtype=torch.int8, device="cuda")
+        self._buffer.zero_()
+
+    def capture(self, fns: list[Callable[[], object]]) -> Callable[[], None]:
+        """One CUDA graph running ``fns`` in order; returns its replay. Each distinct fn runs once
+        on a side stream first (what torch asks before a capture)."""
+        import torch
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for fn in {id(f): f for f in fns}.values():
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            for fn in fns:
+                fn()
+        torch.cuda.synchronize()
+        return graph.replay
+
+
+_BACKEND: list = []
+
+
+def backend(host: bool = False):
+    """The process's device backend (CUDA when present), or the host clock for ``host`` work."""
+    if host:
+        return HostBackend()
+    if not _BACKEND:
+        import torch
+
+        _BACKEND.append(CudaBackend() if torch.cuda.is_available() else HostBackend())
+    return _BACKEND[0]
+
+
+def use_backend(b) -> None:
+    """Replace the device backend (tests drive the harness with a fake one)."""
+    _BACKEND[:] = [b]
+
+
+# ---------------------------------------------------------------------------------------- timer
+
+
+@dataclass
+class Plan:
+    mode: str  # "events", "graph" or "host"
+    launches: int = 1  # launches per timed round (N of a graph replay)
+    copies: int = 1  # input sets the launches cycle over
+    l2: str = "flushed"  # "flushed", "warm" or "n/a" (host clock)
+    estimate_s: float = 0.0  # one launch, from the event-timed estimate rounds
+    notes: dict = field(default_factory=dict)
+
+    def info(self) -> dict:
+        timing = {"events": "events", "graph": f"cuda-graph x{self.launches}", "host": "host"}[self.mode]
+        out = {"timing": timing, "l2": self.l2, "launches_per_round": self.launches, "input_copies": self.copies}
+        out.update(self.notes)
+        return out
+
+
+class Timer:
+    """One case's timed round (``round``) for ``benchmark.pedantic``; ``close`` frees the graph."""
+
+    def __init__(self, b, work: Callable[[], object], plan: Plan, clock: DeviceClock = CLOCK):
+        self.backend, self.work, self.plan, self.clock = b, work, plan, clock
+        self._start, self._end = b.event(), b.event()
+
+    def measure(self) -> float:
+        """Device seconds of one launch in one round (flushed, events around the work only)."""
+        b = self.backend
+        b.flush_l2()
+        self._start.record()
+        self.work()
+        self._end.record()
+        b.sync()
+        return b.elapsed_s(self._start, self._end) / self.plan.launches
+
+    def round(self) -> None:
+        self.clock.advance(self.measure())
+
+    def close(self) -> None:
+        self.work = None
+
+
+def tensor_bytes(obj, _depth: int = 0) -> int:
+    """Bytes of the tensors in ``obj`` (a tensor, or tuples/lists/dicts/dataclasses of them)."""
+    if _depth > 4 or obj is None:
+        return 0
+    nbytes = getattr(obj, "nbytes", None)
+    if isinstance(nbytes, int) and hasattr(obj, "dtype"):
+        return nbytes
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v, _depth + 1) for v in obj.values())
+    if isinstance(obj, (tuple, list)):
+        return sum(tensor_bytes(v, _depth + 1) for v in obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return sum(tensor_bytes(getattr(obj, k), _depth + 1) for k in obj.__dataclass_fields__)
+    return 0
+
+
+def plan_timer(fn: Callable[[], object], *, b=None, graph_ok: bool = True, input_bytes: int = 0,
+               output_bytes: int = 0, more_bound: Callable[[int], list[Callable[[], object]]] | None = None,
+               force: str | None = None, clock: DeviceClock = CLOCK) -> Timer:
+    """Choose how ``fn`` (already warmed up) is timed and return its Timer.
+
+    ``input_bytes``: bytes one launch reads (its inputs); ``output_bytes``: bytes one launch
+    allocates for its outputs; ``more_bound(k)``: k more bound fns on fresh input copies (None:
+    the case cannot make copies); ``force``: "events" or "graph" (tests and the agreement check)."""
+    b = b or backend()
+    if b.kind == "host":
+        return Timer(b, fn, Plan("host", l2="n/a"), clock)
+    probe = Timer(b, fn, Plan("events"), clock)
+    estimate = statistics.median(probe.measure() for _ in range(ESTIMATE_ROUNDS))
+    want_graph = force == "graph" or (force is None and graph_ok and estimate < GRAPH_BELOW_S)
+    if not (want_graph and b.graphs):
+        return Timer(b, fn, Plan("events", estimate_s=estimate), clock)
+    n = math.ceil(round(GRAPH_REPLAY_S / max(estimate, 1e-7), 6))  # round: 1 ms / 20 us is 50, not 50.0000001
+    if output_bytes > 0:
+        n = min(n, max(1, GRAPH_OUTPUT_BYTES // output_bytes))
+    n = max(2, min(n, MAX_GRAPH_LAUNCHES))
+    fns, notes = [fn], {}
+    if input_bytes < 2 * b.l2_bytes and more_bound is not None and input_bytes > 0:
+        want = min(math.ceil(2 * b.l2_bytes / input_bytes), MAX_INPUT_COPIES, n)
+        try:
+            fns += list(more_bound(want - 1))
+        except Exception as exc:  # noqa: BLE001 - a provider that cannot bind twice: warm launches, said so
+            fns, notes = [fn], {"input_copies_error": f"{type(exc).__name__}: {exc}"[:300]}
+    # cold when the launches between two reads of one input set moved two L2-fulls of inputs
+    l2 = "flushed" if len(fns) * input_bytes >= 2 * b.l2_bytes else "warm"
+    try:
+        replay = b.capture([fns[i % len(fns)] for i in range(n)])
+    except Exception as exc:  # noqa: BLE001 - a host sync in the provider: events it is, said so
+        b.sync()
+        notes["graph_fallback"] = f"{type(exc).__name__}: {exc}"[:300]
+        return Timer(b, fn, Plan("events", estimate_s=estimate, notes=notes), clock)
+    timer = Timer(b, replay, Plan("graph", launches=n, copies=len(fns), l2=l2, estimate_s=estimate, notes=notes),
+                  clock)
+    # A graph removes launch gaps (eager code of many small kernels can replay several times faster
+    # than its event-timed launch), never the work: a replay 20x faster than the events missed work
+    # that ran outside the capture (on another stream), so its numbers are not used.
+    ratio = timer.measure() / estimate if estimate > 0 else 1.0
+    notes["graph_over_events"] = round(ratio, 3)
+    if ratio < MIN_GRAPH_OVER_EVENTS:
+        notes["graph_fallback"] = (f"a replay took {ratio:.3f}x the event-timed launch: work escaped the capture; "
+                                   "timed with events")
+        return Timer(b, fn, Plan("events", estimate_s=estimate, notes=notes), clock)
+    return timer

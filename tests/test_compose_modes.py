@@ -1,0 +1,196 @@
+"""Execution modes (sync, one-step-off, fully async), the weight sync, and the trainer consuming
+samples as they stream in (``polytrace/compose/modes.py``, ``streaming.py``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from polytrace.cli import main
+from polytrace.compose import estimate
+from polytrace.compose.modes import compare_modes, mode_estimate
+from polytrace.compose.streaming import StreamRollout, trainer_pipeline, weight_sync_seconds
+from polytrace.errors import PolytraceError
+from polytrace.hardware import get_gpu
+from polytrace.models import get_model
+
+# A small workload every mode runs in about a second: search-r1 lengths, 32 prompts x 8, 7B, 16 H100.
+SMALL = dict(prompts=32, steps=[0])
+ARGS = ("search-r1-7b", "qwen2.5-7b", "h100", 16)
+
+
+def test_sync_mode_is_todays_estimate():
+    plain = estimate(*ARGS, **SMALL)
+    sync = mode_estimate(*ARGS, mode="sync", **SMALL)
+    assert sync["summary"]["mean_step_s"] == plain["summary"]["mean_step_s"]
+    assert sync["summary"]["mean_stages_s"] == plain["summary"]["mean_stages_s"]
+    m = sync["summary"]["mode"]
+    assert m["mode"] == "sync" and m["weight_sync_s"] == 0
+    assert m["busy"]["rollout"] + m["busy"]["trainer"] == pytest.approx(1.0)
+
+
+def test_one_step_off_overlaps_generation_with_training():
+    res = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, **SMALL)
+    row = res["rows"][0]
+    gen, train, w = row["stages_s"]["gen"], row["train_s"], row["weight_sync_s"]
+    assert row["step_s"] == pytest.approx(w + max(gen, train), rel=1e-12)
+    assert row["detail"]["wait_prev_gen_s"] == pytest.approx(max(0.0, gen - train), rel=1e-12)
+    m = res["summary"]["mode"]
+    assert (m["rollout_gpus"], m["train_gpus"], m["split"]) == (4, 12, "given")
+    # the trainer keeps the old-policy log-prob pass; it runs on 12 GPUs, not 16
+    sync = estimate(*ARGS, **SMALL)["summary"]["mean_stages_s"]
+    assert res["summary"]["mean_stages_s"]["old_log_prob"] > sync["old_log_prob"]
+    # idle time by cause: the side that finishes first waits for the other
+    idle = m["idle_gpu_s"]
+    if gen > train:
+        assert idle["trainer_waiting_for_rollout_gpu_s"] == pytest.approx((gen - train) * 12, rel=1e-9)
+        assert idle["rollout_waiting_for_trainer_gpu_s"] == pytest.approx(0.0, abs=1e-9)
+    else:
+        assert idle["rollout_waiting_for_trainer_gpu_s"] == pytest.approx((train - gen) * 4, rel=1e-9)
+
+
+def test_fully_async_drops_old_log_prob_and_reports_both_sides():
+    res = mode_estimate(*ARGS, mode="fully-async", rollout_gpus=8, **SMALL)
+    s, m = res["summary"], res["summary"]["mode"]
+    assert s["mean_stages_s"]["old_log_prob"] == 0  # verl trains on the rollout's log-probs
+    assert s["mean_stages_s"]["update_actor"] > 0 and s["mean_stages_s"]["gen"] > 0
+    assert (m["staleness"], m["partial_rollout"], m["updates_per_sync"]) == (0.1, True, 4)  # verl's defaults
+    assert 0 < m["busy"]["rollout"] <= 1 and 0 < m["busy"]["trainer"] <= 1
+    # the step is never shorter than the trainer's work plus the weight sync
+    assert s["mean_step_s"] >= m["train_s"] + m["weight_sync_s"] - 1e-9
+
+
+def test_best_split_is_the_fastest_tried():
+    res = mode_estimate(*ARGS, mode="one-step-off", **SMALL)
+    m = res["summary"]["mode"]
+    assert m["split"] == "best of the splits tried" and len(m["splits_tried"]) >= 3
+    best = min(m["splits_tried"], key=lambda t: t["step_s"])
+    assert (m["rollout_gpus"], m["train_gpus"]) == (best["rollout_gpus"], best["train_gpus"])
+    assert all(t["rollout_gpus"] + t["train_gpus"] == 16 for t in m["splits_tried"])
+
+
+def test_tail_bound_rollout_gains_from_async():
+    """One very long response per batch: the colocated step waits for it with every GPU; a
+    separated rollout with a staleness bound keeps generating while the trainer trains."""
+    cmp = compare_modes("deepcoder-14b", "qwen2.5-7b", "h100", 16, prompts=16, steps=[0])
+    by = {r["mode"]: r for r in cmp["modes"]}
+    assert by["sync"]["speedup"] == 1.0
+    assert by["fully-async"]["speedup"] > 1.0
+    assert by["one-step-off"]["step_s"] <= by["one-step-off"]["gen_s"] + by["one-step-off"]["train_s"] + 1
+
+
+# ---- the trainer pipeline ---------------------------------------------------------------------
+
+STREAM = StreamRollout(batch_s=100.0, drain_s=30.0, drain_lost_s=20.0, concurrency=64, engines=4, in_flight=256)
+
+
+def test_pipeline_staleness_zero_waits_for_the_last_sample():
+    ready = np.linspace(0.0, 300.0, 1000)  # the batch's samples arrive over 300 s, tail included
+    p = trainer_pipeline(1000, 4, 100.0, 2.0, ready_s=ready)
+    assert p.step_s == pytest.approx(300.0 + 25.0 + 2.0)  # the last update starts after the last sample
+    assert p.trainer_wait_s == pytest.approx(300.0 + 25.0 - 100.0)
+    instant = trainer_pipeline(1000, 4, 100.0, 2.0, ready_s=np.zeros(1000))
+    assert instant.step_s == pytest.approx(102.0) and instant.trainer_wait_s == pytest.approx(0.0)
+
+
+def test_pipeline_streaming_is_bound_by_the_slower_side():
+    # trainer-bound: the rollout makes a batch in 100 s, the trainer needs 300 s; a staleness of
+    # 0.5 keeps more than one update's samples ready, so the trainer never waits
+    fast = trainer_pipeline(1000, 4, 300.0, 2.0, rate=1000 / 100.0, staleness=0.5, stream=STREAM)
+    assert fast.step_s == pytest.approx(302.0) and fast.trainer_wait_s == pytest.approx(0.0)
+    # rollout-bound: 400 s per batch against 100 s of training: the step is the rollout's pace
+    slow = trainer_pipeline(1000, 4, 100.0, 2.0, rate=1000 / 400.0, staleness=0.5, stream=STREAM)
+    assert 400.0 <= slow.step_s <= 400.0 + 25.0 + 2.0 + 1e-9
+    # without partial rollout the sync waits for the sequences in flight to finish
+    drained = trainer_pipeline(1000, 4, 100.0, 2.0, rate=1000 / 400.0, staleness=0.5, stream=STREAM, partial=False)
+    assert drained.sync_wait_s == pytest.approx(STREAM.drain_s) and drained.step_s > slow.step_s
+
+
+def test_pipeline_small_staleness_makes_the_trainer_wait_at_each_version():
+    # 4 updates of 250 samples; carrying only 0.1 x 1000 = 100 samples, the first update of each
+    # version waits for 150 more at 10 samples/s
+    p = trainer_pipeline(1000, 4, 300.0, 0.0, rate=10.0, staleness=0.1, stream=STREAM)
+    assert p.trainer_wait_s == pytest.approx(15.0)
+    assert trainer_pipeline(1000, 4, 300.0, 0.0, rate=10.0, staleness=0.3, stream=STREAM).trainer_wait_s == 0.0
+
+
+# ---- the weight sync --------------------------------------------------------------------------
+
+# verl recipe/fully_async_policy/README.md ("checkpoint-engine Ablation Experiment", H20, Megatron
+# trainer; read 2026-11), seconds per sync with the checkpoint engine on and off. Ours moves the
+# bf16 weights at the links' rates: it must fall between half the faster figure and the slower one.
+PUBLISHED_SYNC = [("qwen2.5-7b", 4, 4, 0.02, 0.12), ("qwen3-30b-a3b", 16, 16, 4.38, 15.76),
+                  ("qwen3-235b-a22b", 64, 64, 23.70, 58.57)]
+
+
+@pytest.mark.parametrize("model, train, roll, on_s, off_s", PUBLISHED_SYNC)
+def test_weight_sync_within_published_range(model, train, roll, on_s, off_s):
+    ws = weight_sync_seconds(get_model(model), get_gpu("h20"), train, roll, 4)
+    assert ws["bytes"] == get_model(model).weight_bytes()  # bf16
+    assert 0.5 * on_s <= ws["total"] <= off_s, ws
+
+
+def test_weight_sync_crosses_nodes_slower_and_lora_moves_adapters_only():
+    m, g = get_model("qwen2.5-7b"), get_gpu("h100")
+    one_node = weight_sync_seconds(m, g, 4, 4, 1)
+    two_nodes = weight_sync_seconds(m, g, 8, 8, 1)
+    assert two_nodes["broadcast"] == pytest.approx(one_node["broadcast"] * g.interconnect_gbps / g.scaleout_gbps)
+    lora = weight_sync_seconds(m, g, 8, 8, 1, lora_rank=64)
+    assert lora["bytes"] == pytest.approx(2 * 161_480_704)  # PEFT's count for Qwen2-7B, r=64, all-linear
+    assert lora["total"] < 0.05 * two_nodes["total"]
+
+
+# ---- bad input: one-line errors naming the flag, exit 2 ----------------------------------------
+
+@pytest.mark.parametrize("model, extra, match", [
+    ("qwen2.5-7b", ["--mode", "one-step-off", "--rollout-gpus", "4", "--train-gpus", "8"],
+     "--rollout-gpus 4 + --train-gpus 8 = 12, not --gpus 16"),
+    ("qwen2.5-7b", ["--mode", "fully-async", "--staleness", "-0.5"], "--staleness -0.5"),
+    ("qwen2.5-7b", ["--mode", "sync", "--staleness", "0.2"], "--staleness applies to --mode"),
+    ("qwen2.5-7b", ["--mode", "one-step-off", "--partial-rollout"], "--partial-rollout applies to --mode fully-async"),
+    ("qwen2.5-7b", ["--mode", "fully-async", "--rollout-gpus", "16"], "--rollout-gpus 16 leaves no GPU"),
+    ("qwen2.5-7b", ["--mode", "fully-async", "--kernels"], "--kernels"),
+    ("qwen2.5-72b", ["--mode", "one-step-off", "--rollout-gpus", "1"], "--rollout-gpus: 1 rollout GPU"),
+    ("qwen2.5-72b", ["--mode", "one-step-off", "--train-gpus", "1"], "--train-gpus: 1 trainer GPU"),
+    ("qwen2.5-7b", ["--ppo-mini-batch", "7"], "--ppo-mini-batch 7 does not divide"),
+    ("qwen2.5-7b", ["--mode", "fully-async", "--updates-per-sync", "1000"], "--updates-per-sync 1000 exceeds"),
+    ("qwen2.5-7b", ["--lora-rank", "5000"], "--lora-rank 5000 exceeds"),
+])
+def test_infeasible_modes_are_one_line_errors(capsys, model, extra, match):
+    args = ["estimate", "--model", model, "--gpu", "h100", "--gpus", "16", "--profile", "search-r1-7b",
+            "--prompts", "32", *extra]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("polytrace: error:") and "\n" not in err, err
+    assert match in err, err
+
+
+def test_json_keeps_summary_keys_and_compare_prints_three_modes(capsys):
+    base = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "16", "--profile", "search-r1-7b",
+            "--prompts", "32"]
+    for mode in ("sync", "one-step-off", "fully-async"):
+        assert main(base + ["--mode", mode, "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["summary"]["mean_step_s"] > 0 and set(doc["summary"]["mean_stages_s"]) >= {"gen", "update_actor"}
+        assert doc["summary"]["mode"]["mode"] == mode
+    assert main(base + ["--compare-modes"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("sync", "one-step-off", "fully-async", "vs sync"))
+    assert main(base + ["--mode", "fully-async", "--rollout-gpus", "4", "--no-partial-rollout"]) == 0
+    out = capsys.readouterr().out
+    assert "partial rollout off" in out and "weight sync" in out and "GPU time per step by cause" in out
+
+
+def test_a_single_gpu_cannot_be_split(capsys):
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--gpu", "h100", "--gpus", "1", "--profile", "search-r1-7b",
+                 "--prompts", "8", "--mode", "one-step-off"]) == 2
+    assert "--gpus 1 is too few" in capsys.readouterr().err
+
+
+def test_mode_estimate_rejects_bad_arguments():
+    with pytest.raises(PolytraceError, match="--mode"):
+        mode_estimate(*ARGS, mode="async", **SMALL)
+    with pytest.raises(PolytraceError, match="--updates-per-sync"):
+        mode_estimate(*ARGS, mode="fully-async", updates_per_sync=0, **SMALL)

@@ -1,0 +1,44 @@
+"""GPU presets: every preset is found from the device names torch reports, and only from those."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from polytrace.hardware import GPUS, detect, slug_for
+
+# torch.cuda.get_device_name() (= nvidia-smi's name) of each preset's boards, as seen in public logs
+REPORTED_NAMES = {
+    "NVIDIA A100-SXM4-80GB": "a100-80g",
+    "NVIDIA A100 80GB PCIe": "a100-80g",  # same chip and memory size; 1.94 vs 2.04 TB/s
+    "NVIDIA H100 80GB HBM3": "h100-sxm",
+    "NVIDIA H800": "h800",
+    "NVIDIA H20": "h20",
+    "NVIDIA H200": "h200",
+    "NVIDIA B200": "b200",
+    "AMD Instinct MI300X": "mi300x",
+    "NVIDIA GH200 480GB": "gh200",
+    "NVIDIA GH200 144G HBM3e": "gh200",
+}
+# boards with no preset of their own: a wrong preset would give a wrong % of peak
+UNMATCHED = ["NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA H800 PCIe",
+             "NVIDIA A100-SXM4-40GB", "NVIDIA GB200", "NVIDIA GeForce RTX 4090", "NVIDIA L40S", "cpu"]
+
+
+@pytest.mark.parametrize("name, slug", sorted(REPORTED_NAMES.items()))
+def test_detect_maps_reported_names(name, slug):
+    assert detect(name).slug == slug
+    assert slug_for(name) == slug
+    matching = [g.slug for g in GPUS.values() if any(re.search(p, name.lower()) for p in g.name_patterns)]
+    assert matching == [slug], f"{name!r} matches {matching}: patterns must not overlap"
+
+
+def test_every_preset_is_detected_from_a_reported_name():
+    assert set(REPORTED_NAMES.values()) == set(GPUS)
+
+
+@pytest.mark.parametrize("name", UNMATCHED)
+def test_other_boards_get_no_preset(name):
+    assert detect(name) is None
+    assert slug_for(name) not in GPUS
