@@ -6,4 +6,9 @@ public functions (a family whose ``api.py`` grew large keeps launch configs in `
 argument checks in ``validation.py``), ``reference.py`` pure-torch references and ``spec.py`` FLOP
 and byte counts.
 Nothing here imports ``polytrace``; importing a family compiles nothing and queries no device.
+
+Shared by the families (each still works vendored alone, falling back to Triton's own knob):
+``_interpreter.py`` (the one reading of ``TRITON_INTERPRET`` and the CPU-device gate),
+``_tuning.py`` (tuned launch configs). ``tolerance.py`` holds the accuracy rule every kernel test
+and benchmark output check uses (bounds from an fp64 truth, by output dtype).
 """

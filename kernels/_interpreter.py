@@ -1,11 +1,49 @@
-"""Compatibility of the Triton interpreter (CPU test runs) across triton 3.6-3.9.
+"""The Triton interpreter (CPU runs of the kernels): whether it is on, and its fixes across triton 3.6-3.9.
 
-Used by the kernel families' launchers when they run under ``TRITON_INTERPRET=1``; compiled GPU
-kernels never touch it. A family folder vendored without this module simply skips the fix (it
-only matters for the interpreter of triton < 3.9 with numpy >= 2.4).
+- ``interpreting()``: the one answer to "do our kernels run in the Triton interpreter?" for every
+  family, read as Triton itself reads ``TRITON_INTERPRET`` (``triton.knobs.runtime.interpret``:
+  "1", "true", "on", "yes" or "y", any case, count; "0", "", "false", " 1" or anything else does
+  not). Earlier each family had its own reading: two took "false" as on, packing took only "1"
+  and silently ran a torch fallback otherwise.
+- ``check_runnable(tensor, name)``: the launchers' device gate: a CUDA tensor, or a CPU tensor
+  under the interpreter; anything else is a ``ValueError`` naming the argument (never a silent
+  torch fallback).
+- ``interpreter_loop_bounds_fix()``: see below; compiled GPU kernels never touch it.
+
+A family folder vendored without this module falls back to reading ``triton.knobs`` directly and
+skips the fix (it only matters for the interpreter of triton < 3.9 with numpy >= 2.4).
 """
 
 from __future__ import annotations
+
+import os
+
+# Triton's getenv_bool (C++, triton/_C): these strings, compared case-insensitively, mean "on"
+_TRUTHY = ("1", "true", "on", "yes", "y")
+
+
+def interpreting() -> bool:
+    """True when Triton runs ``@triton.jit`` kernels in its interpreter (``TRITON_INTERPRET``)."""
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):  # a triton without knobs: its documented reading
+        return os.environ.get("TRITON_INTERPRET", "").lower() in _TRUTHY
+
+
+def check_runnable(tensor, name: str) -> None:
+    """Raise ``ValueError`` unless our Triton kernels can run on ``tensor``'s device: CUDA, or the
+    CPU under the interpreter (where the loop-bounds fix is installed on first use)."""
+    device = tensor.device
+    if device.type == "cuda":
+        return
+    if device.type == "cpu" and interpreting():
+        interpreter_loop_bounds_fix()
+        return
+    setting = os.environ.get("TRITON_INTERPRET")
+    raise ValueError(f"{name} is on {device}: these Triton kernels need CUDA tensors, or CPU tensors under the "
+                     f"Triton interpreter (TRITON_INTERPRET=1 before triton is imported; it is {setting!r})")
 
 
 def interpreter_loop_bounds_fix() -> None:

@@ -9,6 +9,13 @@ built-in default. Format::
      "configs": {"<bucket>": {"BLOCK_V": 4096, "num_warps": 8, "num_stages": 2,
                                "time_s": ..., "default_time_s": ...}}, ...}
 
+A file also records ``family`` and ``kernel_hash`` (sha256 over ``kernels/<family>/*.py``, names and
+bytes, first 16 hex digits: the same hash ``polytrace.provenance.kernel_source_hash`` computes).
+Configs tuned for other kernel code are stale: block sizes that were fastest, or even valid, for
+the old code need not be for the new. A file whose hash differs from the family's current source
+(or that records none) is ignored, with a ``RuntimeWarning`` naming the kernel and the
+``polytrace tune`` command that rewrites it.
+
 Stdlib only (no polytrace import), and nothing is read until a kernel first asks; a family folder
 vendored without this module falls back to its defaults.
 """
@@ -16,8 +23,10 @@ vendored without this module falls back to its defaults.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
+import warnings
 from pathlib import Path
 
 LAUNCH_KEYS = ("num_warps", "num_stages")
@@ -30,6 +39,33 @@ def tuning_root() -> Path:
     return Path(__file__).resolve().parents[1] / "results" / "tuning"
 
 
+@functools.lru_cache(maxsize=16)
+def family_source_hash(family: str) -> str:
+    """sha256 (16 hex digits) over ``kernels/<family>/*.py`` as they are now; "" for no such family."""
+    folder = Path(__file__).resolve().parent / family
+    if not family or "/" in family or "\\" in family or family.startswith(".") or not folder.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for path in sorted(folder.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _stale(data: dict, kernel: str, path: Path) -> bool:
+    """True (after a warning) when the file was tuned for other kernel source than today's."""
+    family, recorded = data.get("family"), data.get("kernel_hash")
+    current = family_source_hash(family) if isinstance(family, str) else ""
+    if isinstance(recorded, str) and recorded and current and recorded == current:
+        return False
+    why = (f"tuned for kernel source {recorded}, the source is now {current}" if isinstance(recorded, str)
+           and recorded and current else "it records no kernel hash to check against the source")
+    warnings.warn(f"{path}: tuned configs for kernel {kernel!r} ignored ({why}); the kernel uses its default "
+                  f"launch config. Rerun `polytrace tune {kernel} --profile PROFILE` on this GPU to tune it again.",
+                  RuntimeWarning, stacklevel=4)
+    return True
+
+
 @functools.lru_cache(maxsize=64)
 def _load(kernel: str, device_name: str, root: str) -> dict:
     base = Path(root)
@@ -38,9 +74,13 @@ def _load(kernel: str, device_name: str, root: str) -> dict:
     for path in sorted(base.glob(f"*/{kernel}.json")):
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(data, dict):
             continue
         if data.get("kernel") == kernel and data.get("device_name") == device_name:
+            if _stale(data, kernel, path):
+                return {}
             configs = data.get("configs", {})
             return configs if isinstance(configs, dict) else {}
     return {}
@@ -59,3 +99,4 @@ def lookup(kernel: str, bucket: str, device_name: str, default: dict) -> dict:
 
 def clear_cache() -> None:
     _load.cache_clear()
+    family_source_hash.cache_clear()

@@ -18,7 +18,7 @@ import numpy as np
 
 from .profiles.profile import Profile
 from .trace.batch import Batch
-from .trace.model import Trace
+from .trace.model import Trace, describe_cap
 
 TAIL_ACTIVE_FRACTION = 0.10
 
@@ -72,26 +72,48 @@ SUMMARY_KEYS = ("sequences", "tokens", "response_mean", "response_p50", "respons
                 "cap_share", "turns_per_trajectory", "tool_calls_per_trajectory", "tool_latency_s_per_trajectory")
 
 
-def describe(source: Profile | Trace, steps=None, seed: int = 0) -> dict:
+def describe(source: Profile | Trace, steps=None, seed: int = 0, include_partial: bool = False) -> dict:
     """Per-step statistics and their mean over steps. A profile is sampled at ``steps``
-    (default 0-7); a trace uses its recorded steps."""
+    (default 0-7); a trace uses its recorded steps. A trace's partial steps (``Trace.partial_flags``:
+    a fragment such as 47 of 2,048 trajectories) are flagged (``partial`` in their rows,
+    ``partial_steps`` in the result) and left out of the means unless ``include_partial``."""
     if isinstance(source, Profile):
         steps = list(range(8)) if steps is None else list(steps)
-        batches = [source.sample(step=s, seed=seed) for s in steps]
+        batches = (source.sample(step=s, seed=seed) for s in steps)  # one step in memory at a time
         head = {"kind": "profile", "name": source.name, "description": source.description,
                 "config": source.config.to_json(), "seed": seed,
                 "drift": source.drift.name if source.drift is not None else "none"}
+        partial = [False] * len(steps)
     else:
-        batches = source.batches()
+        batches = (s.to_batch(source.max_response_len) for s in source.steps)
+        partial = source.partial_flags()
         head = {"kind": "trace", "name": source.name, "source": source.source,
-                "max_response_len": source.max_response_len}
+                "max_response_len": source.max_response_len, "cap_source": source.cap_source,
+                "typical_step_responses": source.typical_step_size(), "include_partial": bool(include_partial)}
     rows = [describe_batch(b) for b in batches]
+    if head["kind"] == "trace":
+        for row, is_partial in zip(rows, partial):
+            row["partial"] = is_partial
+        head["partial_steps"] = [r["step"] for r, is_partial in zip(rows, partial) if is_partial]
+    used = [r for r, is_partial in zip(rows, partial) if include_partial or not is_partial]
     summary = {}
     for k in SUMMARY_KEYS:
-        vals = [r[k] for r in rows if k in r]
+        vals = [r[k] for r in used if k in r]
         if vals:
             summary[k] = float(np.mean(vals))
     return {**head, "steps": [r["step"] for r in rows], "summary": summary, "per_step": rows}
+
+
+def partial_note(partial_steps: list[int], sizes: list[int], typical: int, included: bool) -> str:
+    """One line naming the partial steps (with their response counts) and what was done with them
+    ("" when there are none)."""
+    if not partial_steps:
+        return ""
+    parts = ", ".join(f"step {s} ({n:,} responses)" for s, n in zip(partial_steps, sizes))
+    verb = "is" if len(partial_steps) == 1 else "are"
+    what = "kept in the statistics (--include-partial)" if included else \
+        "left out of the statistics (--include-partial keeps them)"
+    return f"note: {parts} {verb} partial (the median step has {typical:,}): {what}"
 
 
 _LABELS = [
@@ -126,14 +148,22 @@ def format_describe(result: dict, per_step: bool = False) -> str:
         head += (f": {c['prompts_per_step']} prompts x {c['n']}, max response {c['max_response_len']}, "
                  f"drift {result['drift']}, steps {_compact(result['steps'])}, seed {result['seed']} (sampled)")
     else:
-        head += f": {result['source']}, {len(result['steps'])} steps (recorded)"
-    lines = [head, "", tabulate(workload_table_rows(result["summary"]), headers=["statistic (mean over steps)",
+        head += (f": {result['source']}, {len(result['steps'])} steps (recorded), "
+                 f"{describe_cap(result['max_response_len'], result.get('cap_source', 'recorded'))}")
+    lines = [head]
+    note = partial_note(result.get("partial_steps") or [],
+                        [r["sequences"] for r in result["per_step"] if r.get("partial")],
+                        result.get("typical_step_responses", 0), result.get("include_partial", False))
+    if note:
+        lines.append(note)
+    lines += ["", tabulate(workload_table_rows(result["summary"]), headers=["statistic (mean over steps)",
                                                                                "value"])]
     if per_step:
         keys = ["step", "sequences", "tokens", "response_mean", "response_p99", "response_max",
                 "padding_waste", "rollout_tail_share"]
-        lines += ["", tabulate([[r.get(k, "") for k in keys] for r in result["per_step"]], headers=keys,
-                               floatfmt=".3g")]
+        rows = [[f"{r['step']} (partial)" if r.get("partial") else r["step"]] + [r.get(k, "") for k in keys[1:]]
+                for r in result["per_step"]]
+        lines += ["", tabulate(rows, headers=keys, floatfmt=".3g")]
     return "\n".join(lines)
 
 

@@ -74,9 +74,13 @@ def _by_replica(sampled: list[list[Batch]]) -> list[list[Batch]]:
     return [[reps[i] for reps in sampled] for i in range(n_rep)]
 
 
-def fidelity(profile: Profile, trace: Trace, replicas: int = 8, seed: int = 0) -> dict:
-    """Per-step and pooled statistics of ``profile`` against ``trace``, with the goals checked."""
-    real = trace.batches()
+def fidelity(profile: Profile, trace: Trace, replicas: int = 8, seed: int = 0, include_partial: bool = False) -> dict:
+    """Per-step and pooled statistics of ``profile`` against ``trace``, with the goals checked.
+    The trace's partial steps (``Trace.partial_flags``) are named in ``partial_steps`` and left out
+    of the comparison unless ``include_partial``: a fragment of a step sampled at full group size
+    would compare unlike batches."""
+    flags = trace.partial_flags()
+    real = [b for b, is_partial in zip(trace.batches(), flags) if include_partial or not is_partial]
     sampled = []
     for b in real:
         prompts = b.n_groups
@@ -90,6 +94,36 @@ def fidelity(profile: Profile, trace: Trace, replicas: int = 8, seed: int = 0) -
     pooled["goal_ks"] = GOAL_KS
     pooled["goal_p99_rel_err"] = GOAL_P99_REL_ERR
     pooled["meets_goals"] = bool(pooled["ks"] <= GOAL_KS and pooled["p99_rel_err"] <= GOAL_P99_REL_ERR)
+    partial = [(s.step, s.n_responses) for s, is_partial in zip(trace.steps, flags) if is_partial]
     return {"profile": profile.name, "trace": trace.source or trace.name, "replicas": replicas, "seed": seed,
+            "partial_steps": [s for s, _ in partial], "partial_step_responses": [n for _, n in partial],
+            "typical_step_responses": trace.typical_step_size(), "include_partial": bool(include_partial),
             "pooled": pooled, "per_step": per_step}
 
+
+_TABLE_KEYS = ["ks", "wasserstein_rel", "p50_rel_err", "p90_rel_err", "p99_rel_err", "max_rel_err",
+               "group_ratio_ks", "group_ratio_median_rel_err", "cap_share_real", "cap_share_sampled"]
+
+
+def format_fidelity(result: dict) -> str:
+    """The text ``polytrace fidelity`` prints: one row per step and the pooled row, the partial
+    steps left out, and the verdict against the goals."""
+    from tabulate import tabulate
+
+    from .describe import partial_note
+
+    rows = [[r["step"]] + [r[k] for k in _TABLE_KEYS] for r in result["per_step"]]
+    rows.append(["pooled"] + [result["pooled"][k] for k in _TABLE_KEYS])
+    lines = [f"profile {result['profile']} vs trace {result['trace']} ({result['replicas']} sampled batches per "
+             f"step)"]
+    note = partial_note(result["partial_steps"], result["partial_step_responses"], result["typical_step_responses"],
+                        result["include_partial"])
+    if note:
+        lines.append(note)
+    lines.append(tabulate(rows, headers=["step", "KS", "W1/mean", "p50 err", "p90 err", "p99 err", "max err",
+                                         "grp KS", "grp med err", "cap real", "cap sampled"], floatfmt=".3f"))
+    pooled = result["pooled"]
+    verdict = "meets" if pooled["meets_goals"] else "MISSES"
+    lines.append(f"\npooled: KS {pooled['ks']:.3f} (goal <= {pooled['goal_ks']}), p99 error "
+                 f"{pooled['p99_rel_err']:.1%} (goal <= {pooled['goal_p99_rel_err']:.0%}): {verdict} the goals")
+    return "\n".join(lines)

@@ -32,6 +32,7 @@ from .errors import PolytraceError
 from .hardware import get_gpu
 from .logs import TrainingLog, Unresolved
 from .models import ModelSpec, find_model, from_hf_config, get_model, list_models
+from .wording import counted
 
 DEFAULT_GPU = "a100-80g"
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
@@ -459,7 +460,7 @@ def _gpu_count(log: TrainingLog, v: _Values, notes: list[str]) -> int:
     if found is None:
         raise PolytraceError(f"{log.path}: the log does not state the GPU count (trainer.n_gpus_per_node) and its "
                              "metrics do not determine it; pass --gpus N")
-    notes.append(f"inferred: {found[0]} GPUs from {found[1]}")
+    notes.append(f"inferred: {counted(found[0], 'GPU')} from {found[1]}")
     return found[0]
 
 

@@ -23,7 +23,12 @@ def kernels_dir() -> Path:
 def kernel_source_hash(family: str) -> str:
     """sha256 (first 16 hex digits) over ``kernels/<family>/*.py`` (names and bytes, sorted).
     Empty string when there is no such family (a peer's provider)."""
-    folder = kernels_dir() / family
+    return folder_source_hash(kernels_dir() / family)
+
+
+def folder_source_hash(folder: Path) -> str:
+    """sha256 (first 16 hex digits) over ``folder/*.py`` (names and bytes, sorted); "" when the
+    folder does not exist. ``polytrace ab`` hashes another revision's kernels with it."""
     if not folder.is_dir():
         return ""
     h = hashlib.sha256()

@@ -8,6 +8,7 @@
 #   scripts/device_check.sh [--budget-s 240] [--tests-budget-s 150] [--suites "logprob attention gemm packing workload"]
 #                           [--kernel-tests "tests/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
 #                           [--commit SHA] [--store] [--set-baseline] [--force] [--allow-cpu]
+#                           [--via-bench [--bench-dir DIR]] [--ab-check]
 #
 # 1. runs every kernel test file (tests/test_logprob.py, test_attention.py, test_packing_kernels.py,
 #    test_kernel_bad_input.py, and test_kernel_launch.py / test_tolerance.py where present) on the
@@ -17,12 +18,20 @@
 #    left, enforced in-process (POLYTRACE_BENCH_BUDGET_S: later benchmarks skip with a reason and the
 #    JSON is still written) with a hard `timeout` behind it (SIGINT first, so pytest still writes
 #    what it measured; SIGKILL 20 s later). -k EXPR selects benchmarks (pytest -k) in every suite;
+#    --via-bench runs the same suites through `polytrace bench` instead (serially on this GPU, no
+#    Ray needed; one budget for all suites; shards recorded in --bench-dir, default a scratch
+#    folder, so a rerun with the same --bench-dir resumes) and copies the merged
+#    <gpu-slug>/<suite>.json files to $OUT/<suite>.json: the same files, ids and schema;
 # 3. writes under $OUT (default ./out), at most 8 plain files, no sub-folders:
 #      <suite>.json        pytest-benchmark JSON with raw rounds (device times) and the environment record
 #      device_check.log    everything the steps printed
 #      summary.txt         the one-screen summary plus every suite's full table
 #      gate.md             the regression gate against results/baselines/<gpu-slug>.json, when one exists
 # 4. prints the one-screen summary.
+#
+# --ab-check (optional, off by default; about 2-3 more minutes): after the suites, runs
+# tests/test_ab_gpu.py, the GPU goal of `polytrace ab` (a planted ~5% kernel slowdown caught, no
+# false alarm in 10 A/A runs; the measured changes go to the log), as its own status line.
 #
 # The defaults fit about 7 minutes of wall time on an H200 (150 s of tests, 240 s of suites, start-up
 # and summary), leaving a 15-minute device lease room for the machine's start and a partial rerun.
@@ -55,8 +64,12 @@ STORE=0
 SET_BASELINE=0
 FORCE=0
 ALLOW_CPU=0
+AB_CHECK=0
+AB_CHECK_CAP_S=300
 COMMIT="${POLYTRACE_COMMIT:-}"
 MAX_OUT_FILES=8
+VIA_BENCH=0
+BENCH_DIR=""
 
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 
@@ -74,6 +87,9 @@ while [ $# -gt 0 ]; do
         --set-baseline) STORE=1; SET_BASELINE=1; shift ;;
         --force) FORCE=1; shift ;;
         --allow-cpu) ALLOW_CPU=1; shift ;;
+        --ab-check) AB_CHECK=1; shift ;;
+        --via-bench) VIA_BENCH=1; shift ;;
+        --bench-dir) BENCH_DIR="${2:?--bench-dir needs a folder}"; VIA_BENCH=1; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "device_check.sh: unknown option $1 (see --help)" >&2; exit 3 ;;
     esac
@@ -253,7 +269,37 @@ T_SUITES=$(date +%s)
 SELECT_ARGS=()
 [ -n "$SELECT" ] && SELECT_ARGS=(-k "$SELECT")
 i=0
+if [ "$VIA_BENCH" = "1" ]; then
+    # The same suites through `polytrace bench` (one pytest per shard, serial: one GPU here). Its
+    # exit 1 means a failed shard or cases the budget left pending; the per-case outcomes are in
+    # the log and the merged JSON, and a failed shard is named on its own line.
+    [ -n "$BENCH_DIR" ] || BENCH_DIR="$(mktemp -d)"
+    BENCH_ARGS=(--suites $SUITES -o "$BENCH_DIR" --budget-s "$BUDGET_S" --pytest-arg=--benchmark-disable-gc -q)
+    [ -n "$SELECT" ] && BENCH_ARGS+=(-k "$SELECT")
+    [ "$HAS_CUDA" != "1" ] && BENCH_ARGS+=(--allow-cpu)
+    say "suites through polytrace bench into $BENCH_DIR (budget ${BUDGET_S}s)"
+    timeout -s INT -k 20 $(( BUDGET_S + 120 )) "$PY" -m polytrace bench "${BENCH_ARGS[@]}" >>"$LOG" 2>&1
+    rc=$?
+    if [ "$rc" = "130" ] || [ "$rc" = "124" ]; then
+        "$PY" -m polytrace bench --merge "$BENCH_DIR" >>"$LOG" 2>&1
+    fi
+    for s in $SUITES; do
+        if [ -f "$BENCH_DIR/$GPU_SLUG/$s.json" ]; then
+            cp "$BENCH_DIR/$GPU_SLUG/$s.json" "$OUT/$s.json"
+            STATUS_LINES+=("suite $s: ran through polytrace bench (rc $rc) -> $s.json")
+        else
+            STATUS_LINES+=("suite $s: FAILED - polytrace bench wrote no $GPU_SLUG/$s.json (rc $rc, see log)")
+            FAILED=1
+        fi
+    done
+    if grep -q "^polytrace: error: shard" "$LOG"; then
+        while IFS= read -r line; do STATUS_LINES+=("    $line"); done < <(grep "^polytrace: error: shard" "$LOG")
+        FAILED=1
+    fi
+    SUITES_DONE=1
+fi
 for s in $SUITES; do
+    [ "${SUITES_DONE:-0}" = "1" ] && break
     i=$((i + 1))
     file="suites/test_$s.py"
     if [ ! -f "$file" ]; then
@@ -283,6 +329,24 @@ for s in $SUITES; do
         FAILED=1
     fi
 done
+# ---- 2b. optional: the polytrace ab GPU check (--ab-check) ---------------------------------
+if [ "$AB_CHECK" = "1" ]; then
+    if [ "$HAS_CUDA" = "1" ]; then
+        say "ab GPU check: tests/test_ab_gpu.py (cap ${AB_CHECK_CAP_S}s)"
+        POLYTRACE_AB_GPU_CHECK=1 run_pytest "ab gpu check" "$AB_CHECK_CAP_S" 0 -q -rfEs -s tests/test_ab_gpu.py
+        rc=$?
+        if [ "$rc" = "0" ]; then
+            STATUS_LINES+=("ab gpu check: passed - ${LAST_LINE:-?} (measured changes in the log)")
+        else
+            STATUS_LINES+=("ab gpu check: FAILED (rc $rc) - ${LAST_LINE:-no summary line, see log}")
+            while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
+            FAILED=1
+        fi
+    else
+        STATUS_LINES+=("ab gpu check: not run (no CUDA)")
+    fi
+fi
+
 # pytest -rs prints "SKIPPED [n] file:line: reason"; sum n over the budget's reason
 TOTAL_BUDGET_SKIPS=$(grep "time budget POLYTRACE_BENCH_BUDGET_S" "$LOG" | sed -n 's/^SKIPPED \[\([0-9]*\)\].*/\1/p' \
                      | awk '{s += $1} END {print s + 0}')

@@ -41,3 +41,70 @@ def test_tune_on_a_cpu_says_exactly_what_to_set(monkeypatch, capsys):
 
 def test_parser_builds():
     assert build_parser().prog == "polytrace"
+
+
+def _every_argument(parser, path=()):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _every_argument(sub, (*path, name))
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            yield " ".join(path), action
+
+
+def test_every_flag_and_argument_has_help_text():
+    arguments = list(_every_argument(build_parser()))
+    assert len(arguments) > 100  # the walk reaches every subcommand
+    missing = [f"{cmd}: {'/'.join(a.option_strings) or a.dest}" for cmd, a in arguments
+               if not (a.help or "").strip() or a.help == "==SUPPRESS=="]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("argv", [
+    ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--profile", "deepcoder-14b"],
+    ["impact"],
+])
+def test_step_ranges_are_accepted_wherever_steps_are(argv, capsys):
+    """``--steps 0-3`` as in describe, report and pack-compare; a bare count keeps meaning steps 0..N-1."""
+    parser = build_parser()
+    if argv == ["impact"]:
+        args = parser.parse_args(["impact", "a.json", "b.json", "--steps", "2-4"])
+        assert args.steps == [2, 3, 4]
+        assert parser.parse_args(["impact", "a.json", "b.json", "--steps", "3"]).steps == [0, 1, 2]
+        return
+    assert main([*argv, "--steps", "1-2", "--json"]) == 0
+    import json
+
+    data = json.loads(capsys.readouterr().out)
+    assert [r["step"] for r in data["rows"]] == [1, 2]
+    assert main([*argv, "--steps", "2", "--json"]) == 0
+    assert [r["step"] for r in json.loads(capsys.readouterr().out)["rows"]] == [0, 1]
+
+
+def test_gate_plot_on_an_existing_file_fails_before_printing_a_report(tmp_path, capsys):
+    from test_results_synth import make_result, write
+
+    base = write(tmp_path / "base.json", make_result(seed=1))
+    cand = write(tmp_path / "cand.json", make_result(seed=2))
+    not_a_folder = tmp_path / "plots"
+    not_a_folder.write_text("x")
+    assert main(["gate", str(base), str(cand), "--plot", str(not_a_folder)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no report printed above the error
+    assert captured.err.startswith("polytrace: error: --plot ") and "not a folder" in captured.err
+    assert not_a_folder.read_text() == "x"
+
+
+def test_one_gpu_is_singular(capsys, validation_logs):
+    assert main(["validate", str(validation_logs / "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log")]) == 0
+    out = capsys.readouterr().out
+    assert ", 1 GPU (" in out and "1 GPUs" not in out
+
+
+def test_counted():
+    from polytrace.wording import counted
+
+    assert [counted(n, "GPU") for n in (1, 2, 1000)] == ["1 GPU", "2 GPUs", "1,000 GPUs"]
+    assert counted(1, "step") == "1 step" and counted(3, "batch", "batches") == "3 batches"

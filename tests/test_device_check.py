@@ -94,3 +94,22 @@ def test_store_step_refuses_cpu_results_unless_allowed(tmp_path, capsys):
     assert "store failed" in capsys.readouterr().out
     assert runbook.store(run, ["logprob"], tmp_path / "results", True, True, False) == 0
     assert (tmp_path / "results" / "baselines" / "cpu.json").is_file()
+
+
+def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path):
+    """--via-bench (issue 14: the runbook through `polytrace bench` on one GPU) gives the same result
+    files: the same benchmark ids, each with its output check."""
+    kernel_test = "def test_kernel_ok():\n    assert True\n"
+    direct, out_direct = _run(tmp_path, "direct", kernel_test, "--skip-tests")
+    bench, out_bench = _run(tmp_path, "bench", kernel_test, "--skip-tests", "--via-bench",
+                            "--bench-dir", str(tmp_path / "bench-run"))
+    assert direct.returncode == 0, direct.stdout[-3000:]
+    assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-2000:]
+    assert "ran through polytrace bench" in bench.stdout
+    assert sorted(p.name for p in out_bench.iterdir()) == sorted(p.name for p in out_direct.iterdir())
+    ids = {name: sorted(b["fullname"] for b in json.loads((out / "packing.json").read_text())["benchmarks"])
+           for name, out in (("direct", out_direct), ("bench", out_bench))}
+    assert ids["bench"] == ids["direct"] and ids["direct"]
+    benches = json.loads((out_bench / "packing.json").read_text())["benchmarks"]
+    assert all(b["extra_info"]["check"]["ok"] is True for b in benches)
+    assert (tmp_path / "bench-run" / "shards").is_dir()  # resumable: the shard records stay there

@@ -29,7 +29,9 @@ def test_profile_meets_fidelity_goals_on_its_trace(polytrace_data, name):
     assert pooled["p99_rel_err"] <= GOAL_P99_REL_ERR, pooled
     assert abs(pooled["cap_share_sampled"] - pooled["cap_share_real"]) <= 0.05
     assert pooled["group_ratio_median_rel_err"] <= 0.15
-    assert len(result["per_step"]) == len(trace.steps)
+    # the Search-R1 trace's last step holds 47 of 2,048 trajectories: flagged and left out
+    assert result["partial_steps"] == ([5] if name == "search-r1-7b" else [])
+    assert len(result["per_step"]) == len(trace.steps) - len(result["partial_steps"])
 
 
 def _batch(resp, groups, prompt=10, cap=100):
@@ -85,3 +87,75 @@ def test_describe_profile_and_trace(polytrace_data):
     assert len(t["per_step"]) == 6 and t["summary"]["sequences"] == 768
     # the long tail the project is about: the recorded DAPO steps are dominated by the tail
     assert t["summary"]["rollout_tail_share"] > 0.6
+
+
+# --------------------------------------------------------------------------- partial steps (issue 15, item 6)
+
+
+def _partial_trace(tmp_path):
+    """Steps 0 and 1 with 4 groups of 4, step 2 with one group of much longer responses."""
+    import json
+
+    d = tmp_path / "run"
+    d.mkdir()
+    for step, groups, lens in ((0, 4, [10, 20, 30, 40]), (1, 4, [10, 20, 30, 40]), (2, 1, [900, 950, 990, 999])):
+        lines = [json.dumps({"step": step, "input": 50, "output": lens, "n_sampling": 4}) for _ in range(groups)]
+        (d / f"packed_lengths_step_{step}.jsonl").write_text("\n".join(lines) + "\n")
+    return load_trace(d, max_response_len=1000)
+
+
+def test_describe_leaves_partial_steps_out_of_the_means(tmp_path):
+    from polytrace.describe import format_describe
+
+    trace = _partial_trace(tmp_path)
+    d = describe(trace)
+    assert d["partial_steps"] == [2] and [r["partial"] for r in d["per_step"]] == [False, False, True]
+    assert d["summary"]["response_mean"] == pytest.approx(25.0)  # before: (25 + 25 + 959.75) / 3
+    assert d["summary"]["sequences"] == 16
+    kept = describe(trace, include_partial=True)
+    assert kept["summary"]["response_mean"] == pytest.approx((25 + 25 + 959.75) / 3)
+    text = format_describe(d, per_step=True)
+    assert "note: step 2 (4 responses) is partial (the median step has 16): left out of the statistics" in text
+    assert "2 (partial)" in text
+    assert "kept in the statistics (--include-partial)" in format_describe(kept)
+
+
+def test_fidelity_leaves_partial_steps_out(tmp_path):
+    from polytrace.fidelity import format_fidelity
+
+    trace = _partial_trace(tmp_path)
+    profile = get_profile("deepcoder-14b")
+    out = fidelity(profile, trace, replicas=1)
+    assert out["partial_steps"] == [2] and out["partial_step_responses"] == [4]
+    assert [r["step"] for r in out["per_step"]] == [0, 1] and out["pooled"]["n_real"] == 32
+    both = fidelity(profile, trace, replicas=1, include_partial=True)
+    assert [r["step"] for r in both["per_step"]] == [0, 1, 2] and both["pooled"]["n_real"] == 36
+    assert "note: step 2 (4 responses) is partial" in format_fidelity(out)
+
+
+def test_cli_describe_and_fidelity_flag_the_partial_search_r1_step(polytrace_data, capsys):
+    from polytrace.cli import main
+
+    folder = str(polytrace_data / "search_r1/profile/multiturn_workload_log")
+    assert main(["describe", folder]) == 0
+    out = capsys.readouterr().out
+    assert "step 5 (47 responses) is partial (the median step has 2,048)" in out
+    assert "max response 3,000 (recorded in the trace)" in out
+    assert main(["describe", folder, "--include-partial", "--json"]) == 0
+    import json
+
+    d = json.loads(capsys.readouterr().out)
+    assert d["partial_steps"] == [5] and d["include_partial"] is True
+    assert d["summary"]["sequences"] == pytest.approx((5 * 2048 + 47) / 6)
+
+
+def test_cli_describe_max_response_len_is_for_traces(polytrace_data, capsys):
+    from polytrace.cli import main
+
+    dapo = str(polytrace_data / "verl/profile/packed_length_log/20260610_092349")
+    assert main(["describe", dapo]) == 0
+    assert "max response 10,112 (the longest response: no pile-up" in capsys.readouterr().out
+    assert main(["describe", dapo, "--max-response-len", "32768"]) == 0
+    assert "max response 32,768 (stated by the caller" in capsys.readouterr().out
+    assert main(["describe", "dapo-math-32b", "--max-response-len", "32768"]) == 2
+    assert "--max-response-len applies to recorded traces" in capsys.readouterr().err

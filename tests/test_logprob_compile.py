@@ -2,8 +2,9 @@
 
 The CPU tests run the kernels in the Triton interpreter, which accepts code the compiler rejects
 (and the reverse). Triton's wheel ships ptxas, so ``triton.compile`` can lower every kernel to
-PTX and cubin on a CPU-only machine: this catches GPU-only compile errors in CI, and checks two
-properties the design relies on:
+PTX and cubin on a CPU-only machine, with the launch config a bf16 launch picks on each GPU
+(``default_*_config(torch.bfloat16, capability)``): this catches GPU-only compile errors in CI, and
+checks two properties the design relies on:
 
 - the aligned forward variant loads the logits with 16-byte vector loads (the bandwidth goal);
 - the generic variant (V not a multiple of 16) has no vector loads, so its register layout, and
@@ -21,7 +22,10 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from _aot import compile_kernel
 
+import torch
+
 from polytrace_kernels.logprob import kernel as K
+from polytrace_kernels.logprob import configs as C
 
 out = {}
 
@@ -33,49 +37,61 @@ def build(name, fn, sig, consts, aligned, arch, num_warps=8, num_stages=2):
 
 
 for arch in (90, 80):
+    # the configs a bf16 launch picks on a GPU of this capability (no tuned file)
+    cap = (arch // 10, arch % 10)
+    fwd_cfg = C.default_logits_fwd_config(torch.bfloat16, cap)
+    bwd_cfg = C.default_logits_bwd_config(torch.bfloat16, cap)
+    lfwd, lbwd = C.default_linear_fwd_config(torch.bfloat16, cap), C.default_linear_bwd_config(torch.bfloat16, cap)
     fwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
                "max_ptr": "*fp32", "logsum_ptr": "*fp32", "stride_row": "i32", "vocab_size": "i32",
                "temperature": "fp32", "ignore_index": "i32"}
     for scale in (False, True):
-        consts = {"SCALE": scale, "EXACT_DIV": False, "RETURN_ENTROPY": True, "BLOCK_V": 4096}
+        consts = {"SCALE": scale, "EXACT_DIV": False, "RETURN_ENTROPY": True, "BLOCK_V": fwd_cfg["BLOCK_V"]}
         build(f"fwd-aligned-scale{int(scale)}", K.token_logprobs_fwd_kernel, fwd_sig, consts,
-              ["logits_ptr", "stride_row", "vocab_size"], arch)
-        build(f"fwd-generic-scale{int(scale)}", K.token_logprobs_fwd_kernel_generic, fwd_sig, consts, [], arch)
+              ["logits_ptr", "stride_row", "vocab_size"], arch, fwd_cfg["num_warps"], fwd_cfg["num_stages"])
+        build(f"fwd-generic-scale{int(scale)}", K.token_logprobs_fwd_kernel_generic, fwd_sig, consts, [], arch,
+              fwd_cfg["num_warps"], fwd_cfg["num_stages"])
     bwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32", "logsum_ptr": "*fp32",
                "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32", "grad_logits_ptr": "*bf16",
                "stride_row": "i32", "stride_grad_row": "i32", "vocab_size": "i32", "temperature": "fp32",
                "ignore_index": "i32"}
     build("bwd", K.token_logprobs_bwd_kernel, bwd_sig,
-          {"SCALE": True, "EXACT_DIV": False, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True, "BLOCK_V": 4096,
+          {"SCALE": True, "EXACT_DIV": False, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True, "BLOCK_V": bwd_cfg["BLOCK_V"],
            "ROUND_BF16": False},
-          ["logits_ptr", "grad_logits_ptr", "stride_row", "stride_grad_row", "vocab_size"], arch)
+          ["logits_ptr", "grad_logits_ptr", "stride_row", "stride_grad_row", "vocab_size"], arch,
+          bwd_cfg["num_warps"], bwd_cfg["num_stages"])
     lin_sig = {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "part_ptr": "*fp32",
                "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32",
                "inv_temperature": "fp32", "vblocks_per_split": "i32"}
     build("linear-fwd", K.linear_logprobs_fwd_kernel, lin_sig,
-          {"NSPLIT": 16, "SCALE": True, "RETURN_ENTROPY": True, "EVEN_K": True, "BLOCK_T": 128, "BLOCK_V": 128,
-           "BLOCK_K": 64, "DOT_PRECISION": None},
-          ["hidden_ptr", "weight_ptr", "hidden_size", "stride_h", "stride_w"], arch, num_stages=3)
+          {"NSPLIT": lfwd["NSPLIT"], "SCALE": True, "RETURN_ENTROPY": True, "EVEN_K": True, "BLOCK_T": lfwd["BLOCK_T"],
+           "BLOCK_V": lfwd["BLOCK_V"], "BLOCK_K": lfwd["BLOCK_K"], "DOT_PRECISION": None},
+          ["hidden_ptr", "weight_ptr", "hidden_size", "stride_h", "stride_w"], arch, lfwd["num_warps"],
+          lfwd["num_stages"])
     build("combine", K.linear_logprobs_combine_kernel,
           {"part_ptr": "*fp32", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
            "max_ptr": "*fp32", "logsum_ptr": "*fp32", "n_rows": "i32", "vocab_size": "i32", "ignore_index": "i32"},
-          {"NSPLIT": 16, "RETURN_ENTROPY": True, "BLOCK_T": 128}, [], arch, num_warps=4)
+          {"NSPLIT": lfwd["NSPLIT"], "RETURN_ENTROPY": True, "BLOCK_T": 128}, [], arch, num_warps=4)
     build("dlogits", K.linear_dlogits_kernel,
           {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32",
            "logsum_ptr": "*fp32", "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32",
            "dlogits_ptr": "*bf16", "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "v_start": "i32",
            "chunk_cols": "i32", "stride_h": "i32", "stride_w": "i32", "stride_d": "i32", "inv_temperature": "fp32"},
-          {"SCALE": True, "HAS_GRAD_ENT": True, "EVEN_K": True, "BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64,
-           "GROUP_T": 8, "DOT_PRECISION": None},
+          {"SCALE": True, "HAS_GRAD_ENT": True, "EVEN_K": True, "BLOCK_T": lbwd["BLOCK_T"], "BLOCK_V": lbwd["BLOCK_V"],
+           "BLOCK_K": lbwd["BLOCK_K"], "GROUP_T": lbwd["GROUP"], "DOT_PRECISION": None},
           ["hidden_ptr", "weight_ptr", "dlogits_ptr", "hidden_size", "stride_h", "stride_w", "stride_d"], arch,
-          num_stages=3)
+          lbwd["num_warps"], lbwd["num_stages"])
     for dt, prec in (("bf16", None), ("fp32", "ieee")):
+        # _linear_backward launches it with the backward config's tiles (BLOCK_M, BLOCK_N, BLOCK_K =
+        # BLOCK_T, BLOCK_V, BLOCK_K) of that dtype
+        acc = lbwd if dt == "bf16" else C.default_linear_bwd_config(torch.float32, cap)
         build(f"accumulate-{dt}", K.matmul_accumulate_kernel,
               {"a_ptr": f"*{dt}", "b_ptr": f"*{dt}", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
                "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"},
-              {"stride_ak": 1, "stride_bn": 1, "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8,
-               "DOT_PRECISION": prec},
-              ["a_ptr", "b_ptr", "c_ptr", "N", "stride_am", "stride_bk", "stride_cm"], arch, num_warps=4)
+              {"stride_ak": 1, "stride_bn": 1, "BLOCK_M": acc["BLOCK_T"], "BLOCK_N": acc["BLOCK_V"],
+               "BLOCK_K": acc["BLOCK_K"], "GROUP_M": acc["GROUP"], "DOT_PRECISION": prec},
+              ["a_ptr", "b_ptr", "c_ptr", "N", "stride_am", "stride_bk", "stride_cm"], arch, acc["num_warps"],
+              acc["num_stages"])
 gen = K.token_logprobs_fwd_kernel_generic
 out["generic_unspecialised"] = sorted(p.name for p in gen.params
                                       if p.do_not_specialize or p.do_not_specialize_on_alignment)

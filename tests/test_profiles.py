@@ -169,3 +169,127 @@ def test_bad_profile_files(tmp_path):
     f.write_text(json.dumps(broken))
     with pytest.raises(PolytraceError, match="rho"):
         get_profile(str(f))
+
+
+# --------------------------------------------------------------------------- fit: cap, round trip (issues 15, 17)
+
+
+def _toy_trace(lens_per_group, steps=2, prompt=100):
+    from polytrace.trace.model import PromptGroup, Response, Step, Trace
+
+    return Trace([Step(s, [PromptGroup(prompt, [Response(int(v), False) for v in lens]) for lens in lens_per_group])
+                  for s in range(steps)], max_response_len=int(max(max(g) for g in lens_per_group)), name="toy",
+                 cap_source="longest")
+
+
+def test_fit_of_identical_lengths_has_no_nan_rho(tmp_path):
+    """Before: 0/0 in the intra-class correlation gave "rho": NaN, which describe then refused."""
+    trace = _toy_trace([[100, 100, 100, 100]] * 6)
+    p = fit_profile(trace)
+    assert p.params["rho"] == 0.0 and p.params["prompt_corr"] == 0.0
+    assert Profile.loads(p.dumps()).params == p.params
+
+
+def test_fit_file_refuses_to_write_what_does_not_read_back(tmp_path, monkeypatch):
+    from polytrace.profiles import fit as fit_module
+
+    trace_file = tmp_path / "packed_lengths_step_0.jsonl"
+    trace_file.write_text("".join(json.dumps({"step": 0, "input": 10 + g, "output": [5 + g, 9 * g + 1]}) + "\n"
+                                  for g in range(8)))
+    out = tmp_path / "p.json"
+    out.write_text("precious")
+    real_fit = fit_module.fit_profile
+
+    def nan_fit(*args, **kwargs):
+        p = real_fit(*args, **kwargs)
+        p.params["prompt_corr"] = float("nan")
+        return p
+
+    monkeypatch.setattr(fit_module, "fit_profile", nan_fit)
+    with pytest.raises(PolytraceError, match=r"p.json: not written: the fitted profile does not read back .*NaN"):
+        fit_module.fit_file(trace_file, out)
+    assert out.read_text() == "precious"
+    monkeypatch.setattr(fit_module, "fit_profile", real_fit)
+    result = fit_module.fit_file(trace_file, out)
+    assert get_profile(str(out)).params == result.profile.params
+
+
+def test_fit_says_where_the_cap_came_from(polytrace_data, tmp_path):
+    """Before: the DAPO trace's observed maximum (10,112) silently became the cap (the run's: 32,768)."""
+    from polytrace.profiles import fit_file
+
+    dapo = polytrace_data / "verl/profile/packed_length_log/20260610_092349"
+    guessed = fit_file(dapo, tmp_path / "a.json")
+    assert guessed.profile.config.max_response_len == 10112 and guessed.profile.fit_stats["cap_source"] == "longest"
+    assert "max response 10,112 (the longest response: no pile-up" in guessed.summary()
+    assert "--max-response-len" in guessed.summary()
+    stated = fit_file(dapo, tmp_path / "b.json", max_response_len=32768)
+    assert stated.profile.config.max_response_len == 32768 and stated.profile.fit_stats["cap_source"] == "stated"
+    assert "max response 32,768 (stated by the caller" in stated.summary()
+    coder = fit_file(polytrace_data / "rllm/profile/packed_length_log", tmp_path / "c.json")
+    assert coder.profile.fit_stats["cap_source"] == "pile-up" and coder.profile.config.max_response_len == 16000
+    assert "inferred from responses piling up at the maximum" in coder.summary()
+    with pytest.raises(PolytraceError, match="exceeds the stated max_response_len=8000"):
+        fit_file(dapo, tmp_path / "d.json", max_response_len=8000)
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda d: d["params"]["response"]["v"].__setitem__(3, float("nan")), "NaN is not a valid value"),
+    (lambda d: d["params"]["response"]["v"].__setitem__(-1, 1e300), "finite, with values in"),
+    (lambda d: d["config"].__setitem__("prompts_per_step", 10 ** 12), "above the limit"),
+    (lambda d: d["config"].__setitem__("n", 100_000), "sequences per step"),
+    (lambda d: d.__setitem__("kind", 0), "kind must be 'single' or 'multiturn'"),
+    (lambda d: d.__setitem__("drift", {"steps": [0, 1], "scale": [1, 1e400]}), "Infinity is not a valid value"),
+    (lambda d: d.__setitem__("drift", {"steps": [0, 1], "scale": [1, "nan"]}), "must be finite"),
+    (lambda d: d["params"].__setitem__("response", [1, 2]), "malformed profile"),
+])
+def test_hostile_profile_files_are_refused(tmp_path, edit, match):
+    d = json.loads(get_profile("dapo-math-32b").dumps())
+    edit(d)
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(d))
+    with pytest.raises(PolytraceError, match=match):
+        get_profile(str(f))
+
+
+@pytest.mark.parametrize("name", ["search-r1-7b", "model-b-math", "model-b-tooluse"])
+def test_hostile_tables_of_every_model_are_refused(tmp_path, name):
+    d = json.loads(get_profile(name).dumps())
+    p = d["params"]
+    if name == "search-r1-7b":
+        p["multiturn"]["turns_pmf_by_decile"] = p["multiturn"]["turns_pmf_by_decile"][:3]  # rows != deciles
+    elif name == "model-b-math":
+        p["means"][0][1] = 1e300  # a mean no length can have
+    else:
+        keys = list(p["call_counts"])
+        p["call_counts"][keys[0]] = -1.0  # a negative probability
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(d))
+    with pytest.raises(PolytraceError, match="malformed profile"):  # before: an IndexError, or accepted
+        get_profile(str(f))
+
+
+def test_deeply_nested_and_fifo_profiles(tmp_path):
+    import os
+
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"format": "polytrace.profile", "params": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(PolytraceError, match="nested too deeply"):
+        get_profile(str(deep))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(PolytraceError, match="fifo.json: no such profile file"):
+        get_profile(str(fifo))
+
+
+def test_sampling_is_refused_before_allocating_past_the_step_limit():
+    """fidelity samples as many prompts as the trace's step has groups: a profile with a huge n
+    must be refused, not allocate prompts x n sequences."""
+    from dataclasses import replace
+
+    from polytrace.profiles.profile import MAX_SEQUENCES_PER_STEP, BatchConfig
+
+    p = get_profile("dapo-math-32b")
+    big = replace(p, config=BatchConfig(1, MAX_SEQUENCES_PER_STEP, 2048, 32768))
+    with pytest.raises(PolytraceError, match="above the limit of 4,194,304 sequences per step"):
+        big.sample(step=0, seed=0, prompts=1000)

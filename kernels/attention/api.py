@@ -169,8 +169,9 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     scale = _check_scale(softmax_scale, d)
     group = q.shape[1] // k.shape[1]
     bucket = tuning_bucket(d, q.dtype, causal, group)
-    fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype), config, q.device)
-    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype, capability=device_capability(q.device)),
+    capability = device_capability(q.device)
+    fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype, capability=capability), config, q.device)
+    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype, capability=capability),
                        bwd_config, q.device, "bwd_config")
     q, k, v = _contig(q), _contig(k), _contig(v)
     if plan is None:
@@ -262,7 +263,7 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     group = hq // hkv
     scale = _check_scale(softmax_scale, d)
     cfg = _resolve(DECODE_KERNEL, f"d{d}-g{group}-{'paged' if paged else 'contig'}",
-                   default_decode_config(d), config, q.device)
+                   default_decode_config(d, capability=device_capability(q.device)), config, q.device)
     block_n = cfg["BLOCK_N"]
     if num_splits is not None:
         split_tokens = max(block_n, _cdiv(_cdiv(max(max_len, 1), num_splits), block_n) * block_n)
@@ -270,13 +271,27 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
         split_tokens = max(block_n, _cdiv(cfg["SPLIT_TOKENS"], block_n) * block_n)
     else:
         split_tokens = choose_split_tokens(batch, hkv, max_len, block_n, _num_sms(q.device))
+    out, lse = _decode(_contig(q), _contig(k_cache), _contig(v_cache), cache_seqlens, block_table, max_len,
+                       page_size, scale, split_tokens, cfg)
+    if squeeze:
+        out = out[:, None]
+    return (out, lse) if return_lse else out
+
+
+def _decode(q, k_cache, v_cache, cache_seqlens, block_table, max_len: int, page_size: int, scale: float,
+            split_tokens: int, cfg: dict):
+    """The decode launches on validated, contiguous-last-dim inputs: split kernel, then the combine
+    when there is more than one split. Returns (out like q, lse [B, Hq] fp32)."""
+    batch, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    group = hq // hkv
+    paged = block_table is not None
+    block_n = cfg["BLOCK_N"]
     n_splits = max(1, _cdiv(max_len, split_tokens))
-    q = _contig(q)
-    k_cache, v_cache = _contig(k_cache), _contig(v_cache)
     out = torch.empty_like(q)
     lse = torch.empty((batch, hq), device=q.device, dtype=torch.float32)
     if batch == 0:
-        return (out, lse) if return_lse else out
+        return out, lse
     block_d = _block_d(d)
     block_g = max(16, 1 << (group - 1).bit_length())
     single = n_splits == 1
@@ -305,6 +320,4 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
             o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
             out.stride(0), out.stride(1), lse.stride(0), hq, split_tokens, max_len,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=min(16, pow2), N_SPLITS_POW2=pow2, num_warps=4)
-    if squeeze:
-        out = out[:, None]
-    return (out, lse) if return_lse else out
+    return out, lse

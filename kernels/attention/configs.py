@@ -7,7 +7,6 @@ choice reads on its own; no kernel is launched here.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -15,6 +14,20 @@ try:  # vendoring kernels/attention alone must work: the tuning table is optiona
     from .._tuning import lookup as _tuning_lookup
 except ImportError:  # pragma: no cover - exercised only when vendored
     _tuning_lookup = None
+
+try:  # the one reading of TRITON_INTERPRET (kernels/_interpreter.py); vendored alone: triton's own knob
+    from .._interpreter import check_runnable as _check_runnable
+    from .._interpreter import interpreting as _interpreting
+except ImportError:  # pragma: no cover - exercised only when vendored
+    def _interpreting() -> bool:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+
+    def _check_runnable(tensor, name: str) -> None:
+        if tensor.device.type != "cuda" and not (tensor.device.type == "cpu" and _interpreting()):
+            raise ValueError(f"{name} is on {tensor.device}: these Triton kernels need CUDA tensors, or CPU "
+                             "tensors under the Triton interpreter (TRITON_INTERPRET=1)")
 
 # Search space of the forward for ``polytrace tune`` (BLOCK_M x BLOCK_N x warps x stages).
 TUNING_SPACE = {
@@ -33,10 +46,6 @@ def tuning_bucket(head_dim: int, dtype, causal: bool = True, group: int = 1) -> 
     return f"d{int(head_dim)}-{name}-{'causal' if causal else 'full'}-g{int(group)}"
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _block_d(head_dim: int) -> int:
     return max(16, 1 << (int(head_dim) - 1).bit_length())
 
@@ -47,9 +56,19 @@ def _block_d(head_dim: int) -> int:
 # 400 B at D=128). A starting point for ``polytrace tune``, not yet timed on a GPU. In the
 # interpreter every tile is a numpy op, so 16x16 tiles keep the CPU tests fast and still cover
 # multi-block sequences.
-def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None) -> dict:
-    if on_cuda is None:
-        on_cuda = not _interpreting()
+def _on_gpu(on_cuda: bool | None, capability) -> bool:
+    """A capability names a GPU: its default, even in the interpreter (how the CPU tests run every
+    GPU's tiles). Otherwise ``on_cuda`` decides, by default "not interpreting"."""
+    if capability is not None:
+        return True
+    return (not _interpreting()) if on_cuda is None else bool(on_cuda)
+
+
+def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None,
+                       capability: tuple[int, int] | None = None) -> dict:
+    """Forward tile for ``head_dim``: the interpreter's 16x16, or the GPU's (the same on sm_80 and
+    sm_90) when ``on_cuda`` or a ``capability`` is given."""
+    on_cuda = _on_gpu(on_cuda, capability)
     if not on_cuda:
         return {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
     if head_dim <= 64:
@@ -76,9 +95,9 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
     above do not spill on sm_80 (0 B, both versions, causal and not, fp16 and bf16) and are the
     largest that don't (dQ 128x64 at D=128 spills 84 B or more at every warps/stages setting), so dQ
     is the same on every GPU. D > 128 keeps one choice everywhere (not searched: on sm_80 its dK/dV
-    spills 0-12 B full, 72-104 B causal). Not yet timed on a GPU."""
-    if on_cuda is None:
-        on_cuda = not _interpreting()
+    spills 0-12 B full, 72-104 B causal). Not yet timed on a GPU. A ``capability`` always gives that
+    GPU's tiles (also in the interpreter, where the CPU tests run them)."""
+    on_cuda = _on_gpu(on_cuda, capability)
     if not on_cuda:
         return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DKDV_WARPS": 4, "DKDV_STAGES": 1,
                 "DQ_BLOCK_N": 16, "DQ_WARPS": 4, "DQ_STAGES": 1}
@@ -132,9 +151,12 @@ def device_capability(device: torch.device) -> tuple[int, int] | None:
     return _capability(index)
 
 
-def default_decode_config(head_dim: int, on_cuda: bool | None = None) -> dict:
-    if on_cuda is None:
-        on_cuda = not _interpreting()
+def default_decode_config(head_dim: int, on_cuda: bool | None = None,
+                          capability: tuple[int, int] | None = None) -> dict:
+    """Decode tile and split size: ``SPLIT_TOKENS`` 0 means ``choose_split_tokens`` picks it from the
+    batch, cache length and SM count at launch. GPU values (the same on sm_80 and sm_90) when
+    ``on_cuda`` or a ``capability`` is given."""
+    on_cuda = _on_gpu(on_cuda, capability)
     if not on_cuda:
         return {"BLOCK_N": 16, "SPLIT_TOKENS": 32, "num_warps": 4, "num_stages": 1}
     return {"BLOCK_N": 64 if head_dim <= 128 else 32, "SPLIT_TOKENS": 0, "num_warps": 4, "num_stages": 3}

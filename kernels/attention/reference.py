@@ -27,7 +27,8 @@ def _attend(q, k, v, scale, causal, compute_dtype):
         cols = torch.arange(lk, device=q.device)[None, :]
         allowed = cols <= rows + (lk - lq)  # bottom-right alignment
         scores = scores.masked_fill(~allowed, float("-inf"))
-    lse = torch.logsumexp(scores.float(), dim=-1)  # [Hq, Lq]
+    # [Hq, Lq], fp32 for 16-bit scores (torch's own computation), fp64 for the ground truth
+    lse = torch.logsumexp(scores if scores.dtype == torch.float64 else scores.float(), dim=-1)
     empty = torch.isneginf(lse)
     probs = torch.softmax(scores, dim=-1)
     probs = torch.where(empty[..., None], torch.zeros_like(probs), probs)
@@ -55,7 +56,8 @@ def varlen_attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool
         lse = torch.cat(lses, 1)
     else:
         out = q.new_zeros(q.shape, dtype=compute_dtype)
-        lse = q.new_zeros((q.shape[1], q.shape[0]), dtype=torch.float32)
+        lse = q.new_zeros((q.shape[1], q.shape[0]), dtype=torch.float64 if compute_dtype == torch.float64
+                          else torch.float32)
     return (out, lse) if return_lse else out
 
 

@@ -11,17 +11,10 @@ import operator
 
 import torch
 
-from .configs import _interpreting
+from .configs import _check_runnable
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
-
-try:  # optional: a family folder vendored alone runs without it (needed by the triton<3.9 interpreter only)
-    from .._interpreter import interpreter_loop_bounds_fix as _interpreter_loop_bounds_fix
-except ImportError:  # pragma: no cover
-    def _interpreter_loop_bounds_fix() -> None:
-        return None
-
 
 # ----------------------------------------------------------------------------------------------
 # validation
@@ -39,16 +32,6 @@ def _check_device(name: str, t: torch.Tensor, device: torch.device) -> None:
         raise ValueError(f"{name} is on {t.device}, expected {device} (the device of q)")
 
 
-def _check_runnable_device(device: torch.device) -> None:
-    if device.type == "cuda":
-        return
-    if device.type == "cpu" and _interpreting():
-        _interpreter_loop_bounds_fix()
-        return
-    raise ValueError(f"q is on {device}: the Triton kernels need a CUDA device "
-                     "(or TRITON_INTERPRET=1 for CPU tensors)")
-
-
 def _check_qkv(q, k, v, names=("q", "k", "v"), ndim=3, kv_ndim=None) -> None:
     _check_tensor(names[0], q, ndim)
     for name, t in zip(names[1:], (k, v)):
@@ -59,7 +42,7 @@ def _check_qkv(q, k, v, names=("q", "k", "v"), ndim=3, kv_ndim=None) -> None:
         if t.dtype != q.dtype:
             raise ValueError(f"{name} has dtype {t.dtype}, expected {q.dtype} (the dtype of {names[0]})")
         _check_device(name, t, q.device)
-    _check_runnable_device(q.device)
+    _check_runnable(q, names[0])
     d = q.shape[-1]
     if k.shape[-1] != d:
         raise ValueError(f"{names[1]} has head dim {k.shape[-1]}, expected {d} (the head dim of {names[0]})")

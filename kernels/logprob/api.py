@@ -35,6 +35,11 @@ from .configs import (
 )
 from .configs import LINEAR_TUNING_SPACE as LINEAR_TUNING_SPACE
 from .configs import TUNING_SPACE as TUNING_SPACE
+from .configs import default_linear_bwd_config as default_linear_bwd_config
+from .configs import default_linear_fwd_config as default_linear_fwd_config
+from .configs import default_logits_bwd_config as default_logits_bwd_config
+from .configs import default_logits_fwd_config as default_logits_fwd_config
+from .configs import device_capability as device_capability
 from .validation import _check_device, _check_matrix, _check_scalars, _check_token_range, _check_tokens
 
 

@@ -6,7 +6,6 @@ merge with a caller's or a tuned config. Apart from ``api.py`` so the launches r
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -14,6 +13,20 @@ try:  # a family folder vendored alone has no tuning store: defaults then
     from .._tuning import lookup as _tuning_lookup
 except ImportError:  # pragma: no cover - exercised only when vendored
     _tuning_lookup = None
+
+try:  # the one reading of TRITON_INTERPRET (kernels/_interpreter.py); vendored alone: triton's own knob
+    from .._interpreter import check_runnable as _check_runnable
+    from .._interpreter import interpreting as _interpreting
+except ImportError:  # pragma: no cover - exercised only when vendored
+    def _interpreting() -> bool:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+
+    def _check_runnable(tensor, name: str) -> None:
+        if tensor.device.type != "cuda" and not (tensor.device.type == "cpu" and _interpreting()):
+            raise ValueError(f"{name} is on {tensor.device}: these Triton kernels need CUDA tensors, or CPU "
+                             "tensors under the Triton interpreter (TRITON_INTERPRET=1)")
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
@@ -57,30 +70,44 @@ def linear_tuning_bucket(vocab_size: int, hidden_size: int, dtype) -> str:
     return f"{tuning_bucket(vocab_size, dtype)}-H{int(hidden_size)}"
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 @functools.lru_cache(maxsize=16)
 def _device_name(index: int) -> str:
     return torch.cuda.get_device_name(index)
 
 
-def _logits_fwd_default(dtype, device) -> dict:
-    if device.type != "cuda":  # interpreter: few, large blocks keep numpy fast
+def device_capability(device) -> tuple[int, int] | None:
+    """Compute capability of a CUDA device (queried once per device), None for any other device:
+    the key the GPU defaults below take, so CPU tests can run each GPU's default config."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index)
+
+
+@functools.lru_cache(maxsize=16)
+def _capability(index: int) -> tuple[int, int]:
+    return tuple(torch.cuda.get_device_capability(index))
+
+
+# Defaults. ``capability`` None: the CPU interpreter's (few, large blocks keep numpy fast); a
+# compute capability (sm_80 and sm_90 get the same tiles today): the GPU default, which a CUDA
+# launch uses unless a tuned config exists. Tests pass each capability's default as ``config`` to
+# run it in the interpreter.
+def default_logits_fwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:
+    if capability is None:
         return {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1}
     # 8 KB (bf16) or 8 KB (fp32, 2048) per row and step: 16 bytes per thread per load at 8 warps
     return {"BLOCK_V": 4096 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 2}
 
 
-def _logits_bwd_default(dtype, device) -> dict:
-    if device.type != "cuda":
+def default_logits_bwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:
+    if capability is None:
         return {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1}
     return {"BLOCK_V": 4096 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 1}
 
 
-def _linear_fwd_default(dtype, device) -> dict:
-    if device.type != "cuda":
+def default_linear_fwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:
+    if capability is None:
         return {"BLOCK_T": 16, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 4, "num_warps": 4, "num_stages": 1}
     if dtype == torch.float32:
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 16, "num_warps": 4, "num_stages": 2}
@@ -88,12 +115,28 @@ def _linear_fwd_default(dtype, device) -> dict:
     return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 8, "num_stages": 3}
 
 
-def _linear_bwd_default(dtype, device) -> dict:
-    if device.type != "cuda":
+def default_linear_bwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:
+    if capability is None:
         return {"BLOCK_T": 16, "BLOCK_V": 32, "BLOCK_K": 32, "GROUP": 4, "num_warps": 4, "num_stages": 1}
     if dtype == torch.float32:
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "GROUP": 8, "num_warps": 4, "num_stages": 2}
     return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3}
+
+
+def _logits_fwd_default(dtype, device) -> dict:
+    return default_logits_fwd_config(dtype, device_capability(device))
+
+
+def _logits_bwd_default(dtype, device) -> dict:
+    return default_logits_bwd_config(dtype, device_capability(device))
+
+
+def _linear_fwd_default(dtype, device) -> dict:
+    return default_linear_fwd_config(dtype, device_capability(device))
+
+
+def _linear_bwd_default(dtype, device) -> dict:
+    return default_linear_bwd_config(dtype, device_capability(device))
 
 
 def _resolve_config(kernel_name: str, bucket: str, device, default: dict, config: dict | None,

@@ -10,17 +10,10 @@ import numbers
 
 import torch
 
-from .configs import _interpreting
+from .configs import _check_runnable
 
 _FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _TOKEN_DTYPES = (torch.int32, torch.int64)
-
-try:  # optional: a family folder vendored alone runs without it (needed by the triton<3.9 interpreter only)
-    from .._interpreter import interpreter_loop_bounds_fix as _interpreter_loop_bounds_fix
-except ImportError:  # pragma: no cover
-    def _interpreter_loop_bounds_fix() -> None:
-        return None
-
 
 # ---------------------------------------------------------------------------------------------
 # Validation
@@ -42,13 +35,7 @@ def _check_matrix(x, name: str, dims: str) -> None:
 
 
 def _check_device(x: torch.Tensor, name: str) -> None:
-    if x.device.type == "cuda":
-        return
-    if x.device.type == "cpu" and _interpreting():
-        _interpreter_loop_bounds_fix()
-        return
-    raise ValueError(f"{name} is on {x.device}; these Triton kernels need CUDA tensors "
-                     "(CPU tensors only under TRITON_INTERPRET=1)")
+    _check_runnable(x, name)
 
 
 def _check_tokens(tokens, n_rows: int, like: torch.Tensor, like_name: str) -> None:

@@ -13,11 +13,19 @@ from __future__ import annotations
 import operator
 
 import torch
+import triton
 
-try:
-    import triton
-except ImportError:  # pragma: no cover - triton is a dependency; torch fallback keeps CPU use working
-    triton = None
+from .kernel import _pack_kernel, _unpack_kernel
+
+try:  # the one reading of TRITON_INTERPRET (kernels/_interpreter.py); vendored alone: triton's own knob
+    from .._interpreter import check_runnable as _check_runnable
+except ImportError:  # pragma: no cover - exercised only when vendored
+    def _check_runnable(tensor, name: str) -> None:
+        from triton import knobs
+
+        if tensor.device.type != "cuda" and not (tensor.device.type == "cpu" and knobs.runtime.interpret):
+            raise ValueError(f"{name} is on {tensor.device}: these Triton kernels need CUDA tensors, or CPU "
+                             "tensors under the Triton interpreter (TRITON_INTERPRET=1)")
 
 DEFAULT_CONFIG = {"BLOCK_T": 16, "BLOCK_F": 256, "num_warps": 4}
 TUNING_SPACE = {"BLOCK_T": [4, 8, 16, 32], "BLOCK_F": [64, 128, 256, 512, 1024], "num_warps": [2, 4, 8]}
@@ -31,11 +39,9 @@ def tuning_bucket(features: int, dtype: torch.dtype) -> str:
     return f"F{f}-{str(dtype).replace('torch.', '')}"
 
 
-def _config(kernel: str, features: int, dtype: torch.dtype, device: torch.device, config: dict | None) -> dict:
-    if config is not None:
-        merged = dict(DEFAULT_CONFIG)
-        merged.update(config)
-        return merged
+def default_config(features: int, dtype: torch.dtype, capability: tuple[int, int] | None = None) -> dict:
+    """The launch config for rows of ``features`` elements: the same on every GPU (``capability``)
+    and in the interpreter, so the CPU tests run exactly the GPU default."""
     cfg = dict(DEFAULT_CONFIG)
     # narrow rows: more rows per program so each moves >= ~4 KB
     f = max(1, features)
@@ -44,6 +50,15 @@ def _config(kernel: str, features: int, dtype: torch.dtype, device: torch.device
         block_f *= 2
     cfg["BLOCK_F"] = max(16, block_f)
     cfg["BLOCK_T"] = max(16, min(256, 4096 // cfg["BLOCK_F"]))
+    return cfg
+
+
+def _config(kernel: str, features: int, dtype: torch.dtype, device: torch.device, config: dict | None) -> dict:
+    if config is not None:
+        merged = dict(DEFAULT_CONFIG)
+        merged.update(config)
+        return merged
+    cfg = default_config(features, dtype)
     if device.type == "cuda":
         try:
             from .._tuning import lookup
@@ -80,22 +95,12 @@ def _check_data_device(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name} is on the meta device (no data); pass a CPU or CUDA tensor")
 
 
-def _use_triton(t: torch.Tensor) -> bool:
-    import os
-
-    return triton is not None and (t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1")
-
-
 def _launch_pack(padded3: torch.Tensor, cu: torch.Tensor, total: int, config: dict | None) -> torch.Tensor:
     B, S, F = padded3.shape
     packed = padded3.new_empty((total, F))
     if total == 0 or B == 0 or F == 0:
         return packed
-    if not _use_triton(padded3):
-        mask = torch.arange(S, device=padded3.device)[None, :] < (cu[1:] - cu[:-1]).to(torch.int64)[:, None]
-        packed.copy_(padded3[mask])
-        return packed
-    from .kernel import _pack_kernel
+    _check_runnable(padded3, "padded")  # also here: the backward of unpack launches this
 
     cfg = _config("pack", F, padded3.dtype, padded3.device, config)
     grid = (B, triton.cdiv(S, cfg["BLOCK_T"]), triton.cdiv(F, cfg["BLOCK_F"]))
@@ -110,13 +115,7 @@ def _launch_unpack(packed2: torch.Tensor, cu: torch.Tensor, max_len: int, config
     out = packed2.new_empty((B, max_len, F))
     if B == 0 or max_len == 0 or F == 0:
         return out
-    if not _use_triton(packed2):
-        out.zero_()
-        lengths = (cu[1:] - cu[:-1]).to(torch.int64)
-        mask = torch.arange(max_len, device=packed2.device)[None, :] < lengths[:, None]
-        out[mask] = packed2
-        return out
-    from .kernel import _unpack_kernel
+    _check_runnable(packed2, "packed")
 
     cfg = _config("unpack", F, packed2.dtype, packed2.device, config)
     grid = (B, triton.cdiv(max_len, cfg["BLOCK_T"]), triton.cdiv(F, cfg["BLOCK_F"]))
@@ -171,6 +170,7 @@ def pack(padded: torch.Tensor, lengths: torch.Tensor, *, total_tokens: int | Non
         raise ValueError(f"lengths must hold integers, got dtype {lengths.dtype}")
     _check_data_device("padded", padded)
     _check_data_device("lengths", lengths)
+    _check_runnable(padded, "padded")
     total_tokens = _as_size("total_tokens", total_tokens)
     max_seqlen = _as_size("max_seqlen", max_seqlen)
     B, S = padded.shape[0], padded.shape[1]
@@ -212,6 +212,7 @@ def unpack(packed: torch.Tensor, cu_seqlens: torch.Tensor, max_len: int, *, conf
         raise ValueError(f"cu_seqlens must hold integers, got dtype {cu_seqlens.dtype}")
     _check_data_device("packed", packed)
     _check_data_device("cu_seqlens", cu_seqlens)
+    _check_runnable(packed, "packed")
     try:
         max_len = _as_size("max_len", max_len)
     except ValueError:

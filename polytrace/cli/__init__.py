@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from ..errors import PolytraceError
-from . import compose_cmds, packing_cmds, results_cmds, validate_cmds, workload_cmds
+from . import ab_cmds, bench_cmds, compose_cmds, packing_cmds, results_cmds, validate_cmds, workload_cmds
 
 # Order = order in ``polytrace --help``.
-COMMAND_MODULES = (workload_cmds, packing_cmds, compose_cmds, validate_cmds, results_cmds)
+COMMAND_MODULES = (workload_cmds, packing_cmds, compose_cmds, validate_cmds, results_cmds, bench_cmds, ab_cmds)
 
 
 class _Parser(argparse.ArgumentParser):

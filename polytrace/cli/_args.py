@@ -123,3 +123,11 @@ def probability(text: str) -> float:
     if not 0 < v < 1:
         raise argparse.ArgumentTypeError(f"expected a probability between 0 and 1 (exclusive), got {text!r}")
     return v
+
+
+def steps_or_count(text: str) -> list[int]:
+    """``--steps`` of the estimate commands: a count ``N`` (steps 0 .. N-1, as before) or, like every
+    other ``--steps``, a list or range: ``0-3``, ``0,50,100``, ``0-200:20``."""
+    if text.strip().isdigit():
+        return list(range(step_count(text.strip())))
+    return step_list(text)

@@ -11,7 +11,7 @@ from ._args import any_int as _int
 from ._args import finite_float as _float
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
-from ._args import step_count as _step_count
+from ._args import steps_or_count as _steps_or_count
 from ._io import print_json
 
 
@@ -26,10 +26,13 @@ def register(sub) -> None:
     p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
     p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
     p.add_argument("--profile", default="dapo-math-32b", help="workload profile (default dapo-math-32b)")
-    p.add_argument("--steps", type=_step_count, default=1, help="sampled steps to estimate (default 1)")
-    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--steps", type=_steps_or_count, default=[0], help="sampled steps to estimate: a count N "
+                   "(steps 0 to N-1; default 1) or steps like 0-3 or 0,50,100")
+    p.add_argument("--seed", type=_int, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
-    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp")
+    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp",
+                   help="trainer parallelism: fsdp (default) or megatron (with --train-tp / --train-pp)")
     p.add_argument("--train-tp", type=_pos_int, default=1, help="Megatron tensor parallelism")
     p.add_argument("--train-pp", type=_pos_int, default=1, help="Megatron pipeline parallelism")
     p.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="ppo adds a critic")
@@ -38,8 +41,10 @@ def register(sub) -> None:
     p.add_argument("--micro-batch-tokens", type=_pos_int, default=None,
                    help="token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
                    "or max prompt + max response rounded up to 1024 when longer)")
-    p.add_argument("--max-prompt-len", type=_pos_int, default=None)
-    p.add_argument("--max-response-len", type=_pos_int, default=None)
+    p.add_argument("--max-prompt-len", type=_pos_int, default=None,
+                   help="prompt cap in tokens (default: the profile's)")
+    p.add_argument("--max-response-len", type=_pos_int, default=None,
+                   help="response cap in tokens; longer sampled responses are cut there (default: the profile's)")
     p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
     p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt (default: the profile's)")
     p.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
@@ -105,7 +110,8 @@ def register(sub) -> None:
     i.add_argument("--model", default=None, help="model preset or HF config.json (default: the profile's model)")
     i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
-    i.add_argument("--steps", type=_step_count, default=8, help="sampled steps to price (default 8)")
+    i.add_argument("--steps", type=_steps_or_count, default=list(range(8)), help="sampled steps to price: a count "
+                   "N (steps 0 to N-1; default 8) or steps like 0-3 or 0,50,100")
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
@@ -118,7 +124,7 @@ def _estimate(args) -> int:
     from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
 
-    kw = dict(steps=range(args.steps), seed=args.seed, rollout_tp=args.rollout_tp, strategy=args.strategy,
+    kw = dict(steps=args.steps, seed=args.seed, rollout_tp=args.rollout_tp, strategy=args.strategy,
               train_tp=args.train_tp, train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref,
               prompts=args.prompts, micro_batch_tokens=args.micro_batch_tokens or "auto",
               max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
@@ -207,7 +213,7 @@ def _impact(args) -> int:
     from ..compose.impact import format_impact, impact
 
     res = impact(args.baseline, args.candidate, profile=args.profile, model=args.model, gpu=args.gpu,
-                 gpus=args.gpus, steps=range(args.steps), seed=args.seed)
+                 gpus=args.gpus, steps=args.steps, seed=args.seed)
     if args.json:
         print_json(res)
     else:

@@ -17,7 +17,8 @@ def register(sub) -> None:
                                    "imbalance, gap to the lower bound, micro-batches and planning time.")
     p.add_argument("profile", metavar="PROFILE", help="built-in profile name (see `polytrace profiles`)")
     p.add_argument("--steps", type=_steps, default=[0, 1, 2, 3, 4], help="steps to sample, e.g. 0-4 or 0,3")
-    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--seed", type=_int, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--ranks", type=_at_most(65536, "ranks"), default=8, help="data-parallel ranks (default 8)")
     p.add_argument("--max-tokens", type=_int, default=None,
                    help="token budget per micro-batch (default: max prompt + max response of the profile)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import PolytraceError
 from ._args import any_int as _int
 from ._args import finite_float as _float
-from ._args import positive_int, positive_int_at_most, probability, threshold_fraction
+from ._args import nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
 
 # runs on each side of a change point: a window wider than this is a typo, not a history
 _window = positive_int_at_most(1000, "runs")
@@ -104,7 +104,8 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="workload profile the shapes are drawn from "
                    "(a built-in name, e.g. dapo-math-32b, or a fitted profile JSON)")
     p.add_argument("--budget-s", type=_float, default=120.0, help="search time budget in seconds (default 120)")
-    p.add_argument("--seed", type=_int, default=0)
+    p.add_argument("--seed", type=_int, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
                                                "out/tuning for CPU-interpreter runs)")
     p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
@@ -112,6 +113,15 @@ def register(sub) -> None:
     p.add_argument("--max-buckets", type=_int, default=None, help="tune at most this many buckets")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.add_argument("--json", action="store_true", help="print the written file's content")
+    p.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
+                   help="spread the trials (bucket, config) over a Ray cluster, one worker per GPU: 'local' starts "
+                        "Ray here, 'auto' joins this machine's cluster, or the head's HOST:PORT")
+    p.add_argument("--workers", type=positive_int, default=None, help="with --ray: workers at once (default: "
+                   "every GPU; with --allow-cpu on a cluster without GPUs, every CPU)")
+    p.add_argument("--allow-cpu", action="store_true", help="with --ray: on a cluster without GPUs, one worker per "
+                   "CPU in the Triton interpreter (code-path check)")
+    p.add_argument("--max-retries", type=nonneg_int, default=3,
+                   help="with --ray: times a lost worker is restarted and its trial retried (default 3)")
     p.set_defaults(func=_tune)
 
 
@@ -183,6 +193,10 @@ def _history(args) -> int:
 def _gate(args) -> int:
     from ..results import compare, format_markdown, format_text, load_result
 
+    if args.plot:  # a bad --plot fails before the report is printed, not after
+        from ..results.plots import check_output_dir
+
+        check_output_dir(args.plot, "--plot")
     baseline, candidate = load_result(args.baseline), load_result(args.candidate)
     report = compare(baseline, candidate, threshold=args.threshold,
                      alpha=args.alpha, force=args.force, gate_all=args.gate_all,
@@ -219,21 +233,10 @@ def _step_time(report, baseline, candidate) -> dict | None:
 
 
 def _plot(args) -> int:
-    from pathlib import Path
+    from ..results import plot_files
 
-    from ..results import compare, load_result, plot_gate, plot_throughput
-
-    base = load_result(args.baseline) if args.baseline else None
-    loaded = [(src, load_result(src)) for src in args.results]  # every input checked before any PNG is written
-    for src, result in loaded:
-        if not any(b.median_s for b in result.benchmarks):
-            raise PolytraceError(f"{src}: no timed benchmarks (median) to plot")
-    for src, result in loaded:
-        for path in plot_throughput(result, args.out):
-            print(path)
-        if base is not None:
-            report = compare(base, result, force=True)
-            print(plot_gate(report, args.out, name=f"gate_{Path(src).stem}.png"))
+    for path in plot_files(args.results, args.out, baseline=args.baseline):
+        print(path)
     return 0
 
 
@@ -242,7 +245,8 @@ def _tune(args) -> int:
 
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,
-                               progress=not args.no_progress)
+                               progress=not args.no_progress, ray=args.ray, workers=args.workers,
+                               allow_cpu=args.allow_cpu, max_retries=args.max_retries)
     if args.json:
         from ._io import print_json
 

@@ -3,6 +3,7 @@ calibrated once for ``estimate --calibration``."""
 
 from __future__ import annotations
 
+from ..wording import counted
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
@@ -89,8 +90,9 @@ def _validate(args) -> int:
 
     c = res["config"]
     print(f"{res['log']} ({res['format']}, {res['mode']}): {res['steps']} steps, {res['predicted_steps']} predicted")
-    print(f"config: {c['model']}, {c['n_gpus']} GPUs ({c['gpu']}), {c['prompts_per_step']} prompts x {c['n']}, "
-          f"max {c['max_prompt_len']}+{c['max_response_len']}, {c['algorithm']}")
+    print(f"config: {c['model']}, {counted(c['n_gpus'], 'GPU')} ({c['gpu']}), "
+          f"{c['prompts_per_step']} prompts x {c['n']}, max {c['max_prompt_len']}+{c['max_response_len']}, "
+          f"{c['algorithm']}")
     for note in res["notes"]:
         print(f"note: {note}")
     cal = res["calibration"]

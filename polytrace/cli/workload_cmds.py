@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..atomic_write import atomic_write_text
 from ..describe import format_describe
 from ..errors import PolytraceError
 from ._args import nonneg_int as _nonneg
@@ -16,37 +15,49 @@ from ._io import print_json
 
 def register(sub) -> None:
     p = sub.add_parser("profiles", help="list the built-in workload profiles")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("describe", help="shape statistics of a profile or a trace")
     p.add_argument("source", metavar="PROFILE|TRACE", help="built-in profile name, fitted profile JSON, or trace")
     p.add_argument("--steps", type=_steps, default=None, help="steps to sample a profile at, e.g. 0-7 or 0,50,100")
-    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--seed", type=_nonneg, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--drift", default=None, help="drift preset for a profile (e.g. qwen2-7b-gpg, none)")
     p.add_argument("--per-step", action="store_true", help="print one row per step")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--max-response-len", type=_positive, default=None,
+                   help="a trace's response cap, when the trace does not record it")
+    p.add_argument("--include-partial", action="store_true",
+                   help="keep a trace's partial steps (fewer than half the median step's responses) in the means")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("fidelity", help="sampled vs real: KS, Wasserstein, quantile errors, group spread")
-    p.add_argument("profile", metavar="PROFILE")
-    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("profile", metavar="PROFILE", help="built-in profile name or fitted profile JSON to sample")
+    p.add_argument("trace", metavar="TRACE", help="the real trace (file or folder) to compare with")
     p.add_argument("--max-response-len", type=_positive, default=None,
                    help="the trace's response cap, when the trace does not record it")
     p.add_argument("--replicas", type=_at_most(1000, "replicas"), default=8,
                    help="sampled batches per real step (default 8)")
-    p.add_argument("--seed", type=_nonneg, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--seed", type=_nonneg, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
+    p.add_argument("--include-partial", action="store_true",
+                   help="compare the trace's partial steps too (fewer than half the median step's responses)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_fidelity)
 
     p = sub.add_parser("fit", help="fit a profile to your own trace")
-    p.add_argument("trace", metavar="TRACE")
+    p.add_argument("trace", metavar="TRACE", help="the trace (file or folder) to fit")
     p.add_argument("-o", "--output", required=True, help="profile JSON to write")
-    p.add_argument("--name", default=None)
-    p.add_argument("--description", default="")
-    p.add_argument("--max-response-len", type=_positive, default=None)
-    p.add_argument("--max-prompt-len", type=_positive, default=None)
-    p.add_argument("--prompts-per-step", type=_positive, default=None)
+    p.add_argument("--name", default=None, help="profile name (default: the trace's name)")
+    p.add_argument("--description", default="", help="one-line description stored in the profile")
+    p.add_argument("--max-response-len", type=_positive, default=None,
+                   help="the run's response cap (default: recorded in the trace, else inferred from responses "
+                        "piling up at the maximum, else the longest response; the output says which)")
+    p.add_argument("--max-prompt-len", type=_positive, default=None,
+                   help="the run's prompt cap (default: the longest prompt in the trace)")
+    p.add_argument("--prompts-per-step", type=_positive, default=None,
+                   help="prompts per step to sample (default: the trace's typical step)")
     p.add_argument("--n", type=_positive, default=None, help="responses per prompt")
     p.add_argument("--drift", default=None, help="drift preset to attach (default none)")
     p.set_defaults(func=cmd_fit)
@@ -57,9 +68,10 @@ def register(sub) -> None:
     p.add_argument("--gpu", default=None, help="GPU preset for the step estimate (default h200)")
     p.add_argument("--gpus", type=_positive, default=None, help="GPUs in the job (default: the profile's)")
     p.add_argument("--steps", type=_steps, default=None, help="steps to sample (default 0-7)")
-    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--seed", type=_nonneg, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("-o", "--output-dir", default="polytrace-report", help="folder for report.md and plots")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_report)
 
 
@@ -69,14 +81,14 @@ def load_source(text: str, drift: str | None = None, max_response_len: int | Non
     from ..profiles.profile import FORMAT as PROFILE_FORMAT
     from ..trace import load_trace
 
-    if text in BUILTIN:
-        return get_profile(text, drift=drift)
     path = Path(text)
-    if not path.exists():
+    if text not in BUILTIN and not path.exists():
         raise PolytraceError(f"{text!r} is neither a built-in profile ({', '.join(BUILTIN)}) nor an existing "
                              f"file or folder")
-    if path.is_file() and path.suffix == ".json" and _is_profile_file(path, PROFILE_FORMAT):
-        return get_profile(str(path), drift=drift)
+    if text in BUILTIN or (path.is_file() and path.suffix == ".json" and _is_profile_file(path, PROFILE_FORMAT)):
+        if max_response_len is not None:
+            raise PolytraceError("--max-response-len applies to recorded traces, not to profiles")
+        return get_profile(text, drift=drift)
     if drift is not None:
         raise PolytraceError("--drift applies to profiles, not to recorded traces")
     return load_trace(path, max_response_len=max_response_len)
@@ -84,7 +96,8 @@ def load_source(text: str, drift: str | None = None, max_response_len: int | Non
 
 def _is_profile_file(path: Path, fmt: str) -> bool:
     try:
-        head = path.read_text()[:4096]
+        with path.open("rb") as fh:  # the head only: a profile names its format first
+            head = fh.read(4096).decode(errors="replace")
     except OSError:
         return False
     return f'"{fmt}"' in head
@@ -116,8 +129,8 @@ def cmd_profiles(args) -> int:
 def cmd_describe(args) -> int:
     from ..describe import describe
 
-    src = load_source(args.source, drift=args.drift)
-    result = describe(src, steps=args.steps, seed=args.seed)
+    src = load_source(args.source, drift=args.drift, max_response_len=args.max_response_len)
+    result = describe(src, steps=args.steps, seed=args.seed, include_partial=args.include_partial)
     if args.json:
         print_json(result)
         return 0
@@ -126,47 +139,26 @@ def cmd_describe(args) -> int:
 
 
 def cmd_fidelity(args) -> int:
-    from ..fidelity import fidelity
+    from ..fidelity import fidelity, format_fidelity
     from ..profiles import get_profile
     from ..trace import load_trace
 
-    profile = get_profile(args.profile)
-    trace = load_trace(args.trace, max_response_len=args.max_response_len)
-    result = fidelity(profile, trace, replicas=args.replicas, seed=args.seed)
+    result = fidelity(get_profile(args.profile), load_trace(args.trace, max_response_len=args.max_response_len),
+                      replicas=args.replicas, seed=args.seed, include_partial=args.include_partial)
     if args.json:
         print_json(result)
-        return 0
-    from tabulate import tabulate
-
-    keys = ["ks", "wasserstein_rel", "p50_rel_err", "p90_rel_err", "p99_rel_err", "max_rel_err",
-            "group_ratio_ks", "group_ratio_median_rel_err", "cap_share_real", "cap_share_sampled"]
-    rows = [[r["step"]] + [r[k] for k in keys] for r in result["per_step"]]
-    rows.append(["pooled"] + [result["pooled"][k] for k in keys])
-    print(f"profile {result['profile']} vs trace {result['trace']} ({args.replicas} sampled batches per step)")
-    print(tabulate(rows, headers=["step", "KS", "W1/mean", "p50 err", "p90 err", "p99 err", "max err",
-                                  "grp KS", "grp med err", "cap real", "cap sampled"], floatfmt=".3f"))
-    pooled = result["pooled"]
-    verdict = "meets" if pooled["meets_goals"] else "MISSES"
-    print(f"\npooled: KS {pooled['ks']:.3f} (goal <= {pooled['goal_ks']}), p99 error {pooled['p99_rel_err']:.1%} "
-          f"(goal <= {pooled['goal_p99_rel_err']:.0%}): {verdict} the goals")
+    else:
+        print(format_fidelity(result))
     return 0
 
 
 def cmd_fit(args) -> int:
-    from ..profiles import fit_profile, get_drift
-    from ..trace import load_trace
+    from ..profiles import fit_file
 
-    out = Path(args.output)
-    trace = load_trace(args.trace, max_response_len=args.max_response_len)
-    profile = fit_profile(trace, name=args.name or out.stem, description=args.description,
-                          prompts_per_step=args.prompts_per_step, n=args.n, max_prompt_len=args.max_prompt_len,
-                          max_response_len=args.max_response_len,
-                          drift=get_drift(args.drift) if args.drift else None)
-    atomic_write_text(out, profile.dumps())
-    c = profile.config
-    print(f"wrote {out}: profile {profile.name!r} ({profile.kind}), {c.prompts_per_step} prompts x {c.n}, "
-          f"max response {c.max_response_len}, rho {profile.params['rho']:.3f}, "
-          f"{profile.fit_stats['responses']} responses over {profile.fit_stats['steps']} steps")
+    result = fit_file(args.trace, args.output, name=args.name, description=args.description,
+                      prompts_per_step=args.prompts_per_step, n=args.n, max_prompt_len=args.max_prompt_len,
+                      max_response_len=args.max_response_len, drift=args.drift)
+    print(result.summary())
     return 0
 
 

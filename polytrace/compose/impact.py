@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import PolytraceError
 from ..hardware import get_gpu
+from ..wording import counted
 from .estimate import estimate
 from .timings import KernelTimings, paired
 from .workloads import DEFAULT_STEPS, default_workload
@@ -115,7 +116,7 @@ def step_time_line(baseline, candidate, **workload) -> dict:
         res = impact(baseline, candidate, **workload)
     except PolytraceError as exc:
         prof, model, n_gpus = default_workload(workload.get("profile"), workload.get("model"), workload.get("gpus"))
-        return {"line": f"step time on {prof.name} / {model} / {n_gpus} GPUs: not estimated ({exc})",
+        return {"line": f"step time on {prof.name} / {model} / {counted(n_gpus, 'GPU')}: not estimated ({exc})",
                 "step_change": None, "impact": None}
     return {"line": res["line"], "step_change": res["step_change"], "impact": res}
 

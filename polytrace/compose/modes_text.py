@@ -3,6 +3,7 @@ side-by-side comparison (``polytrace estimate --mode`` / ``--compare-modes``).""
 
 from __future__ import annotations
 
+from ..wording import counted
 from .stages import STAGES
 
 # What each idle figure of ``summary.mode.idle_gpu_s`` counts, in the order printed.
@@ -22,7 +23,7 @@ def idle_lines(summary: dict) -> list[str]:
     mode = summary["mode"]
     n = mode["rollout_gpus"] + (mode["train_gpus"] if mode["mode"] != "sync" else 0)
     gpu_s = summary["mean_step_s"] * n
-    out = [f"GPU time per step by cause (estimated; {gpu_s:,.0f} GPU-s per step on {n} GPUs):"]
+    out = [f"GPU time per step by cause (estimated; {gpu_s:,.0f} GPU-s per step on {counted(n, 'GPU')}):"]
     for key, what in IDLE_CAUSES.items():
         v = mode["idle_gpu_s"].get(key)
         if v is None:
@@ -50,7 +51,7 @@ def mode_lines(res: dict) -> list[str]:
               f"{r['busy']['trainer']:.0%}"] for r in res["rows"]]
     lines.append(tabulate(table, headers=["step", *(f"{st} s" for st in stages), "weight sync s", "step s",
                                           "tok/s/GPU", "rollout busy", "trainer busy"]))
-    lines.append(f"gen: the rollout's seconds per batch on its {m['rollout_gpus']} GPUs "
+    lines.append(f"gen: the rollout's seconds per batch on its {counted(m['rollout_gpus'], 'GPU')} "
                  + ("(one batch, long tail included); the step is weight sync + max(gen, training)"
                     if m["mode"] == "one-step-off" else
                     "(streamed with full engines)" if m["staleness"] > 0 else "(one batch per weight version)"))

@@ -31,6 +31,8 @@ class DriftCurve:
             raise PolytraceError("drift curve needs as many scales as steps, at least one")
         if any(b <= a for a, b in zip(self.steps, self.steps[1:])):
             raise PolytraceError("drift curve steps must be strictly increasing")
+        if not all(np.isfinite(self.steps)) or not all(np.isfinite(self.scale)):
+            raise PolytraceError("drift curve steps and scales must be finite")
         if any(s <= 0 for s in self.scale):
             raise PolytraceError("drift curve scales must be positive")
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 
 from ..errors import PolytraceError
-from ..trace.model import Trace
-from .drift import DriftCurve
+from ..trace.fields import MAX_TOKENS
+from ..trace.model import Trace, describe_cap
+from .drift import DriftCurve, get_drift
 from .profile import BatchConfig, Profile
 from .quantiles import QuantileTable, normal_scores
 
@@ -22,9 +26,16 @@ def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
     n are the most common values, the caps the trace's cap and the longest prompt rounded up to a
     power of two."""
     pooled = trace.pooled()
+    where = trace.source or trace.name or "trace"
     if len(pooled) == 0:
-        raise PolytraceError(f"{trace.source or 'trace'}: trace is empty")
+        raise PolytraceError(f"{where}: trace is empty")
+    if trace.is_multiturn and (pooled.turns is None or len(pooled.turns) == 0):
+        raise PolytraceError(f"{where}: a multi-turn trace without per-turn records: no turn model to fit")
     cap = int(max_response_len or trace.max_response_len)
+    longest = int(pooled.response_lens.max())
+    if cap < longest:
+        raise PolytraceError(f"{where}: max_response_len={cap} is below the longest response ({longest})")
+    cap_source = "stated" if max_response_len else trace.cap_source
     resp = np.minimum(pooled.response_lens, cap)
     resp_fit = np.where(pooled.capped, cap, resp)
     group_sizes = np.bincount(pooled.group_ids)
@@ -32,7 +43,8 @@ def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
     groups_per_step = [len(s.groups) for s in trace.steps]
     prompts_mode = int(np.bincount(groups_per_step).argmax())
     longest_prompt = int(pooled.prompt_lens.max())
-    max_prompt = int(max_prompt_len or trace.max_prompt_len or 1 << int(np.ceil(np.log2(longest_prompt))))
+    max_prompt = int(max_prompt_len or trace.max_prompt_len
+                     or min(1 << int(np.ceil(np.log2(longest_prompt))), MAX_TOKENS))
     config = BatchConfig(prompts_per_step=int(prompts_per_step or prompts_mode), n=int(n or n_mode),
                          max_prompt_len=max(max_prompt, longest_prompt), max_response_len=cap)
 
@@ -44,7 +56,7 @@ def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
     params = {"response": response.to_json(), "prompt": prompt.to_json(), "rho": round(rho, 5),
               "prompt_corr": round(prompt_corr, 5)}
     stats = {"responses": int(len(pooled)), "groups": int(group_sizes.size), "steps": len(trace.steps),
-             "rho_icc": round(rho_icc, 5),
+             "cap_source": cap_source, "rho_icc": round(rho_icc, 5),
              "p_cap": round(float(np.mean(resp_fit >= cap)), 6),
              "mean_response": round(float(resp.mean()), 2)}
     if trace.is_multiturn:
@@ -74,12 +86,16 @@ def _fit_group_structure(resp, group_ids, group_prompt) -> tuple[float, float]:
         ms_b = ss_between / max(g - 1, 1)
         k0 = (nn - (k ** 2).sum() / nn) / max(g - 1, 1)
         var_b = max((ms_b - ms_w) / k0, 0.0)
-        rho = float(np.clip(var_b / (var_b + ms_w), 0.0, 0.98))
+        # every response of every group alike (no variance at all): no evidence of correlation
+        rho = float(np.clip(var_b / (var_b + ms_w), 0.0, 0.98)) if var_b + ms_w > 0 else 0.0
     group_mean = np.bincount(group_ids, weights=z) / np.maximum(sizes, 1)
     if group_prompt.size < 3 or np.std(group_prompt) == 0 or rho <= 0:
         return rho, 0.0
     zp = normal_scores(group_prompt)
-    r_obs = float(np.corrcoef(zp, group_mean[: zp.size])[0, 1])
+    gm = group_mean[: zp.size]
+    if np.std(zp) == 0 or np.std(gm) == 0:  # a constant has no correlation (corrcoef would give NaN)
+        return rho, 0.0
+    r_obs = float(np.corrcoef(zp, gm)[0, 1])
     n_avg = float(np.mean(sizes))
     # corr(prompt, group mean) = r * sqrt(rho) / sqrt(rho + (1 - rho) / n): undo the attenuation.
     r = r_obs * np.sqrt(rho + (1 - rho) / n_avg) / np.sqrt(rho)
@@ -157,3 +173,41 @@ def _fit_turns(trace: Trace, pooled, resp_fit) -> dict:
         "tool_latency_s": QuantileTable.fit(latencies if latencies.size else [0.0]).to_json(),
         "calls_per_tool_turn_pmf": calls,
     }
+
+
+@dataclass
+class FitResult:
+    profile: Profile
+    path: Path
+
+    def summary(self) -> str:
+        """What ``polytrace fit`` prints: the profile written and where its length cap came from."""
+        p, c = self.profile, self.profile.config
+        return (f"wrote {self.path}: profile {p.name!r} ({p.kind}), {c.prompts_per_step} prompts x {c.n}, "
+                f"rho {p.params['rho']:.3f}, {p.fit_stats['responses']} responses over {p.fit_stats['steps']} "
+                f"steps\n{describe_cap(c.max_response_len, p.fit_stats['cap_source'])}")
+
+
+def fit_file(trace_path, output, *, name: str | None = None, description: str = "",
+             prompts_per_step: int | None = None, n: int | None = None, max_prompt_len: int | None = None,
+             max_response_len: int | None = None, drift: str | DriftCurve | None = None) -> FitResult:
+    """``polytrace fit``: read a trace, fit a profile and write it to ``output``, atomically and only
+    once the written text has been read back into the same profile (a file ``describe`` or
+    ``get_profile`` would refuse is never written)."""
+    from ..atomic_write import atomic_write_text
+    from ..trace.readers import load_trace
+
+    out = Path(output)
+    trace = load_trace(trace_path, max_response_len=max_response_len)
+    profile = fit_profile(trace, name=name or out.stem, description=description, prompts_per_step=prompts_per_step,
+                          n=n, max_prompt_len=max_prompt_len, max_response_len=max_response_len,
+                          drift=get_drift(drift) if isinstance(drift, str) else drift)
+    text = profile.dumps()
+    try:
+        again = Profile.loads(text, where=str(out))
+    except PolytraceError as exc:
+        raise PolytraceError(f"{out}: not written: the fitted profile does not read back ({exc})") from None
+    if again.dumps() != text:
+        raise PolytraceError(f"{out}: not written: the fitted profile changes when read back")
+    atomic_write_text(out, text)
+    return FitResult(profile, out)

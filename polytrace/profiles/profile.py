@@ -40,6 +40,10 @@ from .quantiles import QuantileTable
 
 FORMAT = "polytrace.profile"
 VERSION = 1
+# Bounds of a profile file's batch config: lengths as in traces (int32), and at most 4M sequences
+# a step (2,000x the largest built-in profile's 2,048), so a sampled step fits in memory.
+MAX_TOKENS = 2 ** 31 - 1
+MAX_SEQUENCES_PER_STEP = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,12 @@ class BatchConfig:
         for k in ("prompts_per_step", "n", "max_prompt_len", "max_response_len"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise PolytraceError(f"batch config {k} must be a positive integer, got {v!r}")
+                raise PolytraceError(f"batch config {k} must be a positive integer, got {str(v)[:40]!r}")
+            if v > MAX_TOKENS:
+                raise PolytraceError(f"batch config {k} of {v} is above the limit of {MAX_TOKENS:,}")
+        if self.prompts_per_step * self.n > MAX_SEQUENCES_PER_STEP:
+            raise PolytraceError(f"batch config of {self.prompts_per_step} prompts x {self.n} responses is above "
+                                 f"the limit of {MAX_SEQUENCES_PER_STEP:,} sequences per step")
 
     def to_json(self) -> dict:
         return {k: int(getattr(self, k)) for k in ("prompts_per_step", "n", "max_prompt_len", "max_response_len")}
@@ -73,7 +82,10 @@ class Profile:
 
     def __post_init__(self):
         if self.model not in _SAMPLERS:
-            raise PolytraceError(f"profile {self.name!r}: unknown model {self.model!r}")
+            raise PolytraceError(f"profile {self.name[:80]!r}: unknown model {str(self.model)[:40]!r}")
+        if self.kind not in ("single", "multiturn"):
+            raise PolytraceError(f"profile {self.name[:80]!r}: kind must be 'single' or 'multiturn', "
+                                 f"got {str(self.kind)[:40]!r}")
         self._compiled = None
 
     # ------------------------------------------------------------------ sampling
@@ -89,6 +101,9 @@ class Profile:
             raise PolytraceError(f"step must be a non-negative integer, got {step!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise PolytraceError(f"seed must be a non-negative integer, got {seed!r}")
+        if prompts * self.config.n > MAX_SEQUENCES_PER_STEP:  # refused before anything is allocated
+            raise PolytraceError(f"{prompts} prompts x {self.config.n} responses is above the limit of "
+                                 f"{MAX_SEQUENCES_PER_STEP:,} sequences per step")
         rng = np.random.Generator(np.random.PCG64(
             np.random.SeedSequence([int(seed), int(step), zlib.crc32(self.name.encode())])))
         scale = self.drift.at(step) if self.drift is not None else 1.0
@@ -134,21 +149,32 @@ class Profile:
             profile.compiled  # noqa: B018 - validate the tables now, not at first sample
         except PolytraceError as exc:
             raise PolytraceError(f"{where}: {exc}") from None
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PolytraceError(f"{where}: malformed profile: {exc!r}") from None
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
+            raise PolytraceError(f"{where}: malformed profile: {str(exc)[:200]!r}") from None
         return profile
 
     @classmethod
     def load(cls, path) -> Profile:
+        from ..trace.fields import read_regular_file
+
         p = Path(path)
+        return cls.loads(read_regular_file(p), where=str(p))
+
+    @classmethod
+    def loads(cls, text: str, where: str = "profile") -> Profile:
+        """A profile from its JSON text. NaN and infinities are refused (no field may hold one)."""
         try:
-            obj = json.loads(p.read_text())
-        except OSError as exc:
-            raise PolytraceError(f"{p}: cannot read: {exc.strerror or exc}") from None
+            obj = json.loads(text, parse_constant=_refuse_constant)
+        except RecursionError:
+            raise PolytraceError(f"{where}: JSON nested too deeply") from None
         except ValueError as exc:
-            raise PolytraceError(f"{p}:{getattr(exc, 'lineno', '?')}: invalid JSON: "
-                                 f"{getattr(exc, 'msg', exc)}") from None
-        return cls.from_json(obj, where=str(p))
+            line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+            raise PolytraceError(f"{where}{line}: invalid JSON: {getattr(exc, 'msg', exc)}") from None
+        return cls.from_json(obj, where=where)
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a valid value in a profile")
 
 
 # ====================================================================== copula model
@@ -165,15 +191,28 @@ def _compile_copula(params: dict) -> dict:
         raise ValueError("rho must be in [0, 1) and prompt_corr in (-1, 1)")
     mt = params.get("multiturn")
     if mt is not None:
-        pmf = np.asarray(mt["turns_pmf_by_decile"], dtype=np.float64)
+        pmf = _pmf(mt["turns_pmf_by_decile"], "turns_pmf_by_decile", ndim=2)
         c["turn_cdf"] = np.cumsum(pmf / pmf.sum(axis=1, keepdims=True), axis=1)
         c["decile_z"] = np.asarray(mt["decile_z"], dtype=np.float64)
+        if c["decile_z"].shape != (pmf.shape[0] - 1,) or not np.all(np.isfinite(c["decile_z"])) \
+                or np.any(np.diff(c["decile_z"]) < 0):
+            raise ValueError("decile_z must hold one finite, sorted score fewer than the rows of turns_pmf_by_decile")
         c["completion"] = QuantileTable.from_json(mt["completion_tokens"])
         c["tool_tokens"] = QuantileTable.from_json(mt["tool_tokens"])
         c["tool_latency"] = QuantileTable.from_json(mt["tool_latency_s"])
-        calls = np.asarray(mt["calls_per_tool_turn_pmf"], dtype=np.float64)
+        calls = _pmf(mt["calls_per_tool_turn_pmf"], "calls_per_tool_turn_pmf", ndim=1)
         c["calls_cdf"] = np.cumsum(calls / calls.sum())
     return c
+
+
+def _pmf(value, what: str, ndim: int) -> np.ndarray:
+    """Probabilities as read from a profile file: finite, non-negative, each row summing above 0."""
+    p = np.asarray(value, dtype=np.float64)
+    if p.ndim != ndim or p.size == 0 or not np.all(np.isfinite(p)) or np.any(p < 0) \
+            or np.any(p.sum(axis=-1) <= 0):
+        raise ValueError(f"{what} must be a non-empty {ndim}-d table of finite, non-negative weights, each row "
+                         f"summing above 0")
+    return p
 
 
 def _sample_copula(profile: Profile, rng: np.random.Generator, prompts: int, scale: float) -> Batch:
@@ -252,13 +291,21 @@ def _add_turns(batch: Batch, c: dict, rng: np.random.Generator, z: np.ndarray) -
 
 # ====================================================================== Model B: Gaussian mixtures
 
+# Bounds on a mixture read from a file: a mean or standard deviation of 2**31 tokens is past any
+# length a trace may hold; 1,000 calls per session is 100x the most in the fitted Model B data (10).
+_MAX_MOMENT = float(2 ** 31)
+_MAX_CALLS = 1000
+
 
 def _compile_gmm(params: dict) -> dict:
-    w = np.asarray(params["weights"], dtype=np.float64)
+    w = _pmf(params["weights"], "gmm weights", ndim=1)
     mu = np.asarray(params["means"], dtype=np.float64)
     cov = np.asarray(params["covariances"], dtype=np.float64)
-    if mu.shape != (w.size, 2) or cov.shape != (w.size, 2, 2) or np.any(w < 0):
+    if mu.shape != (w.size, 2) or cov.shape != (w.size, 2, 2):
         raise ValueError("gmm needs weights [k], means [k, 2], covariances [k, 2, 2]")
+    if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(cov))) or np.abs(mu).max() > _MAX_MOMENT \
+            or np.abs(cov).max() > _MAX_MOMENT ** 2:
+        raise ValueError(f"gmm means and covariances must be finite and below {_MAX_MOMENT:g} tokens")
     var_in = cov[:, 0, 0]
     slope = cov[:, 0, 1] / var_in
     cond_var = cov[:, 1, 1] - cov[:, 0, 1] ** 2 / var_in
@@ -286,16 +333,22 @@ def _sample_gmm(profile: Profile, rng: np.random.Generator, prompts: int, scale:
 
 def _compile_tooluse(params: dict) -> dict:
     counts = {int(k): float(v) for k, v in params["call_counts"].items()}
+    if not counts or min(counts) < 1 or max(counts) > _MAX_CALLS:
+        raise ValueError(f"call_counts must name call counts from 1 to {_MAX_CALLS}")
     ks = np.asarray(sorted(counts), dtype=np.int64)
-    p = np.asarray([counts[k] for k in ks], dtype=np.float64)
+    p = _pmf([counts[k] for k in ks], "call_counts", ndim=1)
     models = {}
     for k in ks:
         spec = params["per_count"][str(int(k))]
-        w = np.asarray(spec["weights"], dtype=np.float64)
+        w = _pmf(spec["weights"], f"tool-use weights for {k} calls", ndim=1)
         mu = np.asarray(spec["means"], dtype=np.float64)
         cov = np.asarray(spec["covariances"], dtype=np.float64)
         if mu.shape != (w.size, 2 * k) or cov.shape != (w.size, 2 * k, 2 * k):
             raise ValueError(f"tool-use model for {k} calls needs means [m, {2 * k}] and covariances")
+        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(cov))) or np.abs(mu).max() > _MAX_MOMENT \
+                or np.abs(cov).max() > _MAX_MOMENT ** 2:
+            raise ValueError(f"tool-use means and covariances for {k} calls must be finite and below "
+                             f"{_MAX_MOMENT:g} tokens")
         # Fitted covariances can be slightly indefinite; the nearest PSD factor keeps sampling total.
         chol = []
         for cv in cov:

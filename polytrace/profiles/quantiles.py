@@ -25,6 +25,9 @@ PROB_GRID = np.unique(np.concatenate([
 # Phi^-1(0) and Phi^-1(1) are infinite: the end knots sit at +-4.5 sigma (p = 3.4e-6).
 Z_END = 4.5
 _ATOM_EPS = 1e-6  # the width, in probability, of the step up to the cap
+# Largest value a table may hold: lengths stay below 2**31 (the trace readers' bound) and seconds
+# far below it.
+MAX_VALUE = float(2 ** 31 - 1)
 
 
 def _ndtri(p):
@@ -64,8 +67,10 @@ class QuantileTable:
     def from_json(cls, obj: dict) -> QuantileTable:
         z = np.asarray(obj["z"], dtype=np.float64)
         v = np.asarray(obj["v"], dtype=np.float64)
-        if z.shape != v.shape or z.size < 2 or np.any(np.diff(z) < 0) or np.any(np.diff(v) < 0):
+        if z.ndim != 1 or z.shape != v.shape or z.size < 2 or np.any(np.diff(z) < 0) or np.any(np.diff(v) < 0):
             raise ValueError("quantile table needs >= 2 knots with non-decreasing z and v")
+        if not (np.all(np.isfinite(z)) and np.all(np.isfinite(v))) or v[0] < 0 or v[-1] > MAX_VALUE:
+            raise ValueError(f"quantile table knots must be finite, with values in [0, {MAX_VALUE:.0f}]")
         return cls(z, v)
 
     def quantile(self, p: float) -> float:

@@ -27,8 +27,9 @@ Refusals (exit 2 unless ``force``): different GPU, different place of measuremen
 CPU-interpreter timings, a benchmark id naming a different workload (profile, seed or step).
 Errors (exit 2, ``force`` or not, never a pass; exit 1 when a regression was found all the same):
 nothing in common, nothing of ours to gate, a gated benchmark without raw rounds or with unusable
-ones in either file, an underpowered gated slowdown. A changed kernel source hash is *not* a refusal: a kernel pull request changes it by
-definition; it is reported, and so is an unchanged hash beside a regression.
+ones in either file, an underpowered gated slowdown. A changed kernel source hash is *not* a
+refusal: a kernel pull request changes it by definition; it is reported, and so is an unchanged
+hash beside a regression.
 """
 
 from __future__ import annotations

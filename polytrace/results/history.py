@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import PolytraceError
+from .plots import staged_pngs
 from .schema import CPU_MEASURED_ON, ResultFile, load_result
 from .select import keyword_matcher
 from .stats import median_of
@@ -263,43 +261,31 @@ def plot_history(h: History, out_dir: str | Path, max_plots: int = 20) -> list[P
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".history-", dir=out))
-    except OSError as exc:
-        raise PolytraceError(f"--plot {out}: cannot create folder: {exc.strerror or exc}") from None
     chosen = sorted(h.series, key=lambda s: (not s.change_points, s.id))[:max_plots]
     try:
-        for s in chosen:
-            fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(s.points) + 3), 4.0))
-            ys = [p.median_s * 1e3 for p in s.points]
-            ax.plot(range(len(ys)), ys, "o-", ms=4)
-            for c in s.change_points:
-                ax.axvline(c.index - 0.5, color="tab:red", ls="--", lw=1)
-                text = f"{c.change:+.1%}" + ("\n" + "\n".join(c.coinciding) if c.coinciding else "")
-                ax.annotate(text, (c.index - 0.5, max(ys)), fontsize=7, color="tab:red", va="top",
-                            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
-            ax.set_xticks(range(len(ys)))
-            ax.set_xticklabels([f"{p.date}\n{p.commit[:8]}" for p in s.points], rotation=60, ha="right",
-                               fontsize=6)
-            ax.set_ylabel("median time per run (ms)")
-            title = s.id if len(s.id) <= 90 else "..." + s.id[-87:]
-            ax.set_title(f"{title}\n{s.gpu_slug}, measured; {len(s.change_points)} change point(s)", fontsize=8)
-            ax.grid(alpha=0.3)
-            fig.tight_layout()
-            fig.savefig(tmp / _plot_name(s), dpi=110)
-            plt.close(fig)
-        written = []
-        for s in chosen:
-            dest = out / _plot_name(s)
-            os.replace(tmp / _plot_name(s), dest)
-            written.append(dest)
-    except OSError as exc:
-        raise PolytraceError(f"--plot {out}: cannot write: {exc.strerror or exc}") from None
+        with staged_pngs(out_dir, "--plot") as stage:
+            for s in chosen:
+                fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(s.points) + 3), 4.0))
+                ys = [p.median_s * 1e3 for p in s.points]
+                ax.plot(range(len(ys)), ys, "o-", ms=4)
+                for c in s.change_points:
+                    ax.axvline(c.index - 0.5, color="tab:red", ls="--", lw=1)
+                    text = f"{c.change:+.1%}" + ("\n" + "\n".join(c.coinciding) if c.coinciding else "")
+                    ax.annotate(text, (c.index - 0.5, max(ys)), fontsize=7, color="tab:red", va="top",
+                                bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+                ax.set_xticks(range(len(ys)))
+                ax.set_xticklabels([f"{p.date}\n{p.commit[:8]}" for p in s.points], rotation=60, ha="right",
+                                   fontsize=6)
+                ax.set_ylabel("median time per run (ms)")
+                title = s.id if len(s.id) <= 90 else "..." + s.id[-87:]
+                ax.set_title(f"{title}\n{s.gpu_slug}, measured; {len(s.change_points)} change point(s)", fontsize=8)
+                ax.grid(alpha=0.3)
+                fig.tight_layout()
+                fig.savefig(stage.reserve(_plot_name(s)), dpi=110)
+                plt.close(fig)
     finally:
         plt.close("all")
-        shutil.rmtree(tmp, ignore_errors=True)
+    written = [stage.dest / name for name in stage.names]
     if len(h.series) > len(chosen):
         h.notes.append(f"plotted {len(chosen)} of {len(h.series)} series (those with change points first); "
                        "-k narrows the selection")

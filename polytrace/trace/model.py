@@ -7,7 +7,7 @@ at the length cap, and, for multi-turn agents, what each turn cost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -95,6 +95,26 @@ def _turn_table(responses: list[Response]) -> TurnTable:
                      tool_tokens=np.asarray(tool_tokens, dtype=np.int64))
 
 
+# Where a trace's response-length cap came from (``Trace.cap_source``).
+CAP_SOURCES = {
+    "stated": "stated by the caller (--max-response-len)",
+    "recorded": "recorded in the trace",
+    "pile-up": "inferred from responses piling up at the maximum",
+    "longest": "the longest response: no pile-up at the maximum shows truncation, so the run's cap is unknown "
+               "and may be higher (state it with --max-response-len)",
+}
+
+
+def describe_cap(cap: int, source: str) -> str:
+    """'max response 32,768 (stated by the caller ...)': the cap and where it came from."""
+    return f"max response {int(cap):,} ({CAP_SOURCES.get(source, source)})"
+
+
+# A step holding fewer than this share of the median step's responses is partial: the run stopped
+# (or its logger did) while writing it; the Search-R1 trace's last step has 47 of 2,048.
+PARTIAL_STEP_FRACTION = 0.5
+
+
 @dataclass
 class Trace:
     """A recorded (or converted) workload: a list of steps and the caps it ran under."""
@@ -105,10 +125,13 @@ class Trace:
     name: str = ""
     source: str = ""  # where it was read from (not written to the native format's equality)
     max_prompt_len: int | None = None
+    cap_source: str = "recorded"  # one of CAP_SOURCES (provenance: not part of equality)
 
     def __post_init__(self):
         if self.kind not in ("single", "multiturn"):
             raise ValueError(f"kind must be 'single' or 'multiturn', got {self.kind!r}")
+        if self.cap_source not in CAP_SOURCES:
+            raise ValueError(f"cap_source must be one of {sorted(CAP_SOURCES)}, got {self.cap_source!r}")
 
     def __eq__(self, other) -> bool:  # ``source`` is provenance, not content
         if not isinstance(other, Trace):
@@ -126,6 +149,25 @@ class Trace:
 
     def batches(self) -> list[Batch]:
         return [s.to_batch(self.max_response_len) for s in self.steps]
+
+    def partial_flags(self) -> list[bool]:
+        """Per step: whether it is partial, i.e. holds fewer than ``PARTIAL_STEP_FRACTION`` of the
+        responses of the median step (so per-step statistics would treat a fragment as a step)."""
+        sizes = np.asarray([s.n_responses for s in self.steps], dtype=np.float64)
+        if sizes.size < 2:
+            return [False] * int(sizes.size)
+        typical = float(np.median(sizes))
+        return [bool(n < PARTIAL_STEP_FRACTION * typical) for n in sizes]
+
+    def typical_step_size(self) -> int:
+        """Responses in the median step."""
+        sizes = [s.n_responses for s in self.steps]
+        return int(np.median(sizes)) if sizes else 0
+
+    def without_partial_steps(self) -> Trace:
+        """The same trace with its partial steps left out."""
+        flags = self.partial_flags()
+        return replace(self, steps=[s for s, partial in zip(self.steps, flags) if not partial])
 
     def pooled(self) -> Batch:
         """All steps as one batch (group ids kept distinct across steps)."""

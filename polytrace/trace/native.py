@@ -6,8 +6,10 @@ Line 1 is a header; every further line is one prompt group::
      "max_response_len": 32768, "max_prompt_len": 2048}
     {"step": 0, "prompt_len": 112, "responses": [450, 453, 32768], "capped": [2]}
 
-``responses`` lists response lengths; ``capped`` lists the indices (within the group) of the
-responses that stopped at the cap. Multi-turn traces store each response as an object::
+``responses`` lists response lengths (none above the header's cap); ``capped`` lists the indices
+(within the group) of the responses that stopped at the cap. The header's optional ``cap_source``
+says where the cap came from (``polytrace.trace.model.CAP_SOURCES``; default ``recorded``).
+Multi-turn traces store each response as an object::
 
     {"step": 0, "prompt_len": 317, "responses": [
         {"len": 1216, "capped": false, "loss": 171,
@@ -24,7 +26,9 @@ import json
 from pathlib import Path
 
 from ..errors import TraceFormatError
-from .model import PromptGroup, Response, Step, ToolCall, Trace, Turn
+from .fields import Where, array, count, loads, obj, seconds, step_number
+from .fields import text as text_field
+from .model import CAP_SOURCES, PromptGroup, Response, Step, ToolCall, Trace, Turn
 
 FORMAT = "polytrace.trace"
 VERSION = 1
@@ -32,7 +36,8 @@ VERSION = 1
 
 def dumps(trace: Trace) -> str:
     header = {"format": FORMAT, "version": VERSION, "kind": trace.kind, "name": trace.name,
-              "max_response_len": int(trace.max_response_len), "max_prompt_len": trace.max_prompt_len}
+              "max_response_len": int(trace.max_response_len), "max_prompt_len": trace.max_prompt_len,
+              "cap_source": trace.cap_source}
     lines = [json.dumps(header)]
     for step in trace.steps:
         for g in step.groups:
@@ -66,49 +71,112 @@ def save_trace(trace: Trace, path) -> None:
 
 
 def read(path: Path, text: str) -> Trace:
-    lines = text.splitlines()
-    try:
-        header = json.loads(lines[0])
-    except (ValueError, IndexError):
-        raise TraceFormatError(path, "invalid native header", line=1) from None
-    if not isinstance(header, dict) or not isinstance(header.get("max_response_len"), int):
-        raise TraceFormatError(path, "invalid native header: needs an integer 'max_response_len'", line=1)
-    if header.get("version") != VERSION:
-        raise TraceFormatError(path, f"unsupported native format version {header.get('version')!r}", line=1)
+    lines = text.split("\n")
+    w = Where(path, 1, prefix="invalid native header: ")
+    header = obj(w, loads(w, lines[0]), "the header")
+    if header.get("format") != FORMAT:
+        raise w.error(f"'format' must be {FORMAT!r}")
+    version = header.get("version")
+    if isinstance(version, bool) or version != VERSION:
+        raise TraceFormatError(path, f"unsupported native format version {str(version)[:40]!r} (this reader knows "
+                                     f"{VERSION})", line=1)
     kind = header.get("kind", "single")
+    if kind not in ("single", "multiturn"):
+        raise w.error(f"'kind' must be 'single' or 'multiturn', got {str(kind)[:40]!r}")
+    if "max_response_len" not in header:
+        raise w.error("needs an integer 'max_response_len'")
+    cap = count(w, header["max_response_len"], "'max_response_len'")
+    max_prompt = header.get("max_prompt_len")
+    if max_prompt is not None:
+        max_prompt = count(w, max_prompt, "'max_prompt_len'")
+    name = text_field(w, header.get("name", ""), "'name'", optional=False)
+    cap_source = header.get("cap_source", "recorded")
+    if cap_source not in CAP_SOURCES:
+        raise w.error(f"'cap_source' must be one of {', '.join(CAP_SOURCES)}")
     steps: dict[int, Step] = {}
     order: list[int] = []
     for lineno, raw in enumerate(lines[1:], start=2):
         if not raw.strip():
             continue
-        try:
-            rec = json.loads(raw)
-            step = int(rec["step"])
-            prompt = int(rec["prompt_len"])
-            if kind == "single":
-                capped = set(rec.get("capped", []))
-                responses = [Response(int(v), i in capped) for i, v in enumerate(rec["responses"])]
-            else:
-                responses = [_response_from(o) for o in rec["responses"]]
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
-            raise TraceFormatError(path, f"malformed record: {exc!r}", line=lineno) from None
-        if prompt <= 0 or not responses or any(r.length <= 0 for r in responses):
-            raise TraceFormatError(path, "lengths must be positive and groups non-empty", line=lineno)
+        w = Where(path, lineno, prefix="malformed record: ")
+        rec = obj(w, loads(w, raw), "a prompt group")
+        for key in ("step", "prompt_len", "responses"):
+            if key not in rec:
+                raise w.error(f"missing key {key!r}")
+        step = step_number(w, rec["step"])
+        prompt = count(w, rec["prompt_len"], "'prompt_len'")
+        if max_prompt is not None and prompt > max_prompt:
+            raise w.error(f"'prompt_len' of {prompt} is above the header's max_prompt_len ({max_prompt})")
+        raw_responses = array(w, rec["responses"], "'responses'", non_empty=True)
+        if kind == "single":
+            responses = [Response(_length(w, v, cap, f"response {i}"), False) for i, v in enumerate(raw_responses)]
+            for i in _capped_indices(w, rec.get("capped", []), len(responses)):
+                responses[i].capped = True
+        else:
+            responses = [_response_from(w, o, cap, i) for i, o in enumerate(raw_responses)]
         if step not in steps:
             steps[step] = Step(step, [])
             order.append(step)
         steps[step].groups.append(PromptGroup(prompt, responses))
-    return Trace(steps=[steps[s] for s in order], max_response_len=int(header["max_response_len"]),
-                 kind=kind, name=header.get("name", ""), source=str(path),
-                 max_prompt_len=header.get("max_prompt_len"))
+    return Trace(steps=[steps[s] for s in order], max_response_len=cap, kind=kind, name=name, source=str(path),
+                 max_prompt_len=max_prompt, cap_source=cap_source)
 
 
-def _response_from(o: dict) -> Response:
-    turns = None
-    if "turns" in o:
-        turns = [Turn(prompt_tokens=int(t["prompt"]), cached_tokens=int(t["cached"]),
-                      completion_tokens=int(t["completion"]), loss_tokens=int(t["loss"]),
-                      engine_latency_s=t.get("engine_s"),
-                      tool_calls=[ToolCall(float(a), int(b)) for a, b in t.get("tools", [])])
-                 for t in o["turns"]]
-    return Response(int(o["len"]), bool(o["capped"]), o.get("loss"), turns)
+def _length(w: Where, value, cap: int, what: str) -> int:
+    v = count(w, value, f"{what} length")
+    if v > cap:
+        raise w.error(f"{what}: length {v} is above the header's max_response_len ({cap})")
+    return v
+
+
+def _capped_indices(w: Where, value, n: int) -> list[int]:
+    indices = [count(w, i, "a 'capped' index", minimum=0) for i in array(w, value, "'capped'")]
+    for i in indices:
+        if i >= n:
+            raise w.error(f"'capped' index {i} is outside its group of {n} responses")
+    if len(set(indices)) != len(indices):
+        raise w.error("'capped' lists an index twice")
+    return indices
+
+
+def _response_from(w: Where, o, cap: int, i: int) -> Response:
+    o = obj(w, o, f"response {i}")
+    for key in ("len", "capped", "turns"):
+        if key not in o:
+            raise w.error(f"response {i}: missing key {key!r}")
+    length = _length(w, o["len"], cap, f"response {i}")
+    capped = o["capped"]
+    if not isinstance(capped, bool):
+        raise w.error(f"response {i}: 'capped' must be true or false, got {str(capped)[:40]!r}")
+    loss = o.get("loss")
+    if loss is not None:
+        loss = count(w, loss, f"response {i} 'loss'", minimum=0)
+        if loss > length:
+            raise w.error(f"response {i}: 'loss' ({loss}) exceeds its length ({length})")
+    # 'turns' is required: every multi-turn reader records them, and the turn model is fitted on them
+    raw_turns = array(w, o["turns"], f"response {i} 'turns'", non_empty=True)
+    turns = [_turn_from(w, t, f"response {i} turn {j}") for j, t in enumerate(raw_turns)]
+    return Response(length, capped, loss, turns)
+
+
+def _turn_from(w: Where, t, what: str) -> Turn:
+    t = obj(w, t, what)
+    for key in ("prompt", "cached", "completion", "loss"):
+        if key not in t:
+            raise w.error(f"{what}: missing key {key!r}")
+    prompt = count(w, t["prompt"], f"{what} 'prompt'")
+    cached = count(w, t["cached"], f"{what} 'cached'", minimum=0)
+    if cached > prompt:
+        raise w.error(f"{what}: 'cached' ({cached}) exceeds 'prompt' ({prompt})")
+    engine = t.get("engine_s")
+    tools = []
+    for call in array(w, t.get("tools", []), f"{what} 'tools'"):
+        if not isinstance(call, list) or len(call) != 2:
+            raise w.error(f"{what}: each tool call must be [latency_s, tokens], got {str(call)[:40]}")
+        tools.append(ToolCall(seconds(w, call[0], f"{what} tool latency"),
+                              count(w, call[1], f"{what} tool tokens", minimum=0)))
+    return Turn(prompt_tokens=prompt, cached_tokens=cached,
+                completion_tokens=count(w, t["completion"], f"{what} 'completion'", minimum=0),
+                loss_tokens=count(w, t["loss"], f"{what} 'loss'", minimum=0),
+                engine_latency_s=None if engine is None else seconds(w, engine, f"{what} 'engine_s'"),
+                tool_calls=tools)

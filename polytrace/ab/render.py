@@ -1,0 +1,145 @@
+"""Text and Markdown (fit for a pull-request comment) renderings of an ``ab`` report."""
+
+from __future__ import annotations
+
+from ..results.schema import natural_key
+from ..results.store import format_time
+from .report import STATUSES, AbReport, CaseResult
+
+_HEAD = ["case", "status", "weight", "BASE", "CAND", "change", "p", "pairs", "outputs", "note"]
+_AGG_HEAD = ["kernel", "mode", "provider", "n", "weights", "weighted geomean speedup", "CI", "status"]
+MAX_LISTED = 20  # ids of cases present in one revision only, listed in the Markdown before "..."
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+def _p(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
+
+
+def _outputs(c: CaseResult) -> str:
+    if not c.outputs:
+        return "-"
+    if c.outputs == "within bounds" and c.output_diff is not None:
+        return f"within bounds (max diff {c.output_diff:.2g})"
+    return c.outputs
+
+
+def _sorted(report: AbReport, statuses=STATUSES) -> list[CaseResult]:
+    return sorted((c for c in report.cases if c.status in statuses),
+                  key=lambda c: (STATUSES.index(c.status), c.family, c.kernel, c.mode, c.provider,
+                                 natural_key(c.shape_id)))
+
+
+def _rows(cases: list[CaseResult], md: bool) -> list[list[str]]:
+    def esc(s: str) -> str:
+        return s.replace("|", "\\|").replace("\n", " ") if md else s
+
+    return [[esc(c.id), c.status, "-" if c.share is None else f"{c.share:.3f}", format_time(c.base_median_s),
+             format_time(c.cand_median_s), _pct(c.change), _p(c.p_value), str(c.pairs), esc(_outputs(c)),
+             esc(c.note)] for c in cases]
+
+
+def _agg_rows(report: AbReport) -> list[list[str]]:
+    return [[f"{a.family}/{a.kernel}", a.mode, a.provider, str(a.n), a.weight_basis, f"{a.speedup:.3f}x",
+             f"{a.ci_low:.3f}-{a.ci_high:.3f}", a.status] for a in report.aggregates]
+
+
+def _rule(report: AbReport) -> str:
+    return (f"rule: {report.rounds} interleaved pairs per case (order drawn per pair, seed {report.seed}); "
+            f"Wilcoxon signed-rank (two-sided) on the per-pair log(CAND/BASE) p < {report.alpha:g} AND the "
+            f"median pair ratio beyond {report.threshold:.1%}; outputs judged by BASE's fp64 reference and the "
+            "kernel tests' bounds")
+
+
+def _rev(r: dict) -> str:
+    return f"{r['spec']} ({r['short']})" if r["spec"] != r["short"] else r["short"]
+
+
+def format_text(report: AbReport, show_all: bool = False) -> str:
+    from tabulate import tabulate
+
+    d = report.device
+    counts = {s: len(report.of(s)) for s in STATUSES}
+    lines = [f"polytrace ab: {report.verdict}", *report.impact,
+             f"BASE {_rev(report.base)}  vs  CAND {_rev(report.cand)}",
+             f"on {d['gpu_name']} ({d['measured_on']}), torch {d['torch_version']}, triton {d['triton_version']}",
+             _rule(report),
+             "counts: " + (", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")]
+    lines += [f"ERROR: {e}" for e in report.errors] + [f"warning: {w}" for w in report.warnings]
+    lines += [f"note: {n}" for n in report.notes]
+    shown = STATUSES if show_all else tuple(s for s in STATUSES if s != "unchanged")
+    cases = _sorted(report, shown)
+    if cases:
+        lines += ["", tabulate(_rows(cases, False), headers=_HEAD, disable_numparse=True)]
+    if report.aggregates:
+        lines += ["", "weighted geometric-mean speedup per kernel, mode and provider (BASE time / CAND time; "
+                  ">1 = CAND faster):", tabulate(_agg_rows(report), headers=_AGG_HEAD, disable_numparse=True)]
+    for what, ids in (("only in CAND (not compared)", report.only_cand), ("only in BASE (not compared)",
+                                                                          report.only_base)):
+        if ids:
+            lines += ["", f"{what}:"] + [f"  {i}" for i in ids]
+    return "\n".join(lines)
+
+
+def format_markdown(report: AbReport) -> str:
+    from tabulate import tabulate
+
+    mark = {0: "PASS", 1: "FAIL", 2: "ERROR"}[report.exit_code]
+    detail = report.verdict.removeprefix(mark).removeprefix(": ").strip()
+    detail = detail[1:-1] if detail.startswith("(") else detail
+    d = report.device
+    out = [f"### polytrace ab: **{mark}**" + (f" ({detail})" if detail else ""), "",
+           *[f"**{line}**" for line in report.impact], "",
+           f"BASE **{_rev(report.base)}** vs CAND **{_rev(report.cand)}**, timed in one process on **{d['gpu_name']}** "
+           f"({d['measured_on']}; torch {d['torch_version']}, triton {d['triton_version']}). Each case runs "
+           f"{report.rounds} BASE/CAND pairs back to back, in an order drawn per pair (seed {report.seed}), on the "
+           "same inputs. A case regresses when a two-sided Wilcoxon signed-rank test on the per-pair "
+           f"log(CAND/BASE) gives p < {report.alpha:g} **and** the median pair ratio is slower by more than "
+           f"{report.threshold:.1%}. Both outputs are checked against BASE's fp64 reference with the kernel "
+           "tests' bounds.", ""]
+    if report.warnings:
+        out += [f"> :warning: {w}" for w in report.warnings] + [""]
+    if report.errors:
+        out.append("**Errors** (could not compare; never a pass):")
+        out += [f"- {e}" for e in report.errors] + [""]
+    for title, status in (("Outputs changed (CAND fails the output check BASE passes)", "outputs-changed"),
+                          ("Regressions", "regression"), ("Could not compare", "error"),
+                          ("Improvements", "improvement"),
+                          ("BASE's output fails its own check (not timed)", "base-wrong")):
+        cases = _sorted(report, (status,))
+        if cases:
+            out += [f"#### {title} ({len(cases)})", "",
+                    tabulate(_rows(cases, True), headers=_HEAD, tablefmt="github", disable_numparse=True), ""]
+    if report.aggregates:
+        out += ["#### Weighted geometric-mean speedup per kernel, mode and provider", "",
+                f"BASE time / CAND time (>1 = CAND faster), weights: each shape's share of the workload's tokens "
+                f"(sequences for the planner); CI: {1 - report.alpha:.1%} bootstrap interval over pairs.", "",
+                tabulate(_agg_rows(report), headers=_AGG_HEAD, tablefmt="github", disable_numparse=True), ""]
+    if report.only_cand or report.only_base:
+        out.append(f"#### Cases in one revision only ({len(report.only_cand)} in CAND, {len(report.only_base)} "
+                   "in BASE; not compared)")
+        out += [f"- CAND only: `{i}`" for i in report.only_cand[:MAX_LISTED]]
+        out += [f"- BASE only: `{i}`" for i in report.only_base[:MAX_LISTED]]
+        if max(len(report.only_cand), len(report.only_base)) > MAX_LISTED:
+            out.append("- ... (full list in `--json`)")
+        out.append("")
+    if report.notes:
+        out += ["#### Notes"] + [f"- {n}" for n in report.notes] + [""]
+    env = [["revision", report.base["spec"], report.cand["spec"]],
+           ["commit", report.base["short"], report.cand["short"]]]
+    for f in sorted(set(report.base["kernel_hashes"]) | set(report.cand["kernel_hashes"])):
+        b, c = report.base["kernel_hashes"].get(f, "-"), report.cand["kernel_hashes"].get(f, "-")
+        env.append([f"kernels/{f} hash", b, c + ("" if b == c else " (changed)")])
+    out += [tabulate(env, headers=["", "BASE", "CAND"], tablefmt="github", disable_numparse=True), ""]
+    allc = _sorted(report)
+    if allc:
+        out += [f"<details><summary>All {len(allc)} compared cases</summary>", "",
+                tabulate(_rows(allc, True), headers=_HEAD, tablefmt="github", disable_numparse=True), "",
+                "</details>", ""]
+    return "\n".join(out)
+
+
+__all__ = ["format_markdown", "format_text"]

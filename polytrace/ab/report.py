@@ -1,0 +1,256 @@
+"""What ``polytrace ab`` found: per case, per (family, kernel, mode, provider), and the verdict.
+
+Per case (a benchmark id present in both revisions) the status is one of
+
+- ``regression``: the paired signed-rank test gives p < alpha **and** CAND's median pair ratio is
+  slower than the threshold; ``improvement`` the mirror image; ``unchanged`` otherwise;
+- ``outputs-changed``: CAND's output fails the output check BASE's output passes (the fp64
+  reference and bounds of BASE's suites: the bar the main branch's tests hold); not timed;
+- ``base-wrong``: BASE's output fails its own check while CAND's passes (a fix, or a changed
+  reference); a note, not timed;
+- ``error``: a revision raised while building, binding, checking or timing the case, both outputs
+  fail the check, a round is unusable, or CAND is slower beyond the threshold while too few pairs
+  differ at all (timed exactly alike) for the test to reach alpha: never a quiet pass.
+
+Aggregates follow the gate (``polytrace.results.gate``): per (family, kernel, mode, provider), weights
+with one meaning per mode (token share; sequences for the planner), the weighted geometric-mean
+speedup of the members' median pair ratios and its bootstrap interval at 1 - alpha; a slowdown
+beyond the threshold whose interval excludes 1 is a regression.
+
+Exit status (the gate's): 1 when a case or an aggregate regressed or CAND changed outputs (findings
+against the candidate: it is slower, or it computes something else than the tests allow); else 2
+when something could not be compared (an error: never a pass); else 0. Refusals (no GPU without
+``--force``, bad revisions, a dirty tree, an unknown suite, too few rounds) stop before any timing
+with a one-line error and exit 2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..results.gate import WEIGHT_BASIS, Aggregate
+from . import paired
+
+STATUSES = ("outputs-changed", "error", "regression", "improvement", "base-wrong", "unchanged")
+
+
+@dataclass
+class CaseResult:
+    id: str
+    suite: str
+    family: str
+    kernel: str
+    provider: str
+    mode: str
+    shape_id: str
+    shape: dict
+    profile: str
+    seed: int | None
+    step: int | None
+    weight: float | None  # the case's raw workload weight (token share), from CAND's suites
+    flops: float = 0.0
+    bytes_moved: float = 0.0
+    roofline: str = "hbm"
+    status: str = "error"
+    note: str = ""
+    base_rounds: list[float] = field(default_factory=list)  # per-launch seconds, pair i = index i
+    cand_rounds: list[float] = field(default_factory=list)
+    first: str = ""  # per pair, who ran first: "B" (BASE) or "C" (CAND)
+    timing: dict = field(default_factory=dict)  # how both were timed (the timing plan)
+    outputs: str = ""  # identical | within bounds | changed | base wrong | both wrong | not compared
+    output_diff: float | None = None  # max |CAND - BASE| over the outputs' elements (None: not numeric)
+    base_check: dict = field(default_factory=dict)
+    cand_check: dict = field(default_factory=dict)
+    p_value: float | None = None
+    change: float | None = None  # CAND / BASE - 1 from the median pair log ratio (positive = slower)
+    share: float | None = None  # normalised weight in its aggregate
+
+    @property
+    def pairs(self) -> int:
+        return len(self.base_rounds)
+
+    @property
+    def base_median_s(self) -> float | None:
+        return float(np.median(self.base_rounds)) if self.base_rounds else None
+
+    @property
+    def cand_median_s(self) -> float | None:
+        return float(np.median(self.cand_rounds)) if self.cand_rounds else None
+
+    @property
+    def group(self) -> tuple[str, str, str, str]:
+        return (self.family, self.kernel, self.mode, self.provider)
+
+
+@dataclass
+class AbReport:
+    base: dict  # revision: spec, commit, short, kernel_hashes
+    cand: dict
+    device: dict  # measured_on, device_name, gpu_slug, versions
+    threshold: float
+    alpha: float
+    rounds: int
+    seed: int
+    suites: list[str]
+    keyword: str | None
+    cases: list[CaseResult] = field(default_factory=list)
+    aggregates: list[Aggregate] = field(default_factory=list)
+    only_base: list[str] = field(default_factory=list)  # case ids present in BASE's suites only
+    only_cand: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    impact: list[str] = field(default_factory=list)  # the step-time line(s), shown under the verdict
+    step_time: dict | None = None
+
+    def of(self, status: str) -> list[CaseResult]:
+        return [c for c in self.cases if c.status == status]
+
+    @property
+    def aggregate_regressions(self) -> list[Aggregate]:
+        return [a for a in self.aggregates if a.status == "regression"]
+
+    @property
+    def exit_code(self) -> int:
+        if self.of("regression") or self.aggregate_regressions or self.of("outputs-changed"):
+            return 1
+        if self.errors or self.of("error"):
+            return 2
+        return 0
+
+    @property
+    def verdict(self) -> str:
+        found = []
+        n, k, m = len(self.of("regression")), len(self.aggregate_regressions), len(self.of("outputs-changed"))
+        if n:
+            found.append(_plural(n, "regression"))
+        if k:
+            found.append(_plural(k, "weighted-mean regression"))
+        if m:
+            found.append(f"{_plural(m, 'case')} with changed outputs")
+        n_err = len(self.of("error")) + len(self.errors)
+        errors = _plural(n_err, "error")
+        code = self.exit_code
+        if code == 1:
+            return "FAIL: " + ", ".join(found) + (f"; also {errors}" if n_err else "")
+        if code == 2:
+            return f"ERROR ({errors})"
+        return "PASS"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for c, raw in zip(self.cases, d["cases"]):
+            raw["pairs"] = c.pairs
+            raw["base_median_s"], raw["cand_median_s"] = c.base_median_s, c.cand_median_s
+        d["exit_code"], d["verdict"] = self.exit_code, self.verdict
+        return _finite(d)
+
+
+def _finite(obj):
+    """Strict JSON has no inf/NaN: a non-finite number (an output difference of inf: shapes
+    differ) becomes None; the case's ``outputs`` says what happened."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def judge(case: CaseResult, threshold: float, alpha: float) -> None:
+    """Status, p-value and change of a timed case (rounds already checked positive and finite)."""
+    r = paired.log_ratios(np.array(case.base_rounds), np.array(case.cand_rounds))
+    case.p_value = paired.signed_rank_p(r)
+    case.change = paired.median_change(r)
+    lr = math.log1p(case.change)
+    differing = int(np.count_nonzero(r))  # pairs timed exactly alike carry no sign: the test drops them
+    if lr > math.log1p(threshold) and paired.min_p_value(differing) >= alpha:
+        case.status = "error"
+        case.note = (f"slower by {case.change:+.1%} but only {differing} of {r.size} pairs differ: the test cannot "
+                     f"reach p < {alpha:g} (needs {paired.pairs_needed(alpha)}); rerun with more --rounds")
+    elif case.p_value < alpha and lr > math.log1p(threshold):
+        case.status = "regression"
+    elif case.p_value < alpha and -lr > math.log1p(threshold):
+        case.status = "improvement"
+    else:
+        case.status = "unchanged"
+
+
+def _raw_weight(case: CaseResult, basis: str) -> float:
+    if basis == "sequences":
+        n = case.shape.get("sequences")
+        return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else math.nan
+    return float(case.weight) if case.weight is not None and math.isfinite(case.weight) else math.nan
+
+
+def aggregate(report: AbReport, seed: int = 0) -> None:
+    """Per (family, kernel, mode, provider), as the gate does, over the timed cases."""
+    rng = np.random.default_rng(seed)
+    groups: dict[tuple, list[CaseResult]] = {}
+    for c in report.cases:
+        if c.change is not None:
+            groups.setdefault(c.group, []).append(c)
+    for key, members in sorted(groups.items()):
+        label = "/".join(key)
+        basis = WEIGHT_BASIS.get(key[2], "tokens")
+        raw = np.array([_raw_weight(c, basis) for c in members])
+        if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
+            raw, basis = np.ones(len(members)), "uniform"
+            report.notes.append(f"{label}: no {WEIGHT_BASIS.get(key[2], 'tokens')} weights recorded; the geometric "
+                                "mean is unweighted")
+        elif np.isnan(raw).any():
+            report.notes.append(f"{label}: {int(np.isnan(raw).sum())} of {len(members)} member(s) carry no weight "
+                                "and count 0 in the weighted mean")
+        w = np.nan_to_num(raw, nan=0.0)
+        w = w / w.sum()
+        for c, wi in zip(members, w):
+            c.share = float(wi)
+        ratios = [paired.log_ratios(np.array(c.base_rounds), np.array(c.cand_rounds)) for c in members]
+        speedup, lo, hi = paired.weighted_speedup(ratios, w, report.alpha, rng)
+        status = "unchanged"
+        if math.log(speedup) < -math.log1p(report.threshold) and hi < 1:
+            status = "regression"
+        elif math.log(speedup) > math.log1p(report.threshold) and lo > 1:
+            status = "improvement"
+        report.aggregates.append(Aggregate(family=key[0], kernel=key[1], mode=key[2], provider=key[3],
+                                           provider_kind="ours", n=len(members), speedup=speedup, ci_low=lo,
+                                           ci_high=hi, status=status, gated=True, weight_basis=basis,
+                                           n_tested=len(members)))
+
+
+# ------------------------------------------------------------------------------- result files
+
+
+def result_json(report: AbReport, side: str, datetime: str) -> dict:
+    """One revision's rounds as a result file of the suites' schema (results/README.md): what
+    ``polytrace gate``, ``results show`` and the step-time estimate read."""
+    rev = report.base if side == "base" else report.cand
+    machine = {**report.device, "commit": rev["short"], "kernel_hashes": rev["kernel_hashes"],
+               "ab": {"side": side, "revision": rev["spec"], "commit_full": rev["commit"]}}
+    benches = []
+    for c in report.cases:
+        rounds = c.base_rounds if side == "base" else c.cand_rounds
+        if not rounds:
+            continue
+        median = float(np.median(rounds))
+        info = {"family": c.family, "kernel": c.kernel, "provider": c.provider, "provider_kind": "ours",
+                "mode": c.mode, "shape": c.shape, "shape_id": c.shape_id, "profile": c.profile, "seed": c.seed,
+                "step": c.step, "weight": c.weight, "flops": c.flops, "bytes_moved": c.bytes_moved,
+                "roofline": c.roofline, "kernel_hash": rev["kernel_hashes"].get(c.family, ""),
+                "measured_on": report.device["measured_on"], "device_name": report.device["gpu_name"],
+                "median_s": median, **c.timing, "check": c.base_check if side == "base" else c.cand_check,
+                "ab_first": c.first}
+        benches.append({"name": f"ab[{c.id}]", "fullname": f"suites/test_{c.suite}.py::ab[{c.id}]", "group": None,
+                        "extra_info": info, "stats": {"median": median, "rounds": len(rounds), "data": list(rounds)}})
+    return {"machine_info": {"polytrace": machine}, "datetime": datetime, "benchmarks": benches}
+
+
+__all__ = ["AbReport", "CaseResult", "STATUSES", "aggregate", "judge", "result_json"]

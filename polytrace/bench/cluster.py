@@ -1,0 +1,172 @@
+"""Connecting to Ray for ``polytrace bench --ray`` and ``polytrace tune --ray``: which cluster, how
+many workers, and what each worker holds (one GPU, or one CPU for the interpreter path).
+
+``--ray local`` starts a Ray instance on this machine (and stops it at the end); ``--ray auto``
+joins the cluster this machine belongs to (``RAY_ADDRESS``, or a ``ray start`` here); any other
+value is the head's address (``HOST:PORT`` of ``ray start --head``; a Ray Client address
+``ray://HOST:10001`` is passed on to Ray as well, untested here).
+Ray is optional (``pip install 'polytrace[cluster]'``); it is imported only here, on first use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+
+from ..errors import PolytraceError
+
+INSTALL_HINT = "pip install 'polytrace[cluster]' (or pip install ray)"
+# Node resources naming a node's GPU model, most specific first: `ray start --resources
+# '{"polytrace_gpu:h100-sxm": 1}'` (our slugs tell H100 SXM from PCIe, A100 40 from 80 GB), else
+# the label Ray sets itself on NVIDIA nodes (accelerator_type:H100, A100, ...).
+GPU_TYPE_PREFIXES = ("polytrace_gpu:", "accelerator_type:")
+# Left out of the checkout shipped with --ship-code: results and run folders can be large and are
+# never needed to run the suites.
+SHIP_EXCLUDES = [".git", "results", "out", "polytrace-report", "*.egg-info", "__pycache__", ".benchmarks", ".shim"]
+# An address that does not answer makes ray.init retry for minutes; a plain TCP connect first
+# turns that into one line within this many seconds.
+CONNECT_TIMEOUT_S = 5.0
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise PolytraceError(f"--ray: Ray is not installed; {INSTALL_HINT}") from None
+    return ray
+
+
+def one_line_error(exc: BaseException) -> str:
+    """The last line of what a worker raised (a RayTaskError wraps it with the remote traceback)."""
+    cause = getattr(exc, "cause", None) or exc
+    lines = [ln for ln in str(cause).strip().splitlines() if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    return " ".join((lines[-1] if lines else type(cause).__name__).split())[:300]
+
+
+@dataclass
+class Cluster:
+    """A connected Ray cluster and the per-worker resources of this run."""
+
+    ray: object
+    address: str
+    num_gpus: float  # per worker: 1 (a GPU run) or 0 (the CPU-interpreter path)
+    num_cpus: float
+    slots: int  # workers that run at once
+    nodes: list[dict] = field(default_factory=list)  # alive: {"ip", "hostname", "gpus", "cpus", "resources"}
+    started_here: bool = False
+    start_s: float = 0.0  # seconds spent starting or joining Ray (excluded from the speed-up)
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.num_gpus == 0
+
+    def describe(self) -> str:
+        kind = "GPU" if not self.on_cpu else "CPU (interpreter)"
+        return (f"Ray {self.address}: {len(self.nodes)} node(s), {self.slots} {kind} worker(s)"
+                f"{', started here' if self.started_here else ''} in {self.start_s:.1f} s")
+
+    def gpu_types(self) -> dict[str, int]:
+        """{node resource naming a GPU model: workers of that model, at most ``slots``} (see
+        GPU_TYPE_PREFIXES); a worker is a GPU, or a CPU on a cluster without GPUs."""
+        for prefix in GPU_TYPE_PREFIXES:
+            types: dict[str, float] = {}
+            for n in self.nodes:
+                for key in n["resources"]:
+                    if key.startswith(prefix):
+                        types[key] = types.get(key, 0) + (n["cpus"] if self.on_cpu else n["gpus"])
+            if types:
+                return {key: max(1, min(int(n), self.slots)) for key, n in sorted(types.items())}
+        return {}
+
+    def shutdown(self) -> None:
+        if self.started_here and self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+def _check_reachable(address: str) -> None:
+    """HOST:PORT or ray://HOST:PORT must accept a TCP connection within CONNECT_TIMEOUT_S."""
+    target = address.split("://", 1)[-1]
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise PolytraceError(f"--ray {address}: expected auto, local, HOST:PORT or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise PolytraceError(f"--ray {address}: cannot reach the Ray head at {host}:{port} "
+                             f"({exc.strerror or exc}); is `ray start --head` running there?") from None
+
+
+def _nodes(ray) -> list[dict]:
+    out = []
+    for n in ray.nodes():
+        if not n.get("Alive", n.get("alive", True)):
+            continue
+        res = n.get("Resources") or {}
+        out.append({"ip": n.get("NodeManagerAddress", "?"), "hostname": n.get("NodeManagerHostname", "?"),
+                    "gpus": float(res.get("GPU", 0)), "cpus": float(res.get("CPU", 0)), "resources": dict(res)})
+    return out
+
+
+def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, ship_code: str | None = None) -> Cluster:
+    """Join or start Ray and decide the workers: one per GPU on a GPU cluster; with
+    ``allow_cpu`` and no GPU anywhere, one per CPU (or ``workers``), with the GPU requirement
+    dropped so the suites run in the Triton interpreter. A Ray already initialised in this process
+    (a notebook, the tests' shared instance) is used as it is and left running. ``ship_code``: a
+    checkout uploaded to every worker as its working directory (Ray's job-level ``working_dir``)."""
+    ray = import_ray()
+    if workers is not None and workers < 1:
+        raise PolytraceError(f"--workers: must be >= 1, got {workers}")
+    t0 = time.monotonic()
+    started = False
+    if ray.is_initialized():
+        if ship_code:
+            raise PolytraceError("--ship-code: Ray is already initialised in this process, so the code to ship "
+                                 "cannot be set; run from a fresh process")
+        address = "(this process's Ray)"
+    else:
+        opts = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
+                "configure_logging": True}
+        if ship_code:
+            opts["runtime_env"] = {"working_dir": str(ship_code), "excludes": SHIP_EXCLUDES}
+        if mode == "local":
+            address = "local"
+            ray.init(num_cpus=workers or os.cpu_count() or 1, **opts)
+            started = True
+        elif mode == "auto":
+            address = os.environ.get("RAY_ADDRESS") or "auto"
+            if address != "auto":
+                _check_reachable(address)
+            try:
+                ray.init(address="auto", **opts)
+            except ConnectionError:
+                raise PolytraceError("--ray auto: no running Ray cluster found (RAY_ADDRESS is unset and no "
+                                     "`ray start` on this machine); start one with `ray start --head`, pass its "
+                                     "address, or use --ray local") from None
+        else:
+            address = mode
+            _check_reachable(mode)
+            try:
+                ray.init(address=mode, **opts)
+            except (ConnectionError, RuntimeError) as exc:
+                raise PolytraceError(f"--ray {mode}: cannot join the cluster: {' '.join(str(exc).split())[:300]}") \
+                    from None
+    start_s = time.monotonic() - t0
+    nodes = _nodes(ray)
+    gpus = sum(n["gpus"] for n in nodes)
+    cpus = sum(n["cpus"] for n in nodes)
+    cluster = Cluster(ray, address, 1.0, 1.0, 0, nodes, started, start_s)
+    if gpus >= 1:
+        cluster.slots = int(gpus) if workers is None else min(int(gpus), workers)
+    elif allow_cpu:
+        cluster.num_gpus = 0.0
+        cluster.slots = max(1, int(cpus) if workers is None else min(int(cpus), workers))
+    else:
+        cluster.shutdown()
+        names = ", ".join(f"{n['hostname']} ({n['ip']})" for n in nodes) or "none alive"
+        raise PolytraceError(f"--ray {mode}: the cluster has no GPUs (nodes: {names}); a GPU run needs "
+                             "num_gpus=1 per worker; pass --allow-cpu to run the CPU-interpreter path")
+    return cluster

@@ -1,0 +1,73 @@
+"""``polytrace ab BASE_REV [CAND_REV]``: two git revisions' kernels timed in one process, rounds
+interleaved, with a paired test, output agreement and the step-time line."""
+
+from __future__ import annotations
+
+import sys
+
+from ._args import any_int, positive_int_at_most, probability, threshold_fraction
+
+# pairs per case: past this a run is a typo (every pair launches both revisions' kernels)
+_rounds = positive_int_at_most(100_000, "rounds")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "ab", help="A/B two git revisions' kernels in one process, rounds interleaved (exit 0 pass, 1 regression, "
+                   "2 refused)",
+        description="Check out BASE_REV (and CAND_REV; default: the working tree) into temporary git worktrees, "
+                    "import both revisions' kernels/ and suites/ side by side, and time every selected case of our "
+                    "providers with BASE and CAND rounds interleaved in pairs (order drawn per pair) on the same "
+                    "inputs. A case regresses when a Wilcoxon signed-rank test on the per-pair log ratios gives "
+                    "p < alpha AND the median pair ratio is slower than the threshold; aggregates per kernel, mode "
+                    "and provider as in `polytrace gate`; both outputs are checked against BASE's fp64 reference. "
+                    "Exit 0 pass, 1 a regression or changed outputs, 2 refused or could not compare. Needs a CUDA "
+                    "GPU (--force runs the CPU interpreter: a code-path check, not performance).")
+    p.add_argument("base", metavar="BASE_REV", help="the revision to compare against (branch, tag or commit, "
+                                                    "e.g. origin/main)")
+    p.add_argument("cand", metavar="CAND_REV", nargs="?", default=None,
+                   help="the candidate revision (default: the working tree, uncommitted changes included; naming "
+                        "HEAD with uncommitted changes under kernels/, suites/ or results/tuning/ is refused)")
+    p.add_argument("--suite", action="append", dest="suites", metavar="S", default=None,
+                   help="time this suite (repeatable; default: every suite of CAND but 'workload', whose cases "
+                        "time the running polytrace for both sides)")
+    p.add_argument("-k", dest="keyword", metavar="EXPR", default=None,
+                   help="select case ids (family/kernel/provider/mode/shape) as pytest -k does: words (substrings) "
+                        "with and/or/not, parentheses")
+    p.add_argument("--rounds", type=_rounds, default=None,
+                   help="interleaved pairs per case (default 30 on a GPU; at least the signed-rank test's minimum "
+                        "for --alpha: 10 at 0.002)")
+    p.add_argument("--threshold", type=threshold_fraction, default=0.05,
+                   help="median slowdown that counts: 5%% or 0.05 (default 5%%); a bare number above 1 is refused")
+    p.add_argument("--alpha", type=probability, default=0.002,
+                   help="significance level of the per-case test and the aggregates' intervals (default 0.002)")
+    p.add_argument("--seed", type=any_int, default=0, help="seed of the per-pair run order (default 0)")
+    p.add_argument("--repo", default=None, help="the git repository (default: the one holding the current folder)")
+    p.add_argument("--force", action="store_true",
+                   help="run without a CUDA GPU, in the Triton interpreter at the suites' tiny CPU shapes "
+                        "(a code-path check; its timings are not performance)")
+    p.add_argument("-o", "--out", metavar="DIR", default=None,
+                   help="also write ab.md, ab.txt, ab.json (every pair) and base.json / cand.json (each side's "
+                        "rounds as result files) into DIR")
+    p.add_argument("--all", action="store_true", help="text output lists unchanged cases too")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the report as JSON")
+    out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
+    p.set_defaults(func=_ab)
+
+
+def _ab(args) -> int:
+    from ..ab import format_markdown, format_text, run_ab, stderr_progress
+
+    report = run_ab(args.base, args.cand, repo=args.repo, suites=args.suites, keyword=args.keyword,
+                    rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed, force=args.force,
+                    out_dir=args.out, progress=stderr_progress if sys.stderr.isatty() else None)
+    if args.json:
+        from ._io import print_json
+
+        print_json(report.to_dict())
+    elif args.markdown:
+        print(format_markdown(report))
+    else:
+        print(format_text(report, show_all=args.all))
+    return report.exit_code

@@ -1,0 +1,581 @@
+#!/usr/bin/env python3
+"""Mutation fuzzer for polytrace's file inputs (not run in CI: minutes, not seconds).
+
+Takes real inputs (PolyTrace traces and verl logs from the shared folder, fitted and built-in
+profiles, pytest-benchmark result files: synthesised here, or your own with ``--results``),
+mutates them (hostile JSON values in any field, deleted keys, duplicated, truncated, over-long or
+100,000-deep nested lines, invalid UTF-8, a FIFO named like a step file, ...) and runs the
+commands that read them as subprocesses under a timeout and a memory limit:
+
+    describe, fidelity, fit, validate, results show, gate, plot
+
+Each run is classified:
+
+- ``ok``: exit 0, no traceback, no ``nan``/``inf`` in the output;
+- ``error``: a clean ``polytrace: error: ...`` (one line, exit 2; the gate's exit 1 is a verdict);
+- ``traceback``: a Python traceback (the deepest frame in this repository is reported);
+- ``hang``: killed at the timeout;
+- ``non-finite``: exit 0 but ``nan``/``inf`` in what was printed or written;
+- ``unreadable``: ``fit`` exited 0 but ``describe`` refuses the profile it wrote;
+- ``crash``: any other exit (a signal, the memory limit, a usage dump).
+
+Run i of seed s is reproducible alone: ``--seed s --only i`` (``--keep DIR`` stores each failing
+case's input and command line).
+
+    PYTHONPATH=.:.shim python scripts/fuzz_inputs.py --shared ../shared --runs 700 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = ("describe", "fidelity", "fit", "validate", "results show", "gate", "plot")
+DEEP = "__DEEP_NESTING__"
+HUGE = "__HUGE_STRING__"
+# Values a field may hold in a hostile file: out-of-range integers, non-finite and denormal floats,
+# every wrong JSON type, and sizes meant to exhaust recursion or memory.
+HOSTILE = [2 ** 63, 2 ** 64 + 7, 10 ** 12, 2 ** 31, -1, 0, 1, -(2 ** 63), 1e308, -1e308, 1e-300, 0.5, 1e9,
+           float("nan"), float("inf"), float("-inf"), "abc", "", "1e9", "two", None, True, False, [], {},
+           [1, 2], [[1]], {"a": 1}, "x" * 5000, DEEP, HUGE]
+MEMORY_LIMIT = 6 << 30  # bytes of address space per child: a value-sized allocation fails, not the host
+
+
+# --------------------------------------------------------------------------- seeds
+
+
+def _first_lines(src: Path, dst: Path, n: int) -> Path:
+    with src.open() as fh:
+        lines = [next(fh) for _ in range(n)]
+    dst.write_text("".join(lines))
+    return dst
+
+
+def build_seeds(shared: Path, work: Path, extra_results: list[Path]) -> dict[str, list[Path]]:
+    """Unmutated inputs per kind: trace files, trace folders, profiles, logs, results."""
+    sys.path[:0] = [str(REPO), str(REPO / ".shim")]
+    import polytrace
+    from polytrace.profiles import fit_profile
+
+    data = shared / "polytrace-data"
+    seeds: dict[str, list[Path]] = {k: [] for k in ("trace", "folder", "profile", "log", "result")}
+    t = work / "seeds" / "traces"
+    t.mkdir(parents=True)
+    single = data / "{}/profile/packed_length_log/{}/packed_lengths_step_{}.jsonl"
+    multi = data / "search_r1/profile/multiturn_workload_log/0617_0223/multiturn_workload_step_{}.jsonl"
+    picks = {  # name: (source, lines kept)
+        "dapo_step_0.jsonl": (Path(str(single).format("verl", "20260610_092349", 0)), 96),
+        "coder_step_0.jsonl": (Path(str(single).format("rllm", "20260616_024512", 0)), 16),
+        "video_step_1.jsonl": (Path(str(single).format("verl-video", "20260609_033329", 1)), 64),
+        "search_step_0.jsonl": (Path(str(multi).format(0)), 48),
+        "search_step_5.jsonl": (Path(str(multi).format(5)), 47),
+    }
+    for name, (src, n) in picks.items():
+        seeds["trace"].append(_first_lines(src, t / name, n))
+    dapo = polytrace.load_trace(t / "dapo_step_0.jsonl", max_response_len=32768)
+    search = polytrace.load_trace(t / "search_step_0.jsonl")
+    polytrace.save_trace(dapo, t / "dapo_native.jsonl")
+    polytrace.save_trace(search, t / "search_native.jsonl")
+    seeds["trace"] += [t / "dapo_native.jsonl", t / "search_native.jsonl"]
+    paper = {str(s.step): {"input": [g.prompt_len for g in s.groups],
+                           "output": [r.length for g in s.groups for r in g.responses]} for s in dapo.steps}
+    (t / "paper.json").write_text(json.dumps(paper))
+    paper_mt = {str(s.step): [{"input": [tn.prompt_tokens for tn in r.turns],
+                               "output": [tn.completion_tokens for tn in r.turns]}
+                              for g in s.groups for r in g.responses] for s in search.steps}
+    (t / "paper_mt.json").write_text(json.dumps(paper_mt))
+    seeds["trace"] += [t / "paper.json", t / "paper_mt.json"]
+    for name, srcs in {"dapo_run": ["dapo_step_0.jsonl"], "search_run": ["search_step_0.jsonl",
+                                                                          "search_step_5.jsonl"]}.items():
+        d = work / "seeds" / name
+        d.mkdir()
+        for i, s in enumerate(srcs):
+            kind = "multiturn_workload" if "search" in s else "packed_lengths"
+            shutil.copy(t / s, d / f"{kind}_step_{i if 'search' not in s else int(s[-7])}.jsonl")
+        seeds["folder"].append(d)
+    p = work / "seeds" / "profiles"
+    p.mkdir()
+    (p / "fitted_dapo.json").write_text(fit_profile(dapo, name="fitted_dapo").dumps())
+    for name in ("search-r1-7b", "model-b-math", "model-b-tooluse"):
+        shutil.copy(REPO / "polytrace/profiles/data" / f"{name}.json", p / f"{name}.json")
+    seeds["profile"] = sorted(p.iterdir())
+    seeds["log"] = sorted((shared / "validation-logs").glob("*.log"))
+    r = work / "seeds" / "results"
+    r.mkdir()
+    for name, obj in synth_results().items():
+        (r / name).write_text(json.dumps(obj))
+    seeds["result"] = sorted(r.iterdir()) + list(extra_results)
+    return seeds
+
+
+def synth_results() -> dict[str, dict]:
+    """pytest-benchmark files as the suites write them: a baseline and a candidate (ours and a
+    torch control over five weighted shapes), a planner benchmark with no bytes moved, and one
+    without any extra_info (a plain pytest-benchmark run)."""
+    def bench(shape, weight, median, provider, kind, family="logprob", kernel="token_logprobs", mode="fwd",
+              rounds=12, rng=None, extra=True, nbytes=True):
+        data = [median * (1 + 0.02 * rng.uniform(-1, 1)) for _ in range(rounds)]
+        tokens = int(shape.split("=")[1].split(",")[0])
+        b = {"group": None, "name": f"test_{kernel}[{provider}-{shape}]",
+             "fullname": f"suites/test_{family}.py::test_{kernel}[{provider}-{shape}]",
+             "params": None, "param": None, "options": {"timer": "perf_counter"},
+             "stats": {"min": min(data), "max": max(data), "mean": sum(data) / len(data),
+                       "median": sorted(data)[len(data) // 2], "rounds": len(data), "iterations": 1, "data": data}}
+        if extra:
+            b["extra_info"] = {
+                "family": family, "kernel": kernel, "provider": provider, "provider_kind": kind, "mode": mode,
+                "shape": {"tokens": tokens}, "shape_id": shape, "profile": "dapo-math-32b", "seed": 0, "step": 0,
+                "weight": weight, "flops": 2.0 * tokens * 32000 if nbytes else 0.0,
+                "bytes_moved": 2.0 * tokens * 32000 if nbytes else 0.0, "roofline": "hbm",
+                "kernel_hash": "a1b2c3d4e5f60718", "measured_on": "cuda", "device_name": "NVIDIA H200"}
+        return b
+
+    def result(seed, slow=1.0, **kw):
+        rng = random.Random(seed)
+        shapes = [("tokens=4096,vocab=32000", 0.4, 2e-3), ("tokens=8192,vocab=32000", 0.3, 4e-3),
+                  ("tokens=16384,vocab=32000", 0.2, 8e-3), ("tokens=32768,vocab=32000", 0.08, 16e-3),
+                  ("tokens=65536,vocab=32000", 0.02, 32e-3)]
+        benches = [bench(s, w, m * (slow if kind == "ours" else 1.5), prov, kind, rng=rng, **kw)
+                   for prov, kind in (("triton", "ours"), ("torch", "baseline")) for s, w, m in shapes]
+        return {"machine_info": {"node": "synthetic", "polytrace": {
+            "measured_on": "cuda", "gpu_name": "NVIDIA H200", "gpu_slug": "h200", "torch_version": "2.11.0",
+            "triton_version": "3.6.0", "cuda_version": "12.8", "driver_version": "570.1", "commit": "abc123",
+            "kernel_hashes": {"logprob": "a1b2c3d4e5f60718"}, "suite_hash": "ssss"}},
+            "commit_info": {"id": "abc123"}, "benchmarks": benches,
+            "datetime": "2026-11-02T10:00:00.000000+00:00", "version": "5.2.3"}
+
+    return {"base.json": result(1), "cand.json": result(2, slow=1.02),
+            "planner.json": result(3, family="packing", kernel="balance_partitions", mode="plan", nbytes=False),
+            "plain.json": result(4, extra=False)}
+
+
+# --------------------------------------------------------------------------- mutations
+
+
+def _dump(value) -> str:
+    text = json.dumps(value)
+    text = text.replace(json.dumps(DEEP), "[" * 100_000 + "]" * 100_000)
+    return text.replace(json.dumps(HUGE), json.dumps("y" * (8 << 20)))
+
+
+def _paths(node, prefix=(), depth=0):
+    yield prefix
+    if depth > 6:
+        return
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, prefix + (k,), depth + 1)
+    elif isinstance(node, list):
+        for i, v in enumerate(node[:8]):
+            yield from _paths(v, prefix + (i,), depth + 1)
+
+
+def _set(node, path, value, delete=False):
+    if not path:
+        return value
+    parent = node
+    for k in path[:-1]:
+        parent = parent[k]
+    if delete and isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return node
+
+
+def mutate_json_value(rng: random.Random, doc):
+    """Replace (or delete) one node of a parsed JSON document; returns (doc, description)."""
+    paths = list(_paths(doc))
+    path = rng.choice(paths[1:] if len(paths) > 1 else paths)
+    where = "/".join(str(p) for p in path) or "<root>"
+    if path and rng.random() < 0.12:
+        return _set(doc, path, None, delete=True), f"delete {where}"
+    value = rng.choice(HOSTILE)
+    return _set(doc, path, value, delete=False), f"{where} = {_short(value)}"
+
+
+def _short(value) -> str:
+    text = DEEP if value == DEEP else ("8MB string" if value == HUGE else repr(value))
+    return text if len(text) < 40 else text[:37] + "..."
+
+
+def mutate_text(rng: random.Random, text: str, is_jsonl: bool) -> tuple[bytes, str]:
+    lines = text.split("\n")
+    body = [i for i, ln in enumerate(lines) if ln.strip()] or [0]
+    i = rng.choice(body)
+    if not is_jsonl and rng.random() < 0.6:  # logs: most lines are noise; aim at step and config lines
+        keyed = [j for j in body if "step:" in lines[j] or "=" in lines[j] or ": " in lines[j]]
+        i = rng.choice(keyed) if keyed else i
+    kind = rng.choice(["truncate", "dup", "delete", "deep", "long", "garbage", "utf8", "numbers", "empty",
+                       "swap"] + (["jsonvalue"] * 10 if is_jsonl else ["numbers"] * 6))
+    if kind == "jsonvalue":
+        try:
+            rec = json.loads(lines[i])
+        except (ValueError, RecursionError):
+            kind = "numbers"
+        else:
+            rec, what = mutate_json_value(rng, rec)
+            lines[i] = _dump(rec)
+            return "\n".join(lines).encode(), f"line {i + 1}: {what}"
+    if kind == "truncate":
+        cut = rng.randrange(len(text) + 1)
+        return text[:cut].encode(), f"truncate at byte {cut}"
+    if kind == "dup":
+        lines.insert(i, lines[i])
+        return "\n".join(lines).encode(), f"duplicate line {i + 1}"
+    if kind == "delete":
+        del lines[i]
+        return "\n".join(lines).encode(), f"delete line {i + 1}"
+    if kind == "swap":
+        j = rng.choice(body)
+        lines[i], lines[j] = lines[j], lines[i]
+        return "\n".join(lines).encode(), f"swap lines {i + 1} and {j + 1}"
+    if kind == "deep":
+        lines.insert(i, "[" * 100_000 + "]" * 100_000)
+        return "\n".join(lines).encode(), f"insert 100,000-deep list at line {i + 1}"
+    if kind == "long":
+        lines.insert(i, "a" + "Config {" * (1 << 20))
+        return "\n".join(lines).encode(), f"insert 8 MB line at line {i + 1}"
+    if kind == "garbage":
+        lines[i] = lines[i][: rng.randrange(len(lines[i]) + 1)] + rng.choice(["}", "{", "\x00", ",,", "\"", "]"])
+        return "\n".join(lines).encode(), f"corrupt line {i + 1}"
+    if kind == "utf8":
+        return ("\n".join(lines[:i]) + "\n").encode() + b"\xff\xfe\x80" + "\n".join(lines[i:]).encode(), \
+            f"invalid UTF-8 at line {i + 1}"
+    if kind == "empty":
+        return b"", "empty file"
+    # numbers: replace one number on the line with hostile text (logs: the values after 'key:' or 'key=')
+    nums = list(re.finditer(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", lines[i]))
+    if not nums:
+        lines[i] += " step:1 - x:nan"
+        return "\n".join(lines).encode(), f"append junk to line {i + 1}"
+    m = rng.choice(nums)
+    new = rng.choice(["nan", "inf", "-inf", "-1", "0", "1e308", "1e-300", "1e9", "abc", "two", "9" * 30,
+                      "[1, 2]", "{}", "null", "-0", "2e9"])
+    lines[i] = lines[i][: m.start()] + new + lines[i][m.end():]
+    return "\n".join(lines).encode(), f"line {i + 1}: {m.group()!r} -> {new!r}"
+
+
+def mutate_file(rng: random.Random, src: Path, dst: Path) -> str:
+    """Write a mutated copy of ``src`` at ``dst`` (1-3 mutations); returns what was done."""
+    text = src.read_text(errors="replace")
+    is_jsonl = src.suffix == ".jsonl"
+    whole_json = src.suffix == ".json"
+    done = []
+    data = text.encode()
+    for _ in range(rng.choice([1, 1, 1, 2, 3])):
+        if whole_json and rng.random() < 0.75:
+            try:
+                doc = json.loads(data)
+            except (ValueError, RecursionError):
+                doc = None
+            if doc is not None:
+                doc, what = mutate_json_value(rng, doc)
+                data = _dump(doc).encode()
+                done.append(what)
+                continue
+        data, what = mutate_text(rng, data.decode(errors="replace"), is_jsonl)
+        done.append(what)
+    dst.write_bytes(data)
+    return "; ".join(done)
+
+
+def mutate_folder(rng: random.Random, src: Path, dst: Path) -> str:
+    shutil.copytree(src, dst)
+    files = sorted(dst.iterdir())
+    what = []
+    target = rng.choice(files)
+    what.append(f"{target.name}: {mutate_file(rng, src / target.name, target)}")
+    extra = rng.random()
+    stem = files[0].name.rsplit("_", 1)[0]
+    if extra < 0.25:
+        os.mkfifo(dst / f"{stem}_9.jsonl")
+        what.append("FIFO named like a step file")
+    elif extra < 0.35:
+        (dst / f"{stem}_8.jsonl").mkdir()
+        what.append("folder named like a step file")
+    elif extra < 0.45:
+        (dst / f"{stem}_7.jsonl").symlink_to(dst / f"{stem}_7.jsonl")
+        what.append("self-referencing symlink named like a step file")
+    return "; ".join(what)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+@dataclass
+class Outcome:
+    command: str
+    index: int
+    kind: str  # ok | error | traceback | hang | non-finite | unreadable | crash
+    argv: list[str]
+    mutation: str
+    where: str = ""  # traceback: deepest frame of ours, and the exception type
+    detail: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class Plan:
+    argv: list[str]
+    mutation: str
+    inputs: list[Path] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)  # outputs to scan for non-finite numbers
+
+
+def plan_run(rng: random.Random, command: str, seeds: dict, case: Path) -> Plan:
+    case.mkdir(parents=True)
+    poly = [sys.executable, "-m", "polytrace"]
+
+    def mutated(kind: str) -> tuple[Path, str]:
+        src = rng.choice(seeds[kind])
+        if kind == "folder":
+            dst = case / src.name
+            return dst, mutate_folder(rng, src, dst)
+        dst = case / src.name
+        return dst, f"{src.name}: {mutate_file(rng, src, dst)}"
+
+    def trace_input() -> tuple[Path, str]:
+        return mutated("folder" if rng.random() < 0.3 else "trace")
+
+    if command == "describe":
+        path, what = mutated("profile") if rng.random() < 0.25 else trace_input()
+        return Plan(poly + ["describe", str(path), "--json"], what, [path])
+    if command == "fidelity":
+        if rng.random() < 0.3:
+            prof, what = mutated("profile")
+            return Plan(poly + ["fidelity", str(prof), str(seeds["trace"][0]), "--replicas", "1", "--json"], what,
+                        [prof])
+        path, what = trace_input()
+        return Plan(poly + ["fidelity", "dapo-math-32b", str(path), "--replicas", "1", "--json"], what, [path])
+    if command == "fit":
+        path, what = trace_input()
+        out = case / "fitted.json"
+        return Plan(poly + ["fit", str(path), "-o", str(out)], what, [path], [out])
+    if command == "validate":
+        path, what = mutated("log")
+        return Plan(poly + ["validate", str(path), "--json"], what, [path])
+    if command == "results show":
+        path, what = mutated("result")
+        return Plan(poly + ["results", "show", str(path)] + (["--brief"] if rng.random() < 0.5 else []), what,
+                    [path])
+    if command == "gate":
+        base = next(p for p in seeds["result"] if p.name == "base.json")
+        cand = next(p for p in seeds["result"] if p.name == "cand.json")
+        if rng.random() < 0.5:
+            dst = case / "cand.json"
+            what = f"candidate: {mutate_file(rng, cand, dst)}"
+            return Plan(poly + ["gate", str(base), str(dst), "--json"], what, [dst])
+        dst = case / "base.json"
+        what = f"baseline: {mutate_file(rng, base, dst)}"
+        return Plan(poly + ["gate", str(dst), str(cand), "--json"], what, [dst])
+    if command == "plot":
+        path, what = mutated("result")
+        out = case / "plots"
+        argv = poly + ["plot", str(path), "-o", str(out)]
+        if rng.random() < 0.4:
+            argv += ["--baseline", str(next(p for p in seeds["result"] if p.name == "base.json"))]
+        return Plan(argv, what, [path])
+    raise ValueError(command)
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_NONFINITE = re.compile(r"(?<![\w.])-?(?:nan|inf|infinity)(?![\w])", re.IGNORECASE)
+
+
+def _non_finite(text: str) -> str:
+    """Where ``text`` shows a NaN or an infinity ("" if nowhere): numbers of JSON output (names
+    such as a shape id "-inf" are strings there, not numbers), else nan/inf words of a table."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        m = _NONFINITE.search(text)
+        return text[max(0, m.start() - 60): m.end() + 20] if m else ""
+    stack = [("", doc)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, float) and not math.isfinite(node):
+            return f"{where or '<root>'} = {node}"
+        if isinstance(node, dict):
+            stack += [(f"{where}/{k}", v) for k, v in node.items()]
+        elif isinstance(node, list):
+            stack += [(f"{where}/{i}", v) for i, v in enumerate(node)]
+    return ""
+
+
+def _where(stderr: str) -> str:
+    frames = _FRAME.findall(stderr)
+    ours = [(f, ln, fn) for f, ln, fn in frames if str(REPO) in f or "/polytrace/" in f or "/kernels/" in f]
+    pick = (ours or frames or [("?", "?", "?")])[-1]
+    path = pick[0]
+    for root in (str(REPO) + "/",):
+        path = path.replace(root, "")
+    last = [ln for ln in stderr.strip().splitlines() if ln and not ln.startswith(" ")]
+    exc = last[-1].split(":")[0] if last else "?"
+    return f"{path}:{pick[1]} ({pick[2]}) {exc}"
+
+
+def _limit_memory():  # pragma: no cover - runs in the child
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def execute(plan: Plan, command: str, index: int, timeout: float) -> Outcome:
+    env = dict(os.environ, MPLBACKEND="Agg", PYTHONPATH=f"{REPO}:{REPO / '.shim'}:" + os.environ.get("PYTHONPATH", ""))
+    start = time.monotonic()
+    cwd = plan.inputs[0].parent if plan.inputs else None
+    proc = subprocess.Popen(plan.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                            start_new_session=True, preexec_fn=_limit_memory)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return Outcome(command, index, "hang", plan.argv, plan.mutation, seconds=time.monotonic() - start)
+    secs = time.monotonic() - start
+    out_s, err_s = out.decode(errors="replace"), err.decode(errors="replace")
+    o = Outcome(command, index, "ok", plan.argv, plan.mutation, seconds=secs)
+    if "Traceback (most recent call last)" in err_s:
+        o.kind, o.where = "traceback", _where(err_s)
+        o.detail = err_s.strip().splitlines()[-1][:200]
+        return o
+    if proc.returncode == 0 or (command == "gate" and proc.returncode == 1):
+        texts = [out_s] + [p.read_text(errors="replace") for p in plan.written if p.is_file()]
+        bad = next((b for b in map(_non_finite, texts) if b), "")
+        if bad:
+            o.kind, o.detail = "non-finite", bad
+        elif command == "fit" and plan.written and plan.written[0].is_file():
+            check = subprocess.run([sys.executable, "-m", "polytrace", "describe", str(plan.written[0])],
+                                   capture_output=True, text=True, env=env, timeout=timeout)
+            if check.returncode != 0:
+                o.kind, o.detail = "unreadable", check.stderr.strip()[-200:]
+        return o
+    if proc.returncode == 2 and command == "gate" and not err_s.strip() and out_s.strip():
+        o.kind, o.detail = "error", "refused (exit 2, the gate's verdict for unusable input)"
+        return o
+    if proc.returncode == 2 and err_s.startswith("polytrace: error: ") and err_s.count("\n") == 1:
+        o.kind, o.detail = "error", err_s.strip()[:200]
+        return o
+    o.kind, o.detail = "crash", f"exit {proc.returncode}: {err_s.strip()[-200:]}"
+    return o
+
+
+def _clean(case: Path) -> None:
+    """Remove a case folder, FIFOs and symlink loops included."""
+    for p in sorted(case.rglob("*"), key=lambda x: len(x.parts), reverse=True) if case.exists() else []:
+        try:
+            if p.is_symlink() or stat.S_ISFIFO(p.lstat().st_mode) or p.is_file():
+                p.unlink()
+            elif p.is_dir():
+                p.rmdir()
+        except OSError:
+            pass
+    shutil.rmtree(case, ignore_errors=True)
+
+
+def summarise(outcomes: list[Outcome]) -> str:
+    kinds = ["ok", "error", "traceback", "hang", "non-finite", "unreadable", "crash"]
+    rows = collections.OrderedDict((c, collections.Counter()) for c in COMMANDS)
+    for o in outcomes:
+        rows.setdefault(o.command, collections.Counter())[o.kind] += 1
+    width = max(len(c) for c in rows)
+    lines = [f"{'command':<{width}}  runs  " + "  ".join(f"{k:>10}" for k in kinds)]
+    for c, cnt in rows.items():
+        if sum(cnt.values()):
+            lines.append(f"{c:<{width}}  {sum(cnt.values()):4d}  " + "  ".join(f"{cnt[k]:10d}" for k in kinds))
+    total = collections.Counter(o.kind for o in outcomes)
+    lines.append(f"{'all':<{width}}  {len(outcomes):4d}  " + "  ".join(f"{total[k]:10d}" for k in kinds))
+    bad = [o for o in outcomes if o.kind not in ("ok", "error")]
+    if bad:
+        lines += ["", "failures by command and place (count, first run index, mutation):"]
+        groups: dict[tuple[str, str, str], list[Outcome]] = collections.defaultdict(list)
+        for o in bad:
+            groups[(o.command, o.kind, o.where or o.detail[:90])].append(o)
+        for (c, k, w), os_ in sorted(groups.items(), key=lambda kv: (kv[0][0], -len(kv[1]))):
+            lines.append(f"  {c} {k} x{len(os_)}: {w}  [run {os_[0].index}: {os_[0].mutation[:110]}]")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shared", default=os.environ.get("POLYTRACE_SHARED") or str(REPO.parent / "shared"),
+                    help="folder holding polytrace-data/ and validation-logs/ (default $POLYTRACE_SHARED or ../shared)")
+    ap.add_argument("--runs", type=int, default=140, help="number of mutated runs (spread over the commands)")
+    ap.add_argument("--seed", type=int, default=0, help="random seed; run i of a seed is reproducible alone")
+    ap.add_argument("--only", type=int, nargs="*", default=None, help="run only these run indices")
+    ap.add_argument("--commands", default=",".join(COMMANDS), help="comma-separated subset of: " + ", ".join(COMMANDS))
+    ap.add_argument("--timeout", type=float, default=30.0, help="seconds before a run counts as a hang (default 30)")
+    ap.add_argument("--results", nargs="*", default=[], help="extra result JSON files to mutate (e.g. CPU suite runs)")
+    ap.add_argument("--keep", default=None, help="folder to keep each failing case's input and command in")
+    ap.add_argument("--json", default=None, help="write every outcome to this JSON file")
+    args = ap.parse_args(argv)
+    commands = [c.strip() for c in args.commands.split(",") if c.strip()]
+    unknown = [c for c in commands if c not in COMMANDS]
+    if unknown:
+        ap.error(f"unknown command(s) {unknown}; choose from {', '.join(COMMANDS)}")
+    shared = Path(args.shared)
+    if not (shared / "polytrace-data").is_dir():
+        ap.error(f"--shared {shared}: no polytrace-data/ there")
+    work = Path(tempfile.mkdtemp(prefix="polytrace-fuzz-"))
+    outcomes: list[Outcome] = []
+    try:
+        seeds = build_seeds(shared, work, [Path(p) for p in args.results])
+        indices = args.only if args.only is not None else range(args.runs)
+        started = time.monotonic()
+        for i in indices:
+            command = commands[i % len(commands)]
+            rng = random.Random(args.seed * 1_000_003 + i)
+            case = work / "cases" / f"{i:05d}"
+            plan = plan_run(rng, command, seeds, case)
+            o = execute(plan, command, i, args.timeout)
+            outcomes.append(o)
+            if o.kind not in ("ok", "error"):
+                print(f"[{i}] {command}: {o.kind} {o.where or o.detail[:120]} | {o.mutation[:120]}", flush=True)
+                if args.keep:
+                    dst = Path(args.keep) / f"{args.seed}_{i:05d}_{command.replace(' ', '_')}"
+                    shutil.rmtree(dst, ignore_errors=True)
+                    for p in plan.inputs:
+                        if p.is_dir():
+                            shutil.copytree(p, dst / p.name, symlinks=True, ignore_dangling_symlinks=True,
+                                            copy_function=_copy_regular)
+                        elif p.is_file():
+                            dst.mkdir(parents=True, exist_ok=True)
+                            shutil.copy(p, dst / p.name)
+                    dst.mkdir(parents=True, exist_ok=True)
+                    (dst / "command.txt").write_text(" ".join(plan.argv) + f"\n# {o.mutation}\n# {o.detail}\n")
+            _clean(case)
+        print(f"\n{len(outcomes)} runs in {time.monotonic() - started:.0f} s (seed {args.seed}, timeout "
+              f"{args.timeout:.0f} s, memory limit {MEMORY_LIMIT >> 30} GiB)\n")
+        print(summarise(outcomes))
+        if args.json:
+            Path(args.json).write_text(json.dumps([o.__dict__ for o in outcomes], indent=1))
+    finally:
+        _clean(work)
+    return 1 if any(o.kind not in ("ok", "error") for o in outcomes) else 0
+
+
+def _copy_regular(src, dst):
+    if stat.S_ISFIFO(os.lstat(src).st_mode):
+        os.mkfifo(dst)
+    else:
+        shutil.copy2(src, dst)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

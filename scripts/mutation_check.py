@@ -1,0 +1,298 @@
+#!/usr/bin/env python
+"""Plant known kernel bugs one at a time and check that the CPU kernel tests catch each one.
+
+Each mutation replaces one exact snippet of one file under ``kernels/`` in a temporary copy of the
+repository (never the working tree), then runs that family's kernel tests there with ``-x -q``
+(PYTHONPATH pointing at the copy, plus a ``.shim/polytrace_kernels`` link to the copy's kernels,
+as in a worktree). A mutation is *killed* when the tests fail, *survived* when they pass. A snippet
+that no longer occurs exactly once is *stale* (the kernel changed: update the list). Exit status:
+0 all killed, 1 a mutation survived, 2 stale mutations or the unmutated copy failing its tests.
+
+Not part of CI: each mutation costs a pytest run in the Triton interpreter (seconds to a minute on
+two cores). Run it before merging a kernel change::
+
+    python scripts/mutation_check.py                 # every mutation
+    python scripts/mutation_check.py --list          # the list
+    python scripts/mutation_check.py --only pack-row-mask --only decode-lse-bias
+    python scripts/mutation_check.py --jobs 2        # two at a time
+
+The bugs are the kinds numerical and indexing reviews find: mask comparisons off by one, scale
+constants off by 2e-4..3e-4 or 1%, biases of 2e-4..3e-4 in a log-sum-exp or log-prob, dropped
+terms and dropped scalings, split-combine weights off by 1%, rows written by two programs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ("kernels", "tests", "pyproject.toml")  # what the kernel tests need (they import only polytrace_kernels)
+
+FP = "tests/test_kernel_footprint.py::"
+# Footprint tests first: they watch every store, so a bug that writes out of bounds fails there
+# instead of corrupting memory in a value test (a crash still counts as killed, but says less).
+FAMILY_TESTS = {
+    "packing": [FP + "test_pack_and_unpack_programs_write_their_own_rows", "tests/test_packing_kernels.py",
+                "tests/test_kernel_bad_input.py"],
+    "logprob": [FP + "test_logits_programs_write_their_own_rows", FP + "test_fused_programs_write_their_own_tiles",
+                "tests/test_logprob.py", "tests/test_logprob_configs.py", "tests/test_kernel_bad_input.py"],
+    "attention": [FP + "test_attention_programs_write_their_own_tiles", FP + "test_decode_programs_write_their_own_partials",
+                  "tests/test_attention_fp32.py", "tests/test_attention.py", "tests/test_attention_configs.py",
+                  "tests/test_kernel_bad_input.py"],
+}
+PACK = "kernels/packing/kernel.py"
+LOGPROB = "kernels/logprob/kernel.py"
+ATTN = "kernels/attention/kernel.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    family: str
+    path: str
+    old: str
+    new: str
+    what: str
+
+
+MUTATIONS = [
+    # ---- packing: masks and offsets
+    Mutation("pack-row-mask", "packing", PACK, "mask = (rows[:, None] < length)", "mask = (rows[:, None] <= length)",
+             "pack writes one row past each sequence (the next sequence's first row: a race)"),
+    Mutation("unpack-read-mask", "packing", PACK, "valid = in_bounds & (rows[:, None] < length)",
+             "valid = in_bounds & (rows[:, None] <= length)", "unpack copies the next sequence's first row"),
+    Mutation("unpack-store-mask", "packing", PACK, "in_bounds = (rows[:, None] < S)", "in_bounds = (rows[:, None] <= S)",
+             "unpack writes one row past the padded length"),
+    Mutation("pack-dst-offset", "packing", PACK, "dst = packed_ptr + (start + rows[:, None]) * F",
+             "dst = packed_ptr + (start + rows[:, None] + 1) * F", "pack stores every row one slot later"),
+    # ---- log-prob, logits kernels
+    Mutation("logits-16bit-temperature-scale", "logprob", LOGPROB, "x = x * (1.0 / temperature)",
+             "x = x * (1.0003 / temperature)", "16-bit path divides by the temperature 3e-4 wrong"),
+    Mutation("logits-lse-bias", "logprob", LOGPROB, "    log_s = tl.log(s)\n", "    log_s = tl.log(s) + 2e-4\n",
+             "log-sum-exp (saved for the backward too) biased by 2e-4"),
+    Mutation("logits-logprob-bias", "logprob", LOGPROB, "    logprob = (x_t - m) - log_s\n",
+             "    logprob = (x_t - m) - log_s - 3e-4\n", "log-prob biased by 3e-4"),
+    Mutation("logits-entropy-dropped-shift", "logprob", LOGPROB, "w = alpha * (w + s * shift) + tl.sum(e * tl.where(e > 0, d, 0.0), 0)",
+             "w = alpha * w + tl.sum(e * tl.where(e > 0, d, 0.0), 0)", "entropy's running sum drops the max-shift term"),
+    Mutation("logits-entropy-scale", "logprob", LOGPROB, "        entropy = log_s - w / s\n",
+             "        entropy = log_s - w / s * 1.0003\n", "entropy's second term scaled by 1.0003"),
+    Mutation("logits-tail-mask", "logprob", LOGPROB, "x = tl.load(row_ptr + cols, mask=cols < v_end,",
+             "x = tl.load(row_ptr + cols, mask=cols <= v_end,", "the tail block reads one logit past the row"),
+    Mutation("logits-bwd-dropped-temperature", "logprob", LOGPROB, "    dz = _scale(dz, temperature, SCALE, EXACT_DIV)\n",
+             "", "backward drops the 1/temperature scaling"),
+    Mutation("logits-bwd-scale", "logprob", LOGPROB, "    dz = _scale(dz, temperature, SCALE, EXACT_DIV)\n",
+             "    dz = _scale(dz * 1.0003, temperature, SCALE, EXACT_DIV)\n", "logits gradient scaled by 1.0003"),
+    Mutation("logits-bwd-store-mask", "logprob", LOGPROB,
+             "_token_logprobs_bwd_block(logits_row, grad_row, cols, cols < vocab_size,",
+             "_token_logprobs_bwd_block(logits_row, grad_row, cols, cols <= vocab_size,",
+             "backward writes one gradient past each row (the next row's first: a race)"),
+    # ---- log-prob, fused LM head
+    Mutation("fused-combine-weight", "logprob", LOGPROB, "        s_all += s_i * a\n",
+             "        s_all += s_i * a * (1.01 if i == 0 else 1.0)\n", "split combine weights the first split 1% high"),
+    Mutation("fused-target-bias", "logprob", LOGPROB, "    logprob = (tgt - m_all) - log_s\n",
+             "    logprob = (tgt - m_all) - log_s + 2e-4\n", "fused log-prob biased by 2e-4 (clamped at 0)"),
+    Mutation("fused-entropy-scale", "logprob", LOGPROB, "        entropy = log_s - w_all / s_all\n",
+             "        entropy = log_s - w_all / s_all * 1.0002\n", "fused entropy's second term scaled by 1.0002"),
+    Mutation("fused-split-end", "logprob", LOGPROB, "    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size)\n",
+             "    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size - 1)\n",
+             "the last vocabulary split stops one column early"),
+    Mutation("fused-dlogits-scale", "logprob", LOGPROB, "    if SCALE:\n        dz = dz * inv_temperature\n",
+             "    if SCALE:\n        dz = dz * inv_temperature * 1.0003\n", "fused d(logits) scaled by 1.0003"),
+    Mutation("fused-dlogits-store-mask", "logprob", LOGPROB, "    col_mask = local < chunk_cols\n",
+             "    col_mask = local <= chunk_cols\n", "fused backward writes one column past its chunk"),
+    Mutation("fused-dlogits-dropped-entropy", "logprob", LOGPROB,
+             "        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)\n", "",
+             "fused backward drops the entropy gradient"),
+    Mutation("fused-accumulate-k-mask", "logprob", LOGPROB, "        k_mask = (k0 + offs_k) < K\n",
+             "        k_mask = (k0 + offs_k) <= K\n", "d(hidden) matmul reads one vocabulary column past the chunk"),
+    # ---- attention forward
+    Mutation("attn-causal-off-by-one", "attention", ATTN,
+             "            allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)",
+             "            allowed = allowed & (cols[None, :] < offs_m[:, None] + diag)", "forward causal mask off by one"),
+    Mutation("attn-row-mask", "attention", ATTN, "    row_mask = offs_m < q_len\n\n    Q_base",
+             "    row_mask = offs_m <= q_len\n\n    Q_base", "forward writes one row past each sequence"),
+    Mutation("attn-lse-bias", "attention", ATTN,
+             "    lse = tl.where(empty, float(\"inf\"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)\n    O_base",
+             "    lse = tl.where(empty, float(\"inf\"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453 + 2e-4)\n    O_base",
+             "forward log-sum-exp biased by 2e-4"),
+    Mutation("attn-dropped-scale", "attention", ATTN,
+             "    qk = tl.dot(q, tl.trans(k)) * qk_scale_log2\n    if MASKED:",
+             "    qk = tl.dot(q, tl.trans(k)) * 1.4426950408889634\n    if MASKED:", "forward drops the softmax scale"),
+    Mutation("attn-out-scale", "attention", ATTN, "    out = acc / tl.where(empty, 1.0, l_i)[:, None]\n    lse = tl.where(empty, float(\"inf\"), (m_i",
+             "    out = acc / tl.where(empty, 1.0, l_i)[:, None] * 1.0003\n    lse = tl.where(empty, float(\"inf\"), (m_i",
+             "fp16 forward output scaled by 1.0003 (below fp16 rounding)"),
+    Mutation("attn-key-mask", "attention", ATTN, "    cols = start_n + offs_n\n    col_mask = cols < k_len\n    k = _load_tile(K_base",
+             "    cols = start_n + offs_n\n    col_mask = cols <= k_len\n    k = _load_tile(K_base",
+             "forward attends to one key past the sequence"),
+    Mutation("attn-full-blocks-off-by-one", "attention", ATTN,
+             "        full_end = tl.minimum(k_len, m0 + diag + 1)  # every row of the block sees keys below this",
+             "        full_end = tl.minimum(k_len, m0 + diag + 2)  # every row of the block sees keys below this",
+             "forward runs one key too many through the unmasked loop"),
+    # ---- attention backward
+    Mutation("attn-dk-scale", "attention", ATTN, "    dk = dk * softmax_scale\n", "    dk = dk * softmax_scale * 1.0003\n",
+             "dK scaled by 1.0003 (below fp16 rounding)"),
+    Mutation("attn-dq-scale", "attention", ATTN, "    dq = dq * softmax_scale\n", "    dq = dq * softmax_scale * 0.9997\n",
+             "dQ scaled by 0.9997 (below fp16 rounding)"),
+    Mutation("attn-dkdv-key-mask", "attention", ATTN, "    col_mask = offs_n < k_len\n    K_base",
+             "    col_mask = offs_n <= k_len\n    K_base", "dK/dV written one key past each sequence"),
+    Mutation("attn-dkdv-first-row", "attention", ATTN,
+             "start_m = tl.minimum((tl.maximum(n0 - diag, 0) // BLOCK_M) * BLOCK_M, q_len_ceil)",
+             "start_m = tl.minimum((tl.maximum(n0 - diag + 1, 0) // BLOCK_M) * BLOCK_M, q_len_ceil)",
+             "dK/dV skips the first query block that sees a key block"),
+    Mutation("attn-dkdv-causal", "attention", ATTN, "pT = tl.where(offs_n_abs[:, None] <= rows[None, :] + diag, pT, 0.0)",
+             "pT = tl.where(offs_n_abs[:, None] < rows[None, :] + diag, pT, 0.0)", "dK/dV causal mask off by one"),
+    Mutation("attn-dq-causal", "attention", ATTN, "            p = tl.where(cols[None, :] <= offs_m[:, None] + diag, p, 0.0)",
+             "            p = tl.where(cols[None, :] < offs_m[:, None] + diag, p, 0.0)", "dQ causal mask off by one"),
+    Mutation("attn-dq-lse-bias", "attention", ATTN,
+             "    lse2 = lse2 * 1.4426950408889634\n    delta = tl.load(DELTA",
+             "    lse2 = (lse2 + 2e-4) * 1.4426950408889634\n    delta = tl.load(DELTA",
+             "dQ reads the log-sum-exp 2e-4 high"),
+    Mutation("attn-delta-scale", "attention", ATTN, "    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)\n",
+             "    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1) * 1.0003\n",
+             "backward's softmax row term delta scaled by 1.0003"),
+    Mutation("attn-delta-mask", "attention", ATTN, "    tl.store(DELTA + head.to(tl.int64) * stride_dh + offs_t, delta, mask=offs_t < n_tokens)",
+             "    tl.store(DELTA + head.to(tl.int64) * stride_dh + offs_t, delta, mask=offs_t <= n_tokens)",
+             "backward preprocess writes one delta past the tokens (the next head's first)"),
+    # ---- decode
+    Mutation("decode-key-mask", "attention", ATTN, "        col_mask = cols < n_hi\n", "        col_mask = cols <= n_hi\n",
+             "a decode split reads one key of the next split"),
+    Mutation("decode-lse-bias", "attention", ATTN,
+             "        lse = tl.where(empty, float(\"inf\"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)\n        lse = tl.where(bad_len",
+             "        lse = tl.where(empty, float(\"inf\"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453 + 3e-4)\n        lse = tl.where(bad_len",
+             "single-split decode log-sum-exp biased by 3e-4"),
+    Mutation("decode-partial-lse-bias", "attention", ATTN,
+             "        lse2 = tl.where(empty, float(\"-inf\"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)))",
+             "        lse2 = tl.where(empty, float(\"-inf\"), m_i + tl.math.log2(tl.where(empty, 1.0, l_i)) + 3e-4)",
+             "split partial log-sum-exps biased by 3e-4"),
+    Mutation("decode-combine-weight", "attention", ATTN, "        w = tl.math.exp2(lse - m)\n",
+             "        w = tl.math.exp2(lse - m) * tl.where(s == 0, 1.01, 1.0)\n", "combine weights the first split 1% high"),
+    Mutation("decode-out-scale", "attention", ATTN,
+             "    out = acc / tl.where(empty, 1.0, l_i)[:, None]\n    out = tl.where(bad_len",
+             "    out = acc / tl.where(empty, 1.0, l_i)[:, None] * 1.0003\n    out = tl.where(bad_len",
+             "decode split output scaled by 1.0003 (below fp16 rounding)"),
+    Mutation("decode-combine-out-scale", "attention", ATTN, "    out = acc / tl.where(empty, 1.0, total)\n",
+             "    out = acc / tl.where(empty, 1.0, total) * 0.9997\n", "combined decode output scaled by 0.9997"),
+    Mutation("decode-combine-lse-bias", "attention", ATTN,
+             "    lse_out = tl.where(empty, float(\"inf\"), (m + tl.math.log2(tl.where(empty, 1.0, total))) * 0.6931471805599453)",
+             "    lse_out = tl.where(empty, float(\"inf\"), (m + tl.math.log2(tl.where(empty, 1.0, total))) * 0.6931471805599453 - 2e-4)",
+             "combined log-sum-exp biased by 2e-4"),
+    Mutation("decode-idle-split-writes", "attention", ATTN, "    if (n_lo >= kv_len) & (split > 0):",
+             "    if (n_lo > kv_len) & (split > 0):", "a split past the sequence's end still writes a partial"),
+    Mutation("decode-group-mask", "attention", ATTN, "    g_mask = offs_g < group\n", "    g_mask = offs_g <= group\n",
+             "decode writes one query head of the next KV group"),
+    Mutation("decode-page-index", "attention", ATTN, "stride_btb + cols // PAGE_SIZE, mask=col_mask, other=0)",
+             "stride_btb + (cols + 1) // PAGE_SIZE, mask=col_mask, other=0)", "paged decode reads the next page one key early"),
+    Mutation("decode-combine-drops-last-split", "attention", ATTN, "    n_active = (kv_len + split_tokens - 1) // split_tokens\n",
+             "    n_active = kv_len // split_tokens\n", "combine ignores a partly filled last split"),
+    Mutation("decode-dropped-scale", "attention", ATTN,
+             "        qk = tl.dot(q, tl.trans(k)) * qk_scale_log2\n        qk = tl.where(col_mask[None, :], qk, float(\"-inf\"))",
+             "        qk = tl.dot(q, tl.trans(k))\n        qk = tl.where(col_mask[None, :], qk, float(\"-inf\"))",
+             "decode drops the softmax scale"),
+]
+
+
+def _copy_repo(dest: Path) -> None:
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        else:
+            shutil.copy2(src, dest / name)
+    (dest / ".shim").mkdir()
+    os.symlink("../kernels", dest / ".shim" / "polytrace_kernels")
+
+
+def _run_tests(copy: Path, tests: list[str], timeout_s: int) -> tuple[int, str, float]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(copy), str(copy / ".shim")])
+    env["TRITON_INTERPRET"] = "1"
+    env.pop("PYTEST_ADDOPTS", None)
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                              cwd=copy, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return -1, "timeout", time.monotonic() - start
+    output = proc.stdout + proc.stderr
+    failures = [x for x in output.splitlines() if x.startswith(("FAILED", "ERROR"))]
+    tail = output.strip().splitlines()
+    return proc.returncode, failures[0] if failures else (tail[-1] if tail else ""), time.monotonic() - start
+
+
+def check(mutation: Mutation, timeout_s: int) -> tuple[str, str, float]:
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{mutation.name}-") as tmp:
+        copy = Path(tmp)
+        _copy_repo(copy)
+        target = copy / mutation.path
+        text = target.read_text()
+        if text.count(mutation.old) != 1:
+            return "stale", f"snippet found {text.count(mutation.old)} times in {mutation.path}", 0.0
+        target.write_text(text.replace(mutation.old, mutation.new))
+        rc, first, elapsed = _run_tests(copy, FAMILY_TESTS[mutation.family], timeout_s)
+    if rc == 0:
+        return "survived", "every test passed", elapsed
+    if rc == -1:
+        return "killed", f"tests timed out after {timeout_s} s", elapsed
+    return "killed", first, elapsed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this mutation (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--jobs", type=int, default=1, help="mutations checked at a time (default 1)")
+    parser.add_argument("--timeout", type=int, default=900, help="seconds allowed per mutation's test run (default 900)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip running the unmutated copy's tests first")
+    args = parser.parse_args(argv)
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name:34s} {m.family:10s} {m.what}")
+        return 0
+    known = {m.name for m in MUTATIONS}
+    unknown = [n for n in args.only if n not in known]
+    if unknown:
+        print(f"mutation_check: error: unknown mutation(s) {unknown}; see --list", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print("mutation_check: error: --jobs must be >= 1", file=sys.stderr)
+        return 2
+    chosen = [m for m in MUTATIONS if not args.only or m.name in args.only]
+    start = time.monotonic()
+    if not args.no_baseline:
+        families = sorted({m.family for m in chosen})
+        tests = sorted({t for f in families for t in FAMILY_TESTS[f]})
+        with tempfile.TemporaryDirectory(prefix="mutation-baseline-") as tmp:
+            _copy_repo(Path(tmp))
+            rc, first, elapsed = _run_tests(Path(tmp), tests, args.timeout)
+        if rc != 0:
+            print(f"mutation_check: error: the unmutated kernel tests fail ({first}); fix them first", file=sys.stderr)
+            return 2
+        print(f"baseline   the unmutated tests pass ({elapsed:.0f} s)", flush=True)
+    results = {}
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {m.name: pool.submit(check, m, args.timeout) for m in chosen}
+        for m in chosen:
+            status, detail, elapsed = futures[m.name].result()
+            results[m.name] = status
+            print(f"{status:9s}  {m.name:34s} {elapsed:6.1f} s  {m.what}" + (f"  [{detail}]" if detail else ""),
+                  flush=True)
+    counts = {s: sum(1 for v in results.values() if v == s) for s in ("killed", "survived", "stale")}
+    total = time.monotonic() - start
+    print(f"{counts['killed']} killed, {counts['survived']} survived, {counts['stale']} stale of {len(chosen)} "
+          f"mutations in {total / 60:.1f} min")
+    if counts["stale"]:
+        return 2
+    return 1 if counts["survived"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Varlen attention and decode with each GPU's default tiles and split counts, in the interpreter.
+
+The other CPU tests run the interpreter's 16x16 tiles and at most a few decode splits; a GPU picks
+``default_fwd_config`` / ``default_bwd_config`` / ``default_decode_config`` for its capability
+(forward 128x64 or 64x32; dK/dV 32x128 on sm_90, 64x64 on sm_80 at D=128; dQ steps of 32-64 keys;
+decode blocks of 64 keys and up to 64 splits chosen from the SM count), which would otherwise first
+run on a GPU. Each distinct config of sm_80 and sm_90 (stages included: the interpreter accepts
+them) runs here on fp16 shapes that span several of its tiles, against fp64 with the tolerance rules.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from _bounds import attention_lse_scale, expect, sixteen_bit_checks
+from _footprint import watch_kernels
+from test_attention import check_decode
+
+from polytrace_kernels.attention import (
+    choose_split_tokens,
+    default_bwd_config,
+    default_decode_config,
+    default_fwd_config,
+    varlen_attention,
+    varlen_attention_reference,
+)
+from polytrace_kernels.tolerance import check_fp32
+
+CAPABILITIES = {"sm80": (8, 0), "sm90": (9, 0)}
+NUM_SMS = {"sm80": 108, "sm90": 132}  # A100, H100/H200: what choose_split_tokens sees on those GPUs
+HEAD_DIMS = (32, 128, 160)  # the three head-dim buckets (<= 64, <= 128, > 128; 160 is not a power of two)
+
+
+def _varlen_params():
+    params = []
+    for d in HEAD_DIMS:
+        seen = {}
+        for name, cap in CAPABILITIES.items():
+            cfg = (default_fwd_config(d, torch.float16, capability=cap),
+                   default_bwd_config(d, torch.float16, capability=cap))
+            seen.setdefault(repr([sorted(c.items()) for c in cfg]), (cfg, []))[1].append(name)
+        for cfg, names in seen.values():
+            params.append(pytest.param(d, *cfg, id=f"d{d}-{'+'.join(names)}"))
+    return params
+
+
+def _cu(lens):
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + n)
+    return torch.tensor(out, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("head_dim,fwd,bwd", _varlen_params())
+def test_varlen_with_gpu_default_tiles(head_dim, fwd, bwd):
+    assert fwd["BLOCK_M"] >= 64 and bwd["DKDV_BLOCK_N"] >= 64  # GPU tiles, not the interpreter's 16x16
+    # a sequence over two forward tiles and three dK/dV tiles, one exactly one tile, empty and
+    # one-token sequences, and a query shorter than its keys (bottom-right causal offset)
+    lens_q = [130, 0, 1, 64, 10, 33]
+    lens_k = [130, 0, 1, 64, 70, 33]
+    hq, hkv = 2, 1
+    gen = torch.Generator().manual_seed(head_dim)
+    q = torch.randn(sum(lens_q), hq, head_dim, generator=gen).half().requires_grad_()
+    k = torch.randn(sum(lens_k), hkv, head_dim, generator=gen).half().requires_grad_()
+    v = torch.randn(sum(lens_k), hkv, head_dim, generator=gen).half().requires_grad_()
+    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+    with watch_kernels() as rec:
+        out, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=True, return_lse=True, config=fwd, bwd_config=bwd)
+        dout = torch.randn(out.shape, generator=gen).half()
+        grads = torch.autograd.grad(out, (q, k, v), dout)
+    assert rec.one("varlen_fwd_kernel").args["BLOCK_M"] == fwd["BLOCK_M"]
+    dkdv = rec.one("varlen_bwd_dkdv_kernel").args
+    assert (dkdv["BLOCK_M"], dkdv["BLOCK_N"]) == (bwd["DKDV_BLOCK_M"], bwd["DKDV_BLOCK_N"])
+    assert rec.one("varlen_bwd_dq_kernel").args["BLOCK_N"] == bwd["DQ_BLOCK_N"]
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref, ref_lse = varlen_attention_reference(q64, k64, v64, cu_q, cu_k, return_lse=True,
+                                              compute_dtype=torch.float64)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+    same = varlen_attention_reference(q, k, v, cu_q, cu_k, compute_dtype=torch.float16)
+    same_grads = torch.autograd.grad(same, (q, k, v), dout)
+    scale, most = attention_lse_scale(q, k, cu_q, cu_k, True, 1.0 / math.sqrt(head_dim))
+    checks = [check_fp32("lse", lse, ref_lse, terms=most, scale=scale)]
+    for name, ours, exact, torch_same in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *ref_grads),
+                                             (same, *same_grads)):
+        checks += sixteen_bit_checks(name, ours, torch_same, exact.detach())
+    expect(*checks)
+
+
+def _decode_params():
+    params = []
+    for d in (64, 256):
+        seen = {}
+        for name, cap in CAPABILITIES.items():
+            cfg = default_decode_config(d, capability=cap)
+            seen.setdefault(repr(sorted(cfg.items())), (cfg, []))[1].append(name)
+        for cfg, names in seen.values():
+            params.append(pytest.param(d, cfg, names[-1], id=f"d{d}-{'+'.join(names)}"))
+    return params
+
+
+@pytest.mark.parametrize("head_dim,cfg,gpu", _decode_params())
+def test_decode_with_gpu_default_split_count(head_dim, cfg, gpu):
+    """The split size a GPU picks from its SM count (64 splits of 256 tokens for a 16k cache at
+    D=64; 16 for a 4k cache at D=256), one long and one short sequence, GQA 4; the combine kernel
+    merges every partial."""
+    assert cfg["SPLIT_TOKENS"] == 0 and cfg["BLOCK_N"] >= 32  # chosen at launch, GPU blocks
+    max_len = 16384 if head_dim == 64 else 4096
+    lens, hq, hkv = [max_len, 700], 4, 1
+    split = choose_split_tokens(len(lens), hkv, max_len, cfg["BLOCK_N"], NUM_SMS[gpu])
+    n_splits = -(-max_len // split)
+    assert n_splits == max_len // 256
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(len(lens), hq, head_dim, generator=gen).half()
+    kc = torch.randn(len(lens), max_len, hkv, head_dim, generator=gen).half()
+    vc = torch.randn(len(lens), max_len, hkv, head_dim, generator=gen).half()
+    with watch_kernels() as rec:
+        check_decode(q, kc, vc, torch.tensor(lens, dtype=torch.int32), config={**cfg, "SPLIT_TOKENS": split})
+    assert rec.one("decode_split_kernel").grid == (n_splits, len(lens) * hkv)
+    assert rec.one("decode_combine_kernel").args["N_SPLITS_POW2"] == n_splits
+
+
+def test_decode_many_splits_paged_with_gpu_blocks():
+    """Paged cache (16-token pages, so a 64-key block spans four pages) split 32 ways."""
+    cfg = default_decode_config(64, capability=(9, 0))
+    num_splits = 32
+    lens, page, hkv, hq, d = [2000, 17, 0, 700], 16, 2, 4, 64
+    pages_per_seq = 2048 // page
+    gen = torch.Generator().manual_seed(5)
+    n_pages = len(lens) * pages_per_seq
+    table = torch.randperm(n_pages, generator=gen).reshape(len(lens), pages_per_seq).to(torch.int32)
+    kp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    vp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    q = torch.randn(len(lens), hq, d, generator=gen).half()
+    with watch_kernels() as rec:
+        check_decode(q, kp, vp, torch.tensor(lens, dtype=torch.int32), block_table=table, num_splits=num_splits,
+                     config={"BLOCK_N": cfg["BLOCK_N"], "num_stages": cfg["num_stages"]})
+    assert rec.one("decode_split_kernel").grid[0] == num_splits

@@ -1,0 +1,117 @@
+"""The attention kernels' arithmetic at fp32 precision (interpreter only).
+
+The public API takes fp16/bf16, whose outputs round at 4.9e-4 (fp16) relative: a relative error of
+3e-4 inside the arithmetic (the backward's delta, a scale, a log-sum-exp read 2e-4 high) can hide
+under that rounding, whatever rule checks the 16-bit outputs. In the interpreter ``tl.dot`` on fp32
+is an exact numpy matmul, so the same kernels, launched through the internal launchers
+(``api._fwd``, ``api._bwd``, ``api._decode``) on fp32 q, k, v, compute every intermediate and
+output in fp32, and every output (out, lse, dq, dk, dv, decode out and lse) must meet the fp32
+rule of ``polytrace_kernels.tolerance`` with the elementwise scales of
+``_bounds.attention_fp32_scales``. Measured: at most 1.4 fp32 roundings at that scale (bound: 8).
+Includes every causal offset ``Lk - Lq`` modulo the key block (the unmasked-loop boundary).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from _bounds import attention_fp32_scales, attention_lse_scale, decode_lse_scale, expect
+
+from polytrace_kernels._interpreter import interpreting
+from polytrace_kernels.attention import api, decode_attention_reference, varlen_attention_reference
+from polytrace_kernels.attention.schedule import varlen_plan
+from polytrace_kernels.tolerance import check_fp32
+
+pytestmark = pytest.mark.skipif(not interpreting(), reason="fp32 attention needs the interpreter's exact fp32 tl.dot")
+
+
+def _cu(lens):
+    out = [0]
+    for n in lens:
+        out.append(out[-1] + int(n))
+    return torch.tensor(out, dtype=torch.int32)
+
+
+CASES = {
+    # name: (lens_q, lens_k, heads_q, heads_kv, head_dim, causal, tiles)
+    "ragged-0-1": ([5, 0, 17, 1, 33, 16], None, 2, 2, 32, True, None),
+    "gqa4-d64": ([23, 9, 40], None, 4, 1, 64, True, None),
+    "q-shorter-than-k": ([3, 10, 0, 7, 1], [9, 29, 4, 7, 5], 4, 2, 32, True, None),
+    "q-longer-than-k": ([12, 20], [5, 0], 2, 1, 32, True, None),
+    "non-causal-cross": ([5, 21, 0], [8, 30, 6], 3, 1, 32, False, None),
+    "head-dim-24": ([19, 13], None, 2, 2, 24, True, None),
+    # Lk - Lq = 0..17 with 20 queries (two 16-row blocks): every residue of the 16-key block, so the
+    # forward's unmasked-loop end and dK/dV's first query block are hit at each alignment
+    "every-causal-offset": ([20] * 18, [20 + i for i in range(18)], 1, 1, 16, True, None),
+    # GPU tiles (64-key blocks): offsets 61-65 around a block boundary, one sequence over two tiles
+    "sm90-tiles-offsets": ([7, 7, 7, 7, 7, 130], [68, 69, 70, 71, 72, 130], 2, 1, 32, True, (9, 0)),
+    "sm80-tiles-d128": ([70, 3, 20], [70, 66, 90], 2, 1, 128, True, (8, 0)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_varlen_kernels_at_fp32_precision(case):
+    lens_q, lens_k, hq, hkv, d, causal, capability = CASES[case]
+    lens_k = lens_k or lens_q
+    gen = torch.Generator().manual_seed(11)
+    q = torch.randn(sum(lens_q), hq, d, generator=gen) * 2
+    k = torch.randn(sum(lens_k), hkv, d, generator=gen) * 2
+    v = torch.randn(sum(lens_k), hkv, d, generator=gen)
+    dout = torch.randn(sum(lens_q), hq, d, generator=gen)
+    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+    fwd = api.default_fwd_config(d, torch.float16, capability=capability)
+    bwd = api.default_bwd_config(d, torch.float16, capability=capability)
+    scale = 1.0 / math.sqrt(d)
+    plan = varlen_plan(cu_q, cu_k, q.shape[0], k.shape[0], block_m=fwd["BLOCK_M"], causal=causal)
+    out, lse = api._fwd(q, k, v, plan, causal, scale, fwd)
+    dq, dk, dv = api._bwd(dout, q, k, v, out, lse, plan, causal, scale, bwd)
+    assert out.dtype == dq.dtype == torch.float32  # the kernels really ran in fp32
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    ref, ref_lse = varlen_attention_reference(q64, k64, v64, cu_q, cu_k, causal=causal, return_lse=True,
+                                              compute_dtype=torch.float64)
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+    scales = attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal, scale)
+    lse_scale, most = attention_lse_scale(q, k, cu_q, cu_k, causal, scale)
+    expect(check_fp32(f"{case}/lse", lse, ref_lse, terms=most, scale=lse_scale),
+           *[check_fp32(f"{case}/{name}", ours, truth.detach(), scale=scales[name])
+             for name, ours, truth in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), (ref, *ref_grads))])
+
+
+@pytest.mark.parametrize("split_tokens", [64, 32, 16])
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_kernels_at_fp32_precision(split_tokens, paged):
+    """One split (the single-split path), and 2 or 3 splits merged by the combine kernel."""
+    lens, lmax, hq, hkv, d, page = [40, 0, 1, 17, 32, 9], 48, 4, 2, 32, 8
+    gen = torch.Generator().manual_seed(12)
+    q = torch.randn(len(lens), hq, d, generator=gen) * 2
+    kc = torch.randn(len(lens), lmax, hkv, d, generator=gen) * 2
+    vc = torch.randn(len(lens), lmax, hkv, d, generator=gen)
+    seqlens = torch.tensor(lens, dtype=torch.int32)
+    table = None
+    k_in, v_in, page_size = kc, vc, 1
+    if paged:
+        per_seq = lmax // page
+        table = torch.randperm(len(lens) * per_seq, generator=gen).reshape(len(lens), per_seq).to(torch.int32)
+        k_in = torch.empty(len(lens) * per_seq, page, hkv, d)
+        v_in = torch.empty_like(k_in)
+        for b in range(len(lens)):
+            for j in range(per_seq):
+                k_in[table[b, j]] = kc[b, j * page:(j + 1) * page]
+                v_in[table[b, j]] = vc[b, j * page:(j + 1) * page]
+        page_size = page
+    cfg = api.default_decode_config(d, on_cuda=False)  # 16-key blocks
+    scale = 1.0 / math.sqrt(d)
+    out, lse = api._decode(q, k_in, v_in, seqlens, table, lmax, page_size, scale, split_tokens, cfg)
+    assert out.dtype == torch.float32
+    ref, ref_lse = decode_attention_reference(q.double(), kc.double(), vc.double(), seqlens, return_lse=True,
+                                              compute_dtype=torch.float64)
+    # the decode is varlen attention with one query per sequence: the same error model
+    packed_k = torch.cat([kc[b, :n] for b, n in enumerate(lens)])
+    packed_v = torch.cat([vc[b, :n] for b, n in enumerate(lens)])
+    scales = attention_fp32_scales(q, packed_k, packed_v, torch.zeros_like(q), _cu([1] * len(lens)), _cu(lens),
+                                   False, scale)
+    lse_scale, longest = decode_lse_scale(q, kc, seqlens, scale)
+    expect(check_fp32("decode/out", out, ref, scale=scales["out"]),
+           check_fp32("decode/lse", lse, ref_lse, terms=longest, scale=lse_scale))
