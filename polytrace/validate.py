@@ -311,7 +311,9 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
                          "of work and the fixed cost of the like stage")
         notes += [f"calibration log: {n}" for n in other_notes if n.startswith(("left out", "inferred"))]
         cal = calibrate(other_rows, src_stages, source=str(calibrate_on), first_step=other_log.steps[0].step,
-                        overlapped=_overlapped(other_split))
+                        overlapped=_overlapped(other_split), transfer=True)
+        notes.append("calibrated for another run: the trainer stages' constant seconds are taken as paid per "
+                     "micro-batch, not per call")
         test_rows, cal_rows = rows, other_rows
     else:
         if len(rows) <= calibrate_steps:
