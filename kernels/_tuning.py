@@ -39,17 +39,25 @@ def tuning_root() -> Path:
     return Path(__file__).resolve().parents[1] / "results" / "tuning"
 
 
-@functools.lru_cache(maxsize=16)
-def family_source_hash(family: str) -> str:
-    """sha256 (16 hex digits) over ``kernels/<family>/*.py`` as they are now; "" for no such family."""
-    folder = Path(__file__).resolve().parent / family
-    if not family or "/" in family or "\\" in family or family.startswith(".") or not folder.is_dir():
+def folder_source_hash(folder: Path) -> str:
+    """sha256 (first 16 hex digits) over ``folder/*.py`` (names and bytes, sorted); "" when the
+    folder does not exist. The one definition of a kernel source hash: results, tuned configs and
+    ``polytrace ab`` record it (``polytrace.provenance``), the launchers compare it here."""
+    if not folder.is_dir():
         return ""
     h = hashlib.sha256()
     for path in sorted(folder.glob("*.py")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=16)
+def family_source_hash(family: str) -> str:
+    """``folder_source_hash`` of ``kernels/<family>/`` as it is now; "" for no such family."""
+    if not family or "/" in family or "\\" in family or family.startswith("."):
+        return ""
+    return folder_source_hash(Path(__file__).resolve().parent / family)
 
 
 def _stale(data: dict, kernel: str, path: Path) -> bool:

@@ -7,7 +7,6 @@ applied by mistake.
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -28,14 +27,11 @@ def kernel_source_hash(family: str) -> str:
 
 def folder_source_hash(folder: Path) -> str:
     """sha256 (first 16 hex digits) over ``folder/*.py`` (names and bytes, sorted); "" when the
-    folder does not exist. ``polytrace ab`` hashes another revision's kernels with it."""
-    if not folder.is_dir():
-        return ""
-    h = hashlib.sha256()
-    for path in sorted(folder.glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    folder does not exist. ``polytrace ab`` hashes another revision's kernels with it. The kernels'
+    own definition, so the hash results record is the one the launchers check tuned configs by."""
+    from polytrace_kernels._tuning import folder_source_hash as _hash  # standard library only
+
+    return _hash(Path(folder))
 
 
 def git_commit(root: str | os.PathLike | None = None, mark_dirty: bool = True) -> str:

@@ -26,7 +26,6 @@ explicitly, with an adapter that knows its family's launcher. A family provides 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -121,7 +120,9 @@ def _search_here(tunable: Tunable, *, profile: str, model: str | None, seed: int
     import torch
 
     on_gpu = bool(torch.cuda.is_available())
-    if not on_gpu and os.environ.get("TRITON_INTERPRET") != "1":
+    from polytrace_kernels._interpreter import interpreting  # the reading every kernel family uses
+
+    if not on_gpu and not interpreting():
         raise PolytraceError(f"no CUDA GPU: to run the tuning code path in the Triton interpreter (a smoke "
                              f"test; its timings are not performance), run: TRITON_INTERPRET=1 polytrace tune "
                              f"{tunable.name} --profile {profile}")

@@ -186,23 +186,29 @@ def _kk_free(costs: np.ndarray, k: int, parent: list) -> list:
             sums.insert(q, nv)
             labels.insert(q, lab)
         else:
-            sums = [x + y for x, y in zip(s0, reversed(s1))]
-            labels = []
-            for x, y in zip(l0, reversed(l1)):
-                if x < 0:
-                    labels.append(y)
-                else:
-                    if y >= 0:
-                        parent[y] = x
-                    labels.append(x)
-            pairs = sorted(zip(sums, labels), reverse=True)
-            sums = [q[0] for q in pairs]
-            labels = [q[1] for q in pairs]
+            sums, labels = _merge_states(s0, l0, s1, l1, parent)
         heapq.heappush(heap, (sums[-1] - sums[0], -sums[0], counter, sums, labels))
         counter += 1
     if heap:
         return heap[0][4]
     return ([si[0]] if m else [-1]) + [-1] * (k - 1)
+
+
+def _merge_states(s0: list, l0: list, s1: list, l1: list, parent: list) -> tuple[list, list]:
+    """Differencing step: the heaviest set of one state joins the lightest of the other, and so on.
+    A merged set keeps one item as its label; the other's label points at it (``parent``). Returns
+    the sums, heaviest first, and their labels (-1: still empty)."""
+    sums = [x + y for x, y in zip(s0, reversed(s1))]
+    labels = []
+    for x, y in zip(l0, reversed(l1)):
+        if x < 0:
+            labels.append(y)
+        else:
+            if y >= 0:
+                parent[y] = x
+            labels.append(x)
+    pairs = sorted(zip(sums, labels), reverse=True)
+    return [q[0] for q in pairs], [q[1] for q in pairs]
 
 
 def _kk_equal(costs: np.ndarray, k: int, parent: list) -> list:
@@ -225,18 +231,7 @@ def _kk_equal(costs: np.ndarray, k: int, parent: list) -> list:
     while len(heap) > 1:
         s0, l0 = heapq.heappop(heap)[3:]
         s1, l1 = heapq.heappop(heap)[3:]
-        sums = [x + y for x, y in zip(s0, reversed(s1))]
-        labels = []
-        for x, y in zip(l0, reversed(l1)):
-            if x < 0:
-                labels.append(y)
-            else:
-                if y >= 0:
-                    parent[y] = x
-                labels.append(x)
-        pairs = sorted(zip(sums, labels), reverse=True)
-        sums = [q[0] for q in pairs]
-        labels = [q[1] for q in pairs]
+        sums, labels = _merge_states(s0, l0, s1, l1, parent)
         heapq.heappush(heap, (sums[-1] - sums[0], -sums[0], counter, sums, labels))
         counter += 1
     return heap[0][4] if heap else [-1] * k
