@@ -410,6 +410,8 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         critic_model=critic, micro_batch_tokens=mb_tokens or None,
         micro_batch_seqs=int(mb_seqs) if mb_seqs else None,
         remove_padding=v.flag("actor_rollout_ref.model.use_remove_padding", False),
+        critic_remove_padding=(v.flag("critic.model.use_remove_padding", False)
+                               if has_critic and v.raw("critic.model.use_remove_padding")[0] else None),
         mem_fraction=float(mem),
         gradient_checkpointing=v.flag("actor_rollout_ref.model.enable_gradient_checkpointing", False),
         max_num_seqs=v.count("actor_rollout_ref.rollout.max_num_seqs") or 1024,

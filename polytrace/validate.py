@@ -45,6 +45,9 @@ MAX_DECODE_ITERATIONS = 20_000_000
 # steps x GPUs past this would take minutes (a 1,000-step log of a 512-GPU run is 5*10^5).
 MAX_STEP_GPU_PRODUCT = 3_000_000
 _NEEDED = ("response_length/mean",)
+# Timers round and overlap by a few milliseconds: a step is taken as holding its validation
+# seconds unless removing them leaves under 98% of its timed stages.
+_STEP_SLACK = 0.98
 _MAX_NOTED = 5  # bad steps named one by one before the rest are counted
 
 __all__ = ["Calibration", "Overrides", "StepData", "config_from_log", "price_steps", "step_batch", "validate"]
@@ -54,8 +57,26 @@ def _bad(v) -> bool:
     return v is None or not math.isfinite(v)
 
 
+def _step_time(timings: dict, extra: dict, overlapped: bool) -> tuple[float, bool]:
+    """The step's own seconds. verl's step timer held validation (``testing``) and checkpoint
+    (``save_checkpoint``) seconds up to 0.4 and leaves them out from 0.5 on (the shared logs and
+    the 0.3/0.4 logs gathered for this: step = stages + testing + save; a 0.5 log: step 55.1 s
+    with 22.9 s of testing and 17.5 s of saving beside 55.1 s of stages). A step cannot take less
+    than its own timed stages, so when taking them out would leave less, the timer left them out."""
+    step = timings["step"]
+    if not extra:
+        return step, False
+    on_path = sum(v for k, v in timings.items() if k in TOP_LEVEL and not (overlapped and k == "gen")
+                  and math.isfinite(v) and v > 0)
+    without = step - sum(extra.values())
+    if on_path > 0 and without < _STEP_SLACK * on_path <= step:
+        return step, True
+    return without, False
+
+
 def _step_rows(log: TrainingLog, run: RunConfig | None = None,
-               left: list[str] | None = None, split: Split | None = None) -> list[StepData]:
+               left: list[str] | None = None, split: Split | None = None,
+               notes: list[str] | None = None) -> list[StepData]:
     """The log's steps as rows, each checked: timings finite and positive, length statistics
     finite, positive and within the configured caps. A failing step is left out and named in
     ``left``."""
@@ -67,6 +88,7 @@ def _step_rows(log: TrainingLog, run: RunConfig | None = None,
     rows = []
     left = left if left is not None else []
     prev_extra = False
+    excluded: list[int] = []  # steps whose timer left validation and checkpoint out
     for s in log.steps:
         timings = dict(s.timings)
         if "gen" not in timings and "generate_sequences" in timings:
@@ -79,7 +101,9 @@ def _step_rows(log: TrainingLog, run: RunConfig | None = None,
             continue
         actual = {k: timings[k] for k in STAGES if k in timings}
         if "step" in timings:
-            total = timings["step"] - sum(extra.values())
+            total, left_out_by_timer = _step_time(timings, extra, overlapped)
+            if left_out_by_timer:
+                excluded.append(s.step)
         else:
             total = sum(v for k, v in timings.items() if k in TOP_LEVEL)
         if not total > 0:
@@ -90,6 +114,10 @@ def _step_rows(log: TrainingLog, run: RunConfig | None = None,
         actual["step"] = total
         rows.append(StepData(s.step, dict(s.metrics), actual, extra, after_extra=prev_extra))
         prev_extra = bool(extra)
+    if excluded and notes is not None:
+        notes.append(f"timing_s/step leaves validation and checkpoint seconds out on {len(excluded)} step(s) (first: "
+                     f"step {excluded[0]}; it is shorter than its own timed stages once they are taken out): "
+                     "used as logged")
     if not rows:
         first = f" ({left[0]})" if left else ""
         hint = "; if the log's caps are wrong, pass --max-prompt-len / --max-response-len" if "cap" in first else ""
@@ -230,8 +258,9 @@ def prepare(path, overrides: Overrides | None = None):
     run, notes = config_from_log(log, overrides)
     split = execution_split(log)
     left: list[str] = []
-    rows = _step_rows(log, run, left, split)
-    notes = list(log.notes) + notes + _noted(left, "left out")
+    timer_notes: list[str] = []
+    rows = _step_rows(log, run, left, split, timer_notes)
+    notes = list(log.notes) + notes + _noted(left, "left out") + timer_notes
     if split.mode != "sync":
         notes.append(f"{split.mode} run: generation overlaps training, so the step is priced as the trainer's "
                      "stages plus the calibrated time outside them (execution modes: estimate --mode)")
@@ -282,7 +311,9 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
                          "of work and the fixed cost of the like stage")
         notes += [f"calibration log: {n}" for n in other_notes if n.startswith(("left out", "inferred"))]
         cal = calibrate(other_rows, src_stages, source=str(calibrate_on), first_step=other_log.steps[0].step,
-                        overlapped=_overlapped(other_split))
+                        overlapped=_overlapped(other_split), transfer=True)
+        notes.append("calibrated for another run: the trainer stages' constant seconds are taken as paid per "
+                     "micro-batch, not per call")
         test_rows, cal_rows = rows, other_rows
     else:
         if len(rows) <= calibrate_steps:

@@ -83,14 +83,16 @@ def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
     n = len(lengths)
     if slots >= n:
         return np.zeros(n, dtype=np.int64)
-    starts = np.zeros(n, dtype=np.int64)
-    heap = [int(x) for x in lengths[:slots]]
+    lens = np.asarray(lengths, dtype=np.int64).tolist()  # Python ints: the loop below is the hot path
+    heap = lens[:slots]
     heapq.heapify(heap)
+    out = [0] * n
+    replace = heapq.heapreplace
     for i in range(slots, n):
-        t = heapq.heappop(heap)
-        starts[i] = t
-        heapq.heappush(heap, t + int(lengths[i]))
-    return starts
+        t = heap[0]  # the first running sequence to finish frees its slot
+        out[i] = t
+        replace(heap, t + lens[i])
+    return np.array(out, dtype=np.int64)
 
 
 def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency = DEFAULT,

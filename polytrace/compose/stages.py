@@ -19,6 +19,7 @@ from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
 from .pricing import ROOFLINE, Pricer
+from .quantiles import midpoint_quantiles
 from .rollout import RolloutResult, simulate_rollout
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
@@ -55,6 +56,9 @@ class RunConfig:
     micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
     micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
     remove_padding: bool = True
+    # the critic's own ``critic.model.use_remove_padding`` where a log states it (None: as the
+    # actor's); a padded critic costs the same every step whatever the lengths
+    critic_remove_padding: bool | None = None
     mem_fraction: float = 0.5  # gpu_memory_utilization of the inference engine
     gradient_checkpointing: bool = True
     max_num_seqs: int = 1024
@@ -111,7 +115,9 @@ class RunConfig:
             tp=self.train_tp if self.strategy == "megatron" else 1,
             pp=self.train_pp if self.strategy == "megatron" else 1,
             micro_batch_seqs=seqs, micro_batch_tokens=tokens,
-            remove_padding=self.remove_padding, pad_to=self.max_prompt_len + self.max_response_len,
+            remove_padding=(self.critic_remove_padding if stage in ("values", "update_critic")
+                            and self.critic_remove_padding is not None else self.remove_padding),
+            pad_to=self.max_prompt_len + self.max_response_len,
             gradient_checkpointing=self.gradient_checkpointing, mini_batches=self.mini_batches,
             balance=self.balance_batch,
             lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0)
@@ -125,7 +131,8 @@ class RunConfig:
             "algorithm": self.algorithm, "use_ref": self.use_ref,
             "critic_model": (self.critic_model or self.model).name if self.use_critic else None,
             "micro_batch_tokens": self.micro_batch_tokens, "micro_batch_seqs": self.micro_batch_seqs,
-            "remove_padding": self.remove_padding, "mem_fraction": self.mem_fraction,
+            "remove_padding": self.remove_padding, "critic_remove_padding": self.critic_remove_padding,
+            "mem_fraction": self.mem_fraction,
             "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
             "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
             "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
@@ -272,7 +279,11 @@ def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float |
     """Deterministic lengths with a given mean, maximum, minimum and share at the cap: the
     uncapped part follows the quantiles of a Beta(shape, b) on [min, max], b chosen to match the
     mean, and the longest sequence is the reported maximum. Used when only a log's summary
-    statistics of a step are known."""
+    statistics of a step are known.
+
+    The quantiles are interpolated (``quantiles.py``: within 1e-7 relative) unless a length
+    would then sit too close to a rounding boundary to be sure of its whole number; then they
+    are computed to scipy's precision, so the lengths are the ones scipy's quantiles give."""
     n = max(1, int(n_seqs))
     lo = float(min_len) if min_len is not None and np.isfinite(min_len) else max(1.0, 0.1 * mean)
     hi = float(max_len)
@@ -281,29 +292,39 @@ def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float |
     n_cap = 0
     if clip_ratio is not None and np.isfinite(clip_ratio) and cap is not None and hi >= cap:
         n_cap = int(round(clip_ratio * n))
-    n_free = n - n_cap
     out = np.full(n, hi)
-    if n_free > 0:
-        m_free = (mean * n - n_cap * hi) / n_free
-        m_free = float(np.clip(m_free, lo, hi))
-        top = hi if n_cap == 0 else hi - 1
-        if top <= lo or m_free >= top:
-            free = np.full(n_free, m_free)
-        else:
-            frac = (m_free - lo) / (top - lo)
-            frac = float(np.clip(frac, 1e-3, 1 - 1e-3))
-            b = shape * (1 - frac) / frac
-            from scipy.stats import beta as beta_dist
-
-            q = (np.arange(n_free) + 0.5) / n_free
-            free = lo + (top - lo) * beta_dist.ppf(q, shape, b)
-            if n_cap == 0 and n_free > 1:
-                free[-1] = hi  # the reported maximum; the others carry the rest of the mean
-                rest = m_free * n_free - hi
-                free[:-1] = lo + (free[:-1] - lo) * max(rest - lo * (n_free - 1), 0.0) / max(
-                    float((free[:-1] - lo).sum()), 1e-9)
-            else:
-                free = lo + (free - lo) * (m_free - lo) / max(float(free.mean()) - lo, 1e-9)
-            free = np.clip(free, lo, hi)
-        out[:n_free] = free
+    out[:n - n_cap], err = _free_lengths(n - n_cap, n_cap, mean, lo, hi, shape, polish=False)
+    if err > 0:
+        # rescaling at most doubles the quantiles' relative error; a length that close to .5
+        # could round either way: compute it again to scipy's precision
+        near_half = np.abs(out - np.floor(out) - 0.5) <= 2.5 * err * np.maximum(np.abs(out), 1.0)
+        if near_half.any():
+            out[:n - n_cap], _ = _free_lengths(n - n_cap, n_cap, mean, lo, hi, shape, polish=True)
     return np.maximum(np.round(out), 1).astype(np.int64)
+
+
+def _free_lengths(n_free: int, n_cap: int, mean: float, lo: float, hi: float, shape: float,
+                  polish: bool) -> tuple[np.ndarray, float]:
+    """The lengths of the responses not cut at the cap (unrounded), and the relative error bound
+    of the quantiles they came from."""
+    n = n_free + n_cap
+    if n_free <= 0:
+        return np.zeros(0), 0.0
+    m_free = (mean * n - n_cap * hi) / n_free
+    m_free = float(np.clip(m_free, lo, hi))
+    top = hi if n_cap == 0 else hi - 1
+    if top <= lo or m_free >= top:
+        return np.full(n_free, m_free), 0.0
+    frac = (m_free - lo) / (top - lo)
+    frac = float(np.clip(frac, 1e-3, 1 - 1e-3))
+    b = shape * (1 - frac) / frac
+    quantiles, err = midpoint_quantiles(n_free, shape, b, polish=polish)
+    free = lo + (top - lo) * quantiles
+    if n_cap == 0 and n_free > 1:
+        free[-1] = hi  # the reported maximum; the others carry the rest of the mean
+        rest = m_free * n_free - hi
+        free[:-1] = lo + (free[:-1] - lo) * max(rest - lo * (n_free - 1), 0.0) / max(
+            float((free[:-1] - lo).sum()), 1e-9)
+    else:
+        free = lo + (free - lo) * (m_free - lo) / max(float(free.mean()) - lo, 1e-9)
+    return np.clip(free, lo, hi), err

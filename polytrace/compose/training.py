@@ -117,28 +117,35 @@ def lora_flops_per_token(model: ModelSpec, rank: int) -> float:
 
 
 @dataclass
-class _RankCost:
-    kernels: dict[str, float]
+class _RankCosts:
+    """Per rank (arrays over the ranks of a pass's optimizer steps, step-major): device seconds
+    by kernel family and collective seconds."""
+
+    kernels: dict[str, np.ndarray]
     sources: dict[str, str]
-    comm_s: float
-    micro_batches: int
-    flops: float
-    hidden_comm_s: float = 0.0  # of ``comm_s``, what can hide behind compute (FSDP's backward)
-    hide_s: float = 0.0  # the backward compute it hides behind (at the roofline)
+    comm_s: np.ndarray
+    micro_batches: np.ndarray
+    flops: np.ndarray
+    tokens: np.ndarray
+    hidden_comm_s: np.ndarray | float = 0.0  # of ``comm_s``, what can hide behind compute (FSDP's backward)
+    hide_s: np.ndarray | float = 0.0  # the backward compute it hides behind (at the roofline)
 
     @property
-    def exposed_comm_s(self) -> float:
+    def exposed_comm_s(self) -> np.ndarray:
         """The collectives nothing hides. FSDP (verl's defaults: backward prefetch on, forward
         prefetch off) gathers each layer's parameters just before its forward, in series, while
         the backward's gathers and gradient reduce-scatters overlap the backward's compute;
         Megatron's tensor-parallel all-reduces sit between the matmuls. The compute that hides
         them is taken at the roofline, so a kernel family's what-if (a measured provider, a
         speedup) moves that family's time only and the breakdown stays a sum of parts."""
-        return self.comm_s - self.hidden_comm_s + max(0.0, self.hidden_comm_s - self.hide_s)
+        return self.comm_s - self.hidden_comm_s + np.maximum(0.0, self.hidden_comm_s - self.hide_s)
 
     @property
-    def time_s(self) -> float:
-        return sum(self.kernels.values()) + self.exposed_comm_s
+    def time_s(self) -> np.ndarray:
+        total = np.zeros_like(self.comm_s)
+        for v in self.kernels.values():
+            total = total + v
+        return total + self.exposed_comm_s
 
 
 def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, backward: bool,
@@ -152,37 +159,43 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     that many mini-batches (verl's ``ppo_mini_batch_size``), every one at least one micro-batch,
     and every optimizer step waits for the slowest rank, so the pass is the sum over mini-batches
     of the slowest rank's time. With many GPUs a rank holds a few sequences per mini-batch and
-    the one holding the longest sets the time: the trainer's own long tail."""
+    the one holding the longest sets the time: the trainer's own long tail.
+
+    Every rank of every optimizer step is priced at once (arrays over them: a 1,000-step log's
+    trainer passes cost ~1/10 of pricing them rank by rank), the same arithmetic per rank."""
     pricer = pricer or Pricer(gpu, eff)
     lens = np.asarray(seq_lens, dtype=np.float64)
     dp = layout.dp
     groups = max(1, int(layout.mini_batches)) if backward else 1
     # per rank, its sequences cut into the optimizer steps' mini-batches (contiguous, as verl splits)
-    shares = [np.array_split(lens[idx], groups) for idx in rank_indices(lens, dp, layout.balance)]
+    shares = [_split(lens[idx], groups) for idx in rank_indices(lens, dp, layout.balance)]
+    chunks = [share[j] for j in range(groups) for share in shares]  # optimizer step-major
+    costs = _rank_costs(model, gpu, chunks, layout, backward=backward, lm_head=lm_head, eff=eff, pricer=pricer)
+    n_ranks = len(shares)
+    times = costs.time_s.reshape(groups, n_ranks) if n_ranks else np.zeros((groups, 0))
     total = PassCost(0.0, 0.0, 0.0, 0.0, 0, 0.0)
     kernels: dict[str, float] = {}
-    sources: dict[str, str] = {}
+    sources = dict(costs.sources) if bool((costs.tokens > 0).any()) else {}
     model_shards = layout.tp * layout.pp
+    micro = costs.micro_batches.reshape(groups, n_ranks) if n_ranks else np.zeros((groups, 0), dtype=np.int64)
+    flops = costs.flops.reshape(groups, n_ranks) if n_ranks else np.zeros((groups, 0))
     for j in range(groups):
-        ranks = [_rank_cost(model, gpu, share[j], layout, backward=backward, lm_head=lm_head, eff=eff,
-                            pricer=pricer) for share in shares]
-        rank_times = [r.time_s for r in ranks]
-        slowest_i = int(np.argmax(rank_times)) if rank_times else 0
+        rank_times = times[j].tolist()
+        slowest_i = int(np.argmax(times[j])) if rank_times else 0
         slowest = rank_times[slowest_i] if rank_times else 0.0
         # the slowest rank's kernels, and the collective time its compute does not hide
-        fam = dict(ranks[slowest_i].kernels) if ranks else {}
+        at = j * n_ranks + slowest_i
+        fam = ({k: float(v[at]) for k, v in costs.kernels.items()}
+               if rank_times and costs.tokens[at] > 0 else {})
         compute = sum(fam.values())
         comm = slowest - compute
         for k, v in fam.items():
             kernels[k] = kernels.get(k, 0.0) + v
-        for r in ranks:
-            for k, v in r.sources.items():
-                sources.setdefault(k, v)
         total.time_s += slowest
         total.comm_s += comm
         total.compute_s += compute
-        total.flops += sum(r.flops for r in ranks)
-        total.micro_batches += max((r.micro_batches for r in ranks), default=0)
+        total.flops += sum(flops[j].tolist())
+        total.micro_batches += int(micro[j].max()) if rank_times else 0
         total.imbalance_gpu_s += sum(slowest - t for t in rank_times) * model_shards
     host = total.micro_batches * host_seconds_per_micro_batch(model, layout, backward=backward, eff=eff) \
         * pricer.scale("host")
@@ -191,9 +204,40 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
                     total.imbalance_gpu_s, host, kernels, sources, plan, plan_src)
 
 
-def _rank_cost(model: ModelSpec, gpu: GPU, chunk: np.ndarray, layout: TrainerLayout, *, backward: bool,
-               lm_head: bool, eff: Efficiency, pricer: Pricer) -> _RankCost:
-    """Device seconds by kernel family and collective seconds of one rank's share of a pass."""
+def _split(a: np.ndarray, parts: int) -> list[np.ndarray]:
+    """``np.array_split(a, parts)`` (the first ``len(a) % parts`` parts one longer), by slicing."""
+    size, extra = divmod(len(a), parts)
+    bounds = [0]
+    for i in range(parts):
+        bounds.append(bounds[-1] + size + (1 if i < extra else 0))
+    return [a[bounds[i]:bounds[i + 1]] for i in range(parts)]
+
+
+def _chunk_stats(chunks: list[np.ndarray], layout: TrainerLayout):
+    """Per chunk: sequences, tokens, sum of L(L+1)/2, sum of L^2 and the longest, after verl's
+    padding to the configured maximum when padding is kept (whole numbers: the sums are exact)."""
+    counts = np.array([len(c) for c in chunks], dtype=np.int64)
+    n = len(chunks)
+    tokens, pairs, squares, longest = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    full = counts > 0
+    if full.any():
+        values = np.concatenate([c for c in chunks if len(c)])
+        starts = np.concatenate([[0], np.cumsum(counts[full])[:-1]])
+        longest[full] = np.maximum.reduceat(values, starts)
+        if not layout.remove_padding:  # every sequence padded to the configured maximum
+            pad = np.full(int(full.sum()), float(layout.pad_to)) if layout.pad_to else longest[full]
+            values = np.repeat(pad, counts[full])
+            longest[full] = pad
+        tokens[full] = np.add.reduceat(values, starts)
+        pairs[full] = np.add.reduceat(values * (values + 1) / 2, starts)
+        squares[full] = np.add.reduceat(values * values, starts)
+    return counts, tokens, pairs, squares, longest
+
+
+def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: TrainerLayout, *, backward: bool,
+                lm_head: bool, eff: Efficiency, pricer: Pricer) -> _RankCosts:
+    """Device seconds by kernel family and collective seconds of each rank's share of a pass
+    (``chunks``: one array of sequence lengths per rank and optimizer step)."""
     lora = layout.lora_rank > 0
     fwd_passes = 2 if backward and layout.gradient_checkpointing else 1
     # matmul passes: the forward (again with activation checkpointing) and, in an update, the
@@ -211,26 +255,29 @@ def _rank_cost(model: ModelSpec, gpu: GPU, chunk: np.ndarray, layout: TrainerLay
     # adapters: forward, and in an update both gradients (their weights train)
     adapter_flops = lora_flops_per_token(model, layout.lora_rank) * (fwd_passes + (2 if backward else 0))
     fused = lm_head and pricer.fused_logprob(backward)  # the LM head inside the log-prob kernel
-    if not layout.remove_padding and len(chunk):  # every sequence padded to the configured maximum
-        chunk = np.full(len(chunk), float(layout.pad_to or chunk.max(initial=0)))
-    tokens = float(chunk.sum())
-    pairs = float((chunk * (chunk + 1) / 2).sum())
+    counts, tokens, pairs, squares, longest = _chunk_stats(chunks, layout)
     flops = (model.matmul_flops_per_token(lm_head) * tokens * mult + adapter_flops * tokens
              + model.attn_flops_per_pair * pairs * attn_mult)
-    n_micro = _micro_batches(chunk, layout)
-    fam: dict[str, float] = {}
+    if layout.micro_batch_tokens:
+        n_micro = np.ceil(tokens / layout.micro_batch_tokens).astype(np.int64)
+    else:
+        mb = np.full(len(chunks), layout.micro_batch_seqs) if layout.micro_batch_seqs else np.maximum(counts, 1)
+        n_micro = np.ceil(counts / mb).astype(np.int64)
+    n_micro = np.where(counts > 0, n_micro, 0)
+    busy = tokens > 0  # a rank without tokens launches nothing
+    safe_micro = np.where(busy, n_micro, 1)
+    fam: dict[str, np.ndarray] = {}
     src: dict[str, str] = {}
-    if tokens > 0:
-        per_mb = tokens / n_micro
+    if busy.any():
+        per_mb = tokens / safe_micro
         launches = n_micro * layers
         fam["gemm"], src["gemm"] = pricer.gemm(
             model, per_mb, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward, weight_grads=not lora,
             roofline_s=body_flops * tokens * mult / (rate * model_shards))
         if lora:  # rank-r matmuls: far below any measured GEMM shape, at the roofline
-            fam["gemm"] += adapter_flops * tokens / (rate * model_shards) * pricer.scale("gemm")
+            fam["gemm"] = fam["gemm"] + adapter_flops * tokens / (rate * model_shards) * pricer.scale("gemm")
         fam["attention"], src["attention"] = pricer.attention(
-            model, float((chunk * chunk).sum()) / n_micro, launches, tp=layout.tp, fwd_passes=fwd_passes,
-            backward=backward,
+            model, squares / safe_micro, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward,
             roofline_s=model.attn_flops_per_pair * pairs * attn_mult / (attn_rate * model_shards))
         if lm_head:  # log-softmax and entropy over the vocabulary: memory-bound passes over the logits
             logit_bytes = tokens * model.vocab * eff.logit_bytes_per_element * (3.0 if backward else 1.0)
@@ -241,14 +288,15 @@ def _rank_cost(model: ModelSpec, gpu: GPU, chunk: np.ndarray, layout: TrainerLay
                 head, head_src = pricer.lm_head(model, per_mb, n_micro, tp=layout.tp, fwd_passes=fwd_passes,
                                                 backward=backward, weight_grads=not lora,
                                                 roofline_s=head_flops * tokens * mult / (rate * model_shards))
-                fam["gemm"] += head
+                fam["gemm"] = fam["gemm"] + head
                 if head_src != src["gemm"]:
                     src["gemm"] = f"{src['gemm']} + {head_src}"
         if layout.remove_padding:
             fam["packing"], src["packing"] = pricer.packing(
-                tokens=per_mb, seqs=len(chunk) / n_micro, max_len=float(chunk.max()), n_micro=n_micro,
+                tokens=per_mb, seqs=counts / safe_micro, max_len=longest, n_micro=n_micro,
                 outputs=2 if lm_head else 1, backward=backward)
-    comm = 0.0
+        fam = {k: np.where(busy, np.broadcast_to(v, busy.shape), 0.0) for k, v in fam.items()}
+    zero = np.zeros(len(chunks))
     if layout.strategy == "fsdp" and layout.n_gpus > 1:
         # per micro-batch: the forward all-gathers the parameters; the backward gathers them
         # again (activation recomputation reuses that gather) and reduce-scatters gradients
@@ -257,22 +305,24 @@ def _rank_cost(model: ModelSpec, gpu: GPU, chunk: np.ndarray, layout: TrainerLay
         # the collectives run at the NIC's rate.
         link = gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm
         per_gather = weight_bytes * (layout.n_gpus - 1) / layout.n_gpus / link * pricer.scale("comm")
-        bwd = n_micro * (1 if lora else 3) * per_gather if backward else 0.0
+        bwd = n_micro * (1 if lora else 3) * per_gather if backward else zero
         # the backward's matmuls at the roofline (the input and weight gradients)
-        hide = body_flops * tokens * (mult - fwd_passes) / (rate * model_shards) if backward else 0.0
-        return _RankCost(fam, src, n_micro * per_gather + bwd, n_micro, flops, hidden_comm_s=bwd, hide_s=hide)
-    elif layout.strategy == "megatron":
+        hide = body_flops * tokens * (mult - fwd_passes) / (rate * model_shards) if backward else zero
+        return _RankCosts(fam, src, n_micro * per_gather + bwd, n_micro, flops, tokens, hidden_comm_s=bwd,
+                          hide_s=hide)
+    comm = zero
+    if layout.strategy == "megatron":
         if layout.tp > 1:
             act = 2.0 * model.hidden * tokens * 2 * (layout.tp - 1) / layout.tp
-            comm += layers * act * (3 if backward else 1) / (gpu.link_gbps(layout.tp) * 1e9 * eff.comm)
-        if layout.pp > 1 and n_micro:
-            bubble = (n_micro + layout.pp - 1) / n_micro  # pipeline bubble
+            comm = comm + layers * act * (3 if backward else 1) / (gpu.link_gbps(layout.tp) * 1e9 * eff.comm)
+        if layout.pp > 1:
+            bubble = np.where(n_micro > 0, (n_micro + layout.pp - 1) / np.maximum(n_micro, 1), 1.0)  # pipeline bubble
             fam = {k: v * bubble for k, v in fam.items()}
         dp = layout.dp
         if backward and dp > 1:
             grads = 2 * (lora_params(model, layout.lora_rank) * 2 if lora else weight_bytes) / model_shards
-            comm += grads * (dp - 1) / dp / (gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm)
-    return _RankCost(fam, src, comm * pricer.scale("comm"), n_micro, flops)
+            comm = comm + grads * (dp - 1) / dp / (gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm)
+    return _RankCosts(fam, src, comm * pricer.scale("comm"), n_micro, flops, tokens)
 
 
 def host_seconds_per_micro_batch(model: ModelSpec, layout: TrainerLayout, *, backward: bool,

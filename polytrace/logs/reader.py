@@ -120,20 +120,47 @@ def strip_line(line: str) -> str:
     return _ANSI.sub("", line).rstrip("\r\n")
 
 
+# A value as newer verl prints it under numpy 2 or torch: ``np.float64(0.25)``, ``tensor(3.0)``.
+_WRAPPED = re.compile(r"^(?:np\.|numpy\.)?(?:float|int|uint)(?:16|32|64)?\(([^()]{1,40})\)$|^tensor\(([^()]{1,40})\)$")
+# A number with another process's output glued on after it (ray writes lines from several
+# processes into one stream without waiting for a newline): ``0.173(raylet) [2026-...] ...``,
+# ``24.5(WorkerDict pid=12) ...``. The number is kept, the rest is not verl's.
+_GLUED = re.compile(r"^([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\((?:raylet|pid=\d+|[\w:.\-]+ pid=\d+)")
+
+
+def _number(val: str) -> float | None:
+    """A metric value as verl logs it, else None (dropped)."""
+    if len(val) <= 64:
+        try:
+            return float(val)
+        except ValueError:
+            pass
+        m = _WRAPPED.match(val)
+        if m:
+            try:
+                return float(m.group(1) or m.group(2))
+            except ValueError:
+                return None
+    m = _GLUED.match(val)
+    return float(m.group(1)) if m else None
+
+
 def _parse_metrics(body: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for part in body.split(" - "):
         key, sep, val = part.rpartition(":")
+        if sep and "(" in part and (" " in key.strip() or _number(val.strip()) is None):
+            # another process's output glued to the last value can hold colons of its own
+            key, sep, val = part.partition(":")
         if not sep:
             continue
         key = key.strip()
         val = val.strip()
-        if not key or len(key) > _MAX_KEY_CHARS or len(val) > 64:
+        if not key or len(key) > _MAX_KEY_CHARS or " " in key:
             continue
-        try:
-            out[key] = float(val)
-        except ValueError:
-            continue
+        v = _number(val)
+        if v is not None:
+            out[key] = v
     return out
 
 
