@@ -67,6 +67,11 @@ def _budget_s() -> float | None:
     return value if value > 0 else None
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "polytrace_cost(x): a case's rough relative run time on this device, "
+                            "read by `polytrace bench` to balance its shards (suites/registry.py)")
+
+
 def pytest_sessionstart(session):
     global _session_start
     _session_start = time.monotonic()

@@ -80,6 +80,19 @@ class BenchCase:
         rank = {"ours": 0, "": 0, "baseline": 1}.get(self.meta.kind, 2)
         return (self.slow_setup, rank)
 
+    def cost_hint(self) -> float:
+        """Rough relative run time of the case on this device, for ``polytrace bench`` to deal cases
+        into balanced shards before any has run (``--balance-from`` uses measured times instead). In
+        the interpreter our Triton kernels take seconds while torch runs natively in milliseconds
+        (measured on the CPU suites: 0.7-2.9 s against 0.003-0.02 s); on a GPU every case costs
+        about its rounds, a compiling provider about 3x that. A backward pass counts twice. Provider
+        availability is not asked here: finding a peer importable can import it (verl: seconds), and
+        collection must stay cheap."""
+        backward = 2.0 if "bwd" in self.meta.mode else 1.0
+        if not harness.on_gpu():
+            return backward * (1.0 if self.meta.kind in ("ours", "") else 0.05)
+        return backward * (3.0 if self.slow_setup else 1.0)
+
     @property
     def id(self) -> str:
         return harness.benchmark_id(self.meta)
@@ -221,7 +234,8 @@ def make_test(cases: list[BenchCase], name: str):
 
     test.__name__ = test.__qualname__ = name
     ordered = sorted(cases, key=lambda c: c.order)  # stable: declaration order within a rank
-    test = pytest.mark.parametrize("case", [pytest.param(c, id=c.test_id) for c in ordered])(test)
+    params = [pytest.param(c, id=c.test_id, marks=pytest.mark.polytrace_cost(c.cost_hint())) for c in ordered]
+    test = pytest.mark.parametrize("case", params)(test)
     return pytest.mark.benchmark(timer=timing.device_clock)(test)
 
 

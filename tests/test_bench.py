@@ -243,3 +243,22 @@ def test_without_ray_installed_ray_says_how_to_install(suites, tmp_path, monkeyp
     with pytest.raises(PolytraceError, match=r"Ray is not installed; pip install 'polytrace\[cluster\]'"):
         run_bench(tmp_path / "o", suites_dir=suites, ray="local", allow_cpu=True)
 
+
+
+def test_the_suites_cost_hints_reach_the_dealing(tmp_path):
+    """Before any run, the collection carries each registry case's cost hint (in the interpreter
+    our kernels take seconds, torch milliseconds), so the shards are dealt by it, not round robin
+    (on the CPU attention + logprob suites round robin put 7.4 s and 5.2 s of cases in two shards;
+    the hints give 6.3 s and 7.0 s)."""
+    from polytrace.bench import worker
+
+    spec = {"repo": str(ROOT), "files": ["suites/test_logprob.py"], "env": {}, "k": "token_logprobs and not linear"}
+    collected = worker.collect(spec)
+    assert collected["nodeids"] and collected["costs"]
+    costs = {n.split("[", 1)[1].split("-dapo")[0]: c for n, c in collected["costs"].items()}
+    assert costs["token_logprobs-ours-fwd"] == 1.0 and costs["token_logprobs-ours-fwd+bwd"] == 2.0
+    assert costs["token_logprobs-torch-eager-fwd"] < 0.1 * costs["token_logprobs-ours-fwd"]
+    cases = [ledger.Case(n, i) for i, n in enumerate(collected["nodeids"])]
+    shards = ledger.make_shards(cases, 2, run=1, seconds=collected["costs"])
+    loads = sorted(sum(collected["costs"].get(c.nodeid, 0.0) for c in s.cases) for s in shards)
+    assert loads[1] - loads[0] <= 1.0  # fwd (1) and fwd+bwd (2) of ours never land in one shard with the rest

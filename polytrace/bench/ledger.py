@@ -61,8 +61,9 @@ def make_shards(cases: list[Case], slots: int, run: int, max_cases: int = MAX_SH
 
     Without ``seconds`` the cases are dealt round robin: a suite's cases come grouped by kernel and
     provider, and dealing spreads the slow ones (ours in the interpreter, the long shapes on a GPU)
-    over every shard. With ``seconds`` ({node id: seconds} a previous run measured), longest first
-    onto the least-loaded shard that has room (LPT); a case it does not know counts as the median.
+    over every shard. With ``seconds`` ({node id: seconds} a previous run measured, or the suites'
+    relative cost hints), longest first onto the least-loaded shard that has room (LPT); a case it
+    does not know counts as the median.
     Each shard runs its cases in collection order."""
     if not cases:
         return []

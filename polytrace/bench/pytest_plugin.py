@@ -72,7 +72,13 @@ class _Recorder:
     def pytest_collection_finish(self, session):
         path = self.config.getoption("polytrace_collect")
         if path:
-            write_json(path, [item.nodeid for item in session.items])
+            # a case may carry a cost hint (``polytrace_cost`` marker) for dealing shards before any ran
+            costs = {}
+            for item in session.items:
+                mark = item.get_closest_marker("polytrace_cost")
+                if mark and mark.args and isinstance(mark.args[0], (int, float)) and mark.args[0] >= 0:
+                    costs[item.nodeid] = float(mark.args[0])
+            write_json(path, {"nodeids": [item.nodeid for item in session.items], "costs": costs})
 
     def pytest_runtest_logreport(self, report):
         if report.when == "call":

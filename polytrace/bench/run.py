@@ -147,14 +147,15 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
         plan = executor.targets(each_gpu_type)
         for target, resources, slots in plan:
             env = {**base["env"], TARGET_ENV: target}
-            nodeids = _collect(executor, {**base, "env": env, "k": k, "resources": resources}, base["files"], k,
-                               report)
+            nodeids, hints = _collect(executor, {**base, "env": env, "k": k, "resources": resources},
+                                      base["files"], k, report)
             done = ledger.done_nodeids(records, target)
             todo = [ledger.Case(n, i) for i, n in enumerate(nodeids) if n not in done]
             report.collected += len(nodeids)
             report.finished_before += len(nodeids) - len(todo)
+            # measured times of an earlier run (--balance-from), else the suites' own cost hints
             new = ledger.make_shards(todo, slots, run_no, max_shard_cases, first=len(shards), target=target,
-                                     seconds=seconds)
+                                     seconds=seconds or hints or None)
             shards += new
             say(f"{'' if target == 'any' else target + ': '}{len(nodeids)} cases, {len(nodeids) - len(todo)} "
                 f"finished earlier: {len(todo)} to run in {len(new)} shard(s) on {slots} worker(s)")
@@ -184,7 +185,9 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
     return report
 
 
-def _collect(executor, spec: dict, files: list[str], k: str | None, report: BenchReport) -> list[str]:
+def _collect(executor, spec: dict, files: list[str], k: str | None, report: BenchReport
+             ) -> tuple[list[str], dict[str, float]]:
+    """The node ids the worker collected and the cost hints the suites gave them."""
     collected = executor.collect(spec)
     report.collect_cpu_s += collected.get("cpu_s", 0.0)
     nodeids = collected["nodeids"]
@@ -195,7 +198,7 @@ def _collect(executor, spec: dict, files: list[str], k: str | None, report: Benc
                              f"code {collected['rc']}): {ledger.last_error(collected['log_tail'])}")
     if not nodeids:
         raise PolytraceError(f"no cases collected from {', '.join(files)}" + (f" with -k {k!r}" if k else ""))
-    return nodeids
+    return nodeids, collected.get("costs") or {}
 
 
 def _executor(ray: str | None, workers: int | None, allow_cpu: bool, max_retries: int, ship_code: bool):

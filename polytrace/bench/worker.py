@@ -179,9 +179,13 @@ def collect(spec: dict) -> dict:
         if spec.get("k"):
             args += ["-k", spec["k"]]
         rc, interrupted, cpu_s = _pytest(repo, args + list(spec["files"]), env, tmp / "log.txt")
-        nodeids = _load(out)
-        return {"nodeids": nodeids if rc in (0, 5) else None, "rc": rc, "interrupted": interrupted,
-                "log_tail": _tail(tmp / "log.txt"), "node": node_info(), "cpu_s": round(cpu_s, 3)}
+        collected = _load(out)
+        if isinstance(collected, list):  # a plugin of an older checkout: node ids only
+            collected = {"nodeids": collected, "costs": {}}
+        ok = rc in (0, 5) and isinstance(collected, dict)
+        return {"nodeids": collected.get("nodeids") if ok else None, "costs": collected.get("costs", {}) if ok else {},
+                "rc": rc, "interrupted": interrupted, "log_tail": _tail(tmp / "log.txt"), "node": node_info(),
+                "cpu_s": round(cpu_s, 3)}
 
 
 def run_shard(spec: dict) -> dict:
