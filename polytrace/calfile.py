@@ -266,16 +266,13 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
                                seed: int = 0, **config_kw) -> dict:
     """``polytrace calibrate --stage-times ... -o cal.json``: fit on per-stage averages, with
     lengths sampled from the profile for the stated configuration."""
-    from .compose.estimate import build_config
+    from .compose.estimate import build_config, with_group_size
     from .profiles import get_profile
 
     times = parse_stage_times(stage_times)
     prof = get_profile(profile)
     run = build_config(prof, model, gpu, gpus, **config_kw)
-    if run.n != prof.config.n:
-        import dataclasses
-
-        prof = dataclasses.replace(prof, config=dataclasses.replace(prof.config, n=run.n))
+    prof = with_group_size(prof, run.n)
     cal, steps = calibrate_stage_times(times, prof, run, seed=seed)
     source = {"kind": "stage-times", "stage_times": times, "profile": prof.name, "sampled_steps": steps, "seed": seed}
     notes = ["lengths sampled from the profile; the averages are matched by the model's prices of those batches"]
