@@ -238,10 +238,13 @@ def _variation(y: np.ndarray) -> float:
     return float((np.percentile(y, 95) - np.percentile(y, 5)) / np.median(y))
 
 
-def _stages_of(rows: list[StepData], window: int) -> list[str]:
+def _timed_stages(rows: list[StepData], window: int) -> tuple[list[str], list[StepData]]:
+    """The stages timed on every one of the first ``window`` rows and on at least half of all
+    rows, and the rows that time every one of them."""
     head = rows[: max(window, 1)]
-    return [s for s in STAGES
-            if all(s in r.actual for r in head) and sum(s in r.actual for r in rows) >= len(rows) // 2]
+    stages = [s for s in STAGES
+              if all(s in r.actual for r in head) and sum(s in r.actual for r in rows) >= len(rows) // 2]
+    return stages, [r for r in rows if all(s in r.actual for s in stages)]
 
 
 def _noted(left: list[str], what: str) -> list[str]:
@@ -268,14 +271,20 @@ def prepare(path, overrides: Overrides | None = None):
     return log, run, notes, rows, split
 
 
-def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | None = None) -> dict:
-    """Calibrate on the first ``calibrate_steps`` usable steps of a log (``polytrace calibrate``):
-    the calibration, the configuration it holds for, and what was left out."""
+def _prepare_window(path, overrides: Overrides | None, calibrate_steps: int):
+    """``prepare`` for a calibration on the first ``calibrate_steps`` usable steps: (log, run,
+    notes, rows, split, stages), the rows cut to those timing every stage of the window."""
     if calibrate_steps < 2:
         raise PolytraceError(f"--calibrate-steps must be at least 2, got {calibrate_steps}")
     log, run, notes, rows, split = prepare(path, overrides)
-    stages = _stages_of(rows, calibrate_steps)
-    rows = [r for r in rows if all(s in r.actual for s in stages)]
+    stages, rows = _timed_stages(rows, calibrate_steps)
+    return log, run, notes, rows, split, stages
+
+
+def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | None = None) -> dict:
+    """Calibrate on the first ``calibrate_steps`` usable steps of a log (``polytrace calibrate``):
+    the calibration, the configuration it holds for, and what was left out."""
+    log, run, notes, rows, split, stages = _prepare_window(path, overrides, calibrate_steps)
     window = rows[:calibrate_steps]
     if len(window) < 2:
         raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
@@ -286,11 +295,7 @@ def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | Non
 
 def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None,
              overrides: Overrides | None = None) -> dict:
-    if calibrate_steps < 2:
-        raise PolytraceError(f"--calibrate-steps must be at least 2, got {calibrate_steps}")
-    log, run, notes, rows, split = prepare(path, overrides)
-    stages = _stages_of(rows, calibrate_steps)
-    rows = [r for r in rows if all(s in r.actual for s in stages)]
+    log, run, notes, rows, split, stages = _prepare_window(path, overrides, calibrate_steps)
     if calibrate_on:
         source_ov = Overrides(gpu=overrides.gpu if overrides else None)
         other_log, other_run, other_notes, other_rows, other_split = prepare(calibrate_on, source_ov)
@@ -300,8 +305,7 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
                                  "cluster")
         if other_run.model.name != run.model.name:
             notes.append(f"calibrated on a run of {other_run.model.name}, predicting {run.model.name} (same family)")
-        src_stages = _stages_of(other_rows, len(other_rows))
-        other_rows = [r for r in other_rows if all(s in r.actual for s in src_stages)]
+        src_stages, other_rows = _timed_stages(other_rows, len(other_rows))
         shared = [s for s in stages if s in src_stages]
         if not shared:
             raise PolytraceError(f"{calibrate_on}: no stage in common with {path} ({', '.join(stages)})")
