@@ -110,6 +110,16 @@ def test_shell_expansion_forms():
     assert [w.text for w in pos] == ["x.pos=$1", "x.cmd=`hostname`"]
 
 
+def test_assignment_values_are_expanded_but_never_split():
+    commands, sh = run_script(logical_lines([
+        "EXTRA='a.b=1 c.d=2'", "BOTH=$EXTRA", 'BOTH+=" e.f=3"', "MODEL=$UNSET/Qwen2.5-7B",
+        "python3 -m verl.trainer.main_ppo $BOTH"]))
+    assert sh.vars["BOTH"] == "a.b=1 c.d=2 e.f=3"  # one value, as bash keeps it
+    assert isinstance(sh.vars["MODEL"], Unresolved) and sh.vars["MODEL"].names == ("UNSET",)
+    assert sh.vars["MODEL"].text == "$UNSET/Qwen2.5-7B"
+    assert commands[-1].words[-3:] == ["a.b=1", "c.d=2", "e.f=3"]  # used unquoted, it splits
+
+
 def test_grouped_overrides_for_a_wrapper_script():
     ov = dict(parse_overrides('bash run.sh "trainer.n_gpus_per_node=1 data.max_response_length=256 '
                               "trainer.logger=['console']\""))

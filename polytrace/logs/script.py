@@ -394,8 +394,9 @@ class Shell:
                 value = old + value
         self.vars[name] = value
 
-    def expand_word(self, word: list[tuple[str, str]]) -> list[str | Unresolved]:
-        """One shell word -> the words it becomes (a bare expansion holding spaces splits)."""
+    def expand_word(self, word: list[tuple[str, str]], split: bool = True) -> list[str | Unresolved]:
+        """One shell word -> the words it becomes (a bare expansion holding spaces splits, unless
+        ``split`` is False: an assignment's value is expanded but never split, as bash does)."""
         pieces: list[str] = []
         missing: list[str] = []
         reason = ""
@@ -415,7 +416,7 @@ class Shell:
         text = "".join(pieces)
         if missing:  # an unknown value is kept as one word: how it would split is unknown too
             return [Unresolved(text, tuple(dict.fromkeys(missing)), reason)]
-        return text.split() if split_points else [text]
+        return text.split() if split and split_points else [text]
 
 
 def _eval_int(expr: str) -> str | None:
@@ -501,7 +502,7 @@ def run_script(logical: list[LogicalLine], wanted=None) -> tuple[list[Command], 
             if ll.xtrace:
                 value: str | Unresolved = "".join(s for s, _ in rest_word)
             else:
-                value = _expand_assignment(shell, rest_word)
+                value = shell.expand_word(rest_word, split=False)[0]
                 if isinstance(value, Unresolved) and value.reason == BY_COMMAND:
                     value = Unresolved(value.text, (name,), f"{BY_COMMAND} ({value.text[:80]})")
             shell.assign(name, value, append=op == "+=")
@@ -519,22 +520,3 @@ def run_script(logical: list[LogicalLine], wanted=None) -> tuple[list[Command], 
                 out.extend(shell.expand_word(w))
         commands.append(Command(ll.line, out, ll.xtrace))
     return commands, shell
-
-
-def _expand_assignment(shell: Shell, word: list[tuple[str, str]]) -> str | Unresolved:
-    """An assignment's value is expanded but never split (bash semantics)."""
-    pieces, missing, reason = [], [], ""
-    for seg, quoting in word:
-        if quoting == "'":
-            pieces.append(seg)
-            continue
-        v = shell.expand(seg)
-        if isinstance(v, Unresolved):
-            missing.extend(v.names)
-            reason = reason or v.reason
-            v = v.text
-        pieces.append(v)
-    text = "".join(pieces)
-    if missing:
-        return Unresolved(text, tuple(dict.fromkeys(missing)), reason)
-    return text
