@@ -4,12 +4,13 @@ Device time is a sum of kernel families (``pricing.py``): the decoder's linear l
 attention, the LM head with the log-prob and entropy over the vocabulary, and packing; each from
 measured timings where a ``Pricer`` has them, else FLOPs or bytes over the roofline at its
 efficiency (linear layers at ``gemm``, attention at ``attention``, the logits passes at
-``elementwise_hbm``). Sequences are split over the
-data-parallel ranks in contiguous chunks as verl does; the slowest rank sets the time and the
-others' wait is reported as rank imbalance. Without padding removal every sequence of a micro-batch
-costs as much as the configured maximum length (verl pads prompts and responses to the configured
-maxima). FSDP adds a parameter all-gather per micro-batch pass and a gradient reduce-scatter;
-Megatron adds tensor-parallel all-reduces and the pipeline bubble.
+``elementwise_hbm``). Sequences are dealt to the data-parallel ranks as verl deals them
+(``rank_indices``: token-balanced with ``trainer.balance_batch``, else contiguous chunks); at
+every optimizer step the slowest rank sets the time and the others' wait is reported as rank
+imbalance. Without padding removal every sequence of a micro-batch costs as much as the
+configured maximum length (verl pads prompts and responses to the configured maxima). FSDP adds
+a parameter all-gather per micro-batch pass and a gradient reduce-scatter; Megatron adds
+tensor-parallel all-reduces and the pipeline bubble.
 """
 
 from __future__ import annotations
@@ -62,15 +63,6 @@ class PassCost:
         return {"time_s": self.time_s, "compute_s": self.compute_s, "comm_s": self.comm_s, "host_s": self.host_s,
                 "plan_s": self.plan_s, "flops": self.flops, "micro_batches": self.micro_batches,
                 "imbalance_gpu_s": self.imbalance_gpu_s, "kernels_s": dict(self.kernels)}
-
-
-def _micro_batches(lens: np.ndarray, layout: TrainerLayout) -> int:
-    if len(lens) == 0:
-        return 0
-    if layout.micro_batch_tokens:
-        return int(np.ceil(lens.sum() / layout.micro_batch_tokens))
-    mb = layout.micro_batch_seqs or len(lens)
-    return int(np.ceil(len(lens) / mb))
 
 
 def rank_indices(lens: np.ndarray, dp: int, balance: bool = True) -> list[np.ndarray]:
