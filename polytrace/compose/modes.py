@@ -33,7 +33,7 @@ from .estimate import build_config, calibrated_kernels, default_rollout_tp, esti
 from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
 from .pricing import Pricer
 from .rollout import simulate_rollout
-from .stages import STAGES, Part, stage_costs
+from .stages import STAGES, TRAIN_STAGES, Part, stage_costs
 from .streaming import stream_rollout, trainer_pipeline, weight_sync_seconds
 
 MODES = ("sync", "one-step-off", "fully-async")
@@ -41,7 +41,6 @@ DEFAULT_STALENESS = 0.1  # verl's fully_async_ppo_trainer.yaml ``staleness_thres
 DEFAULT_UPDATES_PER_SYNC = 4  # verl's ``trigger_parameter_sync_step``
 # Rollout shares of the GPUs tried when the split is not given: eighths of the cluster.
 SPLIT_FRACTIONS = tuple(k / 8 for k in range(1, 8))
-TRAINER_STAGES = ("old_log_prob", "ref", "values", "update_critic", "update_actor")
 
 
 def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, partial_rollout,
@@ -165,7 +164,7 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
     parts = [x for x in trainer.parts if not (mode == "fully-async" and x.stage == "old_log_prob")]
     stages = _side_seconds(parts, calibration)
     other = trainer.other_s + float(cal.get("other_overhead_s", 0.0))
-    train_s = sum(stages[s] for s in TRAINER_STAGES) + other
+    train_s = sum(stages[s] for s in TRAIN_STAGES) + other
     sync = weight_sync_seconds(tc.model, tc.gpu, tc.n_gpus, rc.n_gpus, rc.rollout_tp, tc.lora_rank)
     w = sync["total"]
     n_seq = len(r)

@@ -34,7 +34,7 @@ STAGE_GROUP = {"gen": "rollout", "old_log_prob": "forward", "ref": "forward", "v
 # pay per micro-batch whatever its tokens (kernel launches from Python or autograd, FSDP
 # all-gathers and reduce-scatters, parameter offload).
 GROUPS = ("rollout", "forward", "train", "forward_overhead", "train_overhead")
-TRAIN_STAGES = ("old_log_prob", "ref", "values", "update_actor", "update_critic")
+TRAIN_STAGES = STAGES[1:]  # the trainer's stages: all but the rollout
 
 
 @dataclass
