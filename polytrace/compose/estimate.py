@@ -255,6 +255,21 @@ def load_timings(gpu_slug: str, results=None, results_root=None) -> tuple[Kernel
     return KernelTimings.discover(gpu_slug, results_root), False
 
 
+def sample_batches(prof, cfg: RunConfig, steps, seed: int) -> tuple[list, int, np.ndarray]:
+    """The profile's batches at ``steps`` (``cfg``'s prompts per step), the longest sequence the
+    trainer sees in them (responses cut at the configured maximum, as ``estimate_step`` cuts
+    them) and the sequence lengths of the batch with the most tokens (the memory checks')."""
+    steps = list(steps)
+    if not steps:
+        raise PolytraceError("steps must not be empty")
+    batches = [prof.sample(step=int(st), seed=seed, prompts=cfg.prompts_per_step) for st in steps]
+    seq_lens = [np.asarray(b.prompt_lens, dtype=np.int64)
+                + np.minimum(np.asarray(b.response_lens, dtype=np.int64), cfg.max_response_len) for b in batches]
+    longest = max(int(s.max(initial=1)) for s in seq_lens)
+    biggest = max(seq_lens, key=lambda s: int(s.sum()))
+    return batches, longest, biggest
+
+
 def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calibration: dict | None = None,
              results_root=None, results=None, providers: dict | None = None, speedups: dict | None = None,
              amdahl: float | None = None, **config_kw) -> dict:
@@ -280,15 +295,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
         return Pricer(cfg.gpu, DEFAULT, timings, providers if what_ifs else None, sp, strict_model=explicit)
 
     pricer = pricer_for()
-    steps = list(steps)
-    if not steps:
-        raise PolytraceError("steps must not be empty")
-    batches = [prof.sample(step=int(st), seed=seed, prompts=cfg.prompts_per_step) for st in steps]
-    # the longest sequence the trainer sees (responses cut at the configured maximum, as below)
-    seq_lens = [np.asarray(b.prompt_lens, dtype=np.int64)
-                + np.minimum(np.asarray(b.response_lens, dtype=np.int64), cfg.max_response_len) for b in batches]
-    longest = max(int(s.max(initial=1)) for s in seq_lens)
-    biggest = max(seq_lens, key=lambda s: int(s.sum()))
+    batches, longest, biggest = sample_batches(prof, cfg, steps, seed)
     plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=config_kw.get("rollout_tp") is not None,
                                        seq_lens=biggest)
 

@@ -29,7 +29,15 @@ import numpy as np
 
 from ..errors import PolytraceError
 from .efficiency import DEFAULT
-from .estimate import build_config, calibrated_kernels, default_rollout_tp, estimate, load_timings, with_group_size
+from .estimate import (
+    build_config,
+    calibrated_kernels,
+    default_rollout_tp,
+    estimate,
+    load_timings,
+    sample_batches,
+    with_group_size,
+)
 from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
 from .pricing import Pricer
 from .rollout import simulate_rollout
@@ -273,17 +281,10 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     prof = with_group_size(prof, base.n)
     timings, explicit = load_timings(base.gpu.slug, results, results_root)
     pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)
-    steps = list(steps)
-    if not steps:
-        raise PolytraceError("steps must not be empty")
+    batches, longest, biggest = sample_batches(prof, base, steps, seed)
     if chunks > base.prompts_per_step * base.n:
         raise PolytraceError(f"--updates-per-sync {chunks} exceeds the batch's {base.prompts_per_step * base.n} "
                              f"samples: each local update needs at least one")
-    batches = [prof.sample(step=int(st), seed=seed, prompts=base.prompts_per_step) for st in steps]
-    seq_lens = [np.asarray(b.prompt_lens, dtype=np.int64)
-                + np.minimum(np.asarray(b.response_lens, dtype=np.int64), base.max_response_len) for b in batches]
-    longest = max(int(s.max(initial=1)) for s in seq_lens)
-    biggest = max(seq_lens, key=lambda s: int(s.sum()))
     unit = config_kw.get("rollout_tp") or default_rollout_tp(base.model, base.gpu, gpus,
                                                              float(config_kw.get("mem_fraction", 0.5)),
                                                              need_tokens=base.max_prompt_len + base.max_response_len)
