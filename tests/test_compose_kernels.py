@@ -263,6 +263,15 @@ def test_estimate_kernels_prints_the_breakdown_sources_and_amdahl(tmp_path, caps
     assert "what-if (decode 2x faster): step" in capsys.readouterr().out
 
 
+def test_a_speedup_given_as_text_compounds_with_the_amdahl_table(tmp_path, capsys):
+    files = _files(tmp_path)
+    as_text = _est(results=files, speedups={"logprob": "1.5"}, amdahl=2.0)  # what the CLI passes
+    as_number = _est(results=files, speedups={"logprob": 1.5}, amdahl=2.0)
+    assert as_text["summary"]["amdahl"] == as_number["summary"]["amdahl"]
+    assert main([*SMALL_CLI, "--results", files[0], "--speedup", "logprob=1.5", "--kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "what-if (logprob 1.5x faster)" in out and "Amdahl: the step with one kernel family 2x faster" in out
+
 def test_estimate_json_has_the_breakdown_under_summary_kernels(tmp_path, capsys):
     files = _files(tmp_path, families=("attention",))
     assert main([*SMALL_CLI, "--results", files[0], "--json"]) == 0

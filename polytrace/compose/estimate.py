@@ -19,7 +19,7 @@ from ..models import ModelSpec, get_model
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .efficiency import DEFAULT
 from .memory import check_feasibility, smallest_rollout_tp
-from .pricing import MEASURED, NOT_KERNELS, Pricer
+from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
 from .stages import STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
 
@@ -287,6 +287,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
     timings, explicit = load_timings(cfg.gpu.slug, results, results_root)
     if amdahl is not None and (not np.isfinite(amdahl) or amdahl <= 1.0):
         raise PolytraceError(f"--amdahl {amdahl}: the speedup factor must be a finite number above 1")
+    speedups = check_speedups(speedups or {})  # factors as numbers (the CLI passes "1.5"): the table multiplies them
 
     def pricer_for(extra_speedups: dict | None = None, what_ifs: bool = True) -> Pricer:
         sp = dict(speedups or {}) if what_ifs else {}
