@@ -28,7 +28,7 @@ import numpy as np
 
 from .calibration import Calibration, StepData, calibrate
 from .compose.efficiency import DEFAULT
-from .compose.rollout import kv_capacity_tokens
+from .compose.rollout import kv_slots
 from .compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
 from .errors import PolytraceError
 from .logconfig import MAX_TOKENS, Overrides, Split, config_from_log, execution_split, model_family
@@ -198,8 +198,8 @@ def _check_simulation_size(run: RunConfig, split: Split, steps: int = 1) -> None
     gpus = split.rollout_gpus or run.n_gpus
     engines = max(1, gpus // run.rollout_tp)
     per_engine = math.ceil(run.prompts_per_step * run.n / engines)
-    cap_tokens = kv_capacity_tokens(run.model, run.gpu, run.rollout_tp, run.mem_fraction, DEFAULT)
-    slots = max(1, min(run.max_num_seqs, int(cap_tokens // (run.max_prompt_len + run.max_response_len))))
+    slots = kv_slots(run.model, run.gpu, run.rollout_tp, run.mem_fraction, run.max_prompt_len + run.max_response_len,
+                     run.max_num_seqs, DEFAULT)
     iterations = math.ceil(per_engine / slots) * run.max_response_len
     if iterations > MAX_DECODE_ITERATIONS:
         raise PolytraceError(

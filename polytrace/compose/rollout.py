@@ -78,6 +78,15 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, mem_fraction: float,
     return max(0.0, budget) / model.kv_bytes_per_token_per_gpu(tp)
 
 
+def kv_slots(model: ModelSpec, gpu: GPU, tp: int, mem_fraction: float, seq_len: float, max_num_seqs: int,
+             eff: Efficiency = DEFAULT) -> int:
+    """Sequences of ``seq_len`` tokens one engine runs at once: as many as its KV cache holds
+    (``kv_capacity_tokens``), at most ``max_num_seqs``, at least one."""
+    cap_tokens = kv_capacity_tokens(model, gpu, tp, mem_fraction, eff)
+    by_kv = int(cap_tokens // max(seq_len, 1.0)) if cap_tokens > 0 else 1
+    return max(1, min(max_num_seqs, by_kv))
+
+
 def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
     """Start iteration of each sequence when at most ``slots`` run at once (FIFO)."""
     n = len(lengths)
@@ -187,10 +196,7 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     if len(r) == 0:
         return EngineResult(0.0, 0.0, 0.0, 0, 0, 0.0, finish_s=np.zeros(0))
     if slots is None:
-        cap_tokens = kv_capacity_tokens(model, gpu, tp, mem_fraction, eff)
-        mean_len = float((p + r).mean())
-        by_kv = int(cap_tokens // max(mean_len, 1.0)) if cap_tokens > 0 else 1
-        slots = min(max_num_seqs, by_kv)
+        slots = kv_slots(model, gpu, tp, mem_fraction, float((p + r).mean()), max_num_seqs, eff)
     slots = max(1, min(int(slots), len(r)))
     starts = _schedule(r, slots)
     ends = starts + r

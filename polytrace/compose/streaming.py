@@ -28,7 +28,7 @@ from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
 from .pricing import Pricer
-from .rollout import iteration_costs, kv_capacity_tokens, prefill_seconds, simulate_engine
+from .rollout import iteration_costs, kv_slots, prefill_seconds, simulate_engine
 
 # In-flight sequences drawn for the drain estimate: a fixed seed, so an estimate is
 # the same on every machine.
@@ -65,9 +65,8 @@ def stream_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_
     p = np.asarray(prompt_lens, dtype=np.float64)
     r = np.maximum(np.asarray(response_lens, dtype=np.float64), 1.0)
     engines = max(1, n_gpus // max(1, tp))
-    cap_tokens = kv_capacity_tokens(model, gpu, tp, mem_fraction, eff)
-    by_kv = int(cap_tokens // max(float((p + r).mean()), 1.0)) if cap_tokens > 0 else 1
-    c = int(max(1, min(max_num_seqs, by_kv, np.ceil(in_flight_cap / engines))))
+    slots = kv_slots(model, gpu, tp, mem_fraction, float((p + r).mean()), max_num_seqs, eff)
+    c = int(max(1, min(slots, np.ceil(in_flight_cap / engines))))
     ctx = float((r * (p + r / 2)).sum() / r.sum())
     per_iter = float(iteration_costs(model, gpu, tp, np.array([float(c)]), np.array([c * ctx]), eff, eager,
                                      pricer)[0])
