@@ -6,7 +6,8 @@
   of the chosen provider where present, else the roofline; what-if speedups
 - ``rollout.py``: decode-iteration simulation of continuous batching (long tail, KV capacity)
 - ``training.py``: forward / update passes over data-parallel ranks (padding, FSDP, Megatron)
-- ``stages.py``: ``RunConfig`` and ``stage_costs``: one step's stages as parts by kernel family
+- ``stages.py``: ``RunConfig`` and ``stage_costs``: one step's stages as parts by kernel family;
+  ``synthetic_lengths``, a step's lengths from a log's statistics (Beta quantiles: ``quantiles.py``)
 - ``memory.py``: per-GPU memory (trainer state, activations, rollout weights, KV cache) and the
   feasibility check ``estimate`` runs: errors for setups that cannot run, warnings for ones that
   need unpriced help (offload)

@@ -281,9 +281,9 @@ def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float |
     mean, and the longest sequence is the reported maximum. Used when only a log's summary
     statistics of a step are known.
 
-    The quantiles are interpolated (``quantiles.py``: within 1e-7 relative) unless a length
-    would then sit too close to a rounding boundary to be sure of its whole number; then they
-    are computed to scipy's precision, so the lengths are the ones scipy's quantiles give."""
+    The quantiles are interpolated (``quantiles.py``: within ``REL_ERROR``, 2e-8 relative) unless
+    a length would then sit too close to a rounding boundary to be sure of its whole number; then
+    they are computed to scipy's precision, so the lengths are the ones scipy's quantiles give."""
     n = max(1, int(n_seqs))
     lo = float(min_len) if min_len is not None and np.isfinite(min_len) else max(1.0, 0.1 * mean)
     hi = float(max_len)
