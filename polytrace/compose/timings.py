@@ -182,7 +182,7 @@ class KernelTimings:
         for r in results:
             if r.measured_on != CUDA:
                 continue  # the store refuses CPU timings; a stray one is never a rate
-            out._add(r, cuda_only=True)
+            out._add(r)
         out._keep_latest()
         return out
 
@@ -222,14 +222,15 @@ class KernelTimings:
         slug = gpu_slug or (slugs.pop() if slugs else "unknown")
         out = cls(slug, origin=f"{flag} " + ", ".join(r.path for r in results))
         for r in results:
-            out._add(r, cuda_only=True)
+            out._add(r)
         out._keep_latest()
         return out
 
-    def _add(self, result, cuda_only: bool) -> None:
+    def _add(self, result) -> None:
+        """The GPU benchmarks of one result file (a benchmark measured elsewhere is passed over)."""
         used = False
         for b in result.benchmarks:
-            if cuda_only and b.measured_on and b.measured_on != CUDA:
+            if b.measured_on and b.measured_on != CUDA:
                 continue
             median = b.median_s
             if not median or not np.isfinite(median) or median <= 0 or not b.family or not b.kernel:
