@@ -17,10 +17,7 @@ import textwrap
 from pathlib import Path
 
 from .atomic_write import atomic_write_text
-
-# The default workload lives with the composition layer (impact and the gate's step-time line use
-# it too); re-exported here for callers of the report.
-from .compose.workloads import DEFAULT_GPU, DEFAULT_STEPS, FALLBACK_DEFAULTS, PROFILE_DEFAULTS  # noqa: F401
+from .compose.workloads import DEFAULT_GPU, DEFAULT_STEPS, default_workload
 from .errors import PolytraceError
 
 
@@ -34,21 +31,18 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
     from tabulate import tabulate
 
     from .describe import describe, format_describe, workload_table_rows
-    from .profiles import DEFAULT_PROFILE, get_profile
 
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise PolytraceError(f"--output-dir {out}: exists and is not a folder")
-    prof = get_profile(profile or DEFAULT_PROFILE)
+    # the profile given or the default one, with its model and GPU count unless given (as impact)
+    prof, model, gpus = default_workload(profile or None, model, gpus)
     steps = list(steps) if steps is not None else list(DEFAULT_STEPS)
     gpu = gpu or DEFAULT_GPU
     workload = describe(prof, steps=steps, seed=seed)
 
     from .compose import plot_stage_breakdown, report_section
 
-    default_model, default_gpus = PROFILE_DEFAULTS.get(prof.name, FALLBACK_DEFAULTS)
-    model = model or default_model
-    gpus = gpus or default_gpus
     section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed,
                              results_root=_results_root())
     estimate = _render_estimate(section, model, gpu, gpus)
