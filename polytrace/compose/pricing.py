@@ -162,6 +162,11 @@ def check_speedups(speedups: dict, flag: str = "--speedup") -> dict[str, float]:
     return out
 
 
+def _roofline(why: str = "") -> str:
+    """The source of a price at the roofline, with why where measurements exist but do not apply."""
+    return f"{ROOFLINE} ({why})" if why else ROOFLINE
+
+
 class Pricer:
     """Prices kernel work for one GPU: measured timings of the chosen provider per family where
     they cover the work, else the roofline; ``speedups`` divide a family's time.
@@ -216,9 +221,6 @@ class Pricer:
         detail = f" ({what})" if what else ""
         return f"{', '.join(files)}: {self.chosen[family]}{detail}"
 
-    def _roofline(self, family: str, why: str = "") -> str:
-        return f"{ROOFLINE} ({why})" if why else ROOFLINE
-
     # ------------------------------------------------------------------------------- GEMM
     def _gemm_curves(self, model: ModelSpec, layers: list[str], modes: tuple[str, ...]):
         """{(layer, mode): curve} for ``model``'s own GEMM shapes, or (None, reason)."""
@@ -259,7 +261,7 @@ class Pricer:
         modes = ("fwd", "bwd") if backward else ("fwd",)
         curves, why = self._gemm_curves(model, sorted({lin.layer for lin in lins}), modes)
         if curves is None:
-            return roofline_s * scale, self._roofline("gemm", why)
+            return roofline_s * scale, _roofline(why)
         rate = self.gpu.ceiling("bf16") * self.eff.gemm
         bwd_share = 1.0 if weight_grads else 0.5
         total, measured, unmeasured = 0.0, [], []
@@ -274,7 +276,7 @@ class Pricer:
                 t = cf.seconds(f) * fwd_passes + (bwd_share * cb.seconds(2.0 * f) if backward else 0.0)
             total += t * lin.per_layer
         if not measured:
-            return roofline_s * scale, self._roofline("gemm", "no layer of this model measured in this mode")
+            return roofline_s * scale, _roofline("no layer of this model measured in this mode")
         src = self._source("gemm", measured)
         if unmeasured:
             src += f" + roofline ({', '.join(sorted(set(unmeasured)))})"
@@ -292,10 +294,10 @@ class Pricer:
         lins.append((Linear("lm_head", model.vocab, model.hidden), 1.0))
         curves, why = self._gemm_curves(model, sorted({lin.layer for lin, _ in lins}), ("fwd",))
         if curves is None:
-            return roofline_s * scale, self._roofline("gemm", why)
+            return roofline_s * scale, _roofline(why)
         if any(c is None for c in curves.values()):
             missing = sorted({layer for (layer, _), c in curves.items() if c is None})
-            return roofline_s * scale, self._roofline("gemm", f"decode: no fwd timing of {', '.join(missing)}")
+            return roofline_s * scale, _roofline(f"decode: no fwd timing of {', '.join(missing)}")
         active = np.asarray(active, dtype=np.float64)
         total = np.zeros_like(active)
         covered = np.ones(active.shape, dtype=bool)
@@ -310,7 +312,7 @@ class Pricer:
         if covered.all():
             return out, self._source("gemm", list(curves.values()))
         if not covered.any():
-            return out, self._roofline("gemm", "decode batches below the GEMM suite's smallest shapes")
+            return out, _roofline("decode batches below the GEMM suite's smallest shapes")
         return out, (self._source("gemm", list(curves.values()), f"{covered.mean():.0%} of decode iterations")
                      + " + roofline (smaller batches)")
 
@@ -330,7 +332,7 @@ class Pricer:
 
     def _missing(self, family: str, mode: str) -> str:
         if family in self.explicit or self.timings.providers(MEASURED[family].results_family, MEASURED[family].kernels):
-            return self._roofline(family, f"no usable {mode} timing of {self.chosen[family]}")
+            return _roofline(f"no usable {mode} timing of {self.chosen[family]}")
         return ROOFLINE
 
     def decode(self, model: ModelSpec, active: np.ndarray, kv_tokens: np.ndarray, tp: int,
@@ -381,9 +383,9 @@ class Pricer:
         scale = self.scale("gemm")
         curves, why = self._gemm_curves(model, ["lm_head"], ("fwd", "bwd") if backward else ("fwd",))
         if curves is None:
-            return roofline_s * scale, self._roofline("gemm", why)
+            return roofline_s * scale, _roofline(why)
         if any(c is None for c in curves.values()):
-            return roofline_s * scale, self._roofline("gemm", "no LM-head GEMM timing")
+            return roofline_s * scale, _roofline("no LM-head GEMM timing")
         f = 2.0 * tokens * model.vocab * model.hidden / tp
         cf = curves[("lm_head", "fwd")]
         bwd_share = 1.0 if weight_grads else 0.5
