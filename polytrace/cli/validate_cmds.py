@@ -9,7 +9,7 @@ from ._args import positive_int as _pos_int
 from ._io import print_json
 
 
-def _log_config_flags(p, *, for_log: bool = True) -> None:
+def _log_config_flags(p) -> None:
     """The flags that state what a log does not (shared by validate and calibrate LOG)."""
     p.add_argument("--model", default=None, help="model preset or HF config.json, when the log does not name it")
     p.add_argument("--gpu", default=None, help="GPU preset (logs do not state it; default a100-80g)")
