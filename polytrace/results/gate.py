@@ -48,6 +48,7 @@ from .stats import (
     mann_whitney_p,
     median_of,
     min_p_value,
+    n_boot_for,
     rounds_needed,
 )
 from .validation import MAX_ROUND_S, MIN_ROUND_S
@@ -58,9 +59,6 @@ GATED_KINDS = ("ours", "")
 VERSION_KEYS = ("torch_version", "triton_version", "cuda_version", "driver_version")
 # mode -> what a member's weight in its aggregate stands for; every other mode: "tokens"
 WEIGHT_BASIS = {"plan": "sequences"}
-# Bootstrap resamples: >= 10 beyond each end of the 1 - alpha interval, capped so a tiny alpha
-# cannot ask for billions (past the cap the interval's ends are the extreme resamples: wider).
-MIN_BOOT, MAX_BOOT = 2000, 50_000
 _EXAMPLES = 3  # ids named in a summarised error
 
 
@@ -200,7 +198,7 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
     if not (0 < alpha < 1):
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if n_boot is None:
-        n_boot = min(MAX_BOOT, max(MIN_BOOT, math.ceil(20 / alpha)))
+        n_boot = n_boot_for(alpha)
     report = GateReport(_summary(baseline), _summary(candidate), threshold, alpha, [], [], forced=force,
                         fail_on_missing=fail_on_missing)
     _check_machines(baseline, candidate, report)
