@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..results.gate import WEIGHT_BASIS, Aggregate
+from ..results.gate import Aggregate, aggregate_weights
 from . import paired
 
 STATUSES = ("outputs-changed", "error", "regression", "improvement", "base-wrong", "unchanged")
@@ -184,13 +184,6 @@ def judge(case: CaseResult, threshold: float, alpha: float) -> None:
         case.status = "unchanged"
 
 
-def _raw_weight(case: CaseResult, basis: str) -> float:
-    if basis == "sequences":
-        n = case.shape.get("sequences")
-        return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else math.nan
-    return float(case.weight) if case.weight is not None and math.isfinite(case.weight) else math.nan
-
-
 def aggregate(report: AbReport, seed: int = 0) -> None:
     """Per (family, kernel, mode, provider), as the gate does, over the timed cases."""
     rng = np.random.default_rng(seed)
@@ -199,18 +192,7 @@ def aggregate(report: AbReport, seed: int = 0) -> None:
         if c.change is not None:
             groups.setdefault(c.group, []).append(c)
     for key, members in sorted(groups.items()):
-        label = "/".join(key)
-        basis = WEIGHT_BASIS.get(key[2], "tokens")
-        raw = np.array([_raw_weight(c, basis) for c in members])
-        if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
-            raw, basis = np.ones(len(members)), "uniform"
-            report.notes.append(f"{label}: no {WEIGHT_BASIS.get(key[2], 'tokens')} weights recorded; the geometric "
-                                "mean is unweighted")
-        elif np.isnan(raw).any():
-            report.notes.append(f"{label}: {int(np.isnan(raw).sum())} of {len(members)} member(s) carry no weight "
-                                "and count 0 in the weighted mean")
-        w = np.nan_to_num(raw, nan=0.0)
-        w = w / w.sum()
+        w, basis = aggregate_weights(members, key[2], "/".join(key), report.notes)
         for c, wi in zip(members, w):
             c.share = float(wi)
         ratios = [paired.log_ratios(np.array(c.base_rounds), np.array(c.cand_rounds)) for c in members]
