@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..results.gate import Aggregate, aggregate_weights
+from ..wording import counted
 from . import paired
 
 STATUSES = ("outputs-changed", "error", "regression", "improvement", "base-wrong", "unchanged")
@@ -126,13 +127,13 @@ class AbReport:
         found = []
         n, k, m = len(self.of("regression")), len(self.aggregate_regressions), len(self.of("outputs-changed"))
         if n:
-            found.append(_plural(n, "regression"))
+            found.append(counted(n, "regression"))
         if k:
-            found.append(_plural(k, "weighted-mean regression"))
+            found.append(counted(k, "weighted-mean regression"))
         if m:
-            found.append(f"{_plural(m, 'case')} with changed outputs")
+            found.append(f"{counted(m, 'case')} with changed outputs")
         n_err = len(self.of("error")) + len(self.errors)
-        errors = _plural(n_err, "error")
+        errors = counted(n_err, "error")
         code = self.exit_code
         if code == 1:
             return "FAIL: " + ", ".join(found) + (f"; also {errors}" if n_err else "")
@@ -159,10 +160,6 @@ def _finite(obj):
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
     return obj
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def judge(case: CaseResult, threshold: float, alpha: float) -> None:

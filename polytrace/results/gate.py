@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..wording import counted
 from .schema import CPU_MEASURED_ON, BenchResult, ResultFile
 from .stats import (
     MIN_BOOTSTRAP_ROUNDS,
@@ -158,11 +159,10 @@ class GateReport:
     def verdict(self) -> str:
         code = self.exit_code
         n = len(self.gated_regressions)
-        found = [f"{n} regression{'s' if n != 1 else ''}"] if n else []
+        found = [counted(n, "regression")] if n else []
         if self.aggregate_regressions:
-            k = len(self.aggregate_regressions)
-            found.append(f"{k} weighted-mean regression{'s' if k != 1 else ''}")
-        errors = f"{len(self.errors)} error{'s' if len(self.errors) != 1 else ''}"
+            found.append(counted(len(self.aggregate_regressions), "weighted-mean regression"))
+        errors = counted(len(self.errors), "error")
         if code == 2:
             return "REFUSED" + (f" ({errors})" if self.errors and not (self.refusals and not self.forced) else "")
         if code == 1:
