@@ -1,6 +1,6 @@
 """The registry of tunable kernels (``TUNABLES``) and the shape builders that turn a profile's
-sampled step into each kernel's tuning buckets and inputs. Apart from ``tune.py`` (the search
-session and the file it writes), which imports this module; nothing here imports ``tune``.
+sampled step into each kernel's tuning buckets and inputs. Imported by ``tune.py`` (the search
+session and the file it writes) and ``tune_measure.py`` (what a worker times); it imports neither.
 """
 
 from __future__ import annotations

@@ -32,17 +32,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import PolytraceError
-from .tunables import CPU_MAX_SEQS as CPU_MAX_SEQS
-from .tunables import CPU_MAX_TOKENS as CPU_MAX_TOKENS
-from .tunables import GPU_MAX_TOKENS as GPU_MAX_TOKENS
-from .tunables import SHAPES_PER_BUCKET as SHAPES_PER_BUCKET
-from .tunables import TUNABLES as TUNABLES
 from .tunables import Tunable as Tunable
 from .tunables import TuneShape as TuneShape
 from .tunables import get_tunable
 from .tunables import tunable_names as tunable_names
-from .tune_measure import FALLBACK_MODEL as FALLBACK_MODEL
-from .tune_measure import PROFILE_MODELS as PROFILE_MODELS
 from .tune_measure import (
     BucketRunner,
     Search,

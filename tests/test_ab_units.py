@@ -131,6 +131,19 @@ def test_weights_mean_tokens_and_sequences_for_the_planner():
     assert r.aggregates[0].weight_basis == "sequences" and plan[1].share == pytest.approx(0.75)
 
 
+def test_weights_missing_fall_back_as_the_gates_do():
+    """ab shares the gate's weighting: no weight at all gives an unweighted mean, a member without
+    one counts 0; both are noted."""
+    none = [case_with(np.zeros(10) + np.linspace(-0.01, 0.01, 10), weight=None, i=i) for i in range(4)]
+    r = report_of(none)
+    assert r.aggregates[0].weight_basis == "uniform" and [c.share for c in none] == [0.25] * 4
+    assert any("no tokens weights recorded" in n for n in r.notes)
+    some = [case_with(np.zeros(10) + np.linspace(-0.01, 0.01, 10), weight=w, i=i) for i, w in enumerate((0.3, None))]
+    r = report_of(some)
+    assert r.aggregates[0].weight_basis == "tokens" and [c.share for c in some] == [1.0, 0.0]
+    assert any("1 of 2 member(s) carry no weight" in n for n in r.notes)
+
+
 def test_changed_outputs_fail_and_errors_never_pass():
     changed = case_with(np.zeros(10))
     changed.base_rounds, changed.cand_rounds = [], []

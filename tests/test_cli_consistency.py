@@ -43,6 +43,24 @@ def test_parser_builds():
     assert build_parser().prog == "polytrace"
 
 
+# Floors a subcommand imports when it runs, never while the parser is built (`polytrace --help`
+# paid ~25 ms of the profile code on the 2-core CI machine when workload_cmds imported describe).
+_NOT_AT_START = ("polytrace.profiles", "polytrace.describe", "polytrace.compose", "polytrace.results",
+                 "polytrace.logs", "polytrace.ab", "polytrace.bench", "torch", "triton", "scipy", "matplotlib",
+                 "tabulate", "ray")
+
+
+def test_building_the_parser_imports_no_subcommand_work():
+    import subprocess
+    import sys
+
+    code = ("import sys; from polytrace.cli import build_parser; build_parser(); "
+            f"print(sorted(m for m in sys.modules if m.split('.')[0] in {_NOT_AT_START!r} "
+            f"or m.startswith({_NOT_AT_START!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 def _every_argument(parser, path=()):
     import argparse
 

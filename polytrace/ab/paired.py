@@ -19,8 +19,7 @@ import math
 
 import numpy as np
 
-# Bootstrap resamples: >= 10 beyond each end of the 1 - alpha interval (the gate's rule), capped.
-MIN_BOOT, MAX_BOOT = 2000, 50_000
+from ..results.stats import bootstrap_medians, n_boot_for
 
 
 def log_ratios(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -60,21 +59,6 @@ def median_change(ratios: np.ndarray) -> float:
     return math.expm1(float(np.median(ratios)))
 
 
-def n_boot_for(alpha: float) -> int:
-    return min(MAX_BOOT, max(MIN_BOOT, math.ceil(20 / alpha)))
-
-
-def bootstrap_medians(ratios: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """``n_boot`` medians of ``ratios`` resampled with replacement (pairs stay pairs)."""
-    r = np.asarray(ratios, dtype=np.float64)
-    out = np.empty(n_boot)
-    per_chunk = max(1, 2_000_000 // max(1, r.size))  # bounded memory whatever the rounds
-    for start in range(0, n_boot, per_chunk):
-        stop = min(n_boot, start + per_chunk)
-        out[start:stop] = np.median(r[rng.integers(0, r.size, size=(stop - start, r.size))], axis=1)
-    return out
-
-
 def weighted_speedup(members: list[np.ndarray], weights: np.ndarray, alpha: float,
                      rng: np.random.Generator) -> tuple[float, float, float]:
     """(speedup, CI low, CI high) of BASE time / CAND time: the weighted geometric mean of the
@@ -82,11 +66,10 @@ def weighted_speedup(members: list[np.ndarray], weights: np.ndarray, alpha: floa
     w = np.asarray(weights, dtype=np.float64)
     w = w / w.sum()
     center = -float(sum(wi * np.median(m) for wi, m in zip(w, members)))
-    n_boot = n_boot_for(alpha)
+    n_boot = n_boot_for(alpha)  # the gate's rule; each member's pairs resampled as pairs
     resampled = -sum(wi * bootstrap_medians(m, n_boot, rng) for wi, m in zip(w, members))
     lo, hi = np.quantile(resampled, [alpha / 2, 1 - alpha / 2])
     return math.exp(center), math.exp(float(lo)), math.exp(float(hi))
 
 
-__all__ = ["bootstrap_medians", "log_ratios", "median_change", "min_p_value", "n_boot_for", "pairs_needed",
-           "signed_rank_p", "weighted_speedup"]
+__all__ = ["log_ratios", "median_change", "min_p_value", "pairs_needed", "signed_rank_p", "weighted_speedup"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..results.render import format_change, format_p
 from ..results.schema import natural_key
 from ..results.store import format_time
 from .report import STATUSES, AbReport, CaseResult
@@ -9,14 +10,6 @@ from .report import STATUSES, AbReport, CaseResult
 _HEAD = ["case", "status", "weight", "BASE", "CAND", "change", "p", "pairs", "outputs", "note"]
 _AGG_HEAD = ["kernel", "mode", "provider", "n", "weights", "weighted geomean speedup", "CI", "status"]
 MAX_LISTED = 20  # ids of cases present in one revision only, listed in the Markdown before "..."
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.1%}"
-
-
-def _p(x: float | None) -> str:
-    return "-" if x is None else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
 
 
 def _outputs(c: CaseResult) -> str:
@@ -38,7 +31,7 @@ def _rows(cases: list[CaseResult], md: bool) -> list[list[str]]:
         return s.replace("|", "\\|").replace("\n", " ") if md else s
 
     return [[esc(c.id), c.status, "-" if c.share is None else f"{c.share:.3f}", format_time(c.base_median_s),
-             format_time(c.cand_median_s), _pct(c.change), _p(c.p_value), str(c.pairs), esc(_outputs(c)),
+             format_time(c.cand_median_s), format_change(c.change), format_p(c.p_value), str(c.pairs), esc(_outputs(c)),
              esc(c.note)] for c in cases]
 
 

@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..results.gate import WEIGHT_BASIS, Aggregate
+from ..results.gate import Aggregate, aggregate_weights
+from ..wording import counted
 from . import paired
 
 STATUSES = ("outputs-changed", "error", "regression", "improvement", "base-wrong", "unchanged")
@@ -126,13 +127,13 @@ class AbReport:
         found = []
         n, k, m = len(self.of("regression")), len(self.aggregate_regressions), len(self.of("outputs-changed"))
         if n:
-            found.append(_plural(n, "regression"))
+            found.append(counted(n, "regression"))
         if k:
-            found.append(_plural(k, "weighted-mean regression"))
+            found.append(counted(k, "weighted-mean regression"))
         if m:
-            found.append(f"{_plural(m, 'case')} with changed outputs")
+            found.append(f"{counted(m, 'case')} with changed outputs")
         n_err = len(self.of("error")) + len(self.errors)
-        errors = _plural(n_err, "error")
+        errors = counted(n_err, "error")
         code = self.exit_code
         if code == 1:
             return "FAIL: " + ", ".join(found) + (f"; also {errors}" if n_err else "")
@@ -161,10 +162,6 @@ def _finite(obj):
     return obj
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def judge(case: CaseResult, threshold: float, alpha: float) -> None:
     """Status, p-value and change of a timed case (rounds already checked positive and finite)."""
     r = paired.log_ratios(np.array(case.base_rounds), np.array(case.cand_rounds))
@@ -184,13 +181,6 @@ def judge(case: CaseResult, threshold: float, alpha: float) -> None:
         case.status = "unchanged"
 
 
-def _raw_weight(case: CaseResult, basis: str) -> float:
-    if basis == "sequences":
-        n = case.shape.get("sequences")
-        return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else math.nan
-    return float(case.weight) if case.weight is not None and math.isfinite(case.weight) else math.nan
-
-
 def aggregate(report: AbReport, seed: int = 0) -> None:
     """Per (family, kernel, mode, provider), as the gate does, over the timed cases."""
     rng = np.random.default_rng(seed)
@@ -199,18 +189,7 @@ def aggregate(report: AbReport, seed: int = 0) -> None:
         if c.change is not None:
             groups.setdefault(c.group, []).append(c)
     for key, members in sorted(groups.items()):
-        label = "/".join(key)
-        basis = WEIGHT_BASIS.get(key[2], "tokens")
-        raw = np.array([_raw_weight(c, basis) for c in members])
-        if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
-            raw, basis = np.ones(len(members)), "uniform"
-            report.notes.append(f"{label}: no {WEIGHT_BASIS.get(key[2], 'tokens')} weights recorded; the geometric "
-                                "mean is unweighted")
-        elif np.isnan(raw).any():
-            report.notes.append(f"{label}: {int(np.isnan(raw).sum())} of {len(members)} member(s) carry no weight "
-                                "and count 0 in the weighted mean")
-        w = np.nan_to_num(raw, nan=0.0)
-        w = w / w.sum()
+        w, basis = aggregate_weights(members, key[2], "/".join(key), report.notes)
         for c, wi in zip(members, w):
             c.share = float(wi)
         ratios = [paired.log_ratios(np.array(c.base_rounds), np.array(c.cand_rounds)) for c in members]

@@ -169,7 +169,7 @@ class Resolved:
     cand_rev: str | None  # None: the working tree
     cand_commit: str | None
     head: str
-    changed: tuple[str, ...]  # uncommitted changes under kernels/ and suites/
+    changed: tuple[str, ...]  # uncommitted changes under MEASURED_DIRS
 
 
 def resolve_pair(repo: Path, base_rev: str, cand_rev: str | None) -> Resolved:

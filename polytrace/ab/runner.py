@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import PolytraceError
+from ..results.gate import GATED_KINDS
 from ..results.select import keyword_matcher
 from . import loader, measure, paired, revisions
 from .report import AbReport, CaseResult, aggregate, judge, result_json
 
 GPU_ROUNDS = 30  # pairs per case on a GPU: the suites' 30 rounds, and p down to 2e-9 (alpha 0.002 needs 10)
-OURS = ("ours", "")
 # Suites whose cases time code `ab` does not load per revision: the profile sampler is polytrace
 # itself (the running one), so both sides would run the same code. Timed only when named.
 NOT_BY_DEFAULT = {"workload": "its cases time polytrace's profile sampler, which is the running polytrace for both "
@@ -70,7 +70,8 @@ def _interpreter(cuda: bool) -> Iterator[None]:
 
 
 def _select(rev: loader.LoadedRevision, suites: list[str], match) -> tuple[dict, list[str]]:
-    """{id: case} of our providers in ``suites`` (those the revision has) matching ``-k``."""
+    """{id: case} of our providers (the kinds the gate gates) in ``suites`` (those the revision
+    has) matching ``-k``."""
     known = list(rev.registry.SUITES)
     out, absent = {}, []
     for suite in suites:
@@ -83,7 +84,7 @@ def _select(rev: loader.LoadedRevision, suites: list[str], match) -> tuple[dict,
             raise PolytraceError(f"{rev.label}: suite {suite!r} fails to list its cases: {type(exc).__name__}: "
                                  f"{' '.join(str(exc).split())[:300]}") from None
         for case in cases:
-            if case.meta.kind in OURS and match(case.id):
+            if case.meta.kind in GATED_KINDS and match(case.id):
                 out[case.id] = case
     return out, absent
 

@@ -42,7 +42,7 @@ def register(sub) -> None:
                    help="at most this many cases per shard (default 64; shards are a multiple of the workers)")
     p.add_argument("--balance-from", metavar="DIR", default=None,
                    help="balance the shards by the case times an earlier run folder recorded (longest first onto "
-                        "the least-loaded shard); default: cases dealt round robin")
+                        "the least-loaded shard); default: by the suites' cost hints, round robin without them")
     p.add_argument("--suites-dir", metavar="DIR", default=None,
                    help="folder of test_<suite>.py files (default: the checkout's suites/)")
     p.add_argument("--each-gpu-type", action="store_true",

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..wording import counted
 from .schema import CPU_MEASURED_ON, BenchResult, ResultFile
 from .stats import (
     MIN_BOOTSTRAP_ROUNDS,
@@ -48,19 +49,17 @@ from .stats import (
     mann_whitney_p,
     median_of,
     min_p_value,
+    n_boot_for,
     rounds_needed,
 )
 from .validation import MAX_ROUND_S, MIN_ROUND_S
 
-__all__ = ["Aggregate", "Comparison", "GateReport", "WEIGHT_BASIS", "compare", "min_p_value"]
+__all__ = ["Aggregate", "Comparison", "GateReport", "WEIGHT_BASIS", "aggregate_weights", "compare", "min_p_value"]
 
 GATED_KINDS = ("ours", "")
 VERSION_KEYS = ("torch_version", "triton_version", "cuda_version", "driver_version")
 # mode -> what a member's weight in its aggregate stands for; every other mode: "tokens"
 WEIGHT_BASIS = {"plan": "sequences"}
-# Bootstrap resamples: >= 10 beyond each end of the 1 - alpha interval, capped so a tiny alpha
-# cannot ask for billions (past the cap the interval's ends are the extreme resamples: wider).
-MIN_BOOT, MAX_BOOT = 2000, 50_000
 _EXAMPLES = 3  # ids named in a summarised error
 
 
@@ -160,11 +159,10 @@ class GateReport:
     def verdict(self) -> str:
         code = self.exit_code
         n = len(self.gated_regressions)
-        found = [f"{n} regression{'s' if n != 1 else ''}"] if n else []
+        found = [counted(n, "regression")] if n else []
         if self.aggregate_regressions:
-            k = len(self.aggregate_regressions)
-            found.append(f"{k} weighted-mean regression{'s' if k != 1 else ''}")
-        errors = f"{len(self.errors)} error{'s' if len(self.errors) != 1 else ''}"
+            found.append(counted(len(self.aggregate_regressions), "weighted-mean regression"))
+        errors = counted(len(self.errors), "error")
         if code == 2:
             return "REFUSED" + (f" ({errors})" if self.errors and not (self.refusals and not self.forced) else "")
         if code == 1:
@@ -200,7 +198,7 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
     if not (0 < alpha < 1):
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     if n_boot is None:
-        n_boot = min(MAX_BOOT, max(MIN_BOOT, math.ceil(20 / alpha)))
+        n_boot = n_boot_for(alpha)
     report = GateReport(_summary(baseline), _summary(candidate), threshold, alpha, [], [], forced=force,
                         fail_on_missing=fail_on_missing)
     _check_machines(baseline, candidate, report)
@@ -340,11 +338,28 @@ def _errors(report: GateReport, files: dict[str, dict[str, BenchResult]], gate_a
                              "(--gate-all gates the controls)")
 
 
-def _raw_weight(b: BenchResult, basis: str) -> float | None:
+def _raw_weight(member, basis: str) -> float:
     if basis == "sequences":
-        n = b.shape.get("sequences")
-        return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
-    return b.weight
+        n = member.shape.get("sequences")
+        return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else math.nan
+    w = member.weight
+    return float(w) if w is not None and math.isfinite(w) else math.nan
+
+
+def aggregate_weights(members: list, mode: str, label: str, notes: list[str]) -> tuple[np.ndarray, str]:
+    """(weights summing to 1, their basis) of an aggregate's members (anything with ``shape`` and
+    ``weight``: a ``BenchResult``, an ``ab`` case), by ``WEIGHT_BASIS``. A member without a weight
+    counts 0; with none known the mean is unweighted ("uniform"); either is noted."""
+    basis = WEIGHT_BASIS.get(mode, "tokens")
+    raw = np.array([_raw_weight(m, basis) for m in members], dtype=np.float64)
+    if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
+        notes.append(f"{label}: no {basis} weights recorded; geometric mean is unweighted")
+        return np.full(len(members), 1.0 / len(members)), "uniform"
+    if np.isnan(raw).any():
+        notes.append(f"{label}: {int(np.isnan(raw).sum())} of {len(members)} member(s) carry no weight "
+                     "and count 0 in the weighted mean")
+    raw = np.nan_to_num(raw, nan=0.0)
+    return raw / raw.sum(), basis
 
 
 def _aggregates(report: GateReport, base: dict[str, BenchResult], boot: dict[str, np.ndarray]) -> None:
@@ -356,28 +371,11 @@ def _aggregates(report: GateReport, base: dict[str, BenchResult], boot: dict[str
         report.aggregates.append(_aggregate(report, key, comps, base, boot))
 
 
-def _normalised(raw: np.ndarray) -> np.ndarray | None:
-    """raw weights (NaN = unknown) summing to 1, or None when they carry no information."""
-    if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
-        return None
-    raw = np.nan_to_num(raw, nan=0.0)
-    return raw / raw.sum()
-
-
 def _aggregate(report: GateReport, key, comps: list[Comparison], base: dict[str, BenchResult],
                boot: dict[str, np.ndarray]) -> Aggregate:
     family, kernel, mode, provider = key
     label = "/".join(key)
-    basis = WEIGHT_BASIS.get(mode, "tokens")
-    raw = np.array([_raw_weight(base[c.id], basis) for c in comps], dtype=np.float64)
-    w = _normalised(raw)
-    if w is None:
-        w, basis = np.full(len(comps), 1.0 / len(comps)), "uniform"
-        report.notes.append(f"{label}: no {WEIGHT_BASIS.get(mode, 'tokens')} weights recorded; "
-                            "geometric mean is unweighted")
-    elif np.isnan(raw).any():
-        report.notes.append(f"{label}: {int(np.isnan(raw).sum())} of {len(comps)} member(s) carry no weight "
-                            "and count 0 in the weighted mean")
+    w, basis = aggregate_weights([base[c.id] for c in comps], mode, label, report.notes)
     for c, wi in zip(comps, w):
         c.weight = float(wi)
     log_speed = np.array([-log_ratio(c.base_median_s, c.cand_median_s) for c in comps])

@@ -29,10 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PolytraceError
-from .plots import staged_pngs
+from .plots import pyplot, staged_pngs
 from .schema import CPU_MEASURED_ON, ResultFile, load_result
 from .select import keyword_matcher
-from .stats import median_of
 from .store import BASELINES, PLOTS, TUNING, default_root, format_time, safe_name
 
 MIN_SIDE = 3  # runs on each side of a change point: Welch's test with 2 runs a side has ~2 degrees of freedom
@@ -186,7 +185,7 @@ def load_history(root: str | Path | None = None, gpu: str | None = None, keyword
         for b in r.benchmarks:
             if not match(b.id):
                 continue
-            median = median_of(b.rounds) if b.rounds.size else b.median_s
+            median = b.median_s  # the rounds' median where the file has rounds (schema.parse_benchmark)
             if not median:
                 continue
             s = by_key.setdefault((r.gpu_slug, b.id), Series(b.id, r.gpu_slug, b.family, []))
@@ -256,11 +255,7 @@ def plot_history(h: History, out_dir: str | Path, max_plots: int = 20) -> list[P
     """One PNG per series (those with change points first, at most ``max_plots``): per-run median
     time, change points as dashed lines, coinciding version changes written beside them. Written to
     a temporary folder and moved into ``out_dir`` only when every plot succeeded."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     chosen = sorted(h.series, key=lambda s: (not s.change_points, s.id))[:max_plots]
     try:
         with staged_pngs(out_dir, "--plot") as stage:

@@ -39,7 +39,8 @@ _TICK_WIDTH, _TICK_LINES, _TEXT_MAX = 30, 4, 90
 _MAX_TICKS = 80
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -175,7 +176,7 @@ _METRIC = {"tflops": ("TFLOP/s", lambda b: b.tflops), "gbps": ("GB/s", lambda b:
 def _render_throughput(result: ResultFile, stage: _Stage) -> None:
     from ..hardware import detect
 
-    plt = _pyplot()
+    plt = pyplot()
     cpu = result.measured_on == CPU_MEASURED_ON
     gpu = None if cpu else detect(result.gpu_name)
     groups: dict[tuple[str, str, str], list[BenchResult]] = {}
@@ -269,7 +270,7 @@ def _render_gate(report: GateReport, stage: _Stage, name: str) -> None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    plt = _pyplot()
+    plt = pyplot()
     comps = sorted((c for c in report.comparisons if _positive_finite(c.ratio)), key=lambda c: c.ratio)
     if not comps:
         raise PolytraceError("the gate matched no benchmark with timings: nothing to plot")

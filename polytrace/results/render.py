@@ -9,11 +9,13 @@ from .store import format_time
 _ORDER = ("error", "regression", "improvement", "underpowered", "no-data", "unchanged", "new", "missing")
 
 
-def _pct(x: float | None) -> str:
+def format_change(x: float | None) -> str:
+    """A relative change as a signed percentage ("-" when unknown); ``ab``'s tables use it too."""
     return "-" if x is None else f"{x:+.1%}"
 
 
-def _p(x: float | None) -> str:
+def format_p(x: float | None) -> str:
+    """A p-value: 3 decimals, scientific below 0.001 ("-" when untested)."""
     return "-" if x is None else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
 
 
@@ -26,8 +28,8 @@ def _rows(comps: list[Comparison], md: bool) -> list[list[str]]:
         return s.replace("|", "\\|") if md else s
 
     return [[esc(c.id), c.status + ("" if c.gated else " (control)"), _w(c.weight), format_time(c.base_median_s),
-             format_time(c.cand_median_s), _pct(c.change), _p(c.p_value), f"{c.n_base}/{c.n_cand}", esc(c.note)]
-            for c in comps]
+             format_time(c.cand_median_s), format_change(c.change), format_p(c.p_value), f"{c.n_base}/{c.n_cand}",
+             esc(c.note)] for c in comps]
 
 
 _HEAD = ["benchmark", "status", "weight", "baseline", "candidate", "change", "p", "rounds", "note"]

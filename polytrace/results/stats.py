@@ -20,6 +20,9 @@ MAX_BOOTSTRAP_ROUNDS = 2000
 # Elements generated per bootstrap chunk (16 MB of int64 indices): memory stays bounded whatever
 # the number of rounds or resamples.
 _CHUNK_ELEMENTS = 2_000_000
+# Bootstrap resamples: >= 10 beyond each end of the 1 - alpha interval, capped so a tiny alpha
+# cannot ask for billions (past the cap the interval's ends are the extreme resamples: wider).
+MIN_BOOT, MAX_BOOT = 2000, 50_000
 
 
 def median_of(values: np.ndarray) -> float:
@@ -70,19 +73,28 @@ def change_of(log_r: float) -> float:
     return math.expm1(min(log_r, 700.0))
 
 
+def n_boot_for(alpha: float) -> int:
+    """Bootstrap resamples for an interval at ``1 - alpha`` (``MIN_BOOT``..``MAX_BOOT``)."""
+    return min(MAX_BOOT, max(MIN_BOOT, math.ceil(20 / alpha)))
+
+
+def bootstrap_medians(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_boot`` medians of ``values`` resampled with replacement, in chunks of bounded memory."""
+    x = np.asarray(values, dtype=np.float64)
+    out = np.empty(n_boot)
+    per_chunk = max(1, _CHUNK_ELEMENTS // max(1, x.size))
+    for start in range(0, n_boot, per_chunk):
+        stop = min(n_boot, start + per_chunk)
+        out[start:stop] = np.median(x[rng.integers(0, x.size, size=(stop - start, x.size))], axis=1)
+    return out
+
+
 def bootstrap_log_medians(rounds: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
     """log of ``n_boot`` bootstrap medians of ``rounds`` (positive), in chunks of bounded memory."""
     x = np.asarray(rounds, dtype=np.float64)
     if x.size > MAX_BOOTSTRAP_ROUNDS:
         x = rng.choice(x, size=MAX_BOOTSTRAP_ROUNDS, replace=False)
-    logs = np.log(x)
-    out = np.empty(n_boot)
-    per_chunk = max(1, _CHUNK_ELEMENTS // logs.size)
-    for start in range(0, n_boot, per_chunk):
-        stop = min(n_boot, start + per_chunk)
-        idx = rng.integers(0, logs.size, size=(stop - start, logs.size))
-        # the median of logs is the log of the median for odd sizes; for even sizes it is the log of
-        # the two middle values' geometric mean, which differs from log(arithmetic mean) by under
-        # (spread of the two)^2 / 8: negligible beside the interval, and never overflows
-        out[start:stop] = np.median(logs[idx], axis=1)
-    return out
+    # the median of logs is the log of the median for odd sizes; for even sizes it is the log of
+    # the two middle values' geometric mean, which differs from log(arithmetic mean) by under
+    # (spread of the two)^2 / 8: negligible beside the interval, and never overflows
+    return bootstrap_medians(np.log(x), n_boot, rng)
