@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import checks, harness, timing
 from .harness import Case, Provider
@@ -224,7 +224,7 @@ def run_case(benchmark, case: BenchCase, kernels=None) -> None:
         timer.close()
     meta = case.meta
     if prepared.bound.extra:
-        meta = Case(**{**meta.__dict__, "extra": {**meta.extra, **prepared.bound.extra}})
+        meta = replace(meta, extra={**meta.extra, **prepared.bound.extra})
     harness.record(benchmark, meta, prepared.peak_mem, timer.plan, prepared.check)
     if case.finish is not None:
         case.finish(benchmark.extra_info)
