@@ -148,6 +148,11 @@ def _check_terms(terms) -> int:
     return terms
 
 
+def _check_positive(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
 def _index(flat_pos: int, shape) -> tuple:
     return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat_pos), tuple(shape))) if shape else ()
 
@@ -184,8 +189,7 @@ def fp32_bound(truth: torch.Tensor, *, terms: int = 1, scale=0.0, c: float = DEF
     """
     truth = _check_truth(truth)
     terms = _check_terms(terms)
-    if not (isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c > 0):
-        raise ValueError(f"c must be a positive finite number, got {c!r}")
+    _check_positive("c", c)
     if isinstance(scale, torch.Tensor):
         scale = scale.detach().to(device=truth.device, dtype=torch.float64).abs()
         try:
@@ -241,9 +245,7 @@ def check_vs_torch(name: str, out: torch.Tensor, torch_same: torch.Tensor, truth
     truth = _check_truth(truth)
     out64 = _as_f64(out, "out", truth)
     same64 = _as_f64(torch_same, "torch_same", truth)
-    if not (isinstance(factor, (int, float)) and not isinstance(factor, bool) and math.isfinite(factor)
-            and factor > 0):
-        raise ValueError(f"factor must be a positive finite number, got {factor!r}")
+    _check_positive("factor", factor)
     rule = f"{float(factor):g}x torch {str(torch_same.dtype).replace('torch.', '')}"
     if truth.numel() == 0:
         return Check(name, 0.0, 0.0, True, rule)
@@ -336,9 +338,7 @@ def check_bias(name: str, out: torch.Tensor, truth: torch.Tensor, *, sigmas: flo
     """
     truth = _check_truth(truth)
     out64 = _as_f64(out, "out", truth)
-    if not (isinstance(sigmas, (int, float)) and not isinstance(sigmas, bool) and math.isfinite(sigmas)
-            and sigmas > 0):
-        raise ValueError(f"sigmas must be a positive finite number, got {sigmas!r}")
+    _check_positive("sigmas", sigmas)
     if floor is None:
         floor = unit_roundoff(out.dtype) / 16.0
     rule = f"scale bias: |<out-truth,truth>|/<truth,truth> <= max({float(sigmas):g} std errors, {floor:.2g})"

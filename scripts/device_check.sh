@@ -216,6 +216,11 @@ run_pytest() {
 }
 
 STATUS_LINES=()
+# failed_step: the run fails; the first failures of the last run_pytest go under its status line
+failed_step() {
+    while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
+    FAILED=1
+}
 
 # ---- 1. kernel tests and GPU-marked tests ----------------------------------------------------
 if [ "$SKIP_TESTS" = "1" ]; then
@@ -237,8 +242,7 @@ else
             STATUS_LINES+=("kernel tests: passed - ${LAST_LINE:-?}")
         else
             STATUS_LINES+=("kernel tests: FAILED (rc $rc) - ${LAST_LINE:-no summary line, see log}")
-            while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
-            FAILED=1
+            failed_step
         fi
     fi
     if [ "$HAS_CUDA" = "1" ]; then
@@ -254,8 +258,7 @@ else
             STATUS_LINES+=("gpu-marked tests: passed - ${LAST_LINE:-none collected}")
         else
             STATUS_LINES+=("gpu-marked tests: FAILED (rc $rc) - ${LAST_LINE:-no summary line, see log}")
-            while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
-            FAILED=1
+            failed_step
         fi
     else
         STATUS_LINES+=("gpu-marked tests: not run (no CUDA)")
@@ -325,8 +328,7 @@ for s in $SUITES; do
         where="-> $s.json"
         [ -f "$OUT/$s.json" ] || where="- NO JSON (nothing measured)"
         STATUS_LINES+=("suite $s: FAILED (rc $rc) - ${LAST_LINE:-?} $where")
-        while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
-        FAILED=1
+        failed_step
     fi
 done
 # ---- 2b. optional: the polytrace ab GPU check (--ab-check) ---------------------------------
@@ -339,8 +341,7 @@ if [ "$AB_CHECK" = "1" ]; then
             STATUS_LINES+=("ab gpu check: passed - ${LAST_LINE:-?} (measured changes in the log)")
         else
             STATUS_LINES+=("ab gpu check: FAILED (rc $rc) - ${LAST_LINE:-no summary line, see log}")
-            while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
-            FAILED=1
+            failed_step
         fi
     else
         STATUS_LINES+=("ab gpu check: not run (no CUDA)")

@@ -37,9 +37,11 @@ def verify(name: str, out, truth, *, ours: bool, torch_same=None, terms: int = 1
     """One output against its fp64 truth: a ``tolerance.Check``. ``rounded``: a 16-bit output that
     is one rounding of an fp32 result (a gradient, a GEMM's output), held to half an ulp plus the
     fp32 rule."""
+    import torch
+
     from polytrace_kernels import tolerance
 
-    sixteen = out.dtype in (_f16(), _bf16())
+    sixteen = out.dtype in (torch.float16, torch.bfloat16)
     if rounded and sixteen:
         primary = tolerance.check_rounded(name, out, truth, terms=terms, scale=scale)
     elif ours or sixteen or torch_same is None:
@@ -82,15 +84,3 @@ def summary(results: list, subset: str = "") -> dict:
     if subset:
         out["subset"] = subset
     return out
-
-
-def _f16():
-    import torch
-
-    return torch.float16
-
-
-def _bf16():
-    import torch
-
-    return torch.bfloat16

@@ -20,7 +20,6 @@ pytest-benchmark still writes its JSON, which a hard kill by ``timeout`` would l
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -112,12 +111,11 @@ def kernel_hashes() -> dict[str, str]:
 
 
 def suite_hash() -> str:
-    """sha256 (16 hex digits) over ``suites/*.py``: which benchmark definitions produced a file."""
-    h = hashlib.sha256()
-    for path in sorted((_ROOT / "suites").glob("*.py")):
-        h.update(path.name.encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    """sha256 (16 hex digits) over ``suites/*.py``: which benchmark definitions produced a file
+    (the kernel source hash's definition, ``polytrace.provenance.folder_source_hash``)."""
+    from polytrace.provenance import folder_source_hash
+
+    return folder_source_hash(_ROOT / "suites")
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):

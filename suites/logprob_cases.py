@@ -463,9 +463,9 @@ def _linear_compare(s: TokShape, provider: str, mode: str):
 # ----------------------------------------------------------------------------------------- cases
 
 
-def _note(s: TokShape, provider: str, mode: str, fused: bool) -> str:
+def _linear_check_note(s: TokShape, provider: str, mode: str) -> str:
     note = checks.subset_note(s.tokens)
-    if fused and mode != "fwd" and s.tokens > checks.CHECK_ROWS and COMPUTES[provider] != ("logits",):
+    if mode != "fwd" and s.tokens > checks.CHECK_ROWS and COMPUTES[provider] != ("logits",):
         note += "; d(weight) not checked at this size (it sums over every row)"
     return note
 
@@ -490,7 +490,7 @@ def cases() -> list[BenchCase]:
         for s in linear_shapes():
             dtype = dtype_name(True)
             for p in LINEAR_PROVIDERS:
-                info = {"computes": list(COMPUTES[p.name]), "check_subset": _note(s, p.name, mode, True),
+                info = {"computes": list(COMPUTES[p.name]), "check_subset": _linear_check_note(s, p.name, mode),
                         "memory_goal_bytes": spec.fused_memory_goal_bytes(s.tokens, s.vocab, "bf16")}
                 if p.name == "ours":
                     info["executed_flops"] = spec.linear_flops(s.tokens, s.vocab, s.hidden, mode)

@@ -65,15 +65,23 @@ def _partition_check(name: str, parts, n: int):
                  "" if seen == list(range(n)) else f"{missing} sequence(s) missing or repeated")
 
 
+def _verl_balance(seqlens: np.ndarray):
+    """verl's rank balance of ``seqlens``, a call: ``get_seqlen_balanced_partitions`` over its
+    attention workload (the planner's ``"attention"`` cost, ``ATTENTION_COEF * L + L**2``)."""
+    from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+    from polytrace_kernels.packing import ATTENTION_COEF
+
+    workloads = (ATTENTION_COEF * seqlens + seqlens * seqlens).tolist()
+    return lambda: get_seqlen_balanced_partitions(workloads, RANKS, equal_size=False)
+
+
 def _bind_balance(provider: str):
     def bind(seqlens: np.ndarray, kernels) -> Bound:
         if provider == "ours":
             balance = family_module(kernels, FAMILY).balance_partitions
             return Bound(lambda: balance(seqlens, RANKS, cost="attention"), graph_ok=False)
-        from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
-
-        workloads = (24576 * seqlens + seqlens * seqlens).tolist()
-        return Bound(lambda: get_seqlen_balanced_partitions(workloads, RANKS, equal_size=False), graph_ok=False)
+        return Bound(_verl_balance(seqlens), graph_ok=False)
     return bind
 
 
@@ -85,13 +93,11 @@ def _balance_finish(seqlens: np.ndarray):
     def finish(info: dict) -> None:
         from polytrace_kernels.packing import balance_partitions, plan_stats
 
-        report = plan_stats(seqlens, balance_partitions(seqlens, RANKS, cost="attention"), "attention")
-        if info.get("provider") != "ours":
-            from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
-
-            parts = get_seqlen_balanced_partitions((24576 * seqlens + seqlens * seqlens).tolist(), RANKS,
-                                                   equal_size=False)
-            report = plan_stats(seqlens, parts, "attention")
+        if info.get("provider") == "ours":
+            parts = balance_partitions(seqlens, RANKS, cost="attention")
+        else:
+            parts = _verl_balance(seqlens)()
+        report = plan_stats(seqlens, parts, "attention")
         info.update(imbalance=report.imbalance, gap=report.gap, measured_on_cpu=True)
     return finish
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import checks, harness, timing
 from .harness import Case, Provider
@@ -109,6 +109,12 @@ def kernels_module(kernels=None):
     return importlib.import_module(kernels) if isinstance(kernels, str) else kernels
 
 
+def _kernels_for(case: BenchCase, kernels):
+    """The kernels package ``case`` binds: ``kernels`` for our providers, the default one for
+    baselines and peers (only our kernels differ between two revisions)."""
+    return kernels_module(kernels if case.meta.kind == "ours" else None)
+
+
 def family_module(kernels, family: str, sub: str = ""):
     """``<kernels>.<family>`` (or ``.<family>.<sub>``) of the given kernels package."""
     base = kernels_module(kernels).__name__
@@ -152,7 +158,7 @@ def prepare(case: BenchCase, kernels=None, seed: int = 0, inputs=None) -> Prepar
     # the truth first: a provider may write into its inputs (liger puts the gradient in the logits)
     checked = case.truth is not None and case.compare is not None
     truth = _cached_truth(case, inputs, seed) if checked else None
-    bound = case.bind(inputs, kernels_module(kernels) if case.meta.kind == "ours" else kernels_module(None))
+    bound = case.bind(inputs, _kernels_for(case, kernels))
     out = bound.fn()
     harness.sync()
     if not checked:
@@ -193,7 +199,7 @@ def timer_for(case: BenchCase, prepared: Prepared, kernels=None, force: str | No
 
     def more_bound(k: int) -> list[Callable[[], object]]:
         dev = harness.device()
-        mod = kernels_module(kernels) if case.meta.kind == "ours" else kernels_module(None)
+        mod = _kernels_for(case, kernels)
         return [case.bind(case.make_inputs(dev, 1000 + i), mod).fn for i in range(k)]
 
     return timing.plan_timer(prepared.bound.fn, b=timing.backend(host=case.host), graph_ok=prepared.bound.graph_ok,
@@ -218,7 +224,7 @@ def run_case(benchmark, case: BenchCase, kernels=None) -> None:
         timer.close()
     meta = case.meta
     if prepared.bound.extra:
-        meta = Case(**{**meta.__dict__, "extra": {**meta.extra, **prepared.bound.extra}})
+        meta = replace(meta, extra={**meta.extra, **prepared.bound.extra})
     harness.record(benchmark, meta, prepared.peak_mem, timer.plan, prepared.check)
     if case.finish is not None:
         case.finish(benchmark.extra_info)

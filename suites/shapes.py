@@ -94,24 +94,6 @@ def representative(mbs: list[MicroBatch], k: int) -> list[MicroBatch]:
     return out
 
 
-def decode_snapshot(profile: str, *, seed: int = 0, step: int = 0, batch_size: int | None = None,
-                    progress: float = 0.5) -> np.ndarray:
-    """KV lengths of the sequences still generating when the rollout has run ``progress`` of its
-    longest response's decode iterations (all sequences start together, continuous batching).
-    Long-tailed batches leave a few long sequences among many short ones here. ``batch_size``
-    keeps at most that many active sequences (the longest ones first are kept in proportion)."""
-    if not 0.0 <= progress < 1.0:
-        raise ValueError(f"progress must be in [0, 1), got {progress}")
-    batch = sample_step(profile, seed=seed, step=step)
-    t = int(progress * int(batch.response_lens.max()))
-    active = batch.response_lens > t
-    kv = (batch.prompt_lens[active] + t).astype(np.int64)
-    if batch_size is not None and kv.size > batch_size:
-        rng = np.random.default_rng(seed)
-        kv = np.sort(rng.choice(kv, size=batch_size, replace=False))
-    return kv
-
-
 @dataclass
 class DecodePoint:
     """The running batch at one decode iteration of a simulated rollout."""
@@ -127,7 +109,7 @@ class DecodePoint:
 def fifo_starts(response_lens: np.ndarray, slots: int) -> np.ndarray:
     """Decode iteration at which each sequence starts when at most ``slots`` run at once and a
     waiting sequence takes the first slot that frees, in batch order: the schedule of
-    ``polytrace.compose.rollout``'s engine simulation (``tests/test_suites_timing.py`` checks
+    ``polytrace.compose.rollout``'s engine simulation (``tests/test_suites_registry.py`` checks
     the two agree)."""
     import heapq
 
