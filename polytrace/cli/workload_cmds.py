@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..describe import format_describe
 from ..errors import PolytraceError
 from ._args import nonneg_int as _nonneg
 from ._args import positive_int as _positive
@@ -127,7 +126,7 @@ def cmd_profiles(args) -> int:
 
 
 def cmd_describe(args) -> int:
-    from ..describe import describe
+    from ..describe import describe, format_describe
 
     src = load_source(args.source, drift=args.drift, max_response_len=args.max_response_len)
     result = describe(src, steps=args.steps, seed=args.seed, include_partial=args.include_partial)
