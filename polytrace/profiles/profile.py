@@ -35,14 +35,15 @@ import numpy as np
 
 from ..errors import PolytraceError
 from ..trace.batch import Batch, TurnTable
+from ..trace.fields import MAX_TOKENS, read_regular_file
 from .drift import DriftCurve
 from .quantiles import QuantileTable
 
 FORMAT = "polytrace.profile"
 VERSION = 1
-# Bounds of a profile file's batch config: lengths as in traces (int32), and at most 4M sequences
-# a step (2,000x the largest built-in profile's 2,048), so a sampled step fits in memory.
-MAX_TOKENS = 2 ** 31 - 1
+# Bounds of a profile file's batch config: lengths as in traces (``MAX_TOKENS``, int32), and at
+# most 4M sequences a step (2,000x the largest built-in profile's 2,048), so a sampled step fits in
+# memory.
 MAX_SEQUENCES_PER_STEP = 1 << 22
 
 
@@ -155,8 +156,6 @@ class Profile:
 
     @classmethod
     def load(cls, path) -> Profile:
-        from ..trace.fields import read_regular_file
-
         p = Path(path)
         return cls.loads(read_regular_file(p), where=str(p))
 
