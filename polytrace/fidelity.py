@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from .describe import partial_note
 from .profiles.profile import Profile
 from .trace.batch import Batch
 from .trace.model import Trace
@@ -109,8 +110,6 @@ def format_fidelity(result: dict) -> str:
     """The text ``polytrace fidelity`` prints: one row per step and the pooled row, the partial
     steps left out, and the verdict against the goals."""
     from tabulate import tabulate
-
-    from .describe import partial_note
 
     rows = [[r["step"]] + [r[k] for k in _TABLE_KEYS] for r in result["per_step"]]
     rows.append(["pooled"] + [result["pooled"][k] for k in _TABLE_KEYS])

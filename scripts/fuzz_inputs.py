@@ -422,9 +422,7 @@ def _where(stderr: str) -> str:
     frames = _FRAME.findall(stderr)
     ours = [(f, ln, fn) for f, ln, fn in frames if str(REPO) in f or "/polytrace/" in f or "/kernels/" in f]
     pick = (ours or frames or [("?", "?", "?")])[-1]
-    path = pick[0]
-    for root in (str(REPO) + "/",):
-        path = path.replace(root, "")
+    path = pick[0].replace(str(REPO) + "/", "")
     last = [ln for ln in stderr.strip().splitlines() if ln and not ln.startswith(" ")]
     exc = last[-1].split(":")[0] if last else "?"
     return f"{path}:{pick[1]} ({pick[2]}) {exc}"

@@ -79,8 +79,7 @@ def _shared_subdir(name: str) -> Path:
     if not path.is_dir() or not any(path.iterdir()):
         if not explicit:
             pytest.skip(f"{root} (found beside the checkout) has no {name}/; set {SHARED_ENV} to run this test")
-        pytest.fail(f"shared data folder {root} (from {SHARED_ENV} or ../shared) has no {name}/: "
-                    f"{path} is missing or empty")
+        pytest.fail(f"shared data folder {root} (from {SHARED_ENV}) has no {name}/: {path} is missing or empty")
     return path
 
 

@@ -84,6 +84,7 @@ CASES = [
      "--mem-fraction: expected a number, got 'x'"),
     (["pack-compare", "dapo-math-32b", "--ranks", "many"], "--ranks: expected a positive integer, got 'many'"),
     (["pack-compare", "dapo-math-32b", "--ranks", "100000000"], "--ranks: '100000000' ranks is too many"),
+    (["pack-compare", "dapo-math-32b", "--ranks", "0"], "--ranks: expected a positive integer, got '0'"),
     (["gate", "{base.json}", "{base.json}", "--alpha", "x"], "--alpha: expected a number, got 'x'"),
     (["gate", "{base.json}", "{base.json}", "--json", "--markdown"], "not allowed with argument --json"),
     (["tune", "token_logprobs", "--profile", "dapo-math-32b", "--budget-s", "nan"], "--budget-s: expected a finite"),

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from test_results_synth import SHAPES, cli_main, make_result, write
+import re
+import warnings
 
-from polytrace.results import compare, load_result, plot_gate, plot_throughput
+import numpy as np
+import pytest
+from test_results_synth import SHAPES, bench_entry, cli_main, make_result, write
+
+from polytrace.errors import PolytraceError
+from polytrace.results import compare, load_result, plot_files, plot_gate, plot_throughput
+from polytrace.results import plots as plots_module
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -37,17 +44,6 @@ def test_cli_plot_writes_to_the_given_folder(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- issue 15 item 5, issue 17 item 5
-
-import re  # noqa: E402
-import warnings  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from test_results_synth import bench_entry  # noqa: E402
-
-from polytrace.errors import PolytraceError  # noqa: E402
-from polytrace.results import plot_files  # noqa: E402
-from polytrace.results import plots as plots_module  # noqa: E402
 
 
 @pytest.fixture

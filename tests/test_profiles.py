@@ -269,6 +269,25 @@ def test_hostile_tables_of_every_model_are_refused(tmp_path, name):
         get_profile(str(f))
 
 
+@pytest.mark.parametrize("name,edit,match", [
+    ("model-b-math", lambda p: p["means"][0].__setitem__(1, 3e9), "gmm means and covariances must be finite"),
+    ("model-b-math", lambda p: p["covariances"][0][0].__setitem__(0, 1e400), "gmm means and covariances"),
+    ("model-b-tooluse", lambda p: next(iter(p["per_count"].values()))["means"][0].__setitem__(0, -3e9),
+     r"tool-use means and covariances for \d+ calls must be finite and below 2.14748e\+09 tokens"),
+    ("model-b-tooluse", lambda p: next(iter(p["per_count"].values()))["covariances"][0][0].__setitem__(0, 1e400),
+     r"tool-use means and covariances for \d+ calls must be finite"),
+])
+def test_mixture_moments_are_bounded_in_both_models(tmp_path, name, edit, match):
+    """Means beyond 2**31 tokens and infinite covariances (1e400 reads as inf) are refused by the
+    Gaussian-mixture model and by every per-call-count model of the tool-use one."""
+    d = json.loads(get_profile(name).dumps())
+    edit(d["params"])
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(d).replace("Infinity", "1e400"))
+    with pytest.raises(PolytraceError, match=match):
+        get_profile(str(f))
+
+
 def test_deeply_nested_and_fifo_profiles(tmp_path):
     import os
 

@@ -445,3 +445,33 @@ def test_shared_search_r1_last_step_is_partial(polytrace_data):
     assert search.steps[5].n_responses == 47 and search.typical_step_size() == 2048
     verl = load_trace(polytrace_data / "verl/profile/packed_length_log/20260610_092349")
     assert not any(verl.partial_flags()) and verl.cap_source == "longest" and verl.max_response_len == 10112
+
+
+def _without(d: dict, key: str) -> dict:
+    return {k: v for k, v in d.items() if k != key}
+
+
+def test_a_missing_key_is_named_with_its_line_in_every_format(tmp_path):
+    step = _write(tmp_path, "packed_lengths_step_0.jsonl",
+                  _step_line(0, 10, [5, 6]) + "\n" + json.dumps({"step": 0, "input": 10}) + "\n")
+    with pytest.raises(TraceFormatError, match=r":2: missing key 'output'$"):
+        load_trace(step)
+    mt = _write(tmp_path, "multiturn_workload_step_0.jsonl",
+                json.dumps(_mt_dict()) + "\n" + json.dumps(_mt_dict(final_response_len=_DELETE)) + "\n")
+    with pytest.raises(TraceFormatError, match=r":2: missing key 'final_response_len'$"):
+        load_trace(mt)
+    good = {"step": 0, "prompt_len": 5, "responses": [3, 4]}
+    native = _write(tmp_path, "t.jsonl", json.dumps(_NATIVE_HEAD) + "\n" + json.dumps(_without(good, "responses")))
+    with pytest.raises(TraceFormatError, match=r":2: malformed record: missing key 'responses'$"):
+        load_trace(native)
+    out = tmp_path / "native_mt.jsonl"
+    save_trace(load_trace(_write(tmp_path, "mt.jsonl", _mt_record(0, 0, 0, 1216, [(317, 0, 40)], []) + "\n")), out)
+    head, rec = out.read_text().splitlines()
+    for drop, match in ((lambda r: r["responses"][0].pop("turns"), "response 0: missing key 'turns'"),
+                        (lambda r: r["responses"][0]["turns"][0].pop("cached"),
+                         "response 0 turn 0: missing key 'cached'")):
+        changed = json.loads(rec)
+        drop(changed)
+        out.write_text(head + "\n" + json.dumps(changed) + "\n")
+        with pytest.raises(TraceFormatError, match=f":2: malformed record: {match}$"):
+            load_trace(out)

@@ -3,8 +3,8 @@ text line, gives either a clean ``TraceFormatError`` or a valid trace: integer l
 bounds, finite non-negative seconds, and statistics (``describe``) without a non-finite number.
 Never another exception.
 
-Examples are derandomized (the same ones on every CI run); ``scripts/fuzz_inputs.py`` explores
-at random over the real files."""
+Examples are derandomized (the same ones on every CI run; ``HYPOTHESIS_PROFILE=explore`` draws
+fresh ones); ``scripts/fuzz_inputs.py`` explores at random over the real files."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from polytrace.describe import describe
 from polytrace.errors import TraceFormatError
 from polytrace.trace.fields import MAX_SECONDS, MAX_STEP, MAX_TOKENS
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+# derandomized by conftest's "ci" hypothesis profile (HYPOTHESIS_PROFILE=explore draws at random)
+SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
 _EDGE_INTS = st.sampled_from([0, 1, -1, 2, 2 ** 31 - 1, 2 ** 31, 2 ** 63, 2 ** 64 + 1, 10 ** 12, -(2 ** 63)])
 _SCALARS = (st.none() | st.booleans() | st.integers() | _EDGE_INTS

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import PolytraceError
 from ._args import any_int as _int
 from ._args import positive_int_at_most as _at_most
 from ._args import step_list as _steps
@@ -35,8 +34,6 @@ def run(args) -> int:
     from ..packcompare import compare
     from ._io import print_json
 
-    if args.ranks < 1:
-        raise PolytraceError(f"--ranks must be >= 1, got {args.ranks}")
     result = compare(args.profile, steps=args.steps, seed=args.seed, ranks=args.ranks,
                      max_tokens=args.max_tokens, cost=args.cost, equal_size=args.equal_size, peers=args.peers)
     if args.json:

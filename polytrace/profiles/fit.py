@@ -36,7 +36,7 @@ def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
     if cap < longest:
         raise PolytraceError(f"{where}: max_response_len={cap} is below the longest response ({longest})")
     cap_source = "stated" if max_response_len else trace.cap_source
-    resp = np.minimum(pooled.response_lens, cap)
+    resp = pooled.response_lens  # none above the cap (refused above)
     resp_fit = np.where(pooled.capped, cap, resp)
     group_sizes = np.bincount(pooled.group_ids)
     n_mode = int(np.bincount(group_sizes).argmax())

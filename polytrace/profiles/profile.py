@@ -35,14 +35,15 @@ import numpy as np
 
 from ..errors import PolytraceError
 from ..trace.batch import Batch, TurnTable
+from ..trace.fields import MAX_TOKENS, read_regular_file
 from .drift import DriftCurve
 from .quantiles import QuantileTable
 
 FORMAT = "polytrace.profile"
 VERSION = 1
-# Bounds of a profile file's batch config: lengths as in traces (int32), and at most 4M sequences
-# a step (2,000x the largest built-in profile's 2,048), so a sampled step fits in memory.
-MAX_TOKENS = 2 ** 31 - 1
+# Bounds of a profile file's batch config: lengths as in traces (``MAX_TOKENS``, int32), and at
+# most 4M sequences a step (2,000x the largest built-in profile's 2,048), so a sampled step fits in
+# memory.
 MAX_SEQUENCES_PER_STEP = 1 << 22
 
 
@@ -155,8 +156,6 @@ class Profile:
 
     @classmethod
     def load(cls, path) -> Profile:
-        from ..trace.fields import read_regular_file
-
         p = Path(path)
         return cls.loads(read_regular_file(p), where=str(p))
 
@@ -297,15 +296,19 @@ _MAX_MOMENT = float(2 ** 31)
 _MAX_CALLS = 1000
 
 
+def _check_moments(mu: np.ndarray, cov: np.ndarray, what: str) -> None:
+    if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(cov))) or np.abs(mu).max() > _MAX_MOMENT \
+            or np.abs(cov).max() > _MAX_MOMENT ** 2:
+        raise ValueError(f"{what} must be finite and below {_MAX_MOMENT:g} tokens")
+
+
 def _compile_gmm(params: dict) -> dict:
     w = _pmf(params["weights"], "gmm weights", ndim=1)
     mu = np.asarray(params["means"], dtype=np.float64)
     cov = np.asarray(params["covariances"], dtype=np.float64)
     if mu.shape != (w.size, 2) or cov.shape != (w.size, 2, 2):
         raise ValueError("gmm needs weights [k], means [k, 2], covariances [k, 2, 2]")
-    if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(cov))) or np.abs(mu).max() > _MAX_MOMENT \
-            or np.abs(cov).max() > _MAX_MOMENT ** 2:
-        raise ValueError(f"gmm means and covariances must be finite and below {_MAX_MOMENT:g} tokens")
+    _check_moments(mu, cov, "gmm means and covariances")
     var_in = cov[:, 0, 0]
     slope = cov[:, 0, 1] / var_in
     cond_var = cov[:, 1, 1] - cov[:, 0, 1] ** 2 / var_in
@@ -345,10 +348,7 @@ def _compile_tooluse(params: dict) -> dict:
         cov = np.asarray(spec["covariances"], dtype=np.float64)
         if mu.shape != (w.size, 2 * k) or cov.shape != (w.size, 2 * k, 2 * k):
             raise ValueError(f"tool-use model for {k} calls needs means [m, {2 * k}] and covariances")
-        if not (np.all(np.isfinite(mu)) and np.all(np.isfinite(cov))) or np.abs(mu).max() > _MAX_MOMENT \
-                or np.abs(cov).max() > _MAX_MOMENT ** 2:
-            raise ValueError(f"tool-use means and covariances for {k} calls must be finite and below "
-                             f"{_MAX_MOMENT:g} tokens")
+        _check_moments(mu, cov, f"tool-use means and covariances for {k} calls")
         # Fitted covariances can be slightly indefinite; the nearest PSD factor keeps sampling total.
         chol = []
         for cv in cov:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..trace.fields import MAX_TOKENS
+
 # 0.5% steps through the body, then ever finer steps into the tail: p99 and p99.9 are knots.
 PROB_GRID = np.unique(np.concatenate([
     np.linspace(0.0, 0.95, 191),
@@ -25,9 +27,9 @@ PROB_GRID = np.unique(np.concatenate([
 # Phi^-1(0) and Phi^-1(1) are infinite: the end knots sit at +-4.5 sigma (p = 3.4e-6).
 Z_END = 4.5
 _ATOM_EPS = 1e-6  # the width, in probability, of the step up to the cap
-# Largest value a table may hold: lengths stay below 2**31 (the trace readers' bound) and seconds
-# far below it.
-MAX_VALUE = float(2 ** 31 - 1)
+# Largest value a table may hold: lengths stay within the trace readers' bound and seconds far
+# below it.
+MAX_VALUE = float(MAX_TOKENS)
 
 
 def _ndtri(p):

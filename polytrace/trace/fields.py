@@ -108,6 +108,13 @@ def obj(where: Where, value, what: str) -> dict:
     return value
 
 
+def require_keys(where: Where, o: dict, keys: tuple[str, ...], context: str = "") -> None:
+    """Every one of ``keys`` present in ``o``; else "[context: ]missing key 'k'" for the first absent."""
+    for key in keys:
+        if key not in o:
+            raise where.error(f"{context}: missing key {key!r}" if context else f"missing key {key!r}")
+
+
 def loads(where: Where, raw: str):
     """``json.loads`` whose failures (bad syntax, nesting deeper than the interpreter's recursion
     limit, integers of more than 4,300 digits) are one ``TraceFormatError``."""

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 
 from ..errors import TraceFormatError
-from .fields import Where, array, count, loads, obj, seconds, step_number
+from .fields import Where, array, count, loads, obj, require_keys, seconds, step_number
 from .fields import text as text_field
 from .model import CAP_SOURCES, PromptGroup, Response, Step, ToolCall, Trace, Turn
 
@@ -100,9 +100,7 @@ def read(path: Path, text: str) -> Trace:
             continue
         w = Where(path, lineno, prefix="malformed record: ")
         rec = obj(w, loads(w, raw), "a prompt group")
-        for key in ("step", "prompt_len", "responses"):
-            if key not in rec:
-                raise w.error(f"missing key {key!r}")
+        require_keys(w, rec, ("step", "prompt_len", "responses"))
         step = step_number(w, rec["step"])
         prompt = count(w, rec["prompt_len"], "'prompt_len'")
         if max_prompt is not None and prompt > max_prompt:
@@ -141,9 +139,7 @@ def _capped_indices(w: Where, value, n: int) -> list[int]:
 
 def _response_from(w: Where, o, cap: int, i: int) -> Response:
     o = obj(w, o, f"response {i}")
-    for key in ("len", "capped", "turns"):
-        if key not in o:
-            raise w.error(f"response {i}: missing key {key!r}")
+    require_keys(w, o, ("len", "capped", "turns"), f"response {i}")
     length = _length(w, o["len"], cap, f"response {i}")
     capped = o["capped"]
     if not isinstance(capped, bool):
@@ -161,9 +157,7 @@ def _response_from(w: Where, o, cap: int, i: int) -> Response:
 
 def _turn_from(w: Where, t, what: str) -> Turn:
     t = obj(w, t, what)
-    for key in ("prompt", "cached", "completion", "loss"):
-        if key not in t:
-            raise w.error(f"{what}: missing key {key!r}")
+    require_keys(w, t, ("prompt", "cached", "completion", "loss"), what)
     prompt = count(w, t["prompt"], f"{what} 'prompt'")
     cached = count(w, t["cached"], f"{what} 'cached'", minimum=0)
     if cached > prompt:

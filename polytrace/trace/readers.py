@@ -28,7 +28,20 @@ import numpy as np
 
 from ..errors import TraceFormatError
 from . import native
-from .fields import MAX_STEP, Where, array, count, flag, loads, obj, read_regular_file, seconds, step_number, text
+from .fields import (
+    MAX_STEP,
+    Where,
+    array,
+    count,
+    flag,
+    loads,
+    obj,
+    read_regular_file,
+    require_keys,
+    seconds,
+    step_number,
+    text,
+)
 from .model import PromptGroup, Response, Step, ToolCall, Trace, Turn
 
 _STEP_FILE = re.compile(r"(packed_lengths|multiturn_workload)_step_(\d+)\.jsonl$")
@@ -181,9 +194,7 @@ def _read_step_jsonl(path, text_) -> Trace:
         w = Where(path, lineno)
         if flag(w, rec.get("validate"), "'validate'"):
             continue
-        for key in ("input", "output"):
-            if key not in rec:
-                raise w.error(f"missing key {key!r}")
+        require_keys(w, rec, ("input", "output"))
         outputs = rec["output"]
         if not isinstance(outputs, list) or not outputs:
             raise w.error("'output' must be a non-empty list of response lengths")
@@ -211,9 +222,7 @@ def _read_multiturn_jsonl(path, text_, max_response_len) -> Trace:
         w = Where(path, lineno)
         if flag(w, rec.get("validate"), "'validate'"):
             continue
-        for key in ("turns", "final_response_len", "prompt_len"):
-            if key not in rec:
-                raise w.error(f"missing key {key!r}")
+        require_keys(w, rec, ("turns", "final_response_len", "prompt_len"))
         if max_response_len is not None:
             cap = max_response_len
         elif rec.get("max_response_len") is None:
