@@ -288,6 +288,23 @@ def test_mixture_moments_are_bounded_in_both_models(tmp_path, name, edit, match)
         get_profile(str(f))
 
 
+@pytest.mark.parametrize("variance", [0, False, -4.0])
+def test_gmm_zero_input_variance_is_refused_without_a_numpy_warning(tmp_path, variance):
+    """A zero (or JSON false, or negative) input variance in a Gaussian-mixture component is refused
+    before the conditional variance divides by it: fuzzing (seed 7) found numpy's divide-by-zero
+    warning printed ahead of the one-line error."""
+    import warnings
+
+    d = json.loads(get_profile("model-b-math").dumps())
+    d["params"]["covariances"][1][0][0] = variance
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps(d))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(PolytraceError, match="gmm covariances must be positive definite"):
+            get_profile(str(f))
+
+
 def test_deeply_nested_and_fifo_profiles(tmp_path):
     import os
 

@@ -310,9 +310,13 @@ def _compile_gmm(params: dict) -> dict:
         raise ValueError("gmm needs weights [k], means [k, 2], covariances [k, 2, 2]")
     _check_moments(mu, cov, "gmm means and covariances")
     var_in = cov[:, 0, 0]
+    # Checked before dividing: a zero input variance (a 0 or a JSON false in the file) would print
+    # numpy's divide-by-zero warning ahead of the one-line error.
+    if np.any(var_in <= 0):
+        raise ValueError("gmm covariances must be positive definite")
     slope = cov[:, 0, 1] / var_in
     cond_var = cov[:, 1, 1] - cov[:, 0, 1] ** 2 / var_in
-    if np.any(var_in <= 0) or np.any(cond_var <= 0):
+    if np.any(cond_var <= 0):
         raise ValueError("gmm covariances must be positive definite")
     return {"cdf": np.cumsum(w / w.sum()), "mu": mu, "sd_in": np.sqrt(var_in), "slope": slope,
             "cond_sd": np.sqrt(cond_var)}
