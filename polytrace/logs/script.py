@@ -262,15 +262,22 @@ class Shell:
         out: list[str] = []
         missing: list[str] = []
         reasons: list[str] = []
+
+        def take(value: str | Unresolved) -> None:
+            if isinstance(value, Unresolved):
+                out.append(value.text)
+                missing.extend(value.names)
+                reasons.append(value.reason)
+            else:
+                out.append(value)
+
         i, n = 0, len(text)
         while i < n:
             c = text[i]
             if c == "`":
                 end = text.find("`", i + 1)
                 end = n if end < 0 else end + 1
-                out.append(text[i:end])
-                missing.append(text[i:end])
-                reasons.append(BY_COMMAND)
+                take(Unresolved(text[i:end], (text[i:end],), BY_COMMAND))
                 i = end
                 continue
             if c != "$" or i + 1 >= n:
@@ -282,40 +289,21 @@ class Shell:
                 end = _matching_close(text, i + 1)
                 piece = text[i:end]
                 value = self._arith(piece, depth) if piece.startswith("$((") else None
-                if value is None:
-                    out.append(piece)
-                    missing.append(piece)
-                    reasons.append(BY_COMMAND)
-                else:
-                    out.append(value)
+                take(Unresolved(piece, (piece,), BY_COMMAND) if value is None else value)
                 i = end
                 continue
             if nxt == "{":
                 end = _matching_close(text, i + 1)
-                value = self._braced(text[i + 2:end - 1], depth)
-                if isinstance(value, Unresolved):
-                    out.append(value.text)
-                    missing.extend(value.names)
-                    reasons.append(value.reason)
-                else:
-                    out.append(value)
+                take(self._braced(text[i + 2:end - 1], depth))
                 i = end
                 continue
             m = _NAME.match(text, i + 1)
             if m:
-                value = self._lookup(m.group(0))
-                if isinstance(value, Unresolved):
-                    out.append(value.text)
-                    missing.extend(value.names)
-                    reasons.append(value.reason)
-                else:
-                    out.append(value)
+                take(self._lookup(m.group(0)))
                 i = m.end()
                 continue
             if nxt.isdigit() or nxt in "@*#?!$-":  # positional and special parameters
-                out.append(text[i:i + 2])
-                missing.append(text[i:i + 2])
-                reasons.append(SCRIPT_ARGUMENT)
+                take(Unresolved(text[i:i + 2], (text[i:i + 2],), SCRIPT_ARGUMENT))
                 i += 2
                 continue
             out.append(c)
