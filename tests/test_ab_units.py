@@ -75,6 +75,24 @@ def test_a_consistent_slowdown_beyond_the_threshold_regresses_and_a_small_one_do
     assert fast.cases[0].status == "improvement" and fast.exit_code == 0
 
 
+def test_a_slowdown_the_signed_rank_test_does_not_confirm_is_said_not_hidden():
+    """16 pairs 2x slower but one whose BASE round was preempted (the largest |log ratio|, other
+    sign): p = 0.005 >= 0.002, so the case is not a regression; it carries a note and ab warns."""
+    from polytrace.ab.runner import _finish
+
+    ratios = np.full(16, math.log(2.0)) + np.linspace(-0.01, 0.01, 16)
+    ratios[0] = -math.log(5.0)
+    r = report_of([case_with(ratios), case_with(np.linspace(-0.01, 0.01, 16), i=1)])
+    noisy, quiet = r.cases
+    assert noisy.status == "unchanged" and 0.002 <= noisy.p_value < 0.01 and noisy.change > 0.9
+    assert "beyond the threshold but not significant" in noisy.note and "more --rounds" in noisy.note
+    assert quiet.status == "unchanged" and quiet.note == ""
+    _finish(r, seed=0, cuda=True)
+    (warning,) = [w for w in r.warnings if "threshold" in w]
+    assert warning.startswith("1 case moved past the threshold without a significant test") and noisy.id in warning
+    assert quiet.id not in warning and "warning: 1 case moved past" in format_text(r)
+
+
 def test_a_slowdown_the_test_cannot_reach_is_an_error_not_a_pass():
     """Pairs timed exactly alike carry no sign; when too few pairs differ for p < alpha while the
     median is slower beyond the threshold, the case cannot pass quietly."""

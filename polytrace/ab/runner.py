@@ -20,6 +20,7 @@ from pathlib import Path
 from ..errors import PolytraceError
 from ..results.gate import GATED_KINDS
 from ..results.select import keyword_matcher
+from ..wording import counted
 from . import loader, measure, paired, revisions
 from .report import AbReport, CaseResult, aggregate, judge, result_json
 
@@ -192,6 +193,12 @@ def _finish(report: AbReport, seed: int, cuda: bool) -> None:
                                "performance")
     for c in report.of("error"):
         c.note = c.note or "failed"
+    unconfirmed = [c for c in report.of("unchanged") if c.note]
+    if unconfirmed:
+        report.warnings.append(f"{counted(len(unconfirmed), 'case')} moved past the threshold without a significant "
+                               "test (listed as unchanged; rerun with more --rounds): " + "; ".join(
+                                   f"{c.id}: {c.change:+.1%}, p = {c.p_value:.2g}" for c in unconfirmed[:3])
+                               + (f"; and {len(unconfirmed) - 3} more" if len(unconfirmed) > 3 else ""))
     errors = report.of("error")
     if errors:
         report.errors.append(f"{len(errors)} case(s) could not be compared: " + "; ".join(
