@@ -57,15 +57,34 @@ class GPU:
 SCALEOUT_SOURCE = (
     "reference system designs, one NIC per GPU: DGX A100 (8 x 200 Gb/s HDR ConnectX-6: 25 GB/s per GPU); "
     "DGX/HGX H100, H200, H20, H800, GH200 and DGX B200 (8 x 400 Gb/s NDR ConnectX-7: 50 GB/s per GPU); "
-    "AMD MI300X platform (8 x 400 Gb/s NICs: 50 GB/s per GPU). Clusters built with fewer NICs are slower.")
+    "AMD MI300X and MI325X platforms (8 x 400 Gb/s NICs: 50 GB/s per GPU); A800 and L40S servers taken as "
+    "DGX A100 (25 GB/s per GPU). Clusters built with fewer NICs are slower.")
 
 _GPUS = [
     GPU("a100-80g", "NVIDIA A100 80GB SXM", 312.0, 2.039, 80, 300, 19.5,
         "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 2,039 GB/s HBM2e, NVLink 600 GB/s bidirectional",
         name_patterns=(r"\ba100\b.*\b80\s?gb\b",), scaleout_gbps=25.0),
+    GPU("a100-40g", "NVIDIA A100 40GB SXM", 312.0, 1.555, 40, 300, 19.5,
+        "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 1,555 GB/s HBM2, NVLink 600 GB/s bidirectional",
+        name_patterns=(r"\ba100\b.*\b40\s?gb\b",), scaleout_gbps=25.0),
+    GPU("a800", "NVIDIA A800 SXM4 80GB", 312.0, 2.039, 80, 200, 19.5,
+        "NVIDIA A800 product brief: A100 80GB compute and memory, NVLink limited to 400 GB/s bidirectional",
+        name_patterns=(r"\ba800\b(?!.*\bpcie\b)",), scaleout_gbps=25.0),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
         "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
         name_patterns=(r"\bh100\b(?!.*\b(?:pcie|nvl)\b)",)),
+    GPU("h100-pcie", "NVIDIA H100 PCIe 80GB", 756.0, 2.0, 80, 300, 51.0,
+        "NVIDIA H100 datasheet (2023), PCIe: 756 TF bf16 dense, 2.0 TB/s HBM2e, NVLink bridge 600 GB/s "
+        "bidirectional (pairs of boards)",
+        name_patterns=(r"\bh100\b.*\bpcie\b",)),
+    GPU("h100-nvl", "NVIDIA H100 NVL 94GB", 835.0, 3.9, 94, 300, 60.0,
+        "NVIDIA H100 datasheet (2023), NVL: 835 TF bf16 dense per GPU (1,671 with sparsity), 3.9 TB/s HBM3, "
+        "NVLink bridge 600 GB/s bidirectional",
+        name_patterns=(r"\bh100\b.*\bnvl\b",)),
+    GPU("l40s", "NVIDIA L40S 48GB", 362.0, 0.864, 48, 32, 91.6,
+        "NVIDIA L40S datasheet (2023): 362 TF bf16 dense (733 with sparsity), 864 GB/s GDDR6, no NVLink: "
+        "PCIe Gen4 x16, 32 GB/s one direction",
+        name_patterns=(r"\bl40s\b",), scaleout_gbps=25.0),
     GPU("h800", "NVIDIA H800 SXM5 80GB", 989.4, 3.35, 80, 200, 67.0,
         "NVIDIA H800 product brief: H100 compute, NVLink limited to 400 GB/s bidirectional",
         name_patterns=(r"\bh800\b(?!.*\bpcie\b)",)),
@@ -84,9 +103,17 @@ _GPUS = [
     GPU("mi300x", "AMD Instinct MI300X 192GB", 1307.4, 5.3, 192, 448, 163.4,
         "AMD MI300X datasheet (2023): 1307.4 TF bf16 dense, 5.3 TB/s HBM3, Infinity Fabric 896 GB/s",
         name_patterns=(r"\bmi300x\b",)),
+    GPU("mi325x", "AMD Instinct MI325X 256GB", 1307.4, 6.0, 256, 448, 163.4,
+        "AMD MI325X datasheet (2024): 1307.4 TF bf16 dense, 6.0 TB/s HBM3E, Infinity Fabric 896 GB/s",
+        name_patterns=(r"\bmi325x\b",)),
     GPU("gh200", "NVIDIA GH200 Grace Hopper 144GB", 989.4, 4.9, 144, 450, 67.0,
         "NVIDIA GH200 datasheet (2024): H100 compute, 144 GB HBM3e at 4.9 TB/s, NVLink 900 GB/s",
-        name_patterns=(r"\bgh200\b",)),
+        name_patterns=(r"\bgh200\b(?!.*\b480\s?gb\b)",)),
+    # The first GH200 boards carry 96 GB of HBM3 beside 480 GB of LPDDR5X and report the latter:
+    # "NVIDIA GH200 480GB".
+    GPU("gh200-96g", "NVIDIA GH200 Grace Hopper 96GB", 989.4, 4.0, 96, 450, 67.0,
+        "NVIDIA GH200 datasheet (2023): H100 compute, 96 GB HBM3 at 4.0 TB/s (480 GB LPDDR5X), NVLink 900 GB/s",
+        name_patterns=(r"\bgh200\b.*\b480\s?gb\b",)),
 ]
 
 GPUS: dict[str, GPU] = {g.slug: g for g in _GPUS}

@@ -18,12 +18,19 @@ REPORTED_NAMES = {
     "NVIDIA H200": "h200",
     "NVIDIA B200": "b200",
     "AMD Instinct MI300X": "mi300x",
-    "NVIDIA GH200 480GB": "gh200",
+    "NVIDIA GH200 480GB": "gh200-96g",  # 96 GB HBM3 beside 480 GB LPDDR5X
     "NVIDIA GH200 144G HBM3e": "gh200",
+    "NVIDIA A100-SXM4-40GB": "a100-40g",
+    "NVIDIA A100-PCIE-40GB": "a100-40g",
+    "NVIDIA A800-SXM4-80GB": "a800",
+    "NVIDIA H100 PCIe": "h100-pcie",
+    "NVIDIA H100 NVL": "h100-nvl",
+    "NVIDIA L40S": "l40s",
+    "AMD Instinct MI325X": "mi325x",
 }
 # boards with no preset of their own: a wrong preset would give a wrong % of peak
-UNMATCHED = ["NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200 NVL", "NVIDIA H800 PCIe",
-             "NVIDIA A100-SXM4-40GB", "NVIDIA GB200", "NVIDIA GeForce RTX 4090", "NVIDIA L40S", "cpu"]
+UNMATCHED = ["NVIDIA H200 NVL", "NVIDIA H800 PCIe", "NVIDIA A800 80GB PCIe", "NVIDIA GB200",
+             "NVIDIA GeForce RTX 4090", "NVIDIA L40", "AMD Instinct MI300A", "cpu"]
 
 
 @pytest.mark.parametrize("name, slug", sorted(REPORTED_NAMES.items()))
