@@ -125,6 +125,15 @@ def load(path) -> dict:
         raise PolytraceError(f"--calibration {p}: no model family (model.family)")
     if not isinstance(doc.get("gpu"), str):
         raise PolytraceError(f"--calibration {p}: no GPU")
+    # provenance fields the estimate echoes into its output: checked, so no NaN or a traceback
+    # comes out of a hand-edited file
+    from .compose.modes import MODES
+
+    if "mode" in doc and doc["mode"] not in MODES:
+        raise PolytraceError(f"--calibration {p}: mode {str(doc['mode'])[:80]!r} is not one of {', '.join(MODES)}")
+    source = doc.get("source", {})
+    if not isinstance(source, dict) or not isinstance(source.get("kind", ""), str):
+        raise PolytraceError(f"--calibration {p}: source must be an object whose kind is a string")
     out = dict(doc)
     out["scalars"] = clean
     out["path"] = str(p)

@@ -241,6 +241,13 @@ def test_calibrate_bad_input(tmp_path, capsys, argv, message):
     ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rollout_slowdown": NaN}}', "not a finite number"),
     ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rollout_slowdown": -1}}', "outside (0, 1000]"),
     ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rm -rf": 1}}', "not <kind>_slowdown"),
+    # provenance the estimate echoes (a fuzz run found a traceback and a NaN in the JSON output)
+    ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rollout_slowdown": 1}, "model": {"name": '
+     '"qwen2.5-7b", "family": "qwen2"}, "gpu": "h100-sxm", "source": true}', "source must be an object"),
+    ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rollout_slowdown": 1}, "model": {"name": '
+     '"qwen2.5-7b", "family": "qwen2"}, "gpu": "h100-sxm", "source": {"kind": 3}}', "kind is a string"),
+    ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rollout_slowdown": 1}, "model": {"name": '
+     '"qwen2.5-7b", "family": "qwen2"}, "gpu": "h100-sxm", "mode": NaN}', "mode 'nan' is not one of sync"),
 ])
 def test_bad_calibration_files(tmp_path, capsys, content, message):
     path = tmp_path / "cal.json"
