@@ -45,7 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ("describe", "fidelity", "fit", "validate", "results show", "gate", "plot")
+COMMANDS = ("describe", "fidelity", "fit", "validate", "calibrate", "estimate --calibration", "results show", "gate",
+            "impact", "plot")
 DEEP = "__DEEP_NESTING__"
 HUGE = "__HUGE_STRING__"
 # Values a field may hold in a hostile file: out-of-range integers, non-finite and denormal floats,
@@ -73,7 +74,7 @@ def build_seeds(shared: Path, work: Path, extra_results: list[Path]) -> dict[str
     from polytrace.profiles import fit_profile
 
     data = shared / "polytrace-data"
-    seeds: dict[str, list[Path]] = {k: [] for k in ("trace", "folder", "profile", "log", "result")}
+    seeds: dict[str, list[Path]] = {k: [] for k in ("trace", "folder", "profile", "log", "result", "calibration")}
     t = work / "seeds" / "traces"
     t.mkdir(parents=True)
     single = data / "{}/profile/packed_length_log/{}/packed_lengths_step_{}.jsonl"
@@ -120,6 +121,15 @@ def build_seeds(shared: Path, work: Path, extra_results: list[Path]) -> dict[str
     for name, obj in synth_results().items():
         (r / name).write_text(json.dumps(obj))
     seeds["result"] = sorted(r.iterdir()) + list(extra_results)
+    from polytrace.calfile import calibrate_from_log, calibrate_from_stage_times
+
+    c = work / "seeds" / "calibrations"
+    c.mkdir()
+    gemma = next((p for p in seeds["log"] if "gemma" in p.name), seeds["log"][0])
+    calibrate_from_log(gemma, c / "from_log.json")
+    calibrate_from_stage_times("gen=60,old_log_prob=8,ref=8,update_actor=30", c / "from_stage_times.json",
+                               model="qwen2.5-7b", gpu="h100", gpus=8)
+    seeds["calibration"] = sorted(c.iterdir())
     return seeds
 
 
@@ -370,6 +380,20 @@ def plan_run(rng: random.Random, command: str, seeds: dict, case: Path) -> Plan:
     if command == "validate":
         path, what = mutated("log")
         return Plan(poly + ["validate", str(path), "--json"], what, [path])
+    if command == "calibrate":
+        path, what = mutated("log")
+        out = case / "cal.json"
+        return Plan(poly + ["calibrate", str(path), "-o", str(out)], what, [path], [out])
+    if command == "estimate --calibration":
+        path, what = mutated("calibration")
+        model, gpus = ("gemma-2-2b", "2") if path.name == "from_log.json" else ("qwen2.5-7b", "8")
+        return Plan(poly + ["estimate", "--model", model, "--gpu", "a100-80g", "--gpus", gpus, "--steps", "1",
+                            "--prompts", "16", "--calibration", str(path), "--json"], what, [path])
+    if command == "impact":
+        base = next(p for p in seeds["result"] if p.name == "base.json")
+        dst, what = mutated("result")
+        pair = [str(base), str(dst)] if rng.random() < 0.5 else [str(dst), str(base)]
+        return Plan(poly + ["impact", *pair, "--gpu", "h200", "--steps", "1", "--json"], what, [dst])
     if command == "results show":
         path, what = mutated("result")
         return Plan(poly + ["results", "show", str(path)] + (["--brief"] if rng.random() < 0.5 else []), what,
