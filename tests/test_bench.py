@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,6 +162,39 @@ def test_merge_alone_rewrites_the_merged_files(suites, tmp_path):
     written = merge_dir(out)
     assert sorted(m.suite for m in written) == ["alpha", "beta"]
     assert (out / "cpu" / "alpha.json").read_text() == before
+
+
+DAMAGE = [
+    (lambda r: r.__setitem__("machine_info", True), "'machine_info' must be an object"),
+    (lambda r: r["benchmarks"].__setitem__(0, "x"), r"benchmarks\[0\] must be an object"),
+    (lambda r: r["benchmarks"][0].__setitem__("extra_info", float("nan")), "'extra_info' must be an object"),
+    (lambda r: r["polytrace_shard"]["cases"].__setitem__(0, [1]), r"polytrace_shard.cases\[0\] is not a case"),
+    (lambda r: r["polytrace_shard"]["cases"][0].__setitem__("index", "0"), r"cases\[0\] is not a case"),
+    (lambda r: r["polytrace_shard"]["cases"][0].__setitem__("seconds", float("inf")), r"cases\[0\] is not"),
+    (lambda r: r["polytrace_shard"].__setitem__("id", None), "polytrace_shard.id, node_label and target"),
+]
+
+
+def test_a_damaged_shard_record_is_one_line_naming_it(suites, tmp_path, capsys):
+    """A run folder outlives its run (hand edits, cut copies): a fuzz of shard records found
+    five tracebacks in ``bench --merge``; every damaged field is now refused, naming the file."""
+    import shutil
+
+    from polytrace.cli import main
+
+    good = tmp_path / "run"
+    run_bench(good, suites_dir=suites, k="a1 or a2")
+    for i, (edit, message) in enumerate(DAMAGE):
+        out = shutil.copytree(good, tmp_path / f"damaged{i}")
+        path = sorted((out / "shards").glob("*.json"))[0]
+        rec = json.loads(path.read_text())
+        edit(rec)
+        path.write_text(json.dumps(rec))
+        assert main(["bench", "--merge", str(out), "--allow-cpu"]) == 2, message
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"polytrace: error: {path}") and "\n" not in err, err
+        assert re.search(message, err), err
+    assert main(["bench", "--merge", str(good), "--allow-cpu"]) == 0  # the undamaged folder still merges
 
 
 def test_gpu_models_never_share_a_file_and_other_code_is_refused(suites, tmp_path, monkeypatch):

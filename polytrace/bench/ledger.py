@@ -137,9 +137,32 @@ def load_records(out: Path) -> list[dict]:
         if not isinstance(meta, dict) or not isinstance(meta.get("cases"), list) \
                 or not isinstance(obj.get("benchmarks"), list):
             raise PolytraceError(f"{path}: not a polytrace shard record (no polytrace_shard.cases / benchmarks)")
+        _check_record(obj, meta, path)
         meta["path"] = str(path)
         found.append((int(m.group(1)), int(m.group(2)), obj))
     return [obj for _, _, obj in sorted(found, key=lambda t: (t[0], t[1]))]
+
+
+def _check_record(obj: dict, meta: dict, path: Path) -> None:
+    """A record is ours, but a folder outlives the run that wrote it (a hand edit, a cut copy):
+    its benchmarks are checked as any result file, its ledger's fields typed, before a merge or a
+    resume reads them."""
+    from ..results.schema import parse_result
+
+    parse_result(obj, str(path))
+    if not isinstance(meta.get("id"), str) or not isinstance(meta.get("node_label", ""), str) \
+            or not isinstance(meta.get("target", "any"), str):
+        raise PolytraceError(f"{path}: polytrace_shard.id, node_label and target must be strings; move it away "
+                             "to rerun its cases")
+    for i, case in enumerate(meta["cases"]):
+        ok = isinstance(case, dict) and isinstance(case.get("nodeid"), str) \
+            and isinstance(case.get("index"), int) and not isinstance(case.get("index"), bool) \
+            and isinstance(case.get("outcome", ""), str) and isinstance(case.get("complete", True), bool)
+        seconds = case.get("seconds", 0.0) if isinstance(case, dict) else None
+        if not ok or isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+                or not math.isfinite(seconds) or seconds < 0:
+            raise PolytraceError(f"{path}: polytrace_shard.cases[{i}] is not a case record (nodeid, index, outcome, "
+                                 "seconds); move it away to rerun its cases")
 
 
 def next_run(records: list[dict]) -> int:
