@@ -75,10 +75,11 @@ def _stale(data: dict, kernel: str, path: Path) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _load(kernel: str, device_name: str, root: str) -> dict:
+def _load(kernel: str, device_name: str, root: str) -> tuple[dict, str]:
+    """(configs, the file they came from) for ``kernel`` on this device, or ({}, "")."""
     base = Path(root)
     if not base.is_dir():
-        return {}
+        return {}, ""
     for path in sorted(base.glob(f"*/{kernel}.json")):
         try:
             data = json.loads(path.read_text())
@@ -88,23 +89,56 @@ def _load(kernel: str, device_name: str, root: str) -> dict:
             continue
         if data.get("kernel") == kernel and data.get("device_name") == device_name:
             if _stale(data, kernel, path):
-                return {}
+                return {}, ""
             configs = data.get("configs", {})
-            return configs if isinstance(configs, dict) else {}
-    return {}
+            return (configs if isinstance(configs, dict) else {}), str(path)
+    return {}, ""
+
+
+# A tuned value reaches a Triton launch unchecked by anything else: block sizes feed tl.arange (a
+# power of two; packing tunes row blocks down to 4), warps are 1-32 and a power of two,
+# pipelines past 8 stages do not fit shared memory on any GPU we know; every other launch knob
+# (splits, chunk counts) is a count. 2**20 bounds them all (the largest tuned value is 16384).
+_MAX_VALUE = 1 << 20
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _bad_value(key: str, value) -> str:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_VALUE:
+        return f"an int in [0, {_MAX_VALUE}]"
+    if "BLOCK" in key and (value < 1 or value & (value - 1)):
+        return "a power of two"
+    if key == "num_warps" and (not 1 <= value <= 32 or value & (value - 1)):
+        return "a power of two in [1, 32]"
+    if key == "num_stages" and not 1 <= value <= 8:
+        return "in [1, 8]"
+    return ""
 
 
 def lookup(kernel: str, bucket: str, device_name: str, default: dict) -> dict:
-    """The tuned config for ``bucket`` on this device, else ``default`` (a copy)."""
-    configs = _load(kernel, device_name, str(tuning_root()))
+    """The tuned config for ``bucket`` on this device, else ``default`` (a copy). A tuned config
+    holding a value no launch could take is ignored with a ``RuntimeWarning`` naming the file."""
+    configs, path = _load(kernel, device_name, str(tuning_root()))
     found = configs.get(bucket)
     if not isinstance(found, dict):
         return dict(default)
+    tuned = {k: v for k, v in found.items() if k in default}
+    for key, value in tuned.items():
+        need = _bad_value(key, value)
+        if need:
+            if (path, bucket) in _WARNED:  # once per file and bucket, as the stale-hash warning
+                return dict(default)
+            _WARNED.add((path, bucket))
+            warnings.warn(f"{path}: tuned config {bucket!r} of kernel {kernel!r} ignored ({key} = {value!r}, "
+                          f"must be {need}); the kernel uses its default launch config. Rerun `polytrace tune "
+                          f"{kernel} --profile PROFILE` on this GPU to tune it again.", RuntimeWarning, stacklevel=3)
+            return dict(default)
     merged = dict(default)
-    merged.update({k: v for k, v in found.items() if k in default})
+    merged.update(tuned)
     return merged
 
 
 def clear_cache() -> None:
+    _WARNED.clear()
     _load.cache_clear()
     family_source_hash.cache_clear()

@@ -70,6 +70,28 @@ def test_stale_or_missing_hash_is_ignored_with_a_warning(tuning, recorded):
         assert _tuning.lookup("pack", BUCKET, "NVIDIA H200", DEFAULT) == DEFAULT
 
 
+@pytest.mark.parametrize("bad", [{"BLOCK_T": "128"}, {"BLOCK_T": 96}, {"BLOCK_T": -4}, {"num_warps": 3},
+                                 {"num_warps": 64}, {"BLOCK_F": True}, {"BLOCK_F": 2 ** 40}, {"BLOCK_T": 128.0}])
+def test_a_tuned_value_no_launch_could_take_is_ignored_with_a_warning(tuning, bad):
+    """A hand-edited or damaged tuned config reached the Triton launch as it was (a string or a
+    non-power-of-two block size: an error deep inside Triton); now the default runs, said once."""
+    _tuning, write = tuning
+    path = write(kernel_hash=kernel_source_hash("packing"))
+    data = json.loads(path.read_text())
+    data["configs"][BUCKET] = {**TUNED, **bad}
+    path.write_text(json.dumps(data))
+    _tuning.clear_cache()
+    with pytest.warns(RuntimeWarning) as caught:
+        got = _tuning.lookup("pack", BUCKET, "NVIDIA H200", DEFAULT)
+    assert got == DEFAULT
+    (w,) = caught
+    (key,) = bad
+    assert str(path) in str(w.message) and f"{key} = " in str(w.message) and "polytrace tune pack" in str(w.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _tuning.lookup("pack", BUCKET, "NVIDIA H200", DEFAULT) == DEFAULT
+
+
 def test_unknown_family_is_stale(tuning):
     _tuning, write = tuning
     write(family="../../etc", kernel_hash=kernel_source_hash("packing"))
