@@ -31,7 +31,7 @@ CPU_TINY = {"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 2, 
 
 def _suite_run_as_h200(tmp_path: Path) -> Path:
     out = tmp_path / "cpu.json"
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}  # the CPU shapes, on a GPU box too
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "suites", "-k", KEYWORD,
                           f"--benchmark-json={out}"], cwd=REPO, env=env, capture_output=True, text=True,
                          timeout=600)
