@@ -74,33 +74,17 @@ def _stale(data: dict, kernel: str, path: Path) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=64)
-def _load(kernel: str, device_name: str, root: str) -> tuple[dict, str]:
-    """(configs, the file they came from) for ``kernel`` on this device, or ({}, "")."""
-    base = Path(root)
-    if not base.is_dir():
-        return {}, ""
-    for path in sorted(base.glob(f"*/{kernel}.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError, RecursionError):
-            continue
-        if not isinstance(data, dict):
-            continue
-        if data.get("kernel") == kernel and data.get("device_name") == device_name:
-            if _stale(data, kernel, path):
-                return {}, ""
-            configs = data.get("configs", {})
-            return (configs if isinstance(configs, dict) else {}), str(path)
-    return {}, ""
-
-
 # A tuned value reaches a Triton launch unchecked by anything else: block sizes feed tl.arange (a
 # power of two; packing tunes row blocks down to 4), warps are 1-32 and a power of two,
 # pipelines past 8 stages do not fit shared memory on any GPU we know; every other launch knob
 # (splits, chunk counts) is a count. 2**20 bounds them all (the largest tuned value is 16384).
 _MAX_VALUE = 1 << 20
-_WARNED: set[tuple[str, str]] = set()
+
+
+def _is_knob(key: str) -> bool:
+    """A launch knob of a bucket's entry: the compiler's (``LAUNCH_KEYS``) or a kernel constexpr
+    (upper case: ``BLOCK_V``, ``NSPLIT``); the rest (``time_s``, ``tried``, ...) is the record."""
+    return key in LAUNCH_KEYS or key.isupper()
 
 
 def _bad_value(key: str, value) -> str:
@@ -115,30 +99,56 @@ def _bad_value(key: str, value) -> str:
     return ""
 
 
+def _launchable(configs: dict, kernel: str, path: Path) -> dict:
+    """The buckets whose every launch knob a launch could take; each other one is dropped with a
+    warning (once: ``_load`` is cached)."""
+    kept = {}
+    for bucket, entry in configs.items():
+        if not isinstance(entry, dict):
+            continue
+        bad = next(((k, v, need) for k, v in entry.items() if _is_knob(k) and (need := _bad_value(k, v))), None)
+        if bad is None:
+            kept[bucket] = entry
+            continue
+        key, value, need = bad
+        warnings.warn(f"{path}: tuned config {bucket!r} of kernel {kernel!r} ignored ({key} = {value!r}, must be "
+                      f"{need}); the kernel uses its default launch config. Rerun `polytrace tune {kernel} "
+                      "--profile PROFILE` on this GPU to tune it again.", RuntimeWarning, stacklevel=4)
+    return kept
+
+
+@functools.lru_cache(maxsize=64)
+def _load(kernel: str, device_name: str, root: str) -> dict:
+    base = Path(root)
+    if not base.is_dir():
+        return {}
+    for path in sorted(base.glob(f"*/{kernel}.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        if data.get("kernel") == kernel and data.get("device_name") == device_name:
+            if _stale(data, kernel, path):
+                return {}
+            configs = data.get("configs", {})
+            return _launchable(configs, kernel, path) if isinstance(configs, dict) else {}
+    return {}
+
+
 def lookup(kernel: str, bucket: str, device_name: str, default: dict) -> dict:
     """The tuned config for ``bucket`` on this device, else ``default`` (a copy). A tuned config
     holding a value no launch could take is ignored with a ``RuntimeWarning`` naming the file."""
-    configs, path = _load(kernel, device_name, str(tuning_root()))
+    configs = _load(kernel, device_name, str(tuning_root()))
     found = configs.get(bucket)
     if not isinstance(found, dict):
         return dict(default)
-    tuned = {k: v for k, v in found.items() if k in default}
-    for key, value in tuned.items():
-        need = _bad_value(key, value)
-        if need:
-            if (path, bucket) in _WARNED:  # once per file and bucket, as the stale-hash warning
-                return dict(default)
-            _WARNED.add((path, bucket))
-            warnings.warn(f"{path}: tuned config {bucket!r} of kernel {kernel!r} ignored ({key} = {value!r}, "
-                          f"must be {need}); the kernel uses its default launch config. Rerun `polytrace tune "
-                          f"{kernel} --profile PROFILE` on this GPU to tune it again.", RuntimeWarning, stacklevel=3)
-            return dict(default)
     merged = dict(default)
-    merged.update(tuned)
+    merged.update({k: v for k, v in found.items() if k in default})
     return merged
 
 
 def clear_cache() -> None:
-    _WARNED.clear()
     _load.cache_clear()
     family_source_hash.cache_clear()
