@@ -20,7 +20,7 @@ from pathlib import Path
 from ..errors import PolytraceError
 from ..results.gate import GATED_KINDS
 from ..results.select import keyword_matcher
-from ..wording import counted
+from ..wording import counted, first_few
 from . import loader, measure, paired, revisions
 from .report import AbReport, CaseResult, aggregate, judge, result_json
 
@@ -196,13 +196,12 @@ def _finish(report: AbReport, seed: int, cuda: bool) -> None:
     unconfirmed = [c for c in report.of("unchanged") if c.note]
     if unconfirmed:
         report.warnings.append(f"{counted(len(unconfirmed), 'case')} moved past the threshold without a significant "
-                               "test (listed as unchanged; rerun with more --rounds): " + "; ".join(
-                                   f"{c.id}: {c.change:+.1%}, p = {c.p_value:.2g}" for c in unconfirmed[:3])
-                               + (f"; and {len(unconfirmed) - 3} more" if len(unconfirmed) > 3 else ""))
+                               "test (listed as unchanged; rerun with more --rounds): " + first_few(
+                                   [f"{c.id}: {c.change:+.1%}, p = {c.p_value:.2g}" for c in unconfirmed]))
     errors = report.of("error")
     if errors:
-        report.errors.append(f"{len(errors)} case(s) could not be compared: " + "; ".join(
-            f"{c.id}: {c.note}" for c in errors[:3]) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else ""))
+        report.errors.append(f"{len(errors)} case(s) could not be compared: "
+                             + first_few([f"{c.id}: {c.note}" for c in errors]))
     if report.only_base or report.only_cand:
         report.notes.append(f"the revisions' suites differ: {len(report.only_cand)} case(s) only in CAND, "
                             f"{len(report.only_base)} only in BASE (listed, not compared)")
