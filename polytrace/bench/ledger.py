@@ -93,11 +93,7 @@ def make_shards(cases: list[Case], slots: int, run: int, max_cases: int = MAX_SH
 def recorded_seconds(folder: Path) -> dict[str, float]:
     """{node id: seconds} the shard records of a run folder measured (``--balance-from``)."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise PolytraceError(f"--balance-from {folder}: run folder not found")
-    records = load_records(folder)
-    if not records:
-        raise PolytraceError(f"--balance-from {folder}: no shard records in {folder / SHARDS}")
+    records = run_records(folder, f"--balance-from {folder}")
     found: dict[str, float] = {}
     for r in records:
         for c in r["polytrace_shard"]["cases"]:
@@ -116,6 +112,16 @@ def is_done(entry: dict) -> bool:
 
 def shards_dir(out: Path) -> Path:
     return Path(out) / SHARDS
+
+
+def run_records(folder: Path, where: str, hint: str = "") -> list[dict]:
+    """``load_records`` of a run folder that must hold some; errors start with ``where``."""
+    if not folder.is_dir():
+        raise PolytraceError(f"{where}: run folder not found")
+    records = load_records(folder)
+    if not records:
+        raise PolytraceError(f"{where}: no shard records in {folder / SHARDS}{hint}")
+    return records
 
 
 def load_records(out: Path) -> list[dict]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..atomic_write import atomic_write_text
 from ..errors import PolytraceError
 from ..results.schema import benchmark_id, suite_of
-from .ledger import SHARDS, load_records
+from .ledger import run_records
 
 # machine_info.polytrace fields that must agree between the shards of one merged file: another
 # value means other code or another device, which the gate must never see as one run.
@@ -52,11 +52,7 @@ def merge_dir(out: str | Path) -> list[MergedFile]:
     """Write ``<out>/<slug>/<suite>.json`` from every shard record in ``<out>/shards``; returns
     what was written. A case measured by more than one record keeps the latest."""
     out = Path(out)
-    if not out.is_dir():
-        raise PolytraceError(f"{out}: run folder not found")
-    records = load_records(out)
-    if not records:
-        raise PolytraceError(f"{out}: no shard records in {out / SHARDS} (nothing was run into this folder)")
+    records = run_records(out, str(out), " (nothing was run into this folder)")
     groups: dict[tuple[str, str], dict] = {}  # (slug, suite) -> {nodeid: (index, bench, record)}
     for r in records:
         index = {c["nodeid"]: c["index"] for c in r["polytrace_shard"]["cases"]}
