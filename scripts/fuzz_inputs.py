@@ -121,7 +121,7 @@ def build_seeds(shared: Path, work: Path, extra_results: list[Path]) -> dict[str
     for name, obj in synth_results().items():
         (r / name).write_text(json.dumps(obj))
     seeds["result"] = sorted(r.iterdir()) + list(extra_results)
-    from polytrace.calfile import calibrate_from_log, calibrate_from_stage_times
+    from polytrace.calibrate.files import calibrate_from_log, calibrate_from_stage_times
 
     c = work / "seeds" / "calibrations"
     c.mkdir()

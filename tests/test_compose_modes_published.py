@@ -46,7 +46,7 @@ ONE_STEP_OFF = (4, 520.0)  # rollout GPUs, step seconds (trainer 12)
 
 
 def _calibration(tmp_path, gpus, times, **config):
-    from polytrace.calfile import calibrate_from_stage_times, load
+    from polytrace.calibrate.files import calibrate_from_stage_times, load
 
     text = ",".join(f"{k}={v}" for k, v in times.items())
     calibrate_from_stage_times(text, tmp_path / "cal.json", model=MODEL, gpu=GPU, gpus=gpus, profile=PROFILE,

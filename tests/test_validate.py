@@ -9,7 +9,7 @@ import pytest
 
 from polytrace.cli import main
 from polytrace.errors import PolytraceError
-from polytrace.validate import Overrides, validate
+from polytrace.calibrate.validate import Overrides, validate
 
 LAUNCH = ("+ python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=4 "
           "data.max_prompt_length=512 data.max_response_length=1024 trainer.n_gpus_per_node=4 trainer.nnodes=1 "
@@ -24,7 +24,7 @@ def _true_times(tmp_path, launch, stats_lines):
     """Stage seconds of each step under the model with ``TRUE_SLOWDOWN``: price the steps of a
     log that has only length statistics (and a placeholder gen time)."""
     from polytrace.logs import read_log
-    from polytrace.validate import _step_rows, config_from_log, price_steps
+    from polytrace.calibrate.validate import _step_rows, config_from_log, price_steps
 
     probe = tmp_path / "probe.log"
     timers = "timing_s/gen:1 - timing_s/old_log_prob:1 - timing_s/update_actor:1"
@@ -204,13 +204,13 @@ def test_shared_log_beats_naive_where_step_time_varies(validation_logs, name):
 
 @functools.cache
 def _prepared(folder: str, name: str):
-    from polytrace.validate import prepare
+    from polytrace.calibrate.validate import prepare
 
     return prepare(f"{folder}/{name}")
 
 
 def _holdout(cal_rows, test_rows, stages, first_step, transfer=False):
-    from polytrace.calibration import calibrate
+    from polytrace.calibrate.fit import calibrate
 
     cal = calibrate(cal_rows, stages, first_step=first_step, transfer=transfer)
     preds = [cal.predict(r, stages) for r in test_rows]

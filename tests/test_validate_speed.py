@@ -14,8 +14,8 @@ from scipy import special
 import polytrace.compose.quantiles as quantiles
 import polytrace.compose.stages as stages
 from polytrace.compose.pricing import Pricer
-from polytrace.logconfig import Overrides
-from polytrace.validate import prepare, validate
+from polytrace.calibrate.logconfig import Overrides
+from polytrace.calibrate.validate import prepare, validate
 
 
 @pytest.mark.parametrize("n", [512, 777, 5120, 20000])

@@ -120,7 +120,7 @@ def register(sub) -> None:
 
 
 def _estimate(args) -> int:
-    from ..calfile import compare_calibrated, estimate_calibrated
+    from ..calibrate.files import compare_calibrated, estimate_calibrated
     from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
 

@@ -67,7 +67,7 @@ def register(sub) -> None:
 
 
 def _overrides(args):
-    from ..logconfig import Overrides
+    from ..calibrate.logconfig import Overrides
 
     return Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
                      max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
@@ -79,7 +79,7 @@ def _pct(v) -> str:
 
 
 def _validate(args) -> int:
-    from ..validate import validate
+    from ..calibrate.validate import validate
 
     res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on,
                    overrides=_overrides(args))
@@ -110,7 +110,7 @@ def _validate(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from ..calfile import calibrate_from_log, calibrate_from_stage_times
+    from ..calibrate.files import calibrate_from_log, calibrate_from_stage_times
     from ..errors import PolytraceError
 
     if args.stage_times is not None:

@@ -3,7 +3,7 @@
 Every figure is an estimate: each stage is a sum of kernel families (``pricing.py``), priced from
 measured kernel timings (``results/<gpu>/`` or files given) where present, else at the roofline of
 ``efficiency.py``, optionally scaled by scalars calibrated on a real log (``polytrace calibrate``
--> ``estimate --calibration``, ``polytrace.calfile``). The summary breaks the step down by stage
+-> ``estimate --calibration``, ``polytrace.calibrate.files``). The summary breaks the step down by stage
 and kernel family (``breakdown.py``).
 """
 

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .compose.stages import RunConfig
-from .errors import PolytraceError
-from .hardware import get_gpu
-from .logs import TrainingLog, Unresolved
-from .models import ModelSpec, find_model, from_hf_config, get_model, list_models
-from .wording import counted
+from ..compose.stages import RunConfig
+from ..errors import PolytraceError
+from ..hardware import get_gpu
+from ..logs import TrainingLog, Unresolved
+from ..models import ModelSpec, find_model, from_hf_config, get_model, list_models
+from ..wording import counted
 
 DEFAULT_GPU = "a100-80g"
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compose.stages import GROUPS
-from .errors import PolytraceError
+from ..compose.stages import GROUPS
+from ..errors import PolytraceError
 
 TIE_SD = 0.5  # prior sd of the log ratio of two slowdowns of like kinds
 # like kinds: the trainer's forward and update passes run the same kernels, and pay the same kind

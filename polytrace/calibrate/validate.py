@@ -1,13 +1,13 @@
 """Validate the step model on a real training log.
 
 1. Read the log (``polytrace.logs``) and the run's configuration from its launch command and
-   printed config, inferring what it leaves unstated from its metrics (``polytrace.logconfig``).
+   printed config, inferring what it leaves unstated from its metrics (``polytrace.calibrate.logconfig``).
 2. Check every step at the boundary: a step whose timings or length statistics are missing,
    non-finite, non-positive or inconsistent with the configured caps is left out, and said so.
 3. For every kept step, rebuild a batch of sequence lengths from that step's logged statistics
    (response and prompt length mean, max, min, clip ratio) and price each stage with the roofline
    models of ``polytrace.compose`` -> ``x[stage]``, seconds the hardware would need.
-4. Calibrate the named scalars (``polytrace.calibration``: one slowdown per kind of work, a fixed
+4. Calibrate the named scalars (``polytrace.calibrate.fit``: one slowdown per kind of work, a fixed
    cost per stage, the step's time outside the stages) on the first K steps, leaving out warm-up,
    validation/checkpoint spikes and stalls, or on all steps of another log of the same model and
    cluster (``--calibrate-on``).
@@ -26,13 +26,13 @@ import math
 
 import numpy as np
 
-from .calibration import Calibration, StepData, calibrate
-from .compose.efficiency import DEFAULT
-from .compose.rollout import kv_slots
-from .compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
-from .errors import PolytraceError
+from .fit import Calibration, StepData, calibrate
+from ..compose.efficiency import DEFAULT
+from ..compose.rollout import kv_slots
+from ..compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
+from ..errors import PolytraceError
 from .logconfig import MAX_TOKENS, Overrides, Split, config_from_log, execution_split, model_family
-from .logs import EXTRA_STAGES, TrainingLog, read_log
+from ..logs import EXTRA_STAGES, TrainingLog, read_log
 
 # verl's top-level timers; others (generate_sequences, reshard, ...) are nested inside these.
 TOP_LEVEL = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic_write import atomic_write_text
-from .calibration import Calibration, StepData, fit
-from .compose.stages import GROUPS, STAGES, stage_costs
-from .errors import PolytraceError
+from ..atomic_write import atomic_write_text
+from .fit import Calibration, StepData, fit
+from ..compose.stages import GROUPS, STAGES, stage_costs
+from ..errors import PolytraceError
 from .logconfig import model_family
-from .models import ModelSpec
+from ..models import ModelSpec
 
 FORMAT = "polytrace.calibration"
 VERSION = 1
@@ -60,8 +60,8 @@ def _derived(cal: Calibration) -> tuple[dict, dict]:
 
 
 def document(cal: Calibration, run, stages: list[str], mode: str, source: dict, notes: list[str]) -> dict:
-    from . import __version__
-    from .provenance import git_commit
+    from .. import __version__
+    from ..provenance import git_commit
 
     scalars, derived = _derived(cal)
     source = dict(source, derived=derived, left_out=[lo.to_dict() for lo in cal.left_out],
@@ -127,7 +127,7 @@ def load(path) -> dict:
         raise PolytraceError(f"--calibration {p}: no GPU")
     # provenance fields the estimate echoes into its output: checked, so no NaN or a traceback
     # comes out of a hand-edited file
-    from .compose.modes import MODES
+    from ..compose.modes import MODES
 
     if "mode" in doc and doc["mode"] not in MODES:
         raise PolytraceError(f"--calibration {p}: mode {str(doc['mode'])[:80]!r} is not one of {', '.join(MODES)}")
@@ -275,8 +275,8 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
                                seed: int = 0, **config_kw) -> dict:
     """``polytrace calibrate --stage-times ... -o cal.json``: fit on per-stage averages, with
     lengths sampled from the profile for the stated configuration."""
-    from .compose.estimate import build_config, with_group_size
-    from .profiles import get_profile
+    from ..compose.estimate import build_config, with_group_size
+    from ..profiles import get_profile
 
     times = parse_stage_times(stage_times)
     prof = get_profile(profile)
@@ -291,8 +291,8 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
 
 
 def _applicable(calibration_path, model, gpu):
-    from .hardware import get_gpu
-    from .models import get_model
+    from ..hardware import get_gpu
+    from ..models import get_model
 
     doc = load(calibration_path)
     spec = get_model(model) if not isinstance(model, ModelSpec) else model
@@ -303,7 +303,7 @@ def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -
     """``polytrace estimate ... --compare-modes --calibration cal.json``: the execution modes side
     by side with the file's scalars (``compose.modes.compare_modes``), checked as
     ``estimate_calibrated`` checks them; its warnings go to every mode."""
-    from .compose.modes import compare_modes
+    from ..compose.modes import compare_modes
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     cmp = compare_modes(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
@@ -317,7 +317,7 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) 
     """``polytrace estimate ... --calibration cal.json``: the estimate with the file's scalars,
     refused for another model family, with a warning for another GPU or model size; ``mode``
     and the split flags as ``compose.modes.mode_estimate`` takes them."""
-    from .compose.modes import mode_estimate
+    from ..compose.modes import mode_estimate
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     res = mode_estimate(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
