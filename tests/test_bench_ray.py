@@ -16,7 +16,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'poly
 import torch  # noqa: E402
 from _bench_fakes import merged_ids, run_counts, shard_records, write_suites  # noqa: E402
 
-from polytrace import tune  # noqa: E402
+from polytrace.tuning import session as tune  # noqa: E402
 from polytrace.bench import run_bench  # noqa: E402
 from polytrace.bench.cluster import connect  # noqa: E402
 from polytrace.errors import PolytraceError  # noqa: E402

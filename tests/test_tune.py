@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from polytrace import tune
+from polytrace.tuning import session as tune
 from polytrace.errors import PolytraceError
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-interpreter path (GPU: test_gpu_session)")

@@ -90,7 +90,7 @@ def register(sub) -> None:
     p.add_argument("--baseline", default=None, help="also plot each result's per-benchmark ratios against this")
     p.set_defaults(func=_plot)
 
-    from ..tunables import tunable_names
+    from ..tuning.tunables import tunable_names
 
     p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile",
                        description="Search a kernel's launch configs (blocks, warps, stages) over the shape "
@@ -241,7 +241,7 @@ def _plot(args) -> int:
 
 
 def _tune(args) -> int:
-    from .. import tune
+    from ..tuning import session as tune
 
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,

@@ -14,9 +14,9 @@ the code path; such a file is labelled ``measured_on: cpu-interpreter`` and goes
 by default, never next to the GPU files (kernels only read files whose device name matches).
 
 With ``--ray`` the same trials, one per (bucket, config), run on every GPU of a Ray cluster
-(``tune_ray.py``): each worker builds the buckets on its own GPU, and the winner per bucket is
+(``ray_search.py``): each worker builds the buckets on its own GPU, and the winner per bucket is
 picked from the trials in candidate order by the rule the serial session uses
-(``tune_measure.choose_best``), so on the same measurements both write the same configs.
+(``measure.choose_best``), so on the same measurements both write the same configs.
 
 Registry: ``TUNABLES`` (in ``tunables.py``, with the shape builders) lists each tunable kernel
 explicitly, with an adapter that knows its family's launcher. A family provides ``TUNING_SPACE``,
@@ -31,12 +31,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import PolytraceError
+from ..errors import PolytraceError
 from .tunables import Tunable as Tunable
 from .tunables import TuneShape as TuneShape
 from .tunables import get_tunable
 from .tunables import tunable_names as tunable_names
-from .tune_measure import (
+from .measure import (
     BucketRunner,
     Search,
     Timer,
@@ -47,7 +47,7 @@ from .tune_measure import (
     progress_bar,
     versions,
 )
-from .tune_measure import candidate_configs as candidate_configs
+from .measure import candidate_configs as candidate_configs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def run_session(kernel: str | Tunable, *, profile: str = "dapo-math-32b", budget
                 max_retries: int = 3, timer: Timer | None = None) -> Session:
     """Tune ``kernel`` for the shapes of ``profile`` within ``budget_s`` seconds; write and return
     the session (see the module docstring). With ``ray`` (``local``, ``auto`` or an address) the
-    trials (bucket, config) run on every GPU of the cluster (``tune_ray``); the winner per bucket is
+    trials (bucket, config) run on every GPU of the cluster (``ray_search``); the winner per bucket is
     chosen from the same trials by the same rule. ``timer`` replaces the device timer (tests)."""
     tunable = kernel if isinstance(kernel, Tunable) else get_tunable(kernel)
     if not budget_s or budget_s <= 0:
@@ -94,7 +94,7 @@ def run_session(kernel: str | Tunable, *, profile: str = "dapo-math-32b", budget
     if max_buckets is not None and max_buckets < 1:
         raise PolytraceError(f"--max-buckets: must be >= 1, got {max_buckets}")
     if ray:
-        from .tune_ray import search_on_ray
+        from .ray_search import search_on_ray
 
         search = search_on_ray(tunable, profile=profile, model=model, seed=seed, budget_s=budget_s,
                                max_buckets=max_buckets, progress=progress, ray=ray, workers=workers,
@@ -166,9 +166,9 @@ def default_root(on_gpu: bool) -> Path:
 
 
 def _write(tunable: Tunable, search: Search, root, budget_s: float, seed: int) -> dict:
-    from .atomic_write import atomic_write_text
-    from .hardware import slug_for
-    from .provenance import git_commit, kernel_source_hash
+    from ..atomic_write import atomic_write_text
+    from ..hardware import slug_for
+    from ..provenance import git_commit, kernel_source_hash
 
     on_gpu, device_name = search.on_gpu, search.device_name
     slug = slug_for(device_name) if on_gpu else "cpu"

@@ -5,7 +5,7 @@ in the Triton interpreter) builds the profile's buckets on its own device, like 
 Buckets are tuned one after another: one worker times the bucket's built-in default while every
 worker takes candidates in the session's seeded order; no candidate starts after the bucket's
 share of the budget is spent (the serial rule). The winner is chosen from the trials in candidate
-order by ``tune_measure.choose_best``, the serial session's rule, so on the same measurements the
+order by ``measure.choose_best``, the serial session's rule, so on the same measurements the
 cluster writes the serial session's configs. Every worker must hold the same GPU model (the file
 is keyed by the device name); a worker that dies is restarted and its trial retried
 (``max_retries``). One progress bar for the whole cluster.
@@ -20,10 +20,10 @@ import os
 import socket
 import time
 
-from .bench.cluster import connect, one_line_error
-from .errors import PolytraceError
+from ..bench.cluster import connect, one_line_error
+from ..errors import PolytraceError
 from .tunables import Tunable
-from .tune_measure import (
+from .measure import (
     BucketRunner,
     Search,
     Timer,

@@ -1,6 +1,6 @@
 """The registry of tunable kernels (``TUNABLES``) and the shape builders that turn a profile's
-sampled step into each kernel's tuning buckets and inputs. Imported by ``tune.py`` (the search
-session and the file it writes) and ``tune_measure.py`` (what a worker times); it imports neither.
+sampled step into each kernel's tuning buckets and inputs. Imported by ``session.py`` (the search
+session and the file it writes) and ``measure.py`` (what a worker times); it imports neither.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import PolytraceError, unknown_name
+from ..errors import PolytraceError, unknown_name
 
 # Micro-batch token budget on a GPU (verl's ppo_max_token_len_per_gpu default is 16384) and the
 # number of micro-batch shapes each bucket is scored on (low / median / high padded size).

@@ -2,7 +2,7 @@
 device, time the built-in default of a bucket, time a candidate config (rejected when its output
 differs from the default's), and the rule that picks a bucket's winner from those times.
 
-Shared by ``tune.py`` (the session, serial) and ``tune_ray.py`` (the same trials spread over a Ray
+Shared by ``session.py`` (the session, serial) and ``ray_search.py`` (the same trials spread over a Ray
 cluster), so that on the same measurements both choose the same config.
 """
 
@@ -125,8 +125,8 @@ class Workload:
 
 def build_workload(tunable: Tunable, profile: str, model: str | None, seed: int, on_gpu: bool,
                    device_name: str) -> Workload:
-    from .models import get_model
-    from .profiles import get_profile
+    from ..models import get_model
+    from ..profiles import get_profile
 
     prof = get_profile(profile)
     model_name = model or PROFILE_MODELS.get(prof.name, FALLBACK_MODEL)
