@@ -27,10 +27,26 @@ REPORTED_NAMES = {
     "NVIDIA H100 NVL": "h100-nvl",
     "NVIDIA L40S": "l40s",
     "AMD Instinct MI325X": "mi325x",
+    "NVIDIA GB200": "gb200",
+    "NVIDIA GeForce RTX 4090": "rtx4090",
+    "NVIDIA GeForce RTX 5090": "rtx5090",
+    "NVIDIA L20": "l20",
+    "NVIDIA L40": "l40",
+    "NVIDIA A10": "a10",
+    "NVIDIA A10G": "a10g",
+    "NVIDIA RTX A6000": "rtx-a6000",
+    "NVIDIA RTX 6000 Ada Generation": "rtx6000-ada",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition": "rtx-pro-6000",
+    "NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "rtx-pro-6000",
+    "AMD Instinct MI250X/MI250": "mi250x",
+    "AMD Instinct MI355X": "mi355x",
+    "Ascend910B3": "ascend-910b",  # torch_npu.npu.get_device_name()
+    "Ascend910B2": "ascend-910b",
+    "Ascend910_9392": "ascend-910c",  # an Atlas A3 die
 }
 # boards with no preset of their own: a wrong preset would give a wrong % of peak
-UNMATCHED = ["NVIDIA H200 NVL", "NVIDIA H800 PCIe", "NVIDIA A800 80GB PCIe", "NVIDIA GB200",
-             "NVIDIA GeForce RTX 4090", "NVIDIA L40", "AMD Instinct MI300A", "cpu"]
+UNMATCHED = ["NVIDIA H200 NVL", "NVIDIA H800 PCIe", "NVIDIA A800 80GB PCIe", "NVIDIA A40", "NVIDIA T4",
+             "NVIDIA GeForce RTX 3090", "NVIDIA RTX 5000 Ada Generation", "AMD Instinct MI300A", "Ascend910A", "cpu"]
 
 
 @pytest.mark.parametrize("name, slug", sorted(REPORTED_NAMES.items()))

@@ -119,7 +119,7 @@ class Launch:
     lines: dict = field(default_factory=dict)  # key -> line number of the winning override
     commands: list = field(default_factory=list)  # (line, text) of each launch command
     entry: str = ""  # the module or script of the last python launch
-    model_paths: list = field(default_factory=list)  # every model path value, in order
+    model_paths: list = field(default_factory=list)  # every actor model path value, in order
     variables: dict = field(default_factory=dict)  # shell variables the script assigned
 
 
@@ -163,7 +163,7 @@ def read_launch(lines) -> Launch:
         for o in ovs:
             out.overrides[o.key] = o.value
             out.lines[o.key] = o.line
-            if o.key in ("actor_rollout_ref.model.path", "critic.model.path"):
+            if o.key == "actor_rollout_ref.model.path":  # a critic's path is not the model trained
                 out.model_paths.append(o.value)
     return out
 
