@@ -20,7 +20,7 @@ _NVIDIA = re.compile(
     r"|RTX\s{1,3}PRO\s{1,3}\d{4}(?:\s{1,3}Blackwell(?:\s{1,3}(?:Server|Workstation|Max-Q)(?:\s{1,3}Edition)?)?)?"
     r"|RTX\s{1,3}A?\d{4}(?:\s{1,3}Ada(?:\s{1,3}Generation)?)?"
     r"|(?:GB|GH|[ABHLTV])\d{1,3}[A-Z]?(?:[-\s](?:SXM\d?|PCIE|PCIe|NVL|\d{2,3}GB|\d{2,3}G|HBM3e?|HBM2e?)){0,3}"
-    r")(?![\w.])")
+    r")(?!\w|\.\d)")
 _AMD = re.compile(r"\b(?:AMD\s{1,3}(?:Instinct\s{1,3})?)?(MI[123]\d{2}[AXP]?)\b"
                   r"|\bAMD\s{1,3}(Radeon\s{1,3}[\w ]{1,30}?)\s*(?:$|[,;|(])")
 _ASCEND = re.compile(r"\b(Ascend\s?910[A-Z]?\d?(?:_\d{4})?)\b")
