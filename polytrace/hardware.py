@@ -69,7 +69,11 @@ _GPUS = [
         name_patterns=(r"\ba100\b.*\b40\s?gb\b",), scaleout_gbps=25.0),
     GPU("a800", "NVIDIA A800 SXM4 80GB", 312.0, 2.039, 80, 200, 19.5,
         "NVIDIA A800 product brief: A100 80GB compute and memory, NVLink limited to 400 GB/s bidirectional",
-        name_patterns=(r"\ba800\b(?!.*\bpcie\b)",), scaleout_gbps=25.0),
+        name_patterns=(r"\ba800\b(?!.*\b(?:pcie|40\s?gb)\b)",), scaleout_gbps=25.0),
+    GPU("a800-40g", "NVIDIA A800 SXM4 40GB", 312.0, 1.555, 40, 200, 19.5,
+        "NVIDIA A800 product brief: A100 40GB compute and memory (1,555 GB/s HBM2), NVLink limited to 400 GB/s "
+        "bidirectional",
+        name_patterns=(r"\ba800\b(?!.*\bpcie\b).*\b40\s?gb\b",), scaleout_gbps=25.0),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
         "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
         name_patterns=(r"\bh100\b(?!.*\b(?:pcie|nvl)\b)",)),
@@ -126,6 +130,10 @@ _GPUS = [
     GPU("l40", "NVIDIA L40 48GB", 181.0, 0.864, 48, 32, 90.5,
         "NVIDIA L40 datasheet (2022): 181.05 TF bf16 dense (362.1 with sparsity), 864 GB/s GDDR6, PCIe Gen4",
         name_patterns=(r"\bl40\b",), scaleout_gbps=25.0),
+    GPU("a40", "NVIDIA A40 48GB", 149.7, 0.696, 48, 56, 37.4,
+        "NVIDIA A40 datasheet (2020): 149.7 TF bf16 dense (299.4 with sparsity), 696 GB/s GDDR6, NVLink bridge "
+        "112.5 GB/s bidirectional (pairs of boards), PCIe Gen4",
+        name_patterns=(r"\ba40\b",), scaleout_gbps=12.5),
     GPU("a10", "NVIDIA A10 24GB", 125.0, 0.6, 24, 32, 31.2,
         "NVIDIA A10 datasheet (2021): 125 TF bf16 dense (250 with sparsity), 600 GB/s GDDR6, PCIe Gen4",
         name_patterns=(r"\ba10\b",), scaleout_gbps=12.5),

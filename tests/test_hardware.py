@@ -23,6 +23,7 @@ REPORTED_NAMES = {
     "NVIDIA A100-SXM4-40GB": "a100-40g",
     "NVIDIA A100-PCIE-40GB": "a100-40g",
     "NVIDIA A800-SXM4-80GB": "a800",
+    "NVIDIA A800-SXM4-40GB": "a800-40g",  # wandb-metadata.json of a public on-policy-distillation run
     "NVIDIA H100 PCIe": "h100-pcie",
     "NVIDIA H100 NVL": "h100-nvl",
     "NVIDIA L40S": "l40s",
@@ -33,6 +34,7 @@ REPORTED_NAMES = {
     "NVIDIA L20": "l20",
     "NVIDIA L40": "l40",
     "NVIDIA A10": "a10",
+    "NVIDIA A40": "a40",  # wandb-metadata.json of a public Logic-RL run
     "NVIDIA A10G": "a10g",
     "NVIDIA RTX A6000": "rtx-a6000",
     "NVIDIA RTX 6000 Ada Generation": "rtx6000-ada",
@@ -45,7 +47,7 @@ REPORTED_NAMES = {
     "Ascend910_9392": "ascend-910c",  # an Atlas A3 die
 }
 # boards with no preset of their own: a wrong preset would give a wrong % of peak
-UNMATCHED = ["NVIDIA H200 NVL", "NVIDIA H800 PCIe", "NVIDIA A800 80GB PCIe", "NVIDIA A40", "NVIDIA T4",
+UNMATCHED = ["NVIDIA H200 NVL", "NVIDIA H800 PCIe", "NVIDIA A800 80GB PCIe", "NVIDIA A16", "NVIDIA T4",
              "NVIDIA GeForce RTX 3090", "NVIDIA RTX 5000 Ada Generation", "AMD Instinct MI300A", "Ascend910A", "cpu"]
 
 

@@ -138,10 +138,10 @@ def test_the_log_names_its_accelerator(tmp_path, line, slug):
 
 
 def test_an_accelerator_without_a_preset_is_a_one_line_error(tmp_path, capsys):
-    path = _log(tmp_path, "(WorkerDict pid=7) GPU 0: NVIDIA A40\n" + printed_config("Qwen/Qwen3-8B"))
+    path = _log(tmp_path, "(WorkerDict pid=7) GPU 0: NVIDIA A16\n" + printed_config("Qwen/Qwen3-8B"))
     assert main(["validate", path]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "accelerator 'NVIDIA A40'" in err and "nearest presets: l40" in err
+    assert err.count("\n") == 0 and "accelerator 'NVIDIA A16'" in err and "nearest presets: a10" in err
     assert "a100" not in err.split("nearest")[0]
 
 

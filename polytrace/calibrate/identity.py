@@ -33,7 +33,7 @@ CRITIC_KEY = "critic.model.path"
 
 # --- model names -----------------------------------------------------------------------------------
 
-_FAMILY = re.compile(r"(qwen)(\d(?:\.\d)?)|(llama)-?(\d)|(gemma)-?(\d)|(deepseek)-(llm)|(mistral)|(mixtral)"
+_FAMILY = re.compile(r"(qwen)-?(\d(?:\.\d)?)|(llama)-?(\d)|(gemma)-?(\d)|(deepseek)-(llm)|(mistral)|(mixtral)"
                      r"|(ministral)|(gpt)-(oss)")
 _SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)b\b")
 
@@ -131,16 +131,18 @@ def _actor_paths(log: TrainingLog) -> list[tuple[object, str]]:
     return out
 
 
-def _hf_spec(log: TrainingLog) -> ModelSpec | None:
+def _hf_spec(log: TrainingLog, fallback_name: str = "") -> ModelSpec | None:
     hf = log.hf_config
     if not isinstance(hf, dict):
         return None
+    text = hf.get("text_config") if isinstance(hf.get("text_config"), dict) else hf
     for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size"):
-        v = hf.get(k)
+        v = text.get(k)
         if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 10_000_000:
             return None
     name = hf.get("_name_or_path")
-    return from_hf_config(hf, name=str(name) if isinstance(name, str) and name else "from log")
+    name = name if isinstance(name, str) and name else fallback_name
+    return from_hf_config(hf, name=name.rstrip("/").split("/")[-1] if name else "from log")
 
 
 def resolve_model(log: TrainingLog, given: str | None, notes: list[str]) -> ModelSpec:
@@ -153,14 +155,18 @@ def resolve_model(log: TrainingLog, given: str | None, notes: list[str]) -> Mode
             unresolved.append(cand)
             continue
         text = str(cand)
+        before = len(notes)
         spec = model_from_text(text, where, notes)
         if spec is not None:
-            notes.append(f"model: {spec.name} from {where} ({text})")
+            if len(notes) == before:  # (a cache or family match has said where already)
+                notes.append(f"model: {spec.name} from {where} ({text})")
             return spec
         unknown.append((text, where))
-    spec = _hf_spec(log)
+    spec = _hf_spec(log, unknown[0][0] if unknown else "")
     if spec is not None:
-        notes.append("model: read from the model config printed in the log")
+        notes.append(f"model: {spec.name} read from the model config printed in the log"
+                     + (" (language model only: a vision tower is not counted)"
+                        if isinstance(log.hf_config.get("text_config"), dict) else ""))
         return spec
     if unknown:
         text, where = unknown[0]

@@ -312,7 +312,9 @@ def printed_model_config(lines: list[str], head: int = 6000) -> dict | None:
                     value = json.loads("\n".join(parts))
                 except (ValueError, RecursionError):
                     break
-                if isinstance(value, dict) and "hidden_size" in value:
-                    return value
+                text = value.get("text_config") if isinstance(value, dict) else None
+                if isinstance(value, dict) and ("hidden_size" in value or
+                                                isinstance(text, dict) and "hidden_size" in text):
+                    return value  # a multimodal model nests its language model in text_config
                 break
     return None
