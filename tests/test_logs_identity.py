@@ -264,3 +264,30 @@ def test_stage_flag_maps_a_custom_timer_and_an_unknown_one_lists_the_timers(tmp_
     assert "timing_s/my_agent_rollout" in err and "timing_s/update_actor" in err
     assert main(["validate", path, "--gpu", "h100", "--stage", "generation=timing_s/my_agent_rollout"]) == 2
     assert "unknown stage 'generation'" in capsys.readouterr().err
+
+
+def test_a_multimodal_model_config_printed_by_transformers_is_read(tmp_path):
+    """A GUI-agent run: the actor is a local Qwen3-VL checkpoint no preset names; transformers
+    prints its config with the language model nested in ``text_config``."""
+    lines = ['{', '  "model_type": "qwen3_vl",', '  "text_config": {', '    "head_dim": 128,',
+             '    "hidden_size": 2048,', '    "intermediate_size": 6144,', '    "num_attention_heads": 16,',
+             '    "num_hidden_layers": 28,', '    "num_key_value_heads": 8,', '    "tie_word_embeddings": true,',
+             '    "vocab_size": 151936', '  },', '  "vision_config": {', '    "depth": 24,', '    "hidden_size": 1024',
+             '  }', '}']
+    printed = "(WorkerDict pid=9) Model config after override: Qwen3VLConfig {\n" + "".join(
+        f"(WorkerDict pid=9) {x}\n" for x in lines[1:])
+    path = _log(tmp_path, printed_config("/mnt/models/Qwen/Qwen3-VL-2B-Thinking") + printed)
+    run, notes = config_from_log(read_log(path), Overrides(gpu="h100"))
+    assert (run.model.name, run.model.layers, run.model.hidden, run.model.kv_heads) == ("Qwen3-VL-2B-Thinking", 28,
+                                                                                         2048, 8)
+    assert any("read from the model config printed in the log (language model only" in n for n in notes)
+
+
+@pytest.mark.parametrize("path, preset", [
+    ("/ckpt/multiturn-sft-qwen-2.5-3b-instruct/global_step_372/huggingface", "qwen2.5-3b"),
+    ("JoeYing/ReTool-DeepSeek-R1-Distill-Qwen-32B", "qwen2.5-32b"),
+    ("/data0/checkpoint/Qwen3-4B-RA-SFT", "qwen3-4b"),
+])
+def test_fine_tuned_checkpoints_map_to_their_base(path, preset):
+    from polytrace.calibrate.identity import guess_model
+    assert guess_model(path).name == preset

@@ -307,7 +307,7 @@ def printed_model_config(lines: list[str], head: int = 6000) -> dict | None:
                 continue
             body = nxt[len(prefix):]
             parts.append(body)
-            if body.strip() == "}":
+            if body.rstrip() == "}":  # the outermost brace: nested ones are indented
                 try:
                     value = json.loads("\n".join(parts))
                 except (ValueError, RecursionError):
