@@ -225,7 +225,8 @@ def test_two_companions_disagreeing_is_an_error(tmp_path):
     folder = _wandb_run(tmp_path, batch=32)
     other = tmp_path / "overrides.yaml"
     other.write_text("- data.train_batch_size=48\n")
-    with pytest.raises(PolytraceError, match=r"data.train_batch_size=48 but .*files/(config.yaml|wandb-metadata.json) has 32"):
+    with pytest.raises(PolytraceError,
+                       match=r"data.train_batch_size=48 but .*files/(config.yaml|wandb-metadata.json) has 32"):
         read_log(folder, [str(other)])
 
 
