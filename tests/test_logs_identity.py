@@ -292,3 +292,21 @@ def test_a_multimodal_model_config_printed_by_transformers_is_read(tmp_path):
 def test_fine_tuned_checkpoints_map_to_their_base(path, preset):
     from polytrace.calibrate.identity import guess_model
     assert guess_model(path).name == preset
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("config.yaml", "actor_rollout_ref: [unclosed\n", r"config.yaml:\d+: not readable YAML"),
+    ("wandb-metadata.json", '{"gpu": "NVIDIA H100", "gpu_count": "eight"}', "gpu_count is 'eight'"),
+    ("wandb-metadata.json", "{not json", "not readable JSON"),
+    ("overrides.yaml", "- 12\n", "expected override strings"),
+    ("notes.md", "nothing about the run here\n", "holds no launch command"),
+])
+def test_bad_companion_files_are_one_line_errors(tmp_path, capsys, name, text, message):
+    path = _log(tmp_path, printed_config("Qwen/Qwen3-8B"))
+    bad = tmp_path / name
+    bad.write_text(text)
+    assert main(["validate", path, "--gpu", "h100", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("polytrace: error:")
+    import re
+    assert re.search(message, err), err
