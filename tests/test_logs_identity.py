@@ -310,3 +310,23 @@ def test_bad_companion_files_are_one_line_errors(tmp_path, capsys, name, text, m
     assert err.count("\n") == 0 and err.startswith("polytrace: error:")
     import re
     assert re.search(message, err), err
+
+
+def test_a_readme_of_another_batch_is_refused_by_the_metrics(tmp_path, capsys):
+    """The log states no batch; a README states 64 prompts x 4, but every step's
+    perf/total_num_tokens / (prompt + response mean) counts 32 x 4 = 128 sequences."""
+    steps = write_log(tmp_path / "tmp.log", Run(**SMALL), header="## Training log\n\n```text\n")
+    readme = tmp_path / "README.md"
+    command = ("python3 -m verl.trainer.main_ppo data.train_batch_size={b} actor_rollout_ref.rollout.n=4 "
+               "actor_rollout_ref.model.path=Qwen/Qwen2.5-3B trainer.n_gpus_per_node=8\n")
+    readme.write_text(command.format(b=64))
+    assert main(["validate", steps, "--gpu", "h100", "--config", str(readme)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "states 64 prompts x 4 responses = 256 sequences" in err
+    assert "hold about 128" in err and "another run" in err
+    readme.write_text(command.format(b=32))  # the run's own command: accepted
+    cfg, _ = config_from_log(read_log(steps), Overrides(gpu="h100", configs=(str(readme),)))
+    assert (cfg.prompts_per_step, cfg.n) == (32, 4)
+    readme.write_text(command.format(b=64))  # the user's own --prompts is not second-guessed
+    cfg, _ = config_from_log(read_log(steps), Overrides(gpu="h100", prompts=32, configs=(str(readme),)))
+    assert cfg.prompts_per_step == 32

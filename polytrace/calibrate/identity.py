@@ -17,7 +17,9 @@ a note.
 
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from pathlib import Path
 
 from ..errors import PolytraceError
@@ -310,3 +312,57 @@ def host_gpu_count(log: TrainingLog, nodes: int | None, notes: list[str]) -> int
     notes.append(f"GPUs per node: {count} from gpu_count in {where}" + (f" x {nodes} nodes" if nodes else "")
                  + " (the host's GPUs; pass --gpus if the run used fewer)")
     return total
+
+
+# --- a companion file of another run ---------------------------------------------------------------
+
+BATCH_KEYS = ("data.train_batch_size", "actor_rollout_ref.rollout.n")
+# Sequences a step, from the metrics, may differ from prompts x n by rounding of the logged means
+# (3 decimals) and, on padded logs, by a few tokens a sequence: past 15% it is another batch.
+_BATCH_TOLERANCE = 0.15
+_BATCH_STEPS = 20
+
+
+def _sequences_per_step(log: TrainingLog, n_gpus: int) -> tuple[float, str] | None:
+    """Sequences a step as the metrics count them: tokens a step over the mean sequence length,
+    the tokens from ``perf/total_num_tokens`` or ``global_seqlen/mean`` x GPUs (tokens per
+    data-parallel rank); the median over the first steps."""
+    seen, how = [], ""
+    for s in log.steps[:_BATCH_STEPS * 2]:
+        m = s.metrics
+        pm, rm = m.get("prompt_length/mean"), m.get("response_length/mean")
+        if not all(isinstance(x, float) and math.isfinite(x) and x > 0 for x in (pm, rm)):
+            continue
+        total = m.get("perf/total_num_tokens")
+        if isinstance(total, float) and math.isfinite(total) and total > 0:
+            seen.append(total / (pm + rm))
+            how = "perf/total_num_tokens / (prompt + response mean length)"
+        elif isinstance(m.get("global_seqlen/mean"), float) and math.isfinite(m["global_seqlen/mean"]):
+            seen.append(m["global_seqlen/mean"] * n_gpus / (pm + rm))
+            how = f"global_seqlen/mean x {n_gpus} GPUs / (prompt + response mean length)"
+        if len(seen) >= _BATCH_STEPS:
+            break
+    if len(seen) < 3:
+        return None
+    return statistics.median(seen), how
+
+
+def check_companion_batch(log: TrainingLog, prompts: int, n: int, n_gpus: int, ov) -> None:
+    """A batch read only from a companion file must be the batch the log's metrics hold: a
+    launch script or README of another run states another batch (the log itself cannot say)."""
+    if getattr(ov, "prompts", None) or getattr(ov, "n", None):
+        return
+    from_files = [k for k in BATCH_KEYS if k in log.companion_sources and k not in log.printed
+                  and k not in log.overrides]
+    if not from_files:
+        return
+    found = _sequences_per_step(log, n_gpus)
+    if found is None:
+        return
+    seen, how = found
+    stated = prompts * n
+    if abs(seen - stated) > _BATCH_TOLERANCE * stated:
+        where = log.companion_sources[from_files[0]]
+        raise PolytraceError(f"--config {where}: states {prompts} prompts x {n} responses = {stated} sequences a "
+                             f"step, but the metrics of {log.path} hold about {seen:.0f} ({how}): the file belongs "
+                             "to another run")

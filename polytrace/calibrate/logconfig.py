@@ -34,6 +34,7 @@ from ..logs.timers import apply_stage_map
 from ..wording import counted
 from .identity import (  # noqa: F401
     DEFAULT_GPU,
+    check_companion_batch,
     guess_model,
     host_gpu_count,
     model_family,
@@ -273,6 +274,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     if prompts * n > MAX_SEQUENCES:
         raise PolytraceError(f"{log.path}: {prompts} prompts x {n} responses = {prompts * n:,} sequences per step, "
                              f"more than {MAX_SEQUENCES:,}; pass --prompts / --n")
+    check_companion_batch(log, int(prompts), int(n), int(n_gpus), ov)
     max_p = ov.max_prompt_len or v.count("data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length",
                                          flag="--max-prompt-len L", hi=MAX_TOKENS)
     max_r = ov.max_response_len or v.count("data.max_response_length", "actor_rollout_ref.rollout.response_length",
