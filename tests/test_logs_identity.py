@@ -330,3 +330,12 @@ def test_a_readme_of_another_batch_is_refused_by_the_metrics(tmp_path, capsys):
     readme.write_text(command.format(b=64))  # the user's own --prompts is not second-guessed
     cfg, _ = config_from_log(read_log(steps), Overrides(gpu="h100", prompts=32, configs=(str(readme),)))
     assert cfg.prompts_per_step == 32
+
+
+def test_config_and_stage_are_refused_with_stage_times(capsys):
+    args = ["calibrate", "--stage-times", "gen=1,update_actor=2", "--model", "qwen3-8b", "--gpu", "h100", "--gpus",
+            "8", "-o", "unused.json"]
+    assert main(args + ["--stage", "gen=timing_s/x"]) == 2
+    assert main(args + ["--config", "wandb-metadata.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("--stage-times has neither") == 2

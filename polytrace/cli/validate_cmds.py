@@ -124,6 +124,9 @@ def _calibrate(args) -> int:
     if args.stage_times is not None:
         if args.log is not None:
             raise PolytraceError("calibrate: give a LOG or --stage-times, not both")
+        if args.config or args.stage:
+            raise PolytraceError(f"calibrate: {'--config' if args.config else '--stage'} reads a LOG's companion files "
+                                 "and timers; --stage-times has neither")
         missing = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--gpus", args.gpus)) if v is None]
         if missing:
             raise PolytraceError(f"calibrate --stage-times needs {', '.join(missing)} (the run the averages come from)")
