@@ -71,8 +71,8 @@ _GPUS = [
         "NVIDIA A800 product brief: A100 80GB compute and memory, NVLink limited to 400 GB/s bidirectional",
         name_patterns=(r"\ba800\b(?!.*\b(?:pcie|40\s?gb)\b)",), scaleout_gbps=25.0),
     GPU("a800-40g", "NVIDIA A800 SXM4 40GB", 312.0, 1.555, 40, 200, 19.5,
-        "NVIDIA A800 product brief: A100 40GB compute and memory (1,555 GB/s HBM2), NVLink limited to 400 GB/s "
-        "bidirectional",
+        "NVIDIA A800 product brief: A100 40GB compute and memory (312 TF bf16 dense, 1,555 GB/s HBM2), NVLink "
+        "limited to 400 GB/s bidirectional",
         name_patterns=(r"\ba800\b(?!.*\bpcie\b).*\b40\s?gb\b",), scaleout_gbps=25.0),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
         "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
@@ -173,7 +173,7 @@ _GPUS = [
     GPU("ascend-910c", "Huawei Ascend 910C die 64GB", 376.0, 1.6, 64, 196, 94.0,
         "Huawei Atlas 800T A3 / CloudMatrix 384 material (no public per-chip datasheet): an Ascend 910C is "
         "two dies, ~752 TF FP16/bf16 dense, 128 GB HBM at 3.2 TB/s; torch_npu reports each die as a device, "
-        "so a device here is half; vendor figures as reported, not measured",
+        "so a device here is half (376 TF, 64 GB at 1.6 TB/s); vendor figures as reported, not measured",
         name_patterns=(r"\bascend\s?910c\b", r"\bascend\s?910_93\d\d\b"), scaleout_gbps=25.0,
         gpus_per_node=16),
     GPU("gh200", "NVIDIA GH200 Grace Hopper 144GB", 989.4, 4.9, 144, 450, 67.0,

@@ -67,3 +67,30 @@ def test_every_preset_is_detected_from_a_reported_name():
 def test_other_boards_get_no_preset(name):
     assert detect(name) is None
     assert slug_for(name) not in GPUS
+
+
+# presets whose datasheet gives another part's compute by name: the same figures as that part
+SAME_COMPUTE_AS = {"a800": "a100-80g", "h800": "h100-sxm", "gh200": "h100-sxm", "gh200-96g": "h100-sxm"}
+
+
+def _quoted(value: float, source: str) -> bool:
+    numbers = [float(x) for x in re.findall(r"\d+(?:\.\d+)?", source.replace(",", ""))]
+    return any(abs(n - value) <= max(0.05, 0.001 * value) for n in numbers)
+
+
+@pytest.mark.parametrize("slug", sorted(GPUS))
+def test_datasheet_figures_are_quoted_in_their_source(slug):
+    """Each preset's dense bf16 rate and memory bandwidth are the figures its source names (a
+    sparse-only figure halved is quoted as both): a figure edited away from its datasheet fails."""
+    gpu = GPUS[slug]
+    if slug in SAME_COMPUTE_AS:
+        ref = GPUS[SAME_COMPUTE_AS[slug]]
+        assert gpu.bf16_tflops == ref.bf16_tflops and gpu.fp32_tflops == ref.fp32_tflops
+    else:
+        src = gpu.source
+        assert _quoted(gpu.bf16_tflops, src) or _quoted(gpu.bf16_tflops / 1000, src), (slug, gpu.bf16_tflops)
+        if not _quoted(gpu.bf16_tflops, src):
+            assert "PF" in src  # quoted in petaflops
+    quoted = _quoted(gpu.hbm_tbps, gpu.source) or _quoted(gpu.hbm_tbps * 1000, gpu.source)
+    assert quoted or gpu.hbm_tbps == GPUS[SAME_COMPUTE_AS[slug]].hbm_tbps, (slug, gpu.hbm_tbps)
+    assert 0 < gpu.fp32_tflops < gpu.bf16_tflops
