@@ -69,7 +69,11 @@ _GPUS = [
         name_patterns=(r"\ba100\b.*\b40\s?gb\b",), scaleout_gbps=25.0),
     GPU("a800", "NVIDIA A800 SXM4 80GB", 312.0, 2.039, 80, 200, 19.5,
         "NVIDIA A800 product brief: A100 80GB compute and memory, NVLink limited to 400 GB/s bidirectional",
-        name_patterns=(r"\ba800\b(?!.*\bpcie\b)",), scaleout_gbps=25.0),
+        name_patterns=(r"\ba800\b(?!.*\b(?:pcie|40\s?gb)\b)",), scaleout_gbps=25.0),
+    GPU("a800-40g", "NVIDIA A800 SXM4 40GB", 312.0, 1.555, 40, 200, 19.5,
+        "NVIDIA A800 product brief: A100 40GB compute and memory (312 TF bf16 dense, 1,555 GB/s HBM2), NVLink "
+        "limited to 400 GB/s bidirectional",
+        name_patterns=(r"\ba800\b(?!.*\bpcie\b).*\b40\s?gb\b",), scaleout_gbps=25.0),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
         "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
         name_patterns=(r"\bh100\b(?!.*\b(?:pcie|nvl)\b)",)),
@@ -106,6 +110,72 @@ _GPUS = [
     GPU("mi325x", "AMD Instinct MI325X 256GB", 1307.4, 6.0, 256, 448, 163.4,
         "AMD MI325X datasheet (2024): 1307.4 TF bf16 dense, 6.0 TB/s HBM3E, Infinity Fabric 896 GB/s",
         name_patterns=(r"\bmi325x\b",)),
+    GPU("gb200", "NVIDIA GB200 (one Blackwell GPU of a Grace Blackwell superchip)", 2500.0, 8.0, 186, 900, 80.0,
+        "NVIDIA GB200 NVL72 datasheet (2024): 180 PF bf16 dense per 72 GPUs = 2.5 PF per GPU, 13.4 TB HBM3e "
+        "per 72 GPUs (186 GB each) at 8 TB/s, NVLink 5 1.8 TB/s bidirectional",
+        name_patterns=(r"\bgb200\b",), gpus_per_node=72),
+    # --- PCIe boards: no NVLink; collectives cross PCIe Gen4 x16 (32 GB/s) or Gen5 x16 (64 GB/s)
+    GPU("rtx4090", "NVIDIA GeForce RTX 4090 24GB", 165.2, 1.008, 24, 32, 82.6,
+        "NVIDIA Ada GPU architecture whitepaper (2023), RTX 4090: 165.2 TF bf16 dense with FP32 accumulate "
+        "(GeForce runs it at half the FP16-accumulate rate of 330.3), 1,008 GB/s GDDR6X, PCIe Gen4",
+        name_patterns=(r"\brtx\s?4090\b",), scaleout_gbps=12.5),
+    GPU("rtx5090", "NVIDIA GeForce RTX 5090 32GB", 209.5, 1.792, 32, 64, 104.8,
+        "NVIDIA RTX Blackwell GPU architecture whitepaper (2025), RTX 5090: 209.5 TF bf16 dense with FP32 "
+        "accumulate (419 with FP16 accumulate), 1,792 GB/s GDDR7, PCIe Gen5",
+        name_patterns=(r"\brtx\s?5090\b",), scaleout_gbps=12.5),
+    GPU("l20", "NVIDIA L20 48GB", 119.5, 0.864, 48, 32, 59.8,
+        "NVIDIA L20 product brief (2023): 239 TF FP16/bf16 tensor with sparsity, halved here to 119.5 dense; "
+        "864 GB/s GDDR6, PCIe Gen4",
+        name_patterns=(r"\bl20\b",), scaleout_gbps=25.0),
+    GPU("l40", "NVIDIA L40 48GB", 181.0, 0.864, 48, 32, 90.5,
+        "NVIDIA L40 datasheet (2022): 181.05 TF bf16 dense (362.1 with sparsity), 864 GB/s GDDR6, PCIe Gen4",
+        name_patterns=(r"\bl40\b",), scaleout_gbps=25.0),
+    GPU("a40", "NVIDIA A40 48GB", 149.7, 0.696, 48, 56, 37.4,
+        "NVIDIA A40 datasheet (2020): 149.7 TF bf16 dense (299.4 with sparsity), 696 GB/s GDDR6, NVLink bridge "
+        "112.5 GB/s bidirectional (pairs of boards), PCIe Gen4",
+        name_patterns=(r"\ba40\b",), scaleout_gbps=12.5),
+    GPU("a10", "NVIDIA A10 24GB", 125.0, 0.6, 24, 32, 31.2,
+        "NVIDIA A10 datasheet (2021): 125 TF bf16 dense (250 with sparsity), 600 GB/s GDDR6, PCIe Gen4",
+        name_patterns=(r"\ba10\b",), scaleout_gbps=12.5),
+    GPU("a10g", "NVIDIA A10G 24GB (AWS G5)", 70.0, 0.6, 24, 32, 31.2,
+        "AWS EC2 G5 documentation: A10G, 24 GB GDDR6 at 600 GB/s, PCIe Gen4; NVIDIA publishes no A10G "
+        "datasheet, so its bf16 tensor rate is an estimate: 70 TF dense (spec databases), not a vendor figure",
+        name_patterns=(r"\ba10g\b",), scaleout_gbps=12.5),
+    GPU("rtx-a6000", "NVIDIA RTX A6000 48GB", 154.8, 0.768, 48, 56, 38.7,
+        "NVIDIA RTX A6000 datasheet (2020): 309.7 TF tensor with sparsity, halved here to 154.8 dense; 768 GB/s "
+        "GDDR6, NVLink bridge 112.5 GB/s bidirectional (pairs of boards)",
+        name_patterns=(r"\brtx\s?a6000\b",), scaleout_gbps=12.5),
+    GPU("rtx6000-ada", "NVIDIA RTX 6000 Ada Generation 48GB", 364.2, 0.96, 48, 32, 91.1,
+        "NVIDIA RTX 6000 Ada datasheet (2022): 1,457 TF FP8 with sparsity; Ada whitepaper: 728.5 TF FP16/bf16 "
+        "with sparsity, halved here to 364.2 dense; 960 GB/s GDDR6, PCIe Gen4, no NVLink",
+        name_patterns=(r"\brtx\s?6000\s?ada\b",), scaleout_gbps=12.5),
+    GPU("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell 96GB", 503.8, 1.792, 96, 64, 125.0,
+        "NVIDIA RTX PRO 6000 Blackwell datasheet (2025): 4,000 AI TOPS (FP4 with sparsity), 125 TF FP32, "
+        "1,792 GB/s GDDR7, PCIe Gen5; bf16 dense taken as FP4-sparse / 8 = 500, the RTX Blackwell whitepaper's "
+        "503.8 TF FP16 dense with FP32 accumulate",
+        name_patterns=(r"\brtx\s?pro\s?6000\b",), scaleout_gbps=50.0),
+    # --- AMD
+    GPU("mi250x", "AMD Instinct MI250X (one GCD, 64GB)", 191.5, 1.6, 64, 200, 47.9,
+        "AMD Instinct MI250X datasheet (2021): 383 TF bf16 dense, 3.2 TB/s HBM2e, 128 GB per OAM module; the "
+        "module is two graphics compute dies that ROCm and torch report as two devices, so a device here is "
+        "half: 191.5 TF, 1.6 TB/s, 64 GB; Infinity Fabric 400 GB/s per GCD bidirectional",
+        name_patterns=(r"\bmi250x?\b",), scaleout_gbps=25.0),
+    GPU("mi355x", "AMD Instinct MI355X 288GB", 2516.6, 8.0, 288, 538, 157.3,
+        "AMD Instinct MI355X datasheet (2025): 2.5 PF bf16 dense (5.0 with sparsity), 8 TB/s HBM3E, "
+        "Infinity Fabric 1,075 GB/s bidirectional",
+        name_patterns=(r"\bmi355x?\b",)),
+    # --- Huawei Ascend (torch_npu reports "Ascend910B2", "Ascend910B3", ...; Atlas A3 dies "Ascend910_93xx")
+    GPU("ascend-910b", "Huawei Ascend 910B 64GB", 313.0, 1.6, 64, 196, 78.0,
+        "Huawei Atlas 800T A2 material (no public per-chip datasheet): Ascend 910B 313 TF FP16/bf16 dense "
+        "(910B2-class SKU; 910B3 ~280, 910B4 ~256), 64 GB HBM2e at 1.6 TB/s, HCCS 392 GB/s bidirectional "
+        "within an 8-NPU node; vendor figures as reported, not measured",
+        name_patterns=(r"\bascend\s?910b\d?\b",), scaleout_gbps=25.0),
+    GPU("ascend-910c", "Huawei Ascend 910C die 64GB", 376.0, 1.6, 64, 196, 94.0,
+        "Huawei Atlas 800T A3 / CloudMatrix 384 material (no public per-chip datasheet): an Ascend 910C is "
+        "two dies, ~752 TF FP16/bf16 dense, 128 GB HBM at 3.2 TB/s; torch_npu reports each die as a device, "
+        "so a device here is half (376 TF, 64 GB at 1.6 TB/s); vendor figures as reported, not measured",
+        name_patterns=(r"\bascend\s?910c\b", r"\bascend\s?910_93\d\d\b"), scaleout_gbps=25.0,
+        gpus_per_node=16),
     GPU("gh200", "NVIDIA GH200 Grace Hopper 144GB", 989.4, 4.9, 144, 450, 67.0,
         "NVIDIA GH200 datasheet (2024): H100 compute, 144 GB HBM3e at 4.9 TB/s, NVLink 900 GB/s",
         name_patterns=(r"\bgh200\b(?!.*\b480\s?gb\b)",)),
@@ -117,7 +187,11 @@ _GPUS = [
 ]
 
 GPUS: dict[str, GPU] = {g.slug: g for g in _GPUS}
-_ALIASES = {"a100": "a100-80g", "h100": "h100-sxm", "h100-80g": "h100-sxm"}
+_ALIASES = {"a100": "a100-80g", "h100": "h100-sxm", "h100-80g": "h100-sxm", "4090": "rtx4090",
+            "rtx-4090": "rtx4090", "5090": "rtx5090", "rtx-5090": "rtx5090", "a6000": "rtx-a6000",
+            "rtx6000ada": "rtx6000-ada", "6000-ada": "rtx6000-ada", "rtx-6000-ada": "rtx6000-ada",
+            "rtxpro6000": "rtx-pro-6000", "910b": "ascend-910b", "910c": "ascend-910c",
+            "ascend910b": "ascend-910b", "ascend910c": "ascend-910c"}
 
 
 def get_gpu(name: str) -> GPU:
@@ -130,6 +204,17 @@ def get_gpu(name: str) -> GPU:
     if found is not None:
         return found
     raise unknown_name("GPU", name, list(GPUS))
+
+
+def nearest_presets(name: str, k: int = 3) -> list[str]:
+    """The ``k`` preset slugs closest to a device name (same vendor family first, then spelling)."""
+    import difflib
+
+    low = re.sub(r"^(nvidia|amd|huawei)\s+(geforce\s+|instinct\s+)?", "", name.strip().lower())
+    low = re.sub(r"[^a-z0-9]+", "-", low).strip("-")
+    scored = sorted(GPUS, key=lambda slug: -max(difflib.SequenceMatcher(None, low, slug).ratio(),
+                                                 difflib.SequenceMatcher(None, low, GPUS[slug].name.lower()).ratio()))
+    return scored[:k]
 
 
 def detect(device_name: str) -> GPU | None:

@@ -34,12 +34,32 @@ class ModelSpec:
     active_experts: int = 0  # experts each token is routed to
     moe_intermediate: int = 0
     shared_experts: int = 0
+    # leading layers with a dense MLP of width ``intermediate`` (DeepSeek's first_k_dense_replace)
+    dense_layers: int = 0
+    # Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through low-rank
+    # latents; ``head_dim`` is the query/key width (nope + rope), ``v_head_dim`` the value width.
+    # The KV cache holds the latent and the rope key: ``kv_lora_rank + rope_head_dim`` per layer.
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0  # 0: ordinary (grouped-query) attention
+    rope_head_dim: int = 0
+    v_head_dim: int = 0
     source: str = ""
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
     # --- parameter counts -------------------------------------------------------------------
     @property
+    def value_dim(self) -> int:
+        return self.v_head_dim or self.head_dim
+
+    @property
     def attn_params_per_layer(self) -> int:
+        if self.kv_lora_rank:
+            h, n = self.hidden, self.heads
+            q = (h * self.q_lora_rank + self.q_lora_rank * n * self.head_dim if self.q_lora_rank
+                 else h * n * self.head_dim)
+            nope = self.head_dim - self.rope_head_dim
+            kv = h * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * n * (nope + self.value_dim)
+            return q + kv + n * self.value_dim * h
         q = self.hidden * self.heads * self.head_dim
         kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
@@ -63,42 +83,50 @@ class ModelSpec:
     def lm_head_params(self) -> int:
         return self.vocab * self.hidden
 
+    def _body_params(self, active: bool) -> int:
+        dense = min(self.dense_layers, self.layers) if self.experts else 0
+        mlp = dense * 3 * self.hidden * self.intermediate + (self.layers - dense) * self.mlp_params_per_layer(active)
+        return self.layers * self.attn_params_per_layer + mlp
+
     @property
     def params_total(self) -> int:
-        body = self.layers * (self.attn_params_per_layer + self.mlp_params_per_layer(False))
+        body = self._body_params(False)
         head = 0 if self.tied_embeddings else self.lm_head_params
         return body + self.embedding_params + head
 
     @property
     def params_active(self) -> int:
         """Parameters one token touches (embedding lookup excluded: it is a gather, not a matmul)."""
-        body = self.layers * (self.attn_params_per_layer + self.mlp_params_per_layer(True))
-        return body + self.lm_head_params
+        return self._body_params(True) + self.lm_head_params
 
     # --- costs ------------------------------------------------------------------------------
     def matmul_flops_per_token(self, lm_head: bool = True) -> float:
         """Forward FLOPs of the weight matmuls for one token (2 per multiply-add). The lm head is
         counted unless ``lm_head=False`` (a critic's value head is one column)."""
-        body = self.layers * (self.attn_params_per_layer + self.mlp_params_per_layer(True))
+        body = self._body_params(True)
         return 2.0 * (body + (self.lm_head_params if lm_head else self.hidden))
 
     @property
     def attn_flops_per_pair(self) -> float:
         """Forward FLOPs of attention scores and values per (query, key) pair, all layers:
-        QK^T and PV, 2 FLOPs per multiply-add each."""
-        return 4.0 * self.layers * self.heads * self.head_dim
+        QK^T and PV, 2 FLOPs per multiply-add each (query/key and value widths differ under MLA)."""
+        return 2.0 * self.layers * self.heads * (self.head_dim + self.value_dim)
 
     def weight_bytes(self, dtype_bytes: int = 2, active: bool = False) -> float:
         n = self.params_active + self.embedding_params if active else self.params_total
         return float(n) * dtype_bytes
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> float:
+        if self.kv_lora_rank:  # MLA caches one latent and one rope key per layer, not K and V per head
+            return float(self.layers * (self.kv_lora_rank + self.rope_head_dim) * dtype_bytes)
         return 2.0 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
     def kv_bytes_per_token_per_gpu(self, tp: int, dtype_bytes: int = 2) -> float:
         """K and V bytes per cached token on one GPU of a ``tp``-way tensor-parallel engine. Past
         ``tp = kv_heads`` every GPU still holds one KV head (vLLM replicates them), so the
         per-GPU share stops shrinking there (Qwen2.5-7B, 4 KV heads, at TP 8: 1 head, not 0.5)."""
+        if self.kv_lora_rank:  # the latent is not split by heads: every rank holds all of it
+            return self.kv_bytes_per_token(dtype_bytes)
         heads_per_gpu = max(self.kv_heads / max(1, tp), 1.0)
         return 2.0 * self.layers * heads_per_gpu * self.head_dim * dtype_bytes
 
@@ -108,7 +136,8 @@ class ModelSpec:
             "intermediate": self.intermediate, "heads": self.heads, "kv_heads": self.kv_heads,
             "head_dim": self.head_dim, "vocab": self.vocab, "tied_embeddings": self.tied_embeddings,
             "experts": self.experts, "active_experts": self.active_experts,
-            "moe_intermediate": self.moe_intermediate, "params_total": self.params_total,
+            "moe_intermediate": self.moe_intermediate, "shared_experts": self.shared_experts,
+            "dense_layers": self.dense_layers, "kv_lora_rank": self.kv_lora_rank, "params_total": self.params_total,
             "params_active": self.params_active,
         }
 
@@ -185,6 +214,13 @@ def from_hf_config(cfg: dict, name: str = "") -> ModelSpec:
     if experts and not moe_inter:
         moe_inter = int(text_cfg.get("intermediate_size") or 0)
     model_type = str(text_cfg.get("model_type", ""))
+    kv_lora = int(text_cfg.get("kv_lora_rank") or 0)
+    mla = {}
+    if kv_lora:
+        nope, rope = int(text_cfg.get("qk_nope_head_dim") or 0), int(text_cfg.get("qk_rope_head_dim") or 0)
+        head_dim = nope + rope or head_dim
+        mla = dict(q_lora_rank=int(text_cfg.get("q_lora_rank") or 0), kv_lora_rank=kv_lora, rope_head_dim=rope,
+                   v_head_dim=int(text_cfg.get("v_head_dim") or head_dim))
     return ModelSpec(
         name=name or str(cfg.get("_name_or_path") or model_type or "custom"),
         layers=layers, hidden=hidden, intermediate=int(text_cfg.get("intermediate_size") or 4 * hidden),
@@ -193,26 +229,72 @@ def from_hf_config(cfg: dict, name: str = "") -> ModelSpec:
         qkv_bias=model_type.startswith("qwen2"),
         experts=experts, active_experts=active, moe_intermediate=moe_inter,
         shared_experts=int(text_cfg.get("n_shared_experts") or 0),
+        dense_layers=int(text_cfg.get("first_k_dense_replace") or 0) if experts else 0, **mla,
         source=f"config.json ({name})" if name else "config.json",
     )
 
 
+def hf_cache_dirs() -> list[Path]:
+    """Where a Hugging Face hub cache may be: ``$HF_HUB_CACHE``, ``$HF_HOME/hub``, then
+    ``~/.cache/huggingface/hub`` (the order ``huggingface_hub`` resolves them)."""
+    import os
+
+    out = []
+    if os.environ.get("HF_HUB_CACHE"):
+        out.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        out.append(Path(os.environ["HF_HOME"]) / "hub")
+    out.append(Path("~/.cache/huggingface/hub").expanduser())
+    return out
+
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]{0,95}/[\w.\-]{1,95}$")
+
+
+def hf_cached_config(repo_id: str) -> Path | None:
+    """The ``config.json`` of a Hub repo id (``Qwen/Qwen3-32B``) in a local hub cache
+    (``models--Qwen--Qwen3-32B/snapshots/<rev>/config.json``), newest snapshot first; None if absent."""
+    text = str(repo_id).strip().rstrip("/")
+    m = re.search(r"models--([^/]+)--([^/]+)", text)
+    if m:
+        text = f"{m.group(1)}/{m.group(2)}"
+    if not _REPO_ID.match(text):
+        return None
+    org, name = text.split("/")
+    for root in hf_cache_dirs():
+        snaps = root / f"models--{org}--{name}" / "snapshots"
+        try:
+            found = sorted(snaps.glob("*/config.json"), key=lambda q: q.stat().st_mtime, reverse=True)
+        except OSError:
+            continue
+        if found:
+            return found[0]
+    return None
+
+
+def read_config_file(p: Path) -> ModelSpec:
+    try:
+        cfg = json.loads(p.read_text())
+    except (OSError, ValueError) as exc:
+        raise PolytraceError(f"{p}: not a readable JSON model config ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise PolytraceError(f"{p}: not a JSON object")
+    return from_hf_config(cfg, name=str(p))
+
+
 def get_model(name_or_path: str) -> ModelSpec:
-    """A preset by name, alias or HF repo id, or a HF ``config.json`` (file or folder holding
-    one)."""
+    """A preset by name, alias or HF repo id, a HF ``config.json`` (file or folder holding one),
+    or a Hub repo id whose ``config.json`` is in a local hub cache."""
     p = Path(name_or_path).expanduser()
     if p.is_dir() and (p / "config.json").is_file():
         p = p / "config.json"
     if p.is_file():
-        try:
-            cfg = json.loads(p.read_text())
-        except (OSError, ValueError) as exc:
-            raise PolytraceError(f"{p}: not a readable JSON model config ({exc})") from None
-        if not isinstance(cfg, dict):
-            raise PolytraceError(f"{p}: not a JSON object")
-        return from_hf_config(cfg, name=str(p))
+        return read_config_file(p)
     spec = find_model(name_or_path)
     if spec is None:
+        cached = hf_cached_config(name_or_path)
+        if cached is not None:
+            return read_config_file(cached)
         if p.is_dir():
             raise PolytraceError(f"--model {p}: folder holds no config.json")
         if p.suffix.lower() == ".json":

@@ -159,7 +159,7 @@ def test_gpu_count_from_tokens_per_rank_and_prompts_from_n(tmp_path):
     ("deepseek-ai/deepseek-llm-7b-chat", "deepseek-llm-7b"), ("Qwen/Qwen2.5-Math-7B", "qwen2.5-7b"),
     ("deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "qwen2.5-1.5b"),
     ("meta-llama/Meta-Llama-3-8B-Instruct", "llama-3.1-8b"), ("/ckpt/Qwen2.5-3B-Instruct-GRPO/actor", "qwen2.5-3b"),
-    ("Qwen/Qwen3-4B", None), ("some/model", None),
+    ("/ckpt/Qwen3-4B-SFT/step_200", "qwen3-4b"), ("Qwen/Qwen3-3B", None), ("some/model", None),
 ])
 def test_model_names_from_hf_paths(name, preset):
     spec = guess_model(name)

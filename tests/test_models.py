@@ -27,9 +27,37 @@ def test_required_presets_present_with_sources():
     # "Gemma2ForCausalLM contains 2.61B parameters"), and the model cards' totals
     ("qwen2.5-0.5b", 494.03e6), ("gemma-2-2b", 2.61e9), ("qwen2.5-7b", 7.62e9),
     ("llama-3.1-8b", 8.03e9), ("qwen3-30b-a3b", 30.5e9), ("qwen2.5-72b", 72.7e9),
+    # model cards: Qwen3 0.6B/4B/14B/32B (0.6, 4.0, 14.8, 32.8B), Llama 3.2 1B (1.24B), Mistral-Small-24B
+    # (23.6B), Ministral-8B (8.02B), gemma-2-9b (9.24B), gpt-oss-20b / 120b (21B / 117B), DeepSeek-V3 (671B)
+    ("qwen3-0.6b", 0.6e9), ("qwen3-4b", 4.02e9), ("qwen3-14b", 14.8e9), ("qwen3-32b", 32.8e9),
+    ("llama-3.2-1b", 1.24e9), ("mistral-small-24b", 23.6e9), ("ministral-8b", 8.02e9), ("gemma-2-9b", 9.24e9),
+    ("gpt-oss-20b", 20.9e9), ("gpt-oss-120b", 116.8e9), ("deepseek-v3", 671e9),
 ])
 def test_parameter_counts_match_published_totals(name, params):
     assert get_model(name).params_total == pytest.approx(params, rel=0.01)
+
+
+@pytest.mark.parametrize("name, active", [
+    # model cards: gpt-oss-20b 3.6B active, gpt-oss-120b 5.1B, DeepSeek-V3 37B, Qwen3-235B-A22B 22B
+    ("gpt-oss-20b", 3.6e9), ("gpt-oss-120b", 5.1e9), ("deepseek-v3", 37e9), ("qwen3-235b-a22b", 22e9),
+])
+def test_moe_active_parameters_match_model_cards(name, active):
+    assert get_model(name).params_active == pytest.approx(active, rel=0.03)
+
+
+def test_mla_caches_the_latent_not_heads():
+    """DeepSeek-V3 caches kv_lora_rank + rope dims (512 + 64) per layer: 61 x 576 x 2 bytes = 70 kB a
+    token, the same on every tensor-parallel rank; its own config.json read back gives the preset."""
+    m = get_model("deepseek-v3")
+    assert m.kv_bytes_per_token() == 61 * 576 * 2
+    assert m.kv_bytes_per_token_per_gpu(8) == m.kv_bytes_per_token()
+    cfg = {"model_type": "deepseek_v3", "hidden_size": 7168, "num_hidden_layers": 61, "num_attention_heads": 128,
+           "num_key_value_heads": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+           "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+           "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+           "v_head_dim": 128, "vocab_size": 129280, "tie_word_embeddings": False}
+    read = from_hf_config(cfg, name="dsv3")
+    assert read.params_total == m.params_total and read.kv_bytes_per_token() == m.kv_bytes_per_token()
 
 
 def test_moe_active_parameters_are_a_fraction():

@@ -22,19 +22,28 @@ inferred value is reported with its source:
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..compose.stages import RunConfig
 from ..errors import PolytraceError
-from ..hardware import get_gpu
 from ..logs import TrainingLog, Unresolved
-from ..models import ModelSpec, find_model, from_hf_config, get_model, list_models
+from ..logs.companion import attach, read_companion
+from ..logs.timers import apply_stage_map
 from ..wording import counted
+from .identity import (  # noqa: F401
+    DEFAULT_GPU,
+    check_companion_batch,
+    guess_model,
+    host_gpu_count,
+    model_family,
+    resolve_critic_model,
+    resolve_gpu,
+    resolve_model,
+    resolve_ref_model,
+)
 
-DEFAULT_GPU = "a100-80g"
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
 MAX_COUNT = 1_000_000
 # Longest prompt or response a configuration may state: 2^20 tokens (today's longest contexts are
@@ -61,6 +70,8 @@ class Overrides:
     max_prompt_len: int | None = None
     max_response_len: int | None = None
     rollout_tp: int | None = None
+    configs: tuple = ()  # companion files (--config)
+    stage_map: dict | None = None  # stage -> timer (--stage gen=KEY)
 
 
 class _Values:
@@ -138,111 +149,6 @@ class _Values:
     def text(self, key: str, default: str) -> str:
         value = self.cfg.get(key)
         return value if isinstance(value, str) else default
-
-
-# --- the model ---------------------------------------------------------------------------------
-
-_FAMILY = re.compile(r"(qwen)(\d(?:\.\d)?)|(llama)-?(\d)|(gemma)-?(\d)|(deepseek)-(llm)|(mistral)|(mixtral)")
-_SIZE = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)b\b")
-
-
-def _family_and_size(text: str) -> tuple[str, str] | None:
-    s = text.lower().replace("_", "-")
-    # DeepSeek-R1 distills keep their base's architecture (Qwen2.5 or Llama 3.1)
-    s = re.sub(r"deepseek-r1-distill-qwen", "qwen2.5", s)
-    s = re.sub(r"deepseek-r1-distill-llama", "llama-3.1", s)
-    s = s.replace("meta-llama-3", "llama-3")
-    fam = _FAMILY.search(s)
-    size = _SIZE.search(s[fam.end():] if fam else s)
-    if not fam or not size:
-        return None
-    name = "".join(g for g in fam.groups() if g)  # qwen2.5, llama3, gemma2, deepseekllm, mistral
-    return name, size.group(1)
-
-
-def guess_model(text: str) -> ModelSpec | None:
-    """The preset of the same architecture family and size as a model name or path the presets
-    do not list by name (``Qwen/Qwen2.5-Math-7B`` -> qwen2.5-7b, ``DeepSeek-R1-Distill-Qwen-7B``
-    -> qwen2.5-7b, ``Meta-Llama-3-8B-Instruct`` -> llama-3.1-8b); None unless exactly one matches."""
-    parts = [p for p in re.split(r"[/\\]", str(text)) if p]
-    m = re.search(r"models--([^/]+)--([^/]+)", str(text))
-    if m:
-        parts.append(m.group(2))
-    for part in reversed(parts):
-        want = _family_and_size(part)
-        if want is None:
-            continue
-        matches = [name for name in list_models()
-                   if (_family_and_size(name) or (None, None)) == want and "vl" not in name]
-        if len(matches) == 1:
-            return find_model(matches[0])
-    return None
-
-
-def model_family(spec: ModelSpec) -> str:
-    """Architecture family of a model (``qwen2`` for Qwen2 and Qwen2.5, ``qwen3-moe``, ``llama3``),
-    the unit a calibration transfers within."""
-    fs = _family_and_size(spec.name) or _family_and_size(spec.source or "")
-    base = fs[0] if fs else spec.name.lower()
-    if base.startswith("qwen2"):  # Qwen2 and Qwen2.5 share one architecture
-        base = "qwen2"
-    return base + ("-moe" if spec.experts else "")
-
-
-def _candidates(log: TrainingLog) -> list:
-    """Model paths, most authoritative first: the printed config, then the launch commands from
-    the last one back (later overrides win), then the critic's and the tokenizer's."""
-    cfg = log.printed
-    out = []
-    for key in ("actor_rollout_ref.model.path",):
-        if isinstance(cfg.get(key), str):
-            out.append(cfg[key])
-    out += list(reversed(log.model_candidates))
-    for key in ("critic.model.path", "reward_model.model.input_tokenizer"):
-        if isinstance(cfg.get(key), str):
-            out.append(cfg[key])
-    return out
-
-
-def _hf_spec(log: TrainingLog) -> ModelSpec | None:
-    hf = log.hf_config
-    if not isinstance(hf, dict):
-        return None
-    need = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-    for k in need:
-        v = hf.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= 10_000_000:
-            return None
-    name = hf.get("_name_or_path")
-    return from_hf_config(hf, name=str(name) if isinstance(name, str) and name else "from log")
-
-
-def resolve_model(log: TrainingLog, given: str | None, notes: list[str]) -> ModelSpec:
-    if given:
-        return get_model(given)
-    unresolved = []
-    for cand in _candidates(log):
-        text = str(cand)
-        spec = find_model(text)
-        if spec is None:
-            spec = guess_model(text)
-            if spec is not None:
-                notes.append(f"model: {text} read as the preset {spec.name} (same architecture family and "
-                             "size; pass --model to choose another)")
-        if spec is not None:
-            return spec
-        if isinstance(cand, Unresolved):
-            unresolved.append(cand)
-    spec = _hf_spec(log)
-    if spec is not None:
-        return spec
-    if unresolved:
-        u = unresolved[0]
-        raise PolytraceError(f"{log.path}: the model path is {u.text!r}: {u.explain()}; pass --model NAME "
-                             "or --model path/to/config.json")
-    named = ", ".join(sorted({str(c) for c in log.model_candidates})) or "none"
-    raise PolytraceError(f"{log.path}: cannot tell the model from the log (model paths: {named}); "
-                         "pass --model NAME or --model path/to/config.json")
 
 
 # --- inference from the metrics -----------------------------------------------------------------
@@ -335,20 +241,16 @@ def _observed_max(log: TrainingLog, key: str) -> int | None:
 def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunConfig, list[str]]:
     """The run's configuration; notes list what was assumed or inferred rather than read."""
     ov = ov or Overrides()
-    v = _Values(log)
     notes: list[str] = []
+    if ov.configs:
+        attach(log, [read_companion(c) for c in ov.configs])
+    apply_stage_map(log, ov.stage_map, notes)
+    v = _Values(log)
     stages = set(log.stages())
     model = resolve_model(log, ov.model, notes)
-    critic = None
-    cpath = log.config.get("critic.model.path")
-    if isinstance(cpath, str):
-        critic = find_model(cpath) or guess_model(cpath)
-    if ov.gpu:
-        gpu = get_gpu(ov.gpu)
-    else:
-        gpu = get_gpu(DEFAULT_GPU)
-        notes.append(f"GPU not stated in the log: assumed {gpu.slug} (pass --gpu); calibration absorbs "
-                     "most of the difference")
+    critic = resolve_critic_model(log, notes)
+    ref_model = resolve_ref_model(log, model, notes) if "ref" in stages else None
+    gpu = resolve_gpu(log, ov.gpu, notes)
     n_gpus = ov.gpus or _gpu_count(log, v, notes)
     prompts = ov.prompts or _prompts_per_step(log, v, notes)
     n = ov.n or v.count("actor_rollout_ref.rollout.n", flag="--n N")
@@ -372,6 +274,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     if prompts * n > MAX_SEQUENCES:
         raise PolytraceError(f"{log.path}: {prompts} prompts x {n} responses = {prompts * n:,} sequences per step, "
                              f"more than {MAX_SEQUENCES:,}; pass --prompts / --n")
+    check_companion_batch(log, int(prompts), int(n), int(n_gpus), ov)
     max_p = ov.max_prompt_len or v.count("data.max_prompt_length", "actor_rollout_ref.rollout.prompt_length",
                                          flag="--max-prompt-len L", hi=MAX_TOKENS)
     max_r = ov.max_response_len or v.count("data.max_response_length", "actor_rollout_ref.rollout.response_length",
@@ -407,7 +310,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         max_prompt_len=int(max_p), max_response_len=int(max_r), rollout_tp=int(tp),
         strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp),
         algorithm="ppo" if has_critic else "grpo", use_ref="ref" in stages,
-        critic_model=critic, micro_batch_tokens=mb_tokens or None,
+        critic_model=critic, ref_model=ref_model, micro_batch_tokens=mb_tokens or None,
         micro_batch_seqs=int(mb_seqs) if mb_seqs else None,
         remove_padding=v.flag("actor_rollout_ref.model.use_remove_padding", False),
         critic_remove_padding=(v.flag("critic.model.use_remove_padding", False)
@@ -449,6 +352,8 @@ def _gpu_count(log: TrainingLog, v: _Values, notes: list[str]) -> int:
     per_node = v.count("trainer.n_gpus_per_node", flag="--gpus N")
     nodes = v.count("trainer.nnodes", flag="--gpus N")
     split = execution_split(log)
+    if per_node is None:
+        per_node = host_gpu_count(log, None, notes)
     if per_node is not None:
         total = per_node * (nodes or 1)
         if split.rollout_gpus:

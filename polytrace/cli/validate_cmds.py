@@ -12,13 +12,20 @@ from ._io import print_json
 def _log_config_flags(p) -> None:
     """The flags that state what a log does not (shared by validate and calibrate LOG)."""
     p.add_argument("--model", default=None, help="model preset or HF config.json, when the log does not name it")
-    p.add_argument("--gpu", default=None, help="GPU preset (logs do not state it; default a100-80g)")
+    p.add_argument("--gpu", default=None, help="GPU preset, checked against the device names the log shows "
+                   "(none shown: a100-80g, with a note)")
     p.add_argument("--gpus", type=_pos_int, default=None, help="GPU count, when the log does not state it")
     p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step, when not stated")
     p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt, when not stated")
     p.add_argument("--max-prompt-len", type=_pos_int, default=None, help="prompt length cap, when not stated")
     p.add_argument("--max-response-len", type=_pos_int, default=None, help="response length cap, when not stated")
     p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism, when not stated")
+    # companion files and timer names (a run's wandb/Hydra files, a custom rollout timer)
+    p.add_argument("--config", action="append", default=[], metavar="FILE",
+                   help="companion file of the run, repeatable: wandb config.yaml / wandb-metadata.json, Hydra "
+                   "overrides.yaml / config.yaml, or a README / script holding the launch command")
+    p.add_argument("--stage", action="append", default=[], metavar="STAGE=TIMER",
+                   help="read a custom timer as a stage, repeatable (gen=timing_s/get_batch_rollout_with_filtering)")
     p.add_argument("--calibrate-steps", type=_pos_int, default=10,
                    help="calibrate on this many first usable steps (default 10)")
 
@@ -29,7 +36,7 @@ def register(sub) -> None:
                        "wandb CSV; warm-up, validation/checkpoint spikes and stalls are left out and named) and "
                        "predict every later step from its logged length statistics; report accuracy per stage "
                        "and for the step, next to the naive predictor (the calibration steps' mean).")
-    v.add_argument("log", help="verl console log or wandb CSV export")
+    v.add_argument("log", help="verl console log, wandb CSV export, or wandb run folder (files/output.log)")
     _log_config_flags(v)
     v.add_argument("--calibrate-on", default=None, metavar="OTHER_LOG",
                    help="calibrate on all steps of another log of the same model and cluster (e.g. a GRPO run "
@@ -68,10 +75,11 @@ def register(sub) -> None:
 
 def _overrides(args):
     from ..calibrate.logconfig import Overrides
+    from ..logs.timers import parse_stage_map
 
     return Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
                      max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
-                     rollout_tp=args.rollout_tp)
+                     rollout_tp=args.rollout_tp, configs=tuple(args.config), stage_map=parse_stage_map(args.stage))
 
 
 def _pct(v) -> str:
@@ -116,6 +124,9 @@ def _calibrate(args) -> int:
     if args.stage_times is not None:
         if args.log is not None:
             raise PolytraceError("calibrate: give a LOG or --stage-times, not both")
+        if args.config or args.stage:
+            raise PolytraceError(f"calibrate: {'--config' if args.config else '--stage'} reads a LOG's companion files "
+                                 "and timers; --stage-times has neither")
         missing = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--gpus", args.gpus)) if v is None]
         if missing:
             raise PolytraceError(f"calibrate --stage-times needs {', '.join(missing)} (the run the averages come from)")

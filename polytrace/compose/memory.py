@@ -200,7 +200,7 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
             act, tokens = t * per_tok, t
     if cfg.use_ref and not cfg.ref_offload and not cfg.lora_rank:
         # (under LoRA the reference is the actor with its adapters switched off: no second copy)
-        state["ref_weights_bf16"] = 2.0 * model.params_total / (tp * pp if mega else n)
+        state["ref_weights_bf16"] = 2.0 * (cfg.ref_model or model).params_total / (tp * pp if mega else n)
     # kept through the rollout: master weights, moments, bf16 weights where persistent, reference;
     # less what verl's actor offload parks in CPU memory meanwhile
     offloaded = (("actor_master_fp32", "actor_weights_bf16") if cfg.param_offload else ()) + \

@@ -119,7 +119,7 @@ class Launch:
     lines: dict = field(default_factory=dict)  # key -> line number of the winning override
     commands: list = field(default_factory=list)  # (line, text) of each launch command
     entry: str = ""  # the module or script of the last python launch
-    model_paths: list = field(default_factory=list)  # every model path value, in order
+    model_paths: list = field(default_factory=list)  # every actor model path value, in order
     variables: dict = field(default_factory=dict)  # shell variables the script assigned
 
 
@@ -163,7 +163,7 @@ def read_launch(lines) -> Launch:
         for o in ovs:
             out.overrides[o.key] = o.value
             out.lines[o.key] = o.line
-            if o.key in ("actor_rollout_ref.model.path", "critic.model.path"):
+            if o.key == "actor_rollout_ref.model.path":  # a critic's path is not the model trained
                 out.model_paths.append(o.value)
     return out
 
@@ -307,12 +307,14 @@ def printed_model_config(lines: list[str], head: int = 6000) -> dict | None:
                 continue
             body = nxt[len(prefix):]
             parts.append(body)
-            if body.strip() == "}":
+            if body.rstrip() == "}":  # the outermost brace: nested ones are indented
                 try:
                     value = json.loads("\n".join(parts))
                 except (ValueError, RecursionError):
                     break
-                if isinstance(value, dict) and "hidden_size" in value:
-                    return value
+                text = value.get("text_config") if isinstance(value, dict) else None
+                if isinstance(value, dict) and ("hidden_size" in value or
+                                                isinstance(text, dict) and "hidden_size" in text):
+                    return value  # a multimodal model nests its language model in text_config
                 break
     return None

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import PolytraceError
+from . import companion as _companion
 from . import launch
+from .devices import scan_lines
 
 _ANSI = re.compile(r"\x1b?\[[0-9;]{0,16}m")
 _STEP = re.compile(r"(?:^|[\s)\]])step:(\d{1,9})\s{1,8}-\s{1,8}")
@@ -59,25 +61,34 @@ class TrainingLog:
     overrides: dict = field(default_factory=dict)  # hydra overrides on the launch lines
     override_lines: dict = field(default_factory=dict)  # key -> line of the winning override
     printed: dict = field(default_factory=dict)  # flattened config printed by verl at start-up
-    model_candidates: list = field(default_factory=list)  # every model path the launch commands name, in order
+    model_candidates: list = field(default_factory=list)  # every actor model path the launch commands name, in order
     hf_config: dict | None = None  # the model config transformers printed, when the log has it
     entry: str = ""  # the trainer module or script the run was launched with
     variables: dict = field(default_factory=dict)  # shell variables of the launch script
     notes: list = field(default_factory=list)  # what the reader passed over, one line each
+    devices: list = field(default_factory=list)  # accelerator evidence (``devices.Evidence``), log then companions
+    companion: dict = field(default_factory=dict)  # settings read from companion files (``--config``)
+    companion_sources: dict = field(default_factory=dict)  # key -> the companion file it was read from
+    companion_files: list = field(default_factory=list)
+    host_gpus: tuple | None = None  # (GPUs of the host, file) from wandb-metadata.json's gpu_count
+    timer_map: dict = field(default_factory=dict)  # stage -> the timer it was read from, where not its own
 
     @property
     def config(self) -> dict:
-        """Flattened config: the printed one, filled in from the overrides."""
-        merged = dict(self.overrides)
+        """Flattened config: the printed one, filled in from the overrides, then the companion files."""
+        merged = dict(self.companion)
+        merged.update(self.overrides)
         merged.update(self.printed)
         return merged
 
     def source_of(self, key: str) -> str:
-        """Where a config value was read: the printed config or a launch line."""
+        """Where a config value was read: the printed config, a launch line or a companion file."""
         if key in self.printed:
             return "the printed config"
         if key in self.override_lines:
             return f"the launch command (line {self.override_lines[key]})"
+        if key in self.companion_sources:
+            return self.companion_sources[key]
         return "the log"
 
     @property
@@ -278,7 +289,7 @@ def read_console_log(path) -> TrainingLog:
                         overrides=found.overrides, override_lines=found.lines,
                         printed=flat_printed, model_candidates=candidates,
                         hf_config=launch.printed_model_config(texts, head=len(texts)),
-                        entry=found.entry, variables=found.variables, notes=notes)
+                        entry=found.entry, variables=found.variables, notes=notes, devices=scan_lines(head))
 
 
 _STEP_COLUMNS = ("training/global_step", "_step", "Step", "step", "trainer/global_step")
@@ -337,11 +348,24 @@ def read_wandb_csv(path) -> TrainingLog:
     return steps.finish(path, "wandb-csv")
 
 
-def read_log(path) -> TrainingLog:
-    """A verl console log or a wandb CSV export, by content."""
+def read_log(path, configs=()) -> TrainingLog:
+    """A verl console log or a wandb CSV export, by content; a wandb run folder (``output.log``
+    beside ``config.yaml`` and ``wandb-metadata.json``) with its companion files. ``configs``:
+    more companion files (``--config``)."""
     path = Path(path)
     if path.is_dir():
-        raise PolytraceError(f"{path}: is a folder; expected a verl console log or a wandb CSV file")
+        log_path, found = _companion.run_folder(path)
+        log = read_log(log_path, [*found, *configs])
+        log.notes.append(f"read {log_path} with its companion files "
+                         f"{', '.join(str(p) for p in found) or '(none found)'}")
+        return log
+    log = _read_file(path)
+    if configs:
+        _companion.attach(log, [_companion.read_companion(c) for c in configs])
+    return log
+
+
+def _read_file(path: Path) -> TrainingLog:
     if not path.exists():
         raise PolytraceError(f"{path}: no such log file")
     if not path.is_file():
