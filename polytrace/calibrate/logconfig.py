@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from ..hardware import get_gpu
 from ..logs import TrainingLog, Unresolved
 from ..models import ModelSpec, find_model, from_hf_config, get_model, list_models
 from ..wording import counted
+from .settings import given_settings
 
 DEFAULT_GPU = "a100-80g"
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
@@ -61,6 +62,9 @@ class Overrides:
     max_prompt_len: int | None = None
     max_response_len: int | None = None
     rollout_tp: int | None = None
+    # ``--set KEY=VALUE`` in verl's key names, checked (``settings.parse_settings``): read as if the
+    # log's printed config held them
+    settings: dict = field(default_factory=dict)
 
 
 class _Values:
@@ -335,6 +339,7 @@ def _observed_max(log: TrainingLog, key: str) -> int | None:
 def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunConfig, list[str]]:
     """The run's configuration; notes list what was assumed or inferred rather than read."""
     ov = ov or Overrides()
+    log = given_settings(log, ov)
     v = _Values(log)
     notes: list[str] = []
     stages = set(log.stages())

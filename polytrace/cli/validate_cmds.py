@@ -7,6 +7,7 @@ from ..wording import counted
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
+from ._settings import add_set_flag, parsed_settings
 
 
 def _log_config_flags(p) -> None:
@@ -21,6 +22,7 @@ def _log_config_flags(p) -> None:
     p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism, when not stated")
     p.add_argument("--calibrate-steps", type=_pos_int, default=10,
                    help="calibrate on this many first usable steps (default 10)")
+    add_set_flag(p)
 
 
 def register(sub) -> None:
@@ -71,7 +73,7 @@ def _overrides(args):
 
     return Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
                      max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
-                     rollout_tp=args.rollout_tp)
+                     rollout_tp=args.rollout_tp, settings=parsed_settings(args))
 
 
 def _pct(v) -> str:

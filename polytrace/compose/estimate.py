@@ -95,11 +95,13 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                  max_prompt_len: int | None = None, max_response_len: int | None = None,
                  mem_fraction: float = 0.5, gradient_checkpointing: bool = True, n: int | None = None,
                  lora_rank: int = 0, param_offload: bool = False, optimizer_offload: bool = False,
-                 ppo_mini_batch: int | None = None) -> RunConfig:
+                 ppo_mini_batch: int | None = None, run_fields: dict | None = None) -> RunConfig:
     """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
     ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
     adapters of that rank train instead of the full model; ``param_offload`` /
-    ``optimizer_offload``: verl's actor FSDP offload between stages (priced)."""
+    ``optimizer_offload``: verl's actor FSDP offload between stages (priced); ``run_fields``:
+    ``RunConfig`` fields verl settings set that have no argument here (``--set``,
+    ``polytrace.calibrate.settings.estimate_arguments``)."""
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
     gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
@@ -133,7 +135,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                              f"(verl requires it); pass a divisor of {prompts}")
     mini_batches = max(1, prompts // ppo_mini_batch) if ppo_mini_batch else max(
         1, -(-prompts // DEFAULT_PPO_MINI_BATCH))
-    return RunConfig(
+    fields = dict(
         model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=prompts, n=int(n or pc.n),
         max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
         strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), algorithm=algorithm,
@@ -141,6 +143,8 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
         max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
         optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches)
+    fields.update(run_fields or {})
+    return RunConfig(**fields)
 
 
 def with_group_size(prof, n: int):
