@@ -30,7 +30,7 @@ import math
 import numpy as np
 
 from ..compose.rollout import kv_capacity_tokens, kv_slots
-from ..compose.stages import TRAIN_STAGES
+from ..compose.stages import GROUPS, TRAIN_STAGES
 from ..errors import PolytraceError
 from .settings import REGISTRY, stated
 
@@ -101,20 +101,42 @@ def stage_misfit(y: np.ndarray, x: np.ndarray, compute: np.ndarray) -> float | N
     return best
 
 
+# stages that run the same pass on the same worker (verl's compute_log_prob and compute_ref_log_prob):
+# one slope and one constant for both, so what only one of them pays (a reference reloaded from CPU
+# memory, an actor offloaded between stages) shows as the difference between them
+SAME_PASS = (("old_log_prob", "ref"),)
+_ENGINE_GROUPS = ("rollout", "forward", "train")
+
+
+def _arrays(rows, s: str):
+    y = np.array([r.actual[s] for r in rows], dtype=np.float64)
+    x = np.array([sum(v for g, v in r.x[s].items() if g in GROUPS) for r in rows])
+    off = np.array([sum(v for g, v in r.x[s].items() if g not in GROUPS) for r in rows])  # tool waits
+    compute = np.array([sum(v for g, v in r.x[s].items() if g in _ENGINE_GROUPS) for r in rows])
+    return y - off, x, compute
+
+
 def _score(rows, stages) -> tuple[float | None, str]:
-    """Mean misfit over the timed ``stages`` of priced ``rows``; None and the reason when a stage
-    would beat its roofline."""
-    scores = []
+    """Mean misfit over the timed ``stages`` of priced ``rows`` (stages of ``SAME_PASS`` fitted
+    together); None and the reason when a stage would beat its roofline."""
+    def timed(s):
+        return all(s in r.actual and sum(r.x.get(s, {}).values()) > 0 for r in rows)
+
+    units: list[tuple] = []
     for s in stages:
-        if not all(s in r.actual and sum(r.x.get(s, {}).values()) > 0 for r in rows):
+        if not timed(s):
             continue
-        y = np.array([r.actual[s] for r in rows])
-        x = np.array([sum(r.x[s].values()) for r in rows])
-        compute = np.array([sum(v for g, v in r.x[s].items() if g not in _OVERHEAD_GROUPS) for r in rows])
+        pair = next((p for p in SAME_PASS if s in p and all(timed(q) for q in p)), (s,))
+        if pair not in units:
+            units.append(pair)
+    scores = []
+    for unit in units:
+        parts = [_arrays(rows, s) for s in unit]
+        y, x, compute = (np.concatenate([p[i] for p in parts]) for i in range(3))
         m = stage_misfit(y, x, compute)
         if m is None:
             ratio = float(np.median(y / np.maximum(compute, 1e-12)))
-            return None, f"{s} would run at {ratio:.2f}x its roofline-bound price"
+            return None, f"{'/'.join(unit)} would run at {ratio:.2f}x its roofline-bound price"
         scores.append(m)
     return (float(np.mean(scores)) if scores else 0.0), ""
 

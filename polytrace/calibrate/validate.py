@@ -28,6 +28,7 @@ import numpy as np
 
 from .fit import Calibration, StepData, calibrate
 from .infer import resolve_unstated
+from .multiturn import multiturn_notes, price_multiturn
 from ..compose.efficiency import DEFAULT
 from ..compose.rollout import kv_slots
 from ..compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
@@ -227,6 +228,7 @@ def price_steps(run: RunConfig, rows: list[StepData], split: Split | None = None
         row.other_s = costs.other_s
         if roll_run is not train_run:
             row.x["gen"] = dict(stage_costs(roll_run, p, r, eff=DEFAULT).components["gen"])
+        price_multiturn(roll_run, row, p, r)  # agent-loop steps: tool waits and per-turn prefill
 
 
 def accuracy(pred: np.ndarray, actual: np.ndarray) -> float:
@@ -271,6 +273,7 @@ def prepare(path, overrides: Overrides | None = None, window: int = 10):
         notes.append(f"{split.mode} run: generation overlaps training, so the step is priced as the trainer's "
                      "stages plus the calibrated time outside them (execution modes: estimate --mode)")
     price_steps(run, rows, split)
+    notes += multiturn_notes(rows)
     return log, run, notes, rows, split
 
 
