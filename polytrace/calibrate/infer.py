@@ -248,6 +248,11 @@ def _decide(key: str, default, scores: dict, why: dict, stages) -> Verdict:
     if best != default and s_best * WIN_RATIO <= s_def and s_def - s_best >= WIN_MARGIN:
         return Verdict(key, best, "inferred", f"{where}{rejected}: inferred {best}, which fits the window's "
                        f"trend where verl's default {default} does not (pass --set {key}=VALUE to override)", scores)
+    runner_up = min((s for v, s in alive.items() if v != best), default=None)
+    if best == default and runner_up is not None and s_best * WIN_RATIO <= runner_up \
+            and runner_up - s_best >= WIN_MARGIN:
+        return Verdict(key, best, "inferred", f"{where}{rejected}: inferred {best} (verl's default), which fits "
+                       f"the window's trend where the others do not (pass --set {key}=VALUE to override)", scores)
     return Verdict(key, default, "default", f"{where}{rejected}: the window does not tell the values apart; "
                    f"verl's default {default} assumed (pass --set {key}=VALUE)", scores)
 
