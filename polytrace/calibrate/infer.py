@@ -241,9 +241,9 @@ def _decide(key: str, default, scores: dict, why: dict, stages) -> Verdict:
         return Verdict(key, default, "default", f"{where}{rejected}: no value fits within the physical bounds, "
                        f"verl's default {default} kept (pass --set {key}=VALUE)", scores)
     best = min(alive, key=lambda v: alive[v])
-    if default not in alive:
-        return Verdict(key, best, "only", f"{where}{rejected}: inferred {best} (pass --set {key}=VALUE to "
-                       "override)", scores)
+    if default not in alive or len(alive) == 1:
+        return Verdict(key, best, "only", f"{where}{rejected}: inferred {best}, the only value within the "
+                       f"physical bounds (pass --set {key}=VALUE to override)", scores)
     s_def, s_best = alive[default], alive[best]
     if best != default and s_best * WIN_RATIO <= s_def and s_def - s_best >= WIN_MARGIN:
         return Verdict(key, best, "inferred", f"{where}{rejected}: inferred {best}, which fits the window's "
