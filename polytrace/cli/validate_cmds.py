@@ -7,7 +7,7 @@ from ..wording import counted
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
-from ._settings import add_set_flag, parsed_settings
+from ._settings import add_set_flag, estimate_settings, parsed_settings
 
 
 def _log_config_flags(p) -> None:
@@ -121,12 +121,14 @@ def _calibrate(args) -> int:
         missing = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--gpus", args.gpus)) if v is None]
         if missing:
             raise PolytraceError(f"calibrate --stage-times needs {', '.join(missing)} (the run the averages come from)")
+        kw = dict(prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
+                  max_response_len=args.max_response_len, rollout_tp=args.rollout_tp,
+                  ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
+                  optimizer_offload=args.optimizer_offload)
+        kw.update(estimate_settings(args, kw))  # --set: checked against these flags
         doc = calibrate_from_stage_times(
             args.stage_times, args.output, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=args.profile,
-            prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
-            max_response_len=args.max_response_len, algorithm=args.algo, use_ref=not args.no_ref,
-            rollout_tp=args.rollout_tp, ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank,
-            param_offload=args.param_offload, optimizer_offload=args.optimizer_offload)
+            algorithm=args.algo, use_ref=not args.no_ref, **kw)
     else:
         if args.log is None:
             raise PolytraceError("calibrate: give a LOG, or --stage-times with --model, --gpu and --gpus")

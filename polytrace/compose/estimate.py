@@ -20,6 +20,7 @@ from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_sum
 from .efficiency import DEFAULT
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
+from .rollout import tool_prefill_seconds
 from .stages import STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
 
@@ -199,7 +200,8 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
             decode = np.minimum(np.asarray(batch.loss_lens, dtype=np.int64), r)
         tool = np.bincount(batch.turns.seq, weights=batch.turns.tool_latency_s, minlength=len(r))
         extra_rollout = float(tool.max()) if len(tool) else 0.0
-        notes.append("multi-turn: slowest trajectory's tool latency added to the rollout")
+        notes.append("multi-turn: slowest trajectory's tool latency added to the rollout, tool output prefilled "
+                     "between turns")
     costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, pricer=pricer)
     parts, train = list(costs.parts), costs
     if batch.turns is not None:
@@ -208,6 +210,9 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         parts = [x for x in costs.parts if x.stage == "gen"] + [x for x in train.parts if x.stage != "gen"]
         # tool time is not GPU or host work of ours: no calibrated slowdown applies to it
         parts.append(Part("gen", "tool", "tool", extra_rollout, "trace (tool latency)"))
+        # the tool output appended between turns is prefilled, not decoded
+        parts.append(Part("gen", "prefill", "rollout", tool_prefill_seconds(
+            cfg.model, cfg.gpu, cfg.rollout_tp, p, r, np.maximum(r - decode, 0), cfg.n_gpus) * pricer.scale("prefill")))
     kernels = calibrated_kernels(parts, calibration)
     seconds = {s: float(sum(kernels[s].values())) for s in STAGES}
     other = {"reward": costs.other_s}
