@@ -247,3 +247,14 @@ def test_config_from_log_reads_set_values(tmp_path):
     path = growing_log(tmp_path / "run.log", steps=3)
     run, _ = config_from_log(read_log(path), Overrides(settings={MEM: 0.3, EAGER: True}))
     assert run.mem_fraction == 0.3 and run.eager is True
+
+
+@pytest.mark.parametrize("steps", [2, 14])
+def test_the_note_and_the_configuration_agree(tmp_path, steps):
+    tp = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    path = growing_log(tmp_path / "run.log", hide=(RP, tp), steps=steps)
+    _, run, notes, _, _ = prepare(path, Overrides())
+    note = setting_note(notes, tp)
+    value = int(note.split("inferred " if "inferred " in note else "default ")[1].split()[0].rstrip(","))
+    assert run.rollout_tp == value
+    assert not [n for n in notes if n.startswith("rollout tensor parallelism not stated")]

@@ -198,13 +198,17 @@ def infer_unstated(log, overrides, rows, split, configure, price) -> tuple[dict,
     keys = [k for k in ORDER if _unstated(log, overrides, k)]
     if not keys:
         return chosen, verdicts
+    base = configure({})
     if len(rows) < MIN_WINDOW:
         for key in keys:
-            value = REGISTRY[key].default
+            cands = _candidates(key, base, log)
+            if not cands:
+                continue
+            value = _default(key, cands, base)
+            chosen.update(_hypothesis(key, value, log))
             verdicts.append(Verdict(key, value, "default", f"{key} not stated; {len(rows)} usable step(s) cannot "
                                     f"identify it: verl's default {value} assumed (pass --set {key}=VALUE)"))
         return chosen, verdicts
-    base = configure({})
     for key in keys:
         cands = _candidates(key, configure(chosen) if chosen else base, log)
         if not cands:
