@@ -80,6 +80,8 @@ def test_every_setting_has_a_type_default_and_effect():
       "--micro-batch-tokens", "8192"], "contradicts --micro-batch-tokens"),
     (["estimate", "--model", "qwen2.5-0.5b", "--gpu", "h100", "--gpus", "2", "--set", f"{RP}=perhaps"],
      "expected true or false"),
+    (["estimate", "--model", "qwen2.5-0.5b", "--gpu", "h100", "--gpus", "2", "--set",
+      "actor_rollout_ref.actor.ppo_epochs=2"], "estimate does not price it"),
 ])
 def test_cli_refusals_exit_2(argv, needle, capsys):
     assert main(argv) == 2

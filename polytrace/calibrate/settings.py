@@ -240,7 +240,8 @@ def estimate_arguments(given: dict) -> tuple[dict, dict]:
     for key, value in given.items():
         s = REGISTRY[key]
         if s.estimate is None:
-            continue
+            raise SettingError(f"--set {key}: estimate does not price it separately (validate and calibrate read "
+                               "it from a log); the keys estimate takes are marked in docs/step-model.md")
         if s.estimate.startswith("run:"):
             fields[s.estimate[4:]] = value
         else:
