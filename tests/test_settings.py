@@ -260,3 +260,26 @@ def test_the_note_and_the_configuration_agree(tmp_path, steps):
     value = int(note.split("inferred " if "inferred " in note else "default ")[1].split()[0].rstrip(","))
     assert run.rollout_tp == value
     assert not [n for n in notes if n.startswith("rollout tensor parallelism not stated")]
+
+
+def test_inference_work_is_bounded_by_the_window(tmp_path, monkeypatch):
+    """Hypotheses are priced on the calibration window only: a longer log adds one pricing per
+    extra step, whatever the number of unstated settings."""
+    import polytrace.calibrate.validate as v
+
+    calls = []
+    real = v.stage_costs
+
+    def counting(*args, **kw):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(v, "stage_costs", counting)
+    hide = (RP, EAGER, CKPT, ACT_OFF)
+    counts = []
+    for steps in (14, 30):
+        calls.clear()
+        prepare(growing_log(tmp_path / f"run{steps}.log", hide=hide, steps=steps), Overrides())
+        counts.append(len(calls))
+    assert counts[1] - counts[0] == 30 - 14
+    assert counts[0] > 14 + 10 * len(hide)  # every hypothesis priced the 10-step window
