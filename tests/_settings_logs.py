@@ -115,7 +115,7 @@ def model_log(path, settings: dict, hide=(), *, steps=30, seed=1, slowdown=1.8, 
     from polytrace.logs import read_log
 
     rng = np.random.default_rng(seed)
-    stats = [lengths(s, steps, rng, growth=1.0) for s in range(1, steps + 1)]
+    stats = [lengths(s, steps, rng, cmd.get("max_response", 8192), growth=1.0) for s in range(1, steps + 1)]
     draft = [command(settings, **cmd)]
     for step, st in enumerate(stats, 1):
         draft.append(step_line(step, {**st, **{f"timing_s/{k}": 1.0 for k in ("gen", "old_log_prob", "ref",

@@ -283,3 +283,13 @@ def test_inference_work_is_bounded_by_the_window(tmp_path, monkeypatch):
         counts.append(len(calls))
     assert counts[1] - counts[0] == 30 - 14
     assert counts[0] > 14 + 10 * len(hide)  # every hypothesis priced the 10-step window
+
+
+def test_a_rollout_tp_that_cannot_hold_the_model_is_rejected(tmp_path):
+    tp = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    path = model_log(tmp_path / "run.log", dict(SETTINGS, **{tp: "4"}), hide=(tp,), steps=12,
+                     model="Qwen/Qwen2.5-32B-Instruct", gpus=8, prompts=16, n=2, max_response=2048)
+    _, run, notes, _, _ = prepare(path, Overrides(gpu="a100-80g"))
+    note = setting_note(notes, tp)
+    assert "1 rejected: gen would run at" in note  # 64 GB of weights in a 48 GB share: one sequence at a time
+    assert run.rollout_tp in (2, 4, 8)
