@@ -67,7 +67,7 @@ def test_contradictions(items, needle):
 
 def test_every_setting_has_a_type_default_and_effect():
     for key, s in REGISTRY.items():
-        assert s.kind in ("bool", "int", "fraction") and s.effect, key
+        assert s.kind in ("bool", "int", "fraction", "model") and s.effect, key
         assert key.count(".") >= 1
 
 
@@ -293,3 +293,36 @@ def test_a_rollout_tp_that_cannot_hold_the_model_is_rejected(tmp_path):
     note = setting_note(notes, tp)
     assert "1 rejected: gen would run at" in note  # 64 GB of weights in a 48 GB share: one sequence at a time
     assert run.rollout_tp in (2, 4, 8)
+
+
+REF_MODEL = "actor_rollout_ref.ref.model.path"
+
+
+def test_set_reference_model_prices_the_reference_pass_on_it(base_estimate):
+    from polytrace.models import get_model
+
+    other = _with([f"{REF_MODEL}=qwen2.5-7b"])
+    base = base_estimate["rows"][0]["stages_s"]
+    got = other["rows"][0]["stages_s"]
+    assert got["old_log_prob"] == pytest.approx(base["old_log_prob"], rel=1e-12)
+    ratio = get_model("qwen2.5-7b").params_total / get_model("qwen2.5-1.5b").params_total
+    assert 0.6 * ratio < got["ref"] / base["ref"] < 1.2 * ratio  # a forward pass scales with the parameters
+    assert other["config"]["ref_model"] == "qwen2.5-7b"
+
+
+def test_reference_model_read_from_a_log(tmp_path):
+    path = tmp_path / "run.log"
+    for value, want in (("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"), ("Qwen/Qwen2.5-3B-Instruct", None)):
+        growing_log(path, steps=3)
+        text = path.read_text().replace("trainer.n_gpus_per_node", f"+{REF_MODEL}={value} trainer.n_gpus_per_node", 1)
+        path.write_text(text)
+        run, _ = config_from_log(read_log(path), Overrides())
+        assert (run.ref_model.name if run.ref_model else None) == want
+    growing_log(path, steps=3)
+    run, notes = config_from_log(read_log(path), Overrides(settings={REF_MODEL: "/nowhere/teacher"}))
+    assert run.ref_model is None and any("reference model /nowhere/teacher is no known preset" in n for n in notes)
+
+
+def test_set_reference_model_must_be_a_model():
+    with pytest.raises(SettingError, match=REF_MODEL):
+        parse_settings([f"{REF_MODEL}=no-such-model-9b"])

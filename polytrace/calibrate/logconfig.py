@@ -33,7 +33,7 @@ from ..hardware import get_gpu
 from ..logs import TrainingLog, Unresolved
 from ..models import ModelSpec, find_model, from_hf_config, get_model, list_models
 from ..wording import counted
-from .settings import given_settings
+from .settings import given_settings, reference_model
 
 DEFAULT_GPU = "a100-80g"
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
@@ -412,7 +412,8 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         max_prompt_len=int(max_p), max_response_len=int(max_r), rollout_tp=int(tp),
         strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp),
         algorithm="ppo" if has_critic else "grpo", use_ref="ref" in stages,
-        critic_model=critic, micro_batch_tokens=mb_tokens or None,
+        critic_model=critic, ref_model=reference_model(log, model, notes, guess_model),
+        micro_batch_tokens=mb_tokens or None,
         micro_batch_seqs=int(mb_seqs) if mb_seqs else None,
         remove_padding=v.flag("actor_rollout_ref.model.use_remove_padding", False),
         critic_remove_padding=(v.flag("critic.model.use_remove_padding", False)

@@ -32,7 +32,7 @@ class SettingError(PolytraceError):
 @dataclass(frozen=True)
 class Setting:
     key: str  # verl's key
-    kind: str  # "bool", "int" or "fraction"
+    kind: str  # "bool", "int", "fraction" or "model" (a preset name, HF repo id or config.json)
     default: object  # what verl uses when the key is absent (None: no default, the log or flag decides)
     effect: str  # what it changes in the step model
     lo: int = 1
@@ -68,6 +68,9 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     Setting(f"{_R}.max_num_seqs", "int", 1024, "most sequences one engine decodes at once",
             estimate="run:max_num_seqs"),
     Setting(f"{_R}.n", "int", 1, "responses per prompt", estimate="n"),
+    Setting(f"{_F}.model.path", "model", None,
+            "a reference policy other than the actor (a teacher): the reference pass runs that model",
+            estimate="run:ref_model", cost_2x=True),
     Setting("data.train_batch_size", "int", None, "prompts per step", estimate="prompts"),
     Setting("data.max_prompt_length", "int", None, "prompt cap (and the padded length with padding)",
             estimate="max_prompt_len"),
@@ -141,6 +144,14 @@ def _value(setting: Setting, text: str):
         if t.lower() in _FALSE:
             return False
         raise SettingError(f"{what}: expected true or false")
+    if setting.kind == "model":
+        from ..models import get_model
+
+        try:
+            get_model(t)
+        except PolytraceError as exc:
+            raise SettingError(f"{what}: {exc}") from None
+        return t
     if setting.kind == "int":
         try:
             v = int(t)
@@ -246,6 +257,10 @@ def estimate_arguments(given: dict) -> tuple[dict, dict]:
             fields[s.estimate[4:]] = value
         else:
             kwargs[s.estimate] = value
+    if fields.get("ref_model") is not None:
+        from ..models import get_model
+
+        fields["ref_model"] = get_model(fields["ref_model"])
     dynamic = fields.pop("dynamic", None)
     if fields.get("micro_batch_seqs") is not None:
         kwargs["micro_batch_tokens"] = None
@@ -258,3 +273,26 @@ def estimate_arguments(given: dict) -> tuple[dict, dict]:
 def describe(key: str) -> str:
     s = REGISTRY[key]
     return f"{key} ({s.kind}, verl default {s.default}): {s.effect}"
+
+
+def reference_model(log, actor, notes: list[str], guess):
+    """The reference policy's model where the log (or ``--set``) names one other than the actor
+    (``actor_rollout_ref.ref.model.path``), else None; ``guess`` maps a path no preset names to the
+    preset of its family and size (``logconfig.guess_model``). A path that names no known
+    architecture is priced as the actor, said in a note."""
+    from ..models import find_model
+
+    path = log.config.get(f"{_F}.model.path")
+    if not isinstance(path, str) or not path.strip():
+        return None
+    spec = find_model(path) or guess(path)
+    if spec is None:
+        try:
+            from ..models import get_model
+
+            spec = get_model(path)
+        except PolytraceError:
+            notes.append(f"reference model {path} is no known preset: its pass priced as the actor's "
+                         f"(pass --set {_F}.model.path=PRESET)")
+            return None
+    return None if spec.name == actor.name else spec

@@ -53,6 +53,9 @@ class RunConfig:
     algorithm: str = "grpo"  # "grpo" (no critic) or "ppo" (critic)
     use_ref: bool = True
     critic_model: ModelSpec | None = None
+    # a reference policy other than the actor (``actor_rollout_ref.ref.model.path``: a teacher, a
+    # distillation target); None: the actor's own weights
+    ref_model: ModelSpec | None = None
     micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
     micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
     remove_padding: bool = True
@@ -130,6 +133,7 @@ class RunConfig:
             "strategy": self.strategy, "train_tp": self.train_tp, "train_pp": self.train_pp,
             "algorithm": self.algorithm, "use_ref": self.use_ref,
             "critic_model": (self.critic_model or self.model).name if self.use_critic else None,
+            "ref_model": self.ref_model.name if self.ref_model is not None and self.use_ref else None,
             "micro_batch_tokens": self.micro_batch_tokens, "micro_batch_seqs": self.micro_batch_seqs,
             "remove_padding": self.remove_padding, "critic_remove_padding": self.critic_remove_padding,
             "mem_fraction": self.mem_fraction,
@@ -215,7 +219,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
     critic = cfg.critic_model or cfg.model
     passes = {}  # stage -> PassCost on the trainer
-    for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", cfg.model, False, True),
+    for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", cfg.ref_model or cfg.model, False, True),
                                          ("update_actor", cfg.model, True, True), ("values", critic, False, False),
                                          ("update_critic", critic, True, False)):
         if stage == "ref" and not cfg.use_ref or stage in ("values", "update_critic") and not cfg.use_critic:
@@ -227,7 +231,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model
         parts.append(Part("ref", "offload", "forward_overhead",
-                          offload_seconds(cfg.model, cfg.n_gpus, eff) * pricer.scale("offload")))
+                          offload_seconds(cfg.ref_model or cfg.model, cfg.n_gpus, eff) * pricer.scale("offload")))
     parts += offload_parts(cfg, eff, pricer)
     opt = (optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches, cfg.lora_rank)
            * pricer.scale("optimizer"))
