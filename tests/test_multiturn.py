@@ -102,3 +102,24 @@ def test_tool_waits_are_in_the_prediction(multiturn_run, tmp_path):
     late, late_bare = _late_accuracy(res, path), _late_accuracy(res_bare, tmp_path / "bare.log")
     assert late["gen"] > late_bare["gen"] + 3.0, (late, late_bare)
     assert GENERATED_SHARE_PRIOR == pytest.approx(0.162, abs=1e-3)
+
+
+def test_estimate_prefills_the_tool_output_of_a_multiturn_profile():
+    import dataclasses
+
+    from polytrace.compose.estimate import build_config, estimate_step
+    from polytrace.profiles import get_profile
+
+    prof = get_profile("search-r1-7b")
+    cfg = build_config(prof, "qwen2.5-7b", "h100", 8, rollout_tp=2)
+    batch = prof.sample(step=0, seed=0, prompts=64)
+    multi = estimate_step(cfg, batch)
+    single = estimate_step(cfg, dataclasses.replace(batch, turns=None, loss_lens=None))
+    p = np.asarray(batch.prompt_lens)
+    r = np.minimum(np.asarray(batch.response_lens), cfg.max_response_len)
+    decoded = np.minimum(np.asarray(batch.loss_lens), r)
+    tool = tool_prefill_seconds(cfg.model, cfg.gpu, cfg.rollout_tp, p, r, r - decoded, cfg.n_gpus)
+    assert tool > 0
+    # the prompts' prefill is the same on both sides; the tool output's is added on the multi-turn one
+    assert multi["kernels"]["gen"]["prefill"] - single["kernels"]["gen"]["prefill"] == pytest.approx(tool, rel=1e-9)
+    assert multi["kernels"]["gen"]["tool"] > 0

@@ -326,3 +326,26 @@ def test_reference_model_read_from_a_log(tmp_path):
 def test_set_reference_model_must_be_a_model():
     with pytest.raises(SettingError, match=REF_MODEL):
         parse_settings([f"{REF_MODEL}=no-such-model-9b"])
+
+
+def test_any_text_is_a_value_or_a_one_line_refusal():
+    from hypothesis import given, settings, strategies as st
+
+    keys = st.sampled_from(sorted(REGISTRY) + ["", "x", "actor_rollout_ref.model.use_remove_padding.extra"])
+
+    @settings(max_examples=300, deadline=None)
+    @given(keys, st.text(max_size=60), st.booleans())
+    def check(key, value, with_sep):
+        item = f"{key}={value}" if with_sep else key + value
+        try:
+            got = parse_settings([item])
+        except SettingError as exc:
+            assert "\n" not in str(exc) and len(str(exc)) < 600
+            return
+        (k, v), = got.items()
+        kind = REGISTRY[k].kind
+        assert isinstance(v, {"bool": bool, "int": int, "fraction": float, "model": str}[kind])
+        if kind == "fraction":
+            assert 0.05 <= v <= 0.99
+
+    check()

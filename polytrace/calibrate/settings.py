@@ -137,7 +137,7 @@ def near_keys(key: str, n: int = 3) -> list[str]:
 
 def _value(setting: Setting, text: str):
     t = text.strip()
-    what = f"--set {setting.key}={text}"
+    what = f"--set {setting.key}={text[:40]!r}"
     if setting.kind == "bool":
         if t.lower() in _TRUE:
             return True
@@ -176,13 +176,13 @@ def parse_settings(items) -> dict:
         key, sep, text = str(item).partition("=")
         key = key.strip()
         if not sep or not key:
-            raise SettingError(f"--set {item!r}: expected KEY=VALUE in verl's key names, e.g. "
+            raise SettingError(f"--set {str(item)[:80]!r}: expected KEY=VALUE in verl's key names, e.g. "
                                "--set actor_rollout_ref.model.use_remove_padding=true")
         setting = REGISTRY.get(key)
         if setting is None:
-            near = near_keys(key)
-            hint = f"; did you mean {' or '.join(near)}?" if near else "; `polytrace validate --help` lists the keys"
-            raise SettingError(f"--set {key}: not a setting the step model prices{hint}")
+            near = near_keys(key[:200])
+            hint = f"; did you mean {' or '.join(near)}?" if near else "; docs/step-model.md lists the keys"
+            raise SettingError(f"--set {key[:80]!r}: not a setting the step model prices{hint}")
         value = _value(setting, text)
         if key in out and out[key] != value:
             raise SettingError(f"--set {key} is given twice, as {out[key]} and {value}: keep one")
