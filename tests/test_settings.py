@@ -349,3 +349,21 @@ def test_any_text_is_a_value_or_a_one_line_refusal():
             assert 0.05 <= v <= 0.99
 
     check()
+
+
+def test_memory_share_hypotheses_only_where_the_kv_cache_binds(tmp_path):
+    from polytrace.calibrate.infer import _candidates
+
+    run, _ = config_from_log(read_log(growing_log(tmp_path / "run.log", steps=3)), Overrides(gpu="a100-80g"))
+    # 3B at TP 1 with 9,216-token sequences, 512 of them on 4 engines: the cache binds at every share
+    binding = _candidates(MEM, run, None)
+    assert len(binding) >= 4 and binding == sorted(binding)
+    small = run.__class__(**{**run.__dict__, "prompts_per_step": 4, "n": 1, "notes": []})
+    assert _candidates(MEM, small, None) == []  # one sequence per engine fits at any share: nothing to tell
+
+
+def test_validate_prints_the_setting_notes(tmp_path, capsys):
+    path = growing_log(tmp_path / "run.log", remove_padding=True, steps=14)
+    assert main(["validate", path]) == 0
+    out = capsys.readouterr().out
+    assert f"note: setting: {RP} not stated" in out and "inferred True" in out
