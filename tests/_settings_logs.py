@@ -21,7 +21,6 @@ import math
 import re
 
 import numpy as np
-
 from _verl_logs import step_line
 
 SETTINGS = {

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from _settings_logs import growing_log, mean_response
+
 from polytrace.calibrate.fit import StepData, fit
 from polytrace.calibrate.validate import Overrides, validate
 from polytrace.compose.efficiency import DEFAULT

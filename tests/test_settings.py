@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 import pytest
-
 from _settings_logs import SETTINGS, growing_log, model_log, setting_note
+
 from polytrace.calibrate.infer import ROOFLINE_FLOOR, stage_misfit
 from polytrace.calibrate.logconfig import Overrides, config_from_log
 from polytrace.calibrate.settings import REGISTRY, SettingError, estimate_arguments, parse_settings
@@ -128,7 +128,8 @@ def test_set_padding_scales_the_trainer_by_the_padded_tokens(base_estimate):
     ratio = padded["rows"][0]["stages_s"]["update_actor"] / base["stages_s"]["update_actor"]
     # linear layers scale with the tokens, attention with their squares: between the two ratios
     assert pad_tokens / tokens * 0.9 <= ratio
-    assert ratio <= pad_tokens / tokens * (cfg["max_prompt_len"] + cfg["max_response_len"]) / (tokens / base["sequences"])
+    pad_to = cfg["max_prompt_len"] + cfg["max_response_len"]
+    assert ratio <= pad_tokens / tokens * pad_to / (tokens / base["sequences"])
     assert padded["rows"][0]["stages_s"]["gen"] == pytest.approx(base["stages_s"]["gen"], rel=1e-12)
 
 
@@ -235,8 +236,9 @@ def test_stage_misfit_bounds():
 def test_gpg_log_remove_padding_inferred(validation_logs, tmp_path):
     src = validation_logs / "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
     text = src.read_text(errors="replace").splitlines(keepends=True)
-    kept = [line.replace(f"{RP}=True ", "") for line in text
-            if "'use_remove_padding': True," not in line and "use_remove_padding=True" not in line.replace(f"{RP}=True ", "")]
+    stripped = [line.replace(f"{RP}=True ", "") for line in text]
+    kept = [line for line in stripped
+            if "'use_remove_padding': True," not in line and "use_remove_padding=True" not in line]
     path = tmp_path / "gpg_unstated.log"
     path.write_text("".join(kept))
     assert read_log(path).config.get(RP) is None
@@ -329,7 +331,8 @@ def test_set_reference_model_must_be_a_model():
 
 
 def test_any_text_is_a_value_or_a_one_line_refusal():
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     keys = st.sampled_from(sorted(REGISTRY) + ["", "x", "actor_rollout_ref.model.use_remove_padding.extra"])
 

@@ -80,7 +80,8 @@ LONG = dict(steps=60, prompts=1024, n=5, max_response=1024, rollout_tp=2, resp_g
             save_freq=50)
 
 
-STATED = {"actor_rollout_ref.rollout.enforce_eager": True, "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+STATED = {"actor_rollout_ref.rollout.enforce_eager": True,
+          "actor_rollout_ref.model.enable_gradient_checkpointing": False,
           "actor_rollout_ref.actor.fsdp_config.param_offload": False,
           "actor_rollout_ref.actor.fsdp_config.optimizer_offload": False}
 

@@ -219,7 +219,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
     critic = cfg.critic_model or cfg.model
     passes = {}  # stage -> PassCost on the trainer
-    for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", cfg.ref_model or cfg.model, False, True),
+    ref = cfg.ref_model or cfg.model
+    for stage, model, backward, head in (("old_log_prob", cfg.model, False, True), ("ref", ref, False, True),
                                          ("update_actor", cfg.model, True, True), ("values", critic, False, False),
                                          ("update_critic", critic, True, False)):
         if stage == "ref" and not cfg.use_ref or stage in ("values", "update_critic") and not cfg.use_critic:
