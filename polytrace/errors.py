@@ -27,7 +27,18 @@ class TraceFormatError(PolytraceError):
         self.line = line
 
 
+# Past this many presets the error lists the nearest names, not all of them (one readable line).
+LIST_ALL_UP_TO = 16
+
+
 def unknown_name(kind: str, name: str, valid) -> PolytraceError:
-    """The error for an unknown preset name, listing the valid ones."""
-    names = ", ".join(sorted(valid))
-    return PolytraceError(f"unknown {kind} {name!r}; valid {kind}s: {names}")
+    """The error for an unknown preset name: every valid name while there are few, else the nearest
+    ones and the count."""
+    valid = sorted(valid)
+    if len(valid) <= LIST_ALL_UP_TO:
+        return PolytraceError(f"unknown {kind} {name!r}; valid {kind}s: {', '.join(valid)}")
+    import difflib
+
+    near = difflib.get_close_matches(str(name).lower(), valid, n=6, cutoff=0.3) or valid[:6]
+    return PolytraceError(f"unknown {kind} {name!r}; nearest valid {kind}s: {', '.join(near)} "
+                          f"({len(valid)} in all)")

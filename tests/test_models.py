@@ -75,9 +75,12 @@ def test_names_paths_and_hub_cache_resolve():
     assert find_model("sft_model_path/global_step_58") is None
 
 
-def test_unknown_model_lists_valid_names():
-    with pytest.raises(PolytraceError, match="unknown model 'gpt-5'.*qwen2.5-7b"):
-        get_model("gpt-5")
+def test_unknown_model_lists_the_nearest_valid_names():
+    """Past a screenful of presets the line names the nearest ones and the count, not all of them."""
+    with pytest.raises(PolytraceError, match=r"unknown model 'qwen2.5-8b'; nearest valid models: .*qwen2.5-7b") as exc:
+        get_model("qwen2.5-8b")
+    assert "\n" not in str(exc.value) and len(str(exc.value)) < 200
+    assert f"({len(list_models())} in all)" in str(exc.value)
 
 
 def test_hf_config_file(tmp_path):

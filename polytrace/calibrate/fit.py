@@ -229,6 +229,8 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     X = {s: np.array([[r.x.get(s, {}).get(g, 0.0) for g in groups] for r in rows], dtype=np.float64)
          for s in stages}
     Y = {s: np.array([r.actual[s] for r in rows], dtype=np.float64) for s in stages}
+    # seconds of kinds the calibration does not scale (multi-turn tool waits): taken as priced
+    offset = {s: np.array([sum(v for g, v in r.x.get(s, {}).items() if g not in GROUPS) for r in rows]) for s in stages}
     for s in stages:
         if not np.all(np.isfinite(X[s])) or np.any(X[s] < 0):
             raise PolytraceError(f"{source}: the model priced {s} at a non-finite or negative time; "
@@ -254,7 +256,7 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         slow, fixed = unpack(theta)
         out = []
         for j, s in enumerate(stages):
-            pred = X[s] @ slow + fixed[j]
+            pred = X[s] @ slow + fixed[j] + offset[s]
             out.append((pred - Y[s]) / Y[s] / sd[s])
         for a, b in tied:
             out.append(np.array([(theta[gi[a]] - theta[gi[b]]) / TIE_SD]))

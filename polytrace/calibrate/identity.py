@@ -200,8 +200,9 @@ def resolve_ref_model(log: TrainingLog, actor: ModelSpec, notes: list[str]) -> M
     where = f"{REF_KEY} in {log.source_of(REF_KEY)}"
     spec = model_from_text(str(path), where, notes)
     if spec is None:
-        raise PolytraceError(f"{log.path}: the reference model {path!r} ({where}) has no preset and no config.json "
-                             "here or in the local HF cache; its forward pass cannot be priced")
+        notes.append(f"reference model {path} is no known preset (no config.json here or in the local HF cache; "
+                     f"{where}): its pass priced as the actor's (pass --set {REF_KEY}=PRESET)")
+        return None
     if spec.name != actor.name:
         notes.append(f"reference model: {spec.name} from {where}, priced as its own model (actor {actor.name})")
         return spec

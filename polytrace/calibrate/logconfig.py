@@ -22,7 +22,7 @@ inferred value is reported with its source:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from .identity import (  # noqa: F401
     resolve_model,
     resolve_ref_model,
 )
+from .settings import given_settings
 
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
 MAX_COUNT = 1_000_000
@@ -72,6 +73,9 @@ class Overrides:
     rollout_tp: int | None = None
     configs: tuple = ()  # companion files (--config)
     stage_map: dict | None = None  # stage -> timer (--stage gen=KEY)
+    # ``--set KEY=VALUE`` in verl's key names, checked (``settings.parse_settings``): read as if the
+    # log's printed config held them
+    settings: dict = field(default_factory=dict)
 
 
 class _Values:
@@ -245,6 +249,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     if ov.configs:
         attach(log, [read_companion(c) for c in ov.configs])
     apply_stage_map(log, ov.stage_map, notes)
+    log = given_settings(log, ov)  # --set wins over the log and its companion files
     v = _Values(log)
     stages = set(log.stages())
     model = resolve_model(log, ov.model, notes)

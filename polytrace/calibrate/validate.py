@@ -27,6 +27,8 @@ import math
 import numpy as np
 
 from .fit import Calibration, StepData, calibrate
+from .infer import resolve_unstated
+from .multiturn import multiturn_notes, price_multiturn
 from ..compose.efficiency import DEFAULT
 from ..compose.rollout import kv_slots
 from ..compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
@@ -226,6 +228,7 @@ def price_steps(run: RunConfig, rows: list[StepData], split: Split | None = None
         row.other_s = costs.other_s
         if roll_run is not train_run:
             row.x["gen"] = dict(stage_costs(roll_run, p, r, eff=DEFAULT).components["gen"])
+        price_multiturn(roll_run, row, p, r)  # agent-loop steps: tool waits and per-turn prefill
 
 
 def accuracy(pred: np.ndarray, actual: np.ndarray) -> float:
@@ -255,19 +258,22 @@ def _noted(left: list[str], what: str) -> list[str]:
     return [f"{what} {len(left)} step(s) with unusable values: {shown}{more}"]
 
 
-def prepare(path, overrides: Overrides | None = None):
-    """A log read, configured, checked and priced: (log, run, notes, rows, split)."""
+def prepare(path, overrides: Overrides | None = None, window: int = 10):
+    """A log read, configured, checked and priced: (log, run, notes, rows, split). Settings the
+    log leaves unstated are inferred on its first ``window`` usable steps (``infer``)."""
     log = read_log(path)
     run, notes = config_from_log(log, overrides)
     split = execution_split(log)
     left: list[str] = []
     timer_notes: list[str] = []
     rows = _step_rows(log, run, left, split, timer_notes)
+    run, notes = resolve_unstated(log, overrides, run, notes, rows[:window], split, price_steps)
     notes = list(log.notes) + notes + _noted(left, "left out") + timer_notes
     if split.mode != "sync":
         notes.append(f"{split.mode} run: generation overlaps training, so the step is priced as the trainer's "
                      "stages plus the calibrated time outside them (execution modes: estimate --mode)")
     price_steps(run, rows, split)
+    notes += multiturn_notes(rows)
     return log, run, notes, rows, split
 
 
@@ -276,7 +282,7 @@ def _prepare_window(path, overrides: Overrides | None, calibrate_steps: int):
     notes, rows, split, stages), the rows cut to those timing every stage of the window."""
     if calibrate_steps < 2:
         raise PolytraceError(f"--calibrate-steps must be at least 2, got {calibrate_steps}")
-    log, run, notes, rows, split = prepare(path, overrides)
+    log, run, notes, rows, split = prepare(path, overrides, calibrate_steps)
     stages, rows = _timed_stages(rows, calibrate_steps)
     return log, run, notes, rows, split, stages
 

@@ -13,6 +13,7 @@ from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._args import steps_or_count as _steps_or_count
 from ._io import print_json
+from ._settings import add_set_flag, estimate_settings
 
 
 def register(sub) -> None:
@@ -93,6 +94,7 @@ def register(sub) -> None:
                    "e.g. --speedup logprob=1.5 (repeatable)")
     p.add_argument("--amdahl", type=_float, default=2.0, metavar="X",
                    help="the speedup of each family in the Amdahl table of --kernels (default 2)")
+    add_set_flag(p)
     p.add_argument("--calibration", default=None, metavar="CAL_JSON",
                    help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
                    "refused for another model family")
@@ -132,6 +134,7 @@ def _estimate(args) -> int:
               lora_rank=args.lora_rank, param_offload=args.param_offload, optimizer_offload=args.optimizer_offload,
               results=args.results, providers=parse_assignments(args.provider, "--provider"),
               speedups=parse_assignments(args.speedup, "--speedup"))
+    kw.update(estimate_settings(args, kw))
     split = dict(rollout_gpus=args.rollout_gpus, train_gpus=args.train_gpus, staleness=args.staleness,
                  partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync)
     where = (args.profile, args.model, args.gpu, args.gpus)

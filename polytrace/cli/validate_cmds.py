@@ -7,6 +7,7 @@ from ..wording import counted
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
+from ._settings import add_set_flag, estimate_settings, parsed_settings
 
 
 def _log_config_flags(p) -> None:
@@ -28,6 +29,7 @@ def _log_config_flags(p) -> None:
                    help="read a custom timer as a stage, repeatable (gen=timing_s/get_batch_rollout_with_filtering)")
     p.add_argument("--calibrate-steps", type=_pos_int, default=10,
                    help="calibrate on this many first usable steps (default 10)")
+    add_set_flag(p)
 
 
 def register(sub) -> None:
@@ -79,7 +81,8 @@ def _overrides(args):
 
     return Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
                      max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
-                     rollout_tp=args.rollout_tp, configs=tuple(args.config), stage_map=parse_stage_map(args.stage))
+                     rollout_tp=args.rollout_tp, configs=tuple(args.config), stage_map=parse_stage_map(args.stage),
+                     settings=parsed_settings(args))
 
 
 def _pct(v) -> str:
@@ -130,12 +133,14 @@ def _calibrate(args) -> int:
         missing = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--gpus", args.gpus)) if v is None]
         if missing:
             raise PolytraceError(f"calibrate --stage-times needs {', '.join(missing)} (the run the averages come from)")
+        kw = dict(prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
+                  max_response_len=args.max_response_len, rollout_tp=args.rollout_tp,
+                  ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
+                  optimizer_offload=args.optimizer_offload)
+        kw.update(estimate_settings(args, kw))  # --set: checked against these flags
         doc = calibrate_from_stage_times(
             args.stage_times, args.output, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=args.profile,
-            prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
-            max_response_len=args.max_response_len, algorithm=args.algo, use_ref=not args.no_ref,
-            rollout_tp=args.rollout_tp, ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank,
-            param_offload=args.param_offload, optimizer_offload=args.optimizer_offload)
+            algorithm=args.algo, use_ref=not args.no_ref, **kw)
     else:
         if args.log is None:
             raise PolytraceError("calibrate: give a LOG, or --stage-times with --model, --gpu and --gpus")

@@ -20,6 +20,7 @@ from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_sum
 from .efficiency import DEFAULT
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
+from .rollout import tool_prefill_seconds
 from .stages import STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
 
@@ -95,11 +96,13 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                  max_prompt_len: int | None = None, max_response_len: int | None = None,
                  mem_fraction: float = 0.5, gradient_checkpointing: bool = True, n: int | None = None,
                  lora_rank: int = 0, param_offload: bool = False, optimizer_offload: bool = False,
-                 ppo_mini_batch: int | None = None) -> RunConfig:
+                 ppo_mini_batch: int | None = None, run_fields: dict | None = None) -> RunConfig:
     """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
     ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
     adapters of that rank train instead of the full model; ``param_offload`` /
-    ``optimizer_offload``: verl's actor FSDP offload between stages (priced)."""
+    ``optimizer_offload``: verl's actor FSDP offload between stages (priced); ``run_fields``:
+    ``RunConfig`` fields verl settings set that have no argument here (``--set``,
+    ``polytrace.calibrate.settings.estimate_arguments``)."""
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
     gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
@@ -133,7 +136,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                              f"(verl requires it); pass a divisor of {prompts}")
     mini_batches = max(1, prompts // ppo_mini_batch) if ppo_mini_batch else max(
         1, -(-prompts // DEFAULT_PPO_MINI_BATCH))
-    return RunConfig(
+    fields = dict(
         model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=prompts, n=int(n or pc.n),
         max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
         strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), algorithm=algorithm,
@@ -141,6 +144,8 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
         max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
         optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches)
+    fields.update(run_fields or {})
+    return RunConfig(**fields)
 
 
 def with_group_size(prof, n: int):
@@ -195,7 +200,8 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
             decode = np.minimum(np.asarray(batch.loss_lens, dtype=np.int64), r)
         tool = np.bincount(batch.turns.seq, weights=batch.turns.tool_latency_s, minlength=len(r))
         extra_rollout = float(tool.max()) if len(tool) else 0.0
-        notes.append("multi-turn: slowest trajectory's tool latency added to the rollout")
+        notes.append("multi-turn: slowest trajectory's tool latency added to the rollout, tool output prefilled "
+                     "between turns")
     costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, pricer=pricer)
     parts, train = list(costs.parts), costs
     if batch.turns is not None:
@@ -204,6 +210,9 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         parts = [x for x in costs.parts if x.stage == "gen"] + [x for x in train.parts if x.stage != "gen"]
         # tool time is not GPU or host work of ours: no calibrated slowdown applies to it
         parts.append(Part("gen", "tool", "tool", extra_rollout, "trace (tool latency)"))
+        # the tool output appended between turns is prefilled, not decoded
+        parts.append(Part("gen", "prefill", "rollout", tool_prefill_seconds(
+            cfg.model, cfg.gpu, cfg.rollout_tp, p, r, np.maximum(r - decode, 0), cfg.n_gpus) * pricer.scale("prefill")))
     kernels = calibrated_kernels(parts, calibration)
     seconds = {s: float(sum(kernels[s].values())) for s in STAGES}
     other = {"reward": costs.other_s}

@@ -53,7 +53,9 @@ class RunConfig:
     algorithm: str = "grpo"  # "grpo" (no critic) or "ppo" (critic)
     use_ref: bool = True
     critic_model: ModelSpec | None = None
-    ref_model: ModelSpec | None = None  # a reference of its own (a distillation teacher); None: the actor's
+    # a reference policy other than the actor (``actor_rollout_ref.ref.model.path``: a teacher, a
+    # distillation target); None: the actor's own weights
+    ref_model: ModelSpec | None = None
     micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
     micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
     remove_padding: bool = True

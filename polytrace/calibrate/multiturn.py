@@ -1,0 +1,45 @@
+"""Multi-turn (agent loop) steps of a log, priced: generation decodes only what the model wrote,
+prefills the tool output between turns and waits for the slowest trajectory's tools.
+
+A step whose metrics hold verl's agent-loop figures (``polytrace.logs.agent``) gets its ``gen``
+re-priced by ``compose.rollout.multiturn_rollout``: the engine work stays the ``rollout`` kind of
+work the calibration scales, the tool wait is a ``tool`` part taken as logged (no slowdown
+applies: it is the tools' time, not ours). The share of response tokens the model generated is
+not in verl's metrics; ``GENERATED_SHARE_PRIOR`` (the Search-R1 trace) stands in, said in a note.
+"""
+
+from __future__ import annotations
+
+from ..compose.efficiency import DEFAULT
+from ..compose.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout
+from ..logs.agent import agent_step
+
+
+def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
+    """Re-price ``row``'s generation when its step is multi-turn; whether it was."""
+    step = agent_step(row.stats)
+    if step is None or not step.multiturn:
+        return False
+    roll, prefill = multiturn_rollout(run.model, run.gpu, prompt_lens, response_lens,
+                                      generated_share=GENERATED_SHARE_PRIOR, n_gpus=run.n_gpus, tp=run.rollout_tp,
+                                      mem_fraction=run.mem_fraction, max_num_seqs=run.max_num_seqs, eff=DEFAULT,
+                                      eager=run.eager)
+    gen = dict(row.x.get("gen", {}))
+    gen["rollout"] = roll.time_s + prefill
+    gen["tool"] = float(step.tool_wait_s or 0.0)
+    row.x["gen"] = gen
+    return True
+
+
+def multiturn_notes(rows) -> list[str]:
+    """What the multi-turn pricing assumed, once per log."""
+    steps = [agent_step(r.stats) for r in rows]
+    multi = [s for s in steps if s is not None and s.multiturn]
+    if not multi:
+        return []
+    waits = {s.tool_wait_source for s in multi if s.tool_wait_s is not None}
+    wait = (f"the tool wait of the slowest trajectory from {', '.join(sorted(waits))}" if waits
+            else "no tool seconds logged (timing_s/agent_loop/tool_calls/*): tool waits priced as 0")
+    return [f"multi-turn: {len(multi)} step(s) with agent-loop metrics; generation decodes "
+            f"{100 * GENERATED_SHARE_PRIOR:.1f}% of each response (the Search-R1 trace's generated share; the "
+            f"rest is tool output, prefilled between turns) and adds {wait}"]

@@ -1,0 +1,277 @@
+"""The verl settings the step model prices, in verl's own key names: one registry, read by
+``--set KEY=VALUE`` (``validate``, ``calibrate``, ``estimate``) and by the inference of what a log
+leaves unstated (``polytrace.calibrate.infer``).
+
+Each entry names the key, its type, the default verl uses when the key is absent
+(``verl/trainer/config/ppo_trainer.yaml`` of verl 0.3-0.4, the versions of the shared logs; their
+printed configs show the same values), and what it changes in the model. A value given with
+``--set`` is checked here (type and range) and enters the run's configuration exactly as if the
+log's printed config had held it, so the log's own reading (``logconfig``) does the rest.
+
+Refused, each as a one-line usage error: a key not in the registry (with the nearest names), a
+value of the wrong type, the same key twice with two values, and settings that contradict each
+other (a token budget with dynamic batching off, a micro-batch size with it on, or a ``--set``
+against the dedicated flag of the same quantity).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass, replace
+
+from ..errors import PolytraceError
+
+
+class SettingError(PolytraceError):
+    """A bad ``--set``: the CLI reports it as a usage error (exit 2)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str  # verl's key
+    kind: str  # "bool", "int", "fraction" or "model" (a preset name, HF repo id or config.json)
+    default: object  # what verl uses when the key is absent (None: no default, the log or flag decides)
+    effect: str  # what it changes in the step model
+    lo: int = 1
+    hi: int = 1 << 20
+    # the ``estimate`` argument it sets (``compose.estimate.build_config``), or ``run:<field>`` for
+    # a ``RunConfig`` field set after the configuration is built
+    estimate: str | None = None
+    cost_2x: bool = False  # can change a stage's cost 2x or more (inferred when a log leaves it unstated)
+
+
+_A, _R, _F, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref", "critic"
+
+REGISTRY: dict[str, Setting] = {s.key: s for s in (
+    Setting("actor_rollout_ref.model.use_remove_padding", "bool", False,
+            "trainer passes run on the sequences' own tokens (on) or on every sequence padded to max prompt + "
+            "max response (off: cost constant in the lengths)", estimate="run:remove_padding", cost_2x=True),
+    Setting("critic.model.use_remove_padding", "bool", False, "as use_remove_padding, for the critic's passes",
+            estimate="run:critic_remove_padding"),
+    Setting("actor_rollout_ref.model.enable_gradient_checkpointing", "bool", False,
+            "the update recomputes each layer's forward in the backward pass (+1 forward per update)",
+            estimate="run:gradient_checkpointing", cost_2x=True),
+    Setting("actor_rollout_ref.model.lora_rank", "int", 0, "LoRA adapters of this rank train instead of the model",
+            lo=0, hi=1 << 16, estimate="lora_rank"),
+    Setting(f"{_R}.enforce_eager", "bool", True,
+            "the inference engine launches every kernel of every decode step (on) or replays CUDA graphs (off)",
+            estimate="run:eager", cost_2x=True),
+    Setting(f"{_R}.gpu_memory_utilization", "fraction", 0.5,
+            "the engine's memory share: the KV cache it leaves bounds how many sequences decode at once",
+            estimate="mem_fraction", cost_2x=True),
+    Setting(f"{_R}.tensor_model_parallel_size", "int", 2,
+            "GPUs per inference engine: weights read per decode step and engines sharing the batch",
+            estimate="rollout_tp", cost_2x=True),
+    Setting(f"{_R}.max_num_seqs", "int", 1024, "most sequences one engine decodes at once",
+            estimate="run:max_num_seqs"),
+    Setting(f"{_R}.n", "int", 1, "responses per prompt", estimate="n"),
+    Setting(f"{_F}.model.path", "model", None,
+            "a reference policy other than the actor (a teacher): the reference pass runs that model",
+            estimate="run:ref_model", cost_2x=True),
+    Setting("data.train_batch_size", "int", None, "prompts per step", estimate="prompts"),
+    Setting("data.max_prompt_length", "int", None, "prompt cap (and the padded length with padding)",
+            estimate="max_prompt_len"),
+    Setting("data.max_response_length", "int", None, "response cap (and the padded length with padding)",
+            estimate="max_response_len"),
+    Setting(f"{_A}.ppo_mini_batch_size", "int", 256, "prompts per optimizer step", estimate="ppo_mini_batch"),
+    Setting(f"{_A}.ppo_epochs", "int", 1, "passes of the update over the batch", hi=1000),
+    Setting(f"{_A}.fsdp_config.param_offload", "bool", False,
+            "the actor's parameters wait in CPU memory and cross PCIe around each actor stage",
+            estimate="param_offload", cost_2x=True),
+    Setting(f"{_A}.fsdp_config.optimizer_offload", "bool", False,
+            "the Adam moments wait in CPU memory and cross PCIe around each update",
+            estimate="optimizer_offload", cost_2x=True),
+    Setting(f"{_F}.fsdp_config.param_offload", "bool", False,
+            "the reference model's weights reload over PCIe for each reference pass", estimate="run:ref_offload",
+            cost_2x=True),
+    Setting(f"{_A}.use_dynamic_bsz", "bool", False,
+            "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
+            "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
+            estimate="run:dynamic", cost_2x=True),
+    Setting(f"{_A}.ppo_max_token_len_per_gpu", "int", 16384, "token budget of an update micro-batch per GPU",
+            estimate="micro_batch_tokens", cost_2x=True),
+    Setting(f"{_A}.ppo_micro_batch_size_per_gpu", "int", None, "sequences per update micro-batch per GPU",
+            estimate="run:micro_batch_seqs", cost_2x=True),
+    Setting(f"{_R}.log_prob_use_dynamic_bsz", "bool", False, "dynamic batching of the old-policy log-prob pass"),
+    Setting(f"{_R}.log_prob_max_token_len_per_gpu", "int", 16384, "token budget of a log-prob micro-batch"),
+    Setting(f"{_R}.log_prob_micro_batch_size_per_gpu", "int", None, "sequences per log-prob micro-batch per GPU"),
+    Setting(f"{_F}.log_prob_use_dynamic_bsz", "bool", False, "dynamic batching of the reference pass"),
+    Setting(f"{_F}.log_prob_max_token_len_per_gpu", "int", 16384, "token budget of a reference micro-batch"),
+    Setting(f"{_F}.log_prob_micro_batch_size_per_gpu", "int", None, "sequences per reference micro-batch per GPU"),
+    Setting(f"{_C}.use_dynamic_bsz", "bool", False, "dynamic batching of the critic's passes"),
+    Setting(f"{_C}.ppo_max_token_len_per_gpu", "int", 32768, "token budget of a critic update micro-batch"),
+    Setting(f"{_C}.ppo_micro_batch_size_per_gpu", "int", None, "sequences per critic update micro-batch per GPU"),
+    Setting(f"{_C}.forward_micro_batch_size_per_gpu", "int", None, "sequences per critic forward micro-batch"),
+    Setting(f"{_C}.forward_max_token_len_per_gpu", "int", 32768, "token budget of a critic forward micro-batch"),
+)}
+
+# (dynamic-batching switch, its token budget, its micro-batch size): the budget applies only with
+# the switch on, the size only with it off (verl ignores the other).
+_MICRO_GROUPS = (
+    (f"{_A}.use_dynamic_bsz", f"{_A}.ppo_max_token_len_per_gpu", f"{_A}.ppo_micro_batch_size_per_gpu"),
+    (f"{_R}.log_prob_use_dynamic_bsz", f"{_R}.log_prob_max_token_len_per_gpu",
+     f"{_R}.log_prob_micro_batch_size_per_gpu"),
+    (f"{_F}.log_prob_use_dynamic_bsz", f"{_F}.log_prob_max_token_len_per_gpu",
+     f"{_F}.log_prob_micro_batch_size_per_gpu"),
+    (f"{_C}.use_dynamic_bsz", f"{_C}.ppo_max_token_len_per_gpu", f"{_C}.ppo_micro_batch_size_per_gpu"),
+)
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def near_keys(key: str, n: int = 3) -> list[str]:
+    """The registry's keys nearest to ``key``: on the whole key, then on its last part."""
+    keys = list(REGISTRY)
+    out = difflib.get_close_matches(key, keys, n=n, cutoff=0.6)
+    tail = key.rsplit(".", 1)[-1]
+    by_tail = {k.rsplit(".", 1)[-1]: k for k in keys}
+    for t in difflib.get_close_matches(tail, list(by_tail), n=n, cutoff=0.7):
+        if by_tail[t] not in out:
+            out.append(by_tail[t])
+    return out[:n]
+
+
+def _value(setting: Setting, text: str):
+    t = text.strip()
+    what = f"--set {setting.key}={text[:40]!r}"
+    if setting.kind == "bool":
+        if t.lower() in _TRUE:
+            return True
+        if t.lower() in _FALSE:
+            return False
+        raise SettingError(f"{what}: expected true or false")
+    if setting.kind == "model":
+        from ..models import get_model
+
+        try:
+            get_model(t)
+        except PolytraceError as exc:
+            raise SettingError(f"{what}: {exc}") from None
+        return t
+    if setting.kind == "int":
+        try:
+            v = int(t)
+        except ValueError:
+            raise SettingError(f"{what}: expected a whole number in [{setting.lo:,}, {setting.hi:,}]") from None
+        if not setting.lo <= v <= setting.hi:
+            raise SettingError(f"{what}: expected a whole number in [{setting.lo:,}, {setting.hi:,}]")
+        return v
+    try:
+        v = float(t)
+    except ValueError:
+        v = float("nan")
+    if not (math.isfinite(v) and 0.05 <= v <= 0.99):
+        raise SettingError(f"{what}: expected a fraction in [0.05, 0.99]")
+    return v
+
+
+def parse_settings(items) -> dict:
+    """``--set KEY=VALUE`` items -> {verl key: typed value}, checked (module docstring)."""
+    out: dict = {}
+    for item in items or ():
+        key, sep, text = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SettingError(f"--set {str(item)[:80]!r}: expected KEY=VALUE in verl's key names, e.g. "
+                               "--set actor_rollout_ref.model.use_remove_padding=true")
+        setting = REGISTRY.get(key)
+        if setting is None:
+            near = near_keys(key[:200])
+            hint = f"; did you mean {' or '.join(near)}?" if near else "; docs/step-model.md lists the keys"
+            raise SettingError(f"--set {key[:80]!r}: not a setting the step model prices{hint}")
+        value = _value(setting, text)
+        if key in out and out[key] != value:
+            raise SettingError(f"--set {key} is given twice, as {out[key]} and {value}: keep one")
+        out[key] = value
+    _check_consistent(out)
+    return out
+
+
+def _check_consistent(given: dict) -> None:
+    for switch, budget, size in _MICRO_GROUPS:
+        on = given.get(switch)
+        if on is False and budget in given:
+            raise SettingError(f"--set {budget}={given[budget]} contradicts --set {switch}=false: the token budget "
+                               "applies only with dynamic batch sizes")
+        if on is True and given.get(size) is not None:
+            raise SettingError(f"--set {size}={given[size]} contradicts --set {switch}=true: with dynamic batch sizes "
+                               "verl ignores the micro-batch size")
+
+
+def check_flags(given: dict, flags: dict) -> None:
+    """A ``--set`` against the dedicated flag of the same quantity (``flags``: verl key ->
+    (flag spelling, value or None when not given)) must agree."""
+    for key, (flag, value) in flags.items():
+        if value is None or key not in given:
+            continue
+        if given[key] != value:
+            raise SettingError(f"--set {key}={given[key]} contradicts {flag} {value}: give one")
+
+
+def with_settings(log, given: dict):
+    """``log`` with ``given`` (verl key -> value) in its printed config: the configuration is read
+    from it as if the run had printed them. The log's steps are shared, not copied."""
+    if not given:
+        return log
+    return replace(log, printed={**log.printed, **given})
+
+
+# verl key -> (the flag of ``validate`` / ``calibrate`` stating the same quantity, its Overrides field)
+LOG_FLAGS = {f"{_R}.tensor_model_parallel_size": ("--rollout-tp", "rollout_tp"),
+             f"{_R}.n": ("--n", "n"), "data.train_batch_size": ("--prompts", "prompts"),
+             "data.max_prompt_length": ("--max-prompt-len", "max_prompt_len"),
+             "data.max_response_length": ("--max-response-len", "max_response_len")}
+
+
+def given_settings(log, overrides):
+    """``log`` with the ``--set`` values of ``overrides`` (``logconfig.Overrides``) in its config,
+    after checking them against the flags that state the same quantities."""
+    given = dict(getattr(overrides, "settings", None) or {})
+    if not given:
+        return log
+    _check_consistent(given)
+    check_flags(given, {k: (flag, getattr(overrides, attr, None)) for k, (flag, attr) in LOG_FLAGS.items()})
+    return with_settings(log, given)
+
+
+def stated(log, key: str) -> bool:
+    """Whether the log (its printed config or launch command) states ``key``."""
+    return log.config.get(key) is not None
+
+
+def estimate_arguments(given: dict) -> tuple[dict, dict]:
+    """``--set`` values for ``estimate``: (build_config arguments, RunConfig fields to set after
+    it is built). Micro-batching: a token budget applies with dynamic batch sizes on (the
+    default for ``estimate``), a sequence count turns them off."""
+    kwargs, fields = {}, {}
+    for key, value in given.items():
+        s = REGISTRY[key]
+        if s.estimate is None:
+            raise SettingError(f"--set {key}: estimate does not price it separately (validate and calibrate read "
+                               "it from a log); the keys estimate takes are marked in docs/step-model.md")
+        if s.estimate.startswith("run:"):
+            fields[s.estimate[4:]] = value
+        else:
+            kwargs[s.estimate] = value
+    if fields.get("ref_model") is not None:
+        from ..models import get_model
+
+        fields["ref_model"] = get_model(fields["ref_model"])
+    dynamic = fields.pop("dynamic", None)
+    if fields.get("micro_batch_seqs") is not None:
+        kwargs["micro_batch_tokens"] = None
+    elif dynamic is False:
+        kwargs["micro_batch_tokens"] = None
+        fields.setdefault("micro_batch_seqs", None)
+    return kwargs, fields
+
+
+def describe(key: str) -> str:
+    s = REGISTRY[key]
+    return f"{key} ({s.kind}, verl default {s.default}): {s.effect}"
+
+

@@ -1,0 +1,60 @@
+"""``--set KEY=VALUE``: verl settings in verl's own key names, the same flag in ``validate``,
+``calibrate`` and ``estimate`` (the registry: ``polytrace.calibrate.settings``)."""
+
+from __future__ import annotations
+
+SET_HELP = ("a verl setting in verl's key name, e.g. --set actor_rollout_ref.model.use_remove_padding=true or "
+            "--set actor_rollout_ref.rollout.gpu_memory_utilization=0.6 (repeatable; keys: docs/step-model.md, "
+            "'Settings'); for a log it wins over what the log states, and settings the log leaves unstated are "
+            "otherwise inferred from its first steps")
+
+
+def add_set_flag(p) -> None:
+    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", dest="settings", help=SET_HELP)
+
+
+def parsed_settings(args) -> dict:
+    from ..calibrate.settings import parse_settings
+
+    return parse_settings(getattr(args, "settings", None))
+
+
+# estimate argument -> (its flag, the flag's default): a --set of the same quantity contradicts a
+# flag given with another value
+_ESTIMATE_FLAGS = {"rollout_tp": ("--rollout-tp", None), "mem_fraction": ("--mem-fraction", 0.5),
+                   "micro_batch_tokens": ("--micro-batch-tokens", "auto"), "n": ("--n", None),
+                   "prompts": ("--prompts", None), "max_prompt_len": ("--max-prompt-len", None),
+                   "max_response_len": ("--max-response-len", None), "ppo_mini_batch": ("--ppo-mini-batch", None),
+                   "lora_rank": ("--lora-rank", 0), "param_offload": ("--param-offload", False),
+                   "optimizer_offload": ("--optimizer-offload", False)}
+
+
+def estimate_settings(args, kw: dict) -> dict:
+    """The ``estimate`` arguments ``--set`` changes (``kw``: those the flags give), with
+    ``run_fields`` for the settings that have no flag; a ``--set`` against a flag given with
+    another value is a usage error."""
+    from ..calibrate.settings import SettingError, estimate_arguments
+
+    given = parsed_settings(args)
+    if not given:
+        return {}
+    kwargs, fields = estimate_arguments(given)
+    for name, value in kwargs.items():
+        flag, default = _ESTIMATE_FLAGS.get(name, (None, None))
+        have = kw.get(name, default)
+        if flag and have != default and have != value:
+            raise SettingError(f"--set {_key_of(given, name)}: contradicts {flag} {have}: give one")
+    out = dict(kwargs)
+    if fields:
+        out["run_fields"] = fields
+    return out
+
+
+def _key_of(given: dict, argument: str) -> str:
+    from ..calibrate.settings import REGISTRY
+
+    key = next((k for k in given if REGISTRY[k].estimate == argument), None)
+    if key is not None:
+        return f"{key}={given[key]}"
+    # a micro-batch size (or dynamic batching off) leaves no token budget
+    return next(f"{k}={v}" for k, v in given.items() if REGISTRY[k].estimate in ("run:micro_batch_seqs", "run:dynamic"))

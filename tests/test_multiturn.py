@@ -1,0 +1,125 @@
+"""Multi-turn (agent loop) runs: the agent-loop metrics, the pricing of tool waits and per-turn
+prefill, and "calibrate early, predict late" on a run whose responses grow 4x."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _settings_logs import growing_log, mean_response
+
+from polytrace.calibrate.fit import StepData, fit
+from polytrace.calibrate.validate import Overrides, validate
+from polytrace.compose.efficiency import DEFAULT
+from polytrace.compose.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout, simulate_rollout, tool_prefill_seconds
+from polytrace.hardware import get_gpu
+from polytrace.logs.agent import agent_step
+from polytrace.models import get_model
+
+
+def test_agent_metrics_read_as_verl_logs_them():
+    s = agent_step({"num_turns/mean": 6.0, "timing_s/agent_loop/slowest/tool_calls": 9.5,
+                    "timing_s/agent_loop/tool_calls/max": 12.0, "timing_s/agent_loop/tool_calls/mean": 1.5})
+    assert s.requests == 3.0 and s.tool_calls == 2.0  # 2k + 2 turns: k + 1 requests, k tool calls
+    assert s.tool_wait_s == 9.5 and s.tool_wait_source == "agent_loop/slowest/tool_calls"
+    assert s.multiturn
+    older = agent_step({"timing/agent_loop/tool_calls/max": 4.0, "tool_call_counts/mean": 1.2})
+    assert older.tool_wait_s == 4.0 and older.tool_calls == 1.2 and older.requests is None
+    assert agent_step({"response_length/mean": 100.0}) is None
+    assert not agent_step({"num_turns/mean": 2.0}).multiturn  # one request, no tools: a single turn
+    assert agent_step({"timing_s/agent_loop/slowest/tool_calls": float("nan")}) is None
+
+
+def test_multiturn_rollout_decodes_the_generated_share_and_prefills_the_rest():
+    model, gpu = get_model("qwen2.5-3b"), get_gpu("a100-80g")
+    p = np.full(64, 300)
+    r = np.full(64, 2000)
+    roll, prefill = multiturn_rollout(model, gpu, p, r, generated_share=1.0, n_gpus=4)
+    plain = simulate_rollout(model, gpu, p, r, n_gpus=4)
+    assert prefill == 0.0 and roll.time_s == pytest.approx(plain.time_s, rel=1e-12)
+    roll, prefill = multiturn_rollout(model, gpu, p, r, generated_share=0.25, n_gpus=4)
+    assert roll.iterations == 500
+    # 1,500 tool tokens per trajectory, 16 trajectories per engine, each attending to 300 + 1,000 tokens
+    flops = 16 * 1500 * (model.matmul_flops_per_token() + model.attn_flops_per_pair * 1300)
+    assert prefill == pytest.approx(flops / (gpu.ceiling("bf16") * DEFAULT.prefill), rel=1e-9)
+    assert tool_prefill_seconds(model, gpu, 1, p, r, np.zeros(64), 4) == 0.0
+
+
+def test_fit_takes_tool_waits_as_priced():
+    rows = []
+    for i in range(10):
+        v = 10.0 + i
+        wait = 5.0 + (i % 3)
+        rows.append(StepData(i, {}, {"gen": 2.0 * v + wait, "step": 2.0 * v + wait + 1.0}, {},
+                             x={"gen": {"rollout": v, "tool": wait}}))
+    cal = fit(rows, ["gen"])
+    pred = cal.predict(rows[-1], ["gen"])["gen"]
+    assert pred == pytest.approx(rows[-1].actual["gen"], rel=0.02)
+    assert cal.slowdown["rollout"] == pytest.approx(2.0, rel=0.1)
+
+
+def _late_accuracy(res: dict, path) -> dict:
+    from polytrace.logs import read_log
+
+    mean_r = {s.step: s.metrics["response_length/mean"] for s in read_log(path).steps}
+    window = np.mean([mean_r[s] for s in res["calibration"]["steps"]])
+    late = [r for r in res["per_step"] if mean_r[r["step"]] >= 2 * window]
+    assert len(late) >= 10
+    out = {}
+    for k in res["stages"] + ["step"]:
+        a = np.array([r["actual"][k] for r in late])
+        p = np.array([r["predicted"][k] for r in late])
+        out[k] = float(100 - 100 * np.mean(np.abs(p - a) / a))
+    return out
+
+
+@pytest.fixture(scope="module")
+def multiturn_run(tmp_path_factory):
+    path = growing_log(tmp_path_factory.mktemp("mt") / "multiturn.log", remove_padding=True, multiturn=True,
+                       steps=40)
+    return path, validate(path, calibrate_steps=10, overrides=Overrides())
+
+
+def test_multiturn_run_calibrated_early_predicts_late_steps(multiturn_run):
+    path, res = multiturn_run
+    assert mean_response(40, 40) / mean_response(1, 40) > 4
+    assert res["config"]["remove_padding"] is True  # unstated in the log, inferred from the window
+    assert any(n.startswith("multi-turn:") and "slowest trajectory" in n for n in res["notes"])
+    late = _late_accuracy(res, path)
+    assert min(late.values()) >= 90.0, late
+
+
+def test_tool_waits_are_in_the_prediction(multiturn_run, tmp_path):
+    """The same run with its agent-loop metrics taken out predicts late generation worse: the
+    tool waits and per-turn prefill are what carries it."""
+    path, res = multiturn_run
+    text = open(path).read()
+    import re
+
+    bare = re.sub(r" - (num_turns|timing_s/agent_loop)/[\w/]+:[0-9.]+", "", text)
+    assert "agent_loop" not in bare
+    (tmp_path / "bare.log").write_text(bare)
+    res_bare = validate(tmp_path / "bare.log", calibrate_steps=10, overrides=Overrides())
+    late, late_bare = _late_accuracy(res, path), _late_accuracy(res_bare, tmp_path / "bare.log")
+    assert late["gen"] > late_bare["gen"] + 3.0, (late, late_bare)
+    assert GENERATED_SHARE_PRIOR == pytest.approx(0.162, abs=1e-3)
+
+
+def test_estimate_prefills_the_tool_output_of_a_multiturn_profile():
+    import dataclasses
+
+    from polytrace.compose.estimate import build_config, estimate_step
+    from polytrace.profiles import get_profile
+
+    prof = get_profile("search-r1-7b")
+    cfg = build_config(prof, "qwen2.5-7b", "h100", 8, rollout_tp=2)
+    batch = prof.sample(step=0, seed=0, prompts=64)
+    multi = estimate_step(cfg, batch)
+    single = estimate_step(cfg, dataclasses.replace(batch, turns=None, loss_lens=None))
+    p = np.asarray(batch.prompt_lens)
+    r = np.minimum(np.asarray(batch.response_lens), cfg.max_response_len)
+    decoded = np.minimum(np.asarray(batch.loss_lens), r)
+    tool = tool_prefill_seconds(cfg.model, cfg.gpu, cfg.rollout_tp, p, r, r - decoded, cfg.n_gpus)
+    assert tool > 0
+    # the prompts' prefill is the same on both sides; the tool output's is added on the multi-turn one
+    assert multi["kernels"]["gen"]["prefill"] - single["kernels"]["gen"]["prefill"] == pytest.approx(tool, rel=1e-9)
+    assert multi["kernels"]["gen"]["tool"] > 0
