@@ -39,7 +39,7 @@ def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeyp
     data = json.loads(capsys.readouterr().out)
     families = data["estimate"]["summary"]["families"]
     assert families["logprob"]["status"] == "measured" and families["attention"]["status"] == "roofline"
-    assert "2026-11-02_abc1234_logprob.json: ours" in families["logprob"]["sources"]["update_actor"]
+    assert "2026-11-02_abc1234_logprob.json: torch-eager" in families["logprob"]["sources"]["update_actor"]
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "- logprob: measured (" in md and "- attention: roofline" in md
 
