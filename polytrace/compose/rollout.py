@@ -170,8 +170,11 @@ def decode_weight_bytes(model: ModelSpec, active) -> np.ndarray:
     active = np.asarray(active, dtype=np.float64)
     body = model.weight_bytes() - 2.0 * model.embedding_params * (0 if model.tied_embeddings else 1)
     if model.experts:
-        # a batch touches more experts than one token does, up to all of them
-        touched = np.minimum(model.experts, model.active_experts * np.maximum(active, 1.0))
+        # the experts a batch touches: each token picks k of E, so an expert stays idle with
+        # probability (1 - k/E)^active (uniform routing): 77% of 128 experts at 23 tokens of top-8,
+        # where counting k x active (capped at E) would read them all
+        share = model.active_experts / model.experts
+        touched = model.experts * (1.0 - (1.0 - share) ** np.maximum(active, 1.0))
         moe = model.layers * model.mlp_params_per_layer(False) * 2.0
         body = body - moe + moe * touched / model.experts
     return body + 2.0 * model.hidden * active

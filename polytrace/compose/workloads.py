@@ -27,7 +27,9 @@ def default_workload(profile=None, model=None, gpus=None):
     from ..profiles import DEFAULT_PROFILE, get_profile
 
     prof = get_profile(profile if profile is not None else DEFAULT_PROFILE)
-    d_model, d_gpus = PROFILE_DEFAULTS.get(prof.name, FALLBACK_DEFAULTS)
+    # a profile of stated lengths runs where its shape was recorded
+    d_model, d_gpus = PROFILE_DEFAULTS.get(getattr(prof.base, "name", prof.name) if hasattr(prof, "base") else prof.name,
+                                           FALLBACK_DEFAULTS)
     return prof, model or d_model, int(gpus or d_gpus)
 
 

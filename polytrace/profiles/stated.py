@@ -14,7 +14,8 @@ responses) and moves it to the stated figures:
 - where the stated mean is below what the shape's share at the cap allows (that share alone
   holds ``share x L`` tokens on average), the capped responses are scaled with the rest (the
   pile-up is not kept) and ``notes`` say so;
-- a stated mean prompt scales the prompt lengths in proportion (their cap with them).
+- a stated mean prompt scales the prompt lengths in proportion; their cap is the longest
+  rescaled prompt of the reference sample.
 
 The shape's drift curve is dropped: a stated mean is the mean of every step.
 """
@@ -184,7 +185,9 @@ def rescale(shape: Profile, mean: float, max_len: int | None = None, prompt: flo
     max_prompt = int(base.config.max_prompt_len)
     if prompt is not None:
         prompt_factor = float(prompt) / float(prompts.mean())
-        max_prompt = max(1, int(math.ceil(max_prompt * prompt_factor)))
+        # the longest rescaled prompt of the reference sample is the cap (longer draws are cut):
+        # the shape's configured cap times the factor would leave a cap no run states
+        max_prompt = max(1, int(math.ceil(float(prompts.max()) * prompt_factor)))
     config = dataclasses.replace(base.config, max_response_len=cap, max_prompt_len=max_prompt)
     label = f"mean={mean:g},max={cap}" + (f",prompt={prompt:g}" if prompt is not None else "")
     mapped = _map_lengths(resp, base_cap, cap, factor, keep_capped)
