@@ -7,9 +7,11 @@ The layouts large MoE and long-context runs state (Megatron's ``expert_model_par
   ``ep`` GPUs (expert tensor parallelism 1, as NeMo RL's and verl's Megatron MoE recipes set it).
   Every routed token's hidden state goes to its top-k experts and back: per MoE layer and pass
   an all-to-all dispatch and combine, ``tokens x k x hidden x 2 bytes x (ep - 1) / ep`` each way
-  per GPU, over the links the EP group spans (Megatron orders ranks tp, cp, ep, dp, pp: the
-  group spans ``ep x tp x cp`` GPUs), at ``all_to_all`` efficiency, not hidden (Megatron's
-  default dispatcher runs them between the attention and the experts). The experts of the
+  per GPU (its sequence-parallel share of the tokens), over the links the EP group spans: ``ep``
+  consecutive GPUs (Megatron-core folds the MoE layers' own expert-tensor x expert x data
+  parallel grid over the ranks apart from attention's TP x CP x DP; with expert TP 1 an EP group
+  of 8 is one node), at ``all_to_all`` efficiency, not hidden (Megatron's default dispatcher runs
+  them between the attention and the experts). The experts of the
   busiest GPU get ``moe_load_imbalance`` times the mean tokens: its expert matmuls set the time.
 - **Context parallelism (``train_cp``)**: each sequence is split over ``cp`` GPUs (load-balanced
   causal chunks), so each GPU computes 1/cp of its tokens and causal pairs; the ring exchanges

@@ -322,8 +322,8 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
             act = 2.0 * model.hidden * tokens / cp * 2 * (layout.tp - 1) / layout.tp
             comm = comm + layers * act * (3 if backward else 1) / (gpu.link_gbps(layout.tp) * 1e9 * eff.comm)
         passes = fwd_passes + (2 if backward else 0)
-        comm = comm + all_to_all_seconds(model, gpu, tokens / (layout.tp * cp), layout.ep, layout.ep * layout.tp * cp,
-                                         passes, eff) / layout.pp
+        comm = comm + all_to_all_seconds(model, gpu, tokens / (layout.tp * cp), layout.ep, layout.ep, passes,
+                                         eff) / layout.pp
         if cp > 1:  # the ring's KV exchange, exposed where the attention blocks do not cover it
             ring = ring_kv_seconds(model, gpu, tokens / cp, cp, layout.tp, backward, eff) / layout.pp
             comm = comm + np.maximum(0.0, ring - fam.get("attention", 0.0))
