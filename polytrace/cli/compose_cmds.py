@@ -215,7 +215,12 @@ def _estimate(args) -> int:
     from ..compose.modes_text import idle_lines
 
     c = res["config"]
-    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']} | "
+    layout = "".join(f" {k} {c[f]}" for k, f in (("EP", "rollout_ep"),) if c.get(f, 1) > 1)
+    if c["strategy"] == "megatron":
+        layout += " | train" + "".join(f" {k} {c[f]}" for k, f in (("TP", "train_tp"), ("PP", "train_pp"),
+                                                                   ("CP", "train_cp"), ("EP", "train_ep"),
+                                                                   ("VPP", "train_vpp")) if c.get(f, 1) > 1)
+    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']}{layout} | "
           f"{c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']} | "
           f"micro-batch {c['micro_batch_tokens']} tokens")
     print(f"source: {res['source']}")

@@ -32,7 +32,7 @@ writes the logits, then log-softmax and entropy in eager PyTorch, as the rooflin
 ``--provider logprob=ours`` (or another measured provider) where the run used fused kernels.
 
 The problem sizes are computed here with the same formulas the suites record (the kernels'
-``spec.py``; ``tests/test_compose_pricing.py`` checks they agree), so a query lands on the same
+``spec.py``; ``tests/test_compose_timings.py`` checks they agree), so a query lands on the same
 axis as the measurements.
 """
 

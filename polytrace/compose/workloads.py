@@ -67,4 +67,8 @@ def stated_lengths_profile(lengths, profile=None, model=None, max_response_len=N
     if cap is not None and max_response_len is not None and int(max_response_len) != cap:
         raise PolytraceError(f"--lengths max={cap} and --max-response-len {max_response_len} disagree; state the cap "
                              f"once")
-    return rescale(get_profile(shape), stated.mean, cap if cap is not None else max_response_len, stated.prompt)
+    try:
+        base = get_profile(shape)
+    except PolytraceError as exc:
+        raise PolytraceError(f"--lengths shape={shape}: {exc}") from None
+    return rescale(base, stated.mean, cap if cap is not None else max_response_len, stated.prompt)
