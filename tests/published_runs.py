@@ -98,3 +98,22 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
     kw, lengths = run.estimate_kw(max_prompt)
     prof = stated_lengths_profile(lengths, model=run.model)
     return mode_estimate(prof, run.model, "h100", run.gpus, steps=steps, results_root="/nonexistent", **kw)
+
+
+def markdown_table(steps=range(2)) -> str:
+    """The docs/step-model.md table of the runs and their zero-shot estimates."""
+    lines = ["| run | GPUs | responses / step / optimizer step | avg / max sequence | layout | published s | "
+             "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in RUNS:
+        est = estimate_run(r, steps)["summary"]["mean_step_s"]
+        layout = f"gen TP{r.rollout_tp}; train TP{r.train_tp} CP{r.train_cp} EP{r.train_ep} PP{r.train_pp}"
+        lines.append(f"| {r.name} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | {r.avg_seq} / {r.max_seq} "
+                     f"| {layout} | {r.step_s:g} | {est:.0f} | {est / r.step_s:.2f} | {100 * (est / r.step_s - 1):+.0f}% |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # PYTHONPATH=.:tests python tests/published_runs.py (after the priors change)
+    import warnings
+
+    warnings.simplefilter("ignore")
+    print(markdown_table())
