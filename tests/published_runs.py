@@ -1,34 +1,40 @@
 """Published reference runs of another RL framework, as its documentation states them, and the
 zero-shot estimate of each (``tests/test_compose_published_runs.py``, docs/step-model.md).
 
-Source: NeMo RL, "Performance" page, section "Nemo RL v0.4", GRPO on OpenMathInstruct-2,
-DGX-H100, BF16 training and generation, Megatron-core training backend:
-https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md
-(read 2026-12-01 at commit 06beed91bac98a2c39a19435f6bbbbe71aa45720). The table gives per run:
-on- or one-step-off-policy, maximum sequence length, average generated sequence length, GPUs,
-G-GBS (responses generated per step), T-GBS (responses per optimizer step), the generation
-[TP, PP] and training [TP, CP, EP, PP] layouts, and the total step time (training, generation,
-log-probs and refit).
+Source: NeMo RL's "Performance" page (``docs/about/performance-summary.md``,
+https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md), GRPO on
+OpenMathInstruct-2, DGX-H100, BF16 training and generation, Megatron-core training backend. The
+page's tables give per run: on- or one-step-off-policy, maximum sequence length, average generated
+sequence length, GPUs, G-GBS (responses generated per step), T-GBS (responses per optimizer
+step), the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the total step time
+(training, generation, log-probs and refit). Each configuration (model, mode, GPUs) is taken at
+its latest published time: the "NeMo RL v0.6" table (read 2026-12-01 at the repository's commit
+7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for the MoE runs, the
+"Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the dense Llama-3.1-8B
+and Qwen3-32B runs v0.6 no longer lists. Left out: DeepSeek-V3 (multi-head latent attention and
+dense first layers are not in ``polytrace/data/models.json``), Nemotron-3-Nano (hybrid Mamba), the
+8-step-off run (no such mode here) and the GB200 tables (no GB200 preset).
 
-Settings the table does not state come from the performance recipes it links
+Settings the tables do not state come from the performance recipes they link
 (``examples/configs/recipes/llm/performance/``, same repository, read 2026-12-01) and the base
 config ``examples/configs/grpo_math_1B.yaml``: 32 generations per prompt; sequence packing with
 ``train_micro_batch_size`` 1 (a micro-batch of at most ``max_total_sequence_length`` tokens);
 activation checkpointing on for Llama-3.1-8B and Qwen3-235B, off for the others; vLLM
 ``gpu_memory_utilization`` 0.6 colocated; a reference model (KL penalty 0.01); one-step-off
 runs on half the GPUs each for generation and training, the engines at 0.8 of the memory
-(``async-grpo-*`` recipes: e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). Assumed: the "average sequence length" counts the prompt, taken as 150 tokens
-(OpenMathInstruct-2 problems in the CoT prompt template), and the response cap is the maximum
-sequence less that prompt. The DeepSeek-V3 rows are left out: its multi-head latent attention
-and dense first layers are not in the model table (``polytrace/data/models.json``).
+(``async-grpo-*`` recipes: e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). Assumed: the
+"average sequence length" counts the prompt, taken as 150 tokens (OpenMathInstruct-2 problems in
+the CoT prompt template), and the response cap is the maximum sequence less the longest prompt.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SOURCE = ("https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md "
-          "(Nemo RL v0.4 table, DGX-H100, read 2026-12-01)")
+PAGE = "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md"
+TABLES = {"v0.4": f"{PAGE} (Nemo RL v0.4 table, DGX-H100; commit 06beed91, read 2026-12-01)",
+          "v0.6": f"{PAGE} (NeMo RL v0.6 H100 BF16 table; commit 7ea279ab, read 2026-12-01)"}
+SOURCE = PAGE
 PROMPT_MEAN = 150  # assumed (module docstring)
 GENERATIONS_PER_PROMPT = 32  # the performance recipes' num_generations_per_prompt
 
@@ -50,6 +56,7 @@ class PublishedRun:
     train_pp: int
     checkpointing: bool
     step_s: float  # "Total Step time(s)"
+    table: str = "v0.6"  # TABLES key
 
     def estimate_kw(self, max_prompt: int) -> tuple[dict, str]:
         """The keywords of ``polytrace.compose.modes.mode_estimate`` for this run, and its
@@ -70,20 +77,23 @@ class PublishedRun:
 
 RUNS = (
     PublishedRun("llama3.1-8b on-policy", "llama-3.1-8b", "sync", 16, 4096, 1060, 2048, 512, 1, 1, 1, 1, 2, True,
-                 97.7),
+                 97.7, "v0.4"),
     PublishedRun("llama3.1-8b 1-step-off", "llama-3.1-8b", "one-step-off", 16, 4096, 1129, 2048, 512, 1, 1, 1, 1, 2,
-                 True, 74.6),
-    PublishedRun("qwen3-235b on-policy", "qwen3-235b-a22b", "sync", 128, 8192, 5671, 512, 512, 16, 2, 2, 16, 8, True,
-                 506.0),
-    PublishedRun("qwen3-235b 1-step-off", "qwen3-235b-a22b", "one-step-off", 256, 8192, 5691, 512, 512, 8, 4, 1, 16,
-                 8, True, 241.0),
-    PublishedRun("qwen3-30b-a3b on-policy", "qwen3-30b-a3b", "sync", 32, 4096, 3154, 2048, 512, 4, 2, 1, 8, 1, False,
-                 225.0),
-    PublishedRun("qwen3-30b-a3b 1-step-off", "qwen3-30b-a3b", "one-step-off", 32, 4096, 3158, 2048, 512, 2, 1, 1, 8,
-                 2, False, 244.0),
-    PublishedRun("qwen3-32b on-policy", "qwen3-32b", "sync", 32, 4096, 3206, 2048, 512, 4, 4, 1, 1, 4, False, 393.0),
+                 True, 74.6, "v0.4"),
+    PublishedRun("qwen3-32b on-policy", "qwen3-32b", "sync", 32, 4096, 3206, 2048, 512, 4, 4, 1, 1, 4, False, 393.0,
+                 "v0.4"),
     PublishedRun("qwen3-32b 1-step-off", "qwen3-32b", "one-step-off", 64, 4096, 3207, 2048, 512, 4, 4, 1, 1, 4, False,
-                 215.0),
+                 215.0, "v0.4"),
+    PublishedRun("qwen3-30b-a3b on-policy", "qwen3-30b-a3b", "sync", 32, 4096, 3203, 2048, 512, 2, 1, 1, 8, 1, False,
+                 192.0),
+    PublishedRun("qwen3-30b-a3b 1-step-off", "qwen3-30b-a3b", "one-step-off", 32, 4096, 3201, 2048, 512, 2, 1, 1, 8,
+                 2, False, 152.0),
+    PublishedRun("qwen3-235b on-policy 128", "qwen3-235b-a22b", "sync", 128, 8192, 5698, 512, 512, 16, 2, 2, 16, 8,
+                 True, 395.0),
+    PublishedRun("qwen3-235b on-policy 256", "qwen3-235b-a22b", "sync", 256, 8192, 5713, 512, 512, 16, 2, 2, 16, 8,
+                 True, 312.0),
+    PublishedRun("qwen3-235b 1-step-off", "qwen3-235b-a22b", "one-step-off", 256, 8192, 5721, 512, 512, 8, 4, 1, 16,
+                 8, True, 231.0),
 )
 
 
