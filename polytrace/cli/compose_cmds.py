@@ -139,11 +139,11 @@ def add_stated_run_flags(p, prefix: str = "") -> None:
     g.add_argument("--train-batch", type=_pos_int, default=None, metavar="R",
                    help=prefix + "responses per optimizer step (NeMo RL's train_global_batch_size; verl's "
                    "ppo_mini_batch_size x n)")
-    g.add_argument("--train-ep", type=_pos_int, default=1, help=prefix + "Megatron expert parallelism (MoE)")
-    g.add_argument("--train-cp", type=_pos_int, default=1, help=prefix + "Megatron context parallelism")
-    g.add_argument("--train-vpp", type=_pos_int, default=1,
+    g.add_argument("--train-ep", type=_pos_int, default=1, metavar="N", help=prefix + "Megatron expert parallelism (MoE)")
+    g.add_argument("--train-cp", type=_pos_int, default=1, metavar="N", help=prefix + "Megatron context parallelism")
+    g.add_argument("--train-vpp", type=_pos_int, default=1, metavar="N",
                    help=prefix + "Megatron virtual pipeline chunks per stage (interleaved 1F1B: a smaller bubble)")
-    g.add_argument("--rollout-ep", type=_pos_int, default=1,
+    g.add_argument("--rollout-ep", type=_pos_int, default=1, metavar="N",
                    help=prefix + "vLLM expert parallelism over each engine's GPUs (1 or the rollout TP)")
 
 
