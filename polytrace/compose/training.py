@@ -10,7 +10,10 @@ every optimizer step the slowest rank sets the time and the others' wait is repo
 imbalance. Without padding removal every sequence of a micro-batch costs as much as the
 configured maximum length (verl pads prompts and responses to the configured maxima). FSDP adds
 a parameter all-gather per micro-batch pass and a gradient reduce-scatter; Megatron adds
-tensor-parallel all-reduces and the pipeline bubble.
+tensor-parallel all-reduces, the pipeline bubble (interleaved over virtual stages), and with
+expert or context parallelism the MoE all-to-alls, the busiest expert rank and the context ring
+(``parallel.py``). A tensor-parallel shard of a linear layer is priced as the whole layer at the
+same tokens over tp (``pricing.py``); context parallelism gives each GPU 1/cp of the tokens.
 """
 
 from __future__ import annotations
