@@ -131,3 +131,20 @@ def test_gate_prints_the_step_time_under_its_verdict(tmp_path, baseline, capsys)
                                                       slug="h100-sxm"))
     assert main(["gate", str(baseline), str(h100)]) == 2
     assert "step time on" not in capsys.readouterr().out
+
+
+def test_our_log_prob_kernel_moves_the_step_though_a_stock_run_prices_eager_torch(tmp_path):
+    """The estimate prices log-prob with eager torch (what a stock verl run uses); impact asks what
+    our kernels' timings do, so where both sides measured ours it prices the run with ours."""
+    eager = family_benches("logprob", model="qwen2.5-7b", provider="torch-eager")
+    ours = family_benches("logprob", model="qwen2.5-7b", provider="ours")
+    faster = family_benches("logprob", model="qwen2.5-7b", provider="ours", factor=0.5)
+    base = write(tmp_path / "base.json", result_file(eager + ours))
+    cand = write(tmp_path / "cand.json", result_file(eager + faster))
+    res = impact(str(base), str(cand), model="qwen2.5-7b", gpus=8, steps=[0])
+    assert res["providers"] == {"logprob": "ours"}
+    assert res["step_change"] < 0 and {k["family"] for k in res["kernels"]} == {"logprob"}
+    # eager torch alone measured: priced as the stock run, our kernel is not on the path
+    only_eager = write(tmp_path / "eager.json", result_file(eager))
+    res = impact(str(only_eager), str(only_eager), model="qwen2.5-7b", gpus=8, steps=[0])
+    assert res["providers"] == {} and res["step_change"] == 0.0

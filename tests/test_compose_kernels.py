@@ -60,7 +60,10 @@ def test_measured_families_come_from_the_files_and_say_so(tmp_path):
     fams = res["summary"]["families"]
     # what the GPU goal asks of the report after the runbook: these five all measured
     for family in MEASURED:
-        assert fams[family]["status"] == "measured", (family, fams[family])
+        # the packing suite times hidden-wide rows (4096 features); the trainer packs 1-column id
+        # rows, hundreds of times smaller: priced from those timings, labelled extrapolated
+        want = "extrapolated" if family == "packing" else "measured"
+        assert fams[family]["status"] == want, (family, fams[family])
         provider = MEASURED[family].default_provider
         assert all(f"base.json: {provider}" in src for src in fams[family]["sources"].values())
     for family in ("prefill", "comm", "host", "optimizer"):
@@ -156,17 +159,19 @@ def test_speedups_divide_a_family_and_the_amdahl_table_follows_amdahls_law(tmp_p
 
 
 def test_provider_what_if_prices_a_family_with_that_providers_timings(tmp_path):
-    files = _files(tmp_path) + _files(tmp_path, "peers.json", families=("logprob",), provider="torch-eager",
-                                      factors={"logprob": 3.0})
+    # the default log-prob provider is eager torch (a stock verl run); ours fused, 3x faster, is the what-if
+    files = _files(tmp_path) + _files(tmp_path, "peers.json", families=("logprob",), provider="ours",
+                                      factors={"logprob": 1 / 3})
     files += _files(tmp_path, "fa.json", families=("attention",), provider="flash-attn", factors={"attention": 0.5})
     ours = _est(results=files)
-    res = _est(results=files, providers={"logprob": "torch-eager", "attention": "flash-attn"})
-    assert _family_s(res, "logprob") == pytest.approx({s: 3 * v for s, v in _family_s(ours, "logprob").items()},
+    res = _est(results=files, providers={"logprob": "ours", "attention": "flash-attn"})
+    assert _family_s(res, "logprob") == pytest.approx({s: v / 3 for s, v in _family_s(ours, "logprob").items()},
                                                       rel=1e-9)
     assert _family_s(res, "attention") == pytest.approx({s: v / 2 for s, v in _family_s(ours, "attention").items()},
                                                         rel=1e-9)
-    assert all("peers.json: torch-eager" in s for s in res["summary"]["families"]["logprob"]["sources"].values())
-    assert res["providers"]["logprob"] == "torch-eager" and res["providers"]["gemm"] == "torch"
+    assert all("peers.json: ours" in s for s in res["summary"]["families"]["logprob"]["sources"].values())
+    assert ours["providers"]["logprob"] == "torch-eager"
+    assert res["providers"]["logprob"] == "ours" and res["providers"]["gemm"] == "torch"
     assert res["summary"]["what_if"]["reference_step_s"] == pytest.approx(ours["summary"]["mean_step_s"], rel=1e-12)
 
 
@@ -219,7 +224,7 @@ def test_bad_what_ifs_are_one_line_errors(tmp_path, capsys, flag, match):
     err = _one_line_error(capsys, [*SMALL_CLI, "--results", files[0], *flag])
     assert match in err, err
     if "nobody" in match:
-        assert "measured providers: ours" in err
+        assert "measured providers: torch-eager" in err
 
 
 def test_results_of_another_gpu_or_model_are_refused(tmp_path, capsys, monkeypatch):
@@ -256,7 +261,7 @@ def test_estimate_kernels_prints_the_breakdown_sources_and_amdahl(tmp_path, caps
     assert main([*SMALL_CLI, "--results", files[0], "--kernels", "--amdahl", "1.5"]) == 0
     out = capsys.readouterr().out
     assert "kernel families (estimated" in out and "update_actor s" in out
-    assert "logprob: measured (" in out and "base.json: ours (token_logprobs)" in out
+    assert "logprob: measured (" in out and "base.json: torch-eager (token_logprobs)" in out
     assert "prefill: roofline" in out
     assert "Amdahl: the step with one kernel family 1.5x faster" in out and "step faster by" in out
     assert main([*SMALL_CLI, "--results", files[0], "--speedup", "decode=2"]) == 0

@@ -39,7 +39,7 @@ def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeyp
     data = json.loads(capsys.readouterr().out)
     families = data["estimate"]["summary"]["families"]
     assert families["logprob"]["status"] == "measured" and families["attention"]["status"] == "roofline"
-    assert "2026-11-02_abc1234_logprob.json: ours" in families["logprob"]["sources"]["update_actor"]
+    assert "2026-11-02_abc1234_logprob.json: torch-eager" in families["logprob"]["sources"]["update_actor"]
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "- logprob: measured (" in md and "- attention: roofline" in md
 
@@ -58,9 +58,9 @@ def test_report_bad_input(tmp_path, capsys):
     f.write_text("x")
     assert main(["report", "-o", str(f)]) == 2
     assert "exists and is not a folder" in capsys.readouterr().err
-    assert main(["report", "--gpu", "tpu9", "-o", str(tmp_path / "r")]) == 2
+    assert main(["report", "--gpu", "h2000", "-o", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert "unknown GPU 'tpu9'" in err and "h200" in err
+    assert "unknown GPU 'h2000'" in err and "h200" in err  # the nearest presets are named
     assert not (tmp_path / "r" / "report.md").exists()
 
 

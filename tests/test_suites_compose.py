@@ -40,7 +40,7 @@ def test_gpu_run_of_the_suites_prices_every_family_as_measured(gpu_cases, tmp_pa
     benches = []
     for c in gpu_cases:
         m = c.meta
-        if m.provider not in ("ours", "torch"):
+        if m.provider not in ("ours", "torch", "torch-eager"):  # torch-eager: the default log-prob provider
             continue
         if m.mode == "plan":
             t = 1e-3
@@ -61,4 +61,7 @@ def test_gpu_run_of_the_suites_prices_every_family_as_measured(gpu_cases, tmp_pa
     est = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(1), results=[str(path)])
     lines = {line.split(":")[0]: line for line in source_lines(est["summary"])}
     for family in MEASURED_FAMILIES:
-        assert lines[family].startswith(f"{family}: measured"), lines[family]
+        # the packing suite times hidden-wide rows; the trainer packs 1-column id rows ~1,000x
+        # smaller: priced from those timings, and labelled extrapolated with the factor
+        want = "extrapolated" if family == "packing" else "measured"
+        assert lines[family].startswith(f"{family}: {want}"), lines[family]

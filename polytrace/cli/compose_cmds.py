@@ -26,7 +26,8 @@ def register(sub) -> None:
     p.add_argument("--model", required=True, help="model preset (e.g. qwen2.5-7b) or a HF config.json")
     p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
     p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
-    p.add_argument("--profile", default="dapo-math-32b", help="workload profile (default dapo-math-32b)")
+    p.add_argument("--profile", default=None, help="workload profile (default dapo-math-32b; with --lengths: the "
+                   "shape, default the nearest built-in for the model's task)")
     p.add_argument("--steps", type=_steps_or_count, default=[0], help="sampled steps to estimate: a count N "
                    "(steps 0 to N-1; default 1) or steps like 0-3 or 0,50,100")
     p.add_argument("--seed", type=_int, default=0,
@@ -80,6 +81,7 @@ def register(sub) -> None:
                    "trigger_parameter_sync_step; default 4)")
     m.add_argument("--compare-modes", action="store_true",
                    help="print sync, one-step-off and fully-async side by side on the same sampled steps")
+    add_stated_run_flags(p)
     p.add_argument("--kernels", action="store_true",
                    help="print per stage the seconds of each kernel family, its share of the step and where it "
                    "came from (result file and provider, or roofline), and the Amdahl table")
@@ -115,10 +117,55 @@ def register(sub) -> None:
     i.add_argument("--steps", type=_steps_or_count, default=list(range(8)), help="sampled steps to price: a count "
                    "N (steps 0 to N-1; default 8) or steps like 0-3 or 0,50,100")
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
+    i.add_argument("--lengths", default=None, metavar="mean=M[,max=L][,prompt=P][,shape=PROFILE]",
+                   help=LENGTHS_HELP)
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
     i.set_defaults(func=_impact)
+
+
+LENGTHS_HELP = ("response lengths stated by their mean: mean=M tokens, max=L the cap (default --max-response-len, "
+                "else the shape's), prompt=P the mean prompt, shape=PROFILE whose spread, pile-up at the cap and "
+                "group correlation are kept (default --profile, else the nearest built-in for the model's task)")
+
+
+def add_stated_run_flags(p, prefix: str = "") -> None:
+    """A run stated as frameworks state it: lengths by their mean, the batch in responses, the
+    MoE and long-context layouts (``estimate``, ``calibrate --stage-times``)."""
+    g = p.add_argument_group("a run stated by its averages and layout")
+    g.add_argument("--lengths", default=None, metavar="mean=M[,max=L][,prompt=P][,shape=PROFILE]",
+                   help=prefix + LENGTHS_HELP)
+    g.add_argument("--responses-per-step", type=_pos_int, default=None, metavar="R",
+                   help=prefix + "generation batch in responses (prompts x --n; NeMo RL's G-GBS)")
+    g.add_argument("--train-batch", type=_pos_int, default=None, metavar="R",
+                   help=prefix + "responses per optimizer step (NeMo RL's train_global_batch_size; verl's "
+                   "ppo_mini_batch_size x n)")
+    g.add_argument("--train-ep", type=_pos_int, default=1, metavar="N", help=prefix + "Megatron expert parallelism (MoE)")
+    g.add_argument("--train-cp", type=_pos_int, default=1, metavar="N", help=prefix + "Megatron context parallelism")
+    g.add_argument("--train-vpp", type=_pos_int, default=1, metavar="N",
+                   help=prefix + "Megatron virtual pipeline chunks per stage (interleaved 1F1B: a smaller bubble)")
+    g.add_argument("--rollout-ep", type=_pos_int, default=1, metavar="N",
+                   help=prefix + "vLLM expert parallelism over each engine's GPUs (1 or the rollout TP)")
+
+
+def stated_run(args, model=None) -> tuple[object, dict]:
+    """(the profile, the config keywords) of the flags ``add_stated_run_flags`` adds."""
+    kw = dict(responses_per_step=args.responses_per_step, train_batch=args.train_batch, train_ep=args.train_ep,
+              train_cp=args.train_cp, train_vpp=args.train_vpp, rollout_ep=args.rollout_ep)
+    return stated_profile(args, model), kw
+
+
+def stated_profile(args, model=None):
+    """``--profile`` (default dapo-math-32b), or with ``--lengths`` its shape rescaled."""
+    from ..profiles import DEFAULT_PROFILE
+
+    if getattr(args, "lengths", None) is None:
+        return args.profile or DEFAULT_PROFILE
+    from ..compose.workloads import stated_lengths_profile
+
+    return stated_lengths_profile(args.lengths, profile=args.profile, model=model if model is not None else args.model,
+                                  max_response_len=getattr(args, "max_response_len", None))
 
 
 def _estimate(args) -> int:
@@ -126,6 +173,7 @@ def _estimate(args) -> int:
     from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
 
+    profile, stated_kw = stated_run(args)
     kw = dict(steps=args.steps, seed=args.seed, rollout_tp=args.rollout_tp, strategy=args.strategy,
               train_tp=args.train_tp, train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref,
               prompts=args.prompts, micro_batch_tokens=args.micro_batch_tokens or "auto",
@@ -133,22 +181,31 @@ def _estimate(args) -> int:
               mem_fraction=args.mem_fraction, n=args.n, ppo_mini_batch=args.ppo_mini_batch,
               lora_rank=args.lora_rank, param_offload=args.param_offload, optimizer_offload=args.optimizer_offload,
               results=args.results, providers=parse_assignments(args.provider, "--provider"),
-              speedups=parse_assignments(args.speedup, "--speedup"))
+              speedups=parse_assignments(args.speedup, "--speedup"), **stated_kw)
     kw.update(estimate_settings(args, kw))
     split = dict(rollout_gpus=args.rollout_gpus, train_gpus=args.train_gpus, staleness=args.staleness,
                  partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync)
-    where = (args.profile, args.model, args.gpu, args.gpus)
+    where = (profile, args.model, args.gpu, args.gpus)
+    lengths_line = _lengths_line(profile)
     if args.compare_modes:
+        if lengths_line and not args.json:
+            print(lengths_line)
         cmp = (compare_calibrated(args.calibration, *where, **split, **kw) if args.calibration
                else compare_modes(*where, **split, **kw))
         return _print_comparison(cmp, args)
     kw.update(split, mode=args.mode, amdahl=args.amdahl if args.kernels else None)
     res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
+    if lengths_line:
+        res.setdefault("lengths", {**profile.summary(), "line": lengths_line})
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
         print_json(res)
         return 0
+    if lengths_line:
+        print(lengths_line)
+        for note in profile.notes:
+            print(f"note: {note}")
     if args.mode != "sync":
         from ..compose.modes_text import mode_lines
 
@@ -161,7 +218,12 @@ def _estimate(args) -> int:
     from ..compose.modes_text import idle_lines
 
     c = res["config"]
-    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']} | "
+    layout = "".join(f" {k} {c[f]}" for k, f in (("EP", "rollout_ep"),) if c.get(f, 1) > 1)
+    if c["strategy"] == "megatron":
+        layout += " | train" + "".join(f" {k} {c[f]}" for k, f in (("TP", "train_tp"), ("PP", "train_pp"),
+                                                                   ("CP", "train_cp"), ("EP", "train_ep"),
+                                                                   ("VPP", "train_vpp")) if c.get(f, 1) > 1)
+    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']}{layout} | "
           f"{c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']} | "
           f"micro-batch {c['micro_batch_tokens']} tokens")
     print(f"source: {res['source']}")
@@ -190,6 +252,14 @@ def _estimate(args) -> int:
     return 0
 
 
+def _lengths_line(profile) -> str:
+    if not hasattr(profile, "stated"):
+        return ""
+    from ..profiles.stated import describe
+
+    return describe(profile)
+
+
 def _print_comparison(cmp: dict, args) -> int:
     for name, res in cmp["results"].items():
         for w in res["warnings"]:
@@ -215,8 +285,15 @@ def _print_comparison(cmp: dict, args) -> int:
 def _impact(args) -> int:
     from ..compose.impact import format_impact, impact
 
-    res = impact(args.baseline, args.candidate, profile=args.profile, model=args.model, gpu=args.gpu,
+    profile = args.profile
+    if args.lengths is not None:
+        from ..compose.workloads import stated_lengths_profile
+
+        profile = stated_lengths_profile(args.lengths, profile=args.profile, model=args.model)
+    res = impact(args.baseline, args.candidate, profile=profile, model=args.model, gpu=args.gpu,
                  gpus=args.gpus, steps=args.steps, seed=args.seed)
+    if not args.json and _lengths_line(profile):
+        print(_lengths_line(profile))
     if args.json:
         print_json(res)
     else:

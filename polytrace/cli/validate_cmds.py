@@ -57,8 +57,9 @@ def register(sub) -> None:
     c.add_argument("--stage-times", default=None, metavar="gen=S,old_log_prob=S,update_actor=S[,...]",
                    help="per-stage average seconds of a run known only by its dashboard (ref=, values=, "
                    "update_critic=, step= as the run has them); needs --model, --gpu, --gpus")
-    c.add_argument("--profile", default="dapo-math-32b",
-                   help="with --stage-times: workload profile the lengths are sampled from (default dapo-math-32b)")
+    c.add_argument("--profile", default=None,
+                   help="with --stage-times: workload profile the lengths are sampled from (default dapo-math-32b; "
+                   "with --lengths: the shape)")
     c.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="with --stage-times: ppo adds a critic")
     c.add_argument("--no-ref", action="store_true", help="with --stage-times: no reference model")
     c.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
@@ -70,6 +71,9 @@ def register(sub) -> None:
                    help="with --stage-times: the run offloaded the actor's parameters between stages")
     c.add_argument("--optimizer-offload", action="store_true",
                    help="with --stage-times: the run offloaded the actor's optimizer state between updates")
+    from .compose_cmds import add_stated_run_flags
+
+    add_stated_run_flags(c, prefix="with --stage-times: ")
     c.add_argument("-o", "--output", required=True, metavar="CAL_JSON", help="calibration file to write")
     c.add_argument("--json", action="store_true", help="print the written file")
     c.set_defaults(func=_calibrate)
@@ -133,20 +137,27 @@ def _calibrate(args) -> int:
         missing = [f for f, v in (("--model", args.model), ("--gpu", args.gpu), ("--gpus", args.gpus)) if v is None]
         if missing:
             raise PolytraceError(f"calibrate --stage-times needs {', '.join(missing)} (the run the averages come from)")
+        from .compose_cmds import stated_run
+
+        profile, stated_kw = stated_run(args)
         kw = dict(prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
                   max_response_len=args.max_response_len, rollout_tp=args.rollout_tp,
                   ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
-                  optimizer_offload=args.optimizer_offload)
+                  optimizer_offload=args.optimizer_offload, **stated_kw)
         kw.update(estimate_settings(args, kw))  # --set: checked against these flags
         doc = calibrate_from_stage_times(
-            args.stage_times, args.output, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=args.profile,
+            args.stage_times, args.output, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=profile,
             algorithm=args.algo, use_ref=not args.no_ref, **kw)
     else:
         if args.log is None:
             raise PolytraceError("calibrate: give a LOG, or --stage-times with --model, --gpu and --gpus")
         given = [flag for flag, v in (("--ppo-mini-batch", args.ppo_mini_batch), ("--lora-rank", args.lora_rank),
                                       ("--param-offload", args.param_offload),
-                                      ("--optimizer-offload", args.optimizer_offload)) if v]
+                                      ("--optimizer-offload", args.optimizer_offload), ("--lengths", args.lengths),
+                                      ("--responses-per-step", args.responses_per_step),
+                                      ("--train-batch", args.train_batch)) if v]
+        given += [flag for flag, v in (("--train-ep", args.train_ep), ("--train-cp", args.train_cp),
+                                       ("--train-vpp", args.train_vpp), ("--rollout-ep", args.rollout_ep)) if v != 1]
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
         doc = calibrate_from_log(args.log, args.output, calibrate_steps=args.calibrate_steps,

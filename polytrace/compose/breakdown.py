@@ -3,7 +3,8 @@ the step and where it came from; what a what-if changes; the Amdahl table ("this
 faster -> the step this much faster"); their text and Markdown tables.
 
 A family's ``status`` is ``measured`` when every part of it came from result files,
-``roofline`` when none did, ``partly measured`` otherwise (e.g. the GEMMs of training measured,
+``extrapolated`` when one was asked far outside the measured sizes, ``roofline`` when none
+came from result files, ``partly measured`` otherwise (e.g. the GEMMs of training measured,
 those of decoding at batch sizes the GEMM suite does not time at the roofline).
 """
 
@@ -26,7 +27,10 @@ def source_status(source: str) -> str:
     roof = [p.startswith(ROOFLINE) for p in pieces]
     if all(roof):
         return ROOFLINE
-    return "partly measured" if any(roof) else "measured"
+    if any(roof):
+        return "partly measured"
+    # a timing asked far outside its measured sizes (pricing.EXTRAPOLATION_LIMIT) is no measurement
+    return "extrapolated" if any("(extrapolated x" in p for p in pieces) else "measured"
 
 
 def kernel_summary(rows: list[dict]) -> dict:

@@ -61,6 +61,17 @@ class Efficiency:
     # Memory vLLM keeps for activations and CUDA graphs outside the KV cache, bytes.
     engine_reserve_bytes: float = 2e9
 
+    # --- MoE expert parallelism (compose/parallel.py) ---------------------------------------
+    # All-to-all (token dispatch and combine) reaches less of the link than a ring all-reduce:
+    # many small peer-to-peer messages. NCCL all-to-all bus bandwidth on 8x H100 NVLink sits at
+    # ~50-60% of the all-reduce figure in nccl-tests at MB-sized messages: assumed 0.5.
+    all_to_all: float = 0.5
+    # Launch and synchronisation per all-to-all: ~15-25 us for NCCL at these sizes; assumed 20 us.
+    all_to_all_latency_s: float = 20e-6
+    # The busiest EP rank's expert tokens over the mean, drop-less routing with a load-balancing
+    # loss: assumed 1.2 (not measured in this project; a routed batch is never perfectly even).
+    moe_load_imbalance: float = 1.2
+
 
 DEFAULT = Efficiency()
 

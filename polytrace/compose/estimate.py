@@ -96,13 +96,23 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                  max_prompt_len: int | None = None, max_response_len: int | None = None,
                  mem_fraction: float = 0.5, gradient_checkpointing: bool = True, n: int | None = None,
                  lora_rank: int = 0, param_offload: bool = False, optimizer_offload: bool = False,
-                 ppo_mini_batch: int | None = None, run_fields: dict | None = None) -> RunConfig:
+                 ppo_mini_batch: int | None = None, responses_per_step: int | None = None,
+                 train_batch: int | None = None, run_fields: dict | None = None,
+                 **layout_kw) -> RunConfig:
     """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
     ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
     adapters of that rank train instead of the full model; ``param_offload`` /
     ``optimizer_offload``: verl's actor FSDP offload between stages (priced); ``run_fields``:
     ``RunConfig`` fields verl settings set that have no argument here (``--set``,
-    ``polytrace.calibrate.settings.estimate_arguments``)."""
+    ``polytrace.calibrate.settings.estimate_arguments``).
+
+    The batch as frameworks state it, in responses: ``responses_per_step`` (the generation batch,
+    NeMo RL's ``num_prompts_per_step x num_generations_per_prompt``; prompts = it / n) and
+    ``train_batch`` (responses per optimizer step, NeMo RL's ``train_global_batch_size``; verl's
+    mini-batch = it / n prompts). ``layout_kw``: expert, context and virtual-pipeline
+    parallelism (``parallel.py``)."""
+    from .parallel import check_layout
+
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
     gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
     if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
@@ -114,6 +124,8 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                              f"of that rank is no low-rank adapter")
     ppo_mini_batch = _count(ppo_mini_batch, "--ppo-mini-batch")
     pc = profile.config
+    prompts, ppo_mini_batch = responses_as_prompts(prompts, ppo_mini_batch, responses_per_step, train_batch,
+                                                   n or pc.n)
     max_prompt_len = int(max_prompt_len or pc.max_prompt_len)
     max_response_len = int(max_response_len or pc.max_response_len)
     if micro_batch_tokens == "auto":
@@ -143,9 +155,33 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         use_ref=bool(use_ref), micro_batch_tokens=micro_batch_tokens, remove_padding=True,
         mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
         max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
-        optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches)
+        optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches,
+        **check_layout(model, int(gpus), strategy, int(train_tp), int(train_pp), int(tp), **layout_kw))
     fields.update(run_fields or {})
     return RunConfig(**fields)
+
+
+def responses_as_prompts(prompts, ppo_mini_batch, responses_per_step, train_batch, n: int):
+    """(prompts per step, prompts per optimizer step) from a batch stated in responses; one-line
+    errors where a count of responses is no whole number of groups or contradicts ``--prompts``."""
+    responses_per_step = _count(responses_per_step, "--responses-per-step")
+    train_batch = _count(train_batch, "--train-batch")
+    if responses_per_step is not None:
+        if responses_per_step % n:
+            raise PolytraceError(f"--responses-per-step {responses_per_step} is no whole number of groups of "
+                                 f"--n {n} responses")
+        if prompts is not None and int(prompts) * n != responses_per_step:
+            raise PolytraceError(f"--prompts {prompts} x --n {n} = {int(prompts) * n} responses, not "
+                                 f"--responses-per-step {responses_per_step}; give one of them")
+        prompts = responses_per_step // n
+    if train_batch is not None:
+        if train_batch % n:
+            raise PolytraceError(f"--train-batch {train_batch} is no whole number of groups of --n {n} responses")
+        if ppo_mini_batch is not None and int(ppo_mini_batch) * n != train_batch:
+            raise PolytraceError(f"--ppo-mini-batch {ppo_mini_batch} x --n {n} is not --train-batch {train_batch}; "
+                                 f"give one of them")
+        ppo_mini_batch = train_batch // n
+    return prompts, ppo_mini_batch
 
 
 def with_group_size(prof, n: int):
@@ -337,7 +373,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
     source = ("estimated: roofline at assumed efficiencies (polytrace/compose/efficiency.py)"
               + (f", measured kernel timings for {', '.join(measured)} ({timings.origin})" if measured else "")
               + (", calibrated scalars applied" if calibration else ""))
-    return {"profile": prof.name, "config": cfg.to_dict(), "model": cfg.model.to_dict(),
+    out = {"profile": prof.name, "config": cfg.to_dict(), "model": cfg.model.to_dict(),
             "gpu": {"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
             "seed": seed, "source": source, "rows": rows, "summary": summary,
             "providers": {f: pricer.provider(f) for f in MEASURED},
@@ -346,3 +382,8 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
                        "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
                                  "gradients and Adam moments, activations, KV cache)"},
             "warnings": warnings}
+    if hasattr(prof, "stated"):  # lengths stated by their mean and cap (profiles/stated.py)
+        from ..profiles.stated import describe
+
+        out["lengths"] = {**prof.summary(), "line": describe(prof)}
+    return out

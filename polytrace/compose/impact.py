@@ -20,6 +20,7 @@ from ..errors import PolytraceError
 from ..hardware import get_gpu
 from ..wording import counted
 from .estimate import estimate
+from .pricing import MEASURED
 from .timings import KernelTimings, paired
 from .workloads import DEFAULT_STEPS, default_workload
 
@@ -62,7 +63,13 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
                                  f"pass --gpu with the closest preset") from None
     prof, model, n_gpus = default_workload(profile, model, gpus)
     pb, pc = paired(base, cand)
-    kw = dict(steps=steps, seed=seed)
+    # The question is what our kernels' timings do to the step: where a family's default provider
+    # is a baseline (log-prob: eager torch, what a stock run uses) and both sides measured ours,
+    # the step is priced with ours, as a run using our kernels
+    providers = {fam: "ours" for fam, spec in MEASURED.items()
+                 if spec.default_provider not in ("ours", "torch")
+                 and all("ours" in t.providers(spec.results_family, spec.kernels) for t in (pb, pc))}
+    kw = dict(steps=steps, seed=seed, providers=providers or None)
     eb = estimate(prof, model, slug, n_gpus, results=pb, **kw)
     ec = estimate(prof, model, slug, n_gpus, results=pc, **kw)
     sb, sc = eb["summary"], ec["summary"]
@@ -104,6 +111,7 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
             "baseline": {"files": base.files, "step_s": base_step, "stages_s": sb["mean_stages_s"]},
             "candidate": {"files": cand.files, "step_s": sc["mean_step_s"], "stages_s": sc["mean_stages_s"]},
             "stages": stages, "kernels": kernels, "benchmarks": benchmarks,
+            "providers": providers,
             "source": "estimated: the same sampled steps priced with each side's kernel timings "
                       "(polytrace/compose/impact.py)"}
 

@@ -11,7 +11,8 @@ Trainer (actor; the critic alike under PPO), with ``P`` parameters:
   prefetched one, ``2 x 2 x layer params``.
 - Megatron (TP x PP, distributed optimizer as verl sets it): bf16 weights ``2 P / (tp pp)``,
   fp32 main gradients ``4 P / (tp pp)``, fp32 master and moments ``12 P / gpus`` (sharded over
-  data parallelism too).
+  data parallelism too). With expert parallelism the routed experts' weights and gradients
+  split over EP x PP instead of TP x PP (expert tensor parallelism 1).
 - The reference model's bf16 weights, sharded like the trainer's (``2 P / gpus`` under FSDP,
   nothing with ``ref_offload``).
 
@@ -24,8 +25,9 @@ Activations of one micro-batch of ``T`` tokens (the ``--micro-batch-tokens`` bud
   layer's full set during its recomputation; without it every layer's full set stays;
 - the logits: bf16 logits and their fp32 log-softmax, ``6 V`` bytes per token (the largest single
   term for 150k-vocabulary models at long sequences);
-- Megatron divides all of it by TP (sequence parallelism); 1F1B keeps PP micro-batches of
-  layers/PP layers in flight on the first stage, the same total as no pipeline.
+- Megatron divides all of it by TP (sequence parallelism) and CP (each GPU holds 1/cp of a
+  sequence); 1F1B keeps PP micro-batches of layers/PP layers in flight on the first stage, the
+  same total as no pipeline.
 
 Rollout (vLLM, ``gpu_memory_utilization = mem_fraction`` of each GPU): the bf16 weights divided
 by the rollout TP, ``engine_reserve_bytes`` for activations and CUDA graphs, and the KV cache
@@ -95,19 +97,23 @@ def activation_bytes_per_token(model: ModelSpec, *, layers: float, checkpointing
 
 
 def trainer_state_bytes(model: ModelSpec, n_gpus: int, strategy: str, tp: int, pp: int,
-                        lora_rank: int = 0) -> dict:
+                        lora_rank: int = 0, ep: int = 1) -> dict:
     """Per-GPU bytes of one trained model: bf16 weights, fp32 master weights, Adam moments,
     gradients. Under LoRA (``lora_rank`` > 0) the base weights stay (sharded fp32, as verl loads
-    the actor) but only the adapters have gradients and moments."""
+    the actor) but only the adapters have gradients and moments. Megatron with expert
+    parallelism: the routed experts split over EP x PP, the rest over TP x PP
+    (``parallel.shard_params``); context parallelism replicates the weights like DP."""
+    from .parallel import shard_params
     from .training import lora_params
 
     p = float(model.params_total)
     trained = lora_params(model, lora_rank) if lora_rank > 0 else p
     master = p + (trained if lora_rank > 0 else 0.0)  # frozen base + the adapters' own fp32 copy
     if strategy == "megatron":
-        shards = tp * pp
-        return {"weights_bf16": 2 * p / shards, "master_fp32": 4 * master / n_gpus,
-                "adam_moments": 8 * trained / n_gpus, "gradients": 4 * trained / shards}
+        held = shard_params(model, tp, pp, ep)
+        held_trained = held if lora_rank <= 0 else trained / (tp * pp)
+        return {"weights_bf16": 2 * held, "master_fp32": 4 * master / n_gpus,
+                "adam_moments": 8 * trained / n_gpus, "gradients": 4 * held_trained}
     return {"weights_bf16": FSDP_GATHERED_LAYERS * 2 * layer_params(model), "master_fp32": 4 * master / n_gpus,
             "adam_moments": 8 * trained / n_gpus, "gradients": 4 * trained / n_gpus}
 
@@ -170,6 +176,7 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
     model, n = cfg.model, cfg.n_gpus
     mega = cfg.strategy == "megatron"
     tp, pp = (cfg.train_tp, cfg.train_pp) if mega else (1, 1)
+    ep, cp = (getattr(cfg, "train_ep", 1), getattr(cfg, "train_cp", 1)) if mega else (1, 1)
     state: dict[str, float] = {}
     models = [("actor", model, True)]
     if cfg.use_critic:
@@ -180,12 +187,12 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
     if seq_lens is not None and len(seq_lens):
         # contiguous chunks over the data-parallel ranks, as training.py splits them
         lens = np.asarray(seq_lens, dtype=np.int64)
-        dp = max(1, n // (tp * pp))
+        dp = max(1, n // (tp * pp * cp))
         bounds = np.linspace(0, len(lens), dp + 1).round().astype(int)
         rank_tokens = max(int(lens[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:]))
     for role, m, head in models:
         lora = cfg.lora_rank if role == "actor" else 0
-        for k, v in trainer_state_bytes(m, n, cfg.strategy, tp, pp, lora).items():
+        for k, v in trainer_state_bytes(m, n, cfg.strategy, tp, pp, lora, ep if m.experts else 1).items():
             state[f"{role}_{k}"] = v
         seqs, budget = cfg.micro_batch_seqs, cfg.micro_batch_tokens
         stage = "update_actor" if role == "actor" else "update_critic"
@@ -194,13 +201,16 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
         t = _micro_batch_tokens(cfg, seqs, budget, longest_seq, rank_tokens)
         per_tok = activation_bytes_per_token(m, layers=m.layers, checkpointing=cfg.gradient_checkpointing,
                                              lm_head=head)
-        if mega:
-            per_tok /= tp
+        if mega:  # sequence parallelism splits a micro-batch's activations over TP, context parallelism over CP
+            per_tok /= tp * cp
         if t * per_tok > act:
             act, tokens = t * per_tok, t
     if cfg.use_ref and not cfg.ref_offload and not cfg.lora_rank:
         # (under LoRA the reference is the actor with its adapters switched off: no second copy)
-        state["ref_weights_bf16"] = 2.0 * (cfg.ref_model or model).params_total / (tp * pp if mega else n)
+        from .parallel import shard_params
+
+        ref = cfg.ref_model or model  # a teacher of its own, else the actor's initial weights
+        state["ref_weights_bf16"] = 2.0 * (shard_params(ref, tp, pp, ep) if mega else ref.params_total / n)
     # kept through the rollout: master weights, moments, bf16 weights where persistent, reference;
     # less what verl's actor offload parks in CPU memory meanwhile
     offloaded = (("actor_master_fp32", "actor_weights_bf16") if cfg.param_offload else ()) + \

@@ -110,7 +110,8 @@ class _Sides:
         kw = dict(config_kw)
         rollout_tp = kw.pop("rollout_tp", None)
         mem = float(kw.get("mem_fraction", 0.5))
-        self.trainer = build_config(prof, model, gpu, train_gpus, rollout_tp=1, **kw)
+        self.trainer = build_config(prof, model, gpu, train_gpus, rollout_tp=1,
+                                    **{k: v for k, v in kw.items() if k != "rollout_ep"})
         self.trainer.colocated = False
         need = max(longest, self.trainer.max_prompt_len + self.trainer.max_response_len)
         m, g = self.trainer.model, self.trainer.gpu
@@ -124,7 +125,8 @@ class _Sides:
             raise PolytraceError(f"--rollout-tp {rollout_tp} does not divide {rollout_gpus} rollout GPUs "
                                  f"({what}): every inference engine needs whole GPUs")
         tp = rollout_tp or default_rollout_tp(m, g, rollout_gpus, mem, need_tokens=need)
-        roll_kw = {k: v for k, v in kw.items() if k not in ("strategy", "train_tp", "train_pp")}
+        roll_kw = {k: v for k, v in kw.items()
+                   if k not in ("strategy", "train_tp", "train_pp", "train_ep", "train_cp", "train_vpp")}
         self.rollout = build_config(prof, model, gpu, rollout_gpus, rollout_tp=tp, **roll_kw)
         self.rollout.colocated = False
         check_micro_batches(self.trainer, longest)
@@ -180,7 +182,7 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
     if mode == "one-step-off" or staleness == 0:
         roll = simulate_rollout(rc.model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
                                 mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs, eff=DEFAULT,
-                                eager=rc.eager, pricer=pricer)
+                                eager=rc.eager, pricer=pricer, ep=rc.rollout_ep)
         gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
         gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
         scale = gen / roll.time_s if roll.time_s > 0 else 1.0
@@ -277,7 +279,7 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
         staleness, partial, chunks = 1.0, False, 1
     prof = get_profile(profile)
     base = build_config(prof, model, gpu, gpus, rollout_tp=1,
-                        **{k: v for k, v in config_kw.items() if k != "rollout_tp"})
+                        **{k: v for k, v in config_kw.items() if k not in ("rollout_tp", "rollout_ep")})
     prof = with_group_size(prof, base.n)
     timings, explicit = load_timings(base.gpu.slug, results, results_root)
     pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)

@@ -15,11 +15,24 @@ Every stage is a sum of parts, one per kernel family (``FAMILIES``):
 Five families are measured by the suites (``MEASURED``); each takes its time from the chosen
 provider's measured timings on the GPU (``timings.py``), interpolated over the problem size,
 where they cover the work, else from the roofline at its efficiency (``efficiency.py``). Every
-price comes with its ``source``: the result file(s) and provider, or ``roofline``. ``speedups``
-divide a family's time by a factor (what-ifs and the Amdahl table).
+price comes with its ``source``: the result file(s) and provider, ``roofline`` (with why, where
+timings exist but do not apply), or the file with ``extrapolated xF`` where the work lies more
+than ``EXTRAPOLATION_LIMIT`` times outside the measured sizes (F: how far). ``speedups`` divide a
+family's time by a factor (what-ifs and the Amdahl table).
+
+Tensor parallelism (rollout TP, Megatron TP with or without sequence parallelism): a shard of a
+linear layer holds 1/tp of its weights and does 1/tp of its FLOPs on the same tokens, so it is
+priced as the whole layer measured at the same batch, divided by tp (a decode GEMM is
+weight-read bound: the shard reads 1/tp of the bytes). Attention, decode attention and the
+logits are priced at their per-GPU shapes (heads / tp, vocabulary / tp). Pipeline stages hold
+layers / pp layers: the launch count carries it.
+
+Log-prob is priced with the provider the run used: ``torch-eager`` by default (a stock verl run
+writes the logits, then log-softmax and entropy in eager PyTorch, as the roofline prices it);
+``--provider logprob=ours`` (or another measured provider) where the run used fused kernels.
 
 The problem sizes are computed here with the same formulas the suites record (the kernels'
-``spec.py``; ``tests/test_compose_pricing.py`` checks they agree), so a query lands on the same
+``spec.py``; ``tests/test_compose_timings.py`` checks they agree), so a query lands on the same
 axis as the measurements.
 """
 
@@ -53,7 +66,8 @@ MEASURED = {
     "gemm": MeasuredFamily("gemm", ("linear",), "torch"),  # a baseline: torch / cuBLAS, no kernel of ours
     "attention": MeasuredFamily("attention", ("varlen_attention",), "ours"),
     "decode": MeasuredFamily("attention", ("decode_attention",), "ours"),
-    "logprob": MeasuredFamily("logprob", ("token_logprobs", "linear_token_logprobs"), "ours"),
+    # a stock verl run: logits, then log-softmax and entropy in eager torch
+    "logprob": MeasuredFamily("logprob", ("token_logprobs", "linear_token_logprobs"), "torch-eager"),
     "packing": MeasuredFamily("packing", ("pack", "unpack", "plan_microbatches"), "ours"),
 }
 
@@ -162,6 +176,22 @@ def check_speedups(speedups: dict, flag: str = "--speedup") -> dict[str, float]:
     return out
 
 
+# Past this factor outside the measured sizes a timing is labelled extrapolated (with the factor):
+# within 2x the rate of the nearest size holds on any curve the suites record (they step by 4x).
+EXTRAPOLATION_LIMIT = 2.0
+
+
+def extrapolation_factor(curve: Curve, sizes) -> float:
+    """How far ``sizes`` (a number or an array; zeros ignored) lie outside ``curve``'s measured
+    sizes: 1 inside, else the largest ratio to the nearest end."""
+    s = np.asarray(sizes, dtype=np.float64)
+    s = s[s > 0]
+    if s.size == 0:
+        return 1.0
+    lo, hi = float(curve.sizes[0]), float(curve.sizes[-1])
+    return float(max(1.0, lo / float(s.min()), float(s.max()) / hi))
+
+
 def _roofline(why: str = "") -> str:
     """The source of a price at the roofline, with why where measurements exist but do not apply."""
     return f"{ROOFLINE} ({why})" if why else ROOFLINE
@@ -216,10 +246,14 @@ class Pricer:
             self.used.add(curve.key)
         return curve
 
-    def _source(self, family: str, curves, what: str = "") -> str:
+    def _source(self, family: str, curves, what: str = "", queries=()) -> str:
+        """``files: provider (what)``; ``queries`` ((curve, sizes) pairs): where any lies more than
+        ``EXTRAPOLATION_LIMIT`` x outside its curve's measured sizes, ``(extrapolated xF)``."""
         files = sorted({f for c in curves for f in c.files})
         detail = f" ({what})" if what else ""
-        return f"{', '.join(files)}: {self.chosen[family]}{detail}"
+        far = max((extrapolation_factor(c, x) for c, x in queries), default=1.0)
+        extra = f" (extrapolated x{far:.3g} outside the measured sizes)" if far > EXTRAPOLATION_LIMIT else ""
+        return f"{', '.join(files)}: {self.chosen[family]}{detail}{extra}"
 
     # ------------------------------------------------------------------------------- GEMM
     def _gemm_curves(self, model: ModelSpec, layers: list[str], modes: tuple[str, ...]):
@@ -264,20 +298,22 @@ class Pricer:
             return roofline_s * scale, _roofline(why)
         rate = self.gpu.ceiling("bf16") * self.eff.gemm
         bwd_share = 1.0 if weight_grads else 0.5
-        total, measured, unmeasured = 0.0, [], []
+        total, measured, unmeasured, queries = 0.0, [], [], []
         for lin in lins:
-            f = 2.0 * tokens * lin.token_share * lin.n * lin.k / tp
+            # the whole layer at these tokens; a tensor-parallel shard does 1/tp of it
+            f = 2.0 * tokens * lin.token_share * lin.n * lin.k
             cf, cb = curves[(lin.layer, "fwd")], curves.get((lin.layer, "bwd"))
             if cf is None or (backward and cb is None):
                 unmeasured.append(lin.layer)  # this layer at the roofline, the others measured
                 t = f * (fwd_passes + (bwd_share * 2.0 if backward else 0.0)) / rate
             else:
                 measured += [cf] + ([cb] if backward else [])
+                queries += [(cf, f)] + ([(cb, 2.0 * f)] if backward else [])
                 t = cf.seconds(f) * fwd_passes + (bwd_share * cb.seconds(2.0 * f) if backward else 0.0)
-            total += t * lin.per_layer
+            total += t / tp * lin.per_layer
         if not measured:
             return roofline_s * scale, _roofline("no layer of this model measured in this mode")
-        src = self._source("gemm", measured)
+        src = self._source("gemm", measured, queries=queries)
         if unmeasured:
             src += f" + roofline ({', '.join(sorted(set(unmeasured)))})"
         return total * launches * scale, src
@@ -285,10 +321,12 @@ class Pricer:
     def decode_gemm(self, model: ModelSpec, active: np.ndarray, tp: int, roofline_s: np.ndarray
                     ) -> tuple[np.ndarray, str]:
         """One decode iteration's linear layers and LM head at ``active`` running sequences
-        (arrays over iterations): measured where the GEMM suite timed batches at least that large
-        for every layer (never extrapolated below: small batches stream weights, which a rate
-        measured on large batches does not describe), else the roofline (weights read at
-        ``decode_hbm``)."""
+        (arrays over iterations), per GPU of a ``tp``-way engine: each layer's time measured at
+        that batch, divided by tp (a shard reads 1/tp of the weights and does 1/tp of the FLOPs on
+        the same batch). Measured only where the GEMM suite timed every layer at a batch at least
+        that small (a smaller batch is never priced from a larger one's rate: decode GEMMs stream
+        weights, and their time does not shrink with the batch), else the roofline (weights read
+        at ``decode_hbm``)."""
         scale = self.scale("gemm")
         lins = [(lin, float(model.layers)) for lin in linear_layers(model)]
         lins.append((Linear("lm_head", model.vocab, model.hidden), 1.0))
@@ -301,20 +339,21 @@ class Pricer:
         active = np.asarray(active, dtype=np.float64)
         total = np.zeros_like(active)
         covered = np.ones(active.shape, dtype=bool)
+        queries = []
         for lin, repeat in lins:
             curve = curves[(lin.layer, "fwd")]
             whole = 2.0 * active * lin.token_share * lin.n * lin.k
-            # covered: the suite timed this layer at a batch this small (it times unsharded
-            # layers); a tensor-parallel shard is then priced at its share of the FLOPs
             covered &= whole >= curve.covers_from() * (1 - 1e-12)
-            total += curve.seconds(whole / tp) * lin.per_layer * repeat
+            queries.append((curve, whole))
+            total += curve.seconds(whole) / tp * lin.per_layer * repeat
         out = np.where(covered, total, roofline_s) * scale
+        used = [(c, np.asarray(x)[covered]) for c, x in queries]
         if covered.all():
-            return out, self._source("gemm", list(curves.values()))
+            return out, self._source("gemm", list(curves.values()), queries=used)
         if not covered.any():
             return out, _roofline("decode batches below the GEMM suite's smallest shapes")
-        return out, (self._source("gemm", list(curves.values()), f"{covered.mean():.0%} of decode iterations")
-                     + " + roofline (smaller batches)")
+        return out, (self._source("gemm", list(curves.values()), f"{covered.mean():.0%} of decode iterations",
+                                  queries=used) + " + roofline (smaller batches)")
 
     # ------------------------------------------------------------------------------- attention
     def attention(self, model: ModelSpec, sum_sq_len: float, launches: float, *, tp: int = 1, fwd_passes: int = 1,
@@ -328,7 +367,8 @@ class Pricer:
             return roofline_s * scale, self._missing("attention", "fwd" if cf is None else "bwd")
         f = varlen_attention_flops(sum_sq_len, max(model.heads / tp, 1.0), model.head_dim)
         t = cf.seconds(f) * fwd_passes + (cb.seconds(2.5 * f) if backward else 0.0)
-        return t * launches * scale, self._source("attention", [cf] + ([cb] if cb else []))
+        queries = [(cf, f)] + ([(cb, 2.5 * f)] if cb else [])
+        return t * launches * scale, self._source("attention", [cf] + ([cb] if cb else []), queries=queries)
 
     def _missing(self, family: str, mode: str) -> str:
         if family in self.explicit or self.timings.providers(MEASURED[family].results_family, MEASURED[family].kernels):
@@ -344,7 +384,7 @@ class Pricer:
             return roofline_s * scale, self._missing("decode", "decode")
         nbytes = decode_attention_bytes(np.asarray(active, dtype=np.float64), np.asarray(kv_tokens, dtype=np.float64),
                                         max(model.heads / tp, 1.0), max(model.kv_heads / tp, 1.0), model.head_dim)
-        return model.layers * curve.seconds(nbytes) * scale, self._source("decode", [curve])
+        return model.layers * curve.seconds(nbytes) * scale, self._source("decode", [curve], queries=[(curve, nbytes)])
 
     # ------------------------------------------------------------------------------- log-prob
     def fused_logprob(self, backward: bool) -> bool:
@@ -368,12 +408,15 @@ class Pricer:
         vocab = model.vocab / tp
         logits = self._curve("logprob", "token_logprobs", mode)
         if logits is not None:
-            t = logits.seconds(logits_bytes(tokens, vocab, mode)) * n_micro
-            return t * scale, self._source("logprob", [logits], "token_logprobs")
+            size = logits_bytes(tokens, vocab, mode)
+            t = logits.seconds(size) * n_micro
+            return t * scale, self._source("logprob", [logits], "token_logprobs", queries=[(logits, size)])
         fused = self._curve("logprob", "linear_token_logprobs", mode)
         if fused is not None:
-            t = fused.seconds(fused_logprob_flops(tokens, vocab, model.hidden, mode)) * n_micro
-            return t * scale, self._source("logprob", [fused], "linear_token_logprobs, LM head included")
+            size = fused_logprob_flops(tokens, vocab, model.hidden, mode)
+            t = fused.seconds(size) * n_micro
+            return t * scale, self._source("logprob", [fused], "linear_token_logprobs, LM head included",
+                                           queries=[(fused, size)])
         return roofline_s * scale, self._missing("logprob", mode)
 
     def lm_head(self, model: ModelSpec, tokens: float, n_micro: float, *, tp: int = 1, fwd_passes: int = 1,
@@ -386,11 +429,12 @@ class Pricer:
             return roofline_s * scale, _roofline(why)
         if any(c is None for c in curves.values()):
             return roofline_s * scale, _roofline("no LM-head GEMM timing")
-        f = 2.0 * tokens * model.vocab * model.hidden / tp
+        f = 2.0 * tokens * model.vocab * model.hidden  # the whole head; a vocabulary shard does 1/tp
         cf = curves[("lm_head", "fwd")]
         bwd_share = 1.0 if weight_grads else 0.5
         t = cf.seconds(f) * fwd_passes + (bwd_share * curves[("lm_head", "bwd")].seconds(2.0 * f) if backward else 0.0)
-        return t * n_micro * scale, self._source("gemm", list(curves.values()), "LM head")
+        queries = [(cf, f)] + ([(curves[("lm_head", "bwd")], 2.0 * f)] if backward else [])
+        return t / tp * n_micro * scale, self._source("gemm", list(curves.values()), "LM head", queries=queries)
 
     # ------------------------------------------------------------------------------- packing
     def packing(self, *, tokens: float, seqs: float, max_len: float, n_micro: float, outputs: int,
@@ -410,7 +454,8 @@ class Pricer:
             roof = total / (self.gpu.ceiling("hbm") * self.eff.elementwise_hbm)
             return roof * n_micro * scale, self._missing("packing", "pack" if cp is None else "unpack")
         t = sum(cp.seconds(b) * k for b, k in packs) + sum(cu.seconds(b) * k for b, k in unpacks)
-        return t * n_micro * scale, self._source("packing", [cp, cu], "pack, unpack")
+        queries = [(cp, b) for b, _ in packs] + [(cu, b) for b, _ in unpacks]
+        return t * n_micro * scale, self._source("packing", [cp, cu], "pack, unpack", queries=queries)
 
     def planning(self, sequences: float) -> tuple[float, str]:
         """Host seconds of planning one pass's micro-batches over the ranks (``plan_microbatches``
@@ -419,8 +464,9 @@ class Pricer:
         curve = self._curve("packing", "plan_microbatches", "plan")
         if curve is None or curve.axis != "sequences":
             return self.eff.plan_s_per_sequence * sequences * scale, ROOFLINE
-        return curve.seconds(sequences) * scale, self._source("packing", [curve], "plan_microbatches")
+        return curve.seconds(sequences) * scale, self._source("packing", [curve], "plan_microbatches",
+                                                             queries=[(curve, sequences)])
 
 
-__all__ = ["FAMILIES", "MEASURED", "NOT_KERNELS", "ROOFLINE", "Linear", "MeasuredFamily", "Pricer",
-           "check_speedups", "linear_layers", "parse_assignments"]
+__all__ = ["EXTRAPOLATION_LIMIT", "FAMILIES", "MEASURED", "NOT_KERNELS", "ROOFLINE", "Linear", "MeasuredFamily", "Pricer",
+           "check_speedups", "extrapolation_factor", "linear_layers", "parse_assignments"]

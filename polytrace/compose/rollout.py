@@ -9,8 +9,9 @@ responses set the time (the "long tail"). Prefill is charged at GEMM speed.
 
 An iteration's device time is split into kernel families (``pricing.py``): ``gemm`` (the linear
 layers and LM head: weights streamed, or their FLOPs when the batch is large) and ``decode``
-(attention over the KV cache); at the roofline their sum is the iteration's larger of compute
-and memory time, with measured timings each is its kernels' time. ``comm`` and ``host`` are the
+(attention over the KV cache), each at the roofline the larger of its own compute and memory
+time (they are separate kernels, run one after the other), with measured timings its kernels'
+time. ``comm`` and ``host`` are the
 tensor-parallel all-reduces and the host's launches and scheduling; ``prefill`` the prompts.
 """
 
@@ -108,7 +109,7 @@ def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency
                             eager: bool = False) -> float:
     """The part of a decode iteration that does not depend on the running batch: reading the
     weights once, kernel launches (or a graph replay) and collective latencies."""
-    weights = model.weight_bytes() / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
+    weights = float(decode_weight_bytes(model, 1.0)) / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
     launch = model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
     latency = model.layers * 2 * 8e-6 if tp > 1 else 0.0
     return float(weights + launch + latency)
@@ -134,47 +135,66 @@ def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
 
 
 def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
-                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None
+                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None, ep: int = 1
                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Seconds per decode iteration by kernel family (``gemm``, ``decode``, ``comm``, ``host``)
-    and where each came from. At the roofline the device time is the larger of compute and memory
-    time; the linear layers' share is the larger of theirs, attention takes the rest."""
+    and where each came from. At the roofline the linear layers take the larger of their FLOPs
+    and weight reads (``decode_weight_bytes``), attention the larger of its FLOPs and KV reads."""
     pricer = pricer or Pricer(gpu, eff)
     active = np.asarray(active, dtype=np.float64)
     ctx = np.asarray(ctx, dtype=np.float64)
     mm_flops = model.matmul_flops_per_token() * active
-    flops = mm_flops + model.attn_flops_per_pair * ctx
-    if model.experts:
-        # a batch touches more experts than one token does, up to all of them
-        touched = np.minimum(model.experts, model.active_experts * np.maximum(active, 1.0))
-        frac = touched / model.experts
-        moe_bytes = model.layers * model.mlp_params_per_layer(False) * 2.0 * frac
-        dense_bytes = model.weight_bytes() - model.layers * model.mlp_params_per_layer(False) * 2.0
-        weight_bytes = dense_bytes + moe_bytes
-    else:
-        weight_bytes = model.weight_bytes()
-    bytes_ = weight_bytes + model.kv_bytes_per_token() * ctx
+    attn_flops = model.attn_flops_per_pair * ctx
+    weight_bytes = decode_weight_bytes(model, active)
+    kv_bytes = model.kv_bytes_per_token() * ctx
     compute_rate = tp * gpu.ceiling("bf16") * eff.gemm
     memory_rate = tp * gpu.ceiling("hbm") * eff.decode_hbm
-    device = np.maximum(flops / compute_rate, bytes_ / memory_rate)
+    # the linear layers and attention are separate kernels run one after the other: each is
+    # bound by its own larger of compute and memory time (the linear layers cross over at a
+    # batch of ~peak FLOP/s over bandwidth tokens, ~160 on an H200; attention stays memory-bound)
     linear = np.maximum(mm_flops / compute_rate, weight_bytes / memory_rate)
+    attention = np.maximum(attn_flops / compute_rate, kv_bytes / memory_rate)
     gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
-    attn, attn_src = pricer.decode(model, active, ctx, tp, device - linear)
+    attn, attn_src = pricer.decode(model, active, ctx, tp, attention)
     parts = {"gemm": gemm, "decode": attn,
-             "comm": iteration_comm_seconds(model, gpu, tp, active, eff) * pricer.scale("comm"),
+             "comm": iteration_comm_seconds(model, gpu, tp, active, eff, ep) * pricer.scale("comm"),
              "host": iteration_host_seconds(model, active, eff, eager) * pricer.scale("host")}
     return parts, {"gemm": gemm_src, "decode": attn_src, "comm": "roofline", "host": "roofline"}
 
 
+def decode_weight_bytes(model: ModelSpec, active) -> np.ndarray:
+    """Weight bytes one decode iteration reads (all GPUs of the engine together) with ``active``
+    running sequences: every linear layer and the LM head; of a MoE layer the experts the batch
+    touches (up to all); of the embedding table only the ``active`` rows looked up (a gather, not
+    a read of the table)."""
+    active = np.asarray(active, dtype=np.float64)
+    body = model.weight_bytes() - 2.0 * model.embedding_params * (0 if model.tied_embeddings else 1)
+    if model.experts:
+        # the experts a batch touches: each token picks k of E, so an expert stays idle with
+        # probability (1 - k/E)^active (uniform routing): 77% of 128 experts at 23 tokens of top-8,
+        # where counting k x active (capped at E) would read them all
+        share = model.active_experts / model.experts
+        touched = model.experts * (1.0 - (1.0 - share) ** np.maximum(active, 1.0))
+        moe = model.layers * model.mlp_params_per_layer(False) * 2.0
+        body = body - moe + moe * touched / model.experts
+    return body + 2.0 * model.hidden * active
+
+
 def iteration_comm_seconds(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray,
-                           eff: Efficiency = DEFAULT) -> np.ndarray:
+                           eff: Efficiency = DEFAULT, ep: int = 1) -> np.ndarray:
     """Tensor parallelism: two all-reduces of the running batch's hidden states per layer
-    (bf16, ring: 2 (tp-1)/tp of the message over the link) plus ~8 us latency each."""
+    (bf16, ring: 2 (tp-1)/tp of the message over the link) plus ~8 us latency each. With vLLM's
+    expert parallelism (``ep``) a MoE layer's second all-reduce is a dispatch and a combine
+    all-to-all instead (``parallel.rollout_all_to_all_seconds``)."""
+    from .parallel import rollout_all_to_all_seconds
+
     active = np.asarray(active, dtype=np.float64)
     if tp <= 1:
         return np.zeros_like(active)
     msg = 2.0 * model.hidden * active * 2.0 * (tp - 1) / tp
-    return model.layers * 2 * (msg / (gpu.link_gbps(tp) * 1e9 * eff.comm) + 8e-6)
+    reduces = 1 if ep > 1 and model.experts else 2
+    return (model.layers * reduces * (msg / (gpu.link_gbps(tp) * 1e9 * eff.comm) + 8e-6)
+            + rollout_all_to_all_seconds(model, gpu, tp, ep, active, eff))
 
 
 def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
@@ -187,7 +207,7 @@ def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
 def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
                     response_lens: np.ndarray, *, mem_fraction: float = 0.5, max_num_seqs: int = 1024,
                     eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None,
-                    slots: int | None = None) -> EngineResult:
+                    slots: int | None = None, ep: int = 1) -> EngineResult:
     """One engine's continuous batching over its sequences. ``slots``: how many run at once when
     known (sequences already running, ``streaming.py``), else the KV cache's room for sequences
     of the mean length, at most ``max_num_seqs``."""
@@ -212,7 +232,7 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     t = np.arange(horizon, dtype=np.float64)
     ctx = np.cumsum(d_base)[:horizon] + t * active
     pricer = pricer or Pricer(gpu, eff)
-    parts, sources = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer)
+    parts, sources = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer, ep)
     per_iter = sum(parts.values())
     decode = float(per_iter.sum())
     done_at = np.cumsum(per_iter)  # seconds of decode when iteration t is over
@@ -227,7 +247,7 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
 
 def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
                      mem_fraction: float = 0.5, max_num_seqs: int = 1024, eff: Efficiency = DEFAULT,
-                     eager: bool = False, pricer: Pricer | None = None) -> RolloutResult:
+                     eager: bool = False, pricer: Pricer | None = None, ep: int = 1) -> RolloutResult:
     """The rollout of one step: the batch is split in contiguous slices over ``n_gpus // tp``
     engines, as verl does."""
     p = np.asarray(prompt_lens, dtype=np.int64)
@@ -236,7 +256,7 @@ def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, 
     bounds = np.linspace(0, len(r), engines_n + 1).round().astype(int)
     pricer = pricer or Pricer(gpu, eff)
     results = [simulate_engine(model, gpu, tp, p[a:b], r[a:b], mem_fraction=mem_fraction,
-                               max_num_seqs=max_num_seqs, eff=eff, eager=eager, pricer=pricer)
+                               max_num_seqs=max_num_seqs, eff=eff, eager=eager, pricer=pricer, ep=ep)
                for a, b in zip(bounds[:-1], bounds[1:])]
     slowest = max(results, key=lambda e: e.time_s)
     imbalance = sum(slowest.time_s - e.time_s for e in results) * tp

@@ -81,9 +81,16 @@ class RunConfig:
     # GPU or None, token budget per GPU or None); verl sets log-prob, ref and critic ones apart
     stage_micro_batches: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Megatron's expert, context and virtual-pipeline parallelism and vLLM's expert parallelism
+    # (``parallel.py``: checked by ``parallel.check_layout``, priced in training.py and rollout.py)
+    train_ep: int = 1
+    train_cp: int = 1
+    train_vpp: int = 1
+    rollout_ep: int = 1
 
     def __post_init__(self):
-        for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp"):
+        for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp",
+                     "train_ep", "train_cp", "train_vpp", "rollout_ep"):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise PolytraceError(f"{name} must be a positive integer, got {v!r}")
@@ -123,7 +130,9 @@ class RunConfig:
             pad_to=self.max_prompt_len + self.max_response_len,
             gradient_checkpointing=self.gradient_checkpointing, mini_batches=self.mini_batches,
             balance=self.balance_batch,
-            lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0)
+            lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0,
+            **({"ep": self.train_ep, "cp": self.train_cp, "vpp": self.train_vpp} if self.strategy == "megatron"
+               else {}))
 
     def to_dict(self) -> dict:
         return {
@@ -142,6 +151,8 @@ class RunConfig:
             "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
             "lora_rank": self.lora_rank, "mini_batches": self.mini_batches, "balance_batch": self.balance_batch,
             "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
+            "train_ep": self.train_ep, "train_cp": self.train_cp, "train_vpp": self.train_vpp,
+            "rollout_ep": self.rollout_ep,
         }
 
 
@@ -214,7 +225,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     if rollout:
         roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
                                 mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
-                                eager=cfg.eager, pricer=pricer)
+                                eager=cfg.eager, pricer=pricer, ep=cfg.rollout_ep)
     else:
         roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
     critic = cfg.critic_model or cfg.model

@@ -10,7 +10,10 @@ every optimizer step the slowest rank sets the time and the others' wait is repo
 imbalance. Without padding removal every sequence of a micro-batch costs as much as the
 configured maximum length (verl pads prompts and responses to the configured maxima). FSDP adds
 a parameter all-gather per micro-batch pass and a gradient reduce-scatter; Megatron adds
-tensor-parallel all-reduces and the pipeline bubble.
+tensor-parallel all-reduces, the pipeline bubble (interleaved over virtual stages), and with
+expert or context parallelism the MoE all-to-alls, the busiest expert rank and the context ring
+(``parallel.py``). A tensor-parallel shard of a linear layer is priced as the whole layer at the
+same tokens over tp (``pricing.py``); context parallelism gives each GPU 1/cp of the tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import numpy as np
 from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
+from .parallel import all_to_all_seconds, expert_flops_share, pipeline_bubble, ring_kv_seconds, shard_params
 from .pricing import Pricer
 
 
@@ -39,10 +43,18 @@ class TrainerLayout:
     mini_batches: int = 1  # optimizer steps per update pass, each waiting for the slowest rank
     balance: bool = True  # verl's trainer.balance_batch: equal-count, token-balanced ranks (``rank_indices``)
     lora_rank: int = 0  # LoRA adapters of this rank train; the base weights stay frozen
+    ep: int = 1  # Megatron expert parallelism (``parallel.py``)
+    cp: int = 1  # Megatron context parallelism: each sequence split over cp GPUs
+    vpp: int = 1  # Megatron virtual pipeline (interleaved 1F1B) chunks per stage
 
     @property
     def dp(self) -> int:
-        return max(1, self.n_gpus // max(1, self.tp * self.pp))
+        return max(1, self.n_gpus // max(1, self.tp * self.pp * self.cp))
+
+    @property
+    def model_shards(self) -> int:
+        """GPUs one data-parallel rank's sequences are computed on (TP x PP x CP)."""
+        return self.tp * self.pp * self.cp
 
 
 @dataclass
@@ -168,7 +180,7 @@ def pass_cost(model: ModelSpec, gpu: GPU, seq_lens, layout: TrainerLayout, *, ba
     total = PassCost(0.0, 0.0, 0.0, 0.0, 0, 0.0)
     kernels: dict[str, float] = {}
     sources = dict(costs.sources) if bool((costs.tokens > 0).any()) else {}
-    model_shards = layout.tp * layout.pp
+    model_shards = layout.model_shards
     micro = costs.micro_batches.reshape(groups, n_ranks) if n_ranks else np.zeros((groups, 0), dtype=np.int64)
     flops = costs.flops.reshape(groups, n_ranks) if n_ranks else np.zeros((groups, 0))
     for j in range(groups):
@@ -239,7 +251,8 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
     attn_mult = 1.0 if not backward else fwd_passes + 2.5
     rate = gpu.ceiling("bf16") * eff.gemm
     attn_rate = gpu.ceiling("bf16") * eff.attention
-    model_shards = layout.tp * layout.pp
+    model_shards = layout.model_shards
+    cp = layout.cp  # each GPU of a context-parallel group computes 1/cp of a micro-batch's tokens
     layers = model.layers / layout.pp
     weight_bytes = model.weight_bytes()
     head_flops = 2.0 * model.lm_head_params if lm_head else 0.0  # per token
@@ -264,20 +277,24 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
         per_mb = tokens / safe_micro
         launches = n_micro * layers
         fam["gemm"], src["gemm"] = pricer.gemm(
-            model, per_mb, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward, weight_grads=not lora,
-            roofline_s=body_flops * tokens * mult / (rate * model_shards))
-        if lora:  # rank-r matmuls: far below any measured GEMM shape, at the roofline
+            model, per_mb / cp, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward,
+            weight_grads=not lora, roofline_s=body_flops * tokens * mult / (rate * model_shards))
+        if layout.ep > 1:  # the busiest expert-parallel rank's experts set the time
+            fam["gemm"] = fam["gemm"] * (1.0 + expert_flops_share(model) * (eff.moe_load_imbalance - 1.0))
+        if lora:  # rank-r matmuls: far below any measured GEMM shape, at the roofline (and labelled so)
             fam["gemm"] = fam["gemm"] + adapter_flops * tokens / (rate * model_shards) * pricer.scale("gemm")
+            if not src["gemm"].startswith("roofline"):
+                src["gemm"] += " + roofline (LoRA adapters)"
         fam["attention"], src["attention"] = pricer.attention(
-            model, squares / safe_micro, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward,
+            model, squares / safe_micro / cp, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward,
             roofline_s=model.attn_flops_per_pair * pairs * attn_mult / (attn_rate * model_shards))
         if lm_head:  # log-softmax and entropy over the vocabulary: memory-bound passes over the logits
             logit_bytes = tokens * model.vocab * eff.logit_bytes_per_element * (3.0 if backward else 1.0)
             fam["logprob"], src["logprob"] = pricer.logprob(
-                model, per_mb, n_micro, tp=layout.tp, backward=backward,
-                roofline_s=logit_bytes / (gpu.ceiling("hbm") * eff.elementwise_hbm * layout.tp))
+                model, per_mb / cp, n_micro, tp=layout.tp, backward=backward,
+                roofline_s=logit_bytes / (gpu.ceiling("hbm") * eff.elementwise_hbm * layout.tp * cp))
             if not fused:
-                head, head_src = pricer.lm_head(model, per_mb, n_micro, tp=layout.tp, fwd_passes=fwd_passes,
+                head, head_src = pricer.lm_head(model, per_mb / cp, n_micro, tp=layout.tp, fwd_passes=fwd_passes,
                                                 backward=backward, weight_grads=not lora,
                                                 roofline_s=head_flops * tokens * mult / (rate * model_shards))
                 fam["gemm"] = fam["gemm"] + head
@@ -305,15 +322,22 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
     comm = zero
     if layout.strategy == "megatron":
         if layout.tp > 1:
-            act = 2.0 * model.hidden * tokens * 2 * (layout.tp - 1) / layout.tp
+            act = 2.0 * model.hidden * tokens / cp * 2 * (layout.tp - 1) / layout.tp
             comm = comm + layers * act * (3 if backward else 1) / (gpu.link_gbps(layout.tp) * 1e9 * eff.comm)
+        passes = fwd_passes + (2 if backward else 0)
+        comm = comm + all_to_all_seconds(model, gpu, tokens / (layout.tp * cp), layout.ep, layout.ep, passes,
+                                         eff) / layout.pp
+        if cp > 1:  # the ring's KV exchange, exposed where the attention blocks do not cover it
+            ring = ring_kv_seconds(model, gpu, tokens / cp, cp, layout.tp, backward, eff) / layout.pp
+            comm = comm + np.maximum(0.0, ring - fam.get("attention", 0.0))
         if layout.pp > 1:
-            bubble = np.where(n_micro > 0, (n_micro + layout.pp - 1) / np.maximum(n_micro, 1), 1.0)  # pipeline bubble
+            bubble = pipeline_bubble(n_micro, layout.pp, layout.vpp)
             fam = {k: v * bubble for k, v in fam.items()}
-        dp = layout.dp
+        dp = layout.dp * cp  # gradients are reduced over the data- and context-parallel ranks
         if backward and dp > 1:
-            grads = 2 * (lora_params(model, layout.lora_rank) * 2 if lora else weight_bytes) / model_shards
-            comm = comm + grads * (dp - 1) / dp / (gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm)
+            shard = (lora_params(model, layout.lora_rank) * 2 * 2 / (layout.tp * layout.pp) if lora
+                     else 2.0 * shard_params(model, layout.tp, layout.pp, layout.ep))
+            comm = comm + shard * (dp - 1) / dp / (gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm)
     return _RankCosts(fam, src, comm * pricer.scale("comm"), n_micro, flops, tokens)
 
 

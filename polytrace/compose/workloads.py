@@ -1,6 +1,7 @@
 """The workload an estimate runs on when the user does not say: each built-in profile's model and
 GPU count, the default GPU and sampled steps. ``polytrace report``, ``impact`` and the gate's
-step-time line share them, so they speak of the same step."""
+step-time line share them, so they speak of the same step. ``--lengths`` (lengths stated by their
+mean and cap) takes its shape here: ``stated_lengths_profile``."""
 
 from __future__ import annotations
 
@@ -26,5 +27,48 @@ def default_workload(profile=None, model=None, gpus=None):
     from ..profiles import DEFAULT_PROFILE, get_profile
 
     prof = get_profile(profile if profile is not None else DEFAULT_PROFILE)
-    d_model, d_gpus = PROFILE_DEFAULTS.get(prof.name, FALLBACK_DEFAULTS)
+    # a profile of stated lengths runs where its shape was recorded
+    d_model, d_gpus = PROFILE_DEFAULTS.get(getattr(prof.base, "name", prof.name) if hasattr(prof, "base") else prof.name,
+                                           FALLBACK_DEFAULTS)
     return prof, model or d_model, int(gpus or d_gpus)
+
+
+# The built-in single-turn shape for a task, by words in the model's name (code models write
+# programs, the rest is taken for math reasoning, the common RLVR task).
+TASK_SHAPES = (("coder", "deepcoder-14b"), ("code", "deepcoder-14b"), ("-vl-", "video-vl-7b"))
+DEFAULT_SHAPE = "dapo-math-32b"
+
+
+def nearest_shape(model=None) -> str:
+    """The built-in shape for ``model``'s task (``--lengths`` without ``shape=``): the profile
+    recorded on that model where one was (single-turn), else by the words of its name
+    (``TASK_SHAPES``), else math reasoning (dapo-math-32b)."""
+    from ..profiles import get_profile
+
+    name = str(getattr(model, "name", model or "")).lower()
+    for prof, (recorded, _) in PROFILE_DEFAULTS.items():
+        # Model B's profiles name a stand-in model, not the one they were recorded on
+        if recorded == name and not prof.startswith("model-b") and get_profile(prof).kind == "single":
+            return prof
+    return next((shape for word, shape in TASK_SHAPES if word in name), DEFAULT_SHAPE)
+
+
+def stated_lengths_profile(lengths, profile=None, model=None, max_response_len=None):
+    """The profile of ``--lengths`` (a ``StatedLengths`` or its text): the shape named there,
+    else ``profile`` when given, else the nearest built-in for ``model``'s task, rescaled to the
+    stated mean, cap (default ``max_response_len``, else the shape's) and mean prompt."""
+    from ..errors import PolytraceError
+    from ..profiles import get_profile
+    from ..profiles.stated import StatedLengths, parse_lengths, rescale
+
+    stated = lengths if isinstance(lengths, StatedLengths) else parse_lengths(lengths)
+    shape = stated.shape or profile or nearest_shape(model)
+    cap = stated.max
+    if cap is not None and max_response_len is not None and int(max_response_len) != cap:
+        raise PolytraceError(f"--lengths max={cap} and --max-response-len {max_response_len} disagree; state the cap "
+                             f"once")
+    try:
+        base = get_profile(shape)
+    except PolytraceError as exc:
+        raise PolytraceError(f"--lengths shape={shape}: {exc}") from None
+    return rescale(base, stated.mean, cap if cap is not None else max_response_len, stated.prompt)

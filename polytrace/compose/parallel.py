@@ -1,0 +1,149 @@
+"""Expert, context and virtual-pipeline parallelism: checks and prices.
+
+The layouts large MoE and long-context runs state (Megatron's ``expert_model_parallel_size``,
+``context_parallel_size``, ``virtual_pipeline_model_parallel_size``; vLLM's expert parallelism):
+
+- **Expert parallelism (trainer, ``train_ep``)**: each MoE layer's experts are split over
+  ``ep`` GPUs (expert tensor parallelism 1, as NeMo RL's and verl's Megatron MoE recipes set it).
+  Every routed token's hidden state goes to its top-k experts and back: per MoE layer and pass
+  an all-to-all dispatch and combine, ``tokens x k x hidden x 2 bytes x (ep - 1) / ep`` each way
+  per GPU (its sequence-parallel share of the tokens), over the links the EP group spans: ``ep``
+  consecutive GPUs (Megatron-core folds the MoE layers' own expert-tensor x expert x data
+  parallel grid over the ranks apart from attention's TP x CP x DP; with expert TP 1 an EP group
+  of 8 is one node), at ``all_to_all`` efficiency, not hidden (Megatron's default dispatcher runs
+  them between the attention and the experts). The experts of the
+  busiest GPU get ``moe_load_imbalance`` times the mean tokens: its expert matmuls set the time.
+- **Context parallelism (``train_cp``)**: each sequence is split over ``cp`` GPUs (load-balanced
+  causal chunks), so each GPU computes 1/cp of its tokens and causal pairs; the ring exchanges
+  K and V chunks (``(cp - 1) / cp`` of the sequence's KV per layer per GPU, forward; K, V and
+  their gradients backward), overlapped with the attention blocks it feeds: what the attention
+  time does not cover is exposed.
+- **Virtual pipeline (``train_vpp``)**: interleaved 1F1B over ``vpp`` model chunks per stage cuts
+  the pipeline bubble from ``(pp - 1) / m`` to ``(pp - 1) / (vpp m)`` of the ``m`` micro-batches.
+- **Rollout expert parallelism (``rollout_ep``)**: vLLM's expert parallelism spans an engine's
+  tensor-parallel GPUs: the MoE layers' all-reduce becomes a dispatch and a combine all-to-all
+  of the running tokens per decode iteration.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import PolytraceError
+from ..hardware import GPU
+from ..models import ModelSpec
+from .efficiency import DEFAULT, Efficiency
+
+BF16 = 2.0
+
+
+def check_layout(model: ModelSpec, gpus: int, strategy: str, train_tp: int, train_pp: int, rollout_tp: int,
+                 train_ep: int | None = 1, train_cp: int | None = 1, train_vpp: int | None = 1,
+                 rollout_ep: int | None = 1) -> dict:
+    """The ``RunConfig`` fields of the layout, or a one-line error naming the flag: EP must divide
+    the experts and the GPUs of a pipeline stage, CP the GPUs left by TP and PP; all three are
+    Megatron's (verl's FSDP trainer has none of them)."""
+    train_ep, train_cp, train_vpp, rollout_ep = (int(x or 1) for x in (train_ep, train_cp, train_vpp, rollout_ep))
+    for flag, v in (("--train-ep", train_ep), ("--train-cp", train_cp), ("--train-vpp", train_vpp),
+                    ("--rollout-ep", rollout_ep)):
+        if v < 1:
+            raise PolytraceError(f"{flag} must be a positive integer, got {v}")
+        if v > 1 and flag.startswith("--train") and strategy != "megatron":
+            raise PolytraceError(f"{flag} {v} is Megatron's parallelism: add --strategy megatron (verl's FSDP "
+                                 f"trainer has no {flag[8:].upper()})")
+    for flag, ep in (("--train-ep", train_ep), ("--rollout-ep", rollout_ep)):
+        if ep > 1 and not model.experts:
+            raise PolytraceError(f"{flag} {ep}: {model.name} is a dense model, it has no experts to split")
+        if ep > 1 and model.experts % ep:
+            raise PolytraceError(f"{flag} {ep} does not divide {model.name}'s {model.experts} experts")
+    if strategy == "megatron":
+        stage_gpus = gpus // train_pp
+        if train_ep > 1 and stage_gpus % train_ep:
+            raise PolytraceError(f"--train-ep {train_ep} does not divide the {stage_gpus} GPUs of a pipeline stage "
+                                 f"(--gpus {gpus} / --train-pp {train_pp})")
+        if gpus % (train_tp * train_pp * train_cp):
+            raise PolytraceError(f"--train-tp {train_tp} x --train-cp {train_cp} x --train-pp {train_pp} does not "
+                                 f"divide --gpus {gpus}")
+        if train_vpp > 1 and train_pp == 1:
+            raise PolytraceError(f"--train-vpp {train_vpp} interleaves pipeline stages: it needs --train-pp above 1")
+        if train_vpp > 1 and model.layers % (train_pp * train_vpp):
+            raise PolytraceError(f"--train-pp {train_pp} x --train-vpp {train_vpp} does not divide {model.name}'s "
+                                 f"{model.layers} layers")
+    if rollout_ep > 1 and rollout_ep != rollout_tp:
+        raise PolytraceError(f"--rollout-ep {rollout_ep}: vLLM's expert parallelism spans an engine's tensor-parallel "
+                             f"GPUs; pass --rollout-ep equal to the rollout TP ({rollout_tp}) or 1")
+    return {"train_ep": train_ep, "train_cp": train_cp, "train_vpp": train_vpp, "rollout_ep": rollout_ep}
+
+
+def expert_params(model: ModelSpec) -> float:
+    """Parameters of the routed experts (all MoE layers)."""
+    if not model.experts:
+        return 0.0
+    return float(model.layers * model.experts * 3 * model.hidden * model.moe_intermediate)
+
+
+def shard_params(model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:
+    """Parameters one Megatron GPU holds: the dense part over TP x PP, the routed experts over
+    EP x PP (expert tensor parallelism 1) where EP is on, else over TP x PP like the rest."""
+    experts = expert_params(model) if ep > 1 else 0.0
+    return (float(model.params_total) - experts) / (tp * pp) + experts / (ep * pp)
+
+
+def moe_layers(model: ModelSpec) -> int:
+    return model.layers if model.experts else 0
+
+
+def expert_flops_share(model: ModelSpec) -> float:
+    """The routed experts' share of a token's decoder-layer matmul FLOPs (what EP moves)."""
+    if not model.experts:
+        return 0.0
+    routed = model.layers * 2.0 * 3 * model.hidden * model.moe_intermediate * model.active_experts
+    return routed / model.matmul_flops_per_token(lm_head=False)
+
+
+def all_to_all_seconds(model: ModelSpec, gpu: GPU, tokens_per_gpu, ep: int, span: int, passes: float,
+                       eff: Efficiency = DEFAULT):
+    """Dispatch and combine of ``tokens_per_gpu`` tokens' hidden states to their top-k experts
+    over ``ep`` GPUs, per MoE layer, ``passes`` times (forward 1; a recomputed forward and the
+    backward's two add 2 more), plus a latency per all-to-all."""
+    tokens = np.asarray(tokens_per_gpu, dtype=np.float64)
+    if ep <= 1 or not model.experts:
+        return np.zeros_like(tokens)
+    volume = tokens * model.active_experts * model.hidden * BF16 * (ep - 1) / ep
+    per_layer = 2.0 * (volume / (gpu.link_gbps(span) * 1e9 * eff.all_to_all) + eff.all_to_all_latency_s)
+    return moe_layers(model) * per_layer * passes
+
+
+def ring_kv_seconds(model: ModelSpec, gpu: GPU, tokens_per_gpu, cp: int, tp: int, backward: bool,
+                    eff: Efficiency = DEFAULT):
+    """Context parallelism's ring: a GPU receives the K and V of the other ``cp - 1`` chunks of
+    its sequences per layer (its own ``tokens_per_gpu`` times ``cp - 1``), bf16, KV heads split
+    over tp; the backward sends K, V and their gradients (2x)."""
+    tokens = np.asarray(tokens_per_gpu, dtype=np.float64)
+    if cp <= 1:
+        return np.zeros_like(tokens)
+    kv = 2.0 * max(model.kv_heads / tp, 1.0) * model.head_dim * BF16
+    per_layer = tokens * (cp - 1) * kv
+    return model.layers * per_layer * (1.0 + (2.0 if backward else 0.0)) / (gpu.link_gbps(cp * tp) * 1e9 * eff.comm)
+
+
+def pipeline_bubble(n_micro, pp: int, vpp: int = 1):
+    """Time over the micro-batches' own time of 1F1B (interleaved over ``vpp`` chunks): the
+    first stage waits ``(pp - 1) / vpp`` micro-batch times to fill and drain."""
+    n_micro = np.asarray(n_micro, dtype=np.float64)
+    if pp <= 1:
+        return np.ones_like(n_micro)
+    return np.where(n_micro > 0, (n_micro + (pp - 1) / max(1, vpp)) / np.maximum(n_micro, 1), 1.0)
+
+
+def rollout_all_to_all_seconds(model: ModelSpec, gpu: GPU, tp: int, ep: int, active, eff: Efficiency = DEFAULT):
+    """Decode with vLLM's expert parallelism over an engine's ``tp`` GPUs: per MoE layer a
+    dispatch and a combine of the running tokens' hidden states (top-k copies), per iteration."""
+    active = np.asarray(active, dtype=np.float64)
+    if ep <= 1 or not model.experts:
+        return np.zeros_like(active)
+    return all_to_all_seconds(model, gpu, active / tp, ep, tp, 1.0, eff)
+
+
+__all__ = ["all_to_all_seconds", "check_layout", "expert_flops_share", "expert_params", "pipeline_bubble",
+           "ring_kv_seconds", "rollout_all_to_all_seconds", "shard_params"]

@@ -1,0 +1,129 @@
+"""Published reference runs of another RL framework, as its documentation states them, and the
+zero-shot estimate of each (``tests/test_compose_published_runs.py``, docs/step-model.md).
+
+Source: NeMo RL's "Performance" page (``docs/about/performance-summary.md``,
+https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md), GRPO on
+OpenMathInstruct-2, DGX-H100, BF16 training and generation, Megatron-core training backend. The
+page's tables give per run: on- or one-step-off-policy, maximum sequence length, average generated
+sequence length, GPUs, G-GBS (responses generated per step), T-GBS (responses per optimizer
+step), the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the total step time
+(training, generation, log-probs and refit). Each configuration (model, mode, GPUs) is taken at
+its latest published time: the "NeMo RL v0.6" table (read 2026-12-01 at the repository's commit
+7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for the MoE runs, the
+"Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the dense Llama-3.1-8B
+and Qwen3-32B runs v0.6 no longer lists. Left out: DeepSeek-V3 (multi-head latent attention and
+dense first layers are not in ``polytrace/data/models.json``), Nemotron-3-Nano (hybrid Mamba), the
+8-step-off run (no such mode here) and the GB200 tables (no GB200 preset).
+
+Settings the tables do not state come from the performance recipes they link
+(``examples/configs/recipes/llm/performance/``, same repository, read 2026-12-01) and the base
+config ``examples/configs/grpo_math_1B.yaml``: 32 generations per prompt; sequence packing with
+``train_micro_batch_size`` 1 (a micro-batch of at most ``max_total_sequence_length`` tokens);
+activation checkpointing on for Llama-3.1-8B and Qwen3-235B, off for the others; vLLM
+``gpu_memory_utilization`` 0.6 colocated; a reference model (KL penalty 0.01); one-step-off
+runs on half the GPUs each for generation and training, the engines at 0.8 of the memory
+(``async-grpo-*`` recipes: e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). Assumed: the
+"average sequence length" counts the prompt, taken as 150 tokens (OpenMathInstruct-2 problems in
+the CoT prompt template), and the response cap is the maximum sequence less the longest prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PAGE = "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md"
+TABLES = {"v0.4": f"{PAGE} (Nemo RL v0.4 table, DGX-H100; commit 06beed91, read 2026-12-01)",
+          "v0.6": f"{PAGE} (NeMo RL v0.6 H100 BF16 table; commit 7ea279ab, read 2026-12-01)"}
+SOURCE = PAGE
+PROMPT_MEAN = 150  # assumed (module docstring)
+GENERATIONS_PER_PROMPT = 32  # the performance recipes' num_generations_per_prompt
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    name: str
+    model: str
+    mode: str  # "sync" (on-policy, colocated) or "one-step-off"
+    gpus: int
+    max_seq: int
+    avg_seq: int  # "G-Average Seq len"
+    responses_per_step: int  # G-GBS
+    train_batch: int  # T-GBS, responses per optimizer step
+    rollout_tp: int
+    train_tp: int
+    train_cp: int
+    train_ep: int
+    train_pp: int
+    checkpointing: bool
+    step_s: float  # "Total Step time(s)"
+    table: str = "v0.6"  # TABLES key
+
+    def estimate_kw(self, max_prompt: int) -> tuple[dict, str]:
+        """The keywords of ``polytrace.compose.modes.mode_estimate`` for this run, and its
+        ``--lengths``, for prompts of at most ``max_prompt`` tokens: a sequence is at most
+        ``max_seq`` tokens (vLLM's ``max_model_len``), so the response cap is what the longest
+        prompt leaves."""
+        cap = self.max_seq - max_prompt
+        response_mean = self.avg_seq - PROMPT_MEAN
+        kw = dict(mode=self.mode, n=GENERATIONS_PER_PROMPT, responses_per_step=self.responses_per_step,
+                  train_batch=self.train_batch, rollout_tp=self.rollout_tp, strategy="megatron",
+                  train_tp=self.train_tp, train_pp=self.train_pp, train_cp=self.train_cp, train_ep=self.train_ep,
+                  micro_batch_tokens=self.max_seq, max_prompt_len=max_prompt, max_response_len=cap,
+                  mem_fraction=0.6, gradient_checkpointing=self.checkpointing)
+        if self.mode == "one-step-off":  # the async recipes: engines of their own at 0.8 of the memory
+            kw.update(rollout_gpus=self.gpus // 2, mem_fraction=0.8)
+        return kw, f"mean={response_mean},max={cap},prompt={PROMPT_MEAN}"
+
+
+RUNS = (
+    PublishedRun("llama3.1-8b on-policy", "llama-3.1-8b", "sync", 16, 4096, 1060, 2048, 512, 1, 1, 1, 1, 2, True,
+                 97.7, "v0.4"),
+    PublishedRun("llama3.1-8b 1-step-off", "llama-3.1-8b", "one-step-off", 16, 4096, 1129, 2048, 512, 1, 1, 1, 1, 2,
+                 True, 74.6, "v0.4"),
+    PublishedRun("qwen3-32b on-policy", "qwen3-32b", "sync", 32, 4096, 3206, 2048, 512, 4, 4, 1, 1, 4, False, 393.0,
+                 "v0.4"),
+    PublishedRun("qwen3-32b 1-step-off", "qwen3-32b", "one-step-off", 64, 4096, 3207, 2048, 512, 4, 4, 1, 1, 4, False,
+                 215.0, "v0.4"),
+    PublishedRun("qwen3-30b-a3b on-policy", "qwen3-30b-a3b", "sync", 32, 4096, 3203, 2048, 512, 2, 1, 1, 8, 1, False,
+                 192.0),
+    PublishedRun("qwen3-30b-a3b 1-step-off", "qwen3-30b-a3b", "one-step-off", 32, 4096, 3201, 2048, 512, 2, 1, 1, 8,
+                 2, False, 152.0),
+    PublishedRun("qwen3-235b on-policy 128", "qwen3-235b-a22b", "sync", 128, 8192, 5698, 512, 512, 16, 2, 2, 16, 8,
+                 True, 395.0),
+    PublishedRun("qwen3-235b on-policy 256", "qwen3-235b-a22b", "sync", 256, 8192, 5713, 512, 512, 16, 2, 2, 16, 8,
+                 True, 312.0),
+    PublishedRun("qwen3-235b 1-step-off", "qwen3-235b-a22b", "one-step-off", 256, 8192, 5721, 512, 512, 8, 4, 1, 16,
+                 8, True, 231.0),
+)
+
+
+def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
+    """The zero-shot estimate of ``run`` (no calibration, no measured timings: the shared priors
+    of ``polytrace.compose.efficiency`` through the estimate's defaults)."""
+    from polytrace.compose.modes import mode_estimate
+    from polytrace.compose.workloads import stated_lengths_profile
+
+    # the longest prompt of the shape's prompts rescaled to PROMPT_MEAN sets the response cap
+    max_prompt = stated_lengths_profile(f"mean=1,prompt={PROMPT_MEAN}", model=run.model).config.max_prompt_len
+    kw, lengths = run.estimate_kw(max_prompt)
+    prof = stated_lengths_profile(lengths, model=run.model)
+    return mode_estimate(prof, run.model, "h100", run.gpus, steps=steps, results_root="/nonexistent", **kw)
+
+
+def markdown_table(steps=range(2)) -> str:
+    """The docs/step-model.md table of the runs and their zero-shot estimates."""
+    lines = ["| run | GPUs | responses / step / optimizer step | avg / max sequence | layout | published s | "
+             "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in RUNS:
+        est = estimate_run(r, steps)["summary"]["mean_step_s"]
+        layout = f"gen TP{r.rollout_tp}; train TP{r.train_tp} CP{r.train_cp} EP{r.train_ep} PP{r.train_pp}"
+        lines.append(f"| {r.name} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | {r.avg_seq} / {r.max_seq} "
+                     f"| {layout} | {r.step_s:g} | {est:.0f} | {est / r.step_s:.2f} | {100 * (est / r.step_s - 1):+.0f}% |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # PYTHONPATH=.:tests python tests/published_runs.py (after the priors change)
+    import warnings
+
+    warnings.simplefilter("ignore")
+    print(markdown_table())
