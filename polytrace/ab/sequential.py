@@ -44,7 +44,7 @@ RULE = ("group-sequential, Bonferroni over the planned looks: each look judged a
 class Plan:
     looks: list[int]  # cumulative pairs at each planned look
     alpha: float  # the run's false-alarm rate
-    alpha_per_look: float  # alpha / len(looks) (or smaller)
+    alpha_per_look: float  # alpha / len(looks)
     max_pairs: int
     budget_s: float | None = None
     rule: str = RULE
@@ -77,7 +77,9 @@ def plan_looks(alpha: float, max_pairs: int = DEFAULT_MAX_PAIRS, budget_s: float
     if not looks:
         raise PolytraceError(f"--max-pairs {max_pairs}: the first look needs {first} pairs (the signed-rank test "
                              f"at alpha / {k} = {alpha / k:.3g}); use at least {first}")
-    return Plan(looks=looks, alpha=alpha, alpha_per_look=alpha / k, max_pairs=max_pairs, budget_s=budget_s)
+    # K >= len(looks), and the first look reaches alpha / K, so it reaches alpha / len(looks) too:
+    # the split is over the looks actually planned
+    return Plan(looks=looks, alpha=alpha, alpha_per_look=alpha / len(looks), max_pairs=max_pairs, budget_s=budget_s)
 
 
 class Sequencer:
