@@ -25,14 +25,15 @@ Intervals (Hodges-Lehmann, the companions of the rank tests the gate and ``ab`` 
 When even the most extreme cut is too likely (too few rounds) the interval is unbounded and the
 verdict cannot be "unchanged".
 
-Rounds to decide (a normal-theory power computation on the observed spread, per side for the gate,
-pairs for ``ab``): to detect a change of ``threshold`` at ``alpha`` with ``POWER`` (80%), ``n =
-(z_{1-alpha/2} + z_power)^2 * S^2 / (ARE * t^2)``, where ``S^2`` is the variance of one round's
-(pair's) contribution (gate: ``s_base^2 + s_cand^2``; ``ab``: ``s_pair^2``), each ``s`` the MAD-based
-robust spread of the logs, and ``ARE = 3 / pi`` the rank tests' efficiency against the t-test on
-normal data. To decide the observed change ``d`` the same formula runs with ``t - |d|`` (to bound it
-within the threshold) or ``|d|`` (to show it significant) in place of ``t``; the answer is at least
-the exact test's minimum and at most ``MAX_ADVICE``.
+Rounds to decide (a power computation on the observed spread, per side for the gate, pairs for
+``ab``): to detect a change of ``threshold`` at ``alpha`` with ``POWER`` (80%), ``n = (q_{1-alpha/2}
++ q_power)^2 * S^2 / (ARE * t^2)``, where ``S^2`` is the variance of one round's (pair's)
+contribution (gate: ``s_base^2 + s_cand^2``; ``ab``: ``s_pair^2``), each ``s`` the MAD-based robust
+spread of the logs, ``ARE = 3 / pi`` the rank tests' efficiency against the t-test on normal data,
+and ``q`` Student t's quantiles at the answer's degrees of freedom (n - 1 pairs, 2n - 2 rounds), as
+sample sizes for t-tests are planned. To decide the observed change ``d`` the same formula runs
+with ``t - |d|`` (to bound it within the threshold) or ``|d|`` (to show it significant) in place of
+``t``; the answer is at least the exact test's minimum and at most ``MAX_ADVICE``.
 """
 
 from __future__ import annotations
@@ -174,12 +175,27 @@ def robust_spread(logs: np.ndarray) -> float:
     return mad if mad > 0 else float(np.std(x, ddof=1))
 
 
-def _needed(variance: float, effect: float, alpha: float) -> float:
+def _needed(variance: float, effect: float, alpha: float, samples: int) -> float:
+    """n from the normal formula with Student-t quantiles at the answer's own degrees of freedom
+    (fixed-point iteration): at 10 pairs the exact test's interval is the range of the ratios,
+    ~1.4x wider than the normal quantile says (t_{0.999, 9} = 4.30 against z = 3.09)."""
     if variance <= 0:
         return 0.0
     if effect <= 0:
         return math.inf
-    return (_z(1.0 - alpha / 2.0) + _z(POWER)) ** 2 * variance / (ARE * effect ** 2)
+    from scipy.stats import t as student
+
+    base = variance / (ARE * effect ** 2)
+    n = (_z(1.0 - alpha / 2.0) + _z(POWER)) ** 2 * base
+    for _ in range(50):
+        if n > MAX_ADVICE:
+            return n
+        df = max(1.0, samples * (math.ceil(n) - 1))
+        new = (float(student.ppf(1.0 - alpha / 2.0, df)) + float(student.ppf(POWER, df))) ** 2 * base
+        if abs(new - n) < 0.5:
+            return new
+        n = new
+    return n
 
 
 def _advice(n: float, minimum: int) -> int:
@@ -187,15 +203,16 @@ def _advice(n: float, minimum: int) -> int:
 
 
 def sample_size(variance: float, log_change: float, threshold: float, alpha: float,
-                minimum: int) -> tuple[int, int]:
+                minimum: int, samples: int = 1) -> tuple[int, int]:
     """(to detect, to decide): rounds per side (pairs) to detect a change of ``threshold`` with
     ``POWER`` at ``alpha``, and to decide the observed ``log_change`` (bound it within the threshold,
     or show it significant beyond it); see the module docstring. ``variance``: one round's (pair's)
-    contribution to the variance of the change."""
+    contribution to the variance of the change; ``samples``: 2 for two independent samples (the
+    gate: 2n - 2 degrees of freedom), 1 for pairs (n - 1)."""
     t = math.log1p(threshold)
-    detect = _needed(variance, t, alpha)
+    detect = _needed(variance, t, alpha, samples)
     d = abs(log_change)
-    decide = _needed(variance, d, alpha) if d > t else _needed(variance, t - d, alpha)
+    decide = _needed(variance, d, alpha, samples) if d > t else _needed(variance, t - d, alpha, samples)
     return _advice(detect, minimum), _advice(decide, minimum)
 
 
