@@ -16,8 +16,8 @@ The rule, a group-sequential design with a Bonferroni split of ``alpha`` over pl
   ``--max-pairs``, or when its share of ``--budget-s`` is spent, it stays inconclusive and says how
   many pairs would decide it;
 - ``--budget-s``: every case gets its first look; a further look is taken only when its estimated
-  time (the case's seconds per pair so far times the pairs to add) fits the case's share of the
-  budget left: (budget left) / (cases left, this one included);
+  time (the case's seconds so far, setup and output checks included, per pair, times the pairs
+  to add) fits the case's share of the budget left: (budget left) / (cases left, this one included);
 - aggregates are judged once, at the end, at ``alpha / K`` as well.
 
 At ``alpha`` 0.002 and the default 256 pairs: looks at 13, 26, 52, 104, 208 and 256 pairs, each
