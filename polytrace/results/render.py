@@ -28,9 +28,10 @@ def format_p(x: float | None, alpha: float | None = None) -> str:
 
 
 def format_interval(lo: float | None, hi: float | None) -> str:
-    """A change's interval as signed percentages; an unbounded end is "?"."""
+    """A change's interval as signed percentages; an unbounded end is "?" (both: "unbounded", too
+    few rounds for the test's own interval)."""
     if lo is None and hi is None:
-        return "-"
+        return "unbounded"
     return ("?" if lo is None else f"{lo:+.1%}") + ".." + ("?" if hi is None else f"{hi:+.1%}")
 
 
