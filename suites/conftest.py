@@ -69,6 +69,22 @@ def _budget_s() -> float | None:
 def pytest_configure(config):
     config.addinivalue_line("markers", "polytrace_cost(x): a case's rough relative run time on this device, "
                             "read by `polytrace bench` to balance its shards (suites/registry.py)")
+    from . import harness
+
+    harness.MIN_ROUNDS = _min_rounds_option(config)
+
+
+def _min_rounds_option(config) -> int | None:
+    """pytest-benchmark's --benchmark-min-rounds when the user gave it (on the command line or in
+    PYTEST_ADDOPTS, or any value but its default 5): honoured as a floor under the suites' rounds."""
+    try:
+        value = config.getoption("benchmark_min_rounds")
+    except ValueError:  # pytest-benchmark not loaded
+        return None
+    given = [str(a) for a in config.invocation_params.args] + os.environ.get("PYTEST_ADDOPTS", "").split()
+    if value is not None and (value != 5 or any(a.split("=")[0] == "--benchmark-min-rounds" for a in given)):
+        return int(value)
+    return None
 
 
 def pytest_sessionstart(session):

@@ -122,25 +122,33 @@ class Case:
         return self.provider_kind or _PROVIDER_KINDS.get(self.provider, "")
 
 
+# pytest's --benchmark-min-rounds=N when given (suites/conftest.py sets it at configure time): a
+# floor under every case's rounds. The suites time through benchmark.pedantic, which takes its
+# rounds from the caller and would otherwise ignore the option silently.
+MIN_ROUNDS: int | None = None
+
+
 def rounds_for(expected_s: float | None = None, *, host: bool = False) -> tuple[int, int]:
     """(rounds, warmup_rounds). On CPU, where the interpreter is slow and only the code path is
     exercised, 2 rounds; host work (planner) 3. On a GPU 30 rounds (10 for work over 50 ms; host
     work 8): enough for the gate's U test to reach p < 0.002 (7 each at least). POLYTRACE_BENCH_ROUNDS
-    overrides the number of rounds."""
+    overrides the number of rounds; pytest's --benchmark-min-rounds=N raises it to at least N."""
     env = os.environ.get("POLYTRACE_BENCH_ROUNDS", "").strip()
     if env:
         try:
             value = int(env)
         except ValueError:
             raise ValueError(f"POLYTRACE_BENCH_ROUNDS must be a whole number of rounds, got {env!r}") from None
-        return max(1, value), 1
-    if not on_gpu():
-        return (3 if host else 2), 0
-    if host:
-        return 8, 1
-    if expected_s is not None and expected_s > 0.05:
-        return 10, 2
-    return 30, 3
+        rounds, warmup = max(1, value), 1
+    elif not on_gpu():
+        rounds, warmup = (3 if host else 2), 0
+    elif host:
+        rounds, warmup = 8, 1
+    elif expected_s is not None and expected_s > 0.05:
+        rounds, warmup = 10, 2
+    else:
+        rounds, warmup = 30, 3
+    return max(rounds, MIN_ROUNDS or 0), warmup
 
 
 def refuse_underpowered(case: Case, rounds: int, alpha: float = GATE_ALPHA) -> None:
@@ -187,7 +195,7 @@ def time_rounds(benchmark, timer: timing.Timer, case: Case, *, rounds: int | Non
     """The timed rounds through pytest-benchmark (its raw rounds become device seconds)."""
     check_timer(benchmark)
     r, w = rounds_for(timer.plan.estimate_s, host=host)
-    rounds = rounds or r
+    rounds = max(rounds or r, MIN_ROUNDS or 0)
     refuse_underpowered(case, rounds)
     benchmark.pedantic(timer.round, rounds=rounds, iterations=1, warmup_rounds=w if warmup_rounds is None
                        else warmup_rounds)

@@ -8,8 +8,10 @@ step), not in the runbook's pass over every ``gpu``-marked test.
 The plant: CAND's ``pack`` launches its kernel a second time on the first 1/25 of the sequences
 (idempotent: same output), i.e. ~4% more memory traffic plus one launch inside the CUDA graph,
 about 5% of a ~60 us pack of a 16k-token micro-batch at hidden 4096. Both runs use
-``--threshold 3%`` (a 5% slowdown against the default 5% threshold would sit on the line) and the
-default alpha 0.002 with 30 pairs per case.
+``--threshold 3%`` (a 5% slowdown against the default 5% threshold would sit on the line), the
+default alpha 0.002 and ``--until-decided`` (looks at 13 .. 256 pairs, alpha split over them): a
+regression must be found (exit 1); an A/A run must end unchanged or inconclusive (exit 0 or 3),
+never a regression.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def repo(tmp_path_factory):
 
 
 def _ab(capsys, repo, *args) -> dict:
-    code = main(["ab", "--repo", str(repo), *args, *SELECT, "--json"])
+    code = main(["ab", "--repo", str(repo), *args, *SELECT, "--until-decided", "--json"])
     out, err = capsys.readouterr()
     report = json.loads(out) if out.strip() else {}
     report["_code"] = code
@@ -75,6 +77,6 @@ def test_ten_a_a_runs_raise_no_false_alarm(capsys, repo):
     verdicts = []
     for i in range(AA_RUNS):
         report = _ab(capsys, repo, "base", "base", "--seed", str(i))
-        verdicts.append((report["_code"], [f"{c['change']:+.2%}" for c in report["cases"]]))
+        verdicts.append((report["_code"], [f"{c['change']:+.2%} {c['status']} {c['pairs']}" for c in report["cases"]]))
     print("A/A runs:", verdicts)
-    assert [code for code, _ in verdicts] == [0] * AA_RUNS, verdicts
+    assert all(code in (0, 3) for code, _ in verdicts), verdicts  # unchanged or inconclusive: no false alarm

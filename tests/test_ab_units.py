@@ -75,38 +75,46 @@ def test_a_consistent_slowdown_beyond_the_threshold_regresses_and_a_small_one_do
     assert fast.cases[0].status == "improvement" and fast.exit_code == 0
 
 
-def test_a_slowdown_the_signed_rank_test_does_not_confirm_is_said_not_hidden():
+def test_a_slowdown_the_signed_rank_test_does_not_confirm_is_inconclusive_not_hidden():
     """16 pairs 2x slower but one whose BASE round was preempted (the largest |log ratio|, other
-    sign): p = 0.005 >= 0.002, so the case is not a regression; it carries a note and ab warns."""
+    sign): p = 0.005 >= 0.002, so the case is not a regression, nor unchanged: inconclusive, with
+    the pairs that would decide it, and ab warns."""
     from polytrace.ab.runner import _finish
 
     ratios = np.full(16, math.log(2.0)) + np.linspace(-0.01, 0.01, 16)
     ratios[0] = -math.log(5.0)
     r = report_of([case_with(ratios), case_with(np.linspace(-0.01, 0.01, 16), i=1)])
     noisy, quiet = r.cases
-    assert noisy.status == "unchanged" and 0.002 <= noisy.p_value < 0.01 and noisy.change > 0.9
-    assert "beyond the threshold but not significant" in noisy.note and "more --rounds" in noisy.note
-    assert quiet.status == "unchanged" and quiet.note == ""
+    assert noisy.status == "inconclusive" and 0.002 <= noisy.p_value < 0.01 and noisy.change > 0.9
+    assert "beyond the threshold but p = 0.00" in noisy.note and f"~{noisy.pairs_to_decide} pairs would decide" \
+        in noisy.note and noisy.pairs_to_decide >= 10
+    assert quiet.status == "unchanged" and quiet.note == "" and quiet.pairs_to_decide is None
+    assert -0.05 < quiet.ci_low < 0 < quiet.ci_high < 0.05
     _finish(r, seed=0, cuda=True)
-    (warning,) = [w for w in r.warnings if "threshold" in w]
-    assert warning.startswith("1 case moved past the threshold without a significant test") and noisy.id in warning
-    assert quiet.id not in warning and "warning: 1 case moved past" in format_text(r)
+    (warning,) = [w for w in r.warnings if "inconclusive" in w]
+    assert warning.startswith("1 case inconclusive at alpha=0.002, threshold 5.0%") and noisy.id in warning
+    assert quiet.id not in warning and "warning: 1 case inconclusive" in format_text(r)
+    assert r.exit_code == 1 and "weighted-mean regression" in r.verdict  # the mean is decided
 
 
-def test_a_slowdown_the_test_cannot_reach_is_an_error_not_a_pass():
+def test_a_slowdown_the_test_cannot_reach_is_inconclusive_not_a_pass():
     """Pairs timed exactly alike carry no sign; when too few pairs differ for p < alpha while the
     median is slower beyond the threshold, the case cannot pass quietly."""
     c = case_with(np.zeros(10))
     c.cand_rounds = [b * (1.3 if i < 6 else 1.0) for i, b in enumerate(c.base_rounds)]  # 6 slower, 4 alike
     r = report_of([c])
-    assert c.status == "error" and "only 6 of 10 pairs differ" in c.note and r.exit_code == 2
+    assert c.status == "inconclusive" and "only 6 of 10 pairs differ" in c.note and r.exit_code == 3
+    assert r.verdict == f"INCONCLUSIVE: 1 case and 1 weighted mean undecided; about {c.pairs_to_decide} pairs would " \
+                        f"decide (--rounds {c.pairs_to_decide}, or --until-decided)"
+    assert format_markdown(r).startswith("### polytrace ab: **INCONCLUSIVE** (1 case and 1 weighted mean undecided")
+    assert "#### Inconclusive (more pairs would decide) (1)" in format_markdown(r)
 
 
 def test_alpha_is_the_one_passed():
     # 7 of 10 pairs 10% slower, 3 slightly faster (the three smallest ranks): p = 0.027
     ratios = np.array([0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, -0.001, -0.002, -0.003]) + np.arange(10) * 1e-4
     assert 0.002 < paired.signed_rank_p(ratios) < 0.05
-    assert report_of([case_with(ratios)], alpha=0.002).cases[0].status == "unchanged"
+    assert report_of([case_with(ratios)], alpha=0.002).cases[0].status == "inconclusive"
     assert report_of([case_with(ratios)], alpha=0.05).cases[0].status == "regression"
 
 
@@ -131,7 +139,7 @@ def test_aggregate_only_regression_fails():
     ratios = np.array([0.077] * 7 + [-0.01, -0.02, -0.03]) + np.arange(10) * 1e-4
     cases = [case_with(np.roll(ratios, i), i=i) for i in range(8)]
     r = report_of(cases)
-    assert all(c.status == "unchanged" and 0.002 < c.p_value < 0.05 for c in r.cases)
+    assert all(c.status == "inconclusive" and 0.002 < c.p_value < 0.05 for c in r.cases)
     (agg,) = r.aggregates
     assert agg.status == "regression" and agg.ci_high < 1 and agg.speedup == pytest.approx(math.exp(-0.0775), rel=2e-3)
     assert r.exit_code == 1 and "1 weighted-mean regression" in r.verdict and not r.of("regression")

@@ -1,6 +1,7 @@
 """The CI recipe (examples/gpu-ab-gate.yml): its gate step, run with a fake ``polytrace`` and a fake
 ``gh``, posts the report as a PR comment and fails the check exactly when ``polytrace ab`` exits
-non-zero; the workflow runs only on a self-hosted GPU runner, only for same-repository PRs."""
+non-zero (1 regression, 2 refused, 3 inconclusive, each with its own line); the workflow runs only
+on a self-hosted GPU runner, only for same-repository PRs, with ``--until-decided``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 yaml = pytest.importorskip("yaml", reason="pyyaml (the dev extra) reads the example workflow")
 
 WORKFLOW = Path(__file__).resolve().parents[1] / "examples" / "gpu-ab-gate.yml"
-AB = "polytrace ab origin/main HEAD --markdown"
+AB = "polytrace ab origin/main HEAD --markdown --until-decided --max-pairs 256 --budget-s 2400"
 
 
 def _workflow() -> dict:
@@ -86,6 +87,21 @@ def test_report_is_posted_and_the_check_fails_on_a_regression(tmp_path, code):
     comment = (log / "comment.md").read_text()
     assert comment.startswith(report) and "actions/runs/7" in comment
     assert ("::error::polytrace ab: regression" in proc.stdout) == bool(code)
+
+
+def test_an_inconclusive_run_fails_the_check_and_says_so(tmp_path):
+    report = "### polytrace ab: **INCONCLUSIVE** (1 case undecided; about 400 pairs would decide)"
+    proc, log = _run_step(tmp_path, 3, stdout=report)
+    assert proc.returncode == 3 and "::error::polytrace ab: inconclusive (exit 3)" in proc.stdout
+    assert "regression" not in proc.stdout and "refused" not in proc.stdout
+    assert (log / "comment.md").read_text().startswith(report)
+
+
+def test_the_recipe_and_the_cli_agree_on_the_flags():
+    from polytrace.cli import build_parser
+
+    args = build_parser().parse_args(AB.split()[1:])
+    assert args.until_decided and args.max_pairs == 256 and args.budget_s == 2400 and args.markdown
 
 
 def test_a_refusal_fails_the_check_and_says_why(tmp_path):

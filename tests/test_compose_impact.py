@@ -32,11 +32,13 @@ def shares(baseline):
 
 @pytest.mark.parametrize("family", list(MEASURED))
 def test_a_family_10pct_slower_costs_10pct_of_its_share_of_the_step(tmp_path, baseline, shares, family):
-    """The goal: within 0.5% of the step, on the default workload (32 GPUs: the slowest rank and
-    engine may change, so the relation is not exact there)."""
+    """The goal is 0.5 points of the step on the default workload; what holds (and what
+    docs/step-model.md states) is 0.00005 points, i.e. 5e-7 as a fraction: measured about 1e-15 for
+    every family at the time of writing (the slowest rank and engine could change on 32 GPUs, and do
+    not here)."""
     cand = write(tmp_path / "cand.json", result_file(all_benches(gemm_tokens=GEMM_TOKENS, factors={family: 1.1})))
     res = impact(str(baseline), str(cand))
-    assert abs(res["step_change"] - 0.1 * shares[family]) <= 0.005, (res["step_change"], shares[family])
+    assert abs(res["step_change"] - 0.1 * shares[family]) <= 0.00005 / 100, (res["step_change"], shares[family])
     assert res["step_change"] > 0
     assert res["line"].startswith(LINE) and res["line"].endswith("%")
     assert res["kernels"] and {k["family"] for k in res["kernels"]} == {family}

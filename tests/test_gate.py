@@ -139,12 +139,14 @@ def test_changed_kernel_hash_is_compared_and_noted(tmp_path):
     assert any("did not change" in w for w in compare(load_result(b), load_result(c)).warnings)
 
 
-def test_underpowered_comparisons_are_not_passed_silently(tmp_path):
+def test_underpowered_comparisons_are_inconclusive_not_passed(tmp_path):
     assert min_p_value(3, 3) == pytest.approx(0.1)
     b, c = _pair(tmp_path, {"n_rounds": 3}, {"n_rounds": 3, "slowdown": {TAIL: 1.3}})
     report = compare(load_result(b), load_result(c))
-    assert _status(report, TAIL) == "underpowered"
-    assert any("too few rounds" in w for w in report.warnings)
+    assert _status(report, TAIL) == "inconclusive" and report.exit_code == 3
+    comp = next(x for x in report.comparisons if x.provider == "triton" and x.shape_id == TAIL)
+    assert "3 vs 3 rounds cannot reach p < 0.002" in comp.note and comp.ci_low is None
+    assert any("inconclusive" in w and "POLYTRACE_BENCH_ROUNDS" in w for w in report.warnings)
 
 
 def test_refuses_files_without_raw_rounds(tmp_path):

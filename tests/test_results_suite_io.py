@@ -69,8 +69,9 @@ def test_gate_on_suite_output(toy_run, capsys):
     report = compare(r, r)
     assert report.exit_code == 2  # CPU-interpreter timings are refused ...
     forced = compare(r, r, force=True)
-    assert forced.exit_code == 0 and all(c.status in ("unchanged", "underpowered") for c in forced.comparisons)
-    assert cli_main(["gate", str(toy_run), str(toy_run), "--force"]) == 0
+    # 6 CPU rounds a side: unchanged where the spread is small enough to bound, inconclusive elsewhere
+    assert forced.exit_code in (0, 3) and all(c.status in ("unchanged", "inconclusive") for c in forced.comparisons)
+    assert cli_main(["gate", str(toy_run), str(toy_run), "--force"]) == forced.exit_code
     capsys.readouterr()
 
 

@@ -392,3 +392,24 @@ def test_a_toy_session_writes_device_times_checks_and_keeps_going(tmp_path):
     assert info["check"]["rule"].startswith("fp32") and info["provider_kind"] == "ours"
     env_record = data["machine_info"]["polytrace"]["environment"]
     assert "throttled" in env_record and data["machine_info"]["polytrace"]["throttled"] is None
+
+
+def test_benchmark_min_rounds_is_honoured(tmp_path):
+    """pytest-benchmark's --benchmark-min-rounds=7 raises the suites' rounds (2 on a CPU) to 7;
+    without it, and without POLYTRACE_BENCH_ROUNDS, the CPU default stands."""
+    (tmp_path / "test_toyreg.py").write_text(TOY)
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    for name in ("POLYTRACE_BENCH_BUDGET_S", "POLYTRACE_BENCH_ROUNDS", "PYTEST_ADDOPTS"):
+        env.pop(name, None)
+    counts = []
+    for extra in (["--benchmark-min-rounds=7"], []):
+        out = tmp_path / f"toy{len(extra)}.json"
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "suites.conftest", "-p", "no:cacheprovider",
+                               str(tmp_path / "test_toyreg.py"), "-k", "good", f"--benchmark-json={out}",
+                               "--benchmark-save-data", "--rootdir", str(tmp_path), *extra], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        (bench,) = json.loads(out.read_text())["benchmarks"]
+        counts.append(len(bench["stats"]["data"]))
+    assert counts == [7, 2]

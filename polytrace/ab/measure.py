@@ -17,6 +17,9 @@
    ``WARMUP_PAIRS`` untimed pairs, each pair runs BASE and CAND back to back in an order drawn per
    pair from a seeded generator (``first``: "B" or "C"), so drift hits both alike and neither
    always runs on a cache the other warmed.
+4. **More pairs on request** (``--until-decided``): after the rounds asked for, ``more(result)``
+   (with ``result``'s rounds so far) returns how many pairs the case should have in all, or None to
+   stop; the timers stay open between looks, so later pairs continue the same series.
 """
 
 from __future__ import annotations
@@ -111,16 +114,18 @@ def _sync(rev: LoadedRevision) -> None:
 
 
 def run_pair(result: CaseResult, base_case, cand_case, base: LoadedRevision, cand: LoadedRevision, *,
-             rounds: int, seed: int, input_seed: int = 0) -> None:
-    """Fill ``result`` for one case (status left for ``report.judge`` when timed). Raises nothing
-    for a revision's failure: it becomes the case's ``error`` status with its message."""
+             rounds: int, seed: int, input_seed: int = 0,
+             more: Callable[[CaseResult], int | None] | None = None) -> None:
+    """Fill ``result`` for one case (status left for ``report.judge`` when timed; ``more``: see the
+    module docstring). Raises nothing for a revision's failure: it becomes the case's ``error``
+    status with its message."""
     try:
-        _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed)
+        _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed, more)
     except CaseError as exc:
         result.status, result.note = "error", str(exc)
 
 
-def _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed) -> None:
+def _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed, more=None) -> None:
     reg = cand.registry
     dev = reg.harness.device()
     inputs = _guard("CAND", "make_inputs", lambda: cand_case.make_inputs(dev, input_seed))
@@ -157,7 +162,7 @@ def _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed) -> 
     out_bytes_b, out_bytes_c = reg.timing.tensor_bytes(out_b), reg.timing.tensor_bytes(out_c)
     del out_b, out_c, truth
     _time(result, base_case, cand_case, base, cand, (bound_b, out_bytes_b), (bound_c, out_bytes_c), inputs,
-          rounds, seed)
+          rounds, seed, more)
 
 
 def _timers(reg, base_case, cand_case, base, cand, prep_b, prep_c):
@@ -183,7 +188,7 @@ def _round(timer) -> float:
     return (time.process_time() - start) / timer.plan.launches
 
 
-def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, rounds, seed) -> None:
+def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, rounds, seed, more=None) -> None:
     reg = cand.registry
     prep_b = reg.Prepared(inputs, bound_b[0], {}, bound_b[1], None)
     prep_c = reg.Prepared(inputs, bound_c[0], {}, bound_c[1], None)
@@ -198,24 +203,29 @@ def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, ro
         if tc.plan.mode == "host":
             result.timing["timing"] = "host-cpu"
         rng = np.random.default_rng([seed, zlib.crc32(result.id.encode())])
-        first = rng.integers(0, 2, size=WARMUP_PAIRS + rounds)
         b_times, c_times, order = [], [], []
-        for i, cand_first in enumerate(first):
-            pair = {}
-            for who in (("C", "B") if cand_first else ("B", "C")):
-                timer, label = (tc, "CAND") if who == "C" else (tb, "BASE")
-                pair[who] = _guard(label, "timed round", lambda t=timer: _round(t))
-            if i >= WARMUP_PAIRS:
-                b_times.append(float(pair["B"]))
-                c_times.append(float(pair["C"]))
-                order.append("C" if cand_first else "B")
+        skip, target = WARMUP_PAIRS, rounds
+        while target is not None and target > len(b_times):
+            first = rng.integers(0, 2, size=skip + target - len(b_times))
+            for i, cand_first in enumerate(first):
+                pair = {}
+                for who in (("C", "B") if cand_first else ("B", "C")):
+                    timer, label = (tc, "CAND") if who == "C" else (tb, "BASE")
+                    pair[who] = _guard(label, "timed round", lambda t=timer: _round(t))
+                if i >= skip:
+                    b_times.append(float(pair["B"]))
+                    c_times.append(float(pair["C"]))
+                    order.append("C" if cand_first else "B")
+            skip = 0
+            bad = [t for t in b_times + c_times if not (math.isfinite(t) and MIN_ROUND_S <= t <= MAX_ROUND_S)]
+            if bad:
+                raise CaseError(f"a round of {bad[0]!r} s is outside [{MIN_ROUND_S:g}, {MAX_ROUND_S:g}] s: not a "
+                                "measurement")
+            result.base_rounds, result.cand_rounds, result.first = list(b_times), list(c_times), "".join(order)
+            target = more(result) if more is not None else None
     finally:
         tb.close()
         tc.close()
-    bad = [t for t in b_times + c_times if not (math.isfinite(t) and MIN_ROUND_S <= t <= MAX_ROUND_S)]
-    if bad:
-        raise CaseError(f"a round of {bad[0]!r} s is outside [{MIN_ROUND_S:g}, {MAX_ROUND_S:g}] s: not a measurement")
-    result.base_rounds, result.cand_rounds, result.first = b_times, c_times, "".join(order)
 
 
 __all__ = ["CaseError", "WARMUP_PAIRS", "output_difference", "run_pair"]

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ..results.stats import bootstrap_medians, n_boot_for
+from ..results.verdict import robust_spread, sample_size
 
 
 def log_ratios(base: np.ndarray, cand: np.ndarray) -> np.ndarray:
@@ -40,6 +41,15 @@ def pairs_needed(alpha: float) -> int:
     while min_p_value(n) >= alpha:
         n += 1
     return n
+
+
+def pairs_to_decide(ratios: np.ndarray, threshold: float, alpha: float) -> tuple[int, int]:
+    """(to detect a change of ``threshold``, to decide the observed change): pairs at 80% power for
+    the spread of these pair log ratios (``polytrace.results.verdict.sample_size``)."""
+    r = np.asarray(ratios, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    centre = float(np.median(r)) if r.size else 0.0
+    return sample_size(robust_spread(r) ** 2, centre, threshold, alpha, pairs_needed(alpha))
 
 
 def signed_rank_p(ratios: np.ndarray) -> float:
@@ -72,4 +82,5 @@ def weighted_speedup(members: list[np.ndarray], weights: np.ndarray, alpha: floa
     return math.exp(center), math.exp(float(lo)), math.exp(float(hi))
 
 
-__all__ = ["log_ratios", "median_change", "min_p_value", "pairs_needed", "signed_rank_p", "weighted_speedup"]
+__all__ = ["log_ratios", "median_change", "min_p_value", "pairs_needed", "pairs_to_decide", "signed_rank_p",
+           "weighted_speedup"]

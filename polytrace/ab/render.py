@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from ..results.render import format_change, format_p
+from ..results.render import format_change, format_interval, format_p
 from ..results.schema import natural_key
 from ..results.store import format_time
 from .report import STATUSES, AbReport, CaseResult
 
-_HEAD = ["case", "status", "weight", "BASE", "CAND", "change", "p", "pairs", "outputs", "note"]
+_HEAD = ["case", "status", "weight", "BASE", "CAND", "change", "CI", "p", "pairs", "outputs", "note"]
+MARKS = {0: "PASS", 1: "FAIL", 2: "ERROR", 3: "INCONCLUSIVE"}
 _AGG_HEAD = ["kernel", "mode", "provider", "n", "weights", "weighted geomean speedup", "CI", "status"]
 MAX_LISTED = 20  # ids of cases present in one revision only, listed in the Markdown before "..."
 
@@ -26,13 +27,14 @@ def _sorted(report: AbReport, statuses=STATUSES) -> list[CaseResult]:
                                  natural_key(c.shape_id)))
 
 
-def _rows(cases: list[CaseResult], md: bool) -> list[list[str]]:
+def _rows(cases: list[CaseResult], md: bool, alpha: float | None = None) -> list[list[str]]:
     def esc(s: str) -> str:
         return s.replace("|", "\\|").replace("\n", " ") if md else s
 
     return [[esc(c.id), c.status, "-" if c.share is None else f"{c.share:.3f}", format_time(c.base_median_s),
-             format_time(c.cand_median_s), format_change(c.change), format_p(c.p_value), str(c.pairs), esc(_outputs(c)),
-             esc(c.note)] for c in cases]
+             format_time(c.cand_median_s), format_change(c.change),
+             "-" if c.change is None else format_interval(c.ci_low, c.ci_high), format_p(c.p_value, alpha),
+             str(c.pairs), esc(_outputs(c)), esc(c.note)] for c in cases]
 
 
 def _agg_rows(report: AbReport) -> list[list[str]]:
@@ -40,11 +42,21 @@ def _agg_rows(report: AbReport) -> list[list[str]]:
              f"{a.ci_low:.3f}-{a.ci_high:.3f}", a.status] for a in report.aggregates]
 
 
+def _pairs(report: AbReport) -> str:
+    seq = report.sequential
+    if not seq:
+        return f"{report.rounds} interleaved pairs per case"
+    return (f"pairs added until decided (looks at {', '.join(map(str, seq['looks']))} pairs; {seq['rule']}; "
+            f"alpha {report.alpha:g} / {len(seq['looks'])} = {seq['alpha_per_look']:.3g} per look"
+            + (f"; budget {seq['budget_s']:g} s" if seq.get("budget_s") else "") + ")")
+
+
 def _rule(report: AbReport) -> str:
-    return (f"rule: {report.rounds} interleaved pairs per case (order drawn per pair, seed {report.seed}); "
-            f"Wilcoxon signed-rank (two-sided) on the per-pair log(CAND/BASE) p < {report.alpha:g} AND the "
-            f"median pair ratio beyond {report.threshold:.1%}; outputs judged by BASE's fp64 reference and the "
-            "kernel tests' bounds")
+    a = report.judged_alpha
+    return (f"rule: {_pairs(report)} (order drawn per pair, seed {report.seed}); regression = Wilcoxon signed-rank "
+            f"(two-sided) on the per-pair log(CAND/BASE) p < {a:.3g} AND the median pair ratio beyond "
+            f"{report.threshold:.1%}; unchanged = the change's {1 - a:.2%} interval within +-{report.threshold:.1%}; "
+            "otherwise inconclusive; outputs judged by BASE's fp64 reference and the kernel tests' bounds")
 
 
 def _rev(r: dict) -> str:
@@ -66,7 +78,7 @@ def format_text(report: AbReport, show_all: bool = False) -> str:
     shown = STATUSES if show_all else tuple(s for s in STATUSES if s != "unchanged")
     cases = _sorted(report, shown)
     if cases:
-        lines += ["", tabulate(_rows(cases, False), headers=_HEAD, disable_numparse=True)]
+        lines += ["", tabulate(_rows(cases, False, report.judged_alpha), headers=_HEAD, disable_numparse=True)]
     if report.aggregates:
         lines += ["", "weighted geometric-mean speedup per kernel, mode and provider (BASE time / CAND time; "
                   ">1 = CAND faster):", tabulate(_agg_rows(report), headers=_AGG_HEAD, disable_numparse=True)]
@@ -80,7 +92,7 @@ def format_text(report: AbReport, show_all: bool = False) -> str:
 def format_markdown(report: AbReport) -> str:
     from tabulate import tabulate
 
-    mark = {0: "PASS", 1: "FAIL", 2: "ERROR"}[report.exit_code]
+    mark = MARKS[report.exit_code]
     detail = report.verdict.removeprefix(mark).removeprefix(": ").strip()
     detail = detail[1:-1] if detail.startswith("(") else detail
     d = report.device
@@ -88,10 +100,12 @@ def format_markdown(report: AbReport) -> str:
            *[f"**{line}**" for line in report.impact], "",
            f"BASE **{_rev(report.base)}** vs CAND **{_rev(report.cand)}**, timed in one process on **{d['gpu_name']}** "
            f"({d['measured_on']}; torch {d['torch_version']}, triton {d['triton_version']}). Each case runs "
-           f"{report.rounds} BASE/CAND pairs back to back, in an order drawn per pair (seed {report.seed}), on the "
-           "same inputs. A case regresses when a two-sided Wilcoxon signed-rank test on the per-pair "
-           f"log(CAND/BASE) gives p < {report.alpha:g} **and** the median pair ratio is slower by more than "
-           f"{report.threshold:.1%}. Both outputs are checked against BASE's fp64 reference with the kernel "
+           f"BASE/CAND pairs back to back ({_pairs(report)}), in an order drawn per pair (seed {report.seed}), on "
+           "the same inputs. A case regresses when a two-sided Wilcoxon signed-rank test on the per-pair "
+           f"log(CAND/BASE) gives p < {report.judged_alpha:.3g} **and** the median pair ratio is slower by more than "
+           f"{report.threshold:.1%}; it is unchanged when the change's {1 - report.judged_alpha:.2%} interval lies "
+           f"within +-{report.threshold:.1%}, inconclusive otherwise. Both outputs are checked against BASE's fp64 "
+           "reference with the kernel "
            "tests' bounds.", ""]
     if report.warnings:
         out += [f"> :warning: {w}" for w in report.warnings] + [""]
@@ -100,16 +114,18 @@ def format_markdown(report: AbReport) -> str:
         out += [f"- {e}" for e in report.errors] + [""]
     for title, status in (("Outputs changed (CAND fails the output check BASE passes)", "outputs-changed"),
                           ("Regressions", "regression"), ("Could not compare", "error"),
+                          ("Inconclusive (more pairs would decide)", "inconclusive"),
                           ("Improvements", "improvement"),
                           ("BASE's output fails its own check (not timed)", "base-wrong")):
         cases = _sorted(report, (status,))
         if cases:
             out += [f"#### {title} ({len(cases)})", "",
-                    tabulate(_rows(cases, True), headers=_HEAD, tablefmt="github", disable_numparse=True), ""]
+                    tabulate(_rows(cases, True, report.judged_alpha), headers=_HEAD, tablefmt="github",
+                             disable_numparse=True), ""]
     if report.aggregates:
         out += ["#### Weighted geometric-mean speedup per kernel, mode and provider", "",
                 f"BASE time / CAND time (>1 = CAND faster), weights: each shape's share of the workload's tokens "
-                f"(sequences for the planner); CI: {1 - report.alpha:.1%} bootstrap interval over pairs.", "",
+                f"(sequences for the planner); CI: {1 - report.judged_alpha:.2%} bootstrap interval over pairs.", "",
                 tabulate(_agg_rows(report), headers=_AGG_HEAD, tablefmt="github", disable_numparse=True), ""]
     if report.only_cand or report.only_base:
         out.append(f"#### Cases in one revision only ({len(report.only_cand)} in CAND, {len(report.only_base)} "
@@ -130,7 +146,8 @@ def format_markdown(report: AbReport) -> str:
     allc = _sorted(report)
     if allc:
         out += [f"<details><summary>All {len(allc)} compared cases</summary>", "",
-                tabulate(_rows(allc, True), headers=_HEAD, tablefmt="github", disable_numparse=True), "",
+                tabulate(_rows(allc, True, report.judged_alpha), headers=_HEAD, tablefmt="github",
+                         disable_numparse=True), "",
                 "</details>", ""]
     return "\n".join(out)
 

@@ -1,25 +1,32 @@
 """What ``polytrace ab`` found: per case, per (family, kernel, mode, provider), and the verdict.
 
-Per case (a benchmark id present in both revisions) the status is one of
+Per case (a benchmark id present in both revisions) the status is one of (the three-way rule of
+``polytrace.results.verdict``)
 
 - ``regression``: the paired signed-rank test gives p < alpha **and** CAND's median pair ratio is
-  slower than the threshold; ``improvement`` the mirror image; ``unchanged`` otherwise;
+  slower than the threshold; ``improvement`` the mirror image;
+- ``unchanged``: the change's interval at 1 - alpha (Walsh averages of the pair log ratios cut at
+  the signed-rank quantile: the test's own interval) lies within +-threshold;
+- ``inconclusive``: neither: too few pairs or too much spread; the case carries the pairs that
+  would decide it at the observed spread (``pairs_to_decide``, 80% power);
 - ``outputs-changed``: CAND's output fails the output check BASE's output passes (the fp64
   reference and bounds of BASE's suites: the bar the main branch's tests hold); not timed;
 - ``base-wrong``: BASE's output fails its own check while CAND's passes (a fix, or a changed
   reference); a note, not timed;
 - ``error``: a revision raised while building, binding, checking or timing the case, both outputs
-  fail the check, a round is unusable, or CAND is slower beyond the threshold while too few pairs
-  differ at all (timed exactly alike) for the test to reach alpha: never a quiet pass.
+  fail the check, or a round is unusable: never a quiet pass.
 
 Aggregates follow the gate (``polytrace.results.gate``): per (family, kernel, mode, provider), weights
 with one meaning per mode (token share; sequences for the planner), the weighted geometric-mean
 speedup of the members' median pair ratios and its bootstrap interval at 1 - alpha; a slowdown
-beyond the threshold whose interval excludes 1 is a regression.
+beyond the threshold whose interval excludes 1 is a regression, an interval within +-threshold
+unchanged, anything else inconclusive.
 
 Exit status (the gate's): 1 when a case or an aggregate regressed or CAND changed outputs (findings
 against the candidate: it is slower, or it computes something else than the tests allow); else 2
-when something could not be compared (an error: never a pass); else 0. Refusals (no GPU without
+when something could not be compared (an error: never a pass); else 3 when a case or an aggregate
+is inconclusive (not decided: never a pass either; ``--until-decided`` adds pairs until it is);
+else 0. Refusals (no GPU without
 ``--force``, bad revisions, a dirty tree, an unknown suite, too few rounds) stop before any timing
 with a one-line error and exit 2.
 """
@@ -32,10 +39,11 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..results.gate import Aggregate, aggregate_weights
+from ..results.verdict import classify, paired_interval
 from ..wording import counted
 from . import paired
 
-STATUSES = ("outputs-changed", "error", "regression", "improvement", "base-wrong", "unchanged")
+STATUSES = ("outputs-changed", "error", "regression", "inconclusive", "improvement", "base-wrong", "unchanged")
 
 
 @dataclass
@@ -68,6 +76,11 @@ class CaseResult:
     p_value: float | None = None
     change: float | None = None  # CAND / BASE - 1 from the median pair log ratio (positive = slower)
     share: float | None = None  # normalised weight in its aggregate
+    ci_low: float | None = None  # the change's interval at 1 - alpha (None: unbounded, too few pairs)
+    ci_high: float | None = None
+    pairs_to_decide: int | None = None  # inconclusive: pairs that would decide the observed change (80% power)
+    pairs_to_detect: int | None = None  # inconclusive: pairs to detect a change of the threshold (80% power)
+    looks: list[int] = field(default_factory=list)  # --until-decided: the pairs at each look taken
 
     @property
     def pairs(self) -> int:
@@ -106,7 +119,13 @@ class AbReport:
     notes: list[str] = field(default_factory=list)
     impact: list[str] = field(default_factory=list)  # the step-time line(s), shown under the verdict
     step_time: dict | None = None
+    # --until-decided: the planned looks, the level each is judged at, max pairs, budget, the rule
+    sequential: dict | None = None
 
+    @property
+    def judged_alpha(self) -> float:
+        """The level cases and aggregates are judged at: alpha, or alpha per look when sequential."""
+        return self.sequential["alpha_per_look"] if self.sequential else self.alpha
     def of(self, status: str) -> list[CaseResult]:
         return [c for c in self.cases if c.status == status]
 
@@ -115,11 +134,17 @@ class AbReport:
         return [a for a in self.aggregates if a.status == "regression"]
 
     @property
+    def aggregate_inconclusive(self) -> list[Aggregate]:
+        return [a for a in self.aggregates if a.status == "inconclusive"]
+
+    @property
     def exit_code(self) -> int:
         if self.of("regression") or self.aggregate_regressions or self.of("outputs-changed"):
             return 1
         if self.errors or self.of("error"):
             return 2
+        if self.of("inconclusive") or self.aggregate_inconclusive:
+            return 3
         return 0
 
     @property
@@ -139,6 +164,14 @@ class AbReport:
             return "FAIL: " + ", ".join(found) + (f"; also {errors}" if n_err else "")
         if code == 2:
             return f"ERROR ({errors})"
+        if code == 3:
+            undecided = self.of("inconclusive")
+            what = [counted(len(undecided), "case")] if undecided else []
+            if self.aggregate_inconclusive:
+                what.append(counted(len(self.aggregate_inconclusive), "weighted mean"))
+            need = max((c.pairs_to_decide or 0 for c in undecided), default=0)
+            return ("INCONCLUSIVE: " + " and ".join(what) + " undecided"
+                    + (f"; about {need} pairs would decide (--rounds {need}, or --until-decided)" if need else ""))
         return "PASS"
 
     def to_dict(self) -> dict:
@@ -163,28 +196,33 @@ def _finite(obj):
 
 
 def judge(case: CaseResult, threshold: float, alpha: float) -> None:
-    """Status, p-value and change of a timed case (rounds already checked positive and finite)."""
+    """Status, p-value, change and interval of a timed case (rounds already checked positive and
+    finite), by the three-way rule; an inconclusive case gets the pairs that would decide it."""
     r = paired.log_ratios(np.array(case.base_rounds), np.array(case.cand_rounds))
     case.p_value = paired.signed_rank_p(r)
     case.change = paired.median_change(r)
     lr = math.log1p(case.change)
+    lo, hi = paired_interval(r, alpha)
+    case.ci_low = math.expm1(lo) if math.isfinite(lo) else None
+    case.ci_high = math.expm1(hi) if math.isfinite(hi) else None
+    case.status = classify(lr, case.p_value, lo, hi, threshold, alpha)
+    case.pairs_to_decide = case.pairs_to_detect = None
+    case.note = ""
+    if case.status != "inconclusive":
+        return
+    case.pairs_to_detect, case.pairs_to_decide = paired.pairs_to_decide(r, threshold, alpha)
     differing = int(np.count_nonzero(r))  # pairs timed exactly alike carry no sign: the test drops them
-    if lr > math.log1p(threshold) and paired.min_p_value(differing) >= alpha:
-        case.status = "error"
-        case.note = (f"slower by {case.change:+.1%} but only {differing} of {r.size} pairs differ: the test cannot "
-                     f"reach p < {alpha:g} (needs {paired.pairs_needed(alpha)}); rerun with more --rounds")
-    elif case.p_value < alpha and lr > math.log1p(threshold):
-        case.status = "regression"
-    elif case.p_value < alpha and -lr > math.log1p(threshold):
-        case.status = "improvement"
+    if paired.min_p_value(differing) >= alpha:
+        why = f"only {differing} of {r.size} pairs differ: the test cannot reach p < {alpha:g}"
+    elif abs(lr) > math.log1p(threshold):
+        # With 16 pairs one pair of the opposite sign at the top rank (a preempted round) gives
+        # p = 0.005 against a 2x slowdown: beyond the threshold, not significant, so undecided.
+        why = f"median {case.change:+.1%} beyond the threshold but p = {case.p_value:.3g} >= {alpha:g}"
+    elif case.ci_low is None:
+        why = "too few pairs for a bounded interval"
     else:
-        case.status = "unchanged"
-        if abs(lr) > math.log1p(threshold):
-            # The median moved past the threshold but the signed-rank test did not confirm it: with
-            # 16 pairs one pair of the opposite sign at the top rank (a preempted round) gives
-            # p = 0.005 against a 2x slowdown. Said, so an "unchanged" is not read as "the same".
-            case.note = (f"median {case.change:+.1%} beyond the threshold but not significant (p = "
-                         f"{case.p_value:.2g} >= {alpha:g}): rerun with more --rounds")
+        why = f"interval {case.ci_low:+.1%}..{case.ci_high:+.1%} not within +-{threshold:.1%}"
+    case.note = f"{why}; ~{case.pairs_to_decide} pairs would decide"
 
 
 def aggregate(report: AbReport, seed: int = 0) -> None:
@@ -199,12 +237,15 @@ def aggregate(report: AbReport, seed: int = 0) -> None:
         for c, wi in zip(members, w):
             c.share = float(wi)
         ratios = [paired.log_ratios(np.array(c.base_rounds), np.array(c.cand_rounds)) for c in members]
-        speedup, lo, hi = paired.weighted_speedup(ratios, w, report.alpha, rng)
-        status = "unchanged"
-        if math.log(speedup) < -math.log1p(report.threshold) and hi < 1:
+        speedup, lo, hi = paired.weighted_speedup(ratios, w, report.judged_alpha, rng)
+        t = math.log1p(report.threshold)  # the three-way rule on the speedup's log, as the gate
+        status = "inconclusive"
+        if math.log(speedup) < -t and hi < 1:
             status = "regression"
-        elif math.log(speedup) > math.log1p(report.threshold) and lo > 1:
+        elif math.log(speedup) > t and lo > 1:
             status = "improvement"
+        elif -t < math.log(lo) and math.log(hi) < t:
+            status = "unchanged"
         report.aggregates.append(Aggregate(family=key[0], kernel=key[1], mode=key[2], provider=key[3],
                                            provider_kind="ours", n=len(members), speedup=speedup, ci_low=lo,
                                            ci_high=hi, status=status, gated=True, weight_basis=basis,

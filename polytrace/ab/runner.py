@@ -5,6 +5,8 @@ Order of work: check the arguments and the device (a CPU-interpreter run is refu
 (``revisions``), import both (``loader``), match their suites' cases of our providers by benchmark
 id (cases present in one revision only are listed, not compared), time each matched case
 (``measure``), judge and aggregate (``report``), add the step-time line, write ``-o`` files.
+With ``until_decided`` each case gets pairs look by look until it is decided (``sequential``:
+the rule that keeps the false-alarm rate at alpha is stated there).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ..errors import PolytraceError
 from ..results.gate import GATED_KINDS
 from ..results.select import keyword_matcher
 from ..wording import counted, first_few
-from . import loader, measure, paired, revisions
+from . import loader, measure, paired, revisions, sequential
 from .report import AbReport, CaseResult, aggregate, judge, result_json
 
 GPU_ROUNDS = 30  # pairs per case on a GPU: the suites' 30 rounds, and p down to 2e-9 (alpha 0.002 needs 10)
@@ -113,12 +115,14 @@ def check_rounds(rounds: int | None, alpha: float, cuda: bool) -> int:
 def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | None = None,
            suites: list[str] | None = None, keyword: str | None = None, rounds: int | None = None,
            threshold: float = 0.05, alpha: float = 0.002, seed: int = 0, force: bool = False,
-           out_dir: str | Path | None = None, progress: Callable[[str], None] | None = None) -> AbReport:
+           out_dir: str | Path | None = None, progress: Callable[[str], None] | None = None,
+           until_decided: bool = False, max_pairs: int | None = None, budget_s: float | None = None) -> AbReport:
     """Time BASE against CAND (None: the working tree); see the package docstring for the rules."""
     if not 0 < threshold < 10:
         raise PolytraceError(f"--threshold must be a fraction in (0, 10), got {threshold}")
     if not 0 < alpha < 1:
         raise PolytraceError(f"--alpha must be in (0, 1), got {alpha}")
+    plan = _plan(until_decided, rounds, max_pairs, budget_s, alpha)
     match = keyword_matcher(keyword)
     out_path = _out_dir(out_dir)
     if rounds is not None:
@@ -130,14 +134,15 @@ def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | Non
         raise PolytraceError("no CUDA GPU: on this machine both revisions would run in the Triton interpreter, a smoke "
                              "test of the code path whose timings are not performance; --force runs it anyway "
                              "(at the suites' tiny CPU shapes)")
-    n_pairs = check_rounds(rounds, alpha, cuda)
+    n_pairs = plan.looks[0] if plan else check_rounds(rounds, alpha, cuda)
     say = progress or (lambda _msg: None)
     with revisions.checked_out(root, base_rev, cand_rev, resolved) as (base_rev_, cand_rev_), _interpreter(cuda), \
             loader.loaded({"BASE": base_rev_.root, "CAND": cand_rev_.root}) as revs:
         base, cand = revs["BASE"], revs["CAND"]
         wanted = _suites(suites, cand, base)
         report = AbReport(base=_rev_dict(base_rev_), cand=_rev_dict(cand_rev_), device=_device_info(cuda),
-                          threshold=threshold, alpha=alpha, rounds=n_pairs, seed=seed, suites=wanted, keyword=keyword)
+                          threshold=threshold, alpha=alpha, rounds=plan.max_pairs if plan else n_pairs, seed=seed,
+                          suites=wanted, keyword=keyword, sequential=plan.to_dict() if plan else None)
         base_cases, base_absent = _select(base, wanted, match)
         cand_cases, _ = _select(cand, wanted, match)
         for suite in base_absent:
@@ -151,18 +156,43 @@ def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | Non
                                  f"revisions ({len(cand_cases)} in CAND, {len(base_cases)} in BASE)")
         if base_rev_.commit == cand_rev_.commit and not cand_rev_.short.endswith("-dirty"):
             report.notes.append("BASE and CAND are the same commit: an A/A run, every difference is noise")
+        sequencer = sequential.Sequencer(plan, threshold, len(common), judge) if plan else None
         for k, case_id in enumerate(common, 1):
             result = _result(cand_cases[case_id])
             say(f"[{k}/{len(common)}] {case_id}")
             _definition_note(result, base_cases[case_id], report)
-            measure.run_pair(result, base_cases[case_id], cand_cases[case_id], base, cand, rounds=n_pairs, seed=seed)
+            measure.run_pair(result, base_cases[case_id], cand_cases[case_id], base, cand, rounds=n_pairs, seed=seed,
+                             more=sequencer.for_case(result) if sequencer else None)
             if result.base_rounds:
-                judge(result, threshold, alpha)
+                judge(result, threshold, report.judged_alpha)
+            if sequencer:
+                sequencer.done()
+                if result.status == "inconclusive" and result.id in plan.stops:
+                    result.note = f"{plan.stops[result.id]}; {result.note}"
+                if result.base_rounds:
+                    say(f"    {result.status} after {result.pairs} pairs (looks at {result.looks})")
             report.cases.append(result)
+    if plan:
+        report.sequential = plan.to_dict()
     _finish(report, seed, cuda)
     if out_path is not None:
         write_outputs(report, out_path)
     return report
+
+
+def _plan(until_decided: bool, rounds: int | None, max_pairs: int | None, budget_s: float | None,
+          alpha: float) -> sequential.Plan | None:
+    if not until_decided:
+        for flag, value in (("--max-pairs", max_pairs), ("--budget-s", budget_s)):
+            if value is not None:
+                raise PolytraceError(f"{flag} needs --until-decided (a fixed run times --rounds pairs per case)")
+        return None
+    if rounds is not None:
+        raise PolytraceError("--rounds and --until-decided: a sequential run chooses its pairs per case; bound it "
+                             "with --max-pairs N and --budget-s S")
+    if budget_s is not None and not budget_s > 0:
+        raise PolytraceError(f"--budget-s must be positive seconds, got {budget_s}")
+    return sequential.plan_looks(alpha, max_pairs or sequential.DEFAULT_MAX_PAIRS, budget_s)
 
 
 def _suites(asked: list[str] | None, cand: loader.LoadedRevision, base: loader.LoadedRevision) -> list[str]:
@@ -193,11 +223,13 @@ def _finish(report: AbReport, seed: int, cuda: bool) -> None:
                                "performance")
     for c in report.of("error"):
         c.note = c.note or "failed"
-    unconfirmed = [c for c in report.of("unchanged") if c.note]
-    if unconfirmed:
-        report.warnings.append(f"{counted(len(unconfirmed), 'case')} moved past the threshold without a significant "
-                               "test (listed as unchanged; rerun with more --rounds): " + first_few(
-                                   [f"{c.id}: {c.change:+.1%}, p = {c.p_value:.2g}" for c in unconfirmed]))
+    undecided = report.of("inconclusive")
+    if undecided:
+        how = "raise --max-pairs or --budget-s" if report.sequential else "rerun with more --rounds, or --until-decided"
+        report.warnings.append(f"{counted(len(undecided), 'case')} inconclusive at alpha={report.judged_alpha:.3g}, "
+                               f"threshold {report.threshold:.1%} ({how}): " + first_few(
+                                   [f"{c.id}: {c.change:+.1%} after {c.pairs} pairs, ~{c.pairs_to_decide} would "
+                                    "decide" for c in undecided]))
     errors = report.of("error")
     if errors:
         report.errors.append(f"{len(errors)} case(s) could not be compared: "

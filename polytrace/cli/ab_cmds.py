@@ -3,25 +3,37 @@ interleaved, with a paired test, output agreement and the step-time line."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-from ._args import any_int, positive_int_at_most, probability, threshold_fraction
+from ._args import any_int, finite_float, positive_int_at_most, probability, threshold_fraction
 
 # pairs per case: past this a run is a typo (every pair launches both revisions' kernels)
 _rounds = positive_int_at_most(100_000, "rounds")
+_max_pairs = positive_int_at_most(100_000, "max-pairs")
+
+
+def _seconds(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive seconds, got {text!r}")
+    return value
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "ab", help="A/B two git revisions' kernels in one process, rounds interleaved (exit 0 pass, 1 regression, "
-                   "2 refused)",
+                   "2 refused, 3 inconclusive)",
         description="Check out BASE_REV (and CAND_REV; default: the working tree) into temporary git worktrees, "
                     "import both revisions' kernels/ and suites/ side by side, and time every selected case of our "
                     "providers with BASE and CAND rounds interleaved in pairs (order drawn per pair) on the same "
                     "inputs. A case regresses when a Wilcoxon signed-rank test on the per-pair log ratios gives "
-                    "p < alpha AND the median pair ratio is slower than the threshold; aggregates per kernel, mode "
-                    "and provider as in `polytrace gate`; both outputs are checked against BASE's fp64 reference. "
-                    "Exit 0 pass, 1 a regression or changed outputs, 2 refused or could not compare. Needs a CUDA "
+                    "p < alpha AND the median pair ratio is slower than the threshold, and is unchanged when the "
+                    "change's 1 - alpha interval lies within +-threshold; otherwise it is inconclusive, with the "
+                    "pairs that would decide it. Aggregates per kernel, mode and provider as in `polytrace gate`; "
+                    "both outputs are checked against BASE's fp64 reference. --until-decided adds pairs look by "
+                    "look (alpha split over the planned looks) until every case is decided. Exit 0 pass, 1 a "
+                    "regression or changed outputs, 2 refused or could not compare, 3 inconclusive. Needs a CUDA "
                     "GPU (--force runs the CPU interpreter: a code-path check, not performance).")
     p.add_argument("base", metavar="BASE_REV", help="the revision to compare against (branch, tag or commit, "
                                                     "e.g. origin/main)")
@@ -37,6 +49,15 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=_rounds, default=None,
                    help="interleaved pairs per case (default 30 on a GPU; at least the signed-rank test's minimum "
                         "for --alpha: 10 at 0.002)")
+    p.add_argument("--until-decided", action="store_true",
+                   help="add pairs per case look by look (13, 26, 52, ... pairs at alpha 0.002) until it is decided "
+                        "(regression, improvement or unchanged); each look is judged at alpha / (planned looks), so "
+                        "the false-alarm rate stays at alpha")
+    p.add_argument("--max-pairs", type=_max_pairs, default=None,
+                   help="with --until-decided: the last look's pairs per case (default 256)")
+    p.add_argument("--budget-s", type=_seconds, default=None, metavar="S",
+                   help="with --until-decided: seconds of timing in all; a case takes a further look only when it "
+                        "fits its share of what is left (first looks always run)")
     p.add_argument("--threshold", type=threshold_fraction, default=0.05,
                    help="median slowdown that counts: 5%% or 0.05 (default 5%%); a bare number above 1 is refused")
     p.add_argument("--alpha", type=probability, default=0.002,
@@ -61,7 +82,8 @@ def _ab(args) -> int:
 
     report = run_ab(args.base, args.cand, repo=args.repo, suites=args.suites, keyword=args.keyword,
                     rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed, force=args.force,
-                    out_dir=args.out, progress=stderr_progress if sys.stderr.isatty() else None)
+                    out_dir=args.out, progress=stderr_progress if sys.stderr.isatty() else None,
+                    until_decided=args.until_decided, max_pairs=args.max_pairs, budget_s=args.budget_s)
     if args.json:
         from ._io import print_json
 

@@ -65,7 +65,16 @@ def register(sub) -> None:
     p.set_defaults(func=_history)
 
     p = sub.add_parser("gate", help="regression gate: Mann-Whitney U on raw rounds + median threshold, "
-                                    "weighted geomean per kernel, mode and provider")
+                                    "weighted geomean per kernel, mode and provider (exit 0 pass, 1 regression, "
+                                    "2 refused, 3 inconclusive)",
+                       description="Compare two result files benchmark by benchmark. Each gated benchmark is a "
+                                   "regression (Mann-Whitney U p < alpha AND the median slowed beyond the "
+                                   "threshold), unchanged (the change's 1 - alpha interval lies within "
+                                   "+-threshold) or inconclusive (neither: the report states the rounds per side "
+                                   "that would decide; get them with POLYTRACE_BENCH_ROUNDS=N or pytest "
+                                   "--benchmark-min-rounds=N when running the suites). The weighted geometric mean "
+                                   "per kernel, mode and provider is judged alike. Exit 0 pass, 1 regression, "
+                                   "2 refused or an error, 3 inconclusive.")
     p.add_argument("baseline", help="baseline result JSON, or a folder of one run's files")
     p.add_argument("candidate", help="candidate result JSON, or a folder of one run's files")
     p.add_argument("--threshold", type=threshold_fraction, default=0.05,

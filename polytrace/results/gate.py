@@ -1,20 +1,23 @@
 """The regression gate: did a change make the kernels slower on the shapes our workloads run?
 
-Per benchmark (matched by its stable id), a regression needs both
+Per benchmark (matched by its stable id) the verdict is three-way (``polytrace.results.verdict``):
 
-1. a significant difference of the raw rounds: two-sided Mann-Whitney U test at ``alpha``
-   (default 0.002: a suite has tens of benchmarks, and 0.002 keeps the chance of one false alarm
-   in a 25-benchmark run near 5%, a Bonferroni-style bound), and
-2. a median slowdown above ``threshold`` (default 5%): a significant 1% drift on a shared GPU is
-   real but not worth blocking a pull request for.
-
-Improvements are the mirror image. A gated benchmark whose median slowed past the threshold but
-whose rounds cannot reach ``alpha`` at all (the exact test's smallest p-value, 2 / C(n+m, n), is
-above it) is "underpowered" and an error: the gate cannot tell, so it does not pass.
+1. **regression**: a significant difference of the raw rounds (two-sided Mann-Whitney U test at
+   ``alpha``, default 0.002: a suite has tens of benchmarks, and 0.002 keeps the chance of one false
+   alarm in a 25-benchmark run near 5%, a Bonferroni-style bound) AND a median slowdown above
+   ``threshold`` (default 5%: a significant 1% drift on a shared GPU is real but not worth blocking
+   a pull request for); **improvement** the mirror image;
+2. **unchanged**: the change's interval at ``1 - alpha`` (Hodges-Lehmann, from the U test's own
+   distribution) lies within +-threshold: the change is bounded, not merely undetected;
+3. **inconclusive** otherwise (too few rounds, or too much spread), with the rounds per side that
+   would decide it at the observed spread (``rounds_to_decide``; ``rounds_to_detect``: to detect a
+   change of ``threshold`` with 80% power). Rounds too few for the exact test to reach ``alpha`` at
+   all (its smallest p-value, 2 / C(n+m, n), above it) are always inconclusive.
 
 Per (family, kernel, mode, provider) the gate reports the weighted geometric-mean speedup with a
-bootstrap confidence interval over rounds (at 1 - alpha); an aggregate slowdown above the
-threshold whose interval excludes 1 also fails the gate. Weights have one meaning per mode
+bootstrap confidence interval over rounds (at 1 - alpha, tails of alpha/2); the same three-way rule
+holds: an aggregate slowdown above the threshold whose interval excludes 1 is a regression, an
+interval within +-threshold unchanged, anything else inconclusive. Weights have one meaning per mode
 (``WEIGHT_BASIS``): each shape's share of the sampled workload's tokens (``extra_info.weight``), or
 for the planner ("plan") the number of sequences it plans. Members with fewer than
 ``MIN_BOOTSTRAP_ROUNDS`` rounds in either file are left out of the aggregate (with a note) and
@@ -27,9 +30,10 @@ Refusals (exit 2 unless ``force``): different GPU, different place of measuremen
 CPU-interpreter timings, a benchmark id naming a different workload (profile, seed or step).
 Errors (exit 2, ``force`` or not, never a pass; exit 1 when a regression was found all the same):
 nothing in common, nothing of ours to gate, a gated benchmark without raw rounds or with unusable
-ones in either file, an underpowered gated slowdown. A changed kernel source hash is *not* a
-refusal: a kernel pull request changes it by definition; it is reported, and so is an unchanged
-hash beside a regression.
+ones in either file. Exit 3 (inconclusive): no regression and no error, but a gated benchmark or
+aggregate is inconclusive: the gate cannot vouch for it, and says how many rounds would decide. A
+changed kernel source hash is *not* a refusal: a kernel pull request changes it by definition; it
+is reported, and so is an unchanged hash beside a regression.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from .stats import (
     rounds_needed,
 )
 from .validation import MAX_ROUND_S, MIN_ROUND_S
+from .verdict import classify, robust_spread, sample_size, shift_interval
 
 __all__ = ["Aggregate", "Comparison", "GateReport", "WEIGHT_BASIS", "aggregate_weights", "compare", "min_p_value"]
 
@@ -61,6 +66,8 @@ VERSION_KEYS = ("torch_version", "triton_version", "cuda_version", "driver_versi
 # mode -> what a member's weight in its aggregate stands for; every other mode: "tokens"
 WEIGHT_BASIS = {"plan": "sequences"}
 _EXAMPLES = 3  # ids named in a summarised error
+# how to get more rounds, named in the advice of an inconclusive verdict (suites/harness.py reads both)
+MORE_ROUNDS = "POLYTRACE_BENCH_ROUNDS=N (or pytest --benchmark-min-rounds=N) when running the suites"
 
 
 @dataclass
@@ -72,7 +79,7 @@ class Comparison:
     provider_kind: str
     mode: str
     shape_id: str
-    # regression | improvement | unchanged | underpowered | error | no-data | new | missing
+    # regression | improvement | unchanged | inconclusive | error | no-data | new | missing
     status: str
     gated: bool
     weight: float | None = None  # normalised over its aggregate (family, kernel, mode, provider)
@@ -83,6 +90,11 @@ class Comparison:
     n_base: int = 0
     n_cand: int = 0
     note: str = ""
+    # the change's interval at 1 - alpha (Hodges-Lehmann; None: unbounded, too few rounds)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    rounds_to_decide: int | None = None  # per side, to decide the observed change (80% power)
+    rounds_to_detect: int | None = None  # per side, to detect a change of the threshold (80% power)
 
     @property
     def ratio(self) -> float | None:
@@ -100,7 +112,7 @@ class Aggregate:
     speedup: float  # weighted geometric mean of baseline / candidate median time (>1 = faster)
     ci_low: float | None
     ci_high: float | None
-    status: str  # regression | improvement | unchanged | untested
+    status: str  # regression | improvement | unchanged | inconclusive | untested
     gated: bool
     weight_basis: str = "tokens"  # "tokens", "sequences" or "uniform"
     n_tested: int = 0  # members in the speedup and its interval (enough rounds in both files)
@@ -141,10 +153,24 @@ class GateReport:
         return [a for a in self.aggregates if a.status == "regression" and a.gated]
 
     @property
+    def inconclusive(self) -> list[Comparison]:
+        return [c for c in self.comparisons if c.status == "inconclusive" and c.gated]
+
+    @property
+    def aggregate_inconclusive(self) -> list[Aggregate]:
+        return [a for a in self.aggregates if a.status == "inconclusive" and a.gated]
+
+    @property
+    def rounds_advice(self) -> int | None:
+        """Rounds per side that would decide every inconclusive gated benchmark (the largest)."""
+        needs = [c.rounds_to_decide for c in self.inconclusive if c.rounds_to_decide]
+        return max(needs) if needs else None
+
+    @property
     def exit_code(self) -> int:
         """2 refused (unless forced); 1 a regression was found (whatever else could not be tested);
         2 an error (something the gate cannot vouch for: never a pass); 1 missing benchmarks with
-        ``fail_on_missing``; else 0."""
+        ``fail_on_missing``; 3 inconclusive (a gated benchmark or aggregate undecided); else 0."""
         if self.refusals and not self.forced:
             return 2
         if self.gated_regressions or self.aggregate_regressions:
@@ -153,6 +179,8 @@ class GateReport:
             return 2
         if self.fail_on_missing and any(c.gated for c in self.of("missing")):
             return 1
+        if self.inconclusive or self.aggregate_inconclusive:
+            return 3
         return 0
 
     @property
@@ -169,6 +197,13 @@ class GateReport:
             if not found:
                 found.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
             return "FAIL: " + ", ".join(found) + (f"; also {errors}" if self.errors else "")
+        if code == 3:
+            what = [counted(len(self.inconclusive), "benchmark")] if self.inconclusive else []
+            if self.aggregate_inconclusive:
+                what.append(counted(len(self.aggregate_inconclusive), "weighted mean"))
+            need = self.rounds_advice
+            return ("INCONCLUSIVE: " + " and ".join(what) + " undecided"
+                    + (f"; rerun with at least {need} rounds each ({MORE_ROUNDS})" if need else ""))
         return "PASS" + (" (forced past refusals)" if self.refusals else "")
 
     def to_dict(self) -> dict:
@@ -221,7 +256,7 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
     rng = np.random.default_rng(seed)
     for i in matched:
         comp = _compare_one(base[i], cand[i], gated(base[i]), threshold, alpha)
-        if comp.status in ("regression", "improvement", "unchanged", "underpowered") \
+        if comp.status in ("regression", "improvement", "unchanged", "inconclusive") \
                 and min(comp.n_base, comp.n_cand) >= MIN_BOOTSTRAP_ROUNDS:
             boot[i] = bootstrap_log_medians(base[i].rounds, n_boot, rng) \
                 - bootstrap_log_medians(cand[i].rounds, n_boot, rng)
@@ -269,18 +304,22 @@ def _compare_one(b: BenchResult, c: BenchResult, is_gated: bool, threshold: floa
     lr = log_ratio(comp.base_median_s, comp.cand_median_s)
     comp.change = change_of(lr)
     comp.p_value = mann_whitney_p(b.rounds, c.rounds)
-    big_slow, big_fast = lr > math.log1p(threshold), -lr > math.log1p(threshold)
-    if comp.p_value < alpha and big_slow:
-        comp.status = "regression"
-    elif comp.p_value < alpha and big_fast:
-        comp.status = "improvement"
-    elif (big_slow or big_fast) and min_p_value(comp.n_base, comp.n_cand) >= alpha:
-        comp.status = "underpowered"
-        note = (f"{comp.n_base} vs {comp.n_cand} rounds cannot reach p < {alpha:g} "
-                f"(needs {rounds_needed(alpha)} each)")
+    lo, hi = shift_interval(b.rounds, c.rounds, alpha)
+    comp.ci_low = change_of(lo) if math.isfinite(lo) else None
+    comp.ci_high = change_of(hi) if math.isfinite(hi) else None
+    comp.status = classify(lr, comp.p_value, lo, hi, threshold, alpha)
+    if comp.status == "inconclusive":
+        variance = robust_spread(np.log(b.rounds)) ** 2 + robust_spread(np.log(c.rounds)) ** 2
+        comp.rounds_to_detect, comp.rounds_to_decide = sample_size(variance, lr, threshold, alpha,
+                                                                   rounds_needed(alpha))
+        if min_p_value(comp.n_base, comp.n_cand) >= alpha:
+            why = f"{comp.n_base} vs {comp.n_cand} rounds cannot reach p < {alpha:g}"
+        elif math.isfinite(lo) and math.isfinite(hi):
+            why = f"interval {change_of(lo):+.1%}..{change_of(hi):+.1%} not within +-{threshold:.1%}"
+        else:
+            why = "too few rounds for a bounded interval"
+        note = f"{why}; ~{comp.rounds_to_decide} rounds each would decide"
         comp.note = note + ("; " + comp.note if comp.note else "")
-    else:
-        comp.status = "unchanged"
     return comp
 
 
@@ -325,13 +364,6 @@ def _errors(report: GateReport, files: dict[str, dict[str, BenchResult]], gate_a
         if bad:
             report.errors.append(f"{len(bad)} gated benchmark(s) have unusable rounds in the {where} ({path}): "
                                  f"{_examples(bad)} ({problems[bad[0].id]})")
-    slow = [c for c in report.of("underpowered") if c.gated and c.change is not None and c.change > 0]
-    if slow:
-        worst = max(slow, key=lambda c: c.change)
-        report.errors.append(
-            f"{len(slow)} gated benchmark(s) slowed past the threshold with too few rounds to test at "
-            f"alpha={report.alpha:g}: {_examples(slow)} (worst {worst.change:+.1%}, {worst.n_base} vs "
-            f"{worst.n_cand} rounds); rerun with at least {rounds_needed(report.alpha)} rounds each")
     matched = [c for c in report.comparisons if c.status not in ("new", "missing")]
     if matched and not any(c.gated for c in matched) and not gate_all:
         report.errors.append("no benchmark of ours in common, only controls (torch, peers): nothing to gate "
@@ -388,11 +420,16 @@ def _aggregate(report: GateReport, key, comps: list[Comparison], base: dict[str,
         resampled = sum(wi * boot[c.id] for c, wi in zip([c for c, t in zip(comps, tested) if t], wt))
         lo, hi = np.quantile(resampled, [report.alpha / 2, 1 - report.alpha / 2])
         ci_low, ci_high = float(math.exp(lo)), float(math.exp(hi))
-        status = "unchanged"
-        if -center > math.log1p(report.threshold) and hi < 0:
+        # the three-way rule of polytrace.results.verdict on the speedup's log: p < alpha is the
+        # interval excluding 0; "unchanged" is the interval within +-threshold
+        t = math.log1p(report.threshold)
+        status = "inconclusive"
+        if -center > t and hi < 0:
             status = "regression"
-        elif center > math.log1p(report.threshold) and lo > 0:
+        elif center > t and lo > 0:
             status = "improvement"
+        elif -t < lo and hi < t:
+            status = "unchanged"
         if not tested.all():
             note = (f"{int((~tested).sum())} member(s) (weight {float(w[~tested].sum()):.1%}) with fewer than "
                     f"{MIN_BOOTSTRAP_ROUNDS} rounds left out, judged on their own")
@@ -438,11 +475,14 @@ def _warnings(report: GateReport) -> None:
                 + ", ".join(f"{x.provider} {1 / x.speedup - 1:+.1%}" for x in controls)
                 + "): a session-level shift is the likelier cause; `polytrace ab` times both revisions in one "
                 "session")
-    fast = [x for x in report.of("underpowered") if not (x.gated and x.change is not None and x.change > 0)]
-    if fast:
-        report.warnings.append(f"{len(fast)} comparison(s) moved past the threshold but have too few rounds to test "
-                               f"at alpha={report.alpha:g} (improvements or controls); use at least "
-                               f"{rounds_needed(report.alpha)} rounds each")
+    undecided = report.inconclusive
+    if undecided:
+        worst = max(undecided, key=lambda c: c.rounds_to_decide or 0)
+        have = min(min(c.n_base, c.n_cand) for c in undecided)
+        report.warnings.append(
+            f"{counted(len(undecided), 'gated benchmark')} inconclusive at alpha={report.alpha:g}, threshold "
+            f"{report.threshold:.1%} ({_examples(undecided)}; fewest rounds {have}): about {worst.rounds_to_decide} "
+            f"rounds each would decide {worst.id} ({MORE_ROUNDS})")
     missing = report.of("missing")
     if missing:
         report.warnings.append(f"{len(missing)} benchmark(s) of the baseline are missing from the candidate "

@@ -24,7 +24,7 @@ from ..errors import PolytraceError
 from .gate import GateReport
 from .schema import CPU_MEASURED_ON, BenchResult, ResultFile, natural_key
 
-_STATUS_COLOURS = {"regression": "tab:red", "improvement": "tab:green", "underpowered": "tab:orange",
+_STATUS_COLOURS = {"regression": "tab:red", "improvement": "tab:green", "inconclusive": "tab:orange",
                    "unchanged": "tab:gray", "no-data": "lightgray"}
 # File names stay far below the 255 bytes file systems allow; a longer slug keeps its start and a
 # hash of the whole, so two long names stay distinct.

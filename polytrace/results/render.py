@@ -6,7 +6,8 @@ from .gate import Comparison, GateReport
 from .schema import natural_key
 from .store import format_time
 
-_ORDER = ("error", "regression", "improvement", "underpowered", "no-data", "unchanged", "new", "missing")
+_ORDER = ("error", "regression", "inconclusive", "improvement", "no-data", "unchanged", "new", "missing")
+MARKS = {0: "PASS", 1: "FAIL", 2: "REFUSED", 3: "INCONCLUSIVE"}
 
 
 def format_change(x: float | None) -> str:
@@ -14,25 +15,41 @@ def format_change(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
-def format_p(x: float | None) -> str:
-    """A p-value: 3 decimals, scientific below 0.001 ("-" when untested)."""
-    return "-" if x is None else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
+def format_p(x: float | None, alpha: float | None = None) -> str:
+    """A p-value to 3 significant digits (0.00195, not 0.002), more where it would otherwise print
+    as ``alpha`` while differing from it ("-" when untested)."""
+    if x is None:
+        return "-"
+    for digits in range(3, 12):
+        text = f"{x:.{digits}g}"
+        if alpha is None or x == alpha or float(text) != alpha:
+            return text
+    return repr(x)
+
+
+def format_interval(lo: float | None, hi: float | None) -> str:
+    """A change's interval as signed percentages; an unbounded end is "?" (both: "unbounded", too
+    few rounds for the test's own interval)."""
+    if lo is None and hi is None:
+        return "unbounded"
+    return ("?" if lo is None else f"{lo:+.1%}") + ".." + ("?" if hi is None else f"{hi:+.1%}")
 
 
 def _w(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def _rows(comps: list[Comparison], md: bool) -> list[list[str]]:
+def _rows(comps: list[Comparison], md: bool, alpha: float | None = None) -> list[list[str]]:
     def esc(s: str) -> str:
         return s.replace("|", "\\|") if md else s
 
     return [[esc(c.id), c.status + ("" if c.gated else " (control)"), _w(c.weight), format_time(c.base_median_s),
-             format_time(c.cand_median_s), format_change(c.change), format_p(c.p_value), f"{c.n_base}/{c.n_cand}",
-             esc(c.note)] for c in comps]
+             format_time(c.cand_median_s), format_change(c.change),
+             "-" if c.change is None else format_interval(c.ci_low, c.ci_high), format_p(c.p_value, alpha),
+             f"{c.n_base}/{c.n_cand}", esc(c.note)] for c in comps]
 
 
-_HEAD = ["benchmark", "status", "weight", "baseline", "candidate", "change", "p", "rounds", "note"]
+_HEAD = ["benchmark", "status", "weight", "baseline", "candidate", "change", "CI", "p", "rounds", "note"]
 
 
 def _agg_rows(report: GateReport) -> list[list[str]]:
@@ -62,8 +79,9 @@ def format_text(report: GateReport, show_all: bool = False) -> str:
     lines = [f"polytrace gate: {report.verdict}", *report.impact,
              f"baseline  {b['path']} ({b['gpu_name']}, {b['measured_on']}, commit {b['commit']})",
              f"candidate {c['path']} ({c['gpu_name']}, {c['measured_on']}, commit {c['commit']})",
-             f"rule: Mann-Whitney U (two-sided) p < {report.alpha:g} on raw rounds AND median change beyond "
-             f"{report.threshold:.1%}"]
+             f"rule: regression = Mann-Whitney U (two-sided) p < {report.alpha:g} on raw rounds AND median change "
+             f"beyond {report.threshold:.1%}; unchanged = the change's {1 - report.alpha:.1%} interval within "
+             f"+-{report.threshold:.1%}; otherwise inconclusive"]
     counts = {s: len(report.of(s)) for s in _ORDER}
     lines.append("counts: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
     for e in report.errors:
@@ -77,7 +95,7 @@ def format_text(report: GateReport, show_all: bool = False) -> str:
     statuses = _ORDER if show_all else tuple(x for x in _ORDER if x != "unchanged")
     comps = _sorted(report, statuses)
     if comps:
-        lines += ["", tabulate(_rows(comps, False), headers=_HEAD, disable_numparse=True)]
+        lines += ["", tabulate(_rows(comps, False, report.alpha), headers=_HEAD, disable_numparse=True)]
     if report.aggregates:
         lines += ["", "weighted geometric-mean speedup per kernel, mode and provider (baseline time / candidate "
                   "time; >1 = faster):",
@@ -89,15 +107,16 @@ def format_markdown(report: GateReport) -> str:
     from tabulate import tabulate
 
     b, c = report.baseline, report.candidate
-    mark = {0: "PASS", 1: "FAIL", 2: "REFUSED"}[report.exit_code]
+    mark = MARKS[report.exit_code]
     detail = report.verdict.removeprefix(mark)  # "FAIL: 2 regressions", "REFUSED (1 error)" -> the rest
     detail = detail[2:] if detail.startswith(": ") else detail[2:-1] if detail.startswith(" (") else detail
     title = f"### polytrace gate: **{mark}**" + (f" ({detail})" if detail else "")
     out = [title, "", *[f"**{line}**" for line in report.impact], *([""] if report.impact else []),
            f"On **{c['gpu_name']}** ({c['measured_on']}). A benchmark regresses when a two-sided Mann-Whitney U "
            f"test on the raw rounds gives p < {report.alpha:g} **and** its median time grows by more than "
-           f"{report.threshold:.1%}. Weights are each shape's share of the sampled workload's tokens "
-           "(sequences for the planner).", ""]
+           f"{report.threshold:.1%}; it is unchanged when the change's {1 - report.alpha:.1%} interval lies within "
+           f"+-{report.threshold:.1%}, inconclusive otherwise. Weights are each shape's share of the sampled "
+           "workload's tokens (sequences for the planner).", ""]
     env = [["path", f"`{b['path']}`", f"`{c['path']}`"], ["commit", b["commit"], c["commit"]],
            ["date", b["datetime"][:19], c["datetime"][:19]], ["benchmarks", b["n_benchmarks"], c["n_benchmarks"]]]
     for k in ("torch_version", "triton_version", "driver_version"):
@@ -113,12 +132,13 @@ def format_markdown(report: GateReport) -> str:
         out.append("**Refused:**" + (" (overridden with `--force`)" if report.forced else ""))
         out += [f"- {r}" for r in report.refusals] + [""]
     for title, status in (("Untestable (no usable rounds)", "error"), ("Regressions", "regression"),
-                          ("Improvements", "improvement"),
-                          ("Underpowered (changed beyond the threshold, too few rounds to test)", "underpowered")):
+                          ("Inconclusive (too few rounds or too much spread to decide)", "inconclusive"),
+                          ("Improvements", "improvement")):
         comps = _sorted(report, (status,))
         if comps:
             out += [f"#### {title} ({len(comps)})", "",
-                    tabulate(_rows(comps, True), headers=_HEAD, tablefmt="github", disable_numparse=True), ""]
+                    tabulate(_rows(comps, True, report.alpha), headers=_HEAD, tablefmt="github",
+                             disable_numparse=True), ""]
     if report.aggregates:
         out += ["#### Weighted geometric-mean speedup per kernel, mode and provider", "",
                 "Baseline time / candidate time, weighted by each shape's share of the workload; "
@@ -138,6 +158,7 @@ def format_markdown(report: GateReport) -> str:
     allc = _sorted(report, _ORDER)
     if allc:
         out += [f"<details><summary>All {len(allc)} benchmarks</summary>", "",
-                tabulate(_rows(allc, True), headers=_HEAD, tablefmt="github", disable_numparse=True), "",
+                tabulate(_rows(allc, True, report.alpha), headers=_HEAD, tablefmt="github",
+                         disable_numparse=True), "",
                 "</details>", ""]
     return "\n".join(out)
