@@ -40,7 +40,7 @@ import numpy as np
 from polytrace_kernels.attention import spec
 
 from . import checks, compiled, harness
-from .attention_ref import attention_rows, to_packed
+from .attention_ref import attention_rows, sample_sequences, to_packed
 from .harness import Case, Provider, module_available, needs_cuda, on_gpu
 from .registry import BenchCase, Bound, family_module
 
@@ -367,9 +367,15 @@ def _truth(s: VarlenShape, mode: str):
     def truth(inp: VarlenInputs) -> dict:
         total = sum(s.seqlens)
         rows = None if total <= FULL_CHECK_TOKENS else checks.subset_rows(total, device=inp.q.device)
+        seqs = _kv_sequences(s) if rows is not None and mode == "bwd" else None
         return attention_rows(inp.q.detach(), inp.k.detach(), inp.v.detach(), s.seqlens, rows,
-                              inp.dout if mode == "bwd" else None)
+                              inp.dout if mode == "bwd" else None, seqs)
     return truth
+
+
+def _kv_sequences(s: VarlenShape) -> list[int]:
+    """The whole sequences whose dK/dV are checked past FULL_CHECK_TOKENS tokens."""
+    return sample_sequences(s.seqlens, FULL_CHECK_TOKENS)
 
 
 def _compare(s: VarlenShape, provider: str, mode: str):
@@ -381,12 +387,11 @@ def _compare(s: VarlenShape, provider: str, mode: str):
         names = ("out",) if mode == "fwd" else ("dq", "dk", "dv")
         results = []
         for i, name in enumerate(names):
-            if name not in truth["want"]:
-                continue  # dk, dv need every row: not checked on a row subset
-            got = to_packed(outs[i], s.seqlens, s.heads_kv if name in ("dk", "dv") else s.heads_q)
+            kv = name in ("dk", "dv")
+            got = to_packed(outs[i], s.seqlens, s.heads_kv if kv else s.heads_q)
             if rows is not None:
-                got = got[rows]
-            results.append(checks.verify(name, got, truth["want"][name], ours=ours, torch_same=truth["same"][name]))
+                got = got[truth["kv_index"]] if kv else got[rows]
+            results += checks.verify(name, got, truth["want"][name], ours=ours, torch_same=truth["same"][name])
         return results
     return compare
 
@@ -396,7 +401,25 @@ def _check_note(s: VarlenShape, mode: str) -> str:
     if total <= FULL_CHECK_TOKENS:
         return f"all {total} rows in fp64"
     note = checks.subset_note(total, what="query rows")
-    return note + ("; dk, dv not checked at this size (they sum over every query row)" if mode == "bwd" else "")
+    if mode == "bwd":
+        seqs = _kv_sequences(s)
+        note += (f"; dk, dv: {len(seqs)} of {len(s.seqlens)} whole sequences "
+                 f"({sum(s.seqlens[i] for i in seqs)} of {total} tokens) in fp64")
+    return note
+
+
+def _coverage(s: VarlenShape, mode: str) -> dict:
+    total = sum(s.seqlens)
+    if total <= FULL_CHECK_TOKENS:
+        whole = checks.cover(total, total, "rows", "the whole batch in fp64")
+        return {n: dict(whole) for n in (("out",) if mode == "fwd" else ("dq", "dk", "dv"))}
+    rows = checks.rows_cover(total, "query rows", "a query row, exact in fp64 against its own sequence")
+    if mode == "fwd":
+        return {"out": rows}
+    seqs = _kv_sequences(s)
+    kv = checks.cover(sum(s.seqlens[i] for i in seqs), total, "key rows",
+                      f"{len(seqs)} of {len(s.seqlens)} whole sequences, exact in fp64")
+    return {"dq": rows, "dk": kv, "dv": dict(kv)}
 
 
 def cases() -> list[BenchCase]:
@@ -411,6 +434,7 @@ def cases() -> list[BenchCase]:
             for p in providers:
                 info = {"dtype": dt, "skew_max_over_mean": round(max(lens) / (sum(lens) / len(lens)), 2),
                         "sum_sq_tokens": int(sum(x * x for x in lens)), "check_subset": _check_note(s, mode),
+                        "check_coverage": _coverage(s, mode),
                         "computes": ["out", "lse"] if p.name.startswith("ours") or p.name in ("flash-attn",
                                                                                               "torch-varlen")
                         else ["out"]}

@@ -7,8 +7,9 @@ pure-torch reference (``polytrace_kernels.attention.reference``):
 
 - the whole batch (every row; with ``dout``, dq, dk and dv) when ``rows`` is None;
 - else the given query rows one at a time (each against the keys of its own sequence up to itself):
-  the output and, with ``dout``, dq of those rows are exact per row, while dk and dv sum over every
-  later query row of the sequence and are not computed. That keeps a GPU-sized check (16k tokens,
+  the output and, with ``dout``, dq of those rows are exact per row; dk and dv sum over every
+  later query row of the sequence, so they are computed for a sample of whole sequences
+  (``sample_sequences``), exact for every token of those. That keeps a GPU-sized check (16k tokens,
   sequences of 32k: an fp64 score matrix of a whole sequence is 40 x 32k x 32k x 8 bytes) small.
 """
 
@@ -69,9 +70,29 @@ def _rows(q, k, v, seqlens, rows, dout, compute_dtype):
     return {key: torch.cat(outs, 0)}
 
 
-def attention_rows(q, k, v, seqlens, rows=None, dout=None) -> dict:
+def token_index(seqlens, seqs, device=None):
+    """The packed token positions of the sequences ``seqs`` (in that order)."""
+    import torch
+
+    starts, acc = [], 0
+    for n in seqlens:
+        starts.append(acc)
+        acc += n
+    return torch.cat([torch.arange(starts[i], starts[i] + seqlens[i]) for i in seqs]).to(device)
+
+
+def _sequences(q, k, v, seqlens, seqs, dout, compute_dtype):
+    """dk and dv of whole sequences ``seqs``: exact, since a sequence's K/V gradients depend only on
+    its own queries (causal, no cross-sequence attention)."""
+    idx = token_index(seqlens, seqs, q.device)
+    sub = _whole(q[idx], k[idx], v[idx], [seqlens[i] for i in seqs], dout[idx], compute_dtype)
+    return {"dk": sub["dk"], "dv": sub["dv"]}
+
+
+def attention_rows(q, k, v, seqlens, rows=None, dout=None, seqs=None) -> dict:
     """``{"rows": rows, "want": {name: fp64}, "same": {name: 16-bit}}`` for the forward output
-    ("out") or, with ``dout``, the gradients ("dq", plus "dk" and "dv" when ``rows`` is None)."""
+    ("out") or, with ``dout``, the gradients ("dq", plus "dk" and "dv": of every row when ``rows``
+    is None, else of the whole sequences ``seqs``, whose packed positions are under "kv_index")."""
     import torch
 
     if rows is None:
@@ -80,7 +101,29 @@ def attention_rows(q, k, v, seqlens, rows=None, dout=None) -> dict:
     else:
         want = _rows(q, k, v, seqlens, rows, dout, torch.float64)
         same = _rows(q, k, v, seqlens, rows, dout, None)
-    return {"rows": rows, "want": want, "same": same}
+    out = {"rows": rows, "want": want, "same": same}
+    if rows is not None and dout is not None and seqs:
+        want.update(_sequences(q, k, v, seqlens, seqs, dout, torch.float64))
+        same.update(_sequences(q, k, v, seqlens, seqs, dout, None))
+        out["kv_index"] = token_index(seqlens, seqs, q.device)
+    return out
+
+
+def sample_sequences(seqlens, max_tokens: int, max_seqs: int = 8) -> list[int]:
+    """A deterministic sample of whole sequences for the dK/dV check: sequences at evenly spaced
+    positions of the batch, each taken while the sample stays within ``max_tokens`` tokens (an fp64
+    reference of a sequence holds its heads x L x L scores), at most ``max_seqs``; the shortest
+    sequence when none fits."""
+    n = len(seqlens)
+    if n == 0:
+        return []
+    picks = sorted({round(i * (n - 1) / max(1, max_seqs - 1)) for i in range(min(n, max_seqs))})
+    chosen, used = [], 0
+    for i in picks:
+        if used + seqlens[i] <= max_tokens:
+            chosen.append(i)
+            used += seqlens[i]
+    return chosen or [min(range(n), key=lambda i: seqlens[i])]
 
 
 def to_packed(t, seqlens, heads: int):
