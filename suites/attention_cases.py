@@ -435,6 +435,9 @@ def cases() -> list[BenchCase]:
                 info = {"dtype": dt, "skew_max_over_mean": round(max(lens) / (sum(lens) / len(lens)), 2),
                         "sum_sq_tokens": int(sum(x * x for x in lens)), "check_subset": _check_note(s, mode),
                         "check_coverage": _coverage(s, mode),
+                        # the floor counts the 4 matmuls a backward cannot avoid (dV, dP, dQ, dK), not the
+                        # conventional 5 (with QK^T recomputed): a kernel storing P would not recompute it
+                        "floor_flops": flops * (4.0 / 5.0 if mode == "bwd" else 1.0),
                         "computes": ["out", "lse"] if p.name.startswith("ours") or p.name in ("flash-attn",
                                                                                               "torch-varlen")
                         else ["out"]}

@@ -206,7 +206,8 @@ def cases() -> list[BenchCase]:
         meta = Case(FAMILY, KERNEL, TORCH.name, mode, s.shape(dt), flops=flops, bytes_moved=float(nbytes),
                     roofline="bf16", profile=s.profile, seed=s.seed, step=s.step, weight=s.weight,
                     extra={"computes": ["y"] if mode == "fwd" else ["d(input)", "d(weight)"], "check_subset": note,
-                           "check_coverage": coverage, "backend": "cuBLAS via torch.matmul" if on_gpu() else "torch CPU matmul"})
+                           "check_coverage": coverage,
+                           "backend": "cuBLAS via torch.matmul" if on_gpu() else "torch CPU matmul"})
         out.append(BenchCase(SUITE, meta, TORCH, _inputs(s, mode), _bind(mode), _truth(s, mode), _compare(mode),
                              label=f"linear-{mode}-{s.id}"))
     return out

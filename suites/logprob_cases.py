@@ -43,6 +43,7 @@ from polytrace_kernels.logprob import spec
 
 from . import checks, compiled
 from .harness import Case, Provider, module_available, needs_cuda, on_gpu
+from .logprob_ref import FLOP_CONVENTIONS, dweight_rows, fp64_logits
 from .registry import BenchCase, Bound, family_module
 
 SUITE = "logprob"
@@ -59,7 +60,6 @@ CPU_MAX_TOKENS = 48  # interpreter: ~0.5 s per call at V 1031
 CPU_VOCAB, CPU_HIDDEN = 1031, 64  # awkward on purpose: V not a multiple of any block
 TOKEN_SEED = 0
 MODES = ("fwd", "fwd+bwd")
-V_CHUNK = 16384  # vocabulary rows per fp64 matmul chunk of the fused reference
 
 
 # ---------------------------------------------------------------------------------------- shapes
@@ -175,13 +175,6 @@ COMPUTES = {"ours": ("logprob", "entropy"), "torch-eager": ("logprob", "entropy"
 HOST_SYNCING = {"liger"}  # liger's cross entropy reads a count back to the host: no CUDA graph
 # providers whose computation *is* the 16-bit yardstick ("torch_same"): never compared with it
 TORCH_SAME = {"torch-eager", "torch-compile", "bare-matmul"}
-# FLOP conventions beside ours: what each peer's published TFLOP/s count for the fused LM-head
-# log-prob fwd+bwd. Ours counts the matmuls any implementation needs, 6THV (logits, d(hidden),
-# d(weight)); our kernel executes 8THV (it recomputes the logits in the backward). Liger's fused
-# linear cross entropy benchmarks quote 8MHV (M tokens, H hidden, V vocabulary) for fwd+bwd.
-FLOP_CONVENTIONS = {"polytrace": "6THV (matmuls needed: logits, d(hidden), d(weight))",
-                    "polytrace_executed": "8THV (our kernel recomputes the logits in the backward)",
-                    "liger": "8MHV (M tokens; fwd+bwd as liger's fused linear cross entropy quotes it)"}
 
 
 @dataclass
@@ -399,20 +392,6 @@ def _logits_coverage(s: TokShape, provider: str, mode: str) -> dict:
     return {name: checks.rows_cover(s.tokens, "token rows", how) for name in names}
 
 
-def _fp64_logits(h_rows, w):
-    """fp64 logits of some rows and, per row, the largest sum_k |h_k w_k| (the fp32 rule's scale),
-    in vocabulary chunks so the weight is never held in fp64 whole."""
-    import torch
-
-    h64 = h_rows.double()
-    logits, absdot = [], []
-    for start in range(0, w.shape[0], V_CHUNK):
-        w64 = w[start:start + V_CHUNK].detach().double()
-        logits.append(h64 @ w64.t())
-        absdot.append(h64.abs() @ w64.abs().t())
-    return torch.cat(logits, 1), torch.cat(absdot, 1).amax(-1)
-
-
 def _linear_truth(s: TokShape, provider: str, mode: str):
     computes = COMPUTES[provider]
 
@@ -425,7 +404,7 @@ def _linear_truth(s: TokShape, provider: str, mode: str):
         whole = rows.numel() == s.tokens
         out = {"rows": rows, "whole": whole}
         if mode == "fwd":
-            logits64, out["scale"] = _fp64_logits(h[rows], w)
+            logits64, out["scale"] = fp64_logits(h[rows], w)
             if computes == ("logits",):
                 out["want"], out["same"] = (logits64,), ((h[rows] @ w.t()),)
                 return out
@@ -457,45 +436,6 @@ def _linear_truth(s: TokShape, provider: str, mode: str):
         out["want"], out["same"] = grads
         return out
     return truth
-
-
-def dweight_rows(h, w, tokens, vrows, entropy: bool, dtype):
-    """Rows ``vrows`` of d(weight) of ``sum(log-prob) [+ sum(entropy)]`` over *every* token: exact
-    in fp64 (``dtype`` float64), or torch's own 16-bit path (``dtype`` None: 16-bit logits, fp32
-    softmax statistics, the gradient rounded to the inputs' dtype, a 16-bit matmul), in vocabulary
-    chunks of ``V_CHUNK`` so no [T, V] fp64 matrix is held.
-
-    Per token t, with p = softmax(z) over the whole vocabulary and H its entropy,
-    d log p_tok / dz_v = [v == tok] - p_v and dH / dz_v = -p_v (log p_v + H); d(weight)[v] is
-    the sum over tokens of that times hidden[t]."""
-    import torch
-
-    exact = dtype == torch.float64
-    acc = torch.float64 if exact else torch.float32
-    hh, ww = (h.detach().double(), w.detach().double()) if exact else (h.detach(), w.detach())
-    n = hh.shape[0]
-    m = torch.full((n,), -float("inf"), dtype=acc, device=h.device)
-    total = torch.zeros(n, dtype=acc, device=h.device)
-    weighted = torch.zeros(n, dtype=acc, device=h.device)
-    for start in range(0, ww.shape[0], V_CHUNK):
-        z = (hh @ ww[start:start + V_CHUNK].t()).to(acc)
-        new_m = torch.maximum(m, z.amax(1))
-        e = torch.exp(z - new_m[:, None])
-        rescale = torch.exp(m - new_m)
-        total = total * rescale + e.sum(1)
-        weighted = weighted * rescale + (e * z).sum(1)
-        m = new_m
-    lse = m + torch.log(total)
-    ent = lse - weighted / total
-    z = (hh @ ww[vrows].t()).to(acc)
-    logp = z - lse[:, None]
-    p = torch.exp(logp)
-    g = (tokens[:, None] == vrows[None, :]).to(acc) - p
-    if entropy:
-        g = g - p * (logp + ent[:, None])
-    if exact:
-        return g.t() @ hh
-    return g.to(h.dtype).t() @ hh
 
 
 def _linear_compare(s: TokShape, provider: str, mode: str):
@@ -543,7 +483,8 @@ def _linear_coverage(s: TokShape, provider: str, mode: str) -> dict:
     if s.tokens <= checks.CHECK_ROWS and COMPUTES[provider] != ("logits",):
         out["d(weight)"] = checks.cover(s.vocab, s.vocab, "vocabulary rows", "the whole gradient in fp64")
     else:
-        out["d(weight)"] = checks.rows_cover(s.vocab, "vocabulary rows", "a vocabulary row, exact in fp64 over every token")
+        out["d(weight)"] = checks.rows_cover(s.vocab, "vocabulary rows",
+                                             "a vocabulary row, exact in fp64 over every token")
     return out
 
 
@@ -573,6 +514,10 @@ def cases() -> list[BenchCase]:
                         "memory_goal_bytes": spec.fused_memory_goal_bytes(s.tokens, s.vocab, "bf16")}
                 if p.name == "ours":
                     info["executed_flops"] = spec.linear_flops(s.tokens, s.vocab, s.hidden, mode)
+                # the floor's bytes: hidden and weight read once (and both gradients written once): the
+                # spec's bytes also count our own d(logits) chunk buffer, which a peer need not have
+                e = spec.elem_bytes(dtype)
+                info["floor_bytes"] = (1.0 if mode == "fwd" else 2.0) * (s.tokens + s.vocab) * s.hidden * e
                 if mode != "fwd":
                     t, v, h = s.tokens, s.vocab, s.hidden
                     info["flop_conventions"] = {**FLOP_CONVENTIONS, "flops_6thv": 6.0 * t * h * v,
