@@ -81,7 +81,7 @@ def capped_rounds(rounds: int, round_s: float, min_rounds: int, window: float | 
     window = window_s() if window is None else window
     if round_s <= 0:
         return rounds
-    fit = int(window // round_s)
+    fit = int(window / round_s * (1 + 1e-9))  # 2.0 // 0.1 is 19 in floating point
     return max(min(rounds, fit), min(rounds, min_rounds), 1)
 
 
