@@ -9,10 +9,13 @@ of rounds (and the refusal of gated benchmarks whose rounds cannot reach the gat
 ``record``, which fills ``extra_info`` with everything needed to read and gate the number:
 provider, family, mode, shape, profile and seed, the shape's weight, FLOPs and bytes moved,
 TFLOP/s, GB/s, % of the device's peak on the benchmark's roofline, peak memory, the kernel
-source hash, how it was timed, the output check, the SM clock after the rounds, and where it was
-measured ("cuda" on a GPU, "cpu-interpreter" otherwise: a CPU timing is a smoke test of the code
-path, never a performance figure). ``run(benchmark, fn, case)`` times a bare callable the same
-way, for ad-hoc suites without a registry.
+source hash, how it was timed (with the launch gaps and the measuring window), the output check
+(with its coverage and the recheck after timing), the SM clock during the rounds (``throttled``
+when it fell more than 10% below the session's max), the roofline floor (a median below it fails
+the case: ``BelowRoofline``), the predicted time and its 2x flag, and where it was measured
+("cuda" on a GPU, "cpu-interpreter" otherwise: a CPU timing is a smoke test of the code path, never
+a performance figure). ``cool_down`` idles the GPU between providers. ``run(benchmark, fn, case)``
+times a bare callable the same way, for ad-hoc suites without a registry.
 """
 
 from __future__ import annotations

@@ -156,3 +156,19 @@ def test_show_puts_the_prediction_beside_the_measurement_and_flags_a_2x_miss(tmp
     assert f"{ID}: look: 3.00x slower than predicted" in text
     assert f"{peer}: output meets only the 16-bit bound" in text and "16-bit only 2%" in text
     assert text.count("look:") == 1  # only the case off by more than 2x
+
+
+def test_the_runbook_summary_says_every_case_is_checked_none_throttled_and_lists_prediction_misses(tmp_path):
+    from suites.runbook import trust_line
+
+    obj = make_result()
+    check = {"ok": True, "verdict": "pass", "coverage": COVERAGE, "coverage_min": 64 / 4096}
+    for b in obj["benchmarks"]:
+        b["extra_info"]["check"] = check
+    _bench(obj)["extra_info"]["prediction_flag"] = "look: 2.50x slower than predicted"
+    line = trust_line(load_result(write(tmp_path / "r.json", obj)))
+    n = len(obj["benchmarks"])
+    assert f"{n} of {n} benchmarks checked (smallest coverage 1.6%)" in line and "none throttled" in line
+    assert f"1 off their prediction by more than 2x: {ID} (look: 2.50x slower" in line
+    del obj["benchmarks"][0]["extra_info"]["check"]
+    assert f"{n - 1} of {n} benchmarks checked" in trust_line(load_result(write(tmp_path / "s.json", obj)))

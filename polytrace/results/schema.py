@@ -9,7 +9,14 @@ working. What polytrace adds lives in two places, written by ``suites/``:
 - ``benchmarks[].extra_info`` (``suites/harness.py``): ``family``, ``kernel``, ``provider``,
   ``provider_kind``, ``mode``, ``shape``, ``shape_id``, ``profile``, ``seed``, ``step``, ``weight``,
   ``flops``, ``bytes_moved``, ``roofline``, ``kernel_hash``, ``measured_on``, ``median_s``,
-  ``tflops``, ``gbps``, ``pct_peak_bf16``, ``pct_peak_hbm``, ``peak_mem_bytes``.
+  ``tflops``, ``gbps``, ``pct_peak_bf16``, ``pct_peak_hbm``, ``peak_mem_bytes``; the output
+  ``check`` (``ok``, ``verdict``, ``rule``, ``outputs``, ``coverage`` per output, ``after_timing``:
+  the last timed launch's output checked again); ``sm_clock`` (min, median, max MHz during the
+  rounds), ``session_max_mhz`` and ``throttled``; ``roofline_floor_s``, ``floor_flops``,
+  ``floor_bytes``, ``predicted_s``, ``vs_predicted`` and ``prediction_flag``.
+
+A GPU median below the case's roofline floor (``floor``), a check without coverage or that failed,
+a zero or negative median and contradictory clock records are refused, naming the benchmark.
 
 ``benchmarks[].stats.data`` holds the raw per-round times in seconds (present only with
 ``--benchmark-save-data``; the gate needs them).
