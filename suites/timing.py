@@ -147,6 +147,7 @@ class CudaBackend:
 
     kind = "cuda"
     graphs = True
+    device = "cuda"
 
     def __init__(self) -> None:
         import torch
@@ -176,8 +177,8 @@ class CudaBackend:
         import torch
 
         if self._buffer is None:
-            self._buffer = torch.zeros(self.flush_bytes // 8, dtype=torch.int64, device="cuda")
-            self._sink = torch.zeros((), dtype=torch.int64, device="cuda")
+            self._buffer = torch.zeros(self.flush_bytes // 8, dtype=torch.int64, device=self.device)
+            self._sink = torch.zeros((), dtype=torch.int64, device=self.device)
         torch.sum(self._buffer, dim=0, out=self._sink)
 
     def capture(self, fns: list[Callable[[], object]]) -> Callable[[], None]:

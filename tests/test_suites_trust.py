@@ -332,3 +332,17 @@ def test_the_sm_clock_is_sampled_every_round_and_a_10_percent_drop_marks_the_ben
 
     verdict = assess(None, None, timer.samples, throttled_benchmarks=["a"])
     assert verdict["throttled"] is True and any("1 benchmark(s) ran with the SM clock" in r for r in verdict["reasons"])
+
+
+def test_the_l2_flush_reads_and_writes_nothing_back(monkeypatch):
+    """The flush evicts the L2 by reading its buffer (a sum into a preallocated scalar): a write
+    (do_bench's zero_) would leave dirty lines written back inside the next timed window."""
+    flush = object.__new__(timing.CudaBackend)  # the CUDA backend's flush, on CPU tensors
+    flush.device, flush.flush_bytes, flush._buffer = "cpu", 1 << 16, None
+    flush.flush_l2()
+    buffer = flush._buffer
+    before = buffer.clone()
+    for name in ("zero_", "fill_", "copy_", "add_", "mul_", "normal_"):
+        monkeypatch.setattr(torch.Tensor, name, lambda *a, **k: pytest.fail("the flush wrote its buffer"))
+    flush.flush_l2()
+    assert flush._buffer is buffer and torch.equal(buffer, before) and buffer.numel() * 8 == 1 << 16
