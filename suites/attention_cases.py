@@ -438,6 +438,9 @@ def cases() -> list[BenchCase]:
                         # the floor counts the 4 matmuls a backward cannot avoid (dV, dP, dQ, dK), not the
                         # conventional 5 (with QK^T recomputed): a kernel storing P would not recompute it
                         "floor_flops": flops * (4.0 / 5.0 if mode == "bwd" else 1.0),
+                        # and reads Q, K, V, dO, writes dQ, dK, dV (O and the LSE are a design choice)
+                        "floor_bytes": nbytes - ((2 * s.head_dim + 4) * sum(lens) * s.heads_q  # O (16-bit), LSE
+                                                 if mode == "bwd" else 0.0),
                         "computes": ["out", "lse"] if p.name.startswith("ours") or p.name in ("flash-attn",
                                                                                               "torch-varlen")
                         else ["out"]}

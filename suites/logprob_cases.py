@@ -496,6 +496,10 @@ def cases() -> list[BenchCase]:
             for p in LOGITS_PROVIDERS:
                 info = {"computes": list(COMPUTES[p.name]), "check_subset": checks.subset_note(s.tokens),
                         "check_coverage": _logits_coverage(s, p.name, mode),
+                        # the floor's bytes: a fused fwd+bwd (liger computes the gradient in its forward)
+                        # reads the logits once and writes the gradient once, one read less than the spec
+                        "floor_bytes": spec.logits_bytes(s.tokens, s.vocab, dtype, "fwd")
+                        + (float(s.tokens) * s.vocab * spec.elem_bytes(dtype) if mode != "fwd" else 0.0),
                         "eager_peak_bytes_estimate": spec.eager_logits_peak_bytes(s.tokens, s.vocab, dtype)}
                 meta = Case(FAMILY, "token_logprobs", p.name, mode, s.shape(dtype),
                             flops=spec.logits_flops(s.tokens, s.vocab, mode),

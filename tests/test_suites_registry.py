@@ -57,7 +57,9 @@ def test_what_every_suite_records_is_read_back_by_the_results_reader(all_cases, 
         case = cases[0]
         bench = type("B", (), {"extra_info": {"provider": case.meta.provider}, "group": None,
                                "stats": type("S", (), {"stats": type("I", (), {"median": 1e-3})()})()})()
-        harness.record(bench, case.meta, None, timing.Plan("host", l2="n/a"), {"ok": True, "rule": "exact copy"})
+        check = {"ok": True, "verdict": "pass", "rule": "exact copy", "coverage": case.meta.extra["check_coverage"],
+                 "after_timing": {"ok": True, "verdict": "pass", "input_copy": 0}}
+        harness.record(bench, case.meta, None, timing.Plan("host", l2="n/a"), check)
         if case.finish is not None and suite != "packing":  # packing's hook re-plans a whole batch: slow
             case.finish(bench.extra_info)
         benches.append({"name": case.test_id, "fullname": f"suites/test_{suite}.py::t[{case.test_id}]",
