@@ -186,7 +186,9 @@ def test_row_subset_references_equal_the_whole_batchs_rows():
     wg = attention_rows(q, k, v, lens, None, dout)
     pg = attention_rows(q, k, v, lens, rows, dout)
     assert torch.allclose(pg["want"]["dq"], wg["want"]["dq"][rows], rtol=0, atol=1e-12)
-    assert set(pg["want"]) == {"dq"} and set(wg["want"]) == {"dq", "dk", "dv"}
+    assert set(pg["want"]) == set(wg["want"]) == {"dq", "dk", "dv"}  # dk, dv on the same (key) rows
+    assert torch.allclose(pg["want"]["dk"], wg["want"]["dk"][rows], rtol=0, atol=1e-12)
+    assert torch.equal(pg["kv_index"], rows)
     # layouts mapped back: padded [B, H, Lmax, D] and K repeated per query head (summed per group)
     padded = torch.zeros(len(lens), 4, max(lens), 8, dtype=torch.float64)
     start = 0

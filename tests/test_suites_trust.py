@@ -346,3 +346,40 @@ def test_the_l2_flush_reads_and_writes_nothing_back(monkeypatch):
         monkeypatch.setattr(torch.Tensor, name, lambda *a, **k: pytest.fail("the flush wrote its buffer"))
     flush.flush_l2()
     assert flush._buffer is buffer and torch.equal(buffer, before) and buffer.numel() * 8 == 1 << 16
+
+
+def test_key_rows_of_dk_dv_are_exact_without_a_whole_sequence_matrix():
+    """When every sequence is longer than the whole-sequence budget (a lone 16k response), sampled
+    key rows are computed exactly over every query of their sequence, in query chunks."""
+    from suites.attention_ref import attention_rows, key_rows_exact
+
+    gen = torch.Generator().manual_seed(7)
+    lens = [37, 20, 45]
+    q, dout = (torch.randn(102, 4, 8, generator=gen, dtype=torch.float16) for _ in range(2))
+    k, v = (torch.randn(102, 2, 8, generator=gen, dtype=torch.float16) for _ in range(2))
+    whole = attention_rows(q, k, v, lens, None, dout)["want"]
+    rows = checks.subset_rows(102, k=9)
+    got = key_rows_exact(q, k, v, dout, lens, rows, chunk=16)
+    for name in ("dk", "dv"):
+        assert torch.allclose(got[name], whole[name][rows], rtol=0, atol=1e-12), name
+        assert bool((got[f"abs_{name}"] >= got[name].abs() - 1e-12).all())
+
+
+def test_attention_past_the_budget_with_only_long_sequences_checks_sampled_key_rows(monkeypatch):
+    ac, s = _attention([20, 23], monkeypatch)  # both longer than the 16-token budget
+    assert ac._kv_sequences(s) == []
+    cov = ac._coverage(s, "bwd")
+    assert (cov["dk"]["checked"], cov["dk"]["of"], cov["dk"]["unit"]) == (43, 43, "key rows")
+    truth = ac._truth(s, "bwd")
+
+    def case(bind):
+        meta = Case("attention", "varlen_attention", "ref", "bwd", {"T": 43}, provider_kind="peer",
+                    extra={"check_coverage": cov})
+        return registry.BenchCase("attention", meta, Provider("ref"), ac._inputs(s, True), bind, truth,
+                                  ac._compare(s, "ref", "bwd"))
+
+    good = registry.prepare(case(_reference_bind(s)))
+    assert good.check["verdict"] == "pass" and any(o["rule"].startswith("float16 of fp32")
+                                                   for o in good.check["outputs"] if o["name"] == "dk")
+    with pytest.raises(registry.OutputCheckFailed, match="dk"):
+        registry.prepare(case(_reference_bind(s, corrupt_rows=slice(30, 32))))
