@@ -62,6 +62,11 @@ CPU_MAX_TOKENS = 128  # interpreter: ~1 s per forward at 2 heads, D 64
 PADDED_LIMIT_BYTES = 8 << 30  # skip padded SDPA when one padded tensor would exceed this
 FULL_CHECK_TOKENS = 4096  # up to this many tokens the whole output and every gradient is checked
 LONG_TAIL_STEPS = (0, 100, 200, 300, 400, 500)  # sampled steps searched for the longest sequence
+# FLOP conventions beside ours (kernels/attention/spec.py): the same as flash-attention's
+# benchmarks/benchmark_flash_attention.py and tritonbench's, so TFLOP/s compare directly
+FLOP_CONVENTIONS = {"polytrace": "fwd 4*D*Lq*Lk per head, halved when causal; bwd 2.5x fwd (5 matmuls)",
+                    "flash-attn": "the same (benchmark_flash_attention.py: 4*B*L^2*H*D, /2 causal; bwd 2.5x)",
+                    "floor": "the roofline floor counts 4 of the backward's 5 matmuls (floor_flops)"}
 
 
 # ---------------------------------------------------------------------------------------- shapes
@@ -443,6 +448,7 @@ def cases() -> list[BenchCase]:
                 info = {"dtype": dt, "skew_max_over_mean": round(max(lens) / (sum(lens) / len(lens)), 2),
                         "sum_sq_tokens": int(sum(x * x for x in lens)), "check_subset": _check_note(s, mode),
                         "check_coverage": _coverage(s, mode),
+                        "flop_conventions": FLOP_CONVENTIONS,
                         # the floor counts the 4 matmuls a backward cannot avoid (dV, dP, dQ, dK), not the
                         # conventional 5 (with QK^T recomputed): a kernel storing P would not recompute it
                         "floor_flops": flops * (4.0 / 5.0 if mode == "bwd" else 1.0),

@@ -8,7 +8,8 @@ V_CHUNK = 16384  # vocabulary rows per fp64 matmul chunk of the fused reference
 # FLOP conventions beside ours: what each peer's published TFLOP/s count for the fused LM-head
 # log-prob fwd+bwd. Ours counts the matmuls any implementation needs, 6THV (logits, d(hidden),
 # d(weight)); our kernel executes 8THV (it recomputes the logits in the backward). Liger's fused
-# linear cross entropy benchmarks quote 8MHV (M tokens, H hidden, V vocabulary) for fwd+bwd.
+# linear cross entropy is reported to count 8MHV (M tokens, H hidden, V vocabulary) for fwd+bwd
+# (a review of its benchmarks; not re-derived from Liger's source here): its figures read 4/3 of ours.
 FLOP_CONVENTIONS = {"polytrace": "6THV (matmuls needed: logits, d(hidden), d(weight))",
                     "polytrace_executed": "8THV (our kernel recomputes the logits in the backward)",
                     "liger": "8MHV (M tokens; fwd+bwd as liger's fused linear cross entropy quotes it)"}
