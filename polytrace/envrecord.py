@@ -11,7 +11,10 @@ A kernel timing is only as good as the clocks it ran at. The suites record, thro
   on an H200, so the start and end snapshots alone cannot tell a throttled run from an idle one).
 
 ``assess`` marks a session ``throttled`` when the median SM clock of those samples sat below 90% of
-the max SM clock, or when another process used the GPU at start or end. Missing NVML (the extra not
+the max SM clock, when any benchmark was marked throttled, or when another process used the GPU at
+start or end. The suites also sample the SM clock after every timed round of a benchmark
+(``clock_summary``); a benchmark whose clock fell more than 10% below the session's max clock
+during its rounds is marked ``throttled`` itself (``benchmark_throttled``). Missing NVML (the extra not
 installed, no driver, a field the board does not support) is recorded as unknown (None, with the
 reason), never an error: ``throttled`` is then None, which refuses nothing.
 
@@ -213,8 +216,29 @@ def other_processes(snap: dict, own_pid: int, own_context: bool) -> list[dict] |
     return others
 
 
+def clock_summary(samples: list[dict]) -> dict | None:
+    """``{"samples", "min_mhz", "median_mhz", "max_mhz"}`` of the SM clock samples of one benchmark,
+    leaving out samples NVML flagged ``gpu_idle`` (a parked clock between rounds is not a throttle);
+    None when none is usable."""
+    clocks = [float(s["sm_clock_mhz"]) for s in samples
+              if s and isinstance(s.get("sm_clock_mhz"), (int, float)) and s["sm_clock_mhz"] > 0
+              and "gpu_idle" not in (s.get("clock_reasons") or [])]
+    if not clocks:
+        return None
+    return {"samples": len(clocks), "min_mhz": min(clocks), "median_mhz": float(statistics.median(clocks)),
+            "max_mhz": max(clocks)}
+
+
+def benchmark_throttled(summary: dict | None, session_max_mhz: float | None) -> bool | None:
+    """A benchmark is throttled when its SM clock fell more than 10% (``CLOCK_FLOOR``) below the
+    session's max clock at any sample during its rounds; None when unknown."""
+    if not summary or not session_max_mhz:
+        return None
+    return bool(summary["min_mhz"] < CLOCK_FLOOR * session_max_mhz)
+
+
 def assess(start: dict | None, end: dict | None, samples: list[dict], *, own_pid: int | None = None,
-           own_context_at_start: bool = False) -> dict:
+           own_context_at_start: bool = False, throttled_benchmarks: list[str] | None = None) -> dict:
     """``{"throttled": True/False/None, "reasons": [...], "sm_clock": {...}}`` for a session.
 
     Throttled when the median SM clock sampled after the benchmarks' timed rounds sat below
@@ -237,6 +261,11 @@ def assess(start: dict | None, end: dict | None, samples: list[dict], *, own_pid
                         - {"gpu_idle"})
         if events:
             sm_clock["clock_reasons_seen"] = events
+    if throttled_benchmarks:
+        known = True
+        names = ", ".join(throttled_benchmarks[:3]) + (" ..." if len(throttled_benchmarks) > 3 else "")
+        reasons.append(f"{len(throttled_benchmarks)} benchmark(s) ran with the SM clock more than "
+                       f"{1 - CLOCK_FLOOR:.0%} below the session's max: {names}")
     for label, snap, ctx in (("start", start, own_context_at_start), ("end", end, True)):
         if not snap:
             continue

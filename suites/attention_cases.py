@@ -40,7 +40,7 @@ import numpy as np
 from polytrace_kernels.attention import spec
 
 from . import checks, compiled, harness
-from .attention_ref import attention_rows, to_packed
+from .attention_ref import attention_rows, sample_sequences, to_packed
 from .harness import Case, Provider, module_available, needs_cuda, on_gpu
 from .registry import BenchCase, Bound, family_module
 
@@ -62,6 +62,11 @@ CPU_MAX_TOKENS = 128  # interpreter: ~1 s per forward at 2 heads, D 64
 PADDED_LIMIT_BYTES = 8 << 30  # skip padded SDPA when one padded tensor would exceed this
 FULL_CHECK_TOKENS = 4096  # up to this many tokens the whole output and every gradient is checked
 LONG_TAIL_STEPS = (0, 100, 200, 300, 400, 500)  # sampled steps searched for the longest sequence
+# FLOP conventions beside ours (kernels/attention/spec.py): the same as flash-attention's
+# benchmarks/benchmark_flash_attention.py and tritonbench's, so TFLOP/s compare directly
+FLOP_CONVENTIONS = {"polytrace": "fwd 4*D*Lq*Lk per head, halved when causal; bwd 2.5x fwd (5 matmuls)",
+                    "flash-attn": "the same (benchmark_flash_attention.py: 4*B*L^2*H*D, /2 causal; bwd 2.5x)",
+                    "floor": "the roofline floor counts 4 of the backward's 5 matmuls (floor_flops)"}
 
 
 # ---------------------------------------------------------------------------------------- shapes
@@ -367,9 +372,15 @@ def _truth(s: VarlenShape, mode: str):
     def truth(inp: VarlenInputs) -> dict:
         total = sum(s.seqlens)
         rows = None if total <= FULL_CHECK_TOKENS else checks.subset_rows(total, device=inp.q.device)
+        seqs = _kv_sequences(s) if rows is not None and mode == "bwd" else None
         return attention_rows(inp.q.detach(), inp.k.detach(), inp.v.detach(), s.seqlens, rows,
-                              inp.dout if mode == "bwd" else None)
+                              inp.dout if mode == "bwd" else None, seqs)
     return truth
+
+
+def _kv_sequences(s: VarlenShape) -> list[int]:
+    """The whole sequences whose dK/dV are checked past FULL_CHECK_TOKENS tokens."""
+    return sample_sequences(s.seqlens, FULL_CHECK_TOKENS)
 
 
 def _compare(s: VarlenShape, provider: str, mode: str):
@@ -381,12 +392,15 @@ def _compare(s: VarlenShape, provider: str, mode: str):
         names = ("out",) if mode == "fwd" else ("dq", "dk", "dv")
         results = []
         for i, name in enumerate(names):
-            if name not in truth["want"]:
-                continue  # dk, dv need every row: not checked on a row subset
-            got = to_packed(outs[i], s.seqlens, s.heads_kv if name in ("dk", "dv") else s.heads_q)
+            kv = name in ("dk", "dv")
+            got = to_packed(outs[i], s.seqlens, s.heads_kv if kv else s.heads_q)
             if rows is not None:
-                got = got[rows]
-            results.append(checks.verify(name, got, truth["want"][name], ours=ours, torch_same=truth["same"][name]))
+                got = got[truth["kv_index"]] if kv else got[rows]
+            if kv and "kv_scale" in truth:  # sampled key rows: one rounding of an fp32 sum over the queries
+                results += checks.verify(name, got, truth["want"][name], ours=ours, rounded=True,
+                                         scale=truth["kv_scale"][name], terms=max(s.seqlens) * s.heads_q)
+            else:
+                results += checks.verify(name, got, truth["want"][name], ours=ours, torch_same=truth["same"][name])
         return results
     return compare
 
@@ -396,7 +410,29 @@ def _check_note(s: VarlenShape, mode: str) -> str:
     if total <= FULL_CHECK_TOKENS:
         return f"all {total} rows in fp64"
     note = checks.subset_note(total, what="query rows")
-    return note + ("; dk, dv not checked at this size (they sum over every query row)" if mode == "bwd" else "")
+    if mode == "bwd":
+        seqs = _kv_sequences(s)
+        note += (f"; dk, dv: {len(seqs)} of {len(s.seqlens)} whole sequences "
+                 f"({sum(s.seqlens[i] for i in seqs)} of {total} tokens) in fp64" if seqs else
+                 "; dk, dv: " + checks.subset_note(total, what="key rows") + ", each over all its queries")
+    return note
+
+
+def _coverage(s: VarlenShape, mode: str) -> dict:
+    total = sum(s.seqlens)
+    if total <= FULL_CHECK_TOKENS:
+        whole = checks.cover(total, total, "rows", "the whole batch in fp64")
+        return {n: dict(whole) for n in (("out",) if mode == "fwd" else ("dq", "dk", "dv"))}
+    rows = checks.rows_cover(total, "query rows", "a query row, exact in fp64 against its own sequence")
+    if mode == "fwd":
+        return {"out": rows}
+    seqs = _kv_sequences(s)
+    if seqs:
+        kv = checks.cover(sum(s.seqlens[i] for i in seqs), total, "key rows",
+                          f"{len(seqs)} of {len(s.seqlens)} whole sequences, exact in fp64")
+    else:  # every sequence longer than FULL_CHECK_TOKENS
+        kv = checks.rows_cover(total, "key rows", "a key row, exact in fp64 over every query of its sequence")
+    return {"dq": rows, "dk": kv, "dv": dict(kv)}
 
 
 def cases() -> list[BenchCase]:
@@ -411,6 +447,14 @@ def cases() -> list[BenchCase]:
             for p in providers:
                 info = {"dtype": dt, "skew_max_over_mean": round(max(lens) / (sum(lens) / len(lens)), 2),
                         "sum_sq_tokens": int(sum(x * x for x in lens)), "check_subset": _check_note(s, mode),
+                        "check_coverage": _coverage(s, mode),
+                        "flop_conventions": FLOP_CONVENTIONS,
+                        # the floor counts the 4 matmuls a backward cannot avoid (dV, dP, dQ, dK), not the
+                        # conventional 5 (with QK^T recomputed): a kernel storing P would not recompute it
+                        "floor_flops": flops * (4.0 / 5.0 if mode == "bwd" else 1.0),
+                        # and reads Q, K, V, dO, writes dQ, dK, dV (O and the LSE are a design choice)
+                        "floor_bytes": nbytes - ((2 * s.head_dim + 4) * sum(lens) * s.heads_q  # O (16-bit), LSE
+                                                 if mode == "bwd" else 0.0),
                         "computes": ["out", "lse"] if p.name.startswith("ours") or p.name in ("flash-attn",
                                                                                               "torch-varlen")
                         else ["out"]}

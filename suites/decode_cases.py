@@ -205,8 +205,8 @@ def _truth(s: DecodeShape):
 
 def _compare(provider: str):
     def compare(out, truth: dict, inp) -> list:
-        return [checks.verify("out", out[truth["seqs"]], truth["want"], ours=provider.startswith("ours"),
-                              torch_same=truth["same"])]
+        return checks.verify("out", out[truth["seqs"]], truth["want"], ours=provider.startswith("ours"),
+                             torch_same=truth["same"])
     return compare
 
 
@@ -218,6 +218,8 @@ def cases() -> list[BenchCase]:
         for p in DECODE_PROVIDERS:
             info = {"dtype": dt, "skew_max_over_mean": round(max(lens) / max(float(np.mean(lens)), 1.0), 2),
                     "check_subset": checks.subset_note(len(lens), what="sequences"),
+                    "check_coverage": {"out": checks.rows_cover(len(lens), "sequences",
+                                                                "a sequence's output, exact in fp64 over its cache")},
                     "computes": ["out", "lse"] if p.name.startswith("ours") else ["out"]}
             meta = Case(FAMILY, "decode_attention", p.name, "decode", s.shape(),
                         flops=spec.decode_attention_flops(lens, s.heads_q, s.head_dim),

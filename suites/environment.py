@@ -2,8 +2,11 @@
 
 ``conftest.py`` opens it at session start (``start``) and closes it when pytest-benchmark writes
 the JSON (``finish``, from ``pytest_benchmark_update_machine_info``: that is the session's end);
-the harness calls ``sample`` right after each benchmark's timed rounds, while the GPU is loaded,
-and keeps the sample in that benchmark's ``extra_info``. On a machine without CUDA nothing is read
+the harness calls ``sample`` after every timed round of a benchmark (outside its events), while the
+GPU is loaded, and ``judge`` keeps the benchmark's clock in its ``extra_info`` (``sm_clock``) and
+marks it ``throttled`` when its clock fell more than 10% below the session's max; ``finish``
+re-judges every benchmark against the whole session's max and marks the session throttled when any
+benchmark was. On a machine without CUDA nothing is read
 (``measured_on`` already says the timings are not performance).
 """
 
@@ -43,6 +46,36 @@ def sample() -> dict | None:
     return got
 
 
+def judge(samples: list[dict], info: dict, bench_id: str) -> None:
+    """Record one benchmark's SM clock (``info["sm_clock"]``) from the samples taken during its
+    rounds and mark it ``throttled`` against the session's max so far; ``finish`` judges every
+    benchmark again against the whole session's max."""
+    from polytrace.envrecord import benchmark_throttled, clock_summary
+
+    summary = clock_summary(samples)
+    if summary is None:
+        return
+    top = max(_state.get("session_max_mhz") or 0.0, summary["max_mhz"])
+    _state["session_max_mhz"] = top
+    info["sm_clock"] = summary
+    info["throttled"] = benchmark_throttled(summary, top)
+    _state.setdefault("judged", []).append((bench_id, info))
+
+
+def rejudge() -> list[str]:
+    """Every judged benchmark against the session's final max clock; ids of the throttled ones."""
+    from polytrace.envrecord import benchmark_throttled
+
+    top = _state.get("session_max_mhz")
+    throttled = []
+    for bench_id, info in _state.get("judged", []):
+        info["throttled"] = benchmark_throttled(info.get("sm_clock"), top)
+        info["session_max_mhz"] = top
+        if info["throttled"]:
+            throttled.append(bench_id)
+    return throttled
+
+
 def finish() -> dict:
     """The session's record for ``machine_info.polytrace["environment"]``; ``throttled`` is True,
     False or None (unknown). Idempotent: pytest-benchmark may ask twice (--benchmark-json and
@@ -58,7 +91,8 @@ def finish() -> dict:
         end = device.snapshot()
         device.close()
         verdict = assess(_state.get("start"), end, _state["samples"], own_pid=os.getpid(),
-                         own_context_at_start=_state.get("own_context_at_start", False))
+                         own_context_at_start=_state.get("own_context_at_start", False),
+                         throttled_benchmarks=rejudge())
         record = {"start": _state.get("start"), "end": end, **verdict}
     _state["record"] = record
     return record

@@ -9,10 +9,13 @@ of rounds (and the refusal of gated benchmarks whose rounds cannot reach the gat
 ``record``, which fills ``extra_info`` with everything needed to read and gate the number:
 provider, family, mode, shape, profile and seed, the shape's weight, FLOPs and bytes moved,
 TFLOP/s, GB/s, % of the device's peak on the benchmark's roofline, peak memory, the kernel
-source hash, how it was timed, the output check, the SM clock after the rounds, and where it was
-measured ("cuda" on a GPU, "cpu-interpreter" otherwise: a CPU timing is a smoke test of the code
-path, never a performance figure). ``run(benchmark, fn, case)`` times a bare callable the same
-way, for ad-hoc suites without a registry.
+source hash, how it was timed (with the launch gaps and the measuring window), the output check
+(with its coverage and the recheck after timing), the SM clock during the rounds (``throttled``
+when it fell more than 10% below the session's max), the roofline floor (a median below it fails
+the case: ``BelowRoofline``), the predicted time and its 2x flag, and where it was measured
+("cuda" on a GPU, "cpu-interpreter" otherwise: a CPU timing is a smoke test of the code path, never
+a performance figure). ``cool_down`` idles the GPU between providers. ``run(benchmark, fn, case)``
+times a bare callable the same way, for ad-hoc suites without a registry.
 """
 
 from __future__ import annotations
@@ -190,15 +193,84 @@ def check_timer(benchmark) -> None:
                            "-p suites.conftest or mark it pytest.mark.benchmark(timer=timing.device_clock)")
 
 
+def gate_rounds(alpha: float = GATE_ALPHA) -> int:
+    """The fewest rounds (each side) whose exact U test can reach ``p < alpha``."""
+    from polytrace.results.gate import min_p_value
+
+    need = 2
+    while min_p_value(need, need) >= alpha:
+        need += 1
+    return need
+
+
 def time_rounds(benchmark, timer: timing.Timer, case: Case, *, rounds: int | None = None,
                 warmup_rounds: int | None = None, host: bool = False) -> None:
-    """The timed rounds through pytest-benchmark (its raw rounds become device seconds)."""
+    """The timed rounds through pytest-benchmark (its raw rounds become device seconds). On a GPU
+    the rounds are capped to the measuring window (``timing.window_s``, 2 s of device time by
+    default), never below what the gate needs for a gated case."""
     check_timer(benchmark)
     r, w = rounds_for(timer.plan.estimate_s, host=host)
-    rounds = max(rounds or r, MIN_ROUNDS or 0)
+    rounds = rounds or r
+    if on_gpu() and not host and not os.environ.get("POLYTRACE_BENCH_ROUNDS", "").strip():
+        per_round = timer.plan.estimate_s * timer.plan.launches
+        floor_rounds = gate_rounds() if case.kind in GATED_KINDS else 3
+        capped = timing.capped_rounds(rounds, per_round, floor_rounds)
+        if capped < rounds:
+            timer.plan.notes["rounds_capped_from"] = rounds
+        rounds = capped
+    rounds = max(rounds, MIN_ROUNDS or 0)  # --benchmark-min-rounds: a floor the window never cuts
     refuse_underpowered(case, rounds)
     benchmark.pedantic(timer.round, rounds=rounds, iterations=1, warmup_rounds=w if warmup_rounds is None
                        else warmup_rounds)
+
+
+COOLDOWN_S = 0.5  # idle seconds before a benchmark whose provider differs from the previous one's
+COOLDOWN_ENV = "POLYTRACE_BENCH_COOLDOWN_S"
+_LAST_PROVIDER: list[str] = []
+
+
+def cooldown_s() -> float:
+    raw = os.environ.get(COOLDOWN_ENV, "").strip()
+    if not raw:
+        return COOLDOWN_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{COOLDOWN_ENV} must be a number of seconds, got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{COOLDOWN_ENV} must be >= 0 seconds, got {raw!r}")
+    return value
+
+
+def cool_down(provider: str, *, host: bool = False, sleep: Callable[[float], None] | None = None) -> float:
+    """On a GPU, idle ``cooldown_s()`` seconds when ``provider`` differs from the previous
+    benchmark's (so one provider's heat does not slow the next one's clocks); returns the seconds
+    slept (0 on a CPU, for host work, or for the same provider)."""
+    import time
+
+    previous = _LAST_PROVIDER[0] if _LAST_PROVIDER else None
+    _LAST_PROVIDER[:] = [provider]
+    if host or not on_gpu() or previous is None or previous == provider:
+        return 0.0
+    seconds = cooldown_s()
+    if seconds > 0:
+        (sleep or time.sleep)(seconds)
+    return seconds
+
+
+def clock_sampler() -> Callable[[], dict | None] | None:
+    """The SM clock sampler for the rounds (NVML through ``environment``), None without a GPU."""
+    return environment.sample if on_gpu() else None
+
+
+def window_info(timer: timing.Timer) -> dict:
+    """The measuring window as it happened: host seconds from the first to the last round's end
+    (``window_wall_s``), the cap in force (``window_cap_s``)."""
+    walls = timer.rounds_wall
+    out = {"window_cap_s": timing.window_s()}
+    if len(walls) >= 2:
+        out["window_wall_s"] = walls[-1] - walls[0]
+    return out
 
 
 def run(benchmark, fn: Callable[[], object], case: Case, *, rounds: int | None = None,
@@ -228,11 +300,17 @@ def benchmark_id(case: Case) -> str:
     return f"{case.family}/{case.kernel}/{case.provider}/{case.mode}/{case.shape_id}"
 
 
+class BelowRoofline(AssertionError):
+    """A median below the case's roofline floor (``polytrace.results.floor``)."""
+
+
 def record(benchmark, case: Case, peak_mem: int | None = None, plan: timing.Plan | None = None,
-           check: dict | None = None) -> None:
+           check: dict | None = None, samples: list | None = None) -> None:
     """Fill ``benchmark.extra_info`` from the case and the measured median. Two benchmarks of one
     session with the same id would make the results file unreadable for the gate, so the second
-    fails here, naming the id (give its ``shape`` what tells them apart)."""
+    fails here, naming the id (give its ``shape`` what tells them apart). On a GPU the median is
+    held to the case's roofline floor (below it: ``BelowRoofline``, naming the case) and set beside
+    its prediction; ``samples`` (SM clock samples taken during the rounds) mark it ``throttled``."""
     bid = benchmark_id(case)
     if bid in _RECORDED_IDS:
         raise ValueError(f"duplicate benchmark id {bid!r}: add what distinguishes the cases to Case.shape")
@@ -252,10 +330,16 @@ def record(benchmark, case: Case, peak_mem: int | None = None, plan: timing.Plan
         info.update(plan.info())
     if check is not None:
         info["check"] = check
-    sample = environment.sample() if plan is not None and plan.mode != "host" else None
-    if sample is not None:
-        info["sm_clock_mhz"] = sample.get("sm_clock_mhz")
-        info["clock_reasons"] = sample.get("clock_reasons")
+    if samples:
+        environment.judge(samples, info, benchmark_id(case))
+        info["sm_clock_mhz"] = samples[-1].get("sm_clock_mhz")
+        info["clock_reasons"] = samples[-1].get("clock_reasons")
+    else:
+        sample = environment.sample() if plan is not None and plan.mode != "host" else None
+        if sample is not None:
+            environment.judge([sample], info, benchmark_id(case))
+            info["sm_clock_mhz"] = sample.get("sm_clock_mhz")
+            info["clock_reasons"] = sample.get("clock_reasons")
     stats = getattr(benchmark, "stats", None)
     median = None
     if stats is not None:
@@ -272,6 +356,22 @@ def record(benchmark, case: Case, peak_mem: int | None = None, plan: timing.Plan
             info["pct_peak_bf16"] = 100.0 * case.flops / median / gpu.ceiling("bf16")
         if gpu is not None and case.roofline == "hbm" and case.bytes_moved:
             info["pct_peak_hbm"] = 100.0 * case.bytes_moved / median / gpu.ceiling("hbm")
+    gpu = gpu_preset()
+    if gpu is not None and plan is not None and plan.mode != "host":
+        from polytrace.results import floor
+
+        from . import predict
+
+        bound, basis = floor.floor_s(gpu, flops=case.flops, bytes_moved=case.bytes_moved, roofline=case.roofline,
+                                     l2=info.get("l2"), floor_flops=case.extra.get("floor_flops"),
+                                     floor_bytes=case.extra.get("floor_bytes"))
+        if bound:
+            info["roofline_floor_s"] = bound
+            info["roofline_floor_basis"] = basis
+        predict.annotate(info, case, gpu, median)
+        if median and bound and median < bound:
+            info["below_roofline"] = True
+            raise BelowRoofline(floor.below_floor_message(bid, median, bound, basis))
     # pytest-benchmark groups the table by this
     benchmark.group = f"{case.family}/{case.kernel}/{case.mode}/{case.shape_id}"
 

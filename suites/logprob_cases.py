@@ -43,6 +43,7 @@ from polytrace_kernels.logprob import spec
 
 from . import checks, compiled
 from .harness import Case, Provider, module_available, needs_cuda, on_gpu
+from .logprob_ref import FLOP_CONVENTIONS, dweight_rows, fp64_logits
 from .registry import BenchCase, Bound, family_module
 
 SUITE = "logprob"
@@ -59,7 +60,6 @@ CPU_MAX_TOKENS = 48  # interpreter: ~0.5 s per call at V 1031
 CPU_VOCAB, CPU_HIDDEN = 1031, 64  # awkward on purpose: V not a multiple of any block
 TOKEN_SEED = 0
 MODES = ("fwd", "fwd+bwd")
-V_CHUNK = 16384  # vocabulary rows per fp64 matmul chunk of the fused reference
 
 
 # ---------------------------------------------------------------------------------------- shapes
@@ -173,6 +173,8 @@ COMPUTES = {"ours": ("logprob", "entropy"), "torch-eager": ("logprob", "entropy"
             "torch-compile": ("logprob", "entropy"), "verl": ("logprob", "entropy"),
             "flash-attn": ("logprob",), "liger": ("logprob",), "bare-matmul": ("logits",)}
 HOST_SYNCING = {"liger"}  # liger's cross entropy reads a count back to the host: no CUDA graph
+# providers whose computation *is* the 16-bit yardstick ("torch_same"): never compared with it
+TORCH_SAME = {"torch-eager", "torch-compile", "bare-matmul"}
 
 
 @dataclass
@@ -376,25 +378,18 @@ def _logits_compare(s: TokShape, provider: str, mode: str):
         results = []
         for i, name in enumerate(names):
             j = ("logprob", "entropy").index(name) if mode == "fwd" else 0
-            results.append(checks.verify(name, outs[i][rows], truth["want"][j], ours=provider == "ours",
-                                         torch_same=truth["same"][j], terms=s.vocab,
-                                         scale=truth["scale"] if mode == "fwd" else 0.0, rounded=mode != "fwd"))
+            results += checks.verify(name, outs[i][rows], truth["want"][j], ours=provider == "ours",
+                                     torch_same=truth["same"][j], terms=s.vocab,
+                                     scale=truth["scale"] if mode == "fwd" else 0.0, rounded=mode != "fwd",
+                                     self_same=provider in TORCH_SAME, inputs_dtype=inp.logits.dtype)
         return results
     return compare
 
 
-def _fp64_logits(h_rows, w):
-    """fp64 logits of some rows and, per row, the largest sum_k |h_k w_k| (the fp32 rule's scale),
-    in vocabulary chunks so the weight is never held in fp64 whole."""
-    import torch
-
-    h64 = h_rows.double()
-    logits, absdot = [], []
-    for start in range(0, w.shape[0], V_CHUNK):
-        w64 = w[start:start + V_CHUNK].detach().double()
-        logits.append(h64 @ w64.t())
-        absdot.append(h64.abs() @ w64.abs().t())
-    return torch.cat(logits, 1), torch.cat(absdot, 1).amax(-1)
+def _logits_coverage(s: TokShape, provider: str, mode: str) -> dict:
+    names = COMPUTES[provider] if mode == "fwd" else ("d(logits)",)
+    how = "a token's row, exact in fp64 over the whole vocabulary"
+    return {name: checks.rows_cover(s.tokens, "token rows", how) for name in names}
 
 
 def _linear_truth(s: TokShape, provider: str, mode: str):
@@ -409,7 +404,7 @@ def _linear_truth(s: TokShape, provider: str, mode: str):
         whole = rows.numel() == s.tokens
         out = {"rows": rows, "whole": whole}
         if mode == "fwd":
-            logits64, out["scale"] = _fp64_logits(h[rows], w)
+            logits64, out["scale"] = fp64_logits(h[rows], w)
             if computes == ("logits",):
                 out["want"], out["same"] = (logits64,), ((h[rows] @ w.t()),)
                 return out
@@ -422,6 +417,8 @@ def _linear_truth(s: TokShape, provider: str, mode: str):
             out["vrows"] = vrows
             out["want"] = (g[rows].double() @ w.double(), g[:, vrows].double().t() @ h.double())
             out["same"] = (g[rows] @ w, g[:, vrows].t() @ h)
+            out["scale_dh"] = g[rows].double().abs() @ w.double().abs()
+            out["scale_dw"] = g[:, vrows].double().abs().t() @ h.double().abs()
             return out
         grads = []
         for dtype in (torch.float64, None):
@@ -431,6 +428,11 @@ def _linear_truth(s: TokShape, provider: str, mode: str):
             lp, ent = lp_ref(logits, tok[rows], return_entropy=True, compute_dtype=dtype)
             loss = lp.sum() + (ent.sum() if "entropy" in computes else 0.0)
             grads.append(torch.autograd.grad(loss, (hh, ww) if whole else (hh,)))
+        if not whole:  # d(weight) sums over every token: sample vocabulary rows, each exact over all tokens
+            vrows = checks.subset_rows(s.vocab, device=h.device)
+            out["vrows"] = vrows
+            grads = [(grads[0][0], dweight_rows(h, w, tok, vrows, "entropy" in computes, torch.float64)),
+                     (grads[1][0], dweight_rows(h, w, tok, vrows, "entropy" in computes, None))]
         out["want"], out["same"] = grads
         return out
     return truth
@@ -439,23 +441,26 @@ def _linear_truth(s: TokShape, provider: str, mode: str):
 def _linear_compare(s: TokShape, provider: str, mode: str):
     computes = COMPUTES[provider]
 
+    same_is_self = provider in TORCH_SAME
+
     def compare(out, truth: dict, inp) -> list:
         rows, outs, ours = truth["rows"], _as_tuple(out), provider == "ours"
+        kw = {"ours": ours, "self_same": same_is_self, "inputs_dtype": inp.hidden.dtype}
         if mode == "fwd":
             if computes == ("logits",):
-                return [checks.verify("logits", outs[0][rows], truth["want"][0], ours=ours, torch_same=truth["same"][0],
-                                      terms=s.hidden, scale=truth["scale"][:, None], rounded=True)]
-            return [checks.verify(name, outs[i][rows], truth["want"][i], ours=ours, torch_same=truth["same"][i],
-                                  terms=s.vocab, scale=truth["scale"])
-                    for i, name in enumerate(computes)]
-        results = [checks.verify("d(hidden)", outs[0][rows], truth["want"][0], ours=ours,
-                                 torch_same=truth["same"][0], terms=s.vocab)]
-        if computes == ("logits",):
-            results.append(checks.verify("d(weight)", outs[1][truth["vrows"]], truth["want"][1], ours=ours,
-                                         torch_same=truth["same"][1], terms=s.tokens))
-        elif truth["whole"]:
-            results.append(checks.verify("d(weight)", outs[1], truth["want"][1], ours=ours,
-                                         torch_same=truth["same"][1], terms=s.tokens))
+                return checks.verify("logits", outs[0][rows], truth["want"][0], torch_same=truth["same"][0],
+                                     terms=s.hidden, scale=truth["scale"][:, None], rounded=True, **kw)
+            return [c for i, name in enumerate(computes)
+                    for c in checks.verify(name, outs[i][rows], truth["want"][i], torch_same=truth["same"][i],
+                                           terms=s.vocab, scale=truth["scale"], **kw)]
+        # bare-matmul's gradients are single roundings of fp32 matmuls: held to that, not to torch
+        bare = computes == ("logits",)
+        results = checks.verify("d(hidden)", outs[0][rows], truth["want"][0], torch_same=truth["same"][0],
+                                terms=s.vocab, rounded=bare, scale=truth.get("scale_dh", 0.0), **kw)
+        vrows = truth.get("vrows")
+        got = outs[1] if vrows is None else outs[1][vrows]
+        results += checks.verify("d(weight)", got, truth["want"][1], torch_same=truth["same"][1], terms=s.tokens,
+                                 rounded=bare, scale=truth.get("scale_dw", 0.0), **kw)
         return results
     return compare
 
@@ -465,9 +470,22 @@ def _linear_compare(s: TokShape, provider: str, mode: str):
 
 def _linear_check_note(s: TokShape, provider: str, mode: str) -> str:
     note = checks.subset_note(s.tokens)
-    if mode != "fwd" and s.tokens > checks.CHECK_ROWS and COMPUTES[provider] != ("logits",):
-        note += "; d(weight) not checked at this size (it sums over every row)"
+    if mode != "fwd" and (s.tokens > checks.CHECK_ROWS or COMPUTES[provider] == ("logits",)):
+        note += "; d(weight): " + checks.subset_note(s.vocab, what="vocabulary rows") + ", each over every token"
     return note
+
+
+def _linear_coverage(s: TokShape, provider: str, mode: str) -> dict:
+    tok = "a token's row, exact in fp64"
+    if mode == "fwd":
+        return {name: checks.rows_cover(s.tokens, "token rows", tok) for name in COMPUTES[provider]}
+    out = {"d(hidden)": checks.rows_cover(s.tokens, "token rows", tok + " over the whole vocabulary")}
+    if s.tokens <= checks.CHECK_ROWS and COMPUTES[provider] != ("logits",):
+        out["d(weight)"] = checks.cover(s.vocab, s.vocab, "vocabulary rows", "the whole gradient in fp64")
+    else:
+        out["d(weight)"] = checks.rows_cover(s.vocab, "vocabulary rows",
+                                             "a vocabulary row, exact in fp64 over every token")
+    return out
 
 
 def cases() -> list[BenchCase]:
@@ -477,6 +495,11 @@ def cases() -> list[BenchCase]:
             dtype = dtype_name(False)
             for p in LOGITS_PROVIDERS:
                 info = {"computes": list(COMPUTES[p.name]), "check_subset": checks.subset_note(s.tokens),
+                        "check_coverage": _logits_coverage(s, p.name, mode),
+                        # the floor's bytes: a fused fwd+bwd (liger computes the gradient in its forward)
+                        # reads the logits once and writes the gradient once, one read less than the spec
+                        "floor_bytes": spec.logits_bytes(s.tokens, s.vocab, dtype, "fwd")
+                        + (float(s.tokens) * s.vocab * spec.elem_bytes(dtype) if mode != "fwd" else 0.0),
                         "eager_peak_bytes_estimate": spec.eager_logits_peak_bytes(s.tokens, s.vocab, dtype)}
                 meta = Case(FAMILY, "token_logprobs", p.name, mode, s.shape(dtype),
                             flops=spec.logits_flops(s.tokens, s.vocab, mode),
@@ -491,9 +514,18 @@ def cases() -> list[BenchCase]:
             dtype = dtype_name(True)
             for p in LINEAR_PROVIDERS:
                 info = {"computes": list(COMPUTES[p.name]), "check_subset": _linear_check_note(s, p.name, mode),
+                        "check_coverage": _linear_coverage(s, p.name, mode),
                         "memory_goal_bytes": spec.fused_memory_goal_bytes(s.tokens, s.vocab, "bf16")}
                 if p.name == "ours":
                     info["executed_flops"] = spec.linear_flops(s.tokens, s.vocab, s.hidden, mode)
+                # the floor's bytes: hidden and weight read once (and both gradients written once): the
+                # spec's bytes also count our own d(logits) chunk buffer, which a peer need not have
+                e = spec.elem_bytes(dtype)
+                info["floor_bytes"] = (1.0 if mode == "fwd" else 2.0) * (s.tokens + s.vocab) * s.hidden * e
+                if mode != "fwd":
+                    t, v, h = s.tokens, s.vocab, s.hidden
+                    info["flop_conventions"] = {**FLOP_CONVENTIONS, "flops_6thv": 6.0 * t * h * v,
+                                                "flops_8mhv": 8.0 * t * h * v}
                 meta = Case(FAMILY, "linear_token_logprobs", p.name, mode, s.shape(dtype),
                             flops=spec.matmul_flops(s.tokens, s.vocab, s.hidden, mode),
                             bytes_moved=spec.linear_bytes(s.tokens, s.vocab, s.hidden, dtype, mode), roofline="bf16",

@@ -139,14 +139,17 @@ def _planner_cases() -> list[BenchCase]:
         for p in PLANNERS:
             meta = Case(FAMILY, "balance_partitions", p.name, "plan",
                         {"profile": profile, "sequences": int(seqlens.size), "ranks": RANKS}, profile=profile,
-                        seed=0, step=0, extra={"check_subset": "every sequence"})
+                        seed=0, step=0, extra={"check_subset": "every sequence", "check_coverage": {
+                            "partitions": checks.cover(int(seqlens.size), int(seqlens.size), "sequences")}})
             out.append(BenchCase(SUITE, meta, p, make, _bind_balance(p.name), lambda s: None, _balance_compare,
                                  label=f"balance-{p.name}-{tag}", host=True, rotate_inputs=False,
                                  finish=_balance_finish(seqlens)))
         budget = max(shapes.GPU_MAX_TOKENS, int(seqlens.max()))
         meta = Case(FAMILY, "plan_microbatches", "ours", "plan",
                     {"profile": profile, "sequences": int(seqlens.size), "ranks": RANKS, "max_tokens": budget},
-                    profile=profile, seed=0, step=0, extra={"check_subset": "every sequence"})
+                    profile=profile, seed=0, step=0, extra={"check_subset": "every sequence", "check_coverage": {
+                        name: checks.cover(int(seqlens.size), int(seqlens.size), "sequences")
+                        for name in ("micro-batches", "token budget")}})
         out.append(BenchCase(SUITE, meta, PLANNERS[0], make, _bind_plan(budget), lambda s: None, _plan_compare(budget),
                              label=f"plan-ours-{tag}", host=True, rotate_inputs=False,
                              finish=_plan_finish(seqlens, budget)))
@@ -268,7 +271,10 @@ def _pack_cases() -> list[BenchCase]:
                 meta = Case(FAMILY, direction, p.name, "fwd",
                             {"mb": mb.label, "B": b, "max_len": s, "T": t, "hidden": hidden, "dtype": "bf16"},
                             bytes_moved=nbytes, profile=mb.profile, seed=mb.seed, step=mb.step, weight=mb.weight,
-                            extra={"check_subset": "every element, bit-exact"})
+                            extra={"check_subset": "every element, bit-exact", "check_coverage": {
+                                "packed" if direction == "pack" else "unpacked": checks.cover(
+                                    t if direction == "pack" else b * s, t if direction == "pack" else b * s,
+                                    "token rows", "bit-exact")}})
                 out.append(BenchCase(SUITE, meta, p, _pack_inputs(lens, hidden, direction),
                                      _bind_pack(p.name, direction), _pack_truth(direction), _pack_compare,
                                      label=f"{direction}-{p.name}-{mb.label}"))

@@ -162,17 +162,50 @@ def prepare(case: BenchCase, kernels=None, seed: int = 0, inputs=None) -> Prepar
     out = bound.fn()
     harness.sync()
     if not checked:
-        check = {"ok": None, "rule": "not checked", "note": "no reference registered for this case"}
-    else:
-        results = case.compare(out, truth, inputs)
-        check = checks.summary(results, case.meta.extra.get("check_subset", ""))
-        failed = [c for c in results if not c.ok]
-        if failed:
-            raise OutputCheckFailed(f"{case.meta.provider}: wrong output, not timed: "
-                                    + "; ".join(c.message() for c in failed))
+        raise OutputCheckFailed(f"{case.id}: no reference registered: every case checks every output")
+    coverage = case.meta.extra.get("check_coverage")
+    if not isinstance(coverage, dict) or not coverage:
+        raise OutputCheckFailed(f"{case.id}: declares no check coverage (meta.extra['check_coverage'])")
+    check = _checked(case, out, truth, inputs, "wrong output, not timed")
     out_bytes = timing.tensor_bytes(out)
     del out
     return Prepared(inputs, bound, check, out_bytes, harness.peak_memory(bound.fn))
+
+
+def _checked(case: BenchCase, out, truth, inputs, failure: str) -> dict:
+    """``checks.summary`` of ``case.compare``; ``OutputCheckFailed`` when an output fails its rule
+    (a peer's "16-bit-only" output is reported, not failed)."""
+    results = case.compare(out, truth, inputs)
+    try:
+        check = checks.summary(results, case.meta.extra.get("check_subset", ""), case.meta.extra.get("check_coverage"))
+    except ValueError as exc:
+        raise OutputCheckFailed(f"{case.meta.provider}: {exc}") from None
+    failed = [c for c in results if checks.verdict_of(c) == "fail"]
+    if failed:
+        raise OutputCheckFailed(f"{case.meta.provider}: {failure}: " + "; ".join(c.message() for c in failed))
+    return check
+
+
+def recheck(case: BenchCase, prepared: Prepared, timer: timing.Timer, copies: list, seed: int = 0) -> dict:
+    """Check the output of the last timed launch again, against the truth of the inputs it ran on
+    (input copy ``timer.last_copy``: a provider that caches a result across calls, or defers work
+    past the end event, fails here). ``OutputCheckFailed`` when it differs from its truth."""
+    out = timer.last_output()
+    if out is None:
+        raise OutputCheckFailed(f"{case.meta.provider}: the last timed launch returned no output to check")
+    if prepared.bound.extra.get("inplace_grad_in_forward"):
+        return {"ok": None, "skipped": "the provider writes into its inputs during the timed rounds; "
+                "its first output was checked"}
+    harness.sync()
+    if timer.last_copy == 0:
+        inputs, truth = prepared.inputs, _cached_truth(case, prepared.inputs, seed)
+    else:
+        inputs = copies[timer.last_copy - 1]
+        truth = case.truth(inputs)
+    check = _checked(case, out, truth, inputs, "the output of the last timed launch is wrong (it passed before "
+                     "the timing: cached or deferred work?)")
+    return {"ok": check["ok"], "verdict": check["verdict"], "input_copy": timer.last_copy,
+            "max_abs_err": check.get("max_abs_err"), "bound": check.get("bound"), "output": check.get("output")}
 
 
 _TRUTHS: dict[tuple, object] = {}
@@ -195,16 +228,25 @@ def _cached_truth(case: BenchCase, inputs, seed: int):
 def timer_for(case: BenchCase, prepared: Prepared, kernels=None, force: str | None = None) -> timing.Timer:
     """How ``prepared`` is timed (events, or a CUDA graph over cold input copies); each
     ``timer.measure()`` is one round's per-launch device seconds, so two revisions' timers can
-    be interleaved round by round. ``timer.close()`` frees the graph."""
+    be interleaved round by round. ``timer.close()`` frees the graph. ``timer.copies`` holds the
+    input copies (copy i + 1 at index i) for ``recheck``."""
+    copies: list = []
 
     def more_bound(k: int) -> list[Callable[[], object]]:
         dev = harness.device()
         mod = _kernels_for(case, kernels)
-        return [case.bind(case.make_inputs(dev, 1000 + i), mod).fn for i in range(k)]
+        fns = []
+        for i in range(k):
+            inputs = case.make_inputs(dev, 1000 + i)
+            copies.append(inputs)
+            fns.append(case.bind(inputs, mod).fn)
+        return fns
 
-    return timing.plan_timer(prepared.bound.fn, b=timing.backend(host=case.host), graph_ok=prepared.bound.graph_ok,
-                             input_bytes=timing.tensor_bytes(prepared.inputs), output_bytes=prepared.output_bytes,
-                             more_bound=more_bound if case.rotate_inputs else None, force=force)
+    timer = timing.plan_timer(prepared.bound.fn, b=timing.backend(host=case.host), graph_ok=prepared.bound.graph_ok,
+                              input_bytes=timing.tensor_bytes(prepared.inputs), output_bytes=prepared.output_bytes,
+                              more_bound=more_bound if case.rotate_inputs else None, force=force)
+    timer.copies = copies
+    return timer
 
 
 def run_case(benchmark, case: BenchCase, kernels=None) -> None:
@@ -217,15 +259,27 @@ def run_case(benchmark, case: BenchCase, kernels=None) -> None:
         prepared = prepare(case, kernels)
     except OutputCheckFailed as exc:
         pytest.fail(str(exc), pytrace=False)
+    cooled = harness.cool_down(case.meta.provider, host=case.host)
     timer = timer_for(case, prepared, kernels)
+    timer.sampler = None if case.host else harness.clock_sampler()
     try:
         harness.time_rounds(benchmark, timer, case.meta, rounds=case.rounds, host=case.host)
+        try:
+            again = recheck(case, prepared, timer, getattr(timer, "copies", []))
+        except OutputCheckFailed as exc:
+            pytest.fail(str(exc), pytrace=False)
     finally:
         timer.close()
     meta = case.meta
-    if prepared.bound.extra:
-        meta = replace(meta, extra={**meta.extra, **prepared.bound.extra})
-    harness.record(benchmark, meta, prepared.peak_mem, timer.plan, prepared.check)
+    extra = {**prepared.bound.extra, **harness.window_info(timer)}
+    if cooled:
+        extra["cooldown_s"] = cooled
+    meta = replace(meta, extra={**meta.extra, **extra})
+    check = {**prepared.check, "after_timing": again}
+    try:
+        harness.record(benchmark, meta, prepared.peak_mem, timer.plan, check, samples=timer.samples)
+    except harness.BelowRoofline as exc:
+        pytest.fail(str(exc), pytrace=False)
     if case.finish is not None:
         case.finish(benchmark.extra_info)
 
@@ -263,6 +317,7 @@ def measure(case: BenchCase, kernels=None, *, rounds: int | None = None, seed: i
     try:
         n = rounds or harness.rounds_for(timer.plan.estimate_s, host=case.host)[0]
         times = [timer.measure() for _ in range(n)]
+        again = recheck(case, prepared, timer, getattr(timer, "copies", []), seed)
     finally:
         timer.close()
-    return Measurement(case.id, times, timer.plan, prepared.check)
+    return Measurement(case.id, times, timer.plan, {**prepared.check, "after_timing": again})

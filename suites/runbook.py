@@ -37,6 +37,24 @@ def environment_line(result) -> str:
     return text + "; not throttled"
 
 
+def trust_line(result) -> str:
+    """Every case checked (and how much of its outputs), none below its roofline (the reader refuses
+    those), throttled benchmarks, and the cases off their prediction by more than 2x."""
+    benches = result.benchmarks
+    checks = [b.extra.get("check") for b in benches if isinstance(b.extra.get("check"), dict)]
+    cover = [c["coverage_min"] for c in checks if isinstance(c.get("coverage_min"), (int, float))]
+    sixteen = sum(1 for c in checks if c.get("verdict") == "16-bit-only")
+    throttled = [b.id for b in benches if b.extra.get("throttled") is True]
+    flagged = [f"{b.id} ({b.extra['prediction_flag']})" for b in benches if b.extra.get("prediction_flag")]
+    text = (f"{Path(result.path).name}: {len(checks)} of {len(benches)} benchmarks checked"
+            + (f" (smallest coverage {min(cover):.1%})" if cover else "")
+            + (f", {sixteen} meeting only a 16-bit bound" if sixteen else "")
+            + "; none below its roofline; "
+            + (f"{len(throttled)} throttled (e.g. {throttled[0]})" if throttled else "none throttled")
+            + f"; {len(flagged)} off their prediction by more than 2x")
+    return text + ("" if not flagged else ": " + "; ".join(flagged[:5]) + (" ..." if len(flagged) > 5 else ""))
+
+
 def step_estimate(files: list[Path], slug: str) -> str:
     """The default workload's step priced from this run's timings: which families are measured."""
     try:
@@ -73,6 +91,7 @@ def summary(out: Path, summary_path: Path, slug: str, suites: list[str], results
         unchecked = [b.id for b in r.benchmarks if not isinstance(b.extra.get("check"), dict)]
         if unchecked:
             lines.append(f"{f.name}: {len(unchecked)} benchmark(s) without an output check, e.g. {unchecked[0]}")
+        lines.append(trust_line(r))
     base = baseline_path(results_root, slug)
     if results and base.is_file():
         baseline = load_result(base)

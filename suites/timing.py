@@ -3,11 +3,24 @@ round, CUDA-graph replays for short kernels; rounds handed to pytest-benchmark a
 
 How a round is timed (``Timer.round``):
 
-1. the L2 is flushed outside the events: a write of ``max(2 x L2, 256 MiB)`` (the device's L2 size
-   from its properties; 256 MiB is ``triton.testing.do_bench``'s own flush buffer, so the two flush
-   the same way on an H100/H200);
+1. the L2 is flushed outside the events by *reading* a buffer of ``max(2 x L2, 256 MiB)`` (the
+   device's L2 size from its properties; 256 MiB is ``triton.testing.do_bench``'s flush size). A
+   read leaves only clean lines behind; ``do_bench``'s zero *write* leaves up to an L2-full of dirty
+   lines (~60 MB on an H200) whose write-back lands inside the next timed window (up to ~7%
+   understated bandwidth on a memory-bound kernel);
 2. a start event, the work, an end event, a device synchronisation;
-3. the elapsed device time, divided by the launches in the round, is added to ``CLOCK``.
+3. the elapsed device time, divided by the launches in the round, is added to ``CLOCK``;
+4. outside the events, the SM clock is sampled (``sampler``, NVML through ``suites/environment.py``).
+
+Launch gaps are measured and reported in ``extra_info``: ``empty_events_s`` (an event pair with
+nothing between: the floor of an event-timed round) and ``host_launch_s`` (host seconds to issue
+one launch, from the estimate rounds); when issuing takes longer than the device runs
+(``launch_bound``), event timings include host launch gaps, and a CUDA graph (short work) removes them.
+
+Measuring window: the rounds of one benchmark are capped to ``WINDOW_S`` (2 s of device time by
+default, ``POLYTRACE_BENCH_WINDOW_S``), never below the rounds the gate needs: long windows
+throttle (15-20% clock droop over a long ``do_bench`` on an MI350, -15% TFLOP/s over 100
+back-to-back iterations on a B200, in public reports).
 
 pytest-benchmark reads ``device_clock`` as its timer (the suites' tests carry
 ``pytest.mark.benchmark(timer=device_clock)``, a documented per-test option), so its
@@ -43,6 +56,33 @@ MAX_INPUT_COPIES = 64
 DO_BENCH_FLUSH_BYTES = 256 << 20  # triton.testing.do_bench's L2 flush buffer
 ESTIMATE_ROUNDS = 3  # event-timed single launches that choose events or graph
 MIN_GRAPH_OVER_EVENTS = 0.05  # a replay faster than this share of the event-timed launch lost work
+WINDOW_S = 2.0  # device seconds of timed rounds per benchmark at most (unless the gate needs more rounds)
+WINDOW_ENV = "POLYTRACE_BENCH_WINDOW_S"
+
+
+def window_s() -> float:
+    """The measuring window per benchmark: ``POLYTRACE_BENCH_WINDOW_S`` or ``WINDOW_S``."""
+    import os
+
+    raw = os.environ.get(WINDOW_ENV, "").strip()
+    if not raw:
+        return WINDOW_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{WINDOW_ENV} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ValueError(f"{WINDOW_ENV} must be > 0 seconds, got {raw!r}")
+    return value
+
+
+def capped_rounds(rounds: int, round_s: float, min_rounds: int, window: float | None = None) -> int:
+    """``rounds`` cut so that rounds x ``round_s`` stays within the window, never below ``min_rounds``."""
+    window = window_s() if window is None else window
+    if round_s <= 0:
+        return rounds
+    fit = int(window / round_s * (1 + 1e-9))  # 2.0 // 0.1 is 19 in floating point
+    return max(min(rounds, fit), min(rounds, min_rounds), 1)
 
 
 class DeviceClock:
@@ -107,6 +147,7 @@ class CudaBackend:
 
     kind = "cuda"
     graphs = True
+    device = "cuda"
 
     def __init__(self) -> None:
         import torch
@@ -131,11 +172,14 @@ class CudaBackend:
         return start.elapsed_time(end) / 1e3
 
     def flush_l2(self) -> None:
+        """Evict the L2 by reading ``flush_bytes`` (a sum into a preallocated scalar): the lines it
+        leaves are clean, so nothing is written back inside the next timed window."""
         import torch
 
         if self._buffer is None:
-            self._buffer = torch.empty(self.flush_bytes, dtype=torch.int8, device="cuda")
-        self._buffer.zero_()
+            self._buffer = torch.zeros(self.flush_bytes // 8, dtype=torch.int64, device=self.device)
+            self._sink = torch.zeros((), dtype=torch.int64, device=self.device)
+        torch.sum(self._buffer, dim=0, out=self._sink)
 
     def capture(self, fns: list[Callable[[], object]]) -> Callable[[], None]:
         """One CUDA graph running ``fns`` in order; returns its replay. Each distinct fn runs once
@@ -145,7 +189,7 @@ class CudaBackend:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for fn in {id(f): f for f in fns}.values():
+            for fn in {id(getattr(f, "__wrapped__", f)): getattr(f, "__wrapped__", f) for f in fns}.values():
                 fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
@@ -195,27 +239,65 @@ class Plan:
 
 
 class Timer:
-    """One case's timed round (``round``) for ``benchmark.pedantic``; ``close`` frees the graph."""
+    """One case's timed round (``round``) for ``benchmark.pedantic``; ``close`` frees the graph.
 
-    def __init__(self, b, work: Callable[[], object], plan: Plan, clock: DeviceClock = CLOCK):
+    ``last_output()`` is the output of the last launch of the last round (for a graph: the last
+    launch of the replay, on input copy ``last_copy``), checked again after the timing;
+    ``sampler`` (called after each round, outside the events) returns an SM clock sample or None."""
+
+    def __init__(self, b, work: Callable[[], object], plan: Plan, clock: DeviceClock = CLOCK,
+                 last: Callable[[], object] | None = None, last_copy: int = 0):
         self.backend, self.work, self.plan, self.clock = b, work, plan, clock
         self._start, self._end = b.event(), b.event()
+        self._last = last
+        self.last_copy = last_copy
+        self._output = None
+        self.host_s: list[float] = []  # host seconds to issue the work, per measure()
+        self.sampler: Callable[[], dict | None] | None = None
+        self.samples: list[dict] = []
+        self.rounds_wall: list[float] = []  # host clock at the end of each round
 
     def measure(self) -> float:
         """Device seconds of one launch in one round (flushed, events around the work only)."""
         b = self.backend
         b.flush_l2()
         self._start.record()
-        self.work()
+        t0 = time.perf_counter()
+        out = self.work()
+        self.host_s.append(time.perf_counter() - t0)
         self._end.record()
         b.sync()
+        self._output = out
         return b.elapsed_s(self._start, self._end) / self.plan.launches
 
     def round(self) -> None:
         self.clock.advance(self.measure())
+        self.rounds_wall.append(time.perf_counter())
+        if self.sampler is not None:
+            got = self.sampler()
+            if got:
+                self.samples.append(got)
+
+    def last_output(self):
+        """The output of the last timed launch (None before any round)."""
+        return self._last() if self._last is not None else self._output
+
+    def empty_events_s(self, n: int = 3) -> float:
+        """Device seconds of an event pair with nothing between (median of ``n``): the floor of an
+        event-timed round, what a launch gap costs at least."""
+        b = self.backend
+        times = []
+        for _ in range(n):
+            self._start.record()
+            self._end.record()
+            b.sync()
+            times.append(b.elapsed_s(self._start, self._end))
+        return statistics.median(times)
 
     def close(self) -> None:
         self.work = None
+        self._last = None
+        self._output = None
 
 
 def tensor_bytes(obj, _depth: int = 0) -> int:
@@ -247,30 +329,44 @@ def plan_timer(fn: Callable[[], object], *, b=None, graph_ok: bool = True, input
         return Timer(b, fn, Plan("host", l2="n/a"), clock)
     probe = Timer(b, fn, Plan("events"), clock)
     estimate = statistics.median(probe.measure() for _ in range(ESTIMATE_ROUNDS))
+    host_launch = statistics.median(probe.host_s)
+    gaps = {"empty_events_s": probe.empty_events_s(), "host_launch_s": host_launch,
+            "launch_bound": bool(host_launch > estimate)}
     want_graph = force == "graph" or (force is None and graph_ok and estimate < GRAPH_BELOW_S)
     if not (want_graph and b.graphs):
-        return Timer(b, fn, Plan("events", estimate_s=estimate), clock)
+        return Timer(b, fn, Plan("events", estimate_s=estimate, notes=dict(gaps)), clock)
     n = math.ceil(round(GRAPH_REPLAY_S / max(estimate, 1e-7), 6))  # round: 1 ms / 20 us is 50, not 50.0000001
     if output_bytes > 0:
         n = min(n, max(1, GRAPH_OUTPUT_BYTES // output_bytes))
     n = max(2, min(n, MAX_GRAPH_LAUNCHES))
-    fns, notes = [fn], {}
+    fns, notes = [fn], dict(gaps)
     if input_bytes < 2 * b.l2_bytes and more_bound is not None and input_bytes > 0:
         want = min(math.ceil(2 * b.l2_bytes / input_bytes), MAX_INPUT_COPIES, n)
         try:
             fns += list(more_bound(want - 1))
         except Exception as exc:  # noqa: BLE001 - a provider that cannot bind twice: warm launches, said so
-            fns, notes = [fn], {"input_copies_error": f"{type(exc).__name__}: {exc}"[:300]}
+            fns, notes = [fn], {**gaps, "input_copies_error": f"{type(exc).__name__}: {exc}"[:300]}
     # cold when the launches between two reads of one input set moved two L2-fulls of inputs
     l2 = "flushed" if len(fns) * input_bytes >= 2 * b.l2_bytes else "warm"
+    last_out: list = [None]
+
+    def keep_last(f):  # the replay refreshes the captured output tensors: keep the last launch's
+        def launch():
+            last_out[0] = f()
+            return last_out[0]
+        launch.__wrapped__ = f
+        return launch
+
+    sequence = [fns[i % len(fns)] for i in range(n)]
+    sequence[-1] = keep_last(sequence[-1])
     try:
-        replay = b.capture([fns[i % len(fns)] for i in range(n)])
+        replay = b.capture(sequence)
     except Exception as exc:  # noqa: BLE001 - a host sync in the provider: events it is, said so
         b.sync()
         notes["graph_fallback"] = f"{type(exc).__name__}: {exc}"[:300]
         return Timer(b, fn, Plan("events", estimate_s=estimate, notes=notes), clock)
     timer = Timer(b, replay, Plan("graph", launches=n, copies=len(fns), l2=l2, estimate_s=estimate, notes=notes),
-                  clock)
+                  clock, last=lambda: last_out[0], last_copy=(n - 1) % len(fns))
     # A graph removes launch gaps (eager code of many small kernels can replay several times faster
     # than its event-timed launch), never the work: a replay 20x faster than the events missed work
     # that ran outside the capture (on another stream), so its numbers are not used.

@@ -66,7 +66,9 @@ def cases() -> list[BenchCase]:
         n = get_profile(name).config.n
         meta = Case("workload", "profile.sample", POLYTRACE.name, "sample",
                     {"profile": name, "sequences": (SEQUENCES // n) * n}, profile=name, seed=0, step=1,
-                    extra={"check_subset": "the whole batch"})
+                    extra={"check_subset": "the whole batch", "check_coverage": {
+                        "batch": {"checked": 1, "of": 1, "unit": "batches", "fraction": 1.0, "sample": "all",
+                                  "how": "sequence count, positive lengths, same batch for the same seed"}}})
         out.append(BenchCase(SUITE, meta, POLYTRACE, _inputs(name), _bind, lambda p: None, _compare,
                              label=name, host=True, rotate_inputs=False, finish=_finish))
     return out

@@ -4,10 +4,13 @@ tests/test_suites_timing.py).
 
 For one bandwidth-bound kernel (our token_logprobs forward, 2.5 GB of logits) and one
 compute-bound one (a bf16 8192^3 GEMM through torch), the harness's median per-launch time agrees
-with do_bench's median within 5%: both time the work alone between CUDA events after writing a
-256 MiB buffer (do_bench's own L2 flush, which the harness uses on an H100/H200). And work of
-~150 us timed as a CUDA-graph replay over cold input copies agrees with the same kernel timed with
-events within 5% (launch overhead is negligible at that length, so the two methods must agree).
+with do_bench's median: both time the work alone between CUDA events after flushing 256 MiB. The
+harness flushes by reading, do_bench by writing zeros whose dirty lines (up to an L2-full) are
+written back inside its timed window, so the harness may be faster by that write-back (up to ~7%
+on a memory-bound kernel) and never slower by more than 5%. Work of ~150 us timed as a CUDA-graph
+replay over cold input copies agrees with the same kernel timed with events within 5% (launch
+overhead is negligible at that length, so the two methods must agree). The launch-gap figures are
+recorded, and the read flush writes nothing the timed work must wait for.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 AGREE = 0.05
+WRITE_BACK = 0.10  # do_bench's zero-write flush leaves up to ~60 MB of dirty lines in its window
 ROUNDS = 30
 
 
@@ -58,7 +62,8 @@ def test_bandwidth_bound_kernel_agrees_with_do_bench():
     ours, info = _harness_median(fn)
     ref = _do_bench_median(fn)
     assert info["timing"] == "events" and info["l2"] == "flushed"
-    assert abs(ours / ref - 1.0) <= AGREE, f"harness {ours * 1e6:.1f} us vs do_bench {ref * 1e6:.1f} us"
+    assert 1.0 - WRITE_BACK <= ours / ref <= 1.0 + AGREE, f"harness {ours * 1e6:.1f} us vs do_bench {ref * 1e6:.1f} us"
+    assert 0 <= info["empty_events_s"] < 50e-6 and info["host_launch_s"] > 0 and info["launch_bound"] is False
 
 
 def test_compute_bound_gemm_agrees_with_do_bench():

@@ -57,7 +57,9 @@ def test_what_every_suite_records_is_read_back_by_the_results_reader(all_cases, 
         case = cases[0]
         bench = type("B", (), {"extra_info": {"provider": case.meta.provider}, "group": None,
                                "stats": type("S", (), {"stats": type("I", (), {"median": 1e-3})()})()})()
-        harness.record(bench, case.meta, None, timing.Plan("host", l2="n/a"), {"ok": True, "rule": "exact copy"})
+        check = {"ok": True, "verdict": "pass", "rule": "exact copy", "coverage": case.meta.extra["check_coverage"],
+                 "after_timing": {"ok": True, "verdict": "pass", "input_copy": 0}}
+        harness.record(bench, case.meta, None, timing.Plan("host", l2="n/a"), check)
         if case.finish is not None and suite != "packing":  # packing's hook re-plans a whole batch: slow
             case.finish(bench.extra_info)
         benches.append({"name": case.test_id, "fullname": f"suites/test_{suite}.py::t[{case.test_id}]",
@@ -184,7 +186,9 @@ def test_row_subset_references_equal_the_whole_batchs_rows():
     wg = attention_rows(q, k, v, lens, None, dout)
     pg = attention_rows(q, k, v, lens, rows, dout)
     assert torch.allclose(pg["want"]["dq"], wg["want"]["dq"][rows], rtol=0, atol=1e-12)
-    assert set(pg["want"]) == {"dq"} and set(wg["want"]) == {"dq", "dk", "dv"}
+    assert set(pg["want"]) == set(wg["want"]) == {"dq", "dk", "dv"}  # dk, dv on the same (key) rows
+    assert torch.allclose(pg["want"]["dk"], wg["want"]["dk"][rows], rtol=0, atol=1e-12)
+    assert torch.equal(pg["kv_index"], rows)
     # layouts mapped back: padded [B, H, Lmax, D] and K repeated per query head (summed per group)
     padded = torch.zeros(len(lens), 4, max(lens), 8, dtype=torch.float64)
     start = 0
@@ -204,19 +208,25 @@ def test_logprob_checks_on_a_row_subset_pass_ours_and_catch_a_bias(mode):
     from suites.harness import Case
 
     s = lc.TokShape("t", "", 66, 1.0, "tiny", 50, 16)
-    for kernel, inputs, bind, truth, compare in (
+    for kernel, inputs, bind, truth, compare, coverage in (
             ("token_logprobs", lc._logits_inputs(s, mode != "fwd"), lc._bind_logits("ours", s, mode),
-             lc._logits_truth(s, "ours", mode), lc._logits_compare(s, "ours", mode)),
+             lc._logits_truth(s, "ours", mode), lc._logits_compare(s, "ours", mode),
+             lc._logits_coverage(s, "ours", mode)),
             ("linear_token_logprobs", lc._linear_inputs(s, mode != "fwd", False), lc._bind_linear("ours", s, mode),
-             lc._linear_truth(s, "ours", mode), lc._linear_compare(s, "ours", mode))):
+             lc._linear_truth(s, "ours", mode), lc._linear_compare(s, "ours", mode),
+             lc._linear_coverage(s, "ours", mode))):
         meta = Case("logprob", kernel, "ours", mode, {"T": 66, "k": kernel}, provider_kind="ours",
-                    extra={"computes": ["logprob", "entropy"]})
+                    extra={"computes": ["logprob", "entropy"], "check_coverage": coverage})
         case = registry.BenchCase("logprob", meta, lc.LOGITS_PROVIDERS[0], inputs, bind, truth, compare)
         prepared = registry.prepare(case)
         assert prepared.check["ok"] is True and len(truth(inputs("cpu", 0))["rows"]) == 64
         names = [o["name"] for o in prepared.check["outputs"]]
+        # every output checked, 16-bit ones with the bias check too; d(weight) on vocabulary rows over all tokens
         assert names == (["logprob", "entropy"] if mode == "fwd" else
-                         ["d(logits)"] if kernel == "token_logprobs" else ["d(hidden)"])  # d(weight): all rows
+                         ["d(logits)", "d(logits) bias"] if kernel == "token_logprobs" else
+                         ["d(hidden)", "d(hidden) bias", "d(weight)", "d(weight) bias"])
+        assert set(prepared.check["coverage"]) == {n for n in names if not n.endswith(" bias")}
+        assert prepared.check["coverage_min"] == pytest.approx(64 / 66)  # 64 evenly spaced token rows
         if mode == "fwd":
             def biased(inp, kernels, bind=bind):
                 bound = bind(inp, kernels)
@@ -320,7 +330,7 @@ import pytest
 import torch
 
 from polytrace_kernels.tolerance import check_fp32
-from suites import registry, timing
+from suites import checks, registry, timing
 from suites.harness import Case, Provider
 from test_suites_timing import FakeDevice
 
@@ -358,7 +368,8 @@ def compare(out, want, x):
 
 def case(kind):
     p = Provider(f"toy-{kind}", kind="ours" if kind == "good" else "peer")
-    meta = Case("packing", "toy", p.name, "fwd", {"n": 6}, bytes_moved=48.0, weight=1.0)
+    meta = Case("packing", "toy", p.name, "fwd", {"n": 6}, bytes_moved=48.0, weight=1.0,
+                extra={"check_coverage": {"y": checks.cover(6, 6, "elements")}})
     return registry.BenchCase("toy", meta, p, inputs, bind_for(kind), truth, compare, label=kind, rotate_inputs=False)
 
 
@@ -390,6 +401,9 @@ def test_a_toy_session_writes_device_times_checks_and_keeps_going(tmp_path):
     info = bench["extra_info"]
     assert info["timing"] == "events" and info["l2"] == "flushed" and info["check"]["ok"] is True
     assert info["check"]["rule"].startswith("fp32") and info["provider_kind"] == "ours"
+    assert info["check"]["coverage"]["y"]["fraction"] == 1.0 and info["check"]["verdict"] == "pass"
+    assert info["check"]["after_timing"]["ok"] is True  # the last timed launch's output, checked again
+    assert info["window_cap_s"] == 2.0 and info["empty_events_s"] == 0.0 and "host_launch_s" in info
     env_record = data["machine_info"]["polytrace"]["environment"]
     assert "throttled" in env_record and data["machine_info"]["polytrace"]["throttled"] is None
 

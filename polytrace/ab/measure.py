@@ -106,6 +106,9 @@ def _worst(values) -> float | None:
 def _check(rev_label: str, base: LoadedRevision, case, out, truth, inputs) -> tuple[dict, list[str]]:
     results = _guard(rev_label, "output check (BASE's compare)", lambda: case.compare(out, truth, inputs))
     summary = base.registry.checks.summary(results, case.meta.extra.get("check_subset", ""))
+    coverage = case.meta.extra.get("check_coverage")
+    if "coverage" not in summary and isinstance(coverage, dict):  # a BASE whose summary predates coverage
+        summary["coverage"] = coverage
     return summary, [c.message() for c in results if not c.ok]
 
 

@@ -9,7 +9,14 @@ working. What polytrace adds lives in two places, written by ``suites/``:
 - ``benchmarks[].extra_info`` (``suites/harness.py``): ``family``, ``kernel``, ``provider``,
   ``provider_kind``, ``mode``, ``shape``, ``shape_id``, ``profile``, ``seed``, ``step``, ``weight``,
   ``flops``, ``bytes_moved``, ``roofline``, ``kernel_hash``, ``measured_on``, ``median_s``,
-  ``tflops``, ``gbps``, ``pct_peak_bf16``, ``pct_peak_hbm``, ``peak_mem_bytes``.
+  ``tflops``, ``gbps``, ``pct_peak_bf16``, ``pct_peak_hbm``, ``peak_mem_bytes``; the output
+  ``check`` (``ok``, ``verdict``, ``rule``, ``outputs``, ``coverage`` per output, ``after_timing``:
+  the last timed launch's output checked again); ``sm_clock`` (min, median, max MHz during the
+  rounds), ``session_max_mhz`` and ``throttled``; ``roofline_floor_s``, ``floor_flops``,
+  ``floor_bytes``, ``predicted_s``, ``vs_predicted`` and ``prediction_flag``.
+
+A GPU median below the case's roofline floor (``floor``), a check without coverage or that failed,
+a zero or negative median and contradictory clock records are refused, naming the benchmark.
 
 ``benchmarks[].stats.data`` holds the raw per-round times in seconds (present only with
 ``--benchmark-save-data``; the gate needs them).
@@ -43,6 +50,8 @@ from .validation import (
     PROVIDER_KINDS,
     ROOFLINES,
     Fields,
+    check_problem,
+    clock_problem,
     describe,
     nesting_depth,
     read_json,
@@ -233,6 +242,13 @@ def parse_benchmark(raw, where: str, index: int = 0) -> BenchResult:
     shape = info.obj_or_empty("shape")
     for key in ("pct_peak_bf16", "pct_peak_hbm"):
         info.number(key, 0.0, MAX_PCT)
+    # a recorded median of zero or below is no time at all (the rounds were checked above)
+    info.number("median_s", 0.0, MAX_ROUND_S, low_open=True)
+    for key in ("floor_flops", "floor_bytes"):
+        info.number(key, 0.0, MAX_AMOUNT)
+    for problem in (check_problem(extra["check"]) if "check" in extra else None, clock_problem(extra)):
+        if problem:
+            raise PolytraceError(f"{top.where}: {problem}")
     return BenchResult(
         id=benchmark_id(extra, name),
         name=name,
@@ -296,9 +312,33 @@ def parse_result(obj, path: str = "<memory>") -> ResultFile:
     dups = [k for k, v in seen.items() if v > 1]
     if dups:
         raise PolytraceError(f"{path}: benchmark id {dups[0]!r} occurs {seen[dups[0]]} times")
-    return ResultFile(path=str(path), machine=machine, machine_info=dict(machine_info),
-                      datetime=top.text("datetime"), benchmarks=benches,
-                      sources=top.string_list("polytrace_sources", MAX_SOURCES) or [str(path)])
+    result = ResultFile(path=str(path), machine=machine, machine_info=dict(machine_info),
+                        datetime=top.text("datetime"), benchmarks=benches,
+                        sources=top.string_list("polytrace_sources", MAX_SOURCES) or [str(path)])
+    refuse_impossible(result)
+    return result
+
+
+def refuse_impossible(result: ResultFile) -> None:
+    """Refuse, naming the benchmark, a GPU timing below its roofline floor (``floor``) and a
+    benchmark marked throttled in a run whose record says it was not."""
+    from ..hardware import detect
+    from .floor import below_floor_message, floor_s
+
+    gpu = detect(result.gpu_name) if result.measured_on == "cuda" else None
+    for b in result.benchmarks:
+        if b.extra.get("throttled") is True and result.machine.get("throttled") is False:
+            raise PolytraceError(f"{result.path}: benchmark {b.id}: marked throttled, but the run's environment "
+                                 "record says it was not (machine_info.polytrace.throttled false): contradictory "
+                                 "clock records")
+        if gpu is None or not b.median_s:
+            continue
+        bound, basis = floor_s(gpu, flops=b.flops, bytes_moved=b.bytes_moved, roofline=b.roofline,
+                               l2=b.extra.get("l2") if isinstance(b.extra.get("l2"), str) else None,
+                               floor_flops=b.extra.get("floor_flops"), floor_bytes=b.extra.get("floor_bytes"))
+        if bound and b.median_s < bound:
+            raise PolytraceError(f"{result.path}: benchmark " + below_floor_message(b.id, b.median_s, bound, basis)
+                                 + f" on {gpu.name}")
 
 
 def load_result(path: str | Path) -> ResultFile:

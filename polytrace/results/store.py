@@ -194,13 +194,42 @@ def show_rows(result: ResultFile) -> list[dict]:
     rows = []
     for b in sorted(result.benchmarks, key=lambda b: (b.family, b.kernel, b.mode, natural_key(b.shape_id), b.provider)):
         key = (b.family, b.kernel, b.mode, b.shape_id)
+        check = b.extra.get("check") if isinstance(b.extra.get("check"), dict) else {}
+        predicted = b.extra.get("predicted_s")
+        predicted = float(predicted) if isinstance(predicted, (int, float)) and predicted > 0 else None
         rows.append({
             "id": b.id, "family": b.family, "kernel": b.kernel, "mode": b.mode, "shape": b.shape_id or b.name,
             "provider": b.provider, "weight": b.weight, "median_s": b.median_s, "rounds": int(b.rounds.size),
             "tflops": b.tflops, "gbps": b.gbps, "pct_peak": b.pct_peak, "roofline": b.roofline,
             "vs_best": (b.median_s / best[key]) if b.median_s and key in best else None,
+            "predicted_s": predicted,
+            "vs_predicted": b.median_s / predicted if predicted and b.median_s else None,
+            "prediction_flag": str(b.extra.get("prediction_flag") or ""),
+            "check_verdict": str(check.get("verdict") or ("pass" if check.get("ok") is True else "")),
+            "check_coverage": check.get("coverage_min"),
+            "throttled": b.extra.get("throttled") is True,
         })
     return rows
+
+
+def _check_cell(r: dict) -> str:
+    cov = r["check_coverage"]
+    text = {"pass": "ok", "16-bit-only": "16-bit only"}.get(r["check_verdict"], r["check_verdict"] or "-")
+    return text + (f" {100 * cov:.0f}%" if isinstance(cov, (int, float)) else "")
+
+
+def _notes(rows: list[dict]) -> list[str]:
+    """Cases flagged for a look: off their prediction by more than 2x, 16-bit-only checks, throttled."""
+    out = []
+    for r in rows:
+        if r["prediction_flag"]:
+            out.append(f"{r['id']}: {r['prediction_flag']} (predicted {format_time(r['predicted_s'])}, "
+                       f"measured {format_time(r['median_s'])})")
+        if r["check_verdict"] == "16-bit-only":
+            out.append(f"{r['id']}: output meets only the 16-bit bound (see check.rule)")
+        if r["throttled"]:
+            out.append(f"{r['id']}: THROTTLED during its rounds (SM clock > 10% below the session's max)")
+    return out
 
 
 def format_show(result: ResultFile) -> str:
@@ -217,14 +246,22 @@ def format_show(result: ResultFile) -> str:
         head.append("THROTTLED: " + ("; ".join(result.throttle_reasons()) or "see the environment record")
                     + " - these timings are suspect")
     rows = []
-    for r in show_rows(result):
+    shown = show_rows(result)
+    for r in shown:
         peak = "-" if cpu or r["pct_peak"] is None else f"{r['pct_peak']:.1f}% {r['roofline']}"
+        flag = " !" if r["prediction_flag"] else ""
+        pred = "-" if r["vs_predicted"] is None else f"{r['vs_predicted']:.2f}x{flag}"
         rows.append([f"{r['family']}/{r['kernel']}" if r["family"] else r["id"], r["mode"], r["shape"],
                      _fmt(r["weight"], ".3f"), r["provider"], format_time(r["median_s"]), r["rounds"],
-                     _fmt(r["tflops"], ".2f"), _fmt(r["gbps"], ".1f"), peak, _fmt(r["vs_best"], ".2f") + "x"])
+                     _fmt(r["tflops"], ".2f"), _fmt(r["gbps"], ".1f"), peak, _fmt(r["vs_best"], ".2f") + "x",
+                     format_time(r["predicted_s"]), pred, _check_cell(r)])
     table = tabulate(rows, headers=["kernel", "mode", "shape", "weight", "provider", "median", "rounds",
-                                    "TFLOP/s", "GB/s", "% of peak", "vs best"], disable_numparse=True)
-    return "\n".join(head) + "\n\n" + table
+                                    "TFLOP/s", "GB/s", "% of peak", "vs best", "predicted", "vs pred", "check"],
+                     disable_numparse=True)
+    notes = _notes(shown)
+    tail = ("\n\nflagged for a look (measured vs predicted beyond 2x either way is a note, not a failure):\n"
+            + "\n".join(f"  {n}" for n in notes)) if notes else ""
+    return "\n".join(head) + "\n\n" + table + tail
 
 
 def brief_rows(result: ResultFile) -> list[dict]:

@@ -182,3 +182,82 @@ def rounds_problem(values) -> str | None:
             return (f"round {i} is {describe(v)}; rounds must be finite times in "
                     f"[{MIN_ROUND_S:g}, {MAX_ROUND_S:g}] seconds")
     return None
+
+
+CHECK_VERDICTS = ("pass", "16-bit-only", "fail")
+MAX_CLOCK_MHZ = 10_000.0
+CLOCK_FLOOR = 0.90  # polytrace.envrecord's: a clock more than 10% below the session's max is throttled
+
+
+def _count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def check_problem(check) -> str | None:
+    """Why a benchmark's ``extra_info.check`` is unusable (None when fine): not an object, no
+    ``coverage`` (every output says how much of it was compared with its truth), a coverage entry
+    that is not ``checked`` of ``of`` units with 1 <= checked <= of, or a failed check on a timed
+    benchmark (the suites never time a wrong output: the file contradicts itself)."""
+    if not isinstance(check, dict):
+        return f"'check' must be an object, got {describe(check)}"
+    coverage = check.get("coverage")
+    if not isinstance(coverage, dict) or not coverage:
+        return "'check' has no 'coverage' (how much of each output was compared with its fp64 truth)"
+    for name, entry in coverage.items():
+        if not isinstance(entry, dict):
+            return f"'check.coverage.{name}' must be an object, got {describe(entry)}"
+        checked, of = _count(entry.get("checked")), _count(entry.get("of"))
+        if checked is None or of is None or not 1 <= checked <= of:
+            return (f"'check.coverage.{name}' must check 1..of units (whole numbers), got checked "
+                    f"{describe(entry.get('checked'))} of {describe(entry.get('of'))}")
+    verdict = check.get("verdict")
+    if verdict is not None and verdict not in CHECK_VERDICTS:
+        return f"'check.verdict' must be one of {', '.join(CHECK_VERDICTS)}, got {describe(verdict)}"
+    ok = check.get("ok")
+    if ok is not None and not isinstance(ok, bool):
+        return f"'check.ok' must be true or false, got {describe(ok)}"
+    if verdict == "fail" or (ok is False and verdict not in ("16-bit-only",)):
+        return "'check' failed, yet the benchmark was timed (a wrong output is never timed)"
+    if verdict == "pass" and ok is False:
+        return "'check' says verdict 'pass' and ok false"
+    after = check.get("after_timing")
+    if after is not None:
+        if not isinstance(after, dict):
+            return f"'check.after_timing' must be an object, got {describe(after)}"
+        if after.get("ok") is False or after.get("verdict") == "fail":
+            return "'check.after_timing' failed: the output of the last timed launch was wrong"
+    return None
+
+
+def clock_problem(extra: dict) -> str | None:
+    """Why a benchmark's SM clock record contradicts itself (None when fine or absent):
+    ``sm_clock`` min <= median <= max, all positive and below 10 GHz; ``throttled`` a boolean that
+    agrees with the clock (min below 90% of ``session_max_mhz`` is throttled, above is not)."""
+    clock = extra.get("sm_clock")
+    throttled = extra.get("throttled")
+    if throttled is not None and not isinstance(throttled, bool):
+        return f"'throttled' must be true or false, got {describe(throttled)}"
+    if clock is None:
+        return None
+    if not isinstance(clock, dict):
+        return f"'sm_clock' must be an object, got {describe(clock)}"
+    values = {}
+    for key in ("min_mhz", "median_mhz", "max_mhz"):
+        v = as_number(clock.get(key))
+        if v is None or not 0 < v <= MAX_CLOCK_MHZ:
+            return f"'sm_clock.{key}' must be a clock in (0, {MAX_CLOCK_MHZ:g}] MHz, got {describe(clock.get(key))}"
+        values[key] = v
+    if not values["min_mhz"] <= values["median_mhz"] <= values["max_mhz"]:
+        return (f"'sm_clock' contradicts itself: min {values['min_mhz']:g}, median {values['median_mhz']:g}, "
+                f"max {values['max_mhz']:g} MHz")
+    top = extra.get("session_max_mhz")
+    if top is not None:
+        t = as_number(top)
+        if t is None or not 0 < t <= MAX_CLOCK_MHZ or t < values["max_mhz"]:
+            return (f"'session_max_mhz' {describe(top)} must be a clock at or above the benchmark's own max "
+                    f"{values['max_mhz']:g} MHz")
+        below = values["min_mhz"] < CLOCK_FLOOR * t
+        if throttled is not None and throttled != below:
+            return (f"'throttled' is {str(throttled).lower()} but the SM clock fell to {values['min_mhz']:g} MHz "
+                    f"against a session max of {t:g} MHz ({'below' if below else 'within'} 10%)")
+    return None
