@@ -75,6 +75,7 @@ def document(cal: Calibration, run, stages: list[str], mode: str, source: dict, 
         "gpu": run.gpu.slug, "mode": mode, "overlapped": list(cal.overlapped), "config": run.to_dict(),
         "stages": list(stages),
         "fit_error_pct": {k: float(v) for k, v in cal.fit_error_pct.items()},
+        "split": cal.split, "deviation": cal.deviation,
         "source": source, "notes": list(notes),
         "created_by": {"polytrace": __version__, "commit": git_commit()},
     }
@@ -329,4 +330,8 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) 
                           "mode": doc.get("mode"), "source": (doc.get("source") or {}).get("kind"),
                           "scalars": doc["scalars"]}
     res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+    if doc.get("split") and res.get("summary", {}).get("mean_stages_s"):  # files before the split have none
+        from .ranges import estimate_range
+
+        res["range"] = estimate_range(res["summary"], doc["split"], tuple(doc.get("overlapped") or ()))
     return res

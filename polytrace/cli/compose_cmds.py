@@ -171,6 +171,11 @@ def _estimate(args) -> int:
               f"{100 * r['idle']['trainer_rank_wait_share']:.1f}%"] for r in res["rows"]]
     print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
                                    "rollout tail", "engines wait", "ranks wait"]))
+    if res.get("range"):  # a calibrated estimate: what its window could not identify
+        lo, hi = res["range"]["step_s"]
+        why = (f" (the window could not split constant from per-token cost in {', '.join(res['range']['unidentified'])})"
+               if res["range"]["unidentified"] else "")
+        print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}")
     print("\n".join(idle_lines(res["summary"])))
     print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
     for line in what_if_lines(res["summary"]):

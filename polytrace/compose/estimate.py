@@ -17,7 +17,7 @@ from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
-from .efficiency import DEFAULT
+from .efficiency import DEFAULT, part_slowdown
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
 from .stages import STAGES, Part, RunConfig, stage_costs
@@ -154,7 +154,7 @@ def with_group_size(prof, n: int):
 
 def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, float]]:
     """Stage -> kernel family -> seconds, each part multiplied by the calibrated slowdown of its
-    kind of work, plus the calibration's fixed seconds per stage (family ``calibration``)."""
+    kind of work (or of its family, where the scalars price it apart: ``efficiency.part_slowdown``), plus the calibration's fixed seconds per stage (family ``calibration``)."""
     cal = calibration or {}
     raw = {s: 0.0 for s in STAGES}
     for p in parts:
@@ -163,7 +163,7 @@ def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, f
     for p in parts:
         if raw[p.stage] <= 0:
             continue
-        out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + cal.get(f"{p.group}_slowdown", 1.0) * p.seconds
+        out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + part_slowdown(cal, p.group, p.family) * p.seconds
     for s in STAGES:
         if raw[s] > 0 and cal.get(f"{s}_overhead_s"):
             out[s]["calibration"] = float(cal[f"{s}_overhead_s"])
