@@ -88,7 +88,10 @@ SLOWDOWN_SD = 2.5  # (kept for the record: the priors replaced the overall ratio
 # (0.5x-6x over the shared logs). Ten steps at 1-3% noise outweigh it wherever they see the kind
 # of work vary; where they cannot (``_identified``), ``PRIOR_DECIDES_SD`` pins it to the prior.
 PRIOR_LOG_SD = 1.0
-PRIOR_DECIDES_SD = 0.05
+CENTRE_ON_RUN = True
+PRIOR_DECIDES_SD = 0.5
+FLAT_SPREAD = 1e-3  # modelled times within 0.1% over the window: flat
+UNSPLIT_CONSTANT_SD = 100.0
 MIN_SLOWDOWN = 0.01  # kinds of work with no roofline part (pure host time): at most 100x faster
 MAX_DEVIATION = 1000.0  # past 1000x the priors the configuration, not the run, is wrong
 # A window identifies a stage's constant/per-token split when its modelled times spread (sd/mean)
@@ -157,6 +160,7 @@ class Calibration:
     min_deviation: dict[str, float] = field(default_factory=dict)
     prior: dict[str, float] = field(default_factory=dict)  # the priors' scalars (``prior_scalars``)
     families: list = field(default_factory=list)  # (kind of work, kernel family) pairs the window priced
+    run_ratio: float = 1.0  # the run's overall time over the priors' prices: the deviations' centre
     # stage -> what the window could identify: modelled and actual mean seconds, whether the
     # constant/per-token split was identified, and the range of constant seconds it allows
     split: dict[str, dict] = field(default_factory=dict)
@@ -357,8 +361,20 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     # a kind of work seen only in stages whose split the window cannot identify: the prior decides
     undecided = [g for g in groups if all(not ident[s][0] for s in stages if np.any(X[s][:, gi[g]] > 0))]
     u_sd = np.array([PRIOR_DECIDES_SD if g in undecided else PRIOR_LOG_SD for g in groups])
+    # a stage whose modelled time does not move at all over the window (padded batches, fixed
+    # lengths): nothing splits it, and the slowdowns' prior alone decides (the constant's prior share
+    # steps aside); one that moves a little is a compromise of both priors and the data
+    # (for another run the constant's prior is what moves it to the micro-batches: it stays)
+    if not transfer:
+        prior_sd = np.array([UNSPLIT_CONSTANT_SD if ident[s][1] < FLAT_SPREAD else sd_c
+                             for s, sd_c in zip(stages, prior_sd)])
     lo_u = np.log(floor)
-    prior_u = np.maximum(0.0, lo_u)  # the priors themselves, or the bound where they sit below it
+    # the centre: the priors times the run's overall ratio to them (all stages' time over all their
+    # priced time: another GPU, driver or engine version moves every kind alike), or the bound
+    total_x = sum(float(X[s].sum()) for s in stages)
+    rho = math.log(sum(float(Y[s].sum()) for s in stages) / total_x) if total_x > 0 else 0.0
+    rho = min(max(rho, -math.log(MAX_DEVIATION)), math.log(MAX_DEVIATION)) if CENTRE_ON_RUN else 0.0
+    prior_u = np.maximum(rho, lo_u)
 
     def unpack(theta):
         return np.exp(theta[:n_g]), theta[n_g:]
@@ -395,6 +411,7 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
                       [r.step for r in rows], source, list(left_out or []), overlapped=tuple(overlapped),
                       deviation={g: float(dev[gi[g]]) for g in groups},
                       min_deviation={g: float(floor[gi[g]]) for g in groups}, prior=dict(prior),
+                      run_ratio=float(math.exp(rho)),
                       families=sorted({gf for r in rows for s in stages for gf, v in r.families.get(s, {}).items()
                                        if v > 0}))
     n = len(rows)
@@ -409,7 +426,8 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     unsplit = [s for s in stages if not ident[s][0]]
     if unsplit:
         spread = ", ".join(f"{s} {100 * ident[s][1]:.1f}% (noise {100 * sd[s]:.1f}%)" for s in unsplit)
-        decided = f": the priors decide {', '.join(undecided)}" if undecided else ""
+        decided = (f": the priors decide {', '.join(undecided)} (their slowdowns times the run's overall ratio to "
+                   f"them, {math.exp(prior_u.min() if not CENTRE_ON_RUN else rho):.3g})" if undecided else "")
         cal.notes.append(f"the calibration window cannot separate constant from per-token cost in {', '.join(unsplit)} "
                          f"(modelled time varies {spread}){decided}; the constant seconds take the rest, and "
                          "estimates for other lengths carry the range this leaves")

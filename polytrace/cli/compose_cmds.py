@@ -96,6 +96,9 @@ def register(sub) -> None:
     p.add_argument("--calibration", default=None, metavar="CAL_JSON",
                    help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
                    "refused for another model family")
+    p.add_argument("--roofline", action="store_true",
+                   help="price at the base roofline alone, without the shared physical priors the estimate applies "
+                   "by default (polytrace/data/priors.json)")
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
 
@@ -135,6 +138,10 @@ def _estimate(args) -> int:
     split = dict(rollout_gpus=args.rollout_gpus, train_gpus=args.train_gpus, staleness=args.staleness,
                  partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync)
     where = (args.profile, args.model, args.gpu, args.gpus)
+    if not args.calibration and not args.roofline:
+        from ..compose.efficiency import PRIORS
+
+        kw["calibration"] = PRIORS  # the shared physical priors (polytrace/data/priors.json)
     if args.compare_modes:
         cmp = (compare_calibrated(args.calibration, *where, **split, **kw) if args.calibration
                else compare_modes(*where, **split, **kw))

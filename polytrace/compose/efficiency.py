@@ -110,6 +110,8 @@ def roofline_share(family: str, eff: Efficiency = DEFAULT) -> float:
 # ---- shared physical priors (``polytrace/data/priors.json``, fitted by scripts/fit_priors.py) ----
 
 PRIORS_PATH = Path(__file__).resolve().parents[1] / "data" / "priors.json"
+# ``estimate(calibration=PRIORS)``: price with the shared priors (the CLI's default)
+PRIORS = "priors"
 # Stage -> the kind of per-call constant seconds the priors hold for it.
 CONSTANT_KIND = {"gen": "gen", "old_log_prob": "forward", "ref": "forward", "values": "forward",
                  "update_actor": "update", "update_critic": "update"}
