@@ -310,7 +310,7 @@ def _identified(X: np.ndarray, sd: float) -> tuple[bool, float]:
 
 def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: list[LeftOut] | None = None,
         noise: dict[str, float] | None = None, overlapped: tuple = (), transfer: bool = False,
-        prior: dict[str, float] | None = None) -> Calibration:
+        prior: dict[str, float] | None = None, bound_rows: list[StepData] | None = None) -> Calibration:
     """This run's deviation from the priors per kind of work, a fixed cost per stage and the
     step's time outside the stages, fitted on relative errors with a soft-L1 loss, each deviation
     shrunk toward 1 and bounded by the peak roofline (module docstring). ``noise`` overrides the
@@ -336,8 +336,6 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
                 raise PolytraceError(f"{source}: the model priced {s} at a non-finite or negative time; "
                                      "check the configuration read from the log")
     X = prior_work(rows, stages, groups, prior)
-    B = {s: np.array([[r.bound.get(s, {}).get(g, 0.0) for g in groups] for r in rows], dtype=np.float64)
-         for s in stages}
     Y = {s: np.array([r.actual[s] for r in rows], dtype=np.float64) for s in stages}
     sd = {s: (noise or {}).get(s, noise_rel(Y[s])) for s in stages}
     ybar = {s: float(Y[s].mean()) for s in stages}
@@ -352,9 +350,13 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     # stage's constant seconds at most what its shortest window step leaves once its work runs at
     # that bound
     floor = np.full(n_g, MIN_SLOWDOWN)
+    # over every window step, those screened out included: the bound holds for any step
+    everyone = rows + [r for r in (bound_rows or []) if r not in rows]
+    XB = prior_work(everyone, stages, groups, prior)
     for s in stages:
+        Bs = np.array([[r.bound.get(s, {}).get(g, 0.0) for g in groups] for r in everyone], dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(X[s] > 0, B[s] / np.where(X[s] > 0, X[s], 1.0), 0.0)
+            ratio = np.where(XB[s] > 0, Bs / np.where(XB[s] > 0, XB[s], 1.0), 0.0)
         floor = np.maximum(floor, ratio.max(axis=0))
     c_max = np.array([max(0.0, float(np.min(Y[s] - X[s] @ floor))) for s in stages])
     ident = {s: _identified(X[s], sd[s]) for s in stages}
@@ -468,6 +470,7 @@ def calibrate(rows: list[StepData], stages: list[str], source: str = "", first_s
     """Screen the calibration steps (``screen``), then ``fit`` the rest (``transfer``: for another
     run, ``FIXED_PRIOR_SHARE_TRANSFER``)."""
     left: list[LeftOut] = []
+    window = rows
     if screen_outliers:
         rows, left = screen(rows, stages, first_step, overlapped=overlapped)
-    return fit(rows, stages, source, left, overlapped=overlapped, transfer=transfer, prior=prior)
+    return fit(rows, stages, source, left, overlapped=overlapped, transfer=transfer, prior=prior, bound_rows=window)
