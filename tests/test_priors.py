@@ -357,3 +357,15 @@ def test_validate_reports_calibrate_early_predict_late(tmp_path, capsys):
     assert d["accuracy"]["step"]["accuracy"] > d["accuracy"]["step"]["naive_accuracy"]
     assert main(["validate", log]) == 0
     assert f"calibrate early, predict late: {len(late)} step(s) from step {late[0]}" in capsys.readouterr().out
+
+
+def test_a_broken_priors_file_is_a_clean_error(tmp_path):
+    from polytrace.errors import PolytraceError
+
+    bad = tmp_path / "priors.json"
+    bad.write_text("{not json")
+    with pytest.raises(PolytraceError, match="cannot read the priors"):
+        load_priors(str(bad))
+    bad.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(PolytraceError, match="not a polytrace priors file"):
+        load_priors(str(bad))

@@ -159,7 +159,6 @@ class Calibration:
     deviation: dict[str, float] = field(default_factory=dict)
     min_deviation: dict[str, float] = field(default_factory=dict)
     prior: dict[str, float] = field(default_factory=dict)  # the priors' scalars (``prior_scalars``)
-    families: list = field(default_factory=list)  # (kind of work, kernel family) pairs the window priced
     run_ratio: float = 1.0  # the run's overall time over the priors' prices: the deviations' centre
     # stage -> what the window could identify: modelled and actual mean seconds, whether the
     # constant/per-token split was identified, and the range of constant seconds it allows
@@ -167,10 +166,11 @@ class Calibration:
 
     def scalars(self) -> dict[str, float]:
         out = {f"{g}_slowdown": v for g, v in self.slowdown.items()}
-        for g, f in self.families:  # the families the priors price apart, as the window saw them
-            key = f"{g}_{f}_slowdown"
-            if g in self.deviation and f in SEPARATE_FAMILIES and key in self.prior:
-                out[key] = self.deviation[g] * self.prior[key]
+        for g, d in self.deviation.items():  # the families the priors price apart, this run's factor on them
+            for f in SEPARATE_FAMILIES:
+                key = f"{g}_{f}_slowdown"
+                if key in self.prior:
+                    out[key] = d * self.prior[key]
         out.update({f"{s}_overhead_s": v for s, v in self.overhead_s.items()})
         return out
 
@@ -413,9 +413,7 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
                       [r.step for r in rows], source, list(left_out or []), overlapped=tuple(overlapped),
                       deviation={g: float(dev[gi[g]]) for g in groups},
                       min_deviation={g: float(floor[gi[g]]) for g in groups}, prior=dict(prior),
-                      run_ratio=float(math.exp(rho)),
-                      families=sorted({gf for r in rows for s in stages for gf, v in r.families.get(s, {}).items()
-                                       if v > 0}))
+                      run_ratio=float(math.exp(rho)))
     n = len(rows)
     for j, s in enumerate(stages):
         ok, cv = ident[s]
