@@ -327,6 +327,7 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
                         overlapped=_overlapped(other_split), transfer=True, prior=prior_for(other_run))
         notes.append("calibrated for another run: the trainer stages' constant seconds are taken as paid per "
                      "micro-batch, not per call")
+        notes += [f"calibration log: {n}" for n in cal.notes]
         test_rows, cal_rows = rows, other_rows
     else:
         if len(rows) <= calibrate_steps:
