@@ -369,3 +369,22 @@ def test_a_broken_priors_file_is_a_clean_error(tmp_path):
     bad.write_text(json.dumps({"format": "something else"}))
     with pytest.raises(PolytraceError, match="not a polytrace priors file"):
         load_priors(str(bad))
+
+
+def test_zero_shot_keeps_async_generation_off_the_step(tmp_path):
+    """A one-step-off run: generation overlaps training, so the predicted step holds the trainer's
+    stages and the time outside them, not generation."""
+    from _verl_logs import Run, write_log
+
+    from polytrace.calibrate.zeroshot import zero_shot
+
+    header = ("(TaskRunner pid=7) python3 -m recipe.one_step_off_policy.main_ppo data.train_batch_size=32 "
+              "actor_rollout_ref.rollout.n=4 data.max_prompt_length=256 data.max_response_length=256 "
+              "actor_rollout_ref.model.path=Qwen/Qwen2.5-0.5B-Instruct trainer.n_gpus_per_node=8\n")
+    log = write_log(tmp_path / "async.log", Run(steps=14, prompts=32, n=4, max_response=256, max_prompt=256,
+                                                 micro_per_gpu=4, mini_batch=16), header=header)
+    res = zero_shot(log)
+    assert res["mode"] == "one-step-off"
+    acc = res["accuracy"]
+    trainer = sum(v["mean_predicted_s"] for k, v in acc.items() if k not in ("gen", "step"))
+    assert trainer <= acc["step"]["mean_predicted_s"] < trainer + acc["gen"]["mean_predicted_s"], acc

@@ -56,8 +56,10 @@ MAX_SLOWDOWN = 100.0
 class Corpus:
     """One log of the corpus: its rows (priced), stages and engine settings."""
 
-    def __init__(self, name: str, rows: list[StepData], stages: list[str], eager: bool, ckpt: bool, sha256: str):
+    def __init__(self, name: str, rows: list[StepData], stages: list[str], eager: bool, ckpt: bool, sha256: str,
+                 overlapped: tuple = ()):
         self.name, self.rows, self.stages, self.eager, self.ckpt, self.sha256 = name, rows, stages, eager, ckpt, sha256
+        self.overlapped = tuple(overlapped)  # stages off the step's critical path (async generation)
 
     def kind(self, group: str, family: str) -> str:
         return prior_kind(group, family, self.eager, self.ckpt)
@@ -96,7 +98,7 @@ def _sha256(path) -> str:
 def load_corpus(folder, names: list[str] | None = None) -> list[Corpus]:
     """Every ``*.log`` in ``folder`` (or the named ones), read, configured and priced as
     ``validate`` does; a log that cannot be read is an error naming it."""
-    from .validate import _timed_stages, prepare
+    from .validate import _overlapped, _timed_stages, prepare
 
     root = Path(folder)
     if not root.is_dir():
@@ -106,15 +108,17 @@ def load_corpus(folder, names: list[str] | None = None) -> list[Corpus]:
         raise PolytraceError(f"{root}: no *.log files")
     out = []
     for path in paths:
-        log, run, _notes, rows, _split = prepare(path)
+        log, run, _notes, rows, split = prepare(path)
         stages, rows = _timed_stages(rows, len(rows))
-        out.append(Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, _sha256(path)))
+        out.append(Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, _sha256(path),
+                          _overlapped(split)))
     return out
 
 
-def _predict(slow: np.ndarray, const: dict, stages: list[str], x: dict, other: np.ndarray) -> dict:
+def _predict(slow: np.ndarray, const: dict, stages: list[str], x: dict, other: np.ndarray,
+             overlapped: tuple = ()) -> dict:
     pred = {s: x[s] @ slow + const[CONSTANT_KIND[s]] for s in stages}
-    pred["step"] = sum(pred.values()) + other + const["other"]
+    pred["step"] = sum(v for s, v in pred.items() if s not in overlapped) + other + const["other"]
     return pred
 
 
@@ -150,7 +154,7 @@ def fit_priors(corpus: list[Corpus]) -> dict:
         slow, const = unpack(theta)
         res = []
         for c, (x, _b, y, other) in mats:
-            pred = _predict(slow, const, c.stages, x, other)
+            pred = _predict(slow, const, c.stages, x, other, c.overlapped)
             w = 1.0 / math.sqrt(len(other) * len(pred))
             res += [w * np.log(np.maximum(pred[k], 1e-9) / y[k]) for k in pred]
         return np.concatenate(res)
@@ -191,8 +195,8 @@ def predict_log(doc: dict | None, c: Corpus) -> dict[str, np.ndarray]:
     """Every step of ``c`` priced with the priors (``doc``), or with the base roofline (None)."""
     x, _b, _y, other = c.matrices(list(KINDS), c.rows)
     if doc is None:
-        return _predict(np.ones(len(KINDS)), dict.fromkeys(CONSTANTS, 0.0), c.stages, x, other)
-    return _predict(_slowdowns(doc), doc["constants_s"], c.stages, x, other)
+        return _predict(np.ones(len(KINDS)), dict.fromkeys(CONSTANTS, 0.0), c.stages, x, other, c.overlapped)
+    return _predict(_slowdowns(doc), doc["constants_s"], c.stages, x, other, c.overlapped)
 
 
 def score(doc: dict, c: Corpus) -> dict:

@@ -18,12 +18,13 @@ from .priors import Corpus, _sha256, score
 
 
 def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None = None) -> dict:
-    from .validate import _timed_stages, prepare
+    from .validate import _overlapped, _timed_stages, prepare
 
     log, run, notes, rows, split = prepare(path, overrides)
     stages, rows = _timed_stages(rows, len(rows))
     doc = load_priors(priors_path)
-    corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, _sha256(path))
+    corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, _sha256(path),
+                    _overlapped(split))
     per_stage = score(doc, corpus)
     prov = doc.get("provenance", {})
     fitted_on = [entry["name"] for entry in prov.get("logs", [])]
