@@ -78,15 +78,17 @@ FIXED_SD = 0.5
 # prices other GPU counts and modes, keeps the per-call prior.
 FIXED_PRIOR_SHARE_TRANSFER = 0.0
 FIXED_SD_TRANSFER = 0.1
-# Each slowdown's log is drawn towards the overall ratio (all stages' time over all modelled
-# time) with this sd: weak (a factor 12 is one sd), but it keeps a kind the calibration steps
-# barely see from collapsing to zero or running off (the Qwen2-7B run calibrated on steps 181-190
-# drove the per-micro-batch slowdowns to 0 without it, and log-prob fell from 98% to 76%).
-SLOWDOWN_SD = 2.5  # (kept for the record: the priors replaced the overall ratio as the centre)
-# Each slowdown's log is drawn towards the shared priors' (``polytrace/data/priors.json``) with
-# this sd: a factor e (2.7x) is one sd, the spread of per-log slowdowns around the corpus fit
-# (0.5x-6x over the shared logs). Ten steps at 1-3% noise outweigh it wherever they see the kind
-# of work vary; where they cannot (``_identified``), ``PRIOR_DECIDES_SD`` pins it to the prior.
+# The run's deviation from the shared priors (``polytrace/data/priors.json``), per kind of work:
+# its log is drawn toward the run's overall ratio to the priors (all stages' time over all their
+# priced time: another GPU, driver or engine version moves every kind alike; ``CENTRE_ON_RUN``)
+# with sd ``PRIOR_LOG_SD``: a factor e (2.7x) at one sd, the spread of per-log slowdowns around the
+# corpus fit (0.5x-6x over the shared logs). Ten steps at 1-3% noise outweigh it wherever they see
+# the kind of work vary. Where they cannot (``_identified``) the sd is ``PRIOR_DECIDES_SD``: on the
+# shared logs 0.5 kept the Qwen2-7B mid-run hold-outs (steps 31-40 and 101-110) at update 96.8 /
+# 98.7% and step 94.5 / 90.1% and the real GRPO -> PPO pair at 95.1% (0.3: 96.0 / 96.5%, step
+# 94.3 / 88.3%, pair 98.2%; 1.0: pair 91.7%). A stage whose modelled time does not move at all
+# (``FLAT_SPREAD``: padded batches, fixed lengths) also drops its fixed-share prior
+# (``UNSPLIT_CONSTANT_SD``), so the priors alone decide its split.
 PRIOR_LOG_SD = 1.0
 CENTRE_ON_RUN = True
 PRIOR_DECIDES_SD = 0.5
