@@ -123,10 +123,11 @@ def one_step_off(tmp_path_factory):
     return sync["summary"]["mean_step_s"], res["summary"]
 
 
-@pytest.mark.xfail(strict=True, reason="the rollout on 4 GPUs: the run's tail (responses at the 20K cap) hides most "
-                   "of the work that 4x fewer GPUs add (generate_sequences 247 -> 458 s); the profile's responses "
-                   "end at ~10K, so ours scales nearly with the GPU count")
 def test_one_step_off_within_20pct(one_step_off):
+    """584 s against the published 520 s (12%): since calibrations are deviations from the shared
+    priors, the rollout's per-iteration host work is priced apart from its GEMMs, and it does not
+    shrink with the 4x fewer rollout GPUs' share of the work (before, ours scaled nearly with the GPU
+    count and missed by more than 20%)."""
     ours = one_step_off[1]["mean_step_s"]
     assert abs(ours / ONE_STEP_OFF[1] - 1) <= 0.20, ours
 

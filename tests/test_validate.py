@@ -17,12 +17,15 @@ LAUNCH = ("+ python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rol
           "actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.model.use_remove_padding=True\n")
 
 
+# The run's deviation from the shared priors per kind of work: its stage times are the priors'
+# prices (per kernel family, ``compose.efficiency.part_slowdown``) times these.
 TRUE_SLOWDOWN = {"rollout": 2.5, "forward": 1.3, "train": 1.6, "forward_overhead": 4.0, "train_overhead": 5.0}
 
 
 def _true_times(tmp_path, launch, stats_lines):
-    """Stage seconds of each step under the model with ``TRUE_SLOWDOWN``: price the steps of a
-    log that has only length statistics (and a placeholder gen time)."""
+    """Stage seconds of each step under the model with the priors times ``TRUE_SLOWDOWN``: price
+    the steps of a log that has only length statistics (and a placeholder gen time)."""
+    from polytrace.compose.efficiency import part_slowdown, prior_scalars
     from polytrace.logs import read_log
     from polytrace.calibrate.validate import _step_rows, config_from_log, price_steps
 
@@ -34,8 +37,9 @@ def _true_times(tmp_path, launch, stats_lines):
     run, _ = config_from_log(log)
     rows = _step_rows(log)
     price_steps(run, rows)
-    return [{st: sum(TRUE_SLOWDOWN[k] * v for k, v in parts.items()) for st, parts in r.x.items() if parts}
-            for r in rows], [r.other_s for r in rows]
+    prior = prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing)
+    return [{st: sum(TRUE_SLOWDOWN[g] * part_slowdown(prior, g, f) * v for (g, f), v in parts.items())
+             for st, parts in r.families.items() if parts} for r in rows], [r.other_s for r in rows]
 
 
 def _write_log(path, n_steps=60, launch=LAUNCH, noise=0.01, seed=0, with_gen=True):
@@ -44,7 +48,7 @@ def _write_log(path, n_steps=60, launch=LAUNCH, noise=0.01, seed=0, with_gen=Tru
     rng = np.random.default_rng(seed)
     stats = []
     for step in range(1, n_steps + 1):
-        mean = 150 + 12 * step
+        mean = 60 + 15 * step
         stats.append(" - ".join([f"response_length/mean:{mean}", "response_length/max:1024", "response_length/min:5",
                                  "response_length/clip_ratio:0.01", "prompt_length/mean:100",
                                  "prompt_length/max:300"]))
@@ -74,14 +78,18 @@ def test_synthetic_log_is_predicted_and_beats_naive(tmp_path):
     assert res["excluded_s"]["testing"] == pytest.approx(50.0 * 6)
     assert all(res["goals"].values())
     scalars = res["calibration"]["scalars"]
-    assert {k for k in scalars if k.endswith("_slowdown")} == {f"{k}_slowdown" for k in TRUE_SLOWDOWN}, scalars
+    assert {f"{k}_slowdown" for k in TRUE_SLOWDOWN} <= set(scalars), scalars
     assert {k for k in scalars if k.endswith("_overhead_s")} == {f"{s}_overhead_s" for s in res["stages"] + ["other"]}
-    # the rollout's slowdown is pinned by gen alone; the trainer's four share two stages and a prior
-    assert scalars["rollout_slowdown"] == pytest.approx(TRUE_SLOWDOWN["rollout"], rel=0.10)
-    # these stage times have no fixed part and their lengths grow 4x: the data must override the
-    # prior (half the trainer stages, 15% of generation) down to under 10% of each stage
+    # the rollout's deviation from the priors is pinned by gen alone; the trainer's four share two
+    # stages and a prior
+    assert res["calibration_deviation"]["rollout"] == pytest.approx(TRUE_SLOWDOWN["rollout"], rel=0.10)
+    # these stage times have no fixed part and their lengths grow 13x: the data must override the
+    # prior (half the trainer stages, 15% of generation) down to under 15% of each stage (at the
+    # priors' prices the trainer's per-micro-batch host work, which does not grow with the lengths,
+    # is a larger share of each stage, so the window tells the constant apart less sharply: 12.4%
+    # on the log-prob pass)
     for s in res["stages"]:
-        assert scalars[f"{s}_overhead_s"] < 0.10 * acc[s]["mean_actual_s"], (s, scalars)
+        assert scalars[f"{s}_overhead_s"] < 0.15 * acc[s]["mean_actual_s"], (s, scalars)
 
 
 def test_calibrate_on_another_log(tmp_path):
@@ -133,8 +141,8 @@ QWEN7B = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
 # On the Qwen2-7B log, generation time drifts from ~47 s to ~80 s and back over steps 53-137
 # while every logged length statistic stays flat (mean ~215, max 1024, clip ~0.2%); no predictor
 # of that step's lengths can follow it (a least-squares fit on all 210 steps reaches 84% on gen).
-UNMET = {(QWEN7B, "gen"): "gen 83.1% (naive 74.1%): unexplained generation slowdown, steps 53-137",
-         (QWEN7B, "step"): "step 93.9% (naive 85.9%): the same generation slowdown"}
+UNMET = {(QWEN7B, "gen"): "gen 82.4% (naive 74.1%): unexplained generation slowdown, steps 53-137",
+         (QWEN7B, "step"): "step 93.7% (naive 85.9%): the same generation slowdown"}
 
 
 @functools.cache
@@ -161,15 +169,17 @@ def test_shared_log_accuracy_goal(validation_logs, name, stage, goal):
         assert res["accuracy"][s]["accuracy"] >= goal, (name, s, res["accuracy"][s])
 
 
-# The README's table (ours), per log and stage: asserted to within 0.3 points, so the table and
-# the code cannot drift apart.
+# The table in docs/step-model.md (ours), per log and stage: asserted to within 0.3 points, so the
+# table and the code cannot drift apart. Since calibration became a bounded deviation from the shared
+# priors: the p512/r256 log's step 96.8 -> 97.1 and gen 94.2 -> 93.9, gemma's reference pass 98.3 ->
+# 98.2, the Qwen2-7B log's gen 83.1 -> 82.4 (its window cannot split generation's constant from its
+# per-token cost, so the priors decide it; the goal is unmet either way, UNMET).
 README_TABLE = {
     LOGS[0]: {"step": 99.3, "gen": 98.3, "ref": 99.4, "values": 98.6, "update_critic": 98.1, "update_actor": 99.2},
-    LOGS[1]: {"step": 96.8, "gen": 94.2, "ref": 98.2, "values": 96.1, "update_critic": 96.0, "update_actor": 98.1},
-    LOGS[2]: {"step": 98.4, "gen": 96.3, "ref": 98.3, "values": 97.9, "update_critic": 98.2, "update_actor": 98.6},
-    LOGS[3]: {"step": 93.9, "gen": 83.1, "old_log_prob": 98.5, "update_actor": 99.4},
+    LOGS[1]: {"step": 97.1, "gen": 93.9, "ref": 98.2, "values": 96.1, "update_critic": 96.0, "update_actor": 98.1},
+    LOGS[2]: {"step": 98.3, "gen": 96.3, "ref": 98.2, "values": 97.9, "update_critic": 98.2, "update_actor": 98.6},
+    LOGS[3]: {"step": 93.7, "gen": 82.4, "old_log_prob": 98.5, "update_actor": 99.4},
 }
-
 
 @pytest.mark.parametrize("name", LOGS)
 def test_shared_log_matches_readme_table(validation_logs, name):
@@ -184,9 +194,18 @@ def test_shared_log_calibrates_named_scalars(validation_logs, name):
     the step outside the stages: nothing per step, nothing unnamed."""
     res = _result(str(validation_logs), name)
     scalars = res["calibration"]["scalars"]
+    from polytrace.compose.efficiency import SEPARATE_FAMILIES
+    from polytrace.compose.stages import GROUPS
+
     slowdowns = [k for k in scalars if k.endswith("_slowdown")]
-    assert 3 <= len(slowdowns) <= 5, scalars
+    kinds = [k for k in slowdowns if k.removesuffix("_slowdown") in GROUPS]
+    assert 3 <= len(kinds) <= 5, scalars
+    # the rest: a kind's families the priors price apart (host work, collectives, offload)
+    for k in set(slowdowns) - set(kinds):
+        group, _, fam = k.removesuffix("_slowdown").rpartition("_")
+        assert group in GROUPS and fam in SEPARATE_FAMILIES, k
     assert set(scalars) - set(slowdowns) == {f"{s}_overhead_s" for s in res["stages"] + ["other"]}, scalars
+    assert set(res["calibration_deviation"]) == {k.removesuffix("_slowdown") for k in kinds}
 
 
 @pytest.mark.parametrize("name", LOGS)
@@ -209,10 +228,10 @@ def _prepared(folder: str, name: str):
     return prepare(f"{folder}/{name}")
 
 
-def _holdout(cal_rows, test_rows, stages, first_step, transfer=False):
-    from polytrace.calibrate.fit import calibrate
+def _holdout(cal_rows, test_rows, stages, first_step, run, transfer=False):
+    from polytrace.calibrate.fit import calibrate, prior_for
 
-    cal = calibrate(cal_rows, stages, first_step=first_step, transfer=transfer)
+    cal = calibrate(cal_rows, stages, first_step=first_step, transfer=transfer, prior=prior_for(run))
     preds = [cal.predict(r, stages) for r in test_rows]
     return {k: 100 - 100 * float(np.mean([abs(p[k] - r.actual[k]) / r.actual[k] for p, r in zip(preds, test_rows)]))
             for k in stages + ["step"]}
@@ -223,22 +242,32 @@ def test_qwen7b_calibrated_mid_run_predicts_the_rest(validation_logs, start):
     """The Qwen2-7B run's responses go from 200 to 669 tokens: ten steps from the middle of the
     run (flat lengths near 215) predict the whole run, the long-response end included, for the
     trainer stages (its generation drifts without a length cause; see UNMET)."""
-    log, _, _, rows, _ = _prepared(str(validation_logs), QWEN7B)
+    log, run, _, rows, _ = _prepared(str(validation_logs), QWEN7B)
     stages = ["gen", "old_log_prob", "update_actor"]
     window = rows[start:start + 10]
-    acc = _holdout(window, [r for r in rows if r not in window], stages, log.steps[0].step)
+    acc = _holdout(window, [r for r in rows if r not in window], stages, log.steps[0].step, run)
     assert acc["old_log_prob"] >= 93.0 and acc["update_actor"] >= 95.0 and acc["step"] >= 90.0, acc
 
 
+def test_real_grpo_to_ppo_pair(validation_logs):
+    """Calibrated on every step of the Qwen2.5-0.5B GRPO run (8 GPUs, dynamic batch sizes, 4
+    update micro-batches per GPU), predicting the PPO run of the same model and cluster (64 per
+    GPU, a critic never timed in the GRPO run): step >= 90% (95.1% as a deviation from the priors;
+    91.6% before them)."""
+    res = validate(f"{validation_logs}/verl_qwen2.5-0.5b_ppo_8gpu_b2048.log",
+                   calibrate_on=f"{validation_logs}/verl_qwen2.5-0.5b_grpo_8gpu_n2_dynbsz.log")
+    assert res["accuracy"]["step"]["accuracy"] >= 90.0, res["accuracy"]
+
+
 @pytest.mark.xfail(strict=True, reason="Qwen2.5-0.5B p1024/r512 -> p512/r256 (both 1 GPU, GPU type unstated): "
-                   "step 71.2% (naive 95.4%; 75.9% with the per-call prior of a same-run calibration); "
+                   "step 74.2% (naive 95.4%; 79.7% with the per-call prior of a same-run calibration); "
                    "generation and the padded trainer passes barely change between the two runs while the "
-                   "roofline halves, see README")
+                   "roofline halves, see docs/step-model.md")
 def test_qwen05b_across_runs(validation_logs):
     """The two Qwen2.5-0.5B PPO runs differ only in their length caps (1024+512 vs 512+256):
     calibrate on the first ten steps of one, predict every step of the other."""
-    log, _, _, a, _ = _prepared(str(validation_logs), LOGS[0])
+    log, run, _, a, _ = _prepared(str(validation_logs), LOGS[0])
     b = _prepared(str(validation_logs), LOGS[1])[3]
     stages = ["gen", "ref", "values", "update_critic", "update_actor"]
-    acc = _holdout(a[:10], b, stages, log.steps[0].step, transfer=True)  # as validate --calibrate-on
+    acc = _holdout(a[:10], b, stages, log.steps[0].step, run, transfer=True)  # as validate --calibrate-on
     assert acc["step"] >= 90.0, acc

@@ -8,10 +8,12 @@ where they came from::
     {"format": "polytrace.calibration", "version": 1,
      "scalars": {"rollout_slowdown": 2.1, ..., "gen_overhead_s": 0.8, ..., "other_overhead_s": 1.2},
      "model": {"name": "qwen2.5-7b", "family": "qwen2", ...}, "gpu": "mi300x", "mode": "sync",
-     "config": {...}, "stages": [...], "fit_error_pct": {...},
+     "config": {...}, "stages": [...], "fit_error_pct": {...}, "deviation": {...}, "split": {...},
      "source": {"kind": "log" | "stage-times", ...}, "created_by": {"polytrace": ..., "commit": ...}}
 
-Scalars are ``<kind>_slowdown`` (a kind of work: ``compose.stages.GROUPS``) and
+Scalars are ``<kind>_slowdown`` (a kind of work: ``compose.stages.GROUPS``; with
+``<kind>_<family>_slowdown`` for the kernel families the shared priors price apart,
+``compose.efficiency.SEPARATE_FAMILIES``) and
 ``<stage>_overhead_s`` (a stage's fixed seconds, ``other`` for the step outside the stages); a
 later mode may add its own under the same two patterns. Every stage has a fixed cost in the file:
 one the calibration did not time takes the like stage's (``calibration.FIXED_FALLBACK``) and the
@@ -28,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic_write import atomic_write_text
-from .fit import Calibration, StepData, fit
+from .fit import Calibration, StepData, by_family, fit, prior_for, roofline_bounds
 from ..compose.stages import GROUPS, STAGES, stage_costs
 from ..errors import PolytraceError
 from .logconfig import model_family
@@ -75,6 +77,7 @@ def document(cal: Calibration, run, stages: list[str], mode: str, source: dict, 
         "gpu": run.gpu.slug, "mode": mode, "overlapped": list(cal.overlapped), "config": run.to_dict(),
         "stages": list(stages),
         "fit_error_pct": {k: float(v) for k, v in cal.fit_error_pct.items()},
+        "split": cal.split, "deviation": cal.deviation,
         "source": source, "notes": list(notes),
         "created_by": {"polytrace": __version__, "commit": git_commit()},
     }
@@ -223,6 +226,8 @@ def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[
     check_stage_times(times, run)
     steps = list(range(STAGE_TIMES_STEPS))
     comps: dict[str, dict[str, list]] = {}
+    fams: dict[str, dict[tuple, float]] = {}  # stage -> (kind, family) -> seconds, summed over the batches
+    bounds: dict[str, dict[str, float]] = {}  # ... and their peak-roofline bound
     other = []
     for st in steps:
         batch = profile.sample(step=st, seed=seed, prompts=run.prompts_per_step)
@@ -232,6 +237,12 @@ def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[
         for s, parts in costs.components.items():
             for g, v in parts.items():
                 comps.setdefault(s, {}).setdefault(g, []).append(v)
+        for s, parts in by_family(costs.parts).items():
+            for gf, v in parts.items():
+                fams.setdefault(s, {})[gf] = fams.get(s, {}).get(gf, 0.0) + v / len(steps)
+        for s, parts in roofline_bounds(costs.parts).items():
+            for g, v in parts.items():
+                bounds.setdefault(s, {})[g] = bounds.get(s, {}).get(g, 0.0) + v / len(steps)
         other.append(costs.other_s)
     x = {s: {g: float(np.mean(v)) for g, v in parts.items()} for s, parts in comps.items()}
     stages = [s for s in STAGES if s in times]
@@ -240,8 +251,8 @@ def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[
     if actual["step"] <= sum(times[s] for s in stages):
         raise PolytraceError(f"--stage-times: step={actual['step']:g} s is not more than the stages' sum "
                              f"{sum(times[s] for s in stages):g} s")
-    row = StepData(0, {}, actual, {}, x=x, other_s=float(np.mean(other)))
-    cal = fit([row], stages, source="--stage-times", noise={s: 0.01 for s in stages})
+    row = StepData(0, {}, actual, {}, x=x, other_s=float(np.mean(other)), bound=bounds, families=fams)
+    cal = fit([row], stages, source="--stage-times", noise={s: 0.01 for s in stages}, prior=prior_for(run))
     return cal, steps
 
 
@@ -329,4 +340,8 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) 
                           "mode": doc.get("mode"), "source": (doc.get("source") or {}).get("kind"),
                           "scalars": doc["scalars"]}
     res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+    if doc.get("split") and res.get("summary", {}).get("mean_stages_s"):  # files before the split have none
+        from .ranges import estimate_range
+
+        res["range"] = estimate_range(res["summary"], doc["split"], tuple(doc.get("overlapped") or ()))
     return res

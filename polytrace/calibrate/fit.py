@@ -2,7 +2,8 @@
 
 The composition layer prices every stage as seconds per kind of work (``GROUPS``: the inference
 engine's, the trainer's forward and update FLOPs and bytes, and their per-micro-batch costs). A
-calibration multiplies each kind by one slowdown shared by every stage doing it, adds one fixed
+calibration multiplies each kind by one slowdown shared by every stage doing it (the priors' times
+this run's deviation from them), adds one fixed
 cost per stage (what a stage pays per call whatever its tokens: worker dispatch, weight reloads,
 cache flushes; it is what sets a 1-6 s stage), and one for the step's time outside the stages
 (reward, advantages, data movement). Those are the named scalars (``Calibration.scalars``).
@@ -16,12 +17,20 @@ Robust, in three ways:
    graphs, allocators grow), a spike after validation or a checkpoint, or a stall.
 2. **Relative errors.** Residuals are relative (what the accuracy measures), scaled by each
    stage's step-to-step noise, under a soft-L1 loss, so one bad step cannot pull the fit.
-3. **Priors** where ten near-identical steps cannot separate the scalars: like kinds have alike
-   slowdowns (``TIE_SD``), every slowdown stays within reach of the overall ratio
-   (``SLOWDOWN_SD``), and a stage's fixed cost is a share of its time (``FIXED_PRIOR_SHARE``)
-   unless the data says otherwise. Slowdowns are fitted in log space (always positive); the
-   fixed costs are bounded to [0, 10x the stage's mean]; non-finite or non-positive times never
-   reach the fit (``validate`` leaves such steps out and says so).
+3. **Priors and bounds.** The model prices each kind of work at the shared physical priors
+   (``polytrace/data/priors.json``: a slowdown per kind of work and engine setting, per kernel
+   family where they price one apart, fitted on every public log the project reads); a run's
+   calibration is its *deviation* from them, one factor per kind, drawn toward 1 with a log-normal
+   penalty (sd ``PRIOR_LOG_SD``; like kinds alike, ``TIE_SD``). No deviation may price a kind
+   faster than its peak roofline (``roofline_bounds``: efficiency <= 1), and no stage's constant
+   seconds may exceed what its shortest window step leaves once its work runs at that bound. A
+   stage's fixed cost has a prior share of its time (``FIXED_PRIOR_SHARE``). When the window's
+   modelled times barely vary (``_identified``), constant and per-token cost cannot be told apart:
+   the priors decide the kinds of work seen only there (sd ``PRIOR_DECIDES_SD``), the constant
+   takes the rest, a note says so, and ``Calibration.split`` carries the range of constants the
+   window allows (``polytrace estimate --calibration`` prints the range it makes). Deviations are
+   fitted in log space; non-finite or non-positive times never reach the fit (``validate`` leaves
+   such steps out and says so).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compose.efficiency import SEPARATE_FAMILIES, part_slowdown, roofline_share
 from ..compose.stages import GROUPS
 from ..errors import PolytraceError
 
@@ -68,11 +78,29 @@ FIXED_SD = 0.5
 # prices other GPU counts and modes, keeps the per-call prior.
 FIXED_PRIOR_SHARE_TRANSFER = 0.0
 FIXED_SD_TRANSFER = 0.1
-# Each slowdown's log is drawn towards the overall ratio (all stages' time over all modelled
-# time) with this sd: weak (a factor 12 is one sd), but it keeps a kind the calibration steps
-# barely see from collapsing to zero or running off (the Qwen2-7B run calibrated on steps 181-190
-# drove the per-micro-batch slowdowns to 0 without it, and log-prob fell from 98% to 76%).
-SLOWDOWN_SD = 2.5
+# The run's deviation from the shared priors (``polytrace/data/priors.json``), per kind of work:
+# its log is drawn toward the run's overall ratio to the priors (all stages' time over all their
+# priced time: another GPU, driver or engine version moves every kind alike; ``CENTRE_ON_RUN``)
+# with sd ``PRIOR_LOG_SD``: a factor e (2.7x) at one sd, the spread of per-log slowdowns around the
+# corpus fit (0.5x-6x over the shared logs). Ten steps at 1-3% noise outweigh it wherever they see
+# the kind of work vary. Where they cannot (``_identified``) the sd is ``PRIOR_DECIDES_SD``: on the
+# shared logs 0.5 kept the Qwen2-7B mid-run hold-outs (steps 31-40 and 101-110) at update 96.8 /
+# 98.7% and step 94.5 / 90.1% and the real GRPO -> PPO pair at 95.1% (0.3: 96.0 / 96.5%, step
+# 94.3 / 88.3%, pair 98.2%; 1.0: pair 91.7%). A stage whose modelled time does not move at all
+# (``FLAT_SPREAD``: padded batches, fixed lengths) also drops its fixed-share prior
+# (``UNSPLIT_CONSTANT_SD``), so the priors alone decide its split.
+PRIOR_LOG_SD = 1.0
+CENTRE_ON_RUN = True
+PRIOR_DECIDES_SD = 0.5
+FLAT_SPREAD = 1e-3  # modelled times within 0.1% over the window: flat
+UNSPLIT_CONSTANT_SD = 100.0
+MIN_SLOWDOWN = 0.01  # kinds of work with no roofline part (pure host time): at most 100x faster
+MAX_DEVIATION = 1000.0  # past 1000x the priors the configuration, not the run, is wrong
+# A window identifies a stage's constant/per-token split when its modelled times spread (sd/mean)
+# at least 3x the stage's step-to-step noise and at least 3%: below that, the regression of time
+# on modelled time has an intercept error past a third of the stage (se = noise / (sqrt(n) spread)).
+IDENT_NOISE_RATIO = 3.0
+IDENT_MIN_SPREAD = 0.03
 NOISE_FLOOR = 0.01  # relative step-to-step noise never taken below 1%
 NOISE_CAP = 0.30
 OUTLIER_Z = 4.0  # robust z-score of a step's log time ratio past which it is left out...
@@ -92,6 +120,11 @@ class StepData:
     actual: dict[str, float]  # stage -> seconds, plus "step" (testing and checkpoint removed)
     extra: dict[str, float]  # testing / save_checkpoint seconds
     x: dict[str, dict[str, float]] = field(default_factory=dict)  # stage -> kind of work -> roofline s
+    # stage -> kind of work -> the same work at the peak roofline (``roofline_bounds``): no
+    # calibration may price it faster
+    bound: dict[str, dict[str, float]] = field(default_factory=dict)
+    # stage -> (kind of work, kernel family) -> roofline seconds: what the shared priors split
+    families: dict[str, dict[tuple, float]] = field(default_factory=dict)
     other_s: float = 0.0  # modelled seconds outside the stages (reward scoring), not calibrated
     after_extra: bool = False  # the previous step ran validation or saved a checkpoint
 
@@ -108,6 +141,11 @@ class LeftOut:
 
 @dataclass
 class Calibration:
+    """A run's calibration as a bounded deviation from the shared priors: each kind of work's
+    work is priced at the priors' slowdowns (per kernel family where they price one apart,
+    ``compose.efficiency.part_slowdown``) times this run's ``deviation`` of that kind; ``slowdown``
+    is the result per kind, at its main work's family (what the scalars and the files hold)."""
+
     slowdown: dict[str, float]  # kind of work -> real seconds per modelled second
     overhead_s: dict[str, float]  # stage -> fixed seconds per step; "other": the step outside the stages
     steps: list[int]
@@ -117,9 +155,24 @@ class Calibration:
     # stages that run beside the step's critical path (generation in one-step-off and fully
     # async runs): priced, but not part of the step's time
     overlapped: tuple = ()
+    notes: list[str] = field(default_factory=list)
+    # kind of work -> this run's factor over the priors (1: the priors hold), and the smallest the
+    # hardware allows on the window (its peak roofline)
+    deviation: dict[str, float] = field(default_factory=dict)
+    min_deviation: dict[str, float] = field(default_factory=dict)
+    prior: dict[str, float] = field(default_factory=dict)  # the priors' scalars (``prior_scalars``)
+    run_ratio: float = 1.0  # the run's overall time over the priors' prices: the deviations' centre
+    # stage -> what the window could identify: modelled and actual mean seconds, whether the
+    # constant/per-token split was identified, and the range of constant seconds it allows
+    split: dict[str, dict] = field(default_factory=dict)
 
     def scalars(self) -> dict[str, float]:
         out = {f"{g}_slowdown": v for g, v in self.slowdown.items()}
+        for g, d in self.deviation.items():  # the families the priors price apart, this run's factor on them
+            for f in SEPARATE_FAMILIES:
+                key = f"{g}_{f}_slowdown"
+                if key in self.prior:
+                    out[key] = d * self.prior[key]
         out.update({f"{s}_overhead_s": v for s, v in self.overhead_s.items()})
         return out
 
@@ -131,15 +184,36 @@ class Calibration:
                 return self.overhead_s[other]
         return 0.0
 
+    def work(self, row: StepData, stage: str) -> float:
+        """The stage's calibrated work on ``row`` (no constant seconds)."""
+        if self.deviation and row.families.get(stage):
+            sc = self.scalars()
+            return float(sum(part_slowdown(sc, g, f) * v for (g, f), v in row.families[stage].items()))
+        return float(sum(self.slowdown.get(g, 1.0) * v for g, v in row.x.get(stage, {}).items()))
+
     def predict(self, row: StepData, stages: list[str], overlapped: tuple | None = None) -> dict[str, float]:
         overlapped = self.overlapped if overlapped is None else overlapped
-        pred = {}
-        for s in stages:
-            work = sum(self.slowdown.get(g, 1.0) * v for g, v in row.x.get(s, {}).items())
-            pred[s] = work + self.stage_overhead(s)
+        pred = {s: self.work(row, s) + self.stage_overhead(s) for s in stages}
         on_path = sum(v for s, v in pred.items() if s not in overlapped)
         pred["step"] = on_path + row.other_s + self.overhead_s.get("other", 0.0)
         return pred
+
+
+def prior_work(rows: list[StepData], stages: list[str], groups: list[str], prior: dict) -> dict[str, np.ndarray]:
+    """Stage -> rows x kinds of work: the modelled seconds at the priors' slowdowns (per family
+    where the rows carry families, else per kind)."""
+    out = {}
+    for s in stages:
+        m = np.zeros((len(rows), len(groups)))
+        for i, r in enumerate(rows):
+            fam = r.families.get(s)
+            for j, g in enumerate(groups):
+                if fam:
+                    m[i, j] = sum(part_slowdown(prior, gg, f) * v for (gg, f), v in fam.items() if gg == g)
+                else:
+                    m[i, j] = prior.get(f"{g}_slowdown", 1.0) * r.x.get(s, {}).get(g, 0.0)
+        out[s] = m
+    return out
 
 
 def _xsum(row: StepData, stage: str) -> float:
@@ -208,12 +282,43 @@ def screen(rows: list[StepData], stages: list[str], first_step: int | None = Non
     return kept, left
 
 
+def roofline_bounds(parts) -> dict[str, dict[str, float]]:
+    """Stage -> kind of work -> seconds of the parts' work at the peak roofline (each part's
+    price times ``compose.efficiency.roofline_share`` of its family): the physical bound."""
+    out: dict[str, dict[str, float]] = {}
+    for p in parts:
+        by = out.setdefault(p.stage, {})
+        by[p.group] = by.get(p.group, 0.0) + p.seconds * roofline_share(p.family)
+    return out
+
+
+def by_family(parts) -> dict[str, dict[tuple, float]]:
+    """Stage -> (kind of work, kernel family) -> seconds."""
+    out: dict[str, dict[tuple, float]] = {}
+    for p in parts:
+        by = out.setdefault(p.stage, {})
+        by[(p.group, p.family)] = by.get((p.group, p.family), 0.0) + p.seconds
+    return out
+
+
+def _identified(X: np.ndarray, sd: float) -> tuple[bool, float]:
+    """Whether a window's modelled stage times vary enough to split constant from per-token cost:
+    their spread (sd / mean) must be ``IDENT_NOISE_RATIO`` times the stage's noise and at least
+    ``IDENT_MIN_SPREAD``."""
+    tot = X.sum(axis=1)
+    cv = float(tot.std() / tot.mean()) if tot.mean() > 0 else 0.0
+    return cv >= max(IDENT_NOISE_RATIO * sd, IDENT_MIN_SPREAD), cv
+
+
 def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: list[LeftOut] | None = None,
-        noise: dict[str, float] | None = None, overlapped: tuple = (), transfer: bool = False) -> Calibration:
-    """Slowdowns per kind of work, a fixed cost per stage and the step's time outside the stages,
-    fitted on relative errors with a soft-L1 loss (module docstring). ``noise`` overrides the
+        noise: dict[str, float] | None = None, overlapped: tuple = (), transfer: bool = False,
+        prior: dict[str, float] | None = None, bound_rows: list[StepData] | None = None) -> Calibration:
+    """This run's deviation from the priors per kind of work, a fixed cost per stage and the
+    step's time outside the stages, fitted on relative errors with a soft-L1 loss, each deviation
+    shrunk toward 1 and bounded by the peak roofline (module docstring). ``noise`` overrides the
     per-stage relative noise (``--stage-times`` averages are taken as exact to 1%); ``transfer``:
-    the calibration is for another run (``FIXED_PRIOR_SHARE_TRANSFER``)."""
+    the calibration is for another run (``FIXED_PRIOR_SHARE_TRANSFER``); ``prior``: the priors'
+    scalars (``compose.efficiency.prior_scalars``; default the shipped priors, eager engine)."""
     from scipy.optimize import least_squares
 
     if not rows:
@@ -226,15 +331,17 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     groups = [g for g in GROUPS if any(r.x.get(s, {}).get(g, 0.0) > 0 for r in rows for s in stages)]
     gi = {g: i for i, g in enumerate(groups)}
     n_g = len(groups)
-    X = {s: np.array([[r.x.get(s, {}).get(g, 0.0) for g in groups] for r in rows], dtype=np.float64)
-         for s in stages}
+    prior = prior if prior is not None else _default_prior()
+    for s in stages:
+        for r in rows:
+            if any(not math.isfinite(v) or v < 0 for v in r.x.get(s, {}).values()):
+                raise PolytraceError(f"{source}: the model priced {s} at a non-finite or negative time; "
+                                     "check the configuration read from the log")
+    X = prior_work(rows, stages, groups, prior)
     Y = {s: np.array([r.actual[s] for r in rows], dtype=np.float64) for s in stages}
     # seconds of kinds the calibration does not scale (multi-turn tool waits): taken as priced
-    offset = {s: np.array([sum(v for g, v in r.x.get(s, {}).items() if g not in GROUPS) for r in rows]) for s in stages}
-    for s in stages:
-        if not np.all(np.isfinite(X[s])) or np.any(X[s] < 0):
-            raise PolytraceError(f"{source}: the model priced {s} at a non-finite or negative time; "
-                                 "check the configuration read from the log")
+    offset = {s: np.array([sum(v for g, v in r.x.get(s, {}).items() if g not in GROUPS) for r in rows])
+              for s in stages}
     sd = {s: (noise or {}).get(s, noise_rel(Y[s])) for s in stages}
     ybar = {s: float(Y[s].mean()) for s in stages}
     tied = [(a, b) for a, b in TIED if a in gi and b in gi]
@@ -244,46 +351,100 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     prior_c = np.array([(FIXED_PRIOR_SHARE_GEN if s == "gen" else trainer_share) * ybar[s] for s in stages])
     prior_sd = np.array([FIXED_SD if s == "gen" else trainer_sd for s in stages])
 
-    total_y = sum(float(Y[s].sum()) for s in stages)
+    # physical bounds: no kind of work faster than its peak roofline (deviation >= floor); a
+    # stage's constant seconds at most what its shortest window step leaves once its work runs at
+    # that bound
+    floor = np.full(n_g, MIN_SLOWDOWN)
+    # over every window step, those screened out included: the bound holds for any step
+    everyone = rows + [r for r in (bound_rows or []) if r not in rows]
+    XB = prior_work(everyone, stages, groups, prior)
+    for s in stages:
+        Bs = np.array([[r.bound.get(s, {}).get(g, 0.0) for g in groups] for r in everyone], dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(XB[s] > 0, Bs / np.where(XB[s] > 0, XB[s], 1.0), 0.0)
+        floor = np.maximum(floor, ratio.max(axis=0))
+    c_max = np.array([max(0.0, float(np.min(Y[s] - offset[s] - X[s] @ floor))) for s in stages])
+    ident = {s: _identified(X[s], sd[s]) for s in stages}
+    # a kind of work seen only in stages whose split the window cannot identify: the prior decides
+    undecided = [g for g in groups if all(not ident[s][0] for s in stages if np.any(X[s][:, gi[g]] > 0))]
+    u_sd = np.array([PRIOR_DECIDES_SD if g in undecided else PRIOR_LOG_SD for g in groups])
+    # a stage whose modelled time does not move at all over the window (padded batches, fixed
+    # lengths): nothing splits it, and the slowdowns' prior alone decides (the constant's prior share
+    # steps aside); one that moves a little is a compromise of both priors and the data
+    # (for another run the constant's prior is what moves it to the micro-batches: it stays)
+    if not transfer:
+        prior_sd = np.array([UNSPLIT_CONSTANT_SD if ident[s][1] < FLAT_SPREAD else sd_c
+                             for s, sd_c in zip(stages, prior_sd)])
+    lo_u = np.log(floor)
+    # the centre: the priors times the run's overall ratio to them (all stages' time over all their
+    # priced time: another GPU, driver or engine version moves every kind alike), or the bound
     total_x = sum(float(X[s].sum()) for s in stages)
-    u0 = math.log(total_y / total_x) if total_x > 0 else 0.0
-    u0 = min(max(u0, -20.0), 20.0)
+    rho = math.log(sum(float(Y[s].sum()) for s in stages) / total_x) if total_x > 0 else 0.0
+    rho = min(max(rho, -math.log(MAX_DEVIATION)), math.log(MAX_DEVIATION)) if CENTRE_ON_RUN else 0.0
+    prior_u = np.maximum(rho, lo_u)
 
     def unpack(theta):
         return np.exp(theta[:n_g]), theta[n_g:]
 
     def residuals(theta):
-        slow, fixed = unpack(theta)
+        dev, fixed = unpack(theta)
         out = []
         for j, s in enumerate(stages):
-            pred = X[s] @ slow + fixed[j] + offset[s]
+            pred = X[s] @ dev + fixed[j] + offset[s]
             out.append((pred - Y[s]) / Y[s] / sd[s])
         for a, b in tied:
             out.append(np.array([(theta[gi[a]] - theta[gi[b]]) / TIE_SD]))
         out.append((fixed - prior_c) / (prior_sd * yb))
-        out.append((theta[:n_g] - u0) / SLOWDOWN_SD)
+        out.append((theta[:n_g] - prior_u) / u_sd)
         return np.concatenate(out)
 
-    theta0 = np.concatenate([np.full(n_g, u0), [1e-3 * ybar[s] for s in stages]])
-    lower = np.concatenate([np.full(n_g, -50.0), np.zeros(len(stages))])
-    upper = np.concatenate([np.full(n_g, 50.0), [10.0 * ybar[s] for s in stages]])
+    hi_c = np.maximum(c_max, 1e-9 * np.maximum(yb, 1e-6))
+    lower = np.concatenate([lo_u, np.zeros(len(stages))])
+    upper = np.concatenate([np.maximum(np.full(n_g, math.log(MAX_DEVIATION)), lo_u + 1e-6), hi_c])
+    theta0 = np.clip(np.concatenate([prior_u, np.minimum(1e-3 * yb, 0.5 * hi_c)]), lower, upper)
     scale = np.concatenate([np.ones(n_g), [max(ybar[s], 1e-6) for s in stages]])
     try:
         res = least_squares(residuals, theta0, bounds=(lower, upper), loss="soft_l1", f_scale=SOFT_L1_SCALE,
                             x_scale=scale)
     except (ValueError, np.linalg.LinAlgError) as exc:  # pragma: no cover - inputs are checked above
         raise PolytraceError(f"{source}: calibration failed ({exc})") from None
-    slow, fixed = unpack(res.x)
-    if not (np.all(np.isfinite(slow)) and np.all(np.isfinite(fixed))):
+    dev, fixed = unpack(res.x)
+    if not (np.all(np.isfinite(dev)) and np.all(np.isfinite(fixed))):
         raise PolytraceError(f"{source}: calibration gave non-finite scalars")
-    cal = Calibration({g: float(slow[gi[g]]) for g in groups},
+    dev = np.maximum(dev, floor)  # the solver's last ulp
+    fixed = np.clip(fixed, 0.0, hi_c)
+    cal = Calibration({g: float(dev[gi[g]] * prior.get(f"{g}_slowdown", 1.0)) for g in groups},
                       {s: float(fixed[j]) for j, s in enumerate(stages)},
-                      [r.step for r in rows], source, list(left_out or []), overlapped=tuple(overlapped))
+                      [r.step for r in rows], source, list(left_out or []), overlapped=tuple(overlapped),
+                      deviation={g: float(dev[gi[g]]) for g in groups},
+                      min_deviation={g: float(floor[gi[g]]) for g in groups}, prior=dict(prior),
+                      run_ratio=float(math.exp(rho)))
+    n = len(rows)
+    for j, s in enumerate(stages):
+        ok, cv = ident[s]
+        # the constant's standard error in a regression of time on modelled time: noise x mean /
+        # (sqrt(n) x spread); two of them either side, within [0, c_max]
+        half = 2.0 * sd[s] * ybar[s] / (math.sqrt(n) * max(cv, 1e-9))
+        c = float(fixed[j])
+        cal.split[s] = {"identified": ok, "modelled_spread": cv, "noise": sd[s], "mean_actual_s": ybar[s],
+                        "constant_s": c, "constant_range_s": [max(0.0, c - half), min(float(c_max[j]), c + half)]}
+    unsplit = [s for s in stages if not ident[s][0]]
+    if unsplit:
+        spread = ", ".join(f"{s} {100 * ident[s][1]:.1f}% (noise {100 * sd[s]:.1f}%)" for s in unsplit)
+        decided = (f": the priors decide {', '.join(undecided)} (their slowdowns times the run's overall ratio to "
+                   f"them, {math.exp(prior_u.min() if not CENTRE_ON_RUN else rho):.3g})" if undecided else "")
+        cal.notes.append(f"the calibration window cannot separate constant from per-token cost in {', '.join(unsplit)} "
+                         f"(modelled time varies {spread}){decided}; the constant seconds take the rest, and "
+                         "estimates for other lengths carry the range this leaves")
+    at_floor = [g for g in groups if dev[gi[g]] <= floor[gi[g]] * 1.001 and dev[gi[g]] < 0.999]  # pushed past the priors
+    if at_floor:
+        cal.notes.append(f"{', '.join(at_floor)} held at the peak roofline (efficiency 1): the run looks faster than "
+                         "the hardware allows for the configuration read from the log; check unstated settings")
     # the step's time outside the stages: what the rows show past the stages on its critical path
     # and the modelled reward scoring (a median: robust to a slow reward batch)
     outside = [r.actual["step"] - sum(r.actual[s] for s in stages if s not in overlapped) - r.other_s
                for r in rows]
-    cal.overhead_s["other"] = float(np.median(outside))
+    cal.overhead_s["other"] = max(0.0, float(np.median(outside)))  # time, never negative
     preds = [cal.predict(r, stages) for r in rows]
     for k in stages + ["step"]:
         a = np.array([r.actual[k] for r in rows])
@@ -292,11 +453,27 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     return cal
 
 
+def _default_prior() -> dict[str, float]:
+    """The shipped priors' scalars for an eager engine without activation checkpointing."""
+    from ..compose.efficiency import prior_scalars
+
+    return prior_scalars()
+
+
+def prior_for(run) -> dict[str, float]:
+    """The shipped priors' scalars under a run's engine settings."""
+    from ..compose.efficiency import prior_scalars
+
+    return prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing)
+
+
 def calibrate(rows: list[StepData], stages: list[str], source: str = "", first_step: int | None = None,
-              screen_outliers: bool = True, overlapped: tuple = (), transfer: bool = False) -> Calibration:
+              screen_outliers: bool = True, overlapped: tuple = (), transfer: bool = False,
+              prior: dict[str, float] | None = None) -> Calibration:
     """Screen the calibration steps (``screen``), then ``fit`` the rest (``transfer``: for another
     run, ``FIXED_PRIOR_SHARE_TRANSFER``)."""
     left: list[LeftOut] = []
+    window = rows
     if screen_outliers:
         rows, left = screen(rows, stages, first_step, overlapped=overlapped)
-    return fit(rows, stages, source, left, overlapped=overlapped, transfer=transfer)
+    return fit(rows, stages, source, left, overlapped=overlapped, transfer=transfer, prior=prior, bound_rows=window)

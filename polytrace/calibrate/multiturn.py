@@ -25,9 +25,21 @@ def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
                                       mem_fraction=run.mem_fraction, max_num_seqs=run.max_num_seqs, eff=DEFAULT,
                                       eager=run.eager)
     gen = dict(row.x.get("gen", {}))
+    before = gen.get("rollout", 0.0)
     gen["rollout"] = roll.time_s + prefill
     gen["tool"] = float(step.tool_wait_s or 0.0)
     row.x["gen"] = gen
+    # the per-family split and the roofline bound follow the re-priced rollout at the same
+    # efficiency (the same kind of work, fewer decoded tokens plus the tool output's prefill); the
+    # tool wait is a family of its own that no slowdown scales
+    scale = gen["rollout"] / before if before > 0 else 1.0
+    fams = getattr(row, "families", None)
+    if fams is not None and fams.get("gen"):
+        fams["gen"] = {k: (v * scale if k[0] == "rollout" else v) for k, v in fams["gen"].items()}
+        fams["gen"][("tool", "tool")] = gen["tool"]
+    bound = getattr(row, "bound", None)
+    if bound is not None and "rollout" in bound.get("gen", {}):
+        bound["gen"] = {**bound["gen"], "rollout": bound["gen"]["rollout"] * scale}
     return True
 
 

@@ -26,7 +26,8 @@ import math
 
 import numpy as np
 
-from .fit import Calibration, StepData, calibrate
+from .drift import drift_scores
+from .fit import Calibration, StepData, by_family, calibrate, prior_for, roofline_bounds
 from .infer import resolve_unstated
 from .multiturn import multiturn_notes, price_multiturn
 from ..compose.efficiency import DEFAULT
@@ -225,9 +226,16 @@ def price_steps(run: RunConfig, rows: list[StepData], split: Split | None = None
         p, r = step_batch(run, row.stats)
         costs = stage_costs(train_run, p, r, eff=DEFAULT)
         row.x = {k: dict(v) for k, v in costs.components.items()}
+        row.bound = roofline_bounds(costs.parts)
+        row.families = by_family(costs.parts)
         row.other_s = costs.other_s
         if roll_run is not train_run:
-            row.x["gen"] = dict(stage_costs(roll_run, p, r, eff=DEFAULT).components["gen"])
+            gen_parts = [x for x in stage_costs(roll_run, p, r, eff=DEFAULT).parts if x.stage == "gen"]
+            row.x["gen"] = {}
+            for x in gen_parts:
+                row.x["gen"][x.group] = row.x["gen"].get(x.group, 0.0) + x.seconds
+            row.bound["gen"] = roofline_bounds(gen_parts).get("gen", {})
+            row.families["gen"] = by_family(gen_parts).get("gen", {})
         price_multiturn(roll_run, row, p, r)  # agent-loop steps: tool waits and per-turn prefill
 
 
@@ -295,7 +303,8 @@ def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | Non
     if len(window) < 2:
         raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
     cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step,
-                    overlapped=_overlapped(split))
+                    overlapped=_overlapped(split), prior=prior_for(run))
+    notes = notes + cal.notes
     return {"log": log, "run": run, "notes": notes, "stages": stages, "calibration": cal, "split": split}
 
 
@@ -321,9 +330,10 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
                          "of work and the fixed cost of the like stage")
         notes += [f"calibration log: {n}" for n in other_notes if n.startswith(("left out", "inferred"))]
         cal = calibrate(other_rows, src_stages, source=str(calibrate_on), first_step=other_log.steps[0].step,
-                        overlapped=_overlapped(other_split), transfer=True)
+                        overlapped=_overlapped(other_split), transfer=True, prior=prior_for(other_run))
         notes.append("calibrated for another run: the trainer stages' constant seconds are taken as paid per "
                      "micro-batch, not per call")
+        notes += [f"calibration log: {n}" for n in cal.notes]
         test_rows, cal_rows = rows, other_rows
     else:
         if len(rows) <= calibrate_steps:
@@ -331,7 +341,8 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
                                  f"{calibrate_steps} to predict any")
         cal_rows, test_rows = rows[:calibrate_steps], rows[calibrate_steps:]
         cal = calibrate(cal_rows, stages, source=f"first {calibrate_steps} steps", first_step=log.steps[0].step,
-                        overlapped=_overlapped(split))
+                        overlapped=_overlapped(split), prior=prior_for(run))
+    notes = notes + cal.notes
     overlapped = _overlapped(split)
     keys = stages + ["step"]
     # the naive predictor repeats the calibration window's mean, warm-up and spikes included
@@ -366,6 +377,8 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
         "config": run.to_dict(), "notes": notes, "stages": stages,
         "accuracy": per_stage, "step_time_variation": variation, "goals": goals,
         "excluded_s": {k: float(sum(r.extra.get(k, 0.0) for r in rows)) for k in EXTRA_STAGES},
+        "drift": drift_scores(cal_rows, test_rows, preds, keys),
+        "calibration_split": cal.split, "calibration_deviation": cal.deviation,
         "per_step": [{"step": r.step, "actual": r.actual, "predicted": p} for r, p in zip(test_rows, preds)],
     }
 

@@ -100,6 +100,9 @@ def register(sub) -> None:
     p.add_argument("--calibration", default=None, metavar="CAL_JSON",
                    help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
                    "refused for another model family")
+    p.add_argument("--roofline", action="store_true",
+                   help="price at the base roofline alone, without the shared physical priors the estimate applies "
+                   "by default (polytrace/data/priors.json)")
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
 
@@ -187,6 +190,10 @@ def _estimate(args) -> int:
                  partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync)
     where = (profile, args.model, args.gpu, args.gpus)
     lengths_line = _lengths_line(profile)
+    if not args.calibration and not args.roofline:
+        from ..compose.efficiency import PRIORS
+
+        kw["calibration"] = PRIORS  # the shared physical priors (polytrace/data/priors.json)
     if args.compare_modes:
         if lengths_line and not args.json:
             print(lengths_line)
@@ -236,6 +243,11 @@ def _estimate(args) -> int:
               f"{100 * r['idle']['trainer_rank_wait_share']:.1f}%"] for r in res["rows"]]
     print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
                                    "rollout tail", "engines wait", "ranks wait"]))
+    if res.get("range"):  # a calibrated estimate: what its window could not identify
+        lo, hi = res["range"]["step_s"]
+        why = (f" (the window could not split constant from per-token cost in {', '.join(res['range']['unidentified'])})"
+               if res["range"]["unidentified"] else "")
+        print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}")
     print("\n".join(idle_lines(res["summary"])))
     print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
     for line in what_if_lines(res["summary"]):

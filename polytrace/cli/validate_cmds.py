@@ -43,6 +43,9 @@ def register(sub) -> None:
     v.add_argument("--calibrate-on", default=None, metavar="OTHER_LOG",
                    help="calibrate on all steps of another log of the same model and cluster (e.g. a GRPO run "
                    "to predict a PPO run); --gpu applies to both")
+    v.add_argument("--zero-shot", action="store_true",
+                   help="score the shared priors on the log without fitting anything to it (per stage and for the "
+                   "step: predicted / actual, accuracy, and the base roofline beside)")
     v.add_argument("--json", action="store_true", help="the full result as JSON")
     v.set_defaults(func=_validate)
 
@@ -93,9 +96,39 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v:.1f}%"
 
 
+def _zero_shot(args) -> int:
+    from ..calibrate.zeroshot import zero_shot
+    from ..errors import PolytraceError
+
+    if args.calibrate_on:
+        raise PolytraceError("validate: --zero-shot fits nothing, so --calibrate-on does not apply")
+    res = zero_shot(args.log, overrides=_overrides(args))
+    if args.json:
+        print_json(res)
+        return 0
+    from tabulate import tabulate
+
+    c = res["config"]
+    print(f"{res['log']} ({res['format']}, {res['mode']}): {res['steps']} steps, zero-shot (shared priors, "
+          f"{res['priors']['logs']} logs, {res['priors']['date']})")
+    print(f"config: {c['model']}, {counted(c['n_gpus'], 'GPU')} ({c['gpu']}), "
+          f"{c['prompts_per_step']} prompts x {c['n']}, max {c['max_prompt_len']}+{c['max_response_len']}, "
+          f"{c['algorithm']}")
+    for note in res["notes"]:
+        print(f"note: {note}")
+    rows = [[k, f"{a['mean_predicted_s']:.1f}", f"{a['mean_actual_s']:.1f}", f"{a['ratio']:.2f}x",
+             _pct(a["accuracy"]), f"{a['roofline_ratio']:.2f}x", _pct(a["roofline_accuracy"])]
+            for k, a in res["accuracy"].items()]
+    print(tabulate(rows, headers=["stage", "predicted s", "actual s", "pred/actual", "accuracy", "roofline pred/actual",
+                                  "roofline accuracy"]))
+    return 0
+
+
 def _validate(args) -> int:
     from ..calibrate.validate import validate
 
+    if args.zero_shot:
+        return _zero_shot(args)
     res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on,
                    overrides=_overrides(args))
     if args.json:
@@ -111,7 +144,9 @@ def _validate(args) -> int:
     for note in res["notes"]:
         print(f"note: {note}")
     cal = res["calibration"]
-    print(f"calibrated on {cal['source']}: " + ", ".join(f"{k}={v:.3g}" for k, v in cal["scalars"].items()))
+    print(f"calibrated on {cal['source']}: deviation from the shared priors " + ", ".join(
+        f"{k}={v:.3g}" for k, v in res["calibration_deviation"].items()) + "; constant seconds " + ", ".join(
+        f"{k.removesuffix('_overhead_s')}={v:.3g}" for k, v in cal["scalars"].items() if k.endswith("_overhead_s")))
     for lo in cal["left_out"]:
         print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
     rows = [[k, _pct(a["accuracy"]), _pct(a["naive_accuracy"]), f"{a['mean_actual_s']:.1f}",
@@ -120,6 +155,14 @@ def _validate(args) -> int:
     ex = res["excluded_s"]
     print(f"step time excludes validation ({ex.get('testing', 0):.0f} s) and checkpoints "
           f"({ex.get('save_checkpoint', 0):.0f} s); step-time spread {100 * res['step_time_variation']:.0f}%")
+    d = res["drift"]
+    if d["steps"]:
+        print(f"calibrate early, predict late: {d['steps']} step(s) from step {d['first_step']} with mean response "
+              f">= {d['factor']:g}x the window's ({d['window_mean_response']:.0f} tokens): " + ", ".join(
+                  f"{k} {_pct(a['accuracy'])} (naive {_pct(a['naive_accuracy'])})" for k, a in d["accuracy"].items()))
+    else:
+        print(f"calibrate early, predict late: no step's mean response reaches {d['factor']:g}x the window's "
+              f"({d['window_mean_response']:.0f} tokens)")
     print("goals: " + ", ".join(f"{k} {'met' if ok else 'NOT met'}" for k, ok in res["goals"].items()))
     return 0
 

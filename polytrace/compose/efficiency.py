@@ -1,12 +1,24 @@
 """Roofline efficiencies and fixed costs the composition layer assumes when no measured table
-covers a kernel. One table, each figure with its reason. They are starting points: ``polytrace
-validate`` calibrates a handful of scalars on real logs on top of them, and measured results in
-``results/<gpu>/`` replace them per kernel family where present (see ``pricing.py``).
+covers a kernel, and the shared physical priors fitted over them.
+
+``Efficiency`` is the base price of each kernel family: one table, each figure with its reason
+(datasheet-grounded). Measured results in ``results/<gpu>/`` replace it per kernel family where
+present (see ``pricing.py``). Real runs are slower than these base prices by a factor per kind of
+work that the priors (``polytrace/data/priors.json``, fitted on every public log the project reads
+by ``scripts/fit_priors.py``) hold: ``prior_scalars`` gives them as calibration scalars, each a
+slowdown at or above its physical bound (no kind of work faster than its peak roofline:
+``roofline_share``). ``polytrace validate --zero-shot`` scores them; a calibration shrinks toward
+them.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import PolytraceError
 
 
 @dataclass(frozen=True)
@@ -78,3 +90,100 @@ DEFAULT = Efficiency()
 
 def with_overrides(**kw) -> Efficiency:
     return replace(DEFAULT, **kw)
+
+
+# The fraction of its kind's peak roofline each kernel family's base price above assumes: a part
+# priced at ``seconds`` cannot run faster than ``seconds * roofline_share(family)`` (its work at
+# the datasheet peak). Conservative where a family mixes rates (the smaller share: a bound that is
+# never above the truth). Host work (launches, schedulers, packing plans) and tool latency have no
+# roofline: share 0. PCIe Gen4 x16 carries 32 GB/s per direction (PCI-SIG), so ``pcie_gbps`` 20 is
+# 0.625 of it; the optimizer is priced at the HBM peak itself (share 1).
+PCIE_PEAK_GBPS = 32.0
+
+
+def roofline_share(family: str, eff: Efficiency = DEFAULT) -> float:
+    shares = {
+        "gemm": min(eff.gemm, eff.decode_hbm),  # training GEMMs at gemm, decode GEMMs at max(compute, memory)
+        "attention": eff.attention,
+        "decode": eff.decode_hbm,
+        "prefill": eff.prefill,
+        "logprob": min(eff.gemm, eff.elementwise_hbm),  # LM head GEMM + log-softmax passes
+        "optimizer": 1.0,
+        # collectives: FSDP prefetches the next layer's all-gather under this layer's compute and
+        # vLLM's TP all-reduce overlaps across micro-steps, so they bound no stage (share 0);
+        # the stage is still held by its compute parts' bound
+        "comm": 0.0,
+        "offload": min(1.0, eff.pcie_gbps / PCIE_PEAK_GBPS),
+    }
+    return float(shares.get(family, 0.0))
+
+
+# ---- shared physical priors (``polytrace/data/priors.json``, fitted by scripts/fit_priors.py) ----
+
+PRIORS_PATH = Path(__file__).resolve().parents[1] / "data" / "priors.json"
+# ``estimate(calibration=PRIORS)``: price with the shared priors (the CLI's default)
+PRIORS = "priors"
+# Stage -> the kind of per-call constant seconds the priors hold for it.
+CONSTANT_KIND = {"gen": "gen", "old_log_prob": "forward", "ref": "forward", "values": "forward",
+                 "update_actor": "update", "update_critic": "update"}
+
+
+@functools.lru_cache(maxsize=4)
+def load_priors(path: str | None = None) -> dict:
+    """The shipped priors document (``polytrace/data/priors.json``): per kind of work and engine
+    setting a slowdown over the base prices above (and the fraction of the peak roofline that
+    makes), per-call constant seconds per kind of stage, and the provenance of the fit."""
+    p = Path(path) if path else PRIORS_PATH
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PolytraceError(f"{p}: cannot read the priors ({exc}); refit with scripts/fit_priors.py") from None
+    if doc.get("format") != "polytrace.priors":
+        raise PolytraceError(f"{p}: not a polytrace priors file")
+    return doc
+
+
+# Kernel families the priors price apart from the main work of their kind (the rest of a kind's
+# families -- GEMMs, attention, decode, prefill, log-prob, optimizer -- share its slowdown).
+SEPARATE_FAMILIES = {"host": "host", "packing": "host", "comm": "collectives", "offload": "offload"}
+
+
+def prior_kind(group: str, family: str = "gemm", eager: bool = True, gradient_checkpointing: bool = False) -> str:
+    """The priors' key for a part of a stage (its kind of work, ``stages.GROUPS``, and kernel
+    family) under the run's engine settings."""
+    base = group.replace("_overhead", "")
+    setting = ""
+    if base == "rollout":
+        setting = ".eager" if eager else ".cuda_graphs"
+    elif base == "train":
+        setting = ".checkpointing" if gradient_checkpointing else ".no_checkpointing"
+    sep = SEPARATE_FAMILIES.get(family)
+    if sep == "host":
+        return f"rollout_host{setting}" if base == "rollout" else "trainer_host"
+    if sep:
+        return sep
+    return f"{base}{setting}" if base in ("rollout", "train") else base
+
+
+def prior_scalars(eager: bool = True, gradient_checkpointing: bool = False, doc: dict | None = None) -> dict:
+    """The priors as calibration scalars: ``<group>_slowdown`` for a kind's main work,
+    ``<group>_<family>_slowdown`` for the families priced apart (``SEPARATE_FAMILIES``),
+    ``<stage>_overhead_s`` and ``other_overhead_s``: what ``estimate`` applies when no calibration
+    file is given (``compose.estimate.calibrated_kernels`` reads both patterns)."""
+    doc = doc or load_priors()
+    kinds = doc["kinds"]
+    out = {}
+    for g in ("rollout", "forward", "train", "forward_overhead", "train_overhead"):
+        out[f"{g}_slowdown"] = float(kinds[prior_kind(g, "gemm", eager, gradient_checkpointing)]["slowdown"])
+        for fam in SEPARATE_FAMILIES:
+            out[f"{g}_{fam}_slowdown"] = float(kinds[prior_kind(g, fam, eager, gradient_checkpointing)]["slowdown"])
+    for stage, kind in CONSTANT_KIND.items():
+        out[f"{stage}_overhead_s"] = float(doc["constants_s"][kind])
+    out["other_overhead_s"] = float(doc["constants_s"]["other"])
+    return out
+
+
+def part_slowdown(scalars: dict, group: str, family: str) -> float:
+    """A part's slowdown under calibration scalars: its family's own if the scalars price it
+    apart, else its kind of work's, else 1."""
+    return float(scalars.get(f"{group}_{family}_slowdown", scalars.get(f"{group}_slowdown", 1.0)))

@@ -17,7 +17,7 @@ from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
-from .efficiency import DEFAULT
+from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
 from .rollout import tool_prefill_seconds
@@ -195,7 +195,7 @@ def with_group_size(prof, n: int):
 
 def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, float]]:
     """Stage -> kernel family -> seconds, each part multiplied by the calibrated slowdown of its
-    kind of work, plus the calibration's fixed seconds per stage (family ``calibration``)."""
+    kind of work (or of its family, where the scalars price it apart: ``efficiency.part_slowdown``), plus the calibration's fixed seconds per stage (family ``calibration``)."""
     cal = calibration or {}
     raw = {s: 0.0 for s in STAGES}
     for p in parts:
@@ -204,7 +204,7 @@ def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, f
     for p in parts:
         if raw[p.stage] <= 0:
             continue
-        out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + cal.get(f"{p.group}_slowdown", 1.0) * p.seconds
+        out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + part_slowdown(cal, p.group, p.family) * p.seconds
     for s in STAGES:
         if raw[s] > 0 and cal.get(f"{s}_overhead_s"):
             out[s]["calibration"] = float(cal[f"{s}_overhead_s"])
@@ -341,6 +341,9 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
         return Pricer(cfg.gpu, DEFAULT, timings, providers if what_ifs else None, sp, strict_model=explicit)
 
     pricer = pricer_for()
+    with_priors = isinstance(calibration, str) and calibration == PRIORS
+    if with_priors:  # the shared physical priors under this run's engine settings
+        calibration = prior_scalars(eager=cfg.eager, gradient_checkpointing=cfg.gradient_checkpointing)
     batches, longest, biggest = sample_batches(prof, cfg, steps, seed)
     plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=config_kw.get("rollout_tp") is not None,
                                        seq_lens=biggest)
@@ -372,7 +375,11 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
                       and f not in NOT_KERNELS)
     source = ("estimated: roofline at assumed efficiencies (polytrace/compose/efficiency.py)"
               + (f", measured kernel timings for {', '.join(measured)} ({timings.origin})" if measured else "")
-              + (", calibrated scalars applied" if calibration else ""))
+              + (", shared priors applied (polytrace/data/priors.json)" if with_priors
+                 else ", calibrated scalars applied" if calibration else ""))
+    if with_priors and measured:
+        warnings = warnings + [f"the shared priors were fitted on roofline prices; measured timings price "
+                               f"{', '.join(measured)}, which the priors' slowdowns also scale"]
     out = {"profile": prof.name, "config": cfg.to_dict(), "model": cfg.model.to_dict(),
             "gpu": {"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
             "seed": seed, "source": source, "rows": rows, "summary": summary,

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from ..errors import PolytraceError
-from .efficiency import DEFAULT
+from .efficiency import DEFAULT, PRIORS, prior_scalars
 from .estimate import (
     build_config,
     calibrated_kernels,
@@ -272,6 +272,8 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
         return res
     if amdahl is not None:
         raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
+    if isinstance(calibration, str) and calibration == PRIORS:  # the shared priors (estimate's default engine)
+        calibration = prior_scalars(eager=False, gradient_checkpointing=False)
     staleness = DEFAULT_STALENESS if staleness is None else float(staleness)
     partial = True if partial_rollout is None else bool(partial_rollout)
     chunks = DEFAULT_UPDATES_PER_SYNC if updates_per_sync is None else int(updates_per_sync)

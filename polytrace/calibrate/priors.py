@@ -1,0 +1,285 @@
+"""Shared physical priors: one slowdown per kind of work and engine setting, and per-call constant
+seconds per kind of stage, fitted across every public log the project reads, evaluated
+leave-one-log-out, written to ``polytrace/data/priors.json`` with their provenance
+(``scripts/fit_priors.py`` refits them; ``compose.efficiency.prior_scalars`` reads them).
+
+The model is the calibration's own: a stage is its modelled work per part times the slowdown of
+the part's kind, plus a constant per call. The kinds (``compose.efficiency.prior_kind``):
+
+- ``rollout.eager`` / ``rollout.cuda_graphs``: the rollout's GEMMs, decode attention and prefill
+  (vLLM with and without ``enforce_eager``); ``rollout_host.*``: its per-iteration host work
+  (scheduler, sampler, launches), priced apart because it does not scale with the model. The
+  KV-cache limit on concurrency (``gpu_memory_utilization``) is in the rollout simulation.
+- ``forward``: the trainer's forward passes (log-prob, reference, values);
+  ``train.no_checkpointing`` / ``train.checkpointing``: the update (forward, backward with or
+  without activation recompute, the optimizer).
+- ``trainer_host``: the trainer's per-micro-batch host work; ``collectives``: FSDP all-gathers
+  and reduce-scatters, TP all-reduces, weight sync traffic; ``offload``: parameter offload
+  traffic over PCIe.
+- constants: ``gen``, ``forward`` (log-prob, reference and value passes), ``update`` (each
+  update) and ``other`` (the step outside its stages), in seconds.
+
+A kind no corpus log exercises (today: CUDA graphs in rollout) takes its sibling's slowdown, and
+the file says so (``fallback``).
+
+Fitted on log relative errors (every stage and the step of up to ``ROWS_PER_LOG`` evenly spaced
+steps per log, each log weighing the same), soft-L1, each slowdown bounded below by the largest
+peak-roofline share of its kind on any corpus step (``fit.roofline_bounds``: efficiency <= 1).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..compose.efficiency import CONSTANT_KIND, prior_kind, roofline_share  # noqa: F401 (re-exported)
+from ..errors import PolytraceError
+from .fit import MIN_SLOWDOWN, StepData
+
+KINDS = ("rollout.eager", "rollout.cuda_graphs", "rollout_host.eager", "rollout_host.cuda_graphs", "forward",
+         "train.no_checkpointing", "train.checkpointing", "trainer_host", "collectives", "offload")
+CONSTANTS = ("gen", "forward", "update", "other")
+# a kind with no corpus log takes this kind's slowdown
+FALLBACK = {"rollout.cuda_graphs": "rollout.eager", "rollout.eager": "rollout.cuda_graphs",
+            "rollout_host.cuda_graphs": "rollout_host.eager", "rollout_host.eager": "rollout_host.cuda_graphs",
+            "train.checkpointing": "train.no_checkpointing", "train.no_checkpointing": "train.checkpointing"}
+ROWS_PER_LOG = 40
+SOFT_L1_LOG = 0.3  # log-ratio residuals past 0.3 (35%) weigh linearly: one odd log cannot pull the fit
+MAX_CONSTANT_S = 120.0
+MAX_SLOWDOWN = 100.0
+
+
+class Corpus:
+    """One log of the corpus: its rows (priced), stages and engine settings."""
+
+    def __init__(self, name: str, rows: list[StepData], stages: list[str], eager: bool, ckpt: bool, sha256: str,
+                 overlapped: tuple = ()):
+        self.name, self.rows, self.stages, self.eager, self.ckpt, self.sha256 = name, rows, stages, eager, ckpt, sha256
+        self.overlapped = tuple(overlapped)  # stages off the step's critical path (async generation)
+
+    def kind(self, group: str, family: str) -> str:
+        return prior_kind(group, family, self.eager, self.ckpt)
+
+    def sample(self, k: int = ROWS_PER_LOG) -> list[StepData]:
+        if len(self.rows) <= k:
+            return self.rows
+        idx = np.unique(np.linspace(0, len(self.rows) - 1, k).round().astype(int))
+        return [self.rows[i] for i in idx]
+
+    def matrices(self, kinds: list[str], rows: list[StepData]):
+        """Per stage: rows x kinds modelled seconds, and its peak-roofline bound; actual seconds per
+        stage and step; modelled seconds outside the stages."""
+        ki = {k: i for i, k in enumerate(kinds)}
+        x, b = {}, {}
+        for s in self.stages:
+            x[s] = np.zeros((len(rows), len(kinds)))
+            b[s] = np.zeros((len(rows), len(kinds)))
+            for i, r in enumerate(rows):
+                for (g, f), v in r.families.get(s, {}).items():
+                    k = ki[self.kind(g, f)]
+                    x[s][i, k] += v
+                    b[s][i, k] += v * roofline_share(f)
+        y = {k: np.array([r.actual[k] for r in rows]) for k in self.stages + ["step"]}
+        return x, b, y, np.array([r.other_s for r in rows])
+
+
+def _sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def load_corpus(folder, names: list[str] | None = None) -> list[Corpus]:
+    """Every ``*.log`` in ``folder`` (or the named ones), read, configured and priced as
+    ``validate`` does; a log that cannot be read is an error naming it."""
+    from .validate import _overlapped, _timed_stages, prepare
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise PolytraceError(f"{root}: no such folder of logs")
+    paths = [root / n for n in names] if names else sorted(root.glob("*.log"))
+    if not paths:
+        raise PolytraceError(f"{root}: no *.log files")
+    out = []
+    for path in paths:
+        log, run, _notes, rows, split = prepare(path)
+        stages, rows = _timed_stages(rows, len(rows))
+        out.append(Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, _sha256(path),
+                          _overlapped(split)))
+    return out
+
+
+def _predict(slow: np.ndarray, const: dict, stages: list[str], x: dict, other: np.ndarray,
+             overlapped: tuple = ()) -> dict:
+    pred = {s: x[s] @ slow + const[CONSTANT_KIND[s]] for s in stages}
+    pred["step"] = sum(v for s, v in pred.items() if s not in overlapped) + other + const["other"]
+    return pred
+
+
+def _slowdowns(doc: dict) -> np.ndarray:
+    return np.array([float(doc["kinds"][k]["slowdown"]) for k in KINDS])
+
+
+def fit_priors(corpus: list[Corpus]) -> dict:
+    """Kinds' slowdowns and the constants fitted on ``corpus`` (module docstring): ``{"kinds":
+    {kind: {"slowdown", "floor", "logs", "efficiency_of_peak"}}, "constants_s": {...}}``."""
+    from scipy.optimize import least_squares
+
+    if not corpus:
+        raise PolytraceError("no logs to fit the priors on")
+    kinds = list(KINDS)
+    mats = [(c, c.matrices(kinds, c.sample())) for c in corpus]
+    seen = np.zeros(len(kinds), dtype=bool)
+    floor = np.zeros(len(kinds))
+    for _c, (x, b, _y, _o) in mats:
+        for s in x:
+            seen |= x[s].sum(axis=0) > 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                floor = np.maximum(floor, np.nanmax(np.where(x[s] > 0, b[s] / np.where(x[s] > 0, x[s], 1), 0), axis=0))
+    free = [i for i in range(len(kinds)) if seen[i]]
+    nf = len(free)
+
+    def unpack(theta):
+        slow = np.ones(len(kinds))
+        slow[free] = np.exp(theta[:nf])
+        return slow, dict(zip(CONSTANTS, theta[nf:]))
+
+    def residuals(theta):
+        slow, const = unpack(theta)
+        res = []
+        for c, (x, _b, y, other) in mats:
+            pred = _predict(slow, const, c.stages, x, other, c.overlapped)
+            w = 1.0 / math.sqrt(len(other) * len(pred))
+            res += [w * np.log(np.maximum(pred[k], 1e-9) / y[k]) for k in pred]
+        return np.concatenate(res)
+
+    lo = np.concatenate([np.log(np.maximum(floor[free], MIN_SLOWDOWN)), np.zeros(len(CONSTANTS))])
+    hi = np.concatenate([np.full(nf, math.log(MAX_SLOWDOWN)), np.full(len(CONSTANTS), MAX_CONSTANT_S)])
+    theta0 = np.clip(np.concatenate([np.zeros(nf), np.ones(len(CONSTANTS))]), lo, hi)
+    res = least_squares(residuals, theta0, bounds=(lo, hi), loss="soft_l1", f_scale=SOFT_L1_LOG)
+    slow, const = unpack(res.x)
+    slow = np.maximum(slow, floor)
+    out = {}
+    for i, k in enumerate(kinds):
+        logs = sorted({c.name for c, (x, _b, _y, _o) in mats if any(x[s][:, i].sum() > 0 for s in x)})
+        out[k] = {"slowdown": float(slow[i]), "floor": float(floor[i]), "logs": logs}
+        if not seen[i]:
+            src = FALLBACK.get(k)
+            if src is not None and seen[kinds.index(src)]:
+                out[k]["slowdown"] = float(slow[kinds.index(src)])
+                out[k]["fallback"] = f"no log in the corpus: {src}'s slowdown"
+            else:
+                out[k]["fallback"] = "no log in the corpus: the base prices (1.0)"
+        effs = [e for c, m in mats if (e := _efficiency(m, i, out[k]["slowdown"])) is not None]
+        out[k]["efficiency_of_peak"] = [float(min(effs)), float(np.median(effs)), float(max(effs))] if effs else None
+    return {"kinds": out, "constants_s": {k: float(v) for k, v in const.items()}}
+
+
+def _efficiency(m, i: int, slowdown: float) -> float | None:
+    """Peak-roofline seconds over the priced seconds of kind ``i`` on a log's rows (<= 1)."""
+    x, b, _y, _o = m
+    xs = sum(float(x[s][:, i].sum()) for s in x)
+    bs = sum(float(b[s][:, i].sum()) for s in b)
+    if xs <= 0 or bs <= 0:
+        return None
+    return bs / (slowdown * xs)
+
+
+def predict_log(doc: dict | None, c: Corpus) -> dict[str, np.ndarray]:
+    """Every step of ``c`` priced with the priors (``doc``), or with the base roofline (None)."""
+    x, _b, _y, other = c.matrices(list(KINDS), c.rows)
+    if doc is None:
+        return _predict(np.ones(len(KINDS)), dict.fromkeys(CONSTANTS, 0.0), c.stages, x, other, c.overlapped)
+    return _predict(_slowdowns(doc), doc["constants_s"], c.stages, x, other, c.overlapped)
+
+
+def score(doc: dict, c: Corpus) -> dict:
+    """Zero-shot: the priors' prediction of every step of ``c`` against the truth, per stage and
+    for the step: mean predicted / actual seconds, their ratio, the median |pred/actual - 1| and
+    the accuracy (100% - MAPE); beside it the same for the base roofline (no priors)."""
+    preds, naive = predict_log(doc, c), predict_log(None, c)
+    out = {}
+    for k in c.stages + ["step"]:
+        a = np.array([r.actual[k] for r in c.rows])
+        entry = {"mean_actual_s": float(a.mean())}
+        for label, pr in (("", preds), ("roofline_", naive)):
+            p = pr[k]
+            entry[f"{label}mean_predicted_s"] = float(p.mean())
+            entry[f"{label}ratio"] = float(p.mean() / a.mean())
+            entry[f"{label}median_error"] = float(np.median(np.abs(p / a - 1.0)))
+            entry[f"{label}accuracy"] = float(100.0 - 100.0 * np.mean(np.abs(p - a) / a))
+        out[k] = entry
+    return out
+
+
+def leave_one_out(corpus: list[Corpus]) -> dict:
+    """Each log scored by priors fitted on the others: per log ``score``, and the corpus summary
+    (median over logs of the step's and generation's median |pred/actual - 1|, the worst ratio)."""
+    per_log = {}
+    for c in corpus:
+        others = [o for o in corpus if o is not c]
+        per_log[c.name] = score(fit_priors(others), c)
+    return {"per_log": per_log, "summary": summarise(per_log)}
+
+
+def summarise(per_log: dict) -> dict:
+    def med(key, field):
+        vals = [v[key][field] for v in per_log.values() if key in v]
+        return float(np.median(vals)) if vals else None
+
+    ratios = [v["step"]["ratio"] for v in per_log.values()]
+    worst = max(ratios, key=lambda r: abs(math.log(r)))
+    return {"logs": len(per_log), "step_median_error": med("step", "median_error"),
+            "gen_median_error": med("gen", "median_error"),
+            "roofline_step_median_error": med("step", "roofline_median_error"),
+            "roofline_gen_median_error": med("gen", "roofline_median_error"),
+            "worst_step_ratio": float(worst),
+            "goals": {"step_within_25pct": med("step", "median_error") <= 0.25,
+                      "no_log_off_2x": all(0.5 <= r <= 2.0 for r in ratios),
+                      "gen_within_30pct": (med("gen", "median_error") or 1.0) <= 0.30}}
+
+
+def build_document(corpus: list[Corpus], folder: str, with_loo: bool = True) -> dict:
+    """The priors file: the fit on the whole corpus, its leave-one-log-out evaluation and the
+    provenance (logs and their hashes, the commit, the date)."""
+    from .. import __version__
+    from ..provenance import git_commit
+
+    doc = {"format": "polytrace.priors", "version": 1, **fit_priors(corpus)}
+    if with_loo:
+        doc["leave_one_out"] = leave_one_out(corpus)
+    doc["provenance"] = {
+        "logs": [{"name": c.name, "sha256": c.sha256, "steps": len(c.rows)} for c in corpus],
+        "folder": str(folder), "commit": git_commit(), "polytrace": __version__,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "script": "scripts/fit_priors.py",
+        "method": "polytrace/calibrate/priors.py: slowdowns per kind of work and engine setting, constants per "
+                  "kind of stage; log relative errors, soft-L1, each log weighing the same; slowdowns bounded by "
+                  "the peak roofline",
+    }
+    return doc
+
+
+def markdown_table(doc: dict) -> str:
+    """The leave-one-log-out table (docs/step-model.md): per log, zero-shot step and generation
+    ratios and median errors, the base roofline's beside."""
+    loo = doc["leave_one_out"]
+    lines = ["| log | step pred/actual | step median err | roofline step pred/actual | gen pred/actual | "
+             "gen median err | roofline gen pred/actual |", "|---|---|---|---|---|---|---|"]
+    for name, v in loo["per_log"].items():
+        st, gen = v["step"], v.get("gen")
+        g = (f"{gen['ratio']:.2f}x | {100 * gen['median_error']:.0f}% | {gen['roofline_ratio']:.2f}x" if gen
+             else "- | - | -")
+        lines.append(f"| {name} | {st['ratio']:.2f}x | {100 * st['median_error']:.0f}% | {st['roofline_ratio']:.2f}x "
+                     f"| {g} |")
+    s = loo["summary"]
+    lines.append(f"| **median over {s['logs']} logs** | | **{100 * s['step_median_error']:.0f}%** "
+                 f"({100 * s['roofline_step_median_error']:.0f}% roofline) | | | "
+                 f"**{100 * s['gen_median_error']:.0f}%** ({100 * s['roofline_gen_median_error']:.0f}% roofline) | |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,39 @@
+"""``polytrace validate LOG --zero-shot``: the shared priors scored on a log without fitting
+anything to it.
+
+Every usable step of the log is priced from its configuration and length statistics (as
+``validate`` does) and predicted with the priors (``polytrace/data/priors.json``) alone: per stage
+and for the step, the mean predicted and actual seconds, their ratio, the median |pred/actual - 1|
+and the accuracy (100% - MAPE), beside the base roofline's (the model before the priors: the naive
+zero-shot predictor).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..compose.efficiency import load_priors
+from .logconfig import Overrides
+from .priors import Corpus, _sha256, score
+
+
+def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None = None) -> dict:
+    from .validate import _overlapped, _timed_stages, prepare
+
+    log, run, notes, rows, split = prepare(path, overrides)
+    stages, rows = _timed_stages(rows, len(rows))
+    doc = load_priors(priors_path)
+    corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, _sha256(path),
+                    _overlapped(split))
+    per_stage = score(doc, corpus)
+    prov = doc.get("provenance", {})
+    fitted_on = [entry["name"] for entry in prov.get("logs", [])]
+    if os.path.basename(str(path)) in fitted_on:
+        notes = notes + [f"{os.path.basename(str(path))} is one of the logs the priors were fitted on: this score is "
+                         "in-sample (the leave-one-log-out score is in the priors file and docs/step-model.md)"]
+    if split.mode != "sync":
+        notes = notes + [f"{split.mode} run: the step is priced as the trainer's stages plus the priors' time outside "
+                         "them; generation overlaps"]
+    return {"log": str(path), "format": log.format, "mode": split.mode, "steps": len(rows), "stages": stages,
+            "config": run.to_dict(), "notes": notes, "accuracy": per_stage,
+            "priors": {"commit": prov.get("commit"), "date": prov.get("date"), "logs": len(fitted_on)}}

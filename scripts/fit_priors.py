@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Refit the shared physical priors on every public verl log the project reads.
+
+    python scripts/fit_priors.py ../shared            # writes polytrace/data/priors.json
+    python scripts/fit_priors.py ../shared --markdown # also prints the leave-one-log-out table
+
+reads ``<shared>/validation-logs/*.log`` (each read, configured and priced as ``polytrace validate``
+does), fits one slowdown per kind of work and engine setting and constant seconds per kind of stage
+(``polytrace/calibrate/priors.py``), scores every log with priors fitted on the others, and writes
+the file with its provenance (logs and hashes, commit, date). Deterministic for a given corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from polytrace.calibrate.priors import build_document, load_corpus, markdown_table  # noqa: E402
+
+OUT = ROOT / "polytrace" / "data" / "priors.json"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("shared", help="the shared folder (holds validation-logs/)")
+    ap.add_argument("-o", "--out", default=str(OUT), help=f"priors file to write (default {OUT.relative_to(ROOT)})")
+    ap.add_argument("--markdown", action="store_true", help="print the leave-one-log-out table")
+    args = ap.parse_args(argv)
+    folder = Path(args.shared) / "validation-logs"
+    corpus = load_corpus(folder)
+    doc = build_document(corpus, "shared/validation-logs")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    s = doc["leave_one_out"]["summary"]
+    print(f"wrote {out}: {len(corpus)} logs; leave-one-log-out step median error {100 * s['step_median_error']:.1f}% "
+          f"(roofline {100 * s['roofline_step_median_error']:.1f}%), gen {100 * s['gen_median_error']:.1f}%, "
+          f"worst step ratio {s['worst_step_ratio']:.2f}x")
+    if args.markdown:
+        print(markdown_table(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
