@@ -259,6 +259,7 @@ def test_bad_input_is_one_line(args, message, suites, tmp_path, capsys):
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith("polytrace: error:"), err
     assert message.replace("{tmp}", str(tmp_path)) in err
+    assert not (tmp_path / "o").exists()  # a refused run leaves no empty run folder behind
 
 
 def test_a_suite_that_cannot_be_collected_is_one_line(tmp_path, capsys):
