@@ -70,11 +70,15 @@ def test_bad_trace_does_not_overwrite_existing_output(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".keep")] == []
 
 
-def test_fit_into_missing_folder_is_an_error(tmp_path, capsys):
+def test_fit_creates_missing_folders_and_names_a_file_in_the_way(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text(json.dumps({"step": 0, "input": 5, "output": [3, 4], "n_sampling": 2}) + "\n")
     code, _, err = run(capsys, "fit", str(trace), "-o", str(tmp_path / "no" / "such" / "p.json"))
-    assert code != 0 and "does not exist" in err
+    assert code == 0, err
+    assert json.loads((tmp_path / "no" / "such" / "p.json").read_text())["format"]
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(capsys, "fit", str(trace), "-o", str(tmp_path / "file" / "p.json"))
+    assert code == 2 and "cannot create folder" in err and err.count("\n") == 1
 
 
 def test_bad_argument_values_exit_nonzero(capsys):

@@ -82,7 +82,7 @@ def suite_files(suites: list[str] | None, suites_dir: Path) -> list[Path]:
         return list(found.values())
     unknown = [s for s in suites if s not in found]
     if unknown:
-        raise PolytraceError(f"--suites: no suite {unknown[0]!r} ({suites_dir / f'test_{unknown[0]}.py'} not found); "
+        raise PolytraceError(f"--suite: no suite {unknown[0]!r} ({suites_dir / f'test_{unknown[0]}.py'} not found); "
                              f"suites: {', '.join(found)}")
     return [found[s] for s in dict.fromkeys(suites)]
 

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.from_command_line = argv is None  # sys.argv: the process may be re-run (tune --allow-cpu)
     try:
         code = args.func(args)
     except PolytraceError as exc:

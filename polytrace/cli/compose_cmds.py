@@ -11,7 +11,7 @@ from ._args import any_int as _int
 from ._args import finite_float as _float
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
-from ._args import steps_or_count as _steps_or_count
+from ._args import add_steps
 from ._io import print_json
 
 
@@ -26,8 +26,7 @@ def register(sub) -> None:
     p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
     p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
     p.add_argument("--profile", default="dapo-math-32b", help="workload profile (default dapo-math-32b)")
-    p.add_argument("--steps", type=_steps_or_count, default=[0], help="sampled steps to estimate: a count N "
-                   "(steps 0 to N-1; default 1) or steps like 0-3 or 0,50,100")
+    add_steps(p, default=[0], what="sampled steps to estimate", count_note=True)
     p.add_argument("--seed", type=_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
@@ -96,6 +95,7 @@ def register(sub) -> None:
     p.add_argument("--calibration", default=None, metavar="CAL_JSON",
                    help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
                    "refused for another model family")
+    p.add_argument("--explain", action="store_true", help="also print what the two tail figures answer")
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
 
@@ -110,8 +110,7 @@ def register(sub) -> None:
     i.add_argument("--model", default=None, help="model preset or HF config.json (default: the profile's model)")
     i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
-    i.add_argument("--steps", type=_steps_or_count, default=list(range(8)), help="sampled steps to price: a count "
-                   "N (steps 0 to N-1; default 8) or steps like 0-3 or 0,50,100")
+    add_steps(i, default=list(range(8)), what="sampled steps to price", count_note=True)
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
@@ -153,7 +152,7 @@ def _estimate(args) -> int:
         return 0
     from tabulate import tabulate
 
-    from ..compose.breakdown import amdahl_lines, kernel_table, source_lines, what_if_lines
+    from ..compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table, what_if_lines
     from ..compose.estimate import TAIL_FIGURES_NOTE
     from ..compose.modes_text import idle_lines
 
@@ -172,7 +171,8 @@ def _estimate(args) -> int:
     print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
                                    "rollout tail", "engines wait", "ranks wait"]))
     print("\n".join(idle_lines(res["summary"])))
-    print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
+    if args.explain:
+        print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
     for line in what_if_lines(res["summary"]):
         print(line)
     if args.kernels:
@@ -180,7 +180,7 @@ def _estimate(args) -> int:
         print(f"\nkernel families (estimated, mean over {summary['steps']} sampled steps):")
         print(kernel_table(summary))
         print("\nwhere each family's time comes from:")
-        for line in source_lines(summary):
+        for line in grouped_source_lines(summary):
             print(f"  {line}")
         print(f"\nAmdahl: the step with one kernel family {args.amdahl:g}x faster (share = the most it can save):")
         print(amdahl_lines(summary))
