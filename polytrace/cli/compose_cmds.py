@@ -22,9 +22,10 @@ def register(sub) -> None:
                        "families (gemm, attention, decode, prefill, logprob, packing, optimizer, comm, host), "
                        "each priced from measured kernel timings on that GPU (results/<gpu>/, or --results) "
                        "where present, else at the roofline at assumed efficiencies.")
-    p.add_argument("--model", required=True, help="model preset (e.g. qwen2.5-7b) or a HF config.json")
-    p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
-    p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
+    p.add_argument("--model", help="model preset (e.g. qwen2.5-7b) or a HF config.json (required unless "
+                   "--calibration gives it)")
+    p.add_argument("--gpu", help="GPU preset (e.g. h100, a100-80g, h200; required unless --calibration gives it)")
+    p.add_argument("--gpus", type=_pos_int, help="GPU count (required unless --calibration gives it)")
     p.add_argument("--profile", default="dapo-math-32b", help="workload profile (default dapo-math-32b)")
     add_steps(p, default=[0], what="sampled steps to estimate", count_note=True)
     p.add_argument("--seed", type=_int, default=0,
@@ -93,8 +94,10 @@ def register(sub) -> None:
     p.add_argument("--amdahl", type=_float, default=2.0, metavar="X",
                    help="the speedup of each family in the Amdahl table of --kernels (default 2)")
     p.add_argument("--calibration", default=None, metavar="CAL_JSON",
-                   help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
-                   "refused for another model family")
+                   help="scale the stage costs by the scalars of a calibration file (polytrace calibrate), "
+                   "refused for another model family; the calibrated run's configuration (model, GPU, GPU count, "
+                   "batch, n, TP, lengths) is the default of every flag not given, and each flag that differs "
+                   "from it is listed")
     p.add_argument("--explain", action="store_true", help="also print what the two tail figures answer")
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
@@ -118,10 +121,35 @@ def register(sub) -> None:
     i.set_defaults(func=_impact)
 
 
+def _calibrated_run(args) -> tuple[list[str], dict | None]:
+    """With --calibration: the flags not given take the calibrated run's values (``args`` updated);
+    the lines listing where given flags differ from that run."""
+    if not args.calibration:
+        missing = [f for f in ("--model", "--gpu", "--gpus") if getattr(args, f[2:]) is None]
+        if missing:
+            from ..errors import PolytraceError
+
+            raise PolytraceError(f"estimate: the following arguments are required: {', '.join(missing)} (or "
+                                 "--calibration CAL_JSON, whose calibrated run gives them)")
+        return [], None
+    from ..calibrate.files import load
+    from ..calibrate.rundefaults import apply_run_defaults
+
+    doc = load(args.calibration)
+    values, differences = apply_run_defaults(vars(args), getattr(args, "given", set()), doc)
+    for dest, value in values.items():
+        setattr(args, dest, value)
+    return differences, doc
+
+
 def _estimate(args) -> int:
     from ..calibrate.files import compare_calibrated, estimate_calibrated
     from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
+
+    differences, cal_doc = _calibrated_run(args)
+    for line in differences:  # on stderr, before any table
+        print(f"note: differs from the calibrated run: {line}", file=sys.stderr)
 
     kw = dict(steps=args.steps, seed=args.seed, rollout_tp=args.rollout_tp, strategy=args.strategy,
               train_tp=args.train_tp, train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref,
@@ -140,6 +168,14 @@ def _estimate(args) -> int:
         return _print_comparison(cmp, args)
     kw.update(split, mode=args.mode, amdahl=args.amdahl if args.kernels else None)
     res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
+    if cal_doc is not None:
+        from ..calibrate.rundefaults import copied_constants
+
+        used = {s for r in res.get("rows", []) for s, v in r.get("stages_s", {}).items() if v > 0}
+        res["calibration"]["differs_from_run"] = differences
+        res["calibration"]["copied_constants"] = copied_constants(cal_doc, used)
+        for line in res["calibration"]["copied_constants"]:
+            print(f"note: {line}", file=sys.stderr)
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
