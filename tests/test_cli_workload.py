@@ -93,3 +93,26 @@ def test_no_traceback_from_the_console_entry_point(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("polytrace: error:") and "Traceback" not in proc.stderr
+
+
+def test_describe_per_step_prints_plain_numbers(capsys):
+    """Counts with thousands separators and shares as percentages, never 9.38e+03."""
+    code, out, _ = run(capsys, "describe", "dapo-math-32b", "--steps", "0-1", "--per-step")
+    assert code == 0
+    table = out.split("resp max", 1)[1]
+    assert "e+" not in table and "e-" not in table
+    rows = [ln.split() for ln in table.splitlines()[2:] if ln.strip()]
+    assert [r[0] for r in rows] == ["0", "1"]
+    assert all("," in r[2] and r[-1].endswith("%") for r in rows)  # tokens per step > 1,000; rollout tail
+
+
+def test_a_malformed_profile_names_the_missing_field(tmp_path, capsys):
+    from polytrace.profiles import get_profile
+
+    doc = get_profile("dapo-math-32b").to_json()
+    del doc["name"]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "describe", str(path))
+    assert code == 2 and err.count("\n") == 1
+    assert f"{path}: malformed profile: missing field 'name'" in err
