@@ -136,11 +136,12 @@ def add_steps(parser, *, default, what: str = "steps to sample", count_note: boo
     ``--step N``, one meaning in every command (dest ``steps``). ``count_note``: the commands where
     ``--steps N`` once meant the first N steps print a note when given a bare number."""
     group = parser.add_mutually_exclusive_group()
-    shown = ("-".join(map(str, (default[0], default[-1]))) if len(default) > 1 else str(default[0])) \
-        if default else "see below"
+    shown = ""
+    if default:
+        shown = f" (default {default[0]}-{default[-1]})" if len(default) > 1 else f" (default {default[0]})"
     group.add_argument("--steps", type=_steps_noting_counts if count_note else step_list, default=default,
                        metavar="A-B", help=f"{what}: a range A-B, a list 0,50,100, every 20th 0-200:20, or N for "
-                       f"step N alone (default {shown})")
+                       f"step N alone{shown}")
     group.add_argument("--step", type=one_step, dest="steps", metavar="N", help="one step: the same as --steps N")
 
 

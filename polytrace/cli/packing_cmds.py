@@ -19,10 +19,10 @@ def register(sub) -> None:
     p.add_argument("--seed", type=_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     gpus = _at_most(65536, "GPUs")
-    p.add_argument("--gpus", type=gpus, dest="ranks", default=8,
+    p.add_argument("--gpus", type=gpus, dest="ranks", default=8, metavar="N",
                    help="GPUs, one data-parallel rank each (default 8)")
     deprecated(p, "--ranks", use="--gpus", dest="ranks", type=gpus)
-    p.add_argument("--micro-batch-tokens", type=_int, dest="max_tokens", default=None,
+    p.add_argument("--micro-batch-tokens", type=_int, dest="max_tokens", default=None, metavar="N",
                    help="token budget per micro-batch (default: max prompt + max response of the profile)")
     deprecated(p, "--max-tokens", use="--micro-batch-tokens", dest="max_tokens", type=_int)
     p.add_argument("--cost", choices=("attention", "tokens"), default="attention",
