@@ -82,3 +82,12 @@ def test_a_hand_edited_run_field_is_one_line(cal, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("polytrace: error: --calibration") and "config.n_gpus is 'eight'" in err
     assert err.count("\n") == 1
+
+
+def test_longer_sequences_than_the_runs_budget_take_the_default_budget(cal, capsys):
+    run = json.loads(cal.read_text())["config"]
+    longer = run["micro_batch_tokens"] + 1000 if run["micro_batch_tokens"] else 40000
+    code, res, err = _estimate(capsys, "--calibration", str(cal), "--max-response-len", str(longer), "--step", "0")
+    assert code == 0, err
+    assert res["config"]["micro_batch_tokens"] >= run["max_prompt_len"] + longer
+    assert any(d.startswith("--micro-batch-tokens auto") for d in res["calibration"]["differs_from_run"])

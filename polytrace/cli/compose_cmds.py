@@ -136,9 +136,16 @@ def _calibrated_run(args) -> tuple[list[str], dict | None]:
     from ..calibrate.rundefaults import apply_run_defaults
 
     doc = load(args.calibration)
-    values, differences = apply_run_defaults(vars(args), getattr(args, "given", set()), doc)
+    given = getattr(args, "given", set())
+    values, differences = apply_run_defaults(vars(args), given, doc)
     for dest, value in values.items():
         setattr(args, dest, value)
+    longest = (args.max_prompt_len or 0) + (args.max_response_len or 0)
+    if "micro_batch_tokens" not in given and args.micro_batch_tokens and args.micro_batch_tokens < longest:
+        # the run's budget cannot hold the longer sequences asked for: the default budget instead
+        differences.append(f"--micro-batch-tokens auto (the calibrated run's {args.micro_batch_tokens} is below "
+                           f"the {longest}-token sequences asked for)")
+        args.micro_batch_tokens = None
     return differences, doc
 
 
