@@ -84,10 +84,16 @@ def test_a_hand_edited_run_field_is_one_line(cal, tmp_path, capsys):
     assert err.count("\n") == 1
 
 
-def test_longer_sequences_than_the_runs_budget_take_the_default_budget(cal, capsys):
-    run = json.loads(cal.read_text())["config"]
-    longer = run["micro_batch_tokens"] + 1000 if run["micro_batch_tokens"] else 40000
-    code, res, err = _estimate(capsys, "--calibration", str(cal), "--max-response-len", str(longer), "--step", "0")
+def test_longer_sequences_than_the_runs_budget_take_the_default_budget(cal, tmp_path, capsys):
+    doc = json.loads(cal.read_text())
+    doc["config"]["micro_batch_tokens"] = 12000  # a run with a stated budget (verl's ppo_max_token_len_per_gpu)
+    stated = tmp_path / "stated.json"
+    stated.write_text(json.dumps(doc))
+    code, res, err = _estimate(capsys, "--calibration", str(stated), "--step", "0")
+    assert code == 0 and res["config"]["micro_batch_tokens"] == 12000, err  # the run's own budget
+    longer = 16384
+    code, res, err = _estimate(capsys, "--calibration", str(stated), "--max-response-len", str(longer), "--step", "0")
     assert code == 0, err
-    assert res["config"]["micro_batch_tokens"] >= run["max_prompt_len"] + longer
-    assert any(d.startswith("--micro-batch-tokens auto") for d in res["calibration"]["differs_from_run"])
+    assert res["config"]["micro_batch_tokens"] >= doc["config"]["max_prompt_len"] + longer
+    assert any(d.startswith("--micro-batch-tokens auto (the calibrated run's 12000")
+               for d in res["calibration"]["differs_from_run"])
