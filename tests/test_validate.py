@@ -161,7 +161,7 @@ def test_shared_log_accuracy_goal(validation_logs, name, stage, goal):
         assert res["accuracy"][s]["accuracy"] >= goal, (name, s, res["accuracy"][s])
 
 
-# The README's table (ours), per log and stage: asserted to within 0.3 points, so the table and
+# The table of docs/step-model.md (ours), per log and stage: asserted to within 0.3 points, so the table and
 # the code cannot drift apart.
 README_TABLE = {
     LOGS[0]: {"step": 99.3, "gen": 98.3, "ref": 99.4, "values": 98.6, "update_critic": 98.1, "update_actor": 99.2},
@@ -233,7 +233,7 @@ def test_qwen7b_calibrated_mid_run_predicts_the_rest(validation_logs, start):
 @pytest.mark.xfail(strict=True, reason="Qwen2.5-0.5B p1024/r512 -> p512/r256 (both 1 GPU, GPU type unstated): "
                    "step 71.2% (naive 95.4%; 75.9% with the per-call prior of a same-run calibration); "
                    "generation and the padded trainer passes barely change between the two runs while the "
-                   "roofline halves, see README")
+                   "roofline halves, see docs/step-model.md")
 def test_qwen05b_across_runs(validation_logs):
     """The two Qwen2.5-0.5B PPO runs differ only in their length caps (1024+512 vs 512+256):
     calibrate on the first ten steps of one, predict every step of the other."""
