@@ -59,8 +59,9 @@ def _ab(args) -> int:
     from ..ab import format_markdown, format_text, run_ab, stderr_progress
 
     report = run_ab(args.base, args.cand, repo=args.repo, suites=args.suites, keyword=args.keyword,
-                    rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed, force=args.allow_cpu,
-                    out_dir=args.out, progress=stderr_progress)  # one line per case, in logs too
+                    rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed,
+                    force=args.allow_cpu, out_dir=args.out,
+                    progress=stderr_progress)  # one line per case, in logs too
     if args.json:
         from ._io import print_json
 

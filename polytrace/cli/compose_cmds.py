@@ -7,11 +7,11 @@ import argparse
 import sys
 import textwrap
 
+from ._args import add_steps
 from ._args import any_int as _int
 from ._args import finite_float as _float
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
-from ._args import add_steps
 from ._io import print_json
 
 

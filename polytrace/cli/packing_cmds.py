@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ._args import add_steps, deprecated
 from ._args import any_int as _int
 from ._args import positive_int_at_most as _at_most
-from ._args import add_steps, deprecated
 
 
 def register(sub) -> None:

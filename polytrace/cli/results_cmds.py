@@ -6,9 +6,9 @@ from __future__ import annotations
 import sys
 
 from ..errors import PolytraceError
+from ._args import add_out, deprecated, nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
 from ._args import any_int as _int
 from ._args import finite_float as _float
-from ._args import add_out, deprecated, nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
 
 # runs on each side of a change point: a window wider than this is a typo, not a history
 _window = positive_int_at_most(1000, "runs")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import PolytraceError
+from ._args import add_out, add_steps
 from ._args import nonneg_int as _nonneg
 from ._args import positive_int as _positive
 from ._args import positive_int_at_most as _at_most
-from ._args import add_out, add_steps
 from ._io import print_json
 
 

@@ -17,8 +17,8 @@ from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
-from .efficiency import DEFAULT
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
+from .efficiency import DEFAULT
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
 from .stages import STAGES, Part, RunConfig, stage_costs
