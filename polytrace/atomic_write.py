@@ -19,8 +19,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
-    if not parent.is_dir():
-        raise PolytraceError(f"{path}: folder {parent} does not exist")
+    if not parent.is_dir():  # every command's outputs: missing parent folders are created
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PolytraceError(f"{path}: cannot create folder {parent}: {exc.strerror or exc}") from None
     if path.is_dir():
         raise PolytraceError(f"{path}: is a folder; give a file name")
     try:

@@ -159,12 +159,25 @@ def format_describe(result: dict, per_step: bool = False) -> str:
     lines += ["", tabulate(workload_table_rows(result["summary"]), headers=["statistic (mean over steps)",
                                                                                "value"])]
     if per_step:
-        keys = ["step", "sequences", "tokens", "response_mean", "response_p99", "response_max",
-                "padding_waste", "rollout_tail_share"]
-        rows = [[f"{r['step']} (partial)" if r.get("partial") else r["step"]] + [r.get(k, "") for k in keys[1:]]
-                for r in result["per_step"]]
-        lines += ["", tabulate(rows, headers=keys, floatfmt=".3g")]
+        # plain numbers: counts with thousands separators, shares as percentages (``.3g`` printed
+        # a p99 of 9,380 tokens as 9.38e+03)
+        columns = [("sequences", "sequences", _count), ("tokens", "tokens", _count),
+                   ("response_mean", "resp mean", _count), ("response_p99", "resp p99", _count),
+                   ("response_max", "resp max", _count), ("padding_waste", "padding waste", _share),
+                   ("rollout_tail_share", "rollout tail", _share)]
+        rows = [[f"{r['step']} (partial)" if r.get("partial") else r["step"]]
+                + [fmt(r[k]) if k in r else "" for k, _, fmt in columns] for r in result["per_step"]]
+        lines += ["", tabulate(rows, headers=["step", *(h for _, h, _ in columns)], disable_numparse=True,
+                               colalign=("right",) * (len(columns) + 1))]
     return "\n".join(lines)
+
+
+def _count(v) -> str:
+    return f"{v:,.0f}"
+
+
+def _share(v) -> str:
+    return f"{100 * v:.1f}%"
 
 
 def _compact(steps: list[int]) -> str:

@@ -145,7 +145,7 @@ def compare(profile: str, *, steps=(0,), seed: int = 0, ranks: int = 8, max_toke
     from .profiles import get_profile
 
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise PolytraceError(f"--ranks must be an integer >= 1, got {ranks!r}")
+        raise PolytraceError(f"--gpus must be an integer >= 1, got {ranks!r}")
     if cost not in ("tokens", "attention"):
         raise PolytraceError(f"--cost must be 'tokens' or 'attention', got {cost!r}")
     steps = list(steps)
@@ -154,19 +154,21 @@ def compare(profile: str, *, steps=(0,), seed: int = 0, ranks: int = 8, max_toke
     prof = get_profile(profile)
     budget = default_max_tokens(prof) if max_tokens is None else max_tokens
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise PolytraceError(f"--max-tokens must be a positive integer, got {max_tokens!r}")
-    verl_reason = verl_unavailable() if peers else "peers disabled (--no-peers)"
+        raise PolytraceError(f"--micro-batch-tokens must be a positive integer, got {max_tokens!r}")
+    # a peer that cannot run at all is said once for the command (``peers_skipped``), not in a row
+    # per step; with --no-peers it is not asked for, so nothing is said
+    verl_reason = verl_unavailable() if peers else None
+    skipped = {"verl": verl_reason} if verl_reason else {}
     rows: list[Row] = []
     for step in steps:
         seqlens = np.asarray(prof.sample(step=step, seed=seed).seq_lens, dtype=np.int64)
         longest = int(seqlens.max()) if seqlens.size else 0
         if longest > budget:
-            raise PolytraceError(f"--max-tokens {budget} is smaller than the longest sequence of "
+            raise PolytraceError(f"--micro-batch-tokens {budget} is smaller than the longest sequence of "
                                  f"{profile} step {step} ({longest} tokens)")
         stats, elapsed = plan_ours(seqlens, ranks, budget, cost, equal_size)
         rows.append(Row(profile, step, "ours", len(seqlens), plan_ms=elapsed * 1e3, **stats))
-        if verl_reason:
-            rows.append(Row(profile, step, "verl", len(seqlens), skipped=verl_reason))
+        if verl_reason or not peers:
             continue
         try:
             stats, elapsed = plan_verl(seqlens, ranks, budget, cost)
@@ -176,7 +178,7 @@ def compare(profile: str, *, steps=(0,), seed: int = 0, ranks: int = 8, max_toke
         rows.append(Row(profile, step, "verl", len(seqlens), plan_ms=elapsed * 1e3, **stats))
     return {"profile": profile, "seed": seed, "steps": steps, "ranks": ranks, "max_tokens": budget,
             "cost": cost, "equal_size": equal_size, "measured_on": "cpu (planning time, wall clock)",
-            "rows": [r.as_dict() for r in rows], "summary": summarize(rows)}
+            "peers_skipped": skipped, "rows": [r.as_dict() for r in rows], "summary": summarize(rows)}
 
 
 def summarize(rows: list[Row]) -> dict:

@@ -27,14 +27,14 @@ def _results_root() -> Path:
 
 
 def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed: int = 0,
-                 output_dir: str | os.PathLike = "polytrace-report") -> dict:
+                 output_dir: str | os.PathLike = "polytrace-report", explain: bool = False) -> dict:
     from tabulate import tabulate
 
     from .describe import describe, format_describe, workload_table_rows
 
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
-        raise PolytraceError(f"--output-dir {out}: exists and is not a folder")
+        raise PolytraceError(f"-o {out}: exists and is not a folder")
     # the profile given or the default one, with its model and GPU count unless given (as impact)
     prof, model, gpus = default_workload(profile or None, model, gpus)
     steps = list(steps) if steps is not None else list(DEFAULT_STEPS)
@@ -45,11 +45,11 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
 
     section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed,
                              results_root=_results_root())
-    estimate = _render_estimate(section, model, gpu, gpus)
+    estimate = _render_estimate(section, model, gpu, gpus, explain=explain)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PolytraceError(f"--output-dir {out}: cannot create folder: {exc.strerror or exc}") from None
+        raise PolytraceError(f"-o {out}: cannot create folder: {exc.strerror or exc}") from None
     plot_path = out / "stage_breakdown.png"
     tmp_plot = plot_path.with_suffix(".tmp.png")
     plot_stage_breakdown(section["rows"], tmp_plot,
@@ -88,7 +88,7 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
                      "report": str(report_path), "links": [list(x) for x in links]}}
 
 
-def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
+def _render_estimate(section: dict, model: str, gpu: str, gpus: int, explain: bool = False) -> dict:
     from tabulate import tabulate
 
     summary = section["summary"]
@@ -114,12 +114,15 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
     kernels = _render_kernels(summary)
     from .compose.estimate import TAIL_FIGURES_NOTE
     per_step = [[r["step"], r["step_s"], r["gen"], r["tokens_per_s_per_gpu"]] for r in section["rows"]]
+    # warnings first: a configuration that cannot run is read before the numbers, not after them;
+    # the note on the two tail figures is in report.md, and on screen with --explain
     text = "\n".join([
-        head, "",
+        *warnings, head, "",
         tabulate(stage_rows, headers=["stage", "seconds", "share"], floatfmt=(".0f", ".1f", ".1%")), "",
-        tabulate(totals, headers=["where time goes", ""]), "", textwrap.fill(TAIL_FIGURES_NOTE, 100), "",
+        tabulate(totals, headers=["where time goes", ""]), "",
+        *([textwrap.fill(TAIL_FIGURES_NOTE, 100), ""] if explain else []),
         tabulate(per_step, headers=["step", "step s", "gen s", "tok/s/GPU"], floatfmt=(".0f", ".1f", ".1f", ".0f")),
-        *warnings, "", kernels["text"],
+        "", kernels["text"],
     ])
     markdown = "\n".join([
         f"{model} on {gpus} x {gpu}, mean over {summary['steps']} sampled steps.", "",
@@ -135,26 +138,29 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int) -> dict:
 def _render_kernels(summary: dict) -> dict:
     """The kernel breakdown (seconds of each family per stage, share, measured or roofline) and
     the Amdahl table, as text and Markdown."""
-    from .compose.breakdown import amdahl_lines, kernel_table, source_lines
+    from .compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table
 
     factor = summary["amdahl"][0]["factor"] if summary.get("amdahl") else 2.0
     amdahl_head = (f"Amdahl: the step with one kernel family {factor:g}x faster "
                    f"(its share is the most any speedup of it can save)")
     text = "\n".join(["kernel families (seconds per stage, share of the step, where they come from):",
-                      kernel_table(summary), "", *source_lines(summary), "", amdahl_head, amdahl_lines(summary)])
+                      kernel_table(summary), "", *grouped_source_lines(summary), "", amdahl_head,
+                      amdahl_lines(summary)])
     markdown = "\n".join(["### Kernel families", "",
                           "Seconds of each kernel family per stage (estimated), its share of the step, and "
                           "whether its timings were measured (result file and provider) or come from the "
                           "roofline at assumed efficiencies.", "",
                           kernel_table(summary, tablefmt="github"), "",
-                          *[f"- {line}" for line in source_lines(summary)], "",
+                          *[f"- {line}" for line in grouped_source_lines(summary)], "",
                           f"### {amdahl_head}", "", amdahl_lines(summary, tablefmt="github")])
     return {"text": text, "markdown": markdown}
 
 
 def lengths_figure(profile, steps, seed):
     """Histogram of the sampled response lengths on a log axis that starts just below the shortest
-    length (from 1 token, the short responses of a 32k-cap profile would sit in a corner)."""
+    length (from 1 token, the short responses of a 32k-cap profile would sit in a corner), with a
+    log count axis: the tail this project is about is a few responses per bin against thousands in
+    the body, flat on a linear axis."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,9 +176,10 @@ def lengths_figure(profile, steps, seed):
     bins = np.unique(np.geomspace(lo, hi, 60).astype(int))
     ax.hist(lens, bins=bins, color="#4477aa")
     ax.set_xscale("log")
+    ax.set_yscale("log")  # counts of 1 stay visible beside thousands
     ax.set_xlim(lo, hi)
     ax.set_xlabel("response length (tokens)")
-    ax.set_ylabel("responses")
+    ax.set_ylabel("responses (log scale)")
     ax.axvline(cap, color="#cc3311", ls="--", lw=1, label="length cap")
     ax.set_title(f"{profile.name}: sampled response lengths, steps {steps[0]}-{steps[-1]}")
     ax.legend()

@@ -277,7 +277,8 @@ if [ "$VIA_BENCH" = "1" ]; then
     # exit 1 means a failed shard or cases the budget left pending; the per-case outcomes are in
     # the log and the merged JSON, and a failed shard is named on its own line.
     [ -n "$BENCH_DIR" ] || BENCH_DIR="$(mktemp -d)"
-    BENCH_ARGS=(--suites $SUITES -o "$BENCH_DIR" --budget-s "$BUDGET_S" --pytest-arg=--benchmark-disable-gc -q)
+    BENCH_ARGS=(-o "$BENCH_DIR" --budget-s "$BUDGET_S" --pytest-arg=--benchmark-disable-gc -q)
+    for s in $SUITES; do BENCH_ARGS+=(--suite "$s"); done
     [ -n "$SELECT" ] && BENCH_ARGS+=(-k "$SELECT")
     [ "$HAS_CUDA" != "1" ] && BENCH_ARGS+=(--allow-cpu)
     say "suites through polytrace bench into $BENCH_DIR (budget ${BUDGET_S}s)"

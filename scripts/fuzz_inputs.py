@@ -387,13 +387,13 @@ def plan_run(rng: random.Random, command: str, seeds: dict, case: Path) -> Plan:
     if command == "estimate --calibration":
         path, what = mutated("calibration")
         model, gpus = ("gemma-2-2b", "2") if path.name == "from_log.json" else ("qwen2.5-7b", "8")
-        return Plan(poly + ["estimate", "--model", model, "--gpu", "a100-80g", "--gpus", gpus, "--steps", "1",
+        return Plan(poly + ["estimate", "--model", model, "--gpu", "a100-80g", "--gpus", gpus, "--step", "0",
                             "--prompts", "16", "--calibration", str(path), "--json"], what, [path])
     if command == "impact":
         base = next(p for p in seeds["result"] if p.name == "base.json")
         dst, what = mutated("result")
         pair = [str(base), str(dst)] if rng.random() < 0.5 else [str(dst), str(base)]
-        return Plan(poly + ["impact", *pair, "--gpu", "h200", "--steps", "1", "--json"], what, [dst])
+        return Plan(poly + ["impact", *pair, "--gpu", "h200", "--step", "0", "--json"], what, [dst])
     if command == "results show":
         path, what = mutated("result")
         return Plan(poly + ["results", "show", str(path)] + (["--brief"] if rng.random() < 0.5 else []), what,

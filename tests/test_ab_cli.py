@@ -1,4 +1,4 @@
-"""``polytrace ab`` end to end on the CPU (Triton interpreter, ``--force``, the suites' tiny shapes), in
+"""``polytrace ab`` end to end on the CPU (Triton interpreter, ``--allow-cpu``, the suites' tiny shapes), in
 a throwaway git repository holding a copy of this checkout's kernels/ and suites/ (``_ab_repo``):
 
 - a kernel made to do its work twice between two commits: exit 1, named (-o files written);
@@ -7,7 +7,7 @@ a throwaway git repository holding a copy of this checkout's kernels/ and suites
 - a kernel whose output changed: exit 1 under "outputs changed", not timed;
 - the working tree as CAND (uncommitted changes timed), HEAD with a dirty tree refused;
 - suites that differ, revisions that do not exist or do not import, unknown suites, too few
-  rounds, no GPU without --force: one-line errors or notes, exit 2 for errors;
+  rounds, no GPU without --allow-cpu: one-line errors or notes, exit 2 for errors;
 - temporary worktrees removed after every run, an error, Ctrl-C and SIGTERM.
 
 Rounds: 16 pairs where a 2x slowdown is to be found, 12 elsewhere (the minimum at alpha 0.002 is
@@ -97,7 +97,7 @@ def own_tempdir(tmp_path, monkeypatch):
 
 
 def ab(capsys, repo: Path, *args: str) -> tuple[int, str, str]:
-    code = main(["ab", "--repo", str(repo), "--force", *args])
+    code = main(["ab", "--repo", str(repo), "--allow-cpu", *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -275,7 +275,7 @@ def test_cli_usage_errors(capsys, repo):
 def test_no_gpu_is_refused_without_force(capsys, repo, own_tempdir):
     code = main(["ab", "noop", "slowpack", "--repo", str(repo)])
     err = capsys.readouterr().err
-    assert code == 2 and err.startswith("polytrace: error: no CUDA GPU:") and "--force runs it anyway" in err
+    assert code == 2 and err.startswith("polytrace: error: no CUDA GPU:") and "--allow-cpu runs it anyway" in err
     assert_clean(repo, own_tempdir)
 
 
@@ -317,7 +317,7 @@ def test_the_command_runs_as_a_program(repo, tmp_path):
     with one line on stderr for a refusal, and nothing on stdout."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.run([sys.executable, "-m", "polytrace", "ab", "nope", "--repo", str(repo), "--force"],
+    proc = subprocess.run([sys.executable, "-m", "polytrace", "ab", "nope", "--repo", str(repo), "--allow-cpu"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("polytrace: error: BASE 'nope': no such revision") and proc.stderr.count("\n") == 1

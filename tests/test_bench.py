@@ -136,7 +136,7 @@ def test_ctrl_c_keeps_finished_shards_and_a_rerun_runs_only_the_rest(suites, tmp
 def test_a_failing_shard_is_one_line_and_the_others_are_kept(suites, tmp_path, child_env):
     out = tmp_path / "run"
     env = {**child_env, "POLYTRACE_FAKE_FAIL": "1"}
-    args = ["--suites-dir", str(suites), "--suites", "alpha", "-o", str(out), "--shard-size", "3", "-q"]
+    args = ["--suites-dir", str(suites), "--suite", "alpha", "-o", str(out), "--shard-size", "3", "-q"]
     res = _cli(args, env)
     assert res.returncode == 1
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("polytrace: error:")]
@@ -232,7 +232,7 @@ def test_a_spent_budget_leaves_cases_pending_for_the_rerun(suites, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--suites", "nope", "-o", "{tmp}/o"], "--suites: no suite 'nope'"),
+    (["--suite", "nope", "-o", "{tmp}/o"], "--suite: no suite 'nope'"),
     (["-o", "{tmp}/file.txt"], "-o {tmp}/file.txt: exists and is not a folder"),
     (["--merge", "{tmp}/empty"], "no shard records"),
     (["--merge", "{tmp}/missing"], "run folder not found"),
@@ -259,6 +259,7 @@ def test_bad_input_is_one_line(args, message, suites, tmp_path, capsys):
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith("polytrace: error:"), err
     assert message.replace("{tmp}", str(tmp_path)) in err
+    assert not (tmp_path / "o").exists()  # a refused run leaves no empty run folder behind
 
 
 def test_a_suite_that_cannot_be_collected_is_one_line(tmp_path, capsys):

@@ -70,11 +70,15 @@ def test_bad_trace_does_not_overwrite_existing_output(tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".keep")] == []
 
 
-def test_fit_into_missing_folder_is_an_error(tmp_path, capsys):
+def test_fit_creates_missing_folders_and_names_a_file_in_the_way(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text(json.dumps({"step": 0, "input": 5, "output": [3, 4], "n_sampling": 2}) + "\n")
     code, _, err = run(capsys, "fit", str(trace), "-o", str(tmp_path / "no" / "such" / "p.json"))
-    assert code != 0 and "does not exist" in err
+    assert code == 0, err
+    assert json.loads((tmp_path / "no" / "such" / "p.json").read_text())["format"]
+    (tmp_path / "file").write_text("x")
+    code, _, err = run(capsys, "fit", str(trace), "-o", str(tmp_path / "file" / "p.json"))
+    assert code == 2 and "cannot create folder" in err and err.count("\n") == 1
 
 
 def test_bad_argument_values_exit_nonzero(capsys):
@@ -89,3 +93,26 @@ def test_no_traceback_from_the_console_entry_point(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.startswith("polytrace: error:") and "Traceback" not in proc.stderr
+
+
+def test_describe_per_step_prints_plain_numbers(capsys):
+    """Counts with thousands separators and shares as percentages, never 9.38e+03."""
+    code, out, _ = run(capsys, "describe", "dapo-math-32b", "--steps", "0-1", "--per-step")
+    assert code == 0
+    table = out.split("resp max", 1)[1]
+    assert "e+" not in table and "e-" not in table
+    rows = [ln.split() for ln in table.splitlines()[2:] if ln.strip()]
+    assert [r[0] for r in rows] == ["0", "1"]
+    assert all("," in r[2] and r[-1].endswith("%") for r in rows)  # tokens per step > 1,000; rollout tail
+
+
+def test_a_malformed_profile_names_the_missing_field(tmp_path, capsys):
+    from polytrace.profiles import get_profile
+
+    doc = get_profile("dapo-math-32b").to_json()
+    del doc["name"]
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "describe", str(path))
+    assert code == 2 and err.count("\n") == 1
+    assert f"{path}: malformed profile: missing field 'name'" in err

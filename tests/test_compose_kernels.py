@@ -160,9 +160,11 @@ def test_speedups_divide_a_family_and_the_amdahl_table_follows_amdahls_law(tmp_p
 
 def test_provider_what_if_prices_a_family_with_that_providers_timings(tmp_path):
     # the default log-prob provider is eager torch (a stock verl run); ours fused, 3x faster, is the what-if
-    files = _files(tmp_path) + _files(tmp_path, "peers.json", families=("logprob",), provider="ours",
-                                      factors={"logprob": 1 / 3})
-    files += _files(tmp_path, "fa.json", families=("attention",), provider="flash-attn", factors={"attention": 0.5})
+    # (the faster providers sit at the fixture's rates, the defaults 3x and 2x slower: no median
+    # below its roofline floor, which the results reader refuses)
+    files = _files(tmp_path, factors={"logprob": 3.0, "attention": 2.0})
+    files += _files(tmp_path, "peers.json", families=("logprob",), provider="ours")
+    files += _files(tmp_path, "fa.json", families=("attention",), provider="flash-attn")
     ours = _est(results=files)
     res = _est(results=files, providers={"logprob": "ours", "attention": "flash-attn"})
     assert _family_s(res, "logprob") == pytest.approx({s: v / 3 for s, v in _family_s(ours, "logprob").items()},
@@ -262,7 +264,9 @@ def test_estimate_kernels_prints_the_breakdown_sources_and_amdahl(tmp_path, caps
     out = capsys.readouterr().out
     assert "kernel families (estimated" in out and "update_actor s" in out
     assert "logprob: measured (" in out and "base.json: torch-eager (token_logprobs)" in out
-    assert "prefill: roofline" in out
+    # the families priced alike share one line with a count, not one line each
+    roofline = [ln for ln in out.splitlines() if ln.strip().startswith("roofline (")]
+    assert len(roofline) == 1 and "prefill" in roofline[0] and "logprob" not in roofline[0], roofline
     assert "Amdahl: the step with one kernel family 1.5x faster" in out and "step faster by" in out
     assert main([*SMALL_CLI, "--results", files[0], "--speedup", "decode=2"]) == 0
     assert "what-if (decode 2x faster): step" in capsys.readouterr().out

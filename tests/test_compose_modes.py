@@ -153,7 +153,10 @@ def test_weight_sync_crosses_nodes_slower_and_lora_moves_adapters_only():
     ("qwen2.5-7b", ["--mode", "fully-async", "--rollout-gpus", "16"], "--rollout-gpus 16 leaves no GPU"),
     ("qwen2.5-7b", ["--mode", "fully-async", "--kernels"], "--kernels"),
     ("qwen2.5-72b", ["--mode", "one-step-off", "--rollout-gpus", "1"], "--rollout-gpus: 1 rollout GPU"),
-    ("qwen2.5-72b", ["--mode", "one-step-off", "--train-gpus", "1"], "--train-gpus: 1 trainer GPU"),
+    # 8 trainer GPUs: 72.7B x 16 bytes / 8 = 145 GB of training state per 80 GB GPU (the rollout's
+    # 8 GPUs at TP 8 serve it); 1 trainer GPU would leave 15 rollout GPUs, on which no TP but 1
+    # splits the model's 64 heads (vLLM's rule), refused first
+    ("qwen2.5-72b", ["--mode", "one-step-off", "--train-gpus", "8"], "--train-gpus: 8 trainer GPU"),
     ("qwen2.5-7b", ["--ppo-mini-batch", "7"], "--ppo-mini-batch 7 does not divide"),
     ("qwen2.5-7b", ["--mode", "fully-async", "--updates-per-sync", "1000"], "--updates-per-sync 1000 exceeds"),
     ("qwen2.5-7b", ["--lora-rank", "5000"], "--lora-rank 5000 exceeds"),

@@ -151,7 +151,7 @@ def test_cli_calibrate_once_then_ask_each_mode(tmp_path, capsys):
     assert main(["calibrate", "--stage-times", f"gen={gen},old_log_prob={olp},update_actor={upd},step={step}",
                  "--model", MODEL, "--gpu", GPU, "--gpus", str(CALIBRATE_ON), *cfg, "-o", str(cal)]) == 0
     capsys.readouterr()
-    where = ["estimate", "--calibration", str(cal), "--model", MODEL, "--gpu", GPU, "--gpus", "128", "--steps", "1"]
+    where = ["estimate", "--calibration", str(cal), "--model", MODEL, "--gpu", GPU, "--gpus", "128", "--steps", "0"]
     assert main([*where, *cfg, "--mode", "fully-async", "--rollout-gpus", "64", "--staleness", "0.5", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["mode"]["mode"] == "fully-async" and "calibration" in doc

@@ -41,7 +41,7 @@ def test_error_names_the_flag(capsys, extra, expected):
 def test_weights_that_fit_nowhere_are_an_error(capsys):
     # 72.7B x 2 bytes = 145 GB of bf16 weights against a 70 GB engine share of one H200
     line = _error(capsys, ["estimate", "--model", "qwen2.5-72b", "--gpu", "h200", "--gpus", "1"])
-    assert "even at rollout TP 1" in line and "raise --gpus or --mem-fraction" in line
+    assert "even at rollout TP 1" in line and "use --gpus 4 (rollout TP 4) or raise --mem-fraction" in line
 
 
 def test_rollout_tp_without_kv_room_is_an_error_naming_the_fix(capsys):

@@ -18,8 +18,7 @@ def test_compare_ours_only_rows_and_summary():
     for r in ours:
         assert r["imbalance"] >= 1.0 and r["gap"] >= 0.0 and r["over_budget"] == 0
         assert r["max_microbatch_tokens"] <= result["max_tokens"]
-    verl = [r for r in result["rows"] if r["method"] == "verl"]
-    assert all(r["skipped"] for r in verl)
+    assert [r for r in result["rows"] if r["method"] == "verl"] == [] and result["peers_skipped"] == {}
     assert result["summary"]["ours"]["batches"] == 2
 
 
@@ -38,18 +37,28 @@ def test_summary_flags_a_worse_batch():
 
 
 def test_cli_json_and_table(capsys):
-    assert main(["pack-compare", "video-vl-7b", "--steps", "0", "--ranks", "4", "--no-peers", "--json"]) == 0
+    assert main(["pack-compare", "video-vl-7b", "--steps", "0", "--gpus", "4", "--no-peers", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["ranks"] == 4 and data["rows"][0]["method"] == "ours"
     assert main(["pack-compare", "video-vl-7b", "--steps", "0", "--no-peers"]) == 0
     out = capsys.readouterr().out
-    assert "imbalance" in out and "ours" in out and "skipped" in out
+    assert "imbalance" in out and "ours" in out and "skipped" not in out  # not asked for: not mentioned
+
+
+def test_an_unavailable_peer_is_said_once_per_command(capsys, monkeypatch):
+    import polytrace.packcompare as pc
+
+    monkeypatch.setattr(pc, "verl_unavailable", lambda: "verl not importable (No module named 'tensordict')")
+    assert main(["pack-compare", "video-vl-7b", "--steps", "0-2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("tensordict") == 1 and "verl: skipped (verl not importable" in out
+    assert [ln.split()[1] for ln in out.splitlines() if ln.strip()[:1].isdigit()] == ["ours"] * 3
 
 
 def test_errors_are_one_line(capsys):
-    assert main(["pack-compare", "video-vl-7b", "--steps", "0", "--max-tokens", "10", "--no-peers"]) == 2
+    assert main(["pack-compare", "video-vl-7b", "--steps", "0", "--micro-batch-tokens", "10", "--no-peers"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("polytrace: error: --max-tokens 10 is smaller") and err.count("\n") == 1
-    with pytest.raises(PolytraceError, match="--ranks"):
+    assert err.startswith("polytrace: error: --micro-batch-tokens 10 is smaller") and err.count("\n") == 1
+    with pytest.raises(PolytraceError, match="--gpus"):
         compare("video-vl-7b", ranks=0, peers=False)
     assert main(["pack-compare", "no-such-profile", "--no-peers"]) == 2

@@ -42,9 +42,11 @@ def test_store_and_set_baseline_refuse_a_throttled_run_unless_forced(tmp_path, c
     assert cli_main(["results", "store", str(hot), "--root", str(root)]) == 2
     assert cli_main(["results", "set-baseline", str(hot), "--root", str(root)]) == 2
     err = capsys.readouterr().err
-    assert err.count("polytrace: error:") == 2 and "--force" in err
-    assert cli_main(["results", "store", str(hot), "--root", str(root), "--force"]) == 0
+    assert err.count("polytrace: error:") == 2 and "--allow-throttled" in err
+    assert cli_main(["results", "store", str(hot), "--root", str(root), "--allow-throttled"]) == 0
+    # the old spelling still works, with a note naming the new one
     assert cli_main(["results", "set-baseline", str(hot), "--root", str(root), "--force"]) == 0
+    assert "--force is deprecated; use --allow-throttled" in capsys.readouterr().err
     assert load_result(root / "baselines" / "h200.json").throttled  # the mark travels with the file
 
 

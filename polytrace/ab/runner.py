@@ -132,7 +132,7 @@ def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | Non
     cuda = _cuda()
     if not cuda and not force:
         raise PolytraceError("no CUDA GPU: on this machine both revisions would run in the Triton interpreter, a smoke "
-                             "test of the code path whose timings are not performance; --force runs it anyway "
+                             "test of the code path whose timings are not performance; --allow-cpu runs it anyway "
                              "(at the suites' tiny CPU shapes)")
     n_pairs = plan.looks[0] if plan else check_rounds(rounds, alpha, cuda)
     say = progress or (lambda _msg: None)
@@ -219,7 +219,7 @@ def _definition_note(result: CaseResult, base_case, report: AbReport) -> None:
 
 def _finish(report: AbReport, seed: int, cuda: bool) -> None:
     if not cuda:
-        report.warnings.append("CPU interpreter (--force): these timings check the code path, they are not "
+        report.warnings.append("CPU interpreter (--allow-cpu): these timings check the code path, they are not "
                                "performance")
     for c in report.of("error"):
         c.note = c.note or "failed"

@@ -205,7 +205,9 @@ def _status(result: dict, cases: list[dict]) -> tuple[str, str]:
                           f"{first.get('reason') or first['outcome']}")
     if result.get("interrupted"):
         return "interrupted", f"interrupted; {len(cases) - len(pending)} of {len(cases)} cases finished"
-    if result.get("rc") not in (0, 5) or result.get("benchmark_json") is None:
+    # no JSON is an error unless the shard held no benchmark (None: a plugin that does not say)
+    no_json = result.get("benchmark_json") is None and result.get("benchmark_cases", None) != []
+    if result.get("rc") not in (0, 5) or no_json:
         return "error", f"pytest exit code {result.get('rc')}: {last_error(result.get('log_tail', ''))}"
     if pending:
         missing = [c for c in pending if c["outcome"] == "missing"]

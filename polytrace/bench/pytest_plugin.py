@@ -53,6 +53,9 @@ class _Recorder:
         self.config = config
         self.outcomes: dict[str, dict] = {}
         self.missing: list[str] = []
+        # cases that use pytest-benchmark's fixture: a shard without any writes no --benchmark-json,
+        # which is then no error (the suites' plain checks can fill a shard of their own)
+        self.benchmark_cases: list[str] = []
 
     def pytest_collection_modifyitems(self, session, config, items):
         path = config.getoption("polytrace_select")
@@ -68,6 +71,7 @@ class _Recorder:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+        self.benchmark_cases = [item.nodeid for item in keep if "benchmark" in getattr(item, "fixturenames", ())]
 
     def pytest_collection_finish(self, session):
         path = self.config.getoption("polytrace_collect")
@@ -104,7 +108,8 @@ class _Recorder:
     def pytest_sessionfinish(self, session, exitstatus):
         path = self.config.getoption("polytrace_outcomes")
         if path:
-            write_json(path, {"cases": self.outcomes, "missing": self.missing, "exitstatus": int(exitstatus)})
+            write_json(path, {"cases": self.outcomes, "missing": self.missing,
+                              "benchmark_cases": self.benchmark_cases, "exitstatus": int(exitstatus)})
 
 
 def pytest_configure(config):

@@ -82,7 +82,7 @@ def suite_files(suites: list[str] | None, suites_dir: Path) -> list[Path]:
         return list(found.values())
     unknown = [s for s in suites if s not in found]
     if unknown:
-        raise PolytraceError(f"--suites: no suite {unknown[0]!r} ({suites_dir / f'test_{unknown[0]}.py'} not found); "
+        raise PolytraceError(f"--suite: no suite {unknown[0]!r} ({suites_dir / f'test_{unknown[0]}.py'} not found); "
                              f"suites: {', '.join(found)}")
     return [found[s] for s in dict.fromkeys(suites)]
 
@@ -94,21 +94,62 @@ def _relative(path: Path, root: Path) -> str:
         return str(path.resolve())
 
 
+def shard_rootdir(suites_dir: Path, root: Path = REPO_ROOT) -> str:
+    """pytest's ``--rootdir`` for every shard, so node ids do not depend on where the checkout or the
+    working directory lies: ``.`` (the checkout root, on each worker) for suites inside the checkout
+    (ids ``suites/test_x.py::...``), else the suites folder itself (ids ``test_x.py::...``). Left to
+    pytest, the rootdir is the common ancestor of the working directory and the suite files: a clone
+    under /tmp with suites under /tmp/pytest-of-... gave ids prefixed by the path between them."""
+    return "." if suites_dir.resolve().is_relative_to(root) else str(suites_dir.resolve())
+
+
 def _forwarded_env(commit: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARD_PREFIX)}
     env["POLYTRACE_COMMIT"] = commit
     return env
 
 
-def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None = None, ray: str | None = None,
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what a mkdir -p would create)."""
+    path = path.absolute()
+    if path.exists():
+        return None
+    while not path.parent.exists():
+        path = path.parent
+    return path
+
+
+def _remove_if_empty(top: Path | None) -> None:
+    """Remove a folder this run created when the run wrote no file into it (a refused start, an
+    unreachable cluster): a failed command leaves nothing behind."""
+    if top is None or not top.is_dir():
+        return
+    if any(files for _dir, _dirs, files in os.walk(top)):
+        return
+    import shutil
+
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def run_bench(out: str | Path, **kw) -> BenchReport:
+    """Run the suites' cases in shards (serially here, or over Ray with ``ray`` = ``local``,
+    ``auto`` or an address), write each shard's record to ``out/shards`` as it finishes, skip
+    cases earlier runs into ``out`` finished, and merge into ``out/<gpu-slug>/<suite>.json``. A run
+    that fails before writing anything leaves no folder behind."""
+    created = _first_missing(Path(out))
+    try:
+        return _run_bench(out, **kw)
+    except BaseException:
+        _remove_if_empty(created)
+        raise
+
+
+def _run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None = None, ray: str | None = None,
               workers: int | None = None, allow_cpu: bool = False, budget_s: float | None = None,
               max_retries: int = 3, max_shard_cases: int = ledger.MAX_SHARD_CASES,
               suites_dir: str | Path | None = None, ship_code: bool = False, each_gpu_type: bool = False,
               pytest_args: list[str] | None = None, balance_from: str | Path | None = None,
               on_event: Callable[[str], None] | None = None) -> BenchReport:
-    """Run the suites' cases in shards (serially here, or over Ray with ``ray`` = ``local``,
-    ``auto`` or an address), write each shard's record to ``out/shards`` as it finishes, skip
-    cases earlier runs into ``out`` finished, and merge into ``out/<gpu-slug>/<suite>.json``."""
     from ..provenance import git_commit
 
     say = on_event or (lambda _msg: None)
@@ -121,7 +162,8 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
         raise PolytraceError(f"--shard-size: must be >= 1, got {max_shard_cases}")
     if ship_code and not ray:
         raise PolytraceError("--ship-code: only with --ray (a serial run uses this checkout)")
-    files = suite_files(suites, Path(suites_dir) if suites_dir else REPO_ROOT / "suites")
+    suites_dir = Path(suites_dir) if suites_dir else REPO_ROOT / "suites"
+    files = suite_files(suites, suites_dir)
     if out.exists() and not out.is_dir():
         raise PolytraceError(f"-o {out}: exists and is not a folder")
     try:
@@ -139,6 +181,7 @@ def run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None
     if ray:
         say(executor.cluster.describe())
     base = {"repo": None if ship_code else str(REPO_ROOT), "files": [_relative(f, REPO_ROOT) for f in files],
+            "rootdir": shard_rootdir(suites_dir),
             "env": _forwarded_env(commit), "pytest_args": list(pytest_args or [])}
     try:
         t0 = time.monotonic()

@@ -103,6 +103,12 @@ def _repo(spec: dict) -> Path:
     return repo
 
 
+def _rootdir(repo: Path, spec: dict) -> str:
+    """``--rootdir`` of the child: the spec's (relative to the checkout, or absolute), else the
+    checkout root, so node ids never depend on the working directory or where the clone lies."""
+    return f"--rootdir={repo / (spec.get('rootdir') or '.')}"
+
+
 def _env(repo: Path, spec: dict, shim: Path) -> dict:
     """The checkout first on the path, with ``polytrace_kernels`` pointing at its ``kernels/`` (what
     ``pip install -e .`` would give), so the node's installed copy, if any, never runs instead."""
@@ -175,7 +181,7 @@ def collect(spec: dict) -> dict:
         (tmp / "shim").mkdir()
         env = _env(repo, spec, tmp / "shim")
         out = tmp / "collected.json"
-        args = ["--collect-only", "-q", *PYTEST_BASE, f"--polytrace-collect={out}"]
+        args = ["--collect-only", "-q", *PYTEST_BASE, _rootdir(repo, spec), f"--polytrace-collect={out}"]
         if spec.get("k"):
             args += ["-k", spec["k"]]
         rc, interrupted, cpu_s = _pytest(repo, args + list(spec["files"]), env, tmp / "log.txt")
@@ -213,12 +219,13 @@ def run_shard(spec: dict) -> dict:
             env[BUDGET_ENV] = f"{left:.0f}"
         select, outcomes, bench = tmp / "select.json", tmp / "outcomes.json", tmp / "bench.json"
         select.write_text(json.dumps(list(spec["nodeids"])))
-        args = ["-q", *PYTEST_BASE, f"--polytrace-select={select}",
+        args = ["-q", *PYTEST_BASE, _rootdir(repo, spec), f"--polytrace-select={select}",
                 f"--polytrace-outcomes={outcomes}", f"--benchmark-json={bench}", "--benchmark-save-data",
                 *spec.get("pytest_args", []), *spec["files"]]
         rc, interrupted, cpu_s = _pytest(repo, args, env, tmp / "log.txt")
         recorded = _load(outcomes) or {}
         result.update(rc=rc, interrupted=interrupted, benchmark_json=_load(bench), cpu_s=round(cpu_s, 3),
                       cases=recorded.get("cases") or {}, missing=recorded.get("missing") or [],
+                      benchmark_cases=recorded.get("benchmark_cases"),
                       log_tail=_tail(tmp / "log.txt"), seconds=round(time.time() - started, 3))
     return result

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic_write import atomic_write_text
-from .fit import Calibration, StepData, by_family, fit, prior_for, roofline_bounds
+from .fit import FIXED_FALLBACK, Calibration, StepData, by_family, fit, prior_for, roofline_bounds
 from ..compose.stages import GROUPS, STAGES, stage_costs
 from ..errors import PolytraceError
 from .logconfig import model_family
@@ -53,7 +53,8 @@ def _derived(cal: Calibration) -> tuple[dict, dict]:
         key = f"{s}_overhead_s"
         if key not in scalars:
             scalars[key] = cal.stage_overhead(s)
-            derived[key] = "like stage" if scalars[key] else "none timed: 0"
+            like = next((o for o in FIXED_FALLBACK.get(s, ()) if o in cal.overhead_s), None)
+            derived[key] = f"copied from {like}_overhead_s" if like and scalars[key] else "none timed: 0"
     for g in GROUPS:
         key = f"{g}_slowdown"
         if key not in scalars:

@@ -43,9 +43,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def given_options(argv: list[str]) -> set[str]:
+    """The destinations the command line set explicitly (not left at their defaults), so a command
+    can take defaults from elsewhere (``estimate --calibration``: the calibrated run's) and list
+    where the flags differ. Parsed again with every default suppressed; notes of deprecated
+    spellings are said once, by the first parse."""
+    import contextlib
+    import io
+
+    parser = build_parser()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+            elif action.option_strings:
+                action.default, action.required = argparse.SUPPRESS, False
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            ns = parser.parse_args(argv)
+    except SystemExit:  # cannot happen after the first parse succeeded; nothing is then "given"
+        return set()
+    return {k for k in vars(ns) if k not in ("func", "command", "results_command")}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.from_command_line = argv is None  # sys.argv: the process may be re-run (tune --allow-cpu)
+    args.given = given_options(sys.argv[1:] if argv is None else argv)
     try:
         code = args.func(args)
     except PolytraceError as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 # Above this a count is a typo, not a workload: a million GPUs, ranks, steps or replicas would
 # allocate for minutes and then die of memory instead of saying what was wrong.
@@ -125,9 +126,64 @@ def probability(text: str) -> float:
     return v
 
 
-def steps_or_count(text: str) -> list[int]:
-    """``--steps`` of the estimate commands: a count ``N`` (steps 0 .. N-1, as before) or, like every
-    other ``--steps``, a list or range: ``0-3``, ``0,50,100``, ``0-200:20``."""
+def one_step(text: str) -> list[int]:
+    """``--step N``: the one step N (a list, like ``--steps``)."""
+    return [nonneg_int(text)]
+
+
+def add_steps(parser, *, default, what: str = "steps to sample", count_note: bool = False) -> None:
+    """``--steps A-B`` (also ``0,50,100``, ``0-200:20``, or ``N`` meaning step N alone) and
+    ``--step N``, one meaning in every command (dest ``steps``). ``count_note``: the commands where
+    ``--steps N`` once meant the first N steps print a note when given a bare number."""
+    group = parser.add_mutually_exclusive_group()
+    shown = ""
+    if default:
+        shown = f" (default {default[0]}-{default[-1]})" if len(default) > 1 else f" (default {default[0]})"
+    group.add_argument("--steps", type=_steps_noting_counts if count_note else step_list, default=default,
+                       metavar="A-B", help=f"{what}: a range A-B, a list 0,50,100, every 20th 0-200:20, or N for "
+                       f"step N alone{shown}")
+    group.add_argument("--step", type=one_step, dest="steps", metavar="N", help="one step: the same as --steps N")
+
+
+def _steps_noting_counts(text: str) -> list[int]:
     if text.strip().isdigit():
-        return list(range(step_count(text.strip())))
+        n = int(text)
+        hint = f"; the first {n} steps are --steps 0-{n - 1}" if n > 1 else ""
+        print(f"polytrace: note: --steps {n} is step {n} alone, as in every command{hint}", file=sys.stderr)
     return step_list(text)
+
+
+class DeprecatedAlias(argparse.Action):
+    """A hidden old spelling of an option: works as before (``kind``: store, store_true, append,
+    extend) and says on stderr which spelling to use instead."""
+
+    def __init__(self, option_strings, dest, use: str, kind: str = "store", **kw):
+        if kind == "store_true":
+            kw["nargs"] = 0
+        elif kind == "extend":
+            kw.setdefault("nargs", "+")
+        self.use, self.kind = use, kind
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"polytrace: note: {option_string} is deprecated; use {self.use}", file=sys.stderr)
+        if self.kind == "store_true":
+            setattr(namespace, self.dest, True)
+        elif self.kind in ("append", "extend"):
+            current = list(getattr(namespace, self.dest, None) or [])
+            setattr(namespace, self.dest, current + (list(values) if self.kind == "extend" else [values]))
+        else:
+            setattr(namespace, self.dest, values)
+
+
+def deprecated(parser, old: str, *, use: str, dest: str, kind: str = "store", **kw) -> None:
+    """Accept ``old`` (hidden from --help) as ``use``, with a note on stderr."""
+    parser.add_argument(old, dest=dest, action=DeprecatedAlias, use=use, kind=kind, help=argparse.SUPPRESS,
+                        default=argparse.SUPPRESS, **kw)
+
+
+def add_out(parser, *, old: tuple[str, ...] = (), **kw) -> None:
+    """``-o/--out PATH`` (dest ``out``), with the command's old spellings as hidden aliases."""
+    parser.add_argument("-o", "--out", dest="out", **kw)
+    for spelling in old:
+        deprecated(parser, spelling, use="-o/--out", dest="out", metavar=kw.get("metavar"))

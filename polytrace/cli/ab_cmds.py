@@ -4,9 +4,8 @@ interleaved, with a paired test, output agreement and the step-time line."""
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ._args import any_int, finite_float, positive_int_at_most, probability, threshold_fraction
+from ._args import any_int, deprecated, finite_float, positive_int_at_most, probability, threshold_fraction
 
 # pairs per case: past this a run is a typo (every pair launches both revisions' kernels)
 _rounds = positive_int_at_most(100_000, "rounds")
@@ -34,7 +33,7 @@ def register(sub) -> None:
                     "both outputs are checked against BASE's fp64 reference. --until-decided adds pairs look by "
                     "look (alpha split over the planned looks) until every case is decided. Exit 0 pass, 1 a "
                     "regression or changed outputs, 2 refused or could not compare, 3 inconclusive. Needs a CUDA "
-                    "GPU (--force runs the CPU interpreter: a code-path check, not performance).")
+                    "GPU (--allow-cpu runs the CPU interpreter: a code-path check, not performance).")
     p.add_argument("base", metavar="BASE_REV", help="the revision to compare against (branch, tag or commit, "
                                                     "e.g. origin/main)")
     p.add_argument("cand", metavar="CAND_REV", nargs="?", default=None,
@@ -64,7 +63,8 @@ def register(sub) -> None:
                    help="significance level of the per-case test and the aggregates' intervals (default 0.002)")
     p.add_argument("--seed", type=any_int, default=0, help="seed of the per-pair run order (default 0)")
     p.add_argument("--repo", default=None, help="the git repository (default: the one holding the current folder)")
-    p.add_argument("--force", action="store_true",
+    deprecated(p, "--force", use="--allow-cpu", dest="allow_cpu", kind="store_true")
+    p.add_argument("--allow-cpu", action="store_true",
                    help="run without a CUDA GPU, in the Triton interpreter at the suites' tiny CPU shapes "
                         "(a code-path check; its timings are not performance)")
     p.add_argument("-o", "--out", metavar="DIR", default=None,
@@ -81,8 +81,9 @@ def _ab(args) -> int:
     from ..ab import format_markdown, format_text, run_ab, stderr_progress
 
     report = run_ab(args.base, args.cand, repo=args.repo, suites=args.suites, keyword=args.keyword,
-                    rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed, force=args.force,
-                    out_dir=args.out, progress=stderr_progress if sys.stderr.isatty() else None,
+                    rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed,
+                    force=args.allow_cpu, out_dir=args.out,
+                    progress=stderr_progress,  # one line per case, in logs too
                     until_decided=args.until_decided, max_pairs=args.max_pairs, budget_s=args.budget_s)
     if args.json:
         from ._io import print_json

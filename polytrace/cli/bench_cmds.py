@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 from ..errors import PolytraceError
-from ._args import finite_float, nonneg_int, positive_int
+from ._args import deprecated, finite_float, nonneg_int, positive_int
 
 
 def register(sub) -> None:
@@ -17,8 +17,9 @@ def register(sub) -> None:
                     "worker holding one GPU), write every shard to OUT/shards/ as soon as it finishes, and merge "
                     "into OUT/<gpu-slug>/<suite>.json. Rerunning into the same OUT runs only the cases not "
                     "finished yet.")
-    p.add_argument("--suites", nargs="+", metavar="SUITE", default=None,
-                   help="suite names (suites/test_<name>.py); default: every suite")
+    p.add_argument("--suite", action="append", dest="suites", metavar="S", default=None,
+                   help="run this suite (suites/test_<S>.py; repeatable); default: every suite")
+    deprecated(p, "--suites", use="--suite S (repeatable)", dest="suites", kind="extend", metavar="S")
     p.add_argument("-k", dest="k", metavar="EXPR", default=None, help="pytest -k expression selecting cases")
     p.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
                    help="run shards as Ray tasks: 'local' starts Ray here, 'auto' joins this machine's cluster, "
@@ -60,7 +61,7 @@ def register(sub) -> None:
 def _bench(args) -> int:
     if args.merge:
         if args.out or args.ray or args.suites or args.k:
-            raise PolytraceError("--merge DIR: merges what is in DIR; give no -o, --ray, --suites or -k with it")
+            raise PolytraceError("--merge DIR: merges what is in DIR; give no -o, --ray, --suite or -k with it")
         from ..bench import merge_dir
 
         for m in merge_dir(args.merge):

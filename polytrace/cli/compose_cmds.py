@@ -7,11 +7,11 @@ import argparse
 import sys
 import textwrap
 
+from ._args import add_steps
 from ._args import any_int as _int
 from ._args import finite_float as _float
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
-from ._args import steps_or_count as _steps_or_count
 from ._io import print_json
 from ._settings import add_set_flag, estimate_settings
 
@@ -23,13 +23,13 @@ def register(sub) -> None:
                        "families (gemm, attention, decode, prefill, logprob, packing, optimizer, comm, host), "
                        "each priced from measured kernel timings on that GPU (results/<gpu>/, or --results) "
                        "where present, else at the roofline at assumed efficiencies.")
-    p.add_argument("--model", required=True, help="model preset (e.g. qwen2.5-7b) or a HF config.json")
-    p.add_argument("--gpu", required=True, help="GPU preset (e.g. h100, a100-80g, h200)")
-    p.add_argument("--gpus", required=True, type=_pos_int, help="GPU count")
+    p.add_argument("--model", help="model preset (e.g. qwen2.5-7b) or a HF config.json (required unless "
+                   "--calibration gives it)")
+    p.add_argument("--gpu", help="GPU preset (e.g. h100, a100-80g, h200; required unless --calibration gives it)")
+    p.add_argument("--gpus", type=_pos_int, help="GPU count (required unless --calibration gives it)")
     p.add_argument("--profile", default=None, help="workload profile (default dapo-math-32b; with --lengths: the "
                    "shape, default the nearest built-in for the model's task)")
-    p.add_argument("--steps", type=_steps_or_count, default=[0], help="sampled steps to estimate: a count N "
-                   "(steps 0 to N-1; default 1) or steps like 0-3 or 0,50,100")
+    add_steps(p, default=[0], what="sampled steps to estimate", count_note=True)
     p.add_argument("--seed", type=_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
@@ -98,11 +98,14 @@ def register(sub) -> None:
                    help="the speedup of each family in the Amdahl table of --kernels (default 2)")
     add_set_flag(p)
     p.add_argument("--calibration", default=None, metavar="CAL_JSON",
-                   help="scale the stage costs by the scalars of a calibration file (polytrace calibrate); "
-                   "refused for another model family")
+                   help="scale the stage costs by the scalars of a calibration file (polytrace calibrate), "
+                   "refused for another model family; the calibrated run's configuration (model, GPU, GPU count, "
+                   "batch, n, TP, lengths) is the default of every flag not given, and each flag that differs "
+                   "from it is listed")
     p.add_argument("--roofline", action="store_true",
                    help="price at the base roofline alone, without the shared physical priors the estimate applies "
                    "by default (polytrace/data/priors.json)")
+    p.add_argument("--explain", action="store_true", help="also print what the two tail figures answer")
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
 
@@ -117,8 +120,7 @@ def register(sub) -> None:
     i.add_argument("--model", default=None, help="model preset or HF config.json (default: the profile's model)")
     i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
-    i.add_argument("--steps", type=_steps_or_count, default=list(range(8)), help="sampled steps to price: a count "
-                   "N (steps 0 to N-1; default 8) or steps like 0-3 or 0,50,100")
+    add_steps(i, default=list(range(8)), what="sampled steps to price", count_note=True)
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
     i.add_argument("--lengths", default=None, metavar="mean=M[,max=L][,prompt=P][,shape=PROFILE]",
                    help=LENGTHS_HELP)
@@ -169,6 +171,32 @@ def stated_profile(args, model=None):
 
     return stated_lengths_profile(args.lengths, profile=args.profile, model=model if model is not None else args.model,
                                   max_response_len=getattr(args, "max_response_len", None))
+def _calibrated_run(args) -> tuple[list[str], dict | None]:
+    """With --calibration: the flags not given take the calibrated run's values (``args`` updated);
+    the lines listing where given flags differ from that run."""
+    if not args.calibration:
+        missing = [f for f in ("--model", "--gpu", "--gpus") if getattr(args, f[2:]) is None]
+        if missing:
+            from ..errors import PolytraceError
+
+            raise PolytraceError(f"estimate: the following arguments are required: {', '.join(missing)} (or "
+                                 "--calibration CAL_JSON, whose calibrated run gives them)")
+        return [], None
+    from ..calibrate.files import load
+    from ..calibrate.rundefaults import apply_run_defaults
+
+    doc = load(args.calibration)
+    given = getattr(args, "given", set())
+    values, differences = apply_run_defaults(vars(args), given, doc)
+    for dest, value in values.items():
+        setattr(args, dest, value)
+    longest = (args.max_prompt_len or 0) + (args.max_response_len or 0)
+    if "micro_batch_tokens" not in given and args.micro_batch_tokens and args.micro_batch_tokens < longest:
+        # the run's budget cannot hold the longer sequences asked for: the default budget instead
+        differences.append(f"--micro-batch-tokens auto (the calibrated run's {args.micro_batch_tokens} is below "
+                           f"the {longest}-token sequences asked for)")
+        args.micro_batch_tokens = None
+    return differences, doc
 
 
 def _estimate(args) -> int:
@@ -176,6 +204,9 @@ def _estimate(args) -> int:
     from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
 
+    differences, cal_doc = _calibrated_run(args)
+    for line in differences:  # on stderr, before any table
+        print(f"note: differs from the calibrated run: {line}", file=sys.stderr)
     profile, stated_kw = stated_run(args)
     kw = dict(steps=args.steps, seed=args.seed, rollout_tp=args.rollout_tp, strategy=args.strategy,
               train_tp=args.train_tp, train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref,
@@ -204,6 +235,14 @@ def _estimate(args) -> int:
     res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
     if lengths_line:
         res.setdefault("lengths", {**profile.summary(), "line": lengths_line})
+    if cal_doc is not None:
+        from ..calibrate.rundefaults import copied_constants
+
+        used = {s for r in res.get("rows", []) for s, v in r.get("stages_s", {}).items() if v > 0}
+        res["calibration"]["differs_from_run"] = differences
+        res["calibration"]["copied_constants"] = copied_constants(cal_doc, used)
+        for line in res["calibration"]["copied_constants"]:
+            print(f"note: {line}", file=sys.stderr)
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
     if args.json:
@@ -220,7 +259,7 @@ def _estimate(args) -> int:
         return 0
     from tabulate import tabulate
 
-    from ..compose.breakdown import amdahl_lines, kernel_table, source_lines, what_if_lines
+    from ..compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table, what_if_lines
     from ..compose.estimate import TAIL_FIGURES_NOTE
     from ..compose.modes_text import idle_lines
 
@@ -249,7 +288,8 @@ def _estimate(args) -> int:
                if res["range"]["unidentified"] else "")
         print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}")
     print("\n".join(idle_lines(res["summary"])))
-    print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
+    if args.explain:
+        print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
     for line in what_if_lines(res["summary"]):
         print(line)
     if args.kernels:
@@ -257,7 +297,7 @@ def _estimate(args) -> int:
         print(f"\nkernel families (estimated, mean over {summary['steps']} sampled steps):")
         print(kernel_table(summary))
         print("\nwhere each family's time comes from:")
-        for line in source_lines(summary):
+        for line in grouped_source_lines(summary):
             print(f"  {line}")
         print(f"\nAmdahl: the step with one kernel family {args.amdahl:g}x faster (share = the most it can save):")
         print(amdahl_lines(summary))

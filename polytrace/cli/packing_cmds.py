@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ._args import add_steps, deprecated
 from ._args import any_int as _int
 from ._args import positive_int_at_most as _at_most
-from ._args import step_list as _steps
 
 
 def register(sub) -> None:
@@ -15,12 +15,16 @@ def register(sub) -> None:
                                    "micro-batches with our planner and, when installed, verl's; print "
                                    "imbalance, gap to the lower bound, micro-batches and planning time.")
     p.add_argument("profile", metavar="PROFILE", help="built-in profile name (see `polytrace profiles`)")
-    p.add_argument("--steps", type=_steps, default=[0, 1, 2, 3, 4], help="steps to sample, e.g. 0-4 or 0,3")
+    add_steps(p, default=[0, 1, 2, 3, 4])
     p.add_argument("--seed", type=_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
-    p.add_argument("--ranks", type=_at_most(65536, "ranks"), default=8, help="data-parallel ranks (default 8)")
-    p.add_argument("--max-tokens", type=_int, default=None,
+    gpus = _at_most(65536, "GPUs")
+    p.add_argument("--gpus", type=gpus, dest="ranks", default=8, metavar="N",
+                   help="GPUs, one data-parallel rank each (default 8)")
+    deprecated(p, "--ranks", use="--gpus", dest="ranks", type=gpus)
+    p.add_argument("--micro-batch-tokens", type=_int, dest="max_tokens", default=None, metavar="N",
                    help="token budget per micro-batch (default: max prompt + max response of the profile)")
+    deprecated(p, "--max-tokens", use="--micro-batch-tokens", dest="max_tokens", type=_int)
     p.add_argument("--cost", choices=("attention", "tokens"), default="attention",
                    help="cost model for balance (default attention: 24576*L + L^2, verl's)")
     p.add_argument("--equal-size", action=argparse.BooleanOptionalAction, default=True,
@@ -41,18 +45,23 @@ def run(args) -> int:
         return 0
     from tabulate import tabulate
 
-    print(f"{result['profile']}: {result['ranks']} ranks, max {result['max_tokens']} tokens per micro-batch, "
-          f"cost={result['cost']}, seed {result['seed']}; times: {result['measured_on']}")
-    table = []
+    print(f"{result['profile']}: {result['ranks']} GPUs (data-parallel ranks), max {result['max_tokens']} tokens "
+          f"per micro-batch, cost={result['cost']}, seed {result['seed']}; times: {result['measured_on']}")
+    for peer, why in result["peers_skipped"].items():  # once per command, not once per step
+        print(f"{peer}: skipped ({why})")
+    table, failed = [], {}
     for r in result["rows"]:
         if r["skipped"]:
-            table.append([r["step"], r["method"], r["n_sequences"], "skipped: " + r["skipped"][:70]] + [""] * 5)
+            table.append([r["step"], r["method"], r["n_sequences"], "skipped (below)"] + [""] * 5)
+            failed.setdefault(r["skipped"], []).append(r["step"])
             continue
         table.append([r["step"], r["method"], r["n_sequences"], f"{r['imbalance']:.6f}", f"{100 * r['gap']:.4f}%",
                       r["n_microbatches"], f"{r['lockstep_imbalance']:.4f}", r["over_budget"],
                       f"{r['plan_ms']:.1f}"])
     print(tabulate(table, headers=["step", "planner", "seqs", "imbalance", "gap to LB", "micro-batches",
                                    "lock-step", "over budget", "plan ms"]))
+    for why, steps in failed.items():  # a peer failing on some batches: each reason once, with its steps
+        print(f"verl failed on step{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))}: {why}")
     cmp_ = result["summary"].get("ours_vs_verl")
     if cmp_:
         print(f"ours vs verl on {cmp_['batches']} batches: never worse = {cmp_['never_worse']}, "

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import sys
+
 from ..errors import PolytraceError
+from ._args import add_out, deprecated, nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
 from ._args import any_int as _int
 from ._args import finite_float as _float
-from ._args import nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
 
 # runs on each side of a change point: a window wider than this is a typo, not a history
 _window = positive_int_at_most(1000, "runs")
@@ -34,16 +36,18 @@ def register(sub) -> None:
     p.add_argument("--suite", default=None, help="suite name for the file name (default: from the benchmarks)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing file")
     p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
-    p.add_argument("--force", action="store_true", help="store a run marked throttled (clock below 90%% of max "
-                   "or another process on the GPU) anyway")
+    p.add_argument("--allow-throttled", action="store_true", help="store a run marked throttled (clock below 90%% "
+                   "of max or another process on the GPU) anyway")
+    deprecated(p, "--force", use="--allow-throttled", dest="allow_throttled", kind="store_true")
     p.set_defaults(func=_store)
 
     p = rsub.add_parser("set-baseline", help="merge one run's result files into <root>/baselines/<gpu-slug>.json")
     p.add_argument("files", nargs="+", help="result JSON files or folders of one run")
     p.add_argument("--root", default=None, help="results folder (default: ./results)")
     p.add_argument("--allow-cpu", action="store_true", help="accept CPU-interpreter results (tests only)")
-    p.add_argument("--force", action="store_true", help="accept a run marked throttled (clock below 90%% of max "
-                   "or another process on the GPU)")
+    p.add_argument("--allow-throttled", action="store_true", help="accept a run marked throttled (clock below "
+                   "90%% of max or another process on the GPU)")
+    deprecated(p, "--force", use="--allow-throttled", dest="allow_throttled", kind="store_true")
     p.set_defaults(func=_set_baseline)
 
     p = rsub.add_parser("history", help="a benchmark's time across the stored runs, change points and the "
@@ -81,8 +85,10 @@ def register(sub) -> None:
                    help="median slowdown that counts: 5%% or 0.05 (default 5%%); a bare number above 1 is refused")
     p.add_argument("--alpha", type=probability, default=0.002,
                    help="significance level of the U test and of the aggregates' intervals (default 0.002)")
+    p.add_argument("--allow-cpu", action="store_true", help="compare CPU-interpreter timings (a code-path check, "
+                   "not performance)")
     p.add_argument("--force", action="store_true", help="compare even when the inputs are refused "
-                   "(different GPU, CPU timings, a throttled run, changed workloads)")
+                   "(different GPUs, a throttled run, changed workloads)")
     p.add_argument("--gate-all", action="store_true", help="gate torch and peer providers too (default: ours only)")
     p.add_argument("--fail-on-missing", action="store_true", help="fail when a baseline benchmark is missing")
     p.add_argument("--all", action="store_true", help="text output lists unchanged benchmarks too")
@@ -104,9 +110,8 @@ def register(sub) -> None:
     p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile",
                        description="Search a kernel's launch configs (blocks, warps, stages) over the shape "
                        "buckets of a workload profile and write the best per bucket, which the kernel reads "
-                       "at launch. Needs a CUDA GPU; on a CPU-only machine run it as TRITON_INTERPRET=1 "
-                       "polytrace tune ... to exercise the code path in the Triton interpreter (timings "
-                       "there are not performance).")
+                       "at launch. Needs a CUDA GPU; on a CPU-only machine --allow-cpu exercises the code path "
+                       "in the Triton interpreter (timings there are not performance).")
     # choices: an unknown kernel is reported while parsing, before a missing --profile
     p.add_argument("kernel", choices=tunable_names(), metavar="KERNEL",
                    help=f"tunable kernel: {', '.join(tunable_names())}")
@@ -115,8 +120,8 @@ def register(sub) -> None:
     p.add_argument("--budget-s", type=_float, default=120.0, help="search time budget in seconds (default 120)")
     p.add_argument("--seed", type=_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
-    p.add_argument("--out", default=None, help="tuning root (default: results/tuning on a GPU, "
-                                               "out/tuning for CPU-interpreter runs)")
+    add_out(p, metavar="DIR", default=None, help="tuning root (default: results/tuning on a GPU, out/tuning for "
+            "CPU-interpreter runs)")
     p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
                                                  "(default: the profile's model)")
     p.add_argument("--max-buckets", type=_int, default=None, help="tune at most this many buckets")
@@ -127,8 +132,9 @@ def register(sub) -> None:
                         "Ray here, 'auto' joins this machine's cluster, or the head's HOST:PORT")
     p.add_argument("--workers", type=positive_int, default=None, help="with --ray: workers at once (default: "
                    "every GPU; with --allow-cpu on a cluster without GPUs, every CPU)")
-    p.add_argument("--allow-cpu", action="store_true", help="with --ray: on a cluster without GPUs, one worker per "
-                   "CPU in the Triton interpreter (code-path check)")
+    p.add_argument("--allow-cpu", action="store_true", help="without a CUDA GPU, run the trials in the Triton "
+                   "interpreter (a code-path check; timings are not performance); with --ray on a cluster without "
+                   "GPUs, one worker per CPU")
     p.add_argument("--max-retries", type=nonneg_int, default=3,
                    help="with --ray: times a lost worker is restarted and its trial retried (default 3)")
     p.set_defaults(func=_tune)
@@ -171,14 +177,14 @@ def _store(args) -> int:
         raise PolytraceError("--suite: give one file when naming its suite")
     for f in args.files:
         print(store_result(f, args.root, suite=args.suite, overwrite=args.overwrite, allow_cpu=args.allow_cpu,
-                           force=args.force))
+                           force=args.allow_throttled))
     return 0
 
 
 def _set_baseline(args) -> int:
     from ..results import set_baseline
 
-    print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu, force=args.force))
+    print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu, force=args.allow_throttled))
     return 0
 
 
@@ -208,7 +214,7 @@ def _gate(args) -> int:
         check_output_dir(args.plot, "--plot")
     baseline, candidate = load_result(args.baseline), load_result(args.candidate)
     report = compare(baseline, candidate, threshold=args.threshold,
-                     alpha=args.alpha, force=args.force, gate_all=args.gate_all,
+                     alpha=args.alpha, force=args.force, allow_cpu=args.allow_cpu, gate_all=args.gate_all,
                      fail_on_missing=args.fail_on_missing)
     step = _step_time(report, baseline, candidate)
     if step:
@@ -249,8 +255,33 @@ def _plot(args) -> int:
     return 0
 
 
+def _interpret_on_cpu(may_reexec: bool) -> None:
+    """``tune --allow-cpu`` without a CUDA GPU: switch the Triton interpreter on for this process.
+    Triton reads ``TRITON_INTERPRET`` when a kernel is decorated (at its module's import), so the
+    variable is set before any kernel module is imported; were triton already imported, the command
+    is run again in a fresh interpreter with the variable set (only when it came from the command
+    line: a caller of ``main(argv)`` in-process gets the variable to set instead)."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET"):
+        return
+    if "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+        return
+    if not may_reexec:  # too late for this process: the kernels were decorated compiled
+        raise PolytraceError("tune --allow-cpu: triton was imported before the interpreter could be switched on; "
+                             "set TRITON_INTERPRET=1 in the environment")
+    os.execve(sys.executable, [sys.executable, "-m", "polytrace", *sys.argv[1:]],
+              {**os.environ, "TRITON_INTERPRET": "1"})
+
+
 def _tune(args) -> int:
     from ..tuning import session as tune
+
+    if args.allow_cpu and not args.ray:
+        _interpret_on_cpu(getattr(args, "from_command_line", False))
 
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,

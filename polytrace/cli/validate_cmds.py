@@ -4,6 +4,7 @@ calibrated once for ``estimate --calibration``."""
 from __future__ import annotations
 
 from ..wording import counted
+from ._args import add_out
 from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
@@ -46,6 +47,8 @@ def register(sub) -> None:
     v.add_argument("--zero-shot", action="store_true",
                    help="score the shared priors on the log without fitting anything to it (per stage and for the "
                    "step: predicted / actual, accuracy, and the base roofline beside)")
+    v.add_argument("--fail-on-goals", action="store_true",
+                   help="exit 1 when an accuracy goal is missed (for CI; default: report and exit 0)")
     v.add_argument("--json", action="store_true", help="the full result as JSON")
     v.set_defaults(func=_validate)
 
@@ -77,7 +80,8 @@ def register(sub) -> None:
     from .compose_cmds import add_stated_run_flags
 
     add_stated_run_flags(c, prefix="with --stage-times: ")
-    c.add_argument("-o", "--output", required=True, metavar="CAL_JSON", help="calibration file to write")
+    add_out(c, old=("--output",), metavar="CAL_JSON", help="calibration file to write (required; missing folders "
+            "are created)")
     c.add_argument("--json", action="store_true", help="print the written file")
     c.set_defaults(func=_calibrate)
 
@@ -131,9 +135,12 @@ def _validate(args) -> int:
         return _zero_shot(args)
     res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on,
                    overrides=_overrides(args))
+    res["below_naive"] = below_naive(res["accuracy"])
+    missed = [k for k, ok in res["goals"].items() if not ok]
+    code = 1 if args.fail_on_goals and missed else 0
     if args.json:
         print_json(res)
-        return 0
+        return code
     from tabulate import tabulate
 
     c = res["config"]
@@ -163,13 +170,38 @@ def _validate(args) -> int:
     else:
         print(f"calibrate early, predict late: no step's mean response reaches {d['factor']:g}x the window's "
               f"({d['window_mean_response']:.0f} tokens)")
-    print("goals: " + ", ".join(f"{k} {'met' if ok else 'NOT met'}" for k, ok in res["goals"].items()))
-    return 0
+    below = res["below_naive"]
+    if below:
+        print("below the naive predictor (the calibration steps' mean does better): "
+              + ", ".join(f"{k} ({below[k]['accuracy']:.2f}% vs {below[k]['naive_accuracy']:.2f}%)" for k in below))
+    print("goals: " + ", ".join(_goal_text(k, ok, below) for k, ok in res["goals"].items()))
+    if code:
+        print(f"exit 1 (--fail-on-goals): {', '.join(missed)} missed")
+    return code
+
+
+def below_naive(accuracy: dict) -> dict:
+    """The stages (and ``step``) whose prediction is less accurate than repeating the calibration
+    steps' mean: a model that does not beat that has not earned a goal without saying so."""
+    return {k: {"accuracy": a["accuracy"], "naive_accuracy": a["naive_accuracy"]} for k, a in accuracy.items()
+            if a.get("naive_accuracy") is not None and a["accuracy"] < a["naive_accuracy"]}
+
+
+def _goal_text(goal: str, ok: bool, below: dict) -> str:
+    """``step_accuracy_ge_95 met``, ``... NOT met``, or ``met, but below the naive predictor`` when
+    the goal's stage (``step``, ``gen``, ... named before ``_accuracy``) is."""
+    stage = goal.split("_accuracy")[0] if "_accuracy" in goal else None
+    if not ok:
+        return f"{goal} NOT met"
+    return f"{goal} met" + (" but below the naive predictor" if stage in below else "")
 
 
 def _calibrate(args) -> int:
     from ..calibrate.files import calibrate_from_log, calibrate_from_stage_times
     from ..errors import PolytraceError
+
+    if not args.out:
+        raise PolytraceError("calibrate: -o/--out CAL_JSON is required (the calibration file to write)")
 
     if args.stage_times is not None:
         if args.log is not None:
@@ -189,7 +221,7 @@ def _calibrate(args) -> int:
                   optimizer_offload=args.optimizer_offload, **stated_kw)
         kw.update(estimate_settings(args, kw))  # --set: checked against these flags
         doc = calibrate_from_stage_times(
-            args.stage_times, args.output, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=profile,
+            args.stage_times, args.out, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=profile,
             algorithm=args.algo, use_ref=not args.no_ref, **kw)
     else:
         if args.log is None:
@@ -203,13 +235,13 @@ def _calibrate(args) -> int:
                                        ("--train-vpp", args.train_vpp), ("--rollout-ep", args.rollout_ep)) if v != 1]
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
-        doc = calibrate_from_log(args.log, args.output, calibrate_steps=args.calibrate_steps,
+        doc = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,
                                  overrides=_overrides(args))
     if args.json:
         print_json(doc)
         return 0
     src = doc["source"]
-    print(f"wrote {args.output}: {doc['model']['name']} ({doc['model']['family']}) on {doc['gpu']}, "
+    print(f"wrote {args.out}: {doc['model']['name']} ({doc['model']['family']}) on {doc['gpu']}, "
           f"{doc['mode']}, from {src['kind']}" + (f" {src['path']}" if src.get("path") else ""))
     for note in doc["notes"]:
         print(f"note: {note}")

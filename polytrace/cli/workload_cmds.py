@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import PolytraceError
+from ._args import add_out, add_steps
 from ._args import nonneg_int as _nonneg
 from ._args import positive_int as _positive
 from ._args import positive_int_at_most as _at_most
-from ._args import step_list as _steps
 from ._io import print_json
 
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
 
     p = sub.add_parser("describe", help="shape statistics of a profile or a trace")
     p.add_argument("source", metavar="PROFILE|TRACE", help="built-in profile name, fitted profile JSON, or trace")
-    p.add_argument("--steps", type=_steps, default=None, help="steps to sample a profile at, e.g. 0-7 or 0,50,100")
+    add_steps(p, default=None, what="steps to sample a profile at (default 0-7)")
     p.add_argument("--seed", type=_nonneg, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("--drift", default=None, help="drift preset for a profile (e.g. qwen2-7b-gpg, none)")
@@ -47,7 +47,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("fit", help="fit a profile to your own trace")
     p.add_argument("trace", metavar="TRACE", help="the trace (file or folder) to fit")
-    p.add_argument("-o", "--output", required=True, help="profile JSON to write")
+    add_out(p, old=("--output",), metavar="PROFILE_JSON", help="profile JSON to write (required; missing folders "
+            "are created)")
     p.add_argument("--name", default=None, help="profile name (default: the trace's name)")
     p.add_argument("--description", default="", help="one-line description stored in the profile")
     p.add_argument("--max-response-len", type=_positive, default=None,
@@ -66,10 +67,12 @@ def register(sub) -> None:
     p.add_argument("--model", default=None, help="model preset for the step estimate (default: the profile's)")
     p.add_argument("--gpu", default=None, help="GPU preset for the step estimate (default h200)")
     p.add_argument("--gpus", type=_positive, default=None, help="GPUs in the job (default: the profile's)")
-    p.add_argument("--steps", type=_steps, default=None, help="steps to sample (default 0-7)")
+    add_steps(p, default=None, what="steps to sample (default 0-7)")
     p.add_argument("--seed", type=_nonneg, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
-    p.add_argument("-o", "--output-dir", default="polytrace-report", help="folder for report.md and plots")
+    add_out(p, old=("--output-dir",), metavar="DIR", default="polytrace-report",
+            help="folder for report.md and plots (default polytrace-report; created when missing)")
+    p.add_argument("--explain", action="store_true", help="also print what the two tail figures answer")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_report)
 
@@ -154,7 +157,9 @@ def cmd_fidelity(args) -> int:
 def cmd_fit(args) -> int:
     from ..profiles import fit_file
 
-    result = fit_file(args.trace, args.output, name=args.name, description=args.description,
+    if not args.out:
+        raise PolytraceError("fit: -o/--out PROFILE_JSON is required (the profile file to write)")
+    result = fit_file(args.trace, args.out, name=args.name, description=args.description,
                       prompts_per_step=args.prompts_per_step, n=args.n, max_prompt_len=args.max_prompt_len,
                       max_response_len=args.max_response_len, drift=args.drift)
     print(result.summary())
@@ -165,7 +170,7 @@ def cmd_report(args) -> int:
     from ..report import build_report
 
     result = build_report(profile=args.profile, model=args.model, gpu=args.gpu, gpus=args.gpus, steps=args.steps,
-                          seed=args.seed, output_dir=args.output_dir)
+                          seed=args.seed, output_dir=args.out, explain=args.explain)
     if args.json:
         print_json(result["data"])
     else:

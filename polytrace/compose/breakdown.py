@@ -147,6 +147,17 @@ def source_lines(summary: dict) -> list[str]:
     return out
 
 
+def grouped_source_lines(summary: dict) -> list[str]:
+    """``source_lines`` for reading: families with the same source share one line, with a count
+    (``roofline (9 families): gemm, attention, ...``) instead of nine lines saying the same."""
+    groups: dict[str, list[str]] = {}
+    for line in source_lines(summary):
+        fam, _, where = line.partition(": ")
+        groups.setdefault(where, []).append(fam)
+    return [f"{fams[0]}: {where}" if len(fams) == 1 else f"{where} ({len(fams)} families): {', '.join(fams)}"
+            for where, fams in groups.items()]
+
+
 def amdahl_lines(summary: dict, tablefmt: str = "simple") -> str:
     from tabulate import tabulate
 
@@ -168,5 +179,5 @@ def what_if_lines(summary: dict) -> list[str]:
     return lines
 
 
-__all__ = ["BREAKDOWN_STAGES", "amdahl_lines", "amdahl_table", "family_summary", "kernel_summary", "kernel_table",
-           "source_lines", "source_status", "what_if_lines", "what_if_summary"]
+__all__ = ["BREAKDOWN_STAGES", "amdahl_lines", "amdahl_table", "family_summary", "grouped_source_lines",
+           "kernel_summary", "kernel_table", "source_lines", "source_status", "what_if_lines", "what_if_summary"]

@@ -40,7 +40,7 @@ class Efficiency:
     # temperature and log-softmax, and the entropy's softmax: ~4 passes of 4 bytes.
     logit_bytes_per_element: float = 16.0
     # Planning a pass's micro-batches over the ranks (a host algorithm): our planner split 8192
-    # sequences into 8 balanced ranks in 12.4-13.8 ms on one CPU core (README, packing section):
+    # sequences into 8 balanced ranks in 12.4-13.8 ms on one CPU core (docs/kernels.md, packing section):
     # ~1.6 us per sequence.
     plan_s_per_sequence: float = 1.6e-6
     # Host-to-device copies (parameter offload) over PCIe Gen4/5 x16: ~20 GB/s in practice.

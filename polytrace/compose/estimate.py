@@ -17,6 +17,7 @@ from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
+from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
 from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
@@ -29,11 +30,12 @@ def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: fl
                        need_tokens: int = 0) -> int:
     """The smallest power-of-two TP that leaves at least half of the engine's memory share for
     the KV cache, raised (over the divisors of ``n_gpus``) until the cache holds one
-    ``need_tokens`` sequence where a larger TP allows it."""
+    ``need_tokens`` sequence where a larger TP allows it. Only TPs that split the model's heads
+    (``checks.tp_splits_heads``, vLLM's rule) are chosen: 3 GPUs never give TP 3 for a 40-head model."""
     tp = 1
     while tp < n_gpus and model.weight_bytes() / tp > 0.5 * mem_fraction * gpu.memory_gb * 1e9:
         tp *= 2
-    while n_gpus % tp:
+    while tp > 1 and (n_gpus % tp or not tp_splits_heads(model, tp)):
         tp //= 2
     tp = max(1, tp)
     if need_tokens:
@@ -126,6 +128,10 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
     pc = profile.config
     prompts, ppo_mini_batch = responses_as_prompts(prompts, ppo_mini_batch, responses_per_step, train_batch,
                                                    n or pc.n)
+    prompts = int(prompts or pc.prompts_per_step)
+    # before anything that grows with the GPU count: --gpus 1000000 is refused at once
+    check_ranks_have_sequences(int(gpus), train_tp * train_pp if strategy == "megatron" else 1, prompts,
+                               int(n or pc.n))
     max_prompt_len = int(max_prompt_len or pc.max_prompt_len)
     max_response_len = int(max_response_len or pc.max_response_len)
     if micro_batch_tokens == "auto":
@@ -140,9 +146,12 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                              f"engine needs whole GPUs")
     if strategy == "megatron" and int(gpus) % (train_tp * train_pp):
         raise PolytraceError(f"--train-tp {train_tp} x --train-pp {train_pp} does not divide --gpus {gpus}")
+    if rollout_tp is not None:
+        check_rollout_tp(model, int(gpus), int(rollout_tp))
+    elif not valid_rollout_tps(model, int(gpus)):  # cannot happen (TP 1 always splits), kept as a guard
+        raise PolytraceError(f"--gpus {gpus}: no rollout TP splits {model.name}'s heads")
     tp = rollout_tp or default_rollout_tp(model, gpu, int(gpus), mem_fraction,
                                           need_tokens=max_prompt_len + max_response_len)
-    prompts = int(prompts or pc.prompts_per_step)
     if ppo_mini_batch is not None and prompts % ppo_mini_batch:
         raise PolytraceError(f"--ppo-mini-batch {ppo_mini_batch} does not divide the batch of {prompts} prompts "
                              f"(verl requires it); pass a divisor of {prompts}")

@@ -248,20 +248,36 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
     def room(tp: int) -> float:
         return engine_kv_bytes(model, gpu, tp, cfg.mem_fraction, eff) / kv_bytes_per_token_per_gpu(model, tp)
 
-    if room(n) < need:
+    from .checks import gpus_where_state_fits, tp_splits_heads
+
+    largest = max(t for t in range(1, n + 1) if n % t == 0 and tp_splits_heads(model, t))
+    if room(largest) < need:
         raise PolytraceError(
-            f"{model.name} cannot serve a {need}-token sequence on {n} x {gpu.slug} even at rollout TP {n}: "
-            f"weights {model.weight_bytes() / n / GB:.1f} GB per GPU + {eff.engine_reserve_bytes / GB:.0f} GB "
-            f"engine reserve leave {max(0.0, room(n)):.0f} tokens of KV cache in --mem-fraction "
-            f"{cfg.mem_fraction:g} of {gb:g} GB; raise --gpus or --mem-fraction")
+            f"{model.name} cannot serve a {need}-token sequence on {n} x {gpu.slug} even at rollout TP {largest}: "
+            f"weights {model.weight_bytes() / largest / GB:.1f} GB per GPU + {eff.engine_reserve_bytes / GB:.0f} GB "
+            f"engine reserve leave {max(0.0, room(largest)):.0f} tokens of KV cache in --mem-fraction "
+            f"{cfg.mem_fraction:g} of {gb:g} GB; " + _gpus_that_serve(model, n, need, room))
     if room(cfg.rollout_tp) < need:
-        fit = next(t for t in range(cfg.rollout_tp, n + 1) if n % t == 0 and room(t) >= need)
+        fit = next(t for t in range(cfg.rollout_tp, n + 1) if n % t == 0 and tp_splits_heads(model, t)
+                   and room(t) >= need)
         what = "--rollout-tp" if rollout_tp_given else "rollout TP"
         raise PolytraceError(
             f"{what} {cfg.rollout_tp}: {model.name} weights {model.weight_bytes() / cfg.rollout_tp / GB:.1f} GB "
             f"per GPU leave KV cache for {max(0.0, room(cfg.rollout_tp)):.0f} tokens, below one {need}-token "
             f"sequence, at --mem-fraction {cfg.mem_fraction:g}; use --rollout-tp {fit} or more")
     plan = memory_plan(cfg, longest_seq, eff, seq_lens)
+    if plan.training_state_total > plan.gpu_bytes:  # no micro-batch size helps: an error, not a warning
+        import dataclasses
+
+        fits = gpus_where_state_fits(cfg, lambda k: memory_plan(dataclasses.replace(cfg, n_gpus=k), longest_seq, eff,
+                                                                seq_lens).training_state_total)
+        raise PolytraceError(
+            f"--gpus {n}: {model.name}'s training state is {plan.training_state_total / GB:.0f} GB per GPU on a "
+            f"{gb:g} GB {gpu.slug} (bf16 weights, fp32 master weights, gradients and Adam moments"
+            + (", reference weights" if cfg.use_ref else "") + "); "
+            + (f"use --gpus {fits} or more" if fits else "use many more GPUs")
+            + (", or --strategy megatron with --train-tp" if cfg.strategy == "fsdp" else "")
+            + (", or --lora-rank" if not cfg.lora_rank else ""))
     warnings = []
     if plan.train_peak > plan.gpu_bytes:
         hint = ("more --gpus, --strategy megatron with --train-tp, or a smaller --micro-batch-tokens"
@@ -282,6 +298,17 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
     return plan, warnings
 
 
+def _gpus_that_serve(model, n: int, need: int, room) -> str:
+    """The nearest GPU count above ``n`` with a rollout TP that splits the heads and holds one
+    ``need``-token sequence (a multiple of the smallest such TP)."""
+    from .checks import tp_splits_heads
+
+    tp = next((t for t in range(1, 4 * int(model.heads) + 1) if tp_splits_heads(model, t) and room(t) >= need), None)
+    if tp is None:
+        return "raise --mem-fraction"
+    return f"use --gpus {-(-(n + 1) // tp) * tp} (rollout TP {tp}) or raise --mem-fraction"
+
+
 def check_micro_batches(cfg, longest_seq: int) -> None:
     """A micro-batch token budget below the longest sequence cannot run: verl's dynamic batching
     never splits a sequence across micro-batches."""
@@ -295,9 +322,12 @@ def check_micro_batches(cfg, longest_seq: int) -> None:
 
 def smallest_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float, need_tokens: int,
                         eff: Efficiency = DEFAULT) -> int | None:
-    """The smallest TP dividing ``n_gpus`` whose KV cache holds one ``need_tokens`` sequence."""
+    """The smallest TP dividing ``n_gpus`` and splitting the heads (vLLM's rule) whose KV cache
+    holds one ``need_tokens`` sequence."""
+    from .checks import tp_splits_heads
+
     for tp in range(1, n_gpus + 1):
-        if n_gpus % tp:
+        if n_gpus % tp or not tp_splits_heads(model, tp):
             continue
         kv = engine_kv_bytes(model, gpu, tp, mem_fraction, eff)
         if kv / kv_bytes_per_token_per_gpu(model, tp) >= need_tokens:

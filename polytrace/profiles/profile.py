@@ -150,8 +150,10 @@ class Profile:
             profile.compiled  # noqa: B018 - validate the tables now, not at first sample
         except PolytraceError as exc:
             raise PolytraceError(f"{where}: {exc}") from None
-        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as exc:
-            raise PolytraceError(f"{where}: malformed profile: {str(exc)[:200]!r}") from None
+        except KeyError as exc:  # str(KeyError) is the key's repr in quotes: say what is missing
+            raise PolytraceError(f"{where}: malformed profile: missing field {str(exc.args[0])[:80]!r}") from None
+        except (TypeError, ValueError, IndexError, OverflowError) as exc:
+            raise PolytraceError(f"{where}: malformed profile: {str(exc)[:200]}") from None
         return profile
 
     @classmethod

@@ -226,7 +226,7 @@ def _summary(r: ResultFile) -> dict:
 
 def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0.05, alpha: float = 0.002,
             force: bool = False, gate_all: bool = False, fail_on_missing: bool = False,
-            n_boot: int | None = None, seed: int = 0) -> GateReport:
+            n_boot: int | None = None, seed: int = 0, allow_cpu: bool = False) -> GateReport:
     """Compare two result files (or merged folders); see the module docstring for the rules."""
     if not (0 < threshold < 10):
         raise ValueError(f"threshold must be a fraction in (0, 10), got {threshold}")
@@ -236,7 +236,7 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
         n_boot = n_boot_for(alpha)
     report = GateReport(_summary(baseline), _summary(candidate), threshold, alpha, [], [], forced=force,
                         fail_on_missing=fail_on_missing)
-    _check_machines(baseline, candidate, report)
+    _check_machines(baseline, candidate, report, allow_cpu)
 
     base, cand = baseline.by_id(), candidate.by_id()
     matched = [i for i in base if i in cand]
@@ -329,15 +329,20 @@ def _new_comparison(b: BenchResult, is_gated: bool) -> Comparison:
                       status="", gated=is_gated)
 
 
-def _check_machines(baseline: ResultFile, candidate: ResultFile, report: GateReport) -> None:
+def _check_machines(baseline: ResultFile, candidate: ResultFile, report: GateReport, allow_cpu: bool = False
+                    ) -> None:
     if baseline.gpu_name != candidate.gpu_name:
         report.refusals.append(f"different GPUs: baseline {baseline.gpu_name!r}, candidate {candidate.gpu_name!r}")
     if baseline.measured_on != candidate.measured_on:
         report.refusals.append(
             f"measured in different places: baseline {baseline.measured_on}, candidate {candidate.measured_on}")
     elif CPU_MEASURED_ON in (baseline.measured_on, candidate.measured_on):
-        report.refusals.append("CPU-interpreter timings are a smoke test of the code path, not performance; "
-                               "gate GPU results (--force runs the comparison anyway)")
+        if allow_cpu:
+            report.warnings.append("CPU-interpreter timings (--allow-cpu): a check of the code path, not "
+                                   "performance")
+        else:
+            report.refusals.append("CPU-interpreter timings are a smoke test of the code path, not performance; "
+                                   "gate GPU results (--allow-cpu runs the comparison anyway)")
     for label, r in (("baseline", baseline), ("candidate", candidate)):
         if r.throttled:
             report.refusals.append(f"the {label} run is marked throttled ("

@@ -60,7 +60,7 @@ def refuse_unfit(result: ResultFile, what: str, *, allow_cpu: bool = False, forc
     if result.throttled and not force:
         why = "; ".join(result.throttle_reasons()) or "see machine_info.polytrace.environment"
         raise PolytraceError(f"{result.path}: the run is marked throttled ({why}); its timings are suspect: "
-                             f"rerun on a quiet GPU (--force to {what} it anyway)")
+                             f"rerun on a quiet GPU (--allow-throttled to {what} it anyway)")
 
 
 def store_result(src: str | Path, root: str | Path | None = None, suite: str | None = None,

@@ -228,7 +228,8 @@ def versions() -> tuple[str | None, str | None]:
 
 
 def progress_bar(total: int, name: str, enabled: bool):
-    """The session's one progress bar (a cluster's trials all advance it)."""
-    from tqdm import tqdm
+    """The session's one progress bar (a cluster's trials all advance it): a live bar on a terminal,
+    a plain line every few seconds in a log (``polytrace.progress``)."""
+    from ..progress import Progress
 
-    return tqdm(total=total, desc=f"tune {name}", unit="cfg", disable=not enabled, leave=False)
+    return Progress(total, f"tune {name}", enabled=enabled, unit="cfg")

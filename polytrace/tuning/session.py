@@ -49,7 +49,7 @@ from .measure import (
 )
 from .measure import candidate_configs as candidate_configs
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # polytrace/tuning/session.py -> the checkout
 
 
 @dataclass
@@ -117,8 +117,8 @@ def _search_here(tunable: Tunable, *, profile: str, model: str | None, seed: int
 
     if not on_gpu and not interpreting():
         raise PolytraceError(f"no CUDA GPU: to run the tuning code path in the Triton interpreter (a smoke "
-                             f"test; its timings are not performance), run: TRITON_INTERPRET=1 polytrace tune "
-                             f"{tunable.name} --profile {profile}")
+                             f"test; its timings are not performance), run: polytrace tune {tunable.name} --profile "
+                             f"{profile} --allow-cpu")
     device = torch.device("cuda" if on_gpu else "cpu")
     work = build_workload(tunable, profile, model, seed, on_gpu,
                           torch.cuda.get_device_name(device) if on_gpu else "cpu")
