@@ -5,7 +5,7 @@
 # pytest-benchmark, scipy, tabulate, numpy; nvidia-ml-py for the environment record; no network,
 # polytrace NOT pip-installed), from anywhere:
 #
-#   scripts/device_check.sh [--budget-s 240] [--tests-budget-s 150] [--suites "logprob attention gemm packing workload"]
+#   scripts/device_check.sh [--budget-s 210] [--tests-budget-s 120] [--suites "logprob attention gemm packing workload"]
 #                           [--kernel-tests "tests/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
 #                           [--commit SHA] [--store] [--set-baseline] [--force] [--allow-cpu]
 #                           [--via-bench [--bench-dir DIR]] [--ab-check] [--skip-probe]
@@ -17,12 +17,12 @@
 # 1. runs every kernel test file (tests/test_logprob.py, test_attention.py, test_packing_kernels.py,
 #    test_kernel_bad_input.py, and test_kernel_launch.py / test_tolerance.py where present) on the
 #    GPU, then the other `gpu`-marked tests, under their own cap (--tests-budget-s);
-# 1b. probes the kernel decisions made from compiled code (scripts/device_probe.py, cap 120 s,
+# 1b. probes the kernel decisions made from compiled code (scripts/device_probe.py, cap 90 s,
 #    --skip-probe skips it): log-prob block size and its rate against a copy, fused LM head vs
 #    torch.mm, attention tiles vs torch's varlen_attn, decode split counts; one status line each,
 #    and the log-prob winner written as a tuned config the suites then use (POLYTRACE_TUNING_DIR);
 # 2. runs every suite (suites/test_<name>.py) with pytest-benchmark, sharing the total time budget
-#    (--budget-s, default 240 s) between them: each suite gets the time left divided by the suites
+#    (--budget-s, default 210 s) between them: each suite gets the time left divided by the suites
 #    left, enforced in-process (POLYTRACE_BENCH_BUDGET_S: later benchmarks skip with a reason and the
 #    JSON is still written) with a hard `timeout` behind it (SIGINT first, so pytest still writes
 #    what it measured; SIGKILL 20 s later). -k EXPR selects benchmarks (pytest -k) in every suite;
@@ -41,8 +41,9 @@
 # tests/test_ab_gpu.py, the GPU goal of `polytrace ab` (a planted ~5% kernel slowdown caught, no
 # false alarm in 10 A/A runs; the measured changes go to the log), as its own status line.
 #
-# The defaults fit about 7 minutes of wall time on an H200 (150 s of tests, 240 s of suites, start-up
-# and summary), leaving a 15-minute device lease room for the machine's start and a partial rerun.
+# The defaults fit under 9 minutes of wall time on an H200 (at most 90 s of cache warm-up, 120 s of
+# tests, 90 s of probe, 210 s of suites, start-up and summary), leaving a 15-minute device lease
+# room for the machine's start and a partial rerun.
 #
 # --store / --set-baseline copy the JSON files into results/<gpu-slug>/<date>_<commit>_<suite>.json
 # and merge them into results/baselines/<gpu-slug>.json in THIS tree (a throttled run is refused
@@ -60,8 +61,8 @@
 
 set -uo pipefail
 
-BUDGET_S=240
-TESTS_BUDGET_S=150
+BUDGET_S=210
+TESTS_BUDGET_S=120
 SUITES="logprob attention gemm packing workload"
 KERNEL_TESTS="tests/test_logprob.py tests/test_attention.py tests/test_packing_kernels.py tests/test_kernel_bad_input.py tests/test_kernel_launch.py tests/test_tolerance.py"
 # One representative micro-batch per profile keeps the attention suite inside a short lease;
@@ -77,7 +78,7 @@ ALLOW_CPU=0
 AB_CHECK=0
 AB_CHECK_CAP_S=300
 PROBE=1
-PROBE_CAP_S=120
+PROBE_CAP_S=90
 COMMIT="${POLYTRACE_COMMIT:-}"
 MAX_OUT_FILES=8
 VIA_BENCH=0
@@ -269,8 +270,8 @@ raised_step() {
 if [ "$HAS_CUDA" = "1" ]; then
     ARCH=$("$PY" -c "import torch; c = torch.cuda.get_device_capability(); print(c[0] * 10 + c[1])" 2>>"$LOG")
     case "$ARCH" in 80|90)
-        say "warming the Triton cache: scripts/static_report.py --arch $ARCH (cap 150s)"
-        timeout -k 10 150 "$PY" scripts/static_report.py --arch "$ARCH" -o "$IMPORT_SHIM/static.json" >>"$LOG" 2>&1
+        say "warming the Triton cache: scripts/static_report.py --arch $ARCH (cap 90s)"
+        timeout -k 10 90 "$PY" scripts/static_report.py --arch "$ARCH" -o "$IMPORT_SHIM/static.json" >>"$LOG" 2>&1
         rc=$?
         # rc 1 is a floor missed (reported, the run goes on); anything else is the step raising
         if [ "$rc" = "0" ] || [ "$rc" = "1" ]; then

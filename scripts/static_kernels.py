@@ -33,8 +33,8 @@ class Spec:
 
 MATMUL_ONE_CTA = ("128x128 backward matmul tiles (d(logits), d(hidden)): 190-220 registers x 256 threads, "
                   "large-tile GEMMs run one CTA per SM as cuBLAS's do; the epilogue is a store")
-ATTN_ONE_CTA = ("long-sequence tile (128 query rows): 180+ registers x 256 threads; short sequences use the "
-                "64-row tile at >= 2 CTAs per SM")
+ATTN_ONE_CTA = ("default (long-sequence) forward tile: 160-255 registers x 256 threads or 128 KB of K/V stages; "
+                "short sequences use short_fwd_config at >= 2 CTAs per SM")
 BWD_ONE_CTA = ("backward tiles hold their accumulators (dK and dV, or dQ) and the recomputed P in registers: "
                "130-255 registers x 256 threads")
 

@@ -42,8 +42,8 @@ def test_instruction_budget_reproduces_the_stated_h200_figure():
 @pytest.mark.parametrize("regs, warps, smem, ctas, limiter", [
     (255, 8, 96 * 1024, 1, "registers"),   # 256 regs/thread x 256 threads = 64K: one CTA
     (127, 8, 0, 2, "registers"),           # 128 x 256 = 32K: two
-    (172, 4, 112 * 1024, 2, "shared memory"),  # 2 x (112 + 1) KB <= 228 KB; 176 x 128 = 22.5K regs: 2
-    (32, 4, 0, 16, "threads"),             # 2048 / 128
+    (100, 4, 112 * 1024, 2, "shared memory"),  # 2 x (112 + 1) KB <= 228 KB (registers allow 4)
+    (24, 4, 0, 16, "threads"),             # 2048 / 128 (registers allow 21)
     (16, 1, 0, 32, "blocks"),
 ])
 def test_ctas_per_sm_from_registers_threads_and_shared_memory(regs, warps, smem, ctas, limiter):
@@ -68,7 +68,7 @@ def test_sass_summary_reads_the_hot_loop():
     rec = S.sass_summary(SASS, load_elem_bytes=2)
     # loop 0x10..0x60: 5 instructions (NOP excluded), 32 B loaded a thread = 16 bf16 elements
     assert rec["loop_instructions"] == 5 and rec["loop_load_bytes_per_thread"] == 32
-    assert rec["instructions_per_element"] == pytest.approx(5 / 16)
+    assert rec["instructions_per_element"] == pytest.approx(5 / 16, abs=0.005)
     assert rec["ldg_widths"] == {"128b": 2} and rec["stg_widths"] == {"32b": 1} and rec["mufu_ex2"] == 1
 
 

@@ -118,11 +118,16 @@ def default_linear_fwd_config(dtype, capability: tuple[int, int] | None = None) 
     if dtype == torch.float32:
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 16, "num_warps": 4, "num_stages": 2}
     # 64 tokens x 128 vocabulary columns x 64, one warpgroup (4 warps), 3 stages: sm_90a 168
-    # registers and 72 KB shared memory, 3 CTAs per SM (sm_80: 255 registers, 48 KB, 2 CTAs), so one
+    # registers and 72 KB shared memory, 3 CTAs per SM, so one
     # CTA's softmax epilogue runs while the others' MMAs do (scripts/static_report.py, triton 3.9).
     # The former 128x128 tile on 8 warps took 255 registers: one CTA per SM, every epilogue exposed
     # (72 B spilled on sm_80). Half the tokens per weight tile is paid back by L2: the 3 x 132
     # resident programs (24 token blocks, split-fastest) walk the same weight rows.
+    if tuple(capability) < (9, 0):
+        # sm_80 (mma.sync, no warpgroup): 64x128 spilled 36 B under triton 3.6 (0 under 3.9, 255
+        # registers); 64x64x64 on 4 warps, 3 stages: 0 B under both, 214 / 168 registers (3.9 /
+        # 3.6), 32 KB shared memory, 2-3 CTAs per SM
+        return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 4, "num_stages": 3}
     return {"BLOCK_T": 64, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 4, "num_stages": 3}
 
 
