@@ -284,6 +284,7 @@ def int32_position_products(ttir: str) -> list[str]:
     128). A remainder by a constant (a page offset) is bounded and clears the taint."""
     strides = {ssa for ssa, name in _ARG.findall(ttir) if name.startswith("stride_")}
     tainted: set[str] = set()
+    constants: set[str] = set()
     flagged = []
     for line in ttir.splitlines():
         m_for = _FOR.search(line)
@@ -297,14 +298,17 @@ def int32_position_products(ttir: str) -> list[str]:
         res, op, rest = m.groups()
         res = res.split(":")[0]
         operands = re.findall(r"%[\w.]+", rest.split(" loc(")[0].split(" : ")[0])
+        if op == "arith.constant":
+            constants.add(res)
+            continue
         if op == "tt.load":
             tainted.add(res)
             continue
         if op in _VIEW_OPS and operands and operands[0] in strides:
             strides.add(res)
             continue
-        if op in ("arith.remsi", "arith.remui") and len(operands) == 2 and re.match(r"%c\d+_i32", operands[1]):
-            continue
+        if op in ("arith.remsi", "arith.remui") and len(operands) == 2 and operands[1] in constants:
+            continue  # a remainder by a constant (page offset) is bounded by it
         if op.startswith("arith.cmp"):
             continue
         if any(o in tainted for o in operands):
