@@ -111,11 +111,14 @@ def attention_tiles() -> dict:
         q = torch.randn(total, hq, d, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(total, hkv, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn(total, hkv, d, device="cuda", dtype=torch.bfloat16)
-        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), device="cuda", dtype=torch.int32)
+        cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
+        cu[1:] = torch.tensor(lens).cumsum(0)
+        cu = cu.cuda()
         mx = max(lens)
         row = {}
-        for tile, cfg in (("default", api.default_fwd_config(d, torch.bfloat16, on_cuda=True)),
-                          ("short", api.short_fwd_config(d, torch.bfloat16, on_cuda=True))):
+        cap = torch.cuda.get_device_capability()
+        for tile, cfg in (("default", api.default_fwd_config(d, torch.bfloat16, capability=cap)),
+                          ("short", api.short_fwd_config(d, torch.bfloat16, capability=cap))):
             row[tile] = _bench(lambda cfg=cfg: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, config=cfg,
                                                                     check_inputs=False))
         if varlen_attn is not None:
