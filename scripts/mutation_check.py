@@ -52,6 +52,7 @@ FAMILY_TESTS = {
 PACK = "kernels/packing/kernel.py"
 LOGPROB = "kernels/logprob/kernel.py"
 ATTN = "kernels/attention/kernel.py"
+ATTN_API = "kernels/attention/api.py"
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,13 @@ MUTATIONS = [
              "fused backward drops the entropy gradient"),
     Mutation("fused-accumulate-k-mask", "logprob", LOGPROB, "        k_mask = (k0 + offs_k) < K\n",
              "        k_mask = (k0 + offs_k) <= K\n", "d(hidden) matmul reads one vocabulary column past the chunk"),
+    Mutation("logits-exp2-base", "logprob", LOGPROB, "LOG2E = tl.constexpr(1.4426950408889634)",
+             "LOG2E = tl.constexpr(1.4431)", "exp2's base constant 3e-4 off (every exp of the log-prob kernels)"),
+    # ---- decode splits
+    Mutation("decode-single-launch-rule", "attention", ATTN_API,
+             "if rows >= SINGLE_LAUNCH_WAVES * num_sms and max_len <= SINGLE_LAUNCH_MAX_LEN:",
+             "if rows >= SINGLE_LAUNCH_WAVES * num_sms or max_len <= SINGLE_LAUNCH_MAX_LEN:",
+             "small batches with short caches lose their splits (one program per sequence and head)"),
     # ---- attention forward
     Mutation("attn-causal-off-by-one", "attention", ATTN,
              "            allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)",
