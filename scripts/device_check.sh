@@ -5,16 +5,24 @@
 # pytest-benchmark, scipy, tabulate, numpy; nvidia-ml-py for the environment record; no network,
 # polytrace NOT pip-installed), from anywhere:
 #
-#   scripts/device_check.sh [--budget-s 240] [--tests-budget-s 150] [--suites "logprob attention gemm packing workload"]
+#   scripts/device_check.sh [--budget-s 210] [--tests-budget-s 120] [--suites "logprob attention gemm packing workload"]
 #                           [--kernel-tests "tests/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
 #                           [--commit SHA] [--store] [--set-baseline] [--force] [--allow-cpu]
-#                           [--via-bench [--bench-dir DIR]] [--ab-check]
+#                           [--via-bench [--bench-dir DIR]] [--ab-check] [--skip-probe]
 #
+# 0. warms the Triton cache: compiles every kernel's default configs for this GPU in one process
+#    (scripts/static_report.py --arch <this GPU>), so the tests and suites below do not pay 1-3 s a
+#    compile inside their budgets, and records what the compiled code says (registers, spills,
+#    CTAs per SM) in the log;
 # 1. runs every kernel test file (tests/test_logprob.py, test_attention.py, test_packing_kernels.py,
 #    test_kernel_bad_input.py, and test_kernel_launch.py / test_tolerance.py where present) on the
 #    GPU, then the other `gpu`-marked tests, under their own cap (--tests-budget-s);
+# 1b. probes the kernel decisions made from compiled code (scripts/device_probe.py, cap 90 s,
+#    --skip-probe skips it): log-prob block size and its rate against a copy, fused LM head vs
+#    torch.mm, attention tiles vs torch's varlen_attn, decode split counts; one status line each,
+#    and the log-prob winner written as a tuned config the suites then use (POLYTRACE_TUNING_DIR);
 # 2. runs every suite (suites/test_<name>.py) with pytest-benchmark, sharing the total time budget
-#    (--budget-s, default 240 s) between them: each suite gets the time left divided by the suites
+#    (--budget-s, default 210 s) between them: each suite gets the time left divided by the suites
 #    left, enforced in-process (POLYTRACE_BENCH_BUDGET_S: later benchmarks skip with a reason and the
 #    JSON is still written) with a hard `timeout` behind it (SIGINT first, so pytest still writes
 #    what it measured; SIGKILL 20 s later). -k EXPR selects benchmarks (pytest -k) in every suite;
@@ -33,8 +41,9 @@
 # tests/test_ab_gpu.py, the GPU goal of `polytrace ab` (a planted ~5% kernel slowdown caught, no
 # false alarm in 10 A/A runs; the measured changes go to the log), as its own status line.
 #
-# The defaults fit about 7 minutes of wall time on an H200 (150 s of tests, 240 s of suites, start-up
-# and summary), leaving a 15-minute device lease room for the machine's start and a partial rerun.
+# The defaults fit under 9 minutes of wall time on an H200 (at most 90 s of cache warm-up, 120 s of
+# tests, 90 s of probe, 210 s of suites, start-up and summary), leaving a 15-minute device lease
+# room for the machine's start and a partial rerun.
 #
 # --store / --set-baseline copy the JSON files into results/<gpu-slug>/<date>_<commit>_<suite>.json
 # and merge them into results/baselines/<gpu-slug>.json in THIS tree (a throttled run is refused
@@ -45,13 +54,15 @@
 #
 # Exit status: 0 when every test passed, every suite ran without error and every benchmark of the
 # baseline (of the suites run) is in the run; 1 when a test failed, a suite errored (a wrong output,
-# a provider that raised, a hard timeout) or a baseline benchmark is missing (--allow-missing, or
-# -k, relaxes the last); 3 when the machine cannot run the check (no GPU, missing package, bad option).
+# a provider that raised, a hard timeout), a baseline benchmark is missing (--allow-missing, or
+# -k, relaxes the last) or a step raised (cache warm-up, probe, store, step estimate, gate: each is
+# named on a "<step>: RAISED" status line); 3 when the machine cannot run the check (no GPU,
+# missing package, bad option).
 
 set -uo pipefail
 
-BUDGET_S=240
-TESTS_BUDGET_S=150
+BUDGET_S=210
+TESTS_BUDGET_S=120
 SUITES="logprob attention gemm packing workload"
 KERNEL_TESTS="tests/test_logprob.py tests/test_attention.py tests/test_packing_kernels.py tests/test_kernel_bad_input.py tests/test_kernel_launch.py tests/test_tolerance.py"
 # One representative micro-batch per profile keeps the attention suite inside a short lease;
@@ -66,6 +77,8 @@ FORCE=0
 ALLOW_CPU=0
 AB_CHECK=0
 AB_CHECK_CAP_S=300
+PROBE=1
+PROBE_CAP_S=90
 COMMIT="${POLYTRACE_COMMIT:-}"
 MAX_OUT_FILES=8
 VIA_BENCH=0
@@ -88,6 +101,7 @@ while [ $# -gt 0 ]; do
         --force) FORCE=1; shift ;;
         --allow-cpu) ALLOW_CPU=1; shift ;;
         --ab-check) AB_CHECK=1; shift ;;
+        --skip-probe) PROBE=0; shift ;;
         --via-bench) VIA_BENCH=1; shift ;;
         --bench-dir) BENCH_DIR="${2:?--bench-dir needs a folder}"; VIA_BENCH=1; shift 2 ;;
         -h|--help) usage; exit 0 ;;
@@ -161,6 +175,26 @@ except ImportError:
 from polytrace.hardware import slug_for
 
 cuda = torch.cuda.is_available()
+if cuda:
+    # the ceilings every % in the run is read against: a device copy (read + write) and a large bf16 GEMM
+    def _time(fn, reps=10):
+        fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / reps
+
+    src = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    copy_s = _time(lambda: dst.copy_(src))
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    gemm_s = _time(lambda: a @ a)
+    print(f"ceilings (measured here): copy {2 * 2**30 / copy_s / 1e12:.2f} TB/s (read + write of 1 GiB), "
+          f"bf16 GEMM {2 * 8192**3 / gemm_s / 1e12:.0f} TFLOP/s (8192^3)")
+    del src, dst, a
 name = torch.cuda.get_device_name(0) if cuda else "cpu"
 print(int(cuda), name.replace(" ", "_"), slug_for(name) if cuda else "cpu")
 EOF
@@ -193,6 +227,11 @@ say "device: ${GPU_NAME:-?} (slug $GPU_SLUG), commit $POLYTRACE_COMMIT"
 
 LAST_LINE=""
 FAILED=0
+STATUS_LINES=()
+VERSIONS=$(grep -E "^python " <<<"$MACHINE" | head -1)
+[ -n "$VERSIONS" ] && STATUS_LINES+=("versions: $VERSIONS")
+CEILINGS=$(grep -E "^ceilings " <<<"$MACHINE" | head -1)
+[ -n "$CEILINGS" ] && STATUS_LINES+=("$CEILINGS")
 # run_pytest LABEL HARD_TIMEOUT_S BUDGET_S PYTEST_ARGS...: output to the log, summary line in LAST_LINE
 run_pytest() {
     local label=$1 hard=$2 budget=$3
@@ -215,12 +254,34 @@ run_pytest() {
     return $rc
 }
 
-STATUS_LINES=()
 # failed_step: the run fails; the first failures of the last run_pytest go under its status line
 failed_step() {
     while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("    $line"); done <<<"$FAILURES"
     FAILED=1
 }
+
+# raised_step NAME WHAT: a step that raised fails the run, named on its own status line
+raised_step() {
+    STATUS_LINES+=("$1: RAISED - $2")
+    FAILED=1
+}
+
+# ---- 0. Triton cache warm-up (compiles every default config once, for this GPU) -------------
+if [ "$HAS_CUDA" = "1" ]; then
+    ARCH=$("$PY" -c "import torch; c = torch.cuda.get_device_capability(); print(c[0] * 10 + c[1])" 2>>"$LOG")
+    case "$ARCH" in 80|90)
+        say "warming the Triton cache: scripts/static_report.py --arch $ARCH (cap 90s)"
+        timeout -k 10 90 "$PY" scripts/static_report.py --arch "$ARCH" -o "$IMPORT_SHIM/static.json" >>"$LOG" 2>&1
+        rc=$?
+        # rc 1 is a floor missed (reported, the run goes on); anything else is the step raising
+        if [ "$rc" = "0" ] || [ "$rc" = "1" ]; then
+            STATUS_LINES+=("cache warm-up: compiled the default configs for sm_$ARCH$([ "$rc" = "1" ] && echo " (some miss a static floor: see log)")")
+        else
+            raised_step "cache warm-up" "scripts/static_report.py exited $rc (see log)"
+        fi ;;
+    *) STATUS_LINES+=("cache warm-up: skipped (no static report for capability ${ARCH:-?})") ;;
+    esac
+fi
 
 # ---- 1. kernel tests and GPU-marked tests ----------------------------------------------------
 if [ "$SKIP_TESTS" = "1" ]; then
@@ -263,6 +324,23 @@ else
     else
         STATUS_LINES+=("gpu-marked tests: not run (no CUDA)")
     fi
+fi
+
+# ---- 1b. the probe of the static decisions -------------------------------------------------
+if [ "$PROBE" = "1" ] && [ "$HAS_CUDA" = "1" ]; then
+    export POLYTRACE_TUNING_DIR="$IMPORT_SHIM/tuning"
+    say "probe: scripts/device_probe.py (cap ${PROBE_CAP_S}s)"
+    timeout -s INT -k 10 "$PROBE_CAP_S" "$PY" scripts/device_probe.py --tuning-dir "$POLYTRACE_TUNING_DIR" \
+        >"$IMPORT_SHIM/probe.txt" 2>&1
+    rc=$?
+    cat "$IMPORT_SHIM/probe.txt" >>"$LOG"
+    while IFS= read -r line; do STATUS_LINES+=("$line"); done < <(grep "^probe " "$IMPORT_SHIM/probe.txt" | cut -c1-400)
+    if [ "$rc" != "0" ]; then
+        raised_step "probe" "scripts/device_probe.py exited $rc$(grep -q '^probe FAILED' "$IMPORT_SHIM/probe.txt" || echo ' (see log)')"
+    fi
+elif [ "$PROBE" = "1" ]; then
+    "$PY" scripts/device_probe.py --list >>"$LOG" 2>&1 || raised_step "probe" "scripts/device_probe.py --list failed"
+    STATUS_LINES+=("probe: not run (no CUDA)")
 fi
 
 # ---- 2. suites under the total budget --------------------------------------------------------
@@ -363,6 +441,8 @@ if [ "$STORE" = "1" ]; then
     "$PY" -m suites.runbook store "$OUT" $SUITES "${STORE_ARGS[@]}" >>"$LOG" 2>&1
     rc=$?
     STATUS_LINES+=("store: $(grep -cE '^(stored|baseline) ' "$LOG") file(s) written$([ "$rc" != "0" ] && echo ", SOME REFUSED (see log)")")
+    if [ "$rc" != "0" ] && [ "$rc" != "1" ]; then raised_step "store" "python -m suites.runbook store exited $rc"; fi
+    [ "$rc" = "1" ] && FAILED=1
 fi
 
 SUMMARY_ARGS=(--results "$RESULTS")
@@ -372,7 +452,20 @@ rc=$?
 echo "$SUMMARY_OUT" >>"$LOG"
 if [ "$rc" != "0" ]; then
     FAILED=1
+    [ "$rc" != "1" ] && raised_step "summary" "python -m suites.runbook summary exited $rc (see log)"
     [ -z "$SUMMARY_OUT" ] && SUMMARY_OUT="summary step failed (rc $rc): see device_check.log"
+fi
+# The summary reports an exception in the gate or the step estimate as a line and goes on; the run
+# still fails, naming the step. On a CPU dry run the estimate's refusal of CPU timings is expected.
+GATE_RAISED=$(grep -E "^gate vs .*: could not run: " <<<"$SUMMARY_OUT" | head -1)
+[ -n "$GATE_RAISED" ] && raised_step "gate" "${GATE_RAISED#gate vs }"
+EST_RAISED=$(grep -h "^step estimate from this run: not computed" "$SUMMARY" 2>/dev/null | head -1)
+if [ -n "$EST_RAISED" ]; then
+    if [ "$HAS_CUDA" = "1" ] || [ "${POLYTRACE_RUNBOOK_STRICT_ESTIMATE:-0}" = "1" ]; then
+        raised_step "step estimate" "${EST_RAISED#step estimate from this run: }"
+    else
+        STATUS_LINES+=("step estimate: not computed on a CPU dry run (${EST_RAISED#step estimate from this run: not computed })")
+    fi
 fi
 # the summary file repeats these lines under the status lines; without it, show them here
 [ -f "$SUMMARY" ] || while IFS= read -r line; do [ -n "$line" ] && STATUS_LINES+=("$line"); done <<<"$SUMMARY_OUT"

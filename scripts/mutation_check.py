@@ -52,6 +52,7 @@ FAMILY_TESTS = {
 PACK = "kernels/packing/kernel.py"
 LOGPROB = "kernels/logprob/kernel.py"
 ATTN = "kernels/attention/kernel.py"
+ATTN_API = "kernels/attention/api.py"
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ MUTATIONS = [
              "log-sum-exp (saved for the backward too) biased by 2e-4"),
     Mutation("logits-logprob-bias", "logprob", LOGPROB, "    logprob = (x_t - m) - log_s\n",
              "    logprob = (x_t - m) - log_s - 3e-4\n", "log-prob biased by 3e-4"),
-    Mutation("logits-entropy-dropped-shift", "logprob", LOGPROB, "w = alpha * (w + s * shift) + tl.sum(e * tl.where(e > 0, d, 0.0), 0)",
-             "w = alpha * w + tl.sum(e * tl.where(e > 0, d, 0.0), 0)", "entropy's running sum drops the max-shift term"),
+    Mutation("logits-entropy-dropped-shift", "logprob", LOGPROB, "w = alpha * (w + s * shift) + tl.sum(e * tl.maximum(d, -3.0e38), 0)",
+             "w = alpha * w + tl.sum(e * tl.maximum(d, -3.0e38), 0)", "entropy's running sum drops the max-shift term"),
     Mutation("logits-entropy-scale", "logprob", LOGPROB, "        entropy = log_s - w / s\n",
              "        entropy = log_s - w / s * 1.0003\n", "entropy's second term scaled by 1.0003"),
     Mutation("logits-tail-mask", "logprob", LOGPROB, "x = tl.load(row_ptr + cols, mask=cols < v_end,",
@@ -114,6 +115,13 @@ MUTATIONS = [
              "fused backward drops the entropy gradient"),
     Mutation("fused-accumulate-k-mask", "logprob", LOGPROB, "        k_mask = (k0 + offs_k) < K\n",
              "        k_mask = (k0 + offs_k) <= K\n", "d(hidden) matmul reads one vocabulary column past the chunk"),
+    Mutation("logits-exp2-base", "logprob", LOGPROB, "LOG2E = tl.constexpr(1.4426950408889634)",
+             "LOG2E = tl.constexpr(1.4431)", "exp2's base constant 3e-4 off (every exp of the log-prob kernels)"),
+    # ---- decode splits
+    Mutation("decode-single-launch-rule", "attention", ATTN_API,
+             "if rows >= SINGLE_LAUNCH_WAVES * num_sms and max_len <= SINGLE_LAUNCH_MAX_LEN:",
+             "if rows >= SINGLE_LAUNCH_WAVES * num_sms or max_len <= SINGLE_LAUNCH_MAX_LEN:",
+             "small batches with short caches lose their splits (one program per sequence and head)"),
     # ---- attention forward
     Mutation("attn-causal-off-by-one", "attention", ATTN,
              "            allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)",

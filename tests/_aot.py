@@ -18,23 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-DIVISIBLE_BY_16 = [["tt.divisibility", 16]]
-
-
-def compile_kernel(fn, sig: dict, consts: dict, aligned, arch: int, num_warps: int, num_stages: int):
-    """``triton.compile`` one ``@triton.jit`` kernel for ``sm_<arch>``: ``sig`` types the runtime
-    arguments, ``consts`` fixes the constexprs (together they must name every parameter) and
-    ``aligned`` lists the arguments declared 16-divisible, as Triton specialises them at launch."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    names = [p.name for p in fn.params]
-    assert set(sig) | set(consts) == set(names), (fn, sorted(set(names) - set(sig) - set(consts)))
-    full = {n: sig.get(n, "constexpr") for n in names}
-    attrs = {(names.index(n),): DIVISIBLE_BY_16 for n in aligned}
-    return triton.compile(ASTSource(fn, full, consts, attrs), target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": num_warps, "num_stages": num_stages})
+sys.path.insert(0, str(ROOT / "scripts"))
+# one definition of the ahead-of-time compile, shared with scripts/static_report.py
+from static_sass import DIVISIBLE_BY_16 as DIVISIBLE_BY_16  # noqa: E402
+from static_sass import compile_kernel as compile_kernel  # noqa: E402
+from static_sass import compile_with_log as compile_with_log  # noqa: E402
+from static_sass import ptxas_facts as ptxas_facts  # noqa: E402
 
 
 def run_compile_script(script: str, timeout_s: int = 600) -> dict:

@@ -2,7 +2,7 @@
 
 The other CPU tests run the interpreter's 16x16 tiles and at most a few decode splits; a GPU picks
 ``default_fwd_config`` / ``default_bwd_config`` / ``default_decode_config`` for its capability
-(forward 128x64 or 64x32; dK/dV 32x128 on sm_90, 64x64 on sm_80 at D=128; dQ steps of 32-64 keys;
+(forward 128x64 or 64x32; dK/dV 64x32 on sm_90, 64x64 on sm_80 at D=128, 32x32 at D > 128; dQ steps of 32-64 keys;
 decode blocks of 64 keys and up to 64 splits chosen from the SM count), which would otherwise first
 run on a GPU. Each distinct config of sm_80 and sm_90 (stages included: the interpreter accepts
 them) runs here on fp16 shapes that span several of its tiles, against fp64 with the tolerance rules.
@@ -26,6 +26,7 @@ from polytrace_kernels.attention import (
     varlen_attention,
     varlen_attention_reference,
 )
+from polytrace_kernels.attention.api import MIN_SPLIT_TOKENS
 from polytrace_kernels.tolerance import check_fp32
 
 CAPABILITIES = {"sm80": (8, 0), "sm90": (9, 0)}
@@ -55,7 +56,7 @@ def _cu(lens):
 
 @pytest.mark.parametrize("head_dim,fwd,bwd", _varlen_params())
 def test_varlen_with_gpu_default_tiles(head_dim, fwd, bwd):
-    assert fwd["BLOCK_M"] >= 64 and bwd["DKDV_BLOCK_N"] >= 64  # GPU tiles, not the interpreter's 16x16
+    assert fwd["BLOCK_M"] >= 64 and bwd["DKDV_BLOCK_N"] >= 32  # GPU tiles, not the interpreter's 16x16
     # a sequence over two forward tiles and three dK/dV tiles, one exactly one tile, empty and
     # one-token sequences, and a query shorter than its keys (bottom-right causal offset)
     lens_q = [130, 0, 1, 64, 10, 33]
@@ -102,15 +103,18 @@ def _decode_params():
 
 @pytest.mark.parametrize("head_dim,cfg,gpu", _decode_params())
 def test_decode_with_gpu_default_split_count(head_dim, cfg, gpu):
-    """The split size a GPU picks from its SM count (64 splits of 256 tokens for a 16k cache at
-    D=64; 16 for a 4k cache at D=256), one long and one short sequence, GQA 4; the combine kernel
-    merges every partial."""
+    """The split size a GPU picks from its SM count for a tiny batch (two sequences, one KV head:
+    two programs per SM need 66-132 splits of a 16k cache at D=64, 32 of 128 tokens for a 4k cache
+    at D=256), one long and one short sequence, GQA 4; the combine kernel merges every partial."""
     assert cfg["SPLIT_TOKENS"] == 0 and cfg["BLOCK_N"] >= 32  # chosen at launch, GPU blocks
     max_len = 16384 if head_dim == 64 else 4096
     lens, hq, hkv = [max_len, 700], 4, 1
-    split = choose_split_tokens(len(lens), hkv, max_len, cfg["BLOCK_N"], NUM_SMS[gpu])
+    sms = NUM_SMS[gpu]
+    split = choose_split_tokens(len(lens), hkv, max_len, cfg["BLOCK_N"], sms)
     n_splits = -(-max_len // split)
-    assert n_splits == max_len // 256
+    assert split % cfg["BLOCK_N"] == 0 and split >= MIN_SPLIT_TOKENS
+    # two programs per SM, or splits already at the floor
+    assert len(lens) * hkv * n_splits >= 2 * sms or split <= max(MIN_SPLIT_TOKENS, cfg["BLOCK_N"])
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(len(lens), hq, head_dim, generator=gen).half()
     kc = torch.randn(len(lens), max_len, hkv, head_dim, generator=gen).half()
@@ -137,3 +141,30 @@ def test_decode_many_splits_paged_with_gpu_blocks():
         check_decode(q, kp, vp, torch.tensor(lens, dtype=torch.int32), block_table=table, num_splits=num_splits,
                      config={"BLOCK_N": cfg["BLOCK_N"], "num_stages": cfg["num_stages"]})
     assert rec.one("decode_split_kernel").grid[0] == num_splits
+
+
+@pytest.mark.parametrize("batch, max_len, split, why", [
+    (1, 1500, 128, "late rollout: 6 splits of 256 gave 48 programs; 12 of 128 give 96 (floor reached)"),
+    (4, 3000, 256, "4 x 8 rows x 12 splits = 384 programs >= 2 per SM"),
+    (11, 3300, 256, "large enough for the 256-2048 rule"),
+    (128, 2048, 2048, "1024 rows >= 4 waves of programs: one split per row, one launch"),
+    (256, 8192, 2048, "caches past 4096 tokens keep splitting (one long row would be the makespan)"),
+    (2, 100, 128, "a cache shorter than a split: one split, one launch"),
+])
+def test_decode_splits_follow_sm_count_and_length(batch, max_len, split, why):
+    assert choose_split_tokens(batch, 8, max_len, 64, 132) == split, why
+
+
+def test_decode_many_rows_run_in_a_single_launch():
+    """Rows >= 4 x SMs (the interpreter's device reports 8 SMs): one split per row and no combine
+    launch, with the same results as the split path."""
+    gen = torch.Generator().manual_seed(11)
+    batch, hkv, hq, d, max_len = 8, 4, 8, 16, 40
+    q = torch.randn(batch, hq, d, generator=gen).half()
+    kc = torch.randn(batch, max_len, hkv, d, generator=gen).half()
+    vc = torch.randn(batch, max_len, hkv, d, generator=gen).half()
+    lens = torch.tensor([40, 3, 17, 0, 33, 40, 1, 25], dtype=torch.int32)
+    with watch_kernels() as rec:
+        check_decode(q, kc, vc, lens, config={"SPLIT_TOKENS": 0})
+    assert rec.one("decode_split_kernel").grid == (1, batch * hkv)
+    assert rec.of("decode_combine_kernel") == []

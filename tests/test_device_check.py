@@ -113,3 +113,27 @@ def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path):
     benches = json.loads((out_bench / "packing.json").read_text())["benchmarks"]
     assert all(b["extra_info"]["check"]["ok"] is True for b in benches)
     assert (tmp_path / "bench-run" / "shards").is_dir()  # resumable: the shard records stay there
+
+
+def test_runbook_exits_nonzero_naming_a_step_that_raised(tmp_path, monkeypatch):
+    """A step whose exception the summary turns into a text line (here the step estimate, which a
+    CPU dry run cannot price: POLYTRACE_RUNBOOK_STRICT_ESTIMATE holds it to the GPU rule) fails the
+    run with a status line naming the step; the same run without the strict rule passes."""
+    kernel_test = "def test_kernel_ok():\n    assert True\n"
+    relaxed, _ = _run(tmp_path, "relaxed", kernel_test, "--skip-tests")
+    assert relaxed.returncode == 0, relaxed.stdout[-3000:]
+    assert "step estimate: not computed on a CPU dry run" in relaxed.stdout
+    assert "probe: not run (no CUDA)" in relaxed.stdout
+    monkeypatch.setenv("POLYTRACE_RUNBOOK_STRICT_ESTIMATE", "1")
+    strict, _ = _run(tmp_path, "strict", kernel_test, "--skip-tests")
+    assert strict.returncode == 1, strict.stdout[-3000:]
+    assert "step estimate: RAISED - not computed" in strict.stdout
+    assert "FAILED ==" in strict.stdout
+
+
+def test_probe_plan_lists_every_decision_without_a_gpu():
+    proc = subprocess.run(["python", str(ROOT / "scripts" / "device_probe.py"), "--list"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["probe", "logprob_block", "probe", "fused_vs_mm", "probe", "attention_tiles",
+                                   "probe", "decode_splits"]

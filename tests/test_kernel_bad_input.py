@@ -78,6 +78,8 @@ LOGPROB_ERRORS = {
     "linear-temperature-nan": (lambda: linear_token_logprobs(HIDDEN, WEIGHT, TOKENS, float("nan")),
                                "temperature"),
     "linear-chunk_bytes-0": (lambda: linear_token_logprobs(HIDDEN, WEIGHT, TOKENS, chunk_bytes=0), "chunk_bytes"),
+    "linear-fp32_precision": (lambda: linear_token_logprobs(HIDDEN, WEIGHT, TOKENS, fp32_precision="fp64"),
+                              "fp32_precision"),
 }
 
 
@@ -180,7 +182,7 @@ def test_linear_logprob_requires_grad_combinations(need):
     w = WEIGHT.clone().requires_grad_(need in ("weight", "both"))
     h64 = HIDDEN.double().requires_grad_(h.requires_grad)
     w64 = WEIGHT.double().requires_grad_(w.requires_grad)
-    lp, ent = linear_token_logprobs(h, w, tokens, 0.8, True)
+    lp, ent = linear_token_logprobs(h, w, tokens, 0.8, True, fp32_precision="ieee")  # held to 1e-4
     rlp, rent = linear_token_logprobs_reference(h64, w64, tokens, 0.8, True, compute_dtype=torch.float64)
     _close(lp, rlp.detach(), 1e-4)
     if need == "none":

@@ -249,7 +249,8 @@ def test_tuning_bucket_ignores_token_count():
     assert tuning_bucket(151936, torch.bfloat16) == tuning_bucket(152064, torch.bfloat16)
     assert tuning_bucket(128256, torch.bfloat16) != tuning_bucket(152064, torch.bfloat16)
     assert linear_tuning_bucket(152064, 3584, torch.bfloat16) != linear_tuning_bucket(152064, 5120, torch.bfloat16)
-    assert set(TUNING_SPACE) == {"BLOCK_V", "num_warps", "num_stages"}
+    # no num_stages axis: the logits kernel has no tl.dot to pipeline (identical SASS, test_static_report.py)
+    assert set(TUNING_SPACE) == {"BLOCK_V", "num_warps"}
 
 
 # ------------------------------------------------------------------------------ fused LM head
@@ -288,6 +289,8 @@ def test_linear_token_logprobs_against_fp64(case, dtype):
     w = (torch.randn(vocab, hidden, generator=gen) * 0.4).to(DEV, dtype)
     tok = _tokens(n_rows, vocab, seed=31, ignored=(2, 9))
     upstream = _upstream(n_rows, 32)
+    if dtype == torch.float32:  # held to the fp32 bound: exact products asked (tf32 is the default)
+        kw = dict(kw, fp32_precision="ieee")
     res = _linear_triplet(h, w, tok, temperature, upstream, **kw)
     ours, same, truth = res["ours"], res["torch"], res["truth"]
     for i, name in enumerate(("logprob", "entropy", "grad_hidden", "grad_weight")):
@@ -306,7 +309,7 @@ def test_linear_large_magnitude_and_frozen_weight():
     h = (torch.randn(12, 32, generator=gen) * 30).to(DEV, torch.float32).requires_grad_()
     w = (torch.randn(200, 32, generator=gen) * 30).to(DEV, torch.float32)
     tok = _tokens(12, 200, seed=34)
-    lp, ent = linear_token_logprobs(h, w, tok, return_entropy=True)
+    lp, ent = linear_token_logprobs(h, w, tok, return_entropy=True, fp32_precision="ieee")
     ref_lp, ref_ent = linear_token_logprobs_reference(h.detach(), w, tok, 1.0, True, compute_dtype=torch.float64,
                                                       matmul_dtype=torch.float64)
     assert torch.isfinite(lp).all() and torch.isfinite(ent).all() and (lp <= 0).all()

@@ -115,3 +115,20 @@ def test_fused_kernels_with_gpu_defaults(dtype, configs):
     assert len(rec.of("linear_dlogits_kernel")) > 1 and rec.of("matmul_accumulate_kernel")
     expect(*linear_checks(f"gpu-default-{dtype}", h, w, tok, temperature, res["ours"], res["torch"], res["truth"],
                           upstream))
+
+
+@pytest.mark.parametrize("asked, expected", [(None, "tf32"), ("tf32", "tf32"), ("ieee", "ieee")])
+def test_fused_fp32_inputs_use_tensor_cores_unless_exactness_is_asked(asked, expected):
+    """fp32 inputs run the fused kernels' dots in tf32 by default (tensor cores) and in exact fp32
+    products ("ieee") when asked; 16-bit inputs keep the dtype's default (None)."""
+    gen = torch.Generator().manual_seed(9)
+    h = torch.randn(8, 32, generator=gen).requires_grad_()
+    w = torch.randn(48, 32, generator=gen) * 0.3
+    tok = torch.randint(0, 48, (8,), generator=gen)
+    kw = {} if asked is None else {"fp32_precision": asked}
+    with watch_kernels() as rec:
+        linear_token_logprobs(h, w, tok, **kw).sum().backward()
+        linear_token_logprobs(h.detach().half(), w.half(), tok, **kw)
+    fwd = rec.of("linear_logprobs_fwd_kernel")
+    assert [la.args["DOT_PRECISION"] for la in fwd] == [expected, None]
+    assert rec.one("linear_dlogits_kernel").args["DOT_PRECISION"] == expected

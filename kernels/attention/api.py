@@ -30,6 +30,7 @@ from .configs import (
     default_decode_config,
     default_fwd_config,
     device_capability,
+    short_fwd_config,
     tuning_bucket,
 )
 from .configs import _capability as _capability
@@ -198,19 +199,40 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+# Smallest split: two 64-key blocks; the fp32 partial a split writes (4 B x D per query head) and
+# the combine reads back is then <= 1/16 of the split's K+V bytes for a GQA group of 8 at D=128.
+MIN_SPLIT_TOKENS = 128
+# Rows (sequence x KV head) from which one split per row is enough: 4 waves of programs balance a
+# long-tailed batch, and a single launch saves the combine's launch and partial traffic.
+SINGLE_LAUNCH_WAVES = 4
+SINGLE_LAUNCH_MAX_LEN = 4096  # a row's K+V at D=128: 2 MB, ~20 us for one SM, never the makespan
+
+
 def choose_split_tokens(batch: int, heads_kv: int, max_len: int, block_n: int, num_sms: int) -> int:
     """Tokens per KV split, from host-known sizes only (no look at the lengths: no sync).
 
-    Aims at about 64 programs per SM if every sequence were at the cache's length ``max_len``; on a
-    long-tailed batch (mean length ~1/8 of the cap in PolyTrace's rollouts) that still leaves ~8
-    waves of active programs, while one split of 256-2048 tokens (128 KB-1 MB of K+V at D=128) is
-    long enough that the fp32 partial it writes (4 B x D per query head) stays under ~3% of traffic.
+    - Many rows (batch x KV heads >= 4 x SMs) and caches up to 4096 tokens: one split per row,
+      a single launch (no combine kernel, no partials).
+    - Large problems: about 64 programs per SM if every sequence were at the cache's length
+      ``max_len``; on a long-tailed batch (mean length ~1/8 of the cap in PolyTrace's rollouts)
+      that still leaves ~8 waves of active programs, with splits of 256-2048 tokens.
+    - Small problems (late-rollout decode: a few sequences of 1.5-3.3k tokens), where that rule
+      gives fewer than two programs per SM: splits shrink, down to ``MIN_SPLIT_TOKENS``, until
+      there are two programs per SM, so every SM streams K/V instead of a few dozen.
+    A split never exceeds the cache (one split, one launch, when ``max_len`` fits in one).
     """
-    want = _cdiv(max(batch * heads_kv * max_len, 1), 64 * num_sms)
+    rows = max(batch * heads_kv, 1)
+    max_len = max(max_len, 1)
+    whole = max(block_n, _cdiv(max_len, block_n) * block_n)
+    if rows >= SINGLE_LAUNCH_WAVES * num_sms and max_len <= SINGLE_LAUNCH_MAX_LEN:
+        return whole
+    want = _cdiv(rows * max_len, 64 * num_sms)
     split = 1 << max(0, (want - 1).bit_length())
     split = min(max(split, 256), 2048)
-    split = min(split, 1 << max(0, (max(max_len, 1) - 1).bit_length()))
-    return max(block_n, _cdiv(split, block_n) * block_n)
+    if rows * _cdiv(max_len, split) < 2 * num_sms:
+        split = max(MIN_SPLIT_TOKENS, _cdiv(max_len, _cdiv(2 * num_sms, rows)))
+    split = max(block_n, _cdiv(split, block_n) * block_n)
+    return min(split, whole)
 
 
 def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, block_table=None,

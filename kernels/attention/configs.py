@@ -75,7 +75,30 @@ def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     if head_dim <= 128:
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
-    return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    # D=256: 2 stages spilled 112 B a thread (sm_90a, triton 3.9, 255 registers); one stage: 0 B,
+    # 235 registers, 48 KB shared memory, two CTAs per SM (scripts/static_report.py). On sm_80 the
+    # 4-warp tile still spilled 64 B (3.9) / 128 B (3.6); on 8 warps: 0 B, 196-209 registers.
+    if capability is not None and tuple(capability) < (9, 0):
+        return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 1}
+    return {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 4, "num_stages": 1}
+
+
+def short_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None,
+                     capability: tuple[int, int] | None = None) -> dict:
+    """Forward tile for batches of short sequences (RL micro-batches of 8192 x 34 tokens): 64 query
+    rows on 4 warps (one Hopper warpgroup) wastes half as many padded rows per sequence as the
+    128-row default and fits two CTAs per SM (D=128, sm_90a, triton 3.9: 172 registers, 112 KB
+    shared memory). Opt-in (``varlen_attention(..., config=short_fwd_config(d))``), never picked
+    from the batch's lengths: a tile chosen per batch would make a sequence's bits depend on the
+    sequences packed with it. At D > 128 it is the default tile (already 64 rows)."""
+    on_cuda = _on_gpu(on_cuda, capability)
+    if not on_cuda or head_dim > 128:
+        return default_fwd_config(head_dim, dtype, on_cuda, capability)
+    if capability is not None and tuple(capability) < (9, 0):
+        # sm_80 (164 KB shared memory a SM): 3 stages took 88 KB, one CTA; 2 stages: 56 KB, 255
+        # registers x 128 threads, two CTAs, 0 B spilled (triton 3.6 and 3.9)
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+    return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
 
 
 def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None,
@@ -105,10 +128,17 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
     elif head_dim <= 128:
-        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+        # dK/dV 32x128 on 8 warps with 3 stages spilled 16 B (causal) / 48 B (full) a thread under
+        # triton 3.9's ptxas (--regAllocOptLevel=2), 168 B with 2 stages; 32x64 with 3 stages is
+        # spill-free under 3.9 but spills 16 B causal under 3.6; 64x32 with 3 stages: 0 B under both
+        # (3.9: 202 / 255 registers causal / full, 85 KB shared). The key tile is narrower (each
+        # step re-reads Q and dO for 32 keys) in exchange for no spill on either version.
+        cfg = {"DKDV_BLOCK_M": 64, "DKDV_BLOCK_N": 32, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
                "DQ_BLOCK_N": 32, "DQ_WARPS": 8, "DQ_STAGES": 3}
     else:
-        return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 64, "DKDV_WARPS": 8, "DKDV_STAGES": 2,
+        # D=256: 16x64 on 8 warps, 2 stages spilled 512-520 B a thread (sm_90a, triton 3.9); 32x32,
+        # 8 warps, 1 stage: 0 B, 208 registers, 80 KB shared memory (16x32 / 4 warps: 208 B)
+        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 32, "DKDV_WARPS": 8, "DKDV_STAGES": 1,
                 "DQ_BLOCK_N": 16, "DQ_WARPS": 8, "DQ_STAGES": 2}
     if capability is not None and tuple(capability) < (9, 0):
         cfg.update(_SM80_DKDV[64 if head_dim <= 64 else 128])

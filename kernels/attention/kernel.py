@@ -19,6 +19,9 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+# Offsets: a position inside a sequence (query row, key column) times a token stride is widened
+# to int64 before the product: max_seqlen x heads x head_dim reaches 2^31 at 128k tokens x 128
+# heads x 128 (and 1M tokens x 16 x 128). Head and tile indices stay int32 (heads x D < 2^31).
 LN2 = 0.6931471805599453
 
 
@@ -44,7 +47,7 @@ def _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d,
               HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     cols = start_n + offs_n
     col_mask = cols < k_len
-    k = _load_tile(K_base + cols[:, None] * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    k = _load_tile(K_base + cols[:, None].to(tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
     qk = tl.dot(q, tl.trans(k)) * qk_scale_log2
     if MASKED:
         allowed = col_mask[None, :]
@@ -55,7 +58,7 @@ def _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d,
     p = tl.math.exp2(qk - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
-    v = _load_tile(V_base + cols[:, None] * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    v = _load_tile(V_base + cols[:, None].to(tl.int64) * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
     acc = acc * alpha[:, None]
     acc = tl.dot(p.to(v.dtype), v, acc)
     return acc, m_new, l_i
@@ -97,7 +100,7 @@ def varlen_fwd_kernel(
     Q_base = Q + q_start.to(tl.int64) * stride_qt + head * stride_qh
     K_base = K + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
     V_base = V + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
-    q = _load_tile(Q_base + offs_m[:, None] * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    q = _load_tile(Q_base + offs_m[:, None].to(tl.int64) * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
 
     # Finite start for the running max: a row that has seen only masked keys keeps exp2(-inf - m) = 0
     # instead of exp2(-inf + inf) = nan.
@@ -126,7 +129,7 @@ def varlen_fwd_kernel(
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("inf"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453)
     O_base = O + q_start.to(tl.int64) * stride_ot + head * stride_oh
-    o_ptrs = O_base + offs_m[:, None] * stride_ot + offs_d[None, :]
+    o_ptrs = O_base + offs_m[:, None].to(tl.int64) * stride_ot + offs_d[None, :]
     if EVEN_D:
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_mask[:, None])
     else:
@@ -156,8 +159,8 @@ def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, off
                HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASK_ROWS: tl.constexpr, MASK_CAUSAL: tl.constexpr):
     rows = start_m + offs_m
     row_mask = rows < q_len
-    q = _load_tile(Q_base + rows[:, None] * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, MASK_ROWS)
-    do = _load_tile(DO_base + rows[:, None] * stride_dot + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D,
+    q = _load_tile(Q_base + rows[:, None].to(tl.int64) * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, MASK_ROWS)
+    do = _load_tile(DO_base + rows[:, None].to(tl.int64) * stride_dot + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D,
                     MASK_ROWS)
     # Rows past q_len load lse = +inf and delta = 0, so their p is exactly 0: no extra select needed.
     if MASK_ROWS:
@@ -209,8 +212,8 @@ def varlen_bwd_dkdv_kernel(
     col_mask = offs_n < k_len
     K_base = K + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
     V_base = V + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
-    k = _load_tile(K_base + offs_n[:, None] * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
-    v = _load_tile(V_base + offs_n[:, None] * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    k = _load_tile(K_base + offs_n[:, None].to(tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    v = _load_tile(V_base + offs_n[:, None].to(tl.int64) * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
@@ -241,8 +244,8 @@ def varlen_bwd_dkdv_kernel(
         d_mask = d_mask & (offs_d[None, :] < HEAD_DIM)
     DK_base = DK + k_start.to(tl.int64) * stride_dkt + kv_head * stride_dkh
     DV_base = DV + k_start.to(tl.int64) * stride_dvt + kv_head * stride_dvh
-    tl.store(DK_base + offs_n[:, None] * stride_dkt + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=d_mask)
-    tl.store(DV_base + offs_n[:, None] * stride_dvt + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=d_mask)
+    tl.store(DK_base + offs_n[:, None].to(tl.int64) * stride_dkt + offs_d[None, :], dk.to(DK.dtype.element_ty), mask=d_mask)
+    tl.store(DV_base + offs_n[:, None].to(tl.int64) * stride_dvt + offs_d[None, :], dv.to(DV.dtype.element_ty), mask=d_mask)
 
 
 @triton.jit
@@ -252,8 +255,8 @@ def _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, of
     cols = start_n + offs_n
     col_mask = cols < k_len
     # Keys past k_len load as 0: their dS * K term is 0, so only the causal select is needed.
-    k = _load_tile(K_base + cols[:, None] * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
-    v = _load_tile(V_base + cols[:, None] * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    k = _load_tile(K_base + cols[:, None].to(tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
+    v = _load_tile(V_base + cols[:, None].to(tl.int64) * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
     qk = tl.dot(q, tl.trans(k))
     p = tl.math.exp2(qk * qk_scale_log2 - lse2[:, None])
     if MASKED:
@@ -299,8 +302,8 @@ def varlen_bwd_dq_kernel(
     DO_base = DO + q_start.to(tl.int64) * stride_dot + head * stride_doh
     K_base = K + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
     V_base = V + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
-    q = _load_tile(Q_base + offs_m[:, None] * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
-    do = _load_tile(DO_base + offs_m[:, None] * stride_dot + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    q = _load_tile(Q_base + offs_m[:, None].to(tl.int64) * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    do = _load_tile(DO_base + offs_m[:, None].to(tl.int64) * stride_dot + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, True)
     lse2 = tl.load(LSE + head.to(tl.int64) * stride_lh + q_start + offs_m, mask=row_mask, other=float("inf"))
     lse2 = lse2 * 1.4426950408889634
     delta = tl.load(DELTA + head.to(tl.int64) * stride_lh + q_start + offs_m, mask=row_mask, other=0.0)
@@ -327,7 +330,7 @@ def varlen_bwd_dq_kernel(
     if not EVEN_D:
         d_mask = d_mask & (offs_d[None, :] < HEAD_DIM)
     DQ_base = DQ + q_start.to(tl.int64) * stride_dqt + head * stride_dqh
-    tl.store(DQ_base + offs_m[:, None] * stride_dqt + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=d_mask)
+    tl.store(DQ_base + offs_m[:, None].to(tl.int64) * stride_dqt + offs_d[None, :], dq.to(DQ.dtype.element_ty), mask=d_mask)
 
 
 @triton.jit
@@ -382,8 +385,8 @@ def decode_split_kernel(
             k_rows = page.to(tl.int64) * stride_kb + (cols % PAGE_SIZE) * stride_kt
             v_rows = page.to(tl.int64) * stride_vb + (cols % PAGE_SIZE) * stride_vt
         else:
-            k_rows = cols * stride_kt
-            v_rows = cols * stride_vt
+            k_rows = cols.to(tl.int64) * stride_kt
+            v_rows = cols.to(tl.int64) * stride_vt
         k = _load_tile(K_base + k_rows[:, None] + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
         qk = tl.dot(q, tl.trans(k)) * qk_scale_log2
         qk = tl.where(col_mask[None, :], qk, float("-inf"))

@@ -30,6 +30,7 @@ from .configs import (
     _logits_bwd_default,
     _logits_fwd_default,
     _resolve_config,
+    dot_precision,
     linear_tuning_bucket,
     tuning_bucket,
 )
@@ -170,12 +171,17 @@ _COMBINE_BLOCK_T = 128
 _DEFAULT_CHUNK_BYTES = 512 * 2**20  # d(logits) of one vocabulary chunk: [T, chunk] in the input dtype
 
 
-def _dot_precision(dtype) -> str | None:
-    # fp32 inputs: full-precision products (tf32 would lose ~1e-3 relative); bf16/fp16: the default
-    return "ieee" if dtype == torch.float32 else None
+FP32_PRECISIONS = ("tf32", "ieee")
 
 
-def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_index, config):
+def _dot_precision(dtype, fp32_precision: str = "tf32") -> str | None:
+    """tl.dot's input precision: for fp32 inputs tf32 tensor cores by default (inputs rounded to 10
+    mantissa bits, ~5e-4 relative per product; the exact "ieee" path runs on the FP32 pipe, ~8-15x
+    slower on Hopper: 67 vs 495 TF/s dense) or "ieee" when exactness is asked; bf16/fp16: the default."""
+    return dot_precision(dtype, fp32_precision)
+
+
+def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_index, config, fp32_precision="tf32"):
     n_rows, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
@@ -199,7 +205,7 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
         hidden.stride(0) if n_rows > 1 else hidden_size, weight.stride(0) if vocab > 1 else hidden_size,
         1.0 / temperature, vblocks_per_split,
         NSPLIT=nsplit, SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
-        BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype),
+        BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     combine_bt = _COMBINE_BLOCK_T if dev.type == "cuda" else 64
     K.linear_logprobs_combine_kernel[(triton.cdiv(n_rows, combine_bt),)](
@@ -209,7 +215,7 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
 
 
 def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index,
-                     need_hidden, need_weight, backward_config, chunk_bytes):
+                     need_hidden, need_weight, backward_config, chunk_bytes, fp32_precision="tf32"):
     n_rows, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
@@ -237,7 +243,7 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
     dlogits = torch.empty((n_rows, chunk), dtype=hidden.dtype, device=dev)
     acc_hidden = torch.zeros((n_rows, hidden_size), dtype=torch.float32, device=dev) \
         if need_hidden and n_chunks > 1 else None
-    precision = _dot_precision(hidden.dtype)
+    precision = _dot_precision(hidden.dtype, fp32_precision)
     for v0 in range(0, vocab, chunk):
         cols = min(chunk, vocab - v0)
         d = dlogits[:, :cols]
@@ -270,11 +276,11 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
 class _LinearTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, tokens, temperature, return_entropy, ignore_index, config,
-                backward_config, chunk_bytes):
+                backward_config, chunk_bytes, fp32_precision):
         logprob, entropy, stats = _linear_forward(hidden, weight, tokens, temperature, return_entropy,
-                                                  ignore_index, config)
+                                                  ignore_index, config, fp32_precision)
         ctx.save_for_backward(hidden, weight, tokens, stats, entropy)
-        ctx.temperature, ctx.ignore_index = temperature, ignore_index
+        ctx.temperature, ctx.ignore_index, ctx.fp32_precision = temperature, ignore_index, fp32_precision
         ctx.backward_config, ctx.chunk_bytes = backward_config, chunk_bytes
         ctx.set_materialize_grads(False)
         if not return_entropy:
@@ -286,17 +292,18 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         hidden, weight, tokens, stats, entropy = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if (g_lp is None and g_ent is None) or not (need_hidden or need_weight):
-            return (None,) * 9
+            return (None,) * 10
         grad_hidden, grad_weight = _linear_backward(
             hidden, weight, tokens, stats, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
-            need_hidden, need_weight, ctx.backward_config, ctx.chunk_bytes)
-        return grad_hidden, grad_weight, None, None, None, None, None, None, None
+            need_hidden, need_weight, ctx.backward_config, ctx.chunk_bytes, ctx.fp32_precision)
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None, None
 
 
 def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor,
                           temperature: float = 1.0, return_entropy: bool = False, ignore_index: int = -100,
                           *, config: dict | None = None, backward_config: dict | None = None,
-                          chunk_bytes: int | None = None, check_tokens: bool = True):
+                          chunk_bytes: int | None = None, check_tokens: bool = True,
+                          fp32_precision: str = "tf32"):
     """Log-probabilities (and entropies) of ``tokens`` under ``softmax(hidden @ weight.T / T)``
     without materialising the [T, V] logits.
 
@@ -309,6 +316,8 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: to
         backward_config: ``{"BLOCK_T", "BLOCK_V", "BLOCK_K", "GROUP", "num_warps", "num_stages"}``.
         chunk_bytes: the backward's largest d(logits) buffer (default 512 MiB): the vocabulary is
             processed in chunks of ``chunk_bytes / (T * itemsize)`` columns.
+        fp32_precision: fp32 inputs only: "tf32" (default: tensor cores, inputs rounded to 10
+            mantissa bits) or "ieee" (exact fp32 products on the FP32 pipe, ~8-15x slower).
 
     Forward: one matmul with an online log-sum-exp epilogue, fp32 accumulation; memory beyond the
     outputs is 16 bytes per token and split. Backward: recomputes the logits tile by tile and
@@ -332,9 +341,12 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: to
         chunk_bytes = _DEFAULT_CHUNK_BYTES
     elif isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
         raise ValueError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
+    if fp32_precision not in FP32_PRECISIONS:
+        raise ValueError(f"fp32_precision must be one of {FP32_PRECISIONS}, got {fp32_precision!r}")
     if check_tokens:
         _check_token_range(tokens, weight.shape[0], ignore_index)
     tokens = tokens.contiguous()
     logprob, entropy = _LinearTokenLogprobs.apply(hidden, weight, tokens, temperature, bool(return_entropy),
-                                                  ignore_index, config, backward_config, chunk_bytes)
+                                                  ignore_index, config, backward_config, chunk_bytes,
+                                                  fp32_precision)
     return (logprob, entropy) if return_entropy else logprob

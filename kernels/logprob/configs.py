@@ -35,12 +35,12 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 # ---------------------------------------------------------------------------------------------
 
 TUNING_KERNEL = "token_logprobs"
-#: Search space of the logits forward kernel for ``polytrace tune``. num_stages only matters
-#: where Triton pipelines the block loads; BLOCK_V 4096 bf16 = 8 KB per row and step.
+#: Search space of the logits forward kernel for ``polytrace tune``. No num_stages axis: the kernel
+#: has no tl.dot for Triton to pipeline, and stages 1-4 compile to identical SASS on sm_80 and sm_90
+#: (checked by tests/test_static_report.py), so the axis would only repeat measurements.
 TUNING_SPACE = {
-    "BLOCK_V": (1024, 2048, 4096, 8192, 16384),
+    "BLOCK_V": (4096, 8192, 16384, 32768),
     "num_warps": (4, 8, 16),
-    "num_stages": (1, 2, 3, 4),
 }
 _VOCAB_BUCKET = 16384  # 151936 and 152064 (Qwen2.5) share a bucket; 128256 (Llama 3) has its own
 
@@ -96,8 +96,14 @@ def _capability(index: int) -> tuple[int, int]:
 def default_logits_fwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:
     if capability is None:
         return {"BLOCK_V": 1024, "num_warps": 4, "num_stages": 1}
-    # 8 KB (bf16) or 8 KB (fp32, 2048) per row and step: 16 bytes per thread per load at 8 warps
-    return {"BLOCK_V": 4096 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 2}
+    # Budgeted from the compiled code (scripts/static_report.py, sm_90a, triton 3.9, with entropy):
+    # each block costs three block-wide reductions, so SASS instructions per logit fall with the
+    # block: 4096 -> 14.9, 8192 -> 12.7, 16384 -> 11.4 (the issue budget for 4.8 TB/s is 12.9).
+    # 16384 x 8 warps: 64 logits (128 B) a thread per step, 127 registers, 2 CTAs per SM, 64 KB in
+    # flight per SM (Little's law at ~0.8 us needs ~30 KB); 16 warps drop to 1 CTA per SM. fp32
+    # (4 B a logit, budget 25.8) keeps 2048. num_stages changes nothing here (no tl.dot to pipeline:
+    # identical SASS, tests/test_static_report.py), so it is 1 and not tuned.
+    return {"BLOCK_V": 16384 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 1}
 
 
 def default_logits_bwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:
@@ -111,8 +117,18 @@ def default_linear_fwd_config(dtype, capability: tuple[int, int] | None = None) 
         return {"BLOCK_T": 16, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 4, "num_warps": 4, "num_stages": 1}
     if dtype == torch.float32:
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 16, "num_warps": 4, "num_stages": 2}
-    # 128 x 128 x 64 bf16 tiles, 3 stages = 96 KB shared memory: two programs per H100/H200 SM
-    return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 8, "num_stages": 3}
+    # 64 tokens x 128 vocabulary columns x 64, one warpgroup (4 warps), 3 stages: sm_90a 168
+    # registers and 72 KB shared memory, 3 CTAs per SM, so one
+    # CTA's softmax epilogue runs while the others' MMAs do (scripts/static_report.py, triton 3.9).
+    # The former 128x128 tile on 8 warps took 255 registers: one CTA per SM, every epilogue exposed
+    # (72 B spilled on sm_80). Half the tokens per weight tile is paid back by L2: the 3 x 132
+    # resident programs (24 token blocks, split-fastest) walk the same weight rows.
+    if tuple(capability) < (9, 0):
+        # sm_80 (mma.sync, no warpgroup): 64x128 spilled 36 B under triton 3.6 (0 under 3.9, 255
+        # registers); 64x64x64 on 4 warps, 3 stages: 0 B under both, 214 / 168 registers (3.9 /
+        # 3.6), 32 KB shared memory, 2-3 CTAs per SM
+        return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 4, "num_stages": 3}
+    return {"BLOCK_T": 64, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 4, "num_stages": 3}
 
 
 def default_linear_bwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:
@@ -121,6 +137,12 @@ def default_linear_bwd_config(dtype, capability: tuple[int, int] | None = None) 
     if dtype == torch.float32:
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "GROUP": 8, "num_warps": 4, "num_stages": 2}
     return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "GROUP": 8, "num_warps": 8, "num_stages": 3}
+
+
+def dot_precision(dtype, fp32_precision: str = "tf32") -> str | None:
+    """tl.dot input precision of the fused kernels (``api._dot_precision``): tf32 for fp32 inputs
+    unless "ieee" (exact) is asked; None (the default) for bf16/fp16."""
+    return fp32_precision if dtype == torch.float32 else None
 
 
 def _logits_fwd_default(dtype, device) -> dict:

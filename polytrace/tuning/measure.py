@@ -42,15 +42,40 @@ def candidate_configs(space: dict, seed: int = 0) -> list[dict]:
     return combos
 
 
+# The suites' L2 flush (suites/timing.py): a buffer of max(2 x L2, 256 MiB), 256 MiB being
+# triton.testing.do_bench's own. The tuner reads it (a reduction) instead of writing it, so no dirty
+# lines are left for the timed call to write back; the flush runs outside the events.
+FLUSH_MIN_BYTES = 256 << 20
+
+
+def flush_bytes(l2_bytes: int) -> int:
+    """Size of the L2 flush buffer for a device with ``l2_bytes`` of L2 (50 MiB when unknown)."""
+    return max(2 * int(l2_bytes or 50 << 20), FLUSH_MIN_BYTES)
+
+
 def make_timer(on_gpu: bool) -> Timer:
-    """median seconds of ``fn`` over a few calls (CUDA events on a GPU, perf_counter on CPU)."""
+    """median seconds of ``fn`` over a few calls: on a GPU, CUDA events around each call with the L2
+    flushed (read) before it, as the suites time a round, so a config is not favoured by inputs
+    left in L2 by the previous call (a warm 50 MB L2 holds a whole micro-batch of log-prob inputs);
+    perf_counter on a CPU."""
     import torch
+
+    state: dict = {}
+
+    def flush() -> None:
+        buf = state.get("buf")
+        if buf is None:
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            buf = state["buf"] = torch.ones(flush_bytes(getattr(props, "L2_cache_size", 0)), dtype=torch.int8,
+                                            device="cuda")
+        state["sink"] = buf.sum(dtype=torch.int32)  # reads every line of the buffer, writes one number
 
     def gpu_time(fn, reps: int = 20) -> float:
         fn()
         torch.cuda.synchronize()
         times = []
         for _ in range(reps):
+            flush()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()

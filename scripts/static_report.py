@@ -1,0 +1,211 @@
+#!/usr/bin/env python
+"""Static performance report: what the compiled code of every default kernel config says, no GPU.
+
+For each kernel of ``polytrace_kernels`` at the config a bf16 launch picks on sm_80 / sm_90 (the
+list and the floors are in ``scripts/static_kernels.py``), compile with the installed Triton
+(``triton.compile`` + its bundled ptxas) and read registers, spills, shared memory, CTAs per SM
+(registers x threads and shared memory against the SM's limits), tensor-core instructions
+(HGMMA / HMMA in SASS), global load/store widths, and for the memory-bound kernels the SASS
+instructions per streamed element of the hot loop, with the bound that implies (issue vs HBM).
+These are compiled-code estimates, not GPU timings.
+
+    python scripts/static_report.py                      # both archs, writes results/static/triton-<ver>.json
+    python scripts/static_report.py --arch 90 --only logprob -o /tmp/r.json --markdown
+    /work/venv36/bin/python scripts/static_report.py     # another Triton version, from its own venv
+
+Exit status: 0 when every kernel meets its floors (no spill, CTAs per SM at or above the stated
+floor, instructions per element within budget), 1 otherwise (the failures are printed), 2 on a
+usage error. ``tests/test_static_report.py`` checks the committed files and recompiles a few kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import static_sass as S  # noqa: E402
+
+SCHEMA = 1
+
+
+def _ensure_kernels_importable() -> None:
+    try:
+        import polytrace_kernels  # noqa: F401
+    except ImportError:  # a checkout that is not installed: kernels/ is the package
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("polytrace_kernels", ROOT / "kernels" / "__init__.py",
+                                                      submodule_search_locations=[str(ROOT / "kernels")])
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["polytrace_kernels"] = mod
+        spec.loader.exec_module(mod)
+
+
+def measure(spec, arch: int) -> dict:
+    """Compile one spec for ``sm_<arch>`` and read its facts and bound."""
+    t0 = time.perf_counter()
+    ck, log = S.compile_with_log(spec.fn, spec.sig, spec.consts, spec.aligned, arch, spec.num_warps, spec.num_stages)
+    rec = {"name": spec.name, "family": spec.family, "arch": f"sm_{arch}", "config": spec.config,
+           "constexprs": {k: v for k, v in spec.consts.items() if isinstance(v, (int, bool, str)) or v is None},
+           "num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    rec.update(S.ptxas_facts(log))
+    rec["shared_bytes"] = int(ck.metadata.shared)
+    occ = S.ctas_per_sm(arch, rec["registers"], spec.num_warps, rec["shared_bytes"])
+    rec["ctas_per_sm"] = occ["ctas"]
+    rec["occupancy_limiter"] = occ["limiter"]
+    rec["warps_per_sm"] = occ["ctas"] * spec.num_warps
+    rec.update(S.sass_summary(S.sass_of(ck.asm["cubin"]), spec.elem_bytes))
+    rec.update(S.ptx_facts(ck.asm["ptx"]))
+    floors = {"max_spill_bytes": spec.max_spill, "min_ctas_per_sm": spec.min_ctas}
+    if spec.why_one_cta:
+        floors["why_one_cta"] = spec.why_one_cta
+    if spec.hbm_bytes:
+        floors["max_instructions_per_element"] = round(S.instruction_budget(arch, spec.hbm_bytes), 2)
+        floors["hbm_bytes_per_element"] = spec.hbm_bytes
+    rec["floors"] = floors
+    rec["bound"] = _bound(rec, arch, spec)
+    rec["compile_s"] = round(time.perf_counter() - t0, 2)
+    return rec
+
+
+def _bound(rec: dict, arch: int, spec) -> str:
+    ipe = rec.get("instructions_per_element")
+    lim = S.GPU_LIMITS[arch]
+    if spec.hbm_bytes and ipe:
+        cap = S.issue_bound_bytes_s(arch, ipe, spec.hbm_bytes)
+        rec["issue_bound_tbps"] = round(cap / 1e12, 2)
+        if cap < lim.hbm_bytes_s:
+            return f"issue: {cap / 1e12:.2f} TB/s at full issue < {lim.hbm_bytes_s / 1e12:.2f} TB/s HBM"
+        if rec["ctas_per_sm"] < 2:
+            return f"occupancy: 1 CTA/SM of {spec.num_warps} warps to hide HBM latency"
+        return f"bandwidth: issue allows {cap / 1e12:.2f} TB/s >= {lim.hbm_bytes_s / 1e12:.2f} TB/s HBM"
+    if rec["hgmma"] or rec["hmma"]:
+        if rec["ctas_per_sm"] < 2:
+            return "tensor cores, 1 CTA/SM: loads and epilogue overlap only within the CTA's pipeline"
+        return f"tensor cores, {rec['ctas_per_sm']} CTAs/SM"
+    return "latency: small kernel (launch and one pass over its inputs)"
+
+
+def violations(rec: dict) -> list[str]:
+    f = rec["floors"]
+    bad = []
+    if rec["spill_bytes"] > f["max_spill_bytes"]:
+        bad.append(f"spills {rec['spill_bytes']} B/thread > {f['max_spill_bytes']}")
+    if rec["ctas_per_sm"] < f["min_ctas_per_sm"]:
+        bad.append(f"{rec['ctas_per_sm']} CTA/SM < floor {f['min_ctas_per_sm']} ({rec['occupancy_limiter']})")
+    budget = f.get("max_instructions_per_element")
+    ipe = rec.get("instructions_per_element")
+    if budget is not None and (ipe is None or ipe > budget):
+        bad.append(f"{ipe} instructions/element > budget {budget}")
+    return bad
+
+
+def _commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "kernels"], cwd=ROOT, capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+        return sha + ("+kernels-modified" if dirty else "") if sha else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def build_report(archs, only: str | None = None, log=print) -> dict:
+    _ensure_kernels_importable()
+    import static_kernels as SK
+
+    kernels = {}
+    for arch in archs:
+        for spec in SK.specs(arch):
+            if only and not re.search(only, spec.name) and only != spec.family:
+                continue
+            rec = measure(spec, arch)
+            kernels[f"{spec.name}@sm_{arch}"] = rec
+            bad = violations(rec)
+            log(f"{spec.name}@sm_{arch}: {rec['registers']} regs, spill {rec['spill_bytes']} B, "
+                f"{rec['shared_bytes'] // 1024} KB smem, {rec['ctas_per_sm']} CTA/SM, "
+                f"ipe {rec.get('instructions_per_element', '-')}, {rec['bound']}"
+                + (f"  FAIL: {'; '.join(bad)}" if bad else ""))
+    return {
+        "schema": SCHEMA,
+        "triton": S.triton_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "commit": _commit(),
+        "made_by": "python scripts/static_report.py " + " ".join(sys.argv[1:]),
+        "method": ("triton.compile for each capability with the default bf16 launch config (no tuned file); "
+                   "registers and spills from the ptxas -v log; shared memory from the compile metadata; SASS "
+                   "from the wheel's cuobjdump -sass; instructions per element = non-NOP SASS instructions of "
+                   "the loop that loads the most global bytes, over the elements those loads bring in "
+                   "(thread-level); compiled-code estimates, not GPU timings"),
+        "issue_headroom": S.ISSUE_HEADROOM,
+        "limits": {f"sm_{a}": {k: v for k, v in vars(S.GPU_LIMITS[a]).items()} for a in archs},
+        "kernels": kernels,
+    }
+
+
+def markdown(report: dict) -> str:
+    lines = [f"Static report, Triton {report['triton']}, commit {report['commit']}, {report['date']} "
+             "(compiled-code estimates, CPU)", "",
+             "| kernel | arch | regs | spill B | smem KB | CTA/SM | MMA | LDG widths | instr/elem (budget) | bound |",
+             "|---|---|---:|---:|---:|---:|---:|---|---|---|"]
+    for rec in report["kernels"].values():
+        mma = rec["hgmma"] + rec["hmma"]
+        ipe = rec.get("instructions_per_element")
+        budget = rec["floors"].get("max_instructions_per_element")
+        ipe_s = f"{ipe} ({budget})" if ipe is not None and budget else ("-" if ipe is None else str(ipe))
+        widths = " ".join(f"{k}x{v}" for k, v in {**rec["ldg_widths"], **rec["ldgsts_widths"]}.items())
+        lines.append(f"| {rec['name']} | {rec['arch']} | {rec['registers']} | {rec['spill_bytes']} | "
+                     f"{rec['shared_bytes'] / 1024:.0f} | {rec['ctas_per_sm']} | {mma} | {widths} | {ipe_s} | "
+                     f"{rec['bound']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="static_report.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", type=int, action="append", choices=sorted(S.GPU_LIMITS),
+                    help="compute capability x10 (repeatable; default 90 and 80)")
+    ap.add_argument("--only", help="regex on kernel names (or a family name)")
+    ap.add_argument("-o", "--out", help="output JSON (default results/static/triton-<version>.json)")
+    ap.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    ap.add_argument("--update", action="store_true",
+                    help="replace only the kernels measured now in the existing output file (with --only)")
+    args = ap.parse_args(argv)
+    archs = args.arch or [90, 80]
+    report = build_report(archs, args.only)
+    out = Path(args.out) if args.out else ROOT / "results" / "static" / f"triton-{report['triton']}.json"
+    if args.update and out.is_file():
+        old = json.loads(out.read_text())
+        if old.get("triton") != report["triton"]:
+            print(f"static_report.py: error: {out} is for triton {old.get('triton')}, not {report['triton']}",
+                  file=sys.stderr)
+            return 2
+        merged = dict(old["kernels"])
+        merged.update(report["kernels"])
+        report["kernels"] = merged
+        report["limits"] = {**old.get("limits", {}), **report["limits"]}
+        report["made_by"] = old["made_by"] + " ; then " + report["made_by"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, sort_keys=False) + "\n")
+    print(f"wrote {out}")
+    if args.markdown:
+        print(markdown(report))
+    failed = {k: violations(r) for k, r in report["kernels"].items() if violations(r)}
+    for k, bad in failed.items():
+        print(f"FLOOR {k}: {'; '.join(bad)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    os.environ.pop("TRITON_INTERPRET", None)
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The static performance report (scripts/static_report.py): its arithmetic, the committed data and
+a recompile of the kernels whose budgets the issue states, on the CPU (triton.compile + the wheel's
+ptxas and cuobjdump; compiled-code estimates, no GPU).
+
+- the committed ``results/static/triton-<version>.json`` files meet every floor they state, and the
+  one for the installed Triton records today's default configs (a changed default without a new
+  report fails here);
+- recompiled now: the log-prob forward within 12.9 SASS instructions per logit on sm_90, no spill
+  in the default tiles checked, the short-sequence attention tile at 2 CTAs per SM;
+- num_stages compiles to identical SASS for the logits and packing kernels (why it is no tuning
+  axis there) and the spaces have no such axis;
+- no 32-bit product of a sequence position and a stride in the attention kernels (TTIR), with a
+  planted kernel that has one as the check's positive control.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from _aot import ROOT, run_compile_script
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import static_report as R  # noqa: E402
+import static_sass as S  # noqa: E402
+
+STATIC = ROOT / "results" / "static"
+
+
+# ---- arithmetic (no compile) ---------------------------------------------------------------
+
+
+def test_instruction_budget_reproduces_the_stated_h200_figure():
+    # 132 SMs x 4 schedulers x 1.98 GHz x 32 lanes x 2 B / 4.8 TB/s / 1.08 headroom
+    assert S.instruction_budget(90, 2) == pytest.approx(12.9, abs=0.02)
+    assert S.instruction_budget(90, 4) == pytest.approx(2 * S.instruction_budget(90, 2))
+    assert S.issue_bound_bytes_s(90, 19.12, 2) / 1e12 == pytest.approx(3.50, abs=0.01)
+
+
+@pytest.mark.parametrize("regs, warps, smem, ctas, limiter", [
+    (255, 8, 96 * 1024, 1, "registers"),   # 256 regs/thread x 256 threads = 64K: one CTA
+    (127, 8, 0, 2, "registers"),           # 128 x 256 = 32K: two
+    (100, 4, 112 * 1024, 2, "shared memory"),  # 2 x (112 + 1) KB <= 228 KB (registers allow 4)
+    (24, 4, 0, 16, "threads"),             # 2048 / 128 (registers allow 21)
+    (16, 1, 0, 32, "blocks"),
+])
+def test_ctas_per_sm_from_registers_threads_and_shared_memory(regs, warps, smem, ctas, limiter):
+    got = S.ctas_per_sm(90, regs, warps, smem)
+    assert (got["ctas"], got["limiter"]) == (ctas, limiter)
+
+
+SASS = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0020*/                   FADD R5, R4, R6 ;
+        /*0030*/                   LDG.E.128 R8, desc[UR4][R2.64+0x10] ;
+        /*0040*/                   MUFU.EX2 R9, R8 ;
+        /*0050*/                   NOP ;
+        /*0060*/              @!P1 BRA 0x10 ;
+        /*0070*/                   STG.E R1, desc[UR4][R2.64] ;
+        /*0080*/                   EXIT ;
+"""
+
+
+def test_sass_summary_reads_the_hot_loop():
+    rec = S.sass_summary(SASS, load_elem_bytes=2)
+    # loop 0x10..0x60: 5 instructions (NOP excluded), 32 B loaded a thread = 16 bf16 elements
+    assert rec["loop_instructions"] == 5 and rec["loop_load_bytes_per_thread"] == 32
+    assert rec["instructions_per_element"] == pytest.approx(5 / 16, abs=0.005)
+    assert rec["ldg_widths"] == {"128b": 2} and rec["stg_widths"] == {"32b": 1} and rec["mufu_ex2"] == 1
+
+
+def test_violations_name_each_missed_floor():
+    rec = {"spill_bytes": 8, "ctas_per_sm": 1, "occupancy_limiter": "registers", "instructions_per_element": 14.0,
+           "floors": {"max_spill_bytes": 0, "min_ctas_per_sm": 2, "max_instructions_per_element": 12.9}}
+    bad = R.violations(rec)
+    assert len(bad) == 3 and "spills 8" in bad[0] and "1 CTA/SM < floor 2" in bad[1] and "budget 12.9" in bad[2]
+    ok = dict(rec, spill_bytes=0, ctas_per_sm=2, instructions_per_element=12.9)
+    assert R.violations(ok) == []
+
+
+# ---- the committed data --------------------------------------------------------------------
+
+
+def _reports() -> list[Path]:
+    return sorted(STATIC.glob("triton-*.json"))
+
+
+def test_committed_reports_exist_and_state_how_they_were_made():
+    files = _reports()
+    assert files, f"no static report under {STATIC}"
+    for path in files:
+        rep = json.loads(path.read_text())
+        assert rep["schema"] == R.SCHEMA and path.name == f"triton-{rep['triton']}.json"
+        assert rep["date"] and rep["commit"] and rep["made_by"].startswith("python scripts/static_report.py")
+        assert {r["arch"] for r in rep["kernels"].values()} == {"sm_80", "sm_90"}
+
+
+@pytest.mark.parametrize("path", _reports(), ids=lambda p: p.name)
+def test_committed_reports_meet_their_floors(path):
+    rep = json.loads(path.read_text())
+    failed = {k: R.violations(r) for k, r in rep["kernels"].items() if R.violations(r)}
+    assert not failed, failed
+    for key, rec in rep["kernels"].items():
+        if rec["ctas_per_sm"] < 2:
+            assert rec["floors"].get("why_one_cta"), f"{key}: one CTA per SM without a stated reason"
+
+
+def test_report_for_this_triton_records_todays_defaults():
+    import triton
+
+    import static_kernels as SK
+
+    path = STATIC / f"triton-{triton.__version__}.json"
+    if not path.is_file():
+        pytest.skip(f"no static report for the installed triton {triton.__version__}")
+    rep = json.loads(path.read_text())
+    for arch in (90, 80):
+        specs = {f"{s.name}@sm_{arch}": s for s in SK.specs(arch)}
+        assert set(specs) <= set(rep["kernels"]), sorted(set(specs) - set(rep["kernels"]))
+        for key, spec in specs.items():
+            rec = rep["kernels"][key]
+            assert (rec["config"], rec["num_warps"], rec["num_stages"]) == (spec.config, spec.num_warps,
+                                                                            spec.num_stages), \
+                f"{key}: the default changed since the report; rerun python scripts/static_report.py"
+
+
+# ---- recompiled now ------------------------------------------------------------------------
+
+SCRIPT = r'''
+import json, os, sys, tempfile, textwrap, importlib
+sys.path.insert(0, os.path.join(sys.argv[1], "scripts"))
+import static_kernels as SK, static_report as R, static_sass as S
+
+out = {"floors": {}, "stages": {}, "int32": {}}
+want = {90: ["logprob-fwd-entropy", "logprob-fwd", "logprob-bwd", "attn-fwd-short-causal-d128",
+             "attn-fwd-causal-d256", "attn-dkdv-causal-d128", "linear-fwd-bf16"]}
+for arch, names in want.items():
+    specs = {s.name: s for s in SK.specs(arch)}
+    for name in names:
+        rec = R.measure(specs[name], arch)
+        out["floors"][f"{name}@sm_{arch}"] = {"violations": R.violations(rec), "ipe": rec.get("instructions_per_element"),
+                                            "spill": rec["spill_bytes"], "ctas": rec["ctas_per_sm"]}
+specs = {s.name: s for s in SK.specs(90)}
+for name in ("logprob-fwd-entropy", "pack-F4096-bf16"):
+    s = specs[name]
+    sass = [S.sass_of(S.compile_kernel(s.fn, s.sig, s.consts, s.aligned, 90, s.num_warps, st).asm["cubin"])
+            for st in (1, 4)]
+    out["stages"][name] = sass[0] == sass[1]
+for name in ("attn-fwd-causal-d128", "attn-dkdv-causal-d128", "attn-dq-causal-d128", "decode-split-contig-d128-g8",
+             "decode-split-paged-d128-g8"):
+    s = specs[name]
+    ck = S.compile_kernel(s.fn, s.sig, s.consts, s.aligned, 90, s.num_warps, s.num_stages)
+    out["int32"][name] = S.int32_position_products(ck.asm["ttir"])
+# positive control: a row index from a loaded offset times a stride, in 32 bits
+tmp = tempfile.mkdtemp()
+with open(os.path.join(tmp, "planted_overflow.py"), "w") as f:
+    f.write(textwrap.dedent("""
+        import triton, triton.language as tl
+        @triton.jit
+        def planted(X, Y, cu, stride_xt, n, BLOCK: tl.constexpr):
+            start = tl.load(cu + tl.program_id(0))
+            for s in range(start, n, BLOCK):
+                rows = s + tl.arange(0, BLOCK)
+                x = tl.load(X + rows[:, None] * stride_xt + tl.arange(0, 16)[None, :])
+                tl.store(Y + rows[:, None].to(tl.int64) * stride_xt + tl.arange(0, 16)[None, :], x)
+    """))
+sys.path.insert(0, tmp)
+planted = importlib.import_module("planted_overflow").planted
+ck = S.compile_kernel(planted, {"X": "*bf16", "Y": "*bf16", "cu": "*i32", "stride_xt": "i32", "n": "i32"},
+                      {"BLOCK": 16}, ["X", "Y"], 90, 4, 1)
+out["int32"]["planted"] = S.int32_position_products(ck.asm["ttir"])
+print("RESULT " + json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def recompiled() -> dict:
+    return run_compile_script(SCRIPT, timeout_s=900)
+
+
+def test_recompiled_defaults_meet_their_floors(recompiled):
+    bad = {k: v["violations"] for k, v in recompiled["floors"].items() if v["violations"]}
+    assert not bad, bad
+    assert recompiled["floors"]["logprob-fwd-entropy@sm_90"]["ipe"] <= 12.9
+    assert recompiled["floors"]["attn-fwd-short-causal-d128@sm_90"]["ctas"] >= 2
+
+
+def test_num_stages_changes_nothing_for_logits_and_packing(recompiled):
+    assert recompiled["stages"] == {"logprob-fwd-entropy": True, "pack-F4096-bf16": True}
+    from polytrace_kernels.logprob import configs as LC
+    from polytrace_kernels.packing import api as PA
+
+    assert "num_stages" not in LC.TUNING_SPACE and "num_stages" not in PA.TUNING_SPACE
+
+
+def test_no_32bit_position_times_stride_in_attention(recompiled):
+    found = {k: v for k, v in recompiled["int32"].items() if k != "planted" and v}
+    assert not found, found
+    assert len(recompiled["int32"]["planted"]) == 1  # the check sees the planted 32-bit product
