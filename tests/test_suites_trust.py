@@ -283,6 +283,35 @@ def test_a_static_report_raises_the_prediction_when_it_predicts_slower(tmp_path)
         predict.static_predictions.cache_clear()
 
 
+def test_the_committed_static_reports_are_read_for_the_gpus_own_architecture(tmp_path):
+    """``scripts/static_report.py``'s own schema (``kernels["<config>@sm_<arch>"]`` with
+    ``issue_bound_tbps``) feeds the prediction of the suite case that config is the default of, on
+    the GPU's architecture only."""
+    report = {"kernels": {"logprob-fwd-entropy@sm_90": {"issue_bound_tbps": 2.0, "bound": "issue"},
+                          "logprob-fwd-entropy@sm_80": {"issue_bound_tbps": 1.0, "bound": "issue"},
+                          "pack-F4096-bf16@sm_90": {"issue_bound_tbps": "fast"}}}
+    (tmp_path / "triton-x.json").write_text(json.dumps(report))
+    case = Case("logprob", "token_logprobs", "ours", "fwd", {}, bytes_moved=4e9)
+    pack = Case("packing", "pack", "ours", "fwd", {}, bytes_moved=4e9)
+    predict.static_predictions.cache_clear()
+    try:
+        assert predict.arch_of(get_gpu("h200")) == "sm_90" and predict.arch_of(get_gpu("a100-80g")) == "sm_80"
+        seconds, note = predict.static_estimate(case, str(tmp_path), "sm_90")
+        assert seconds == pytest.approx(4e9 / 2e12) and note.startswith("logprob-fwd-entropy@sm_90")
+        assert predict.static_estimate(case, str(tmp_path), "sm_80")[0] == pytest.approx(4e9 / 1e12)
+        assert predict.static_estimate(case, str(tmp_path), None)[0] is None  # an architecture it has no entry for
+        assert predict.static_estimate(pack, str(tmp_path), "sm_90")[0] is None  # not a positive number: ignored
+        info = {}
+        predict.annotate(info, case, get_gpu("h200"), 2.5e-3, str(tmp_path))
+        assert info["static_estimate_s"] == pytest.approx(2e-3) and info["predicted_s"] == pytest.approx(2e-3)
+        # the committed reports: every mapped config of sm_90 is read
+        predict.static_predictions.cache_clear()
+        preds, _ = predict.static_predictions(str(predict.STATIC_DIR), "sm_90")
+        assert set(predict.STATIC_CASES.values()) <= set(preds), sorted(preds)
+    finally:
+        predict.static_predictions.cache_clear()
+
+
 # ---------------------------------------------------------------------------------- thermals
 
 
