@@ -70,6 +70,9 @@ def register(sub) -> None:
     p.add_argument("--seed", type=_nonneg, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     p.add_argument("-o", "--output-dir", default="polytrace-report", help="folder for report.md and plots")
+    p.add_argument("--roofline", action="store_true",
+                   help="price at the base roofline alone, without the shared physical priors the estimate applies "
+                   "by default (polytrace/data/priors.json)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_report)
 
@@ -165,7 +168,7 @@ def cmd_report(args) -> int:
     from ..report import build_report
 
     result = build_report(profile=args.profile, model=args.model, gpu=args.gpu, gpus=args.gpus, steps=args.steps,
-                          seed=args.seed, output_dir=args.output_dir)
+                          seed=args.seed, output_dir=args.output_dir, roofline=args.roofline)
     if args.json:
         print_json(result["data"])
     else:
