@@ -42,6 +42,19 @@ class GPU:
         return self.interconnect_gbps if group_gpus <= self.gpus_per_node else min(self.interconnect_gbps,
                                                                                    self.scaleout_gbps)
 
+    def collective_gbps(self, group_gpus: int) -> float:
+        """Per-GPU bus bandwidth of a ring collective (all-gather, reduce-scatter, all-reduce) over
+        ``group_gpus`` GPUs (GB/s). Within one node NVLink's. Across nodes NCCL runs one ring
+        channel per NIC: each channel's inter-node hop takes a different GPU's NIC, so the ring
+        moves at the node's ``gpus_per_node`` NICs together (8 x 50 GB/s on HGX H100), capped by
+        NVLink, not at one NIC's rate. nccl-tests all_reduce bus bandwidth across nodes at large
+        messages: 400-450 GB/s on H100 SXM with NDR InfiniBand, 250-300 GB/s on A100 SXM with
+        HDR (saturncloud.io/blog/crusoe-nccl-cluster-validation). Point-to-point traffic
+        (all-to-all, a ring of KV blocks) crosses each GPU's own NIC: ``link_gbps``."""
+        if group_gpus <= self.gpus_per_node:
+            return self.interconnect_gbps
+        return min(self.interconnect_gbps, self.scaleout_gbps * self.gpus_per_node)
+
     def ceiling(self, kind: str) -> float:
         """Peak in base units: 'bf16' -> FLOP/s, 'hbm' -> bytes/s. Datasheet figures (the
         conventional denominator for %-of-peak, as in nvFuser and tritonbench)."""

@@ -27,7 +27,10 @@ def _results_root() -> Path:
 
 
 def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed: int = 0,
-                 output_dir: str | os.PathLike = "polytrace-report", explain: bool = False) -> dict:
+                 output_dir: str | os.PathLike = "polytrace-report", explain: bool = False,
+                 roofline: bool = False) -> dict:
+    """The report: workload statistics and the step estimate, priced as ``polytrace estimate``
+    prices it by default, with the shared physical priors (``roofline``: the base prices alone)."""
     from tabulate import tabulate
 
     from .describe import describe, format_describe, workload_table_rows
@@ -43,8 +46,10 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
 
     from .compose import plot_stage_breakdown, report_section
 
+    from .compose.efficiency import PRIORS
+
     section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed,
-                             results_root=_results_root())
+                             results_root=_results_root(), calibration=None if roofline else PRIORS)
     estimate = _render_estimate(section, model, gpu, gpus, explain=explain)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -100,6 +100,7 @@ RUNS = (
 def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
     """The zero-shot estimate of ``run`` (no calibration, no measured timings: the shared priors
     of ``polytrace.compose.efficiency`` through the estimate's defaults)."""
+    from polytrace.compose.efficiency import PRIORS
     from polytrace.compose.modes import mode_estimate
     from polytrace.compose.workloads import stated_lengths_profile
 
@@ -107,7 +108,8 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
     max_prompt = stated_lengths_profile(f"mean=1,prompt={PROMPT_MEAN}", model=run.model).config.max_prompt_len
     kw, lengths = run.estimate_kw(max_prompt)
     prof = stated_lengths_profile(lengths, model=run.model)
-    return mode_estimate(prof, run.model, "h100", run.gpus, steps=steps, results_root="/nonexistent", **kw)
+    return mode_estimate(prof, run.model, "h100", run.gpus, steps=steps, results_root="/nonexistent",
+                         calibration=PRIORS, **kw)
 
 
 def markdown_table(steps=range(2)) -> str:

@@ -30,6 +30,25 @@ def test_report_default_writes_markdown_and_plots(tmp_path, capsys, monkeypatch)
     assert "### Kernel families" in md and "| gemm " in md
 
 
+def test_report_prices_as_estimate_does(tmp_path, capsys, monkeypatch):
+    """The report's step is ``polytrace estimate``'s: the shared priors by default, the base roofline
+    with --roofline, the same flag on both."""
+    monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(tmp_path / "no-results"))
+    steps = {}
+    run = ["--profile", "dapo-math-32b", "--model", "qwen2.5-32b", "--gpu", "h200", "--gpus", "32", "--steps", "0-1",
+           "--json"]
+    for flags in ([], ["--roofline"]):
+        assert main(["report", "-o", str(tmp_path / f"rep{len(flags)}"), *run, *flags]) == 0
+        rep = json.loads(capsys.readouterr().out)["estimate"]
+        assert main(["estimate", *run, *flags]) == 0
+        est = json.loads(capsys.readouterr().out)
+        assert rep["summary"]["mean_step_s"] == pytest.approx(est["summary"]["mean_step_s"], rel=1e-9)
+        assert ("shared priors applied" in rep["source"]) == (not flags)
+        steps[len(flags)] = rep["summary"]["mean_step_s"]
+    # the priors' host and efficiency slowdowns move the 32B step well off the roofline
+    assert abs(steps[0] / steps[1] - 1) > 0.1, steps
+
+
 def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeypatch):
     from _compose_results import family_benches, result_file, write
 

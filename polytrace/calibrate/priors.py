@@ -47,6 +47,13 @@ CONSTANTS = ("gen", "forward", "update", "other")
 FALLBACK = {"rollout.cuda_graphs": "rollout.eager", "rollout.eager": "rollout.cuda_graphs",
             "rollout_host.cuda_graphs": "rollout_host.eager", "rollout_host.eager": "rollout_host.cuda_graphs",
             "train.checkpointing": "train.no_checkpointing", "train.no_checkpointing": "train.checkpointing"}
+# Kinds priced from the links alone (slowdown 1: NCCL's bus bandwidth at ``Efficiency.comm`` of the
+# link, as nccl-tests measures it), not fitted: with FSDP's gathers and reduce-scatters behind the
+# compute (``compose/training.py``) the corpus leaves them a few percent of any stage, too little
+# to identify a slowdown; fitted freely they absorbed other work (0.01 with the forward gathers in
+# series, 6.3 once they overlap), and the estimates of runs whose collectives matter (expert
+# all-to-all, tensor-parallel all-reduces) inherited it.
+LINK_PRICED = ("collectives",)
 ROWS_PER_LOG = 40
 SOFT_L1_LOG = 0.3  # log-ratio residuals past 0.3 (35%) weigh linearly: one odd log cannot pull the fit
 MAX_CONSTANT_S = 120.0
@@ -142,7 +149,7 @@ def fit_priors(corpus: list[Corpus]) -> dict:
             seen |= x[s].sum(axis=0) > 0
             with np.errstate(divide="ignore", invalid="ignore"):
                 floor = np.maximum(floor, np.nanmax(np.where(x[s] > 0, b[s] / np.where(x[s] > 0, x[s], 1), 0), axis=0))
-    free = [i for i in range(len(kinds)) if seen[i]]
+    free = [i for i in range(len(kinds)) if seen[i] and kinds[i] not in LINK_PRICED]
     nf = len(free)
 
     def unpack(theta):
@@ -176,6 +183,8 @@ def fit_priors(corpus: list[Corpus]) -> dict:
                 out[k]["fallback"] = f"no log in the corpus: {src}'s slowdown"
             else:
                 out[k]["fallback"] = "no log in the corpus: the base prices (1.0)"
+        if k in LINK_PRICED:
+            out[k]["fixed"] = "priced from the links (NCCL bus bandwidth at Efficiency.comm), not fitted"
         effs = [e for c, m in mats if (e := _efficiency(m, i, out[k]["slowdown"])) is not None]
         out[k]["efficiency_of_peak"] = [float(min(effs)), float(np.median(effs)), float(max(effs))] if effs else None
     return {"kinds": out, "constants_s": {k: float(v) for k, v in const.items()}}

@@ -73,6 +73,9 @@ def register(sub) -> None:
     add_out(p, old=("--output-dir",), metavar="DIR", default="polytrace-report",
             help="folder for report.md and plots (default polytrace-report; created when missing)")
     p.add_argument("--explain", action="store_true", help="also print what the two tail figures answer")
+    p.add_argument("--roofline", action="store_true",
+                   help="price at the base roofline alone, without the shared physical priors the estimate applies "
+                   "by default (polytrace/data/priors.json)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_report)
 
@@ -170,7 +173,7 @@ def cmd_report(args) -> int:
     from ..report import build_report
 
     result = build_report(profile=args.profile, model=args.model, gpu=args.gpu, gpus=args.gpus, steps=args.steps,
-                          seed=args.seed, output_dir=args.out, explain=args.explain)
+                          seed=args.seed, output_dir=args.out, explain=args.explain, roofline=args.roofline)
     if args.json:
         print_json(result["data"])
     else:

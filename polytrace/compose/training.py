@@ -133,16 +133,22 @@ class _RankCosts:
     tokens: np.ndarray
     hidden_comm_s: np.ndarray | float = 0.0  # of ``comm_s``, what can hide behind compute (FSDP's backward)
     hide_s: np.ndarray | float = 0.0  # the backward compute it hides behind (at the roofline)
+    hidden_fwd_comm_s: np.ndarray | float = 0.0  # of ``comm_s``, what can hide behind the forward (FSDP)
+    hide_fwd_s: np.ndarray | float = 0.0  # the forward compute it hides behind (at the roofline)
 
     @property
     def exposed_comm_s(self) -> np.ndarray:
-        """The collectives nothing hides. FSDP (verl's defaults: backward prefetch on, forward
-        prefetch off) gathers each layer's parameters just before its forward, in series, while
-        the backward's gathers and gradient reduce-scatters overlap the backward's compute;
+        """The collectives nothing hides. FSDP issues its all-gathers on a separate CUDA stream:
+        in the forward the next layer's gather overlaps the current layer's compute (PyTorch's
+        "implicit forward prefetching", always on; only the first layer's gather waits: see
+        docs.pytorch.org/docs/stable/notes/fsdp.html), and with verl's backward prefetch the
+        backward's gathers and gradient reduce-scatters overlap the backward's compute;
         Megatron's tensor-parallel all-reduces sit between the matmuls. The compute that hides
         them is taken at the roofline, so a kernel family's what-if (a measured provider, a
         speedup) moves that family's time only and the breakdown stays a sum of parts."""
-        return self.comm_s - self.hidden_comm_s + np.maximum(0.0, self.hidden_comm_s - self.hide_s)
+        hidden = self.hidden_comm_s + self.hidden_fwd_comm_s
+        return (self.comm_s - hidden + np.maximum(0.0, self.hidden_comm_s - self.hide_s)
+                + np.maximum(0.0, self.hidden_fwd_comm_s - self.hide_fwd_s))
 
     @property
     def time_s(self) -> np.ndarray:
@@ -311,14 +317,18 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
         # again (activation recomputation reuses that gather) and reduce-scatters gradients
         # in fp32 (verl's FSDP mixed precision), twice the bytes of a bf16 gather; under LoRA
         # only the adapters' gradients move (under 1% of the weights: left out). Across nodes
-        # the collectives run at the NIC's rate.
-        link = gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm
+        # the rings run over every NIC of a node (``GPU.collective_gbps``).
+        link = gpu.collective_gbps(layout.n_gpus) * 1e9 * eff.comm
         per_gather = weight_bytes * (layout.n_gpus - 1) / layout.n_gpus / link * pricer.scale("comm")
         bwd = n_micro * (1 if lora else 3) * per_gather if backward else zero
         # the backward's matmuls at the roofline (the input and weight gradients)
         hide = body_flops * tokens * (mult - fwd_passes) / (rate * model_shards) if backward else zero
-        return _RankCosts(fam, src, n_micro * per_gather + bwd, n_micro, flops, tokens, hidden_comm_s=bwd,
-                          hide_s=hide)
+        # the forward's gathers behind the forward's matmuls, all but the first layer's
+        fwd = n_micro * per_gather
+        fwd_hidden = fwd * (1.0 - 1.0 / max(1.0, layers))
+        fwd_hide = body_flops * tokens / (rate * model_shards)
+        return _RankCosts(fam, src, fwd + bwd, n_micro, flops, tokens, hidden_comm_s=bwd,
+                          hide_s=hide, hidden_fwd_comm_s=fwd_hidden, hide_fwd_s=fwd_hide)
     comm = zero
     if layout.strategy == "megatron":
         if layout.tp > 1:
@@ -337,7 +347,7 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
         if backward and dp > 1:
             shard = (lora_params(model, layout.lora_rank) * 2 * 2 / (layout.tp * layout.pp) if lora
                      else 2.0 * shard_params(model, layout.tp, layout.pp, layout.ep))
-            comm = comm + shard * (dp - 1) / dp / (gpu.link_gbps(layout.n_gpus) * 1e9 * eff.comm)
+            comm = comm + shard * (dp - 1) / dp / (gpu.collective_gbps(layout.n_gpus) * 1e9 * eff.comm)
     return _RankCosts(fam, src, comm * pricer.scale("comm"), n_micro, flops, tokens)
 
 
