@@ -393,7 +393,13 @@ def _compare(s: VarlenShape, provider: str, mode: str):
         results = []
         for i, name in enumerate(names):
             kv = name in ("dk", "dv")
-            got = to_packed(outs[i], s.seqlens, s.heads_kv if kv else s.heads_q)
+            grad = outs[i]
+            if kv and provider == "sdpa-padded" and s.heads_q != s.heads_kv:
+                # its K/V were repeated per query head (SDPA's fused backends need equal heads): the
+                # gradient of a KV head is the sum over the query heads that shared it
+                b, _, lmax, d = grad.shape
+                grad = grad.view(b, s.heads_kv, s.heads_q // s.heads_kv, lmax, d).sum(2)
+            got = to_packed(grad, s.seqlens, s.heads_kv if kv else s.heads_q)
             if rows is not None:
                 got = got[truth["kv_index"]] if kv else got[rows]
             if kv and "kv_scale" in truth:  # sampled key rows: one rounding of an fp32 sum over the queries
