@@ -120,7 +120,9 @@ def test_a_padded_critic_costs_the_same_whatever_the_lengths(tmp_path):
     assert cfg.remove_padding is True and cfg.critic_remove_padding is False
 
     def spread(path, stage):
-        x = np.array([sum(r.x[stage].values()) for r in prepare(path, Overrides(gpu="mi300x"))[3]])
+        # the forward work itself: at these tiny shapes the pass's collectives and host time
+        # ("forward_overhead", the exposed remainder of the gathers it overlaps) outweigh it
+        x = np.array([r.x[stage]["forward"] for r in prepare(path, Overrides(gpu="mi300x"))[3]])
         return x.max() / x.min()
 
     assert spread(path2, "values") < 1.001  # padded: the same work every step
