@@ -133,13 +133,14 @@ def load_corpus_gpus(path=None) -> dict:
 def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None) -> list[Corpus]:
     """Every ``*.log`` in ``folder`` (or the named ones), read, configured and priced as
     ``validate`` does, on the GPU its publisher states (``gpus``, default ``load_corpus_gpus()``;
-    as ``--gpu``), else as ``validate`` finds it with no flag; a log that cannot be read, or a
-    stated GPU whose file hash no longer matches, is an error naming it."""
+    as ``--gpu``), else as ``validate`` finds it with no flag, an assumed GPU that some step beats
+    replaced by the slowest ``INFER_LADDER`` preset none does (``_infer_gpu``); a log that cannot
+    be read, a stated GPU whose file hash no longer matches or that a step beats, is an error
+    naming it."""
     from .logconfig import Overrides
     from .validate import _overlapped, _timed_stages, prepare
 
     stated = load_corpus_gpus() if gpus is None else gpus
-
     root = Path(folder)
     if not root.is_dir():
         raise PolytraceError(f"{root}: no such folder of logs")
