@@ -5,7 +5,8 @@
     python scripts/fit_priors.py ../shared --markdown # also prints the leave-one-log-out table
 
 reads ``<shared>/validation-logs/*.log`` (each read, configured and priced as ``polytrace validate``
-does), fits one slowdown per kind of work and engine setting and constant seconds per kind of stage
+does, on the GPU its publisher states in ``polytrace/data/corpus_gpus.json``, else on the GPU the
+log shows or an assumed A100 that no step beats, else the slowest preset none does), fits one slowdown per kind of work and engine setting and constant seconds per kind of stage
 (``polytrace/calibrate/priors.py``), scores every log with priors fitted on the others, and writes
 the file with its provenance (logs and hashes, commit, date). Deterministic for a given corpus.
 """

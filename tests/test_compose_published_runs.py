@@ -21,17 +21,12 @@ WITHIN = 0.30
 # Runs the zero-shot model misses by more than WITHIN, and why. A physical reason each, never a
 # factor fitted to the row.
 MISSES = {
-    "qwen3-235b on-policy 256": (
-        "0.69x: the published run gains 1.27x from 128 to 256 GPUs (395 -> 312 s), the estimate 1.74x (372 -> 214 s): "
-        "what does not shrink with the GPU count in a colocated step is not priced (the refit of 470 GB of bf16 "
-        "weights from the trainer's EP x PP x TP shards into the TP-16 engines, per-step fixed costs), and with 16 "
-        "prompts over 16 engines each engine's slowest group sets the rollout at either count"),
     "qwen3-235b 1-step-off": (
-        "2.34x (539 s, generation 513 s): the rollout's 16 engines of 8 GPUs at 0.8 of the memory keep 3.3 GB of KV "
+        "2.40x (554 s, generation 527 s): the rollout's 16 engines of 8 GPUs at 0.8 of the memory keep 3.3 GB of KV "
         "cache per GPU next to 59 GB of bf16 weights: ~23 of an engine's 32 responses of 7.6K tokens fit at once, "
         "and the prompt-contiguous split gives each engine one prompt's group, so the model decodes in two waves "
-        "behind the slowest group (1.83x at the roofline); the priors' per-iteration host slowdown (3.7x), fitted "
-        "on eager engines only (no corpus log runs CUDA graphs), adds 219 s over those iterations (321 s with it "
+        "behind the slowest group (1.83x at the roofline); the priors' per-iteration host slowdown (2.8x), fitted "
+        "on eager engines only (no corpus log runs CUDA graphs), adds 144 s over those iterations (410 s with it "
         "at 1); the published step (231 s) implies the run decoded without the KV limit"),
 }
 # Of MISSES, the runs off by more than 2x (the same physical reason).

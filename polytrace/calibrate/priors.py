@@ -19,6 +19,11 @@ the part's kind, plus a constant per call. The kinds (``compose.efficiency.prior
 - constants: ``gen``, ``forward`` (log-prob, reference and value passes), ``update`` (each
   update) and ``other`` (the step outside its stages), in seconds.
 
+Each log is priced on its GPU: the log's own evidence, else the GPU its publishing repository
+states (``polytrace/data/corpus_gpus.json``, with the source), else an assumed A100 that is kept
+only if no step beats its peak roofline; a rejected hypothesis climbs ``INFER_LADDER`` to the
+slowest GPU the steps allow, and the log's provenance says which and why.
+
 A kind no corpus log exercises (today: CUDA graphs in rollout) takes its sibling's slowdown, and
 the file says so (``fallback``).
 
@@ -60,13 +65,18 @@ MAX_CONSTANT_S = 120.0
 MAX_SLOWDOWN = 100.0
 
 
+# The GPU of each corpus log whose publisher states it (the log itself does not): data with sources.
+CORPUS_GPUS_PATH = Path(__file__).resolve().parents[1] / "data" / "corpus_gpus.json"
+
+
 class Corpus:
     """One log of the corpus: its rows (priced), stages and engine settings."""
 
     def __init__(self, name: str, rows: list[StepData], stages: list[str], eager: bool, ckpt: bool, sha256: str,
-                 overlapped: tuple = ()):
+                 overlapped: tuple = (), gpu: str = "", gpu_source: str = ""):
         self.name, self.rows, self.stages, self.eager, self.ckpt, self.sha256 = name, rows, stages, eager, ckpt, sha256
         self.overlapped = tuple(overlapped)  # stages off the step's critical path (async generation)
+        self.gpu, self.gpu_source = gpu, gpu_source  # the preset priced; where it comes from
 
     def kind(self, group: str, family: str) -> str:
         return prior_kind(group, family, self.eager, self.ckpt)
@@ -102,11 +112,35 @@ def _sha256(path) -> str:
     return h.hexdigest()[:16]
 
 
-def load_corpus(folder, names: list[str] | None = None) -> list[Corpus]:
+def load_corpus_gpus(path=None) -> dict:
+    """``{log name: {"gpu", "sha256", "source"}}`` from ``polytrace/data/corpus_gpus.json``: the GPU
+    each corpus log ran on where its publishing repository states it and the log does not."""
+    import json
+
+    path = Path(path or CORPUS_GPUS_PATH)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise PolytraceError(f"{path}: cannot read the corpus GPUs: {e}") from None
+    if not isinstance(doc, dict) or doc.get("format") != "polytrace.corpus_gpus" or not isinstance(doc.get("logs"), dict):
+        raise PolytraceError(f"{path}: not a polytrace corpus GPUs file (format polytrace.corpus_gpus)")
+    for name, e in doc["logs"].items():
+        if not (isinstance(e, dict) and all(isinstance(e.get(k), str) and e[k] for k in ("gpu", "sha256", "source"))):
+            raise PolytraceError(f"{path}: {name}: needs gpu, sha256 and source")
+    return doc["logs"]
+
+
+def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None) -> list[Corpus]:
     """Every ``*.log`` in ``folder`` (or the named ones), read, configured and priced as
-    ``validate`` does; a log that cannot be read is an error naming it."""
+    ``validate`` does, on the GPU its publisher states (``gpus``, default ``load_corpus_gpus()``;
+    as ``--gpu``), else as ``validate`` finds it with no flag, an assumed GPU that some step beats
+    replaced by the slowest ``INFER_LADDER`` preset none does (``_infer_gpu``); a log that cannot
+    be read, a stated GPU whose file hash no longer matches or that a step beats, is an error
+    naming it."""
+    from .logconfig import Overrides
     from .validate import _overlapped, _timed_stages, prepare
 
+    stated = load_corpus_gpus() if gpus is None else gpus
     root = Path(folder)
     if not root.is_dir():
         raise PolytraceError(f"{root}: no such folder of logs")
@@ -115,11 +149,71 @@ def load_corpus(folder, names: list[str] | None = None) -> list[Corpus]:
         raise PolytraceError(f"{root}: no *.log files")
     out = []
     for path in paths:
-        log, run, _notes, rows, split = prepare(path)
+        sha, entry = _sha256(path), stated.get(path.name)
+        if entry is not None and entry["sha256"] != sha:
+            raise PolytraceError(f"{path}: sha256 {sha} is not the {entry['sha256']} whose GPU the corpus GPUs file "
+                                 f"states ({entry['gpu']}); check the log's source and update {CORPUS_GPUS_PATH.name}")
+        log, run, notes, rows, split = prepare(path, Overrides(gpu=entry["gpu"]) if entry else None)
         stages, rows = _timed_stages(rows, len(rows))
-        out.append(Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, _sha256(path),
-                          _overlapped(split)))
+        assumed = not entry and any(n.startswith("GPU not stated in the log") for n in notes)
+        if entry:
+            source = entry["source"]
+        elif assumed:
+            source = f"stated by neither the log nor its publisher: assumed {run.gpu.slug}, as validate does"
+        else:
+            source = "the log's own evidence"
+        c = Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, sha, _overlapped(split),
+                   gpu=run.gpu.slug, gpu_source=source)
+        margin = roofline_margin(c)
+        if margin < 1.0 and assumed:
+            c = _infer_gpu(path, c, margin)
+        elif margin < 1.0:
+            raise PolytraceError(f"{path}: some step beats the peak roofline of {run.gpu.slug} ({source}): a stage "
+                                 f"takes {margin:.2f}x its peak-roofline seconds; the GPU cannot be that one")
+        out.append(c)
     return out
+
+
+# Presets tried, slowest first, when the assumed GPU is rejected for a log (a stage faster than its
+# peak roofline); the first one no step beats is taken: the slowest GPU the log allows.
+INFER_LADDER = ("a100-80g", "h100-sxm", "h200", "b200")
+
+
+def roofline_margin(c: Corpus) -> float:
+    """The smallest, over ``c``'s steps and timed stages, of actual seconds over the stage's
+    peak-roofline seconds on ``c``'s GPU (every part at the peak: ``roofline_share``). Below 1 a
+    step beats the peak roofline: the GPU hypothesis is rejected."""
+    x, b, y, _o = c.matrices(list(KINDS), c.rows)
+    ratios = []
+    for s in c.stages:
+        bound = b[s].sum(axis=1)
+        if np.any(bound > 0):
+            ratios.append(float(np.min(y[s][bound > 0] / bound[bound > 0])))
+    return min(ratios) if ratios else math.inf
+
+
+def _infer_gpu(path, c: Corpus, margin: float) -> Corpus:
+    """``c`` repriced on the slowest ``INFER_LADDER`` preset faster than its assumed GPU that no step
+    beats (its source says so); an error naming the log when none is left."""
+    from .logconfig import Overrides
+    from .validate import _overlapped, _timed_stages, prepare
+
+    rejected = [f"{c.gpu} ({margin:.2f}x its peak roofline)"]
+    start = INFER_LADDER.index(c.gpu) + 1 if c.gpu in INFER_LADDER else 0
+    for slug in INFER_LADDER[start:]:
+        _log, run, _notes, rows, split = prepare(path, Overrides(gpu=slug))
+        stages, rows = _timed_stages(rows, len(rows))
+        trial = Corpus(c.name, rows, stages, run.eager, run.gradient_checkpointing, c.sha256, _overlapped(split),
+                       gpu=run.gpu.slug)
+        m = roofline_margin(trial)
+        if m >= 1.0:
+            trial.gpu_source = (f"stated by neither the log nor its publisher; inferred: the slowest of "
+                                f"{', '.join(INFER_LADDER)} whose peak roofline no step beats (rejected: "
+                                f"{'; '.join(rejected)})")
+            return trial
+        rejected.append(f"{slug} ({m:.2f}x)")
+    raise PolytraceError(f"{path}: every GPU tried is beaten by some step ({'; '.join(rejected)}); state the log's GPU "
+                         f"in {CORPUS_GPUS_PATH.name}")
 
 
 def _predict(slow: np.ndarray, const: dict, stages: list[str], x: dict, other: np.ndarray,
@@ -264,7 +358,9 @@ def build_document(corpus: list[Corpus], folder: str, with_loo: bool = True) -> 
     if with_loo:
         doc["leave_one_out"] = leave_one_out(corpus)
     doc["provenance"] = {
-        "logs": [{"name": c.name, "sha256": c.sha256, "steps": len(c.rows)} for c in corpus],
+        "logs": [{"name": c.name, "sha256": c.sha256, "steps": len(c.rows), "gpu": c.gpu, "gpu_source": c.gpu_source,
+                  "roofline_margin": round(roofline_margin(c), 3)}
+                 for c in corpus],
         "folder": str(folder), "commit": git_commit(), "polytrace": __version__,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         "script": "scripts/fit_priors.py",
