@@ -34,6 +34,18 @@ def folder_source_hash(folder: Path) -> str:
     return _hash(Path(folder))
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 (first 16 hex digits) of a file's bytes, read in 1 MiB chunks: how calibration and
+    priors files name the logs they were fitted on."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
 def git_commit(root: str | os.PathLike | None = None, mark_dirty: bool = True) -> str:
     """Short commit of the checkout at ``root`` (``-dirty`` with uncommitted changes to tracked
     files). ``POLYTRACE_COMMIT`` overrides it where the tree is a copy without ``.git`` (a leased

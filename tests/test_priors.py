@@ -339,7 +339,7 @@ def test_corpus_gpus_are_data_with_sources(validation_logs):
     prov = {e["name"]: e for e in load_priors()["provenance"]["logs"]}
     for name, e in stated.items():
         assert re.search(r"[\w.-]+/[\w.-]+, .*commit [0-9a-f]{8}", e["source"]), (name, e["source"])
-        assert P._sha256(Path(validation_logs) / name) == e["sha256"], name
+        assert P.file_sha256(Path(validation_logs) / name) == e["sha256"], name
         assert prov[name]["gpu"] == e["gpu"] and prov[name]["gpu_source"] == e["source"], name
     for name, e in prov.items():
         # no corpus log has a step faster than its GPU's peak roofline
@@ -361,7 +361,7 @@ def test_assumed_gpu_beaten_by_the_steps_is_rejected(validation_logs):
     assert m and float(m.group(1)) < 1.0, inferred.gpu_source
     assert P.roofline_margin(inferred) >= 1.0
     assert kept.gpu == "a100-80g" and "assumed" in kept.gpu_source and P.roofline_margin(kept) > 1.0
-    sha = P._sha256(Path(validation_logs) / big)
+    sha = P.file_sha256(Path(validation_logs) / big)
     with pytest.raises(PolytraceError, match="beats the peak roofline of a100-80g"):
         P.load_corpus(validation_logs, names=[big], gpus={big: {"gpu": "a100-80g", "sha256": sha, "source": "x"}})
     with pytest.raises(PolytraceError, match="sha256"):

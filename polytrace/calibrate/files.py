@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic_write import atomic_write_text
+from ..provenance import file_sha256
 from .fit import FIXED_FALLBACK, Calibration, StepData, by_family, fit, prior_for, roofline_bounds
 from ..compose.stages import GROUPS, STAGES, stage_costs
 from ..errors import PolytraceError
@@ -260,23 +261,13 @@ def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[
 # --- the three entry points the CLI calls ------------------------------------------------------
 
 
-def _sha256(path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def calibrate_from_log(path, out, *, calibrate_steps: int = 10, overrides=None) -> dict:
     """``polytrace calibrate LOG -o cal.json``: fit on the log's first steps, write the file."""
     from .validate import calibrate_log
 
     res = calibrate_log(path, calibrate_steps=calibrate_steps, overrides=overrides)
     log, run, split = res["log"], res["run"], res["split"]
-    source = {"kind": "log", "path": str(path), "sha256": _sha256(path), "format": log.format,
+    source = {"kind": "log", "path": str(path), "sha256": file_sha256(path), "format": log.format,
               "entry": log.entry, "steps_in_log": len(log.steps)}
     doc = document(res["calibration"], run, res["stages"], split.mode, source, res["notes"])
     save(doc, out)

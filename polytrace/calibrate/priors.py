@@ -35,12 +35,12 @@ peak-roofline share of its kind on any corpus step (``fit.roofline_bounds``: eff
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import math
 from pathlib import Path
 
 import numpy as np
 
+from ..provenance import file_sha256
 from ..compose.efficiency import CONSTANT_KIND, prior_kind, roofline_share  # noqa: F401 (re-exported)
 from ..errors import PolytraceError
 from .fit import MIN_SLOWDOWN, StepData
@@ -104,14 +104,6 @@ class Corpus:
         return x, b, y, np.array([r.other_s for r in rows])
 
 
-def _sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
 def load_corpus_gpus(path=None) -> dict:
     """``{log name: {"gpu", "sha256", "source"}}`` from ``polytrace/data/corpus_gpus.json``: the GPU
     each corpus log ran on where its publishing repository states it and the log does not."""
@@ -149,7 +141,7 @@ def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None
         raise PolytraceError(f"{root}: no *.log files")
     out = []
     for path in paths:
-        sha, entry = _sha256(path), stated.get(path.name)
+        sha, entry = file_sha256(path), stated.get(path.name)
         if entry is not None and entry["sha256"] != sha:
             raise PolytraceError(f"{path}: sha256 {sha} is not the {entry['sha256']} whose GPU the corpus GPUs file "
                                  f"states ({entry['gpu']}); check the log's source and update {CORPUS_GPUS_PATH.name}")

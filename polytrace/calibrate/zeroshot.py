@@ -14,7 +14,8 @@ import os
 
 from ..compose.efficiency import load_priors
 from .logconfig import Overrides
-from .priors import Corpus, _sha256, score
+from ..provenance import file_sha256
+from .priors import Corpus, score
 
 
 def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None = None) -> dict:
@@ -23,7 +24,7 @@ def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None 
     log, run, notes, rows, split = prepare(path, overrides)
     stages, rows = _timed_stages(rows, len(rows))
     doc = load_priors(priors_path)
-    corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, _sha256(path),
+    corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, file_sha256(path),
                     _overlapped(split))
     per_stage = score(doc, corpus)
     prov = doc.get("provenance", {})
