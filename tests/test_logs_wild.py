@@ -339,7 +339,8 @@ def _notebook_cell_source(run: Run) -> list[str]:
 
 def _write_notebook(path, cells) -> str:
     import json
-    doc = {"cells": cells, "metadata": {"kernelspec": {"name": "python3"}}, "nbformat": 4, "nbformat_minor": 0}
+    doc = {"cells": cells, "metadata": {"kernelspec": {"name": "python3"}, "colab": {"gpuType": "T4"}},
+           "nbformat": 4, "nbformat_minor": 0}
     with open(path, "w") as fh:
         json.dump(doc, fh, indent=1)
     return str(path)
@@ -378,6 +379,9 @@ def test_notebook_cell_read_as_the_console_log(tmp_path):
     output_lines = text.splitlines()
     first = next(i for i, ln in enumerate(output_lines, 1) if "step:1 -" in ln)
     assert log.steps[0].line == source_lines + first
+    # the Colab runtime saved with the file is said, not taken as the GPU that ran the cell
+    assert any("gpuType 'T4', not read as the GPU" in n for n in log.notes)
+    assert not log.devices or "t4" not in str(log.devices).lower()
     run_cfg, notes = config_from_log(log, Overrides(gpu="h100"))
     assert (run_cfg.model.name, run_cfg.n_gpus, run_cfg.prompts_per_step, run_cfg.n) == ("qwen2.5-3b", 2, 32, 4)
     assert any("folder name" in n and "Qwen2.5-3B-Instruct" in n and "$HOME" in n for n in notes)

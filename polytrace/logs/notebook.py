@@ -70,6 +70,14 @@ def read_notebook_lines(path: Path) -> tuple[list[str], str]:
     # IPython's shell escape: "!python3 -m verl..." runs the command after the "!"
     lines = [ln[1:] if ln.startswith("!") else ln for ln in source.splitlines()]
     lines += output.splitlines()
-    return lines, (f"read notebook cell {best + 1} of {len(cells)} (its source as the launch command, "
-                   f"its printed output as the console log: {best_steps} step line(s)); line numbers "
-                   "count that cell's source lines, then its output lines")
+    note = (f"read notebook cell {best + 1} of {len(cells)} (its source as the launch command, "
+            f"its printed output as the console log: {best_steps} step line(s)); line numbers "
+            "count that cell's source lines, then its output lines")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    colab = meta.get("colab") if isinstance(meta.get("colab"), dict) else {}
+    if isinstance(colab.get("gpuType"), str):
+        # the runtime chosen when the file was last saved in Colab, not necessarily the machine
+        # that printed the cell (verl's tutorial says T4 but its bf16 run needs sm80+)
+        note += (f"; the notebook's Colab metadata names gpuType {colab['gpuType'][:40]!r}, not read as "
+                 "the GPU that ran the cell")
+    return lines, note
