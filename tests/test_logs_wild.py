@@ -314,3 +314,113 @@ def test_sizes_from_the_log_are_bounded_before_pricing(tmp_path):
                                                                                 "train_batch_size=400000")
     with no_hang(), pytest.raises(PolytraceError, match="sequences per step, more than 1,048,576"):
         validate(write_log(tmp_path / "s.log", Run(**SMALL), header=header))
+
+
+# --- notebooks -----------------------------------------------------------------------------------
+
+
+def _notebook_cell_source(run: Run) -> list[str]:
+    """The launch as verl's getting-started notebook writes it: a ``!`` shell escape, an env
+    prefix, ``\\`` continuations, and ``$HOME`` in paths; jupyter keeps each line with its newline."""
+    adv = "gae" if run.algo == "ppo" else "grpo"
+    lines = ["!PYTHONUNBUFFERED=1 python3 -m verl.trainer.main_ppo \\",
+             f" algorithm.adv_estimator={adv} \\",
+             f" data.train_batch_size={run.prompts} \\",
+             f" data.max_prompt_length={run.max_prompt} \\",
+             f" data.max_response_length={run.max_response} \\",
+             f" actor_rollout_ref.model.path=$HOME/models/{run.model_path.split('/')[-1]} \\",
+             f" actor_rollout_ref.actor.ppo_mini_batch_size={run.mini_batch} \\",
+             f" actor_rollout_ref.rollout.n={run.n} \\",
+             f" trainer.n_gpus_per_node={run.gpus_per_node} \\",
+             f" trainer.nnodes={run.nnodes} \\",
+             " trainer.logger=\\[console\\]"]
+    return [ln + "\n" for ln in lines[:-1]] + [lines[-1]]
+
+
+def _write_notebook(path, cells) -> str:
+    import json
+    doc = {"cells": cells, "metadata": {"kernelspec": {"name": "python3"}, "colab": {"gpuType": "T4"}},
+           "nbformat": 4, "nbformat_minor": 0}
+    with open(path, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    return str(path)
+
+
+def _code_cell(source, output: str) -> dict:
+    # jupyter splits a stream's text into lines that keep their newlines
+    return {"cell_type": "code", "metadata": {}, "execution_count": 1,
+            "source": source if isinstance(source, list) else [source],
+            "outputs": [{"name": "stdout", "output_type": "stream", "text": output.splitlines(keepends=True)}]}
+
+
+def test_notebook_cell_read_as_the_console_log(tmp_path):
+    """A run published as a notebook (verl's getting-started tutorial): the cell whose output holds
+    the most step lines is the log, its source the launch command (``!`` dropped); a smoke-test
+    cell of another model with fewer steps, an install cell and markdown are passed over. Before:
+    the JSON was read as text and the model could not be told ('model paths: none')."""
+    run = Run(**{**SMALL, "steps": 12}, model_path="Qwen/Qwen2.5-3B-Instruct", gpus_per_node=2)
+    smoke = Run(**{**SMALL, "steps": 3}, model_path="Qwen/Qwen2.5-0.5B-Instruct", gpus_per_node=1)
+    text = write_log(tmp_path / "main.txt", run, header="") and (tmp_path / "main.txt").read_text()
+    smoke_text = write_log(tmp_path / "smoke.txt", smoke, header="") and (tmp_path / "smoke.txt").read_text()
+    path = _write_notebook(tmp_path / "tutorial.ipynb", [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Run PPO\n", "step:1 - timing_s/gen:1.0\n"]},
+        _code_cell("!pip3 install verl", "Requirement already satisfied: verl\n"),
+        _code_cell(_notebook_cell_source(smoke), smoke_text),
+        _code_cell(_notebook_cell_source(run), text),
+    ])
+    log = read_log(path)
+    assert [s.step for s in log.steps] == list(range(1, 13))
+    c = log.config
+    assert c["data.train_batch_size"] == 32 and c["actor_rollout_ref.rollout.n"] == 4
+    assert c["trainer.n_gpus_per_node"] == 2
+    assert any("notebook cell 4 of 4" in n and "13 step line(s)" in n for n in log.notes)  # step 0: validation only
+    # line numbers count the chosen cell's source lines, then its output lines
+    source_lines = len(_notebook_cell_source(run))
+    output_lines = text.splitlines()
+    first = next(i for i, ln in enumerate(output_lines, 1) if "step:1 -" in ln)
+    assert log.steps[0].line == source_lines + first
+    # the Colab runtime saved with the file is said, not taken as the GPU that ran the cell
+    assert any("gpuType 'T4', not read as the GPU" in n for n in log.notes)
+    assert not log.devices or "t4" not in str(log.devices).lower()
+    run_cfg, notes = config_from_log(log, Overrides(gpu="h100"))
+    assert (run_cfg.model.name, run_cfg.n_gpus, run_cfg.prompts_per_step, run_cfg.n) == ("qwen2.5-3b", 2, 32, 4)
+    assert any("folder name" in n and "Qwen2.5-3B-Instruct" in n and "$HOME" in n for n in notes)
+    # and by content, whatever the file is called
+    renamed = tmp_path / "tutorial.json"
+    renamed.write_text((tmp_path / "tutorial.ipynb").read_text())
+    assert [s.step for s in read_log(renamed).steps] == list(range(1, 13))
+
+
+@pytest.mark.parametrize("content, says", [
+    ('{"cells": [{"cell_type": "code", "source": ["!pip install x"], "outputs": []}]}',
+     "no notebook cell printed training step lines"),
+    ('{"cells": [', "not a readable Jupyter notebook"),
+    ('{"cells": {"a": 1}}', "no 'cells' list"),
+])
+def test_bad_notebooks_are_one_line_errors(tmp_path, capsys, content, says):
+    path = tmp_path / "run.ipynb"
+    path.write_text(content)
+    with pytest.raises(PolytraceError, match=says):
+        read_log(path)
+    assert main(["validate", str(path), "--gpu", "h100"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("polytrace: error: ") and str(path) in err[0]
+
+
+def test_model_folder_name_read_only_when_written_out(tmp_path):
+    """``$HOME/models/Qwen2.5-3B-Instruct`` names the model; ``$MODEL_DIR`` or
+    ``/ckpt/$RUN`` does not, and stays a one-line error asking for --model."""
+    from polytrace.calibrate.identity import resolve_model
+    run = Run(**SMALL)
+    for path, model in (("$HOME/models/Qwen2.5-3B-Instruct", "qwen2.5-3b"), ("$MODEL_DIR", None),
+                        ("/ckpt/$RUN", None)):
+        header = ("python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo data.train_batch_size=32 "
+                  f"actor_rollout_ref.model.path={path} trainer.n_gpus_per_node=8\n")
+        log = read_log(write_log(tmp_path / "run.log", run, header=header))
+        notes: list[str] = []
+        if model:
+            assert resolve_model(log, None, notes).name == model
+            assert "folder name" in notes[-1]
+        else:
+            with pytest.raises(PolytraceError, match="never assigned.*--model"):
+                resolve_model(log, None, notes)

@@ -147,6 +147,21 @@ def _hf_spec(log: TrainingLog, fallback_name: str = "") -> ModelSpec | None:
     return from_hf_config(hf, name=name.rstrip("/").split("/")[-1] if name else "from log")
 
 
+def _from_literal_folder(path: Unresolved, notes: list[str]) -> ModelSpec | None:
+    """``$HOME/models/Qwen2.5-0.5B-Instruct``: the variable hides where the weights live, not
+    which model they are when the last folder is written out; that folder name is read against
+    the presets (a name only: no file is looked up), said in a note."""
+    last = str(path.text).rstrip("/").split("/")[-1]
+    if not last or "$" in last:
+        return None
+    spec = find_model(last) or guess_model(last)
+    if spec is not None:
+        notes.append(f"model: {spec.name} from the folder name {last!r} of the actor's path {path.text!r} "
+                     f"({path.explain()}, so no config.json there could be read; pass --model to choose "
+                     "another)")
+    return spec
+
+
 def resolve_model(log: TrainingLog, given: str | None, notes: list[str]) -> ModelSpec:
     """The actor's model (see the module's doc), with a note naming where it was read."""
     if given:
@@ -170,6 +185,10 @@ def resolve_model(log: TrainingLog, given: str | None, notes: list[str]) -> Mode
                      + (" (language model only: a vision tower is not counted)"
                         if isinstance(log.hf_config.get("text_config"), dict) else ""))
         return spec
+    for u in unresolved:
+        spec = _from_literal_folder(u, notes)
+        if spec is not None:
+            return spec
     if unknown:
         text, where = unknown[0]
         raise PolytraceError(f"{log.path}: the actor's model {text!r} ({where}) has no preset, no config.json "

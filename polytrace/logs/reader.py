@@ -13,6 +13,7 @@ are kept as logged, NaN and infinities included: ``validate`` says which step it
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import re
@@ -23,6 +24,7 @@ from ..errors import PolytraceError
 from . import companion as _companion
 from . import launch
 from .devices import scan_lines
+from .notebook import looks_like_notebook, read_notebook_lines
 
 _ANSI = re.compile(r"\x1b?\[[0-9;]{0,16}m")
 _STEP = re.compile(r"(?:^|[\s)\]])step:(\d{1,9})\s{1,8}-\s{1,8}")
@@ -236,7 +238,9 @@ def _open_text(path: Path, what: str, newline: str = ""):
         raise PolytraceError(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
 
 
-def read_console_log(path) -> TrainingLog:
+def read_console_log(path, lines=None, notes=()) -> TrainingLog:
+    """A verl console log; ``lines`` (text lines) stand for the file's content when the console
+    text came out of another container (a notebook cell), and ``notes`` say where from."""
     path = Path(path)
     steps = _Steps(path)
     head: list[tuple[int, str]] = []  # (line number, text) before the first step, for the launch
@@ -244,7 +248,8 @@ def read_console_log(path) -> TrainingLog:
     first_step_line = 0
     after_first = 0
     head_chars = 0
-    with _open_text(path, "log", newline="\n") as fh:  # line numbers as editors count them
+    with (_open_text(path, "log", newline="\n") if lines is None  # line numbers as editors count them
+          else contextlib.nullcontext(lines)) as fh:
         try:
             for number, raw in enumerate(fh, 1):
                 if len(raw) > MAX_LINE_CHARS:
@@ -274,7 +279,7 @@ def read_console_log(path) -> TrainingLog:
                         after_first += 1
         except OSError as exc:
             raise PolytraceError(f"{path}: cannot read log ({exc.strerror or exc})") from None
-    notes = []
+    notes = list(notes)
     if long_lines:
         notes.append(f"passed over {long_lines} line(s) longer than {MAX_LINE_CHARS:,} characters "
                      "(not verl output)")
@@ -349,7 +354,8 @@ def read_wandb_csv(path) -> TrainingLog:
 
 
 def read_log(path, configs=()) -> TrainingLog:
-    """A verl console log or a wandb CSV export, by content; a wandb run folder (``output.log``
+    """A verl console log, a wandb CSV export or a Jupyter notebook (the cell that printed the
+    steps), by content; a wandb run folder (``output.log``
     beside ``config.yaml`` and ``wandb-metadata.json``) with its companion files. ``configs``:
     more companion files (``--config``)."""
     path = Path(path)
@@ -375,6 +381,9 @@ def _read_file(path: Path) -> TrainingLog:
             head = fh.read(4096).decode("utf-8", errors="replace")
     except OSError as exc:
         raise PolytraceError(f"{path}: cannot read log ({exc.strerror or exc})") from None
+    if looks_like_notebook(path, head):
+        lines, note = read_notebook_lines(path)
+        return read_console_log(path, lines=lines, notes=[note])
     first = head.splitlines()[0] if head else ""
     if path.suffix.lower() == ".csv" or (first.count(",") >= 2 and "step" in first.lower()
                                          and "step:" not in first):
