@@ -233,3 +233,21 @@ def write_log(path, run: Run, header: str | None = None, prefix: str = "(TaskRun
     with open(path, "w") as fh:
         fh.write(text)
     return str(path)
+
+
+def priced_probe(path, launch: str, stats_lines: list[str]):
+    """(run, rows, prior): the steps of a log holding only ``launch`` and length statistics (with
+    placeholder stage times) read, configured and priced as ``validate`` does, and the shipped
+    priors' scalars under its engine settings: the model's own prices, to build a synthetic run on."""
+    from polytrace.calibrate.validate import _step_rows, config_from_log, price_steps
+    from polytrace.compose.efficiency import prior_scalars
+    from polytrace.logs import read_log
+
+    timers = "timing_s/gen:1 - timing_s/old_log_prob:1 - timing_s/update_actor:1"
+    path.write_text(launch + "".join(f"(TaskRunner pid=1) step:{i} - {timers} - {s}\n"
+                                     for i, s in enumerate(stats_lines, 1)))
+    log = read_log(path)
+    run, _ = config_from_log(log)
+    rows = _step_rows(log)
+    price_steps(run, rows)
+    return run, rows, prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _verl_logs import priced_probe
 
 from polytrace.calibrate import priors as P
 from polytrace.calibrate.drift import drift_scores
@@ -18,8 +19,14 @@ from polytrace.calibrate.fit import StepData, calibrate, prior_for
 from polytrace.calibrate.ranges import estimate_range, stage_range
 from polytrace.calibrate.validate import _timed_stages, calibrate_log, prepare, validate
 from polytrace.cli import main
-from polytrace.compose.efficiency import (SEPARATE_FAMILIES, load_priors, part_slowdown, prior_kind, prior_scalars,
-                                          roofline_share)
+from polytrace.compose.efficiency import (
+    SEPARATE_FAMILIES,
+    load_priors,
+    part_slowdown,
+    prior_kind,
+    prior_scalars,
+    roofline_share,
+)
 from polytrace.compose.stages import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,21 +39,10 @@ LAUNCH = ("+ python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rol
 def _write(path, means, noise=0.01, seed=0, scale=1.7, const=(3.0, 1.0, 2.0)):
     """A log whose stage times are the priors' prices of each step's lengths times ``scale`` plus
     constants (gen, log-prob, update), with noise; ``means``: the mean response per step."""
-    from polytrace.logs import read_log
-    from polytrace.calibrate.validate import _step_rows, config_from_log, price_steps
-
     stats = [" - ".join([f"response_length/mean:{m}", f"response_length/max:{min(1024, 3 * m)}",
                          "response_length/min:5", "response_length/clip_ratio:0.0", "prompt_length/mean:100",
                          "prompt_length/max:300"]) for m in means]
-    probe = path.parent / f"probe-{path.name}"
-    timers = "timing_s/gen:1 - timing_s/old_log_prob:1 - timing_s/update_actor:1"
-    probe.write_text(LAUNCH + "".join(f"(TaskRunner pid=1) step:{i} - {timers} - {s}\n"
-                                      for i, s in enumerate(stats, 1)))
-    log = read_log(probe)
-    run, _ = config_from_log(log)
-    rows = _step_rows(log)
-    price_steps(run, rows)
-    prior = prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing)
+    run, rows, prior = priced_probe(path.parent / f"probe-{path.name}", LAUNCH, stats)
     rng = np.random.default_rng(seed)
     lines = [LAUNCH]
     for i, (r, s) in enumerate(zip(rows, stats), 1):

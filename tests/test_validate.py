@@ -6,10 +6,11 @@ import functools
 
 import numpy as np
 import pytest
+from _verl_logs import priced_probe
 
+from polytrace.calibrate.validate import Overrides, validate
 from polytrace.cli import main
 from polytrace.errors import PolytraceError
-from polytrace.calibrate.validate import Overrides, validate
 
 LAUNCH = ("+ python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=4 "
           "data.max_prompt_length=512 data.max_response_length=1024 trainer.n_gpus_per_node=4 trainer.nnodes=1 "
@@ -25,19 +26,9 @@ TRUE_SLOWDOWN = {"rollout": 2.5, "forward": 1.3, "train": 1.6, "forward_overhead
 def _true_times(tmp_path, launch, stats_lines):
     """Stage seconds of each step under the model with the priors times ``TRUE_SLOWDOWN``: price
     the steps of a log that has only length statistics (and a placeholder gen time)."""
-    from polytrace.compose.efficiency import part_slowdown, prior_scalars
-    from polytrace.logs import read_log
-    from polytrace.calibrate.validate import _step_rows, config_from_log, price_steps
+    from polytrace.compose.efficiency import part_slowdown
 
-    probe = tmp_path / "probe.log"
-    timers = "timing_s/gen:1 - timing_s/old_log_prob:1 - timing_s/update_actor:1"
-    probe.write_text(launch + "".join(f"(TaskRunner pid=1) step:{i} - {timers} - {s}\n"
-                                      for i, s in enumerate(stats_lines, 1)))
-    log = read_log(probe)
-    run, _ = config_from_log(log)
-    rows = _step_rows(log)
-    price_steps(run, rows)
-    prior = prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing)
+    _, rows, prior = priced_probe(tmp_path / "probe.log", launch, stats_lines)
     return [{st: sum(TRUE_SLOWDOWN[g] * part_slowdown(prior, g, f) * v for (g, f), v in parts.items())
              for st, parts in r.families.items() if parts} for r in rows], [r.other_s for r in rows]
 
