@@ -45,7 +45,7 @@ class Companion:
 def _load_yaml(path: Path, text: str):
     try:
         import yaml
-    except ImportError:  # pragma: no cover - pyyaml is a dev dependency
+    except ImportError:  # pragma: no cover - pyyaml is a dependency; a broken install lands here
         raise PolytraceError(f"{path}: reading a YAML companion file needs PyYAML (pip install pyyaml)") from None
     try:
         return yaml.safe_load(text)
