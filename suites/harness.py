@@ -230,16 +230,7 @@ _LAST_PROVIDER: list[str] = []
 
 
 def cooldown_s() -> float:
-    raw = os.environ.get(COOLDOWN_ENV, "").strip()
-    if not raw:
-        return COOLDOWN_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"{COOLDOWN_ENV} must be a number of seconds, got {raw!r}") from None
-    if value < 0:
-        raise ValueError(f"{COOLDOWN_ENV} must be >= 0 seconds, got {raw!r}")
-    return value
+    return timing.env_seconds(COOLDOWN_ENV, COOLDOWN_S, zero_ok=True)
 
 
 def cool_down(provider: str, *, host: bool = False, sleep: Callable[[float], None] | None = None) -> float:

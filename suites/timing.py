@@ -60,20 +60,26 @@ WINDOW_S = 2.0  # device seconds of timed rounds per benchmark at most (unless t
 WINDOW_ENV = "POLYTRACE_BENCH_WINDOW_S"
 
 
-def window_s() -> float:
-    """The measuring window per benchmark: ``POLYTRACE_BENCH_WINDOW_S`` or ``WINDOW_S``."""
+def env_seconds(env: str, default: float, *, zero_ok: bool) -> float:
+    """Seconds from the environment variable ``env`` (``default`` when unset or blank); a value
+    that is not a number, negative, or zero where ``zero_ok`` is false is a ``ValueError`` naming it."""
     import os
 
-    raw = os.environ.get(WINDOW_ENV, "").strip()
+    raw = os.environ.get(env, "").strip()
     if not raw:
-        return WINDOW_S
+        return default
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{WINDOW_ENV} must be a number of seconds, got {raw!r}") from None
-    if not value > 0:
-        raise ValueError(f"{WINDOW_ENV} must be > 0 seconds, got {raw!r}")
+        raise ValueError(f"{env} must be a number of seconds, got {raw!r}") from None
+    if not (value >= 0 if zero_ok else value > 0):
+        raise ValueError(f"{env} must be {'>=' if zero_ok else '>'} 0 seconds, got {raw!r}")
     return value
+
+
+def window_s() -> float:
+    """The measuring window per benchmark: ``POLYTRACE_BENCH_WINDOW_S`` or ``WINDOW_S``."""
+    return env_seconds(WINDOW_ENV, WINDOW_S, zero_ok=False)
 
 
 def capped_rounds(rounds: int, round_s: float, min_rounds: int, window: float | None = None) -> int:
