@@ -144,21 +144,25 @@ class GateReport:
     def of(self, status: str) -> list[Comparison]:
         return [c for c in self.comparisons if c.status == status]
 
+    @staticmethod
+    def _gated(items: list, status: str) -> list:
+        return [x for x in items if x.status == status and x.gated]
+
     @property
     def gated_regressions(self) -> list[Comparison]:
-        return [c for c in self.comparisons if c.status == "regression" and c.gated]
+        return self._gated(self.comparisons, "regression")
 
     @property
     def aggregate_regressions(self) -> list[Aggregate]:
-        return [a for a in self.aggregates if a.status == "regression" and a.gated]
+        return self._gated(self.aggregates, "regression")
 
     @property
     def inconclusive(self) -> list[Comparison]:
-        return [c for c in self.comparisons if c.status == "inconclusive" and c.gated]
+        return self._gated(self.comparisons, "inconclusive")
 
     @property
     def aggregate_inconclusive(self) -> list[Aggregate]:
-        return [a for a in self.aggregates if a.status == "inconclusive" and a.gated]
+        return self._gated(self.aggregates, "inconclusive")
 
     @property
     def rounds_advice(self) -> int | None:
