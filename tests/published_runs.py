@@ -8,21 +8,23 @@ page's tables give per run: on- or one-step-off-policy, maximum sequence length,
 sequence length, GPUs, G-GBS (responses generated per step), T-GBS (responses per optimizer
 step), the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the total step time
 (training, generation, log-probs and refit). Each configuration (model, mode, GPUs) is taken at
-its latest published time: the "NeMo RL v0.6" table (read 2026-12-01 at the repository's commit
+its latest published time: the "NeMo RL v0.6" tables (DGX-H100 and GB200-NVL72) (read 2026-12-01 at the repository's commit
 7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for the MoE runs, the
 "Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the dense Llama-3.1-8B
 and Qwen3-32B runs v0.6 no longer lists. Left out: DeepSeek-V3 (multi-head latent attention and
 dense first layers are not in ``polytrace/data/models.json``), Nemotron-3-Nano (hybrid Mamba), the
-8-step-off run (no such mode here) and the GB200 tables (no GB200 preset).
+8-step-off run (no such mode here) and the FP8 tables (bf16 is priced).
 
 Settings the tables do not state come from the performance recipes they link
 (``examples/configs/recipes/llm/performance/``, same repository, read 2026-12-01) and the base
 config ``examples/configs/grpo_math_1B.yaml``: 32 generations per prompt; sequence packing with
 ``train_micro_batch_size`` 1 (a micro-batch of at most ``max_total_sequence_length`` tokens);
 activation checkpointing on for Llama-3.1-8B and Qwen3-235B, off for the others; vLLM
-``gpu_memory_utilization`` 0.6 colocated; a reference model (KL penalty 0.01); one-step-off
-runs on half the GPUs each for generation and training, the engines at 0.8 of the memory
-(``async-grpo-*`` recipes: e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). Assumed: the
+``gpu_memory_utilization`` as each row's recipe sets it (``PublishedRun.recipe``; the base
+config's 0.6 unless the recipe overrides it: 0.8 for most one-step-off recipes, 0.88 for
+Qwen3-235B's, 0.4 and 0.6 for the GB200 Qwen3-235B ones); a reference model (KL penalty 0.01);
+one-step-off runs on half the GPUs each for generation and training (``*-async-1off`` recipes:
+e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). Assumed: the
 "average sequence length" counts the prompt, taken as 150 tokens (OpenMathInstruct-2 problems in
 the CoT prompt template), and the response cap is the maximum sequence less the longest prompt.
 """
@@ -33,8 +35,10 @@ from dataclasses import dataclass
 
 PAGE = "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md"
 TABLES = {"v0.4": f"{PAGE} (Nemo RL v0.4 table, DGX-H100; commit 06beed91, read 2026-12-01)",
-          "v0.6": f"{PAGE} (NeMo RL v0.6 H100 BF16 table; commit 7ea279ab, read 2026-12-01)"}
+          "v0.6": f"{PAGE} (NeMo RL v0.6 H100 BF16 table; commit 7ea279ab, read 2026-12-01)",
+          "v0.6-gb200": f"{PAGE} (NeMo RL v0.6 GB200 BF16 table; commit 7ea279ab, read 2026-12-01)"}
 SOURCE = PAGE
+RECIPES = "https://github.com/NVIDIA-NeMo/RL/tree/7ea279ab/examples/configs/recipes/llm/performance"
 PROMPT_MEAN = 150  # assumed (module docstring)
 GENERATIONS_PER_PROMPT = 32  # the performance recipes' num_generations_per_prompt
 
@@ -57,6 +61,9 @@ class PublishedRun:
     checkpointing: bool
     step_s: float  # "Total Step time(s)"
     table: str = "v0.6"  # TABLES key
+    recipe: str = ""  # the performance recipe the table links (RECIPES folder), read for what the table omits
+    gen_memory: float = 0.6  # the recipe's vllm_cfg.gpu_memory_utilization (grpo_math_1B.yaml's 0.6 unless it sets one)
+    gpu: str = "h100"  # the table's system: DGX-H100 or GB200-NVL72
 
     def estimate_kw(self, max_prompt: int) -> tuple[dict, str]:
         """The keywords of ``polytrace.compose.modes.mode_estimate`` for this run, and its
@@ -69,31 +76,54 @@ class PublishedRun:
                   train_batch=self.train_batch, rollout_tp=self.rollout_tp, strategy="megatron",
                   train_tp=self.train_tp, train_pp=self.train_pp, train_cp=self.train_cp, train_ep=self.train_ep,
                   micro_batch_tokens=self.max_seq, max_prompt_len=max_prompt, max_response_len=cap,
-                  mem_fraction=0.6, gradient_checkpointing=self.checkpointing)
-        if self.mode == "one-step-off":  # the async recipes: engines of their own at 0.8 of the memory
-            kw.update(rollout_gpus=self.gpus // 2, mem_fraction=0.8)
+                  mem_fraction=self.gen_memory, gradient_checkpointing=self.checkpointing)
+        if self.mode == "one-step-off":  # the async recipes: engines of their own on half the GPUs
+            kw.update(rollout_gpus=self.gpus // 2)
         return kw, f"mean={response_mean},max={cap},prompt={PROMPT_MEAN}"
 
 
 RUNS = (
     PublishedRun("llama3.1-8b on-policy", "llama-3.1-8b", "sync", 16, 4096, 1060, 2048, 512, 1, 1, 1, 1, 2, True,
-                 97.7, "v0.4"),
+                 97.7, "v0.4",
+                 recipe="grpo-llama3.1-8b-instruct-2n8g", gen_memory=0.6),
     PublishedRun("llama3.1-8b 1-step-off", "llama-3.1-8b", "one-step-off", 16, 4096, 1129, 2048, 512, 1, 1, 1, 1, 2,
-                 True, 74.6, "v0.4"),
+                 True, 74.6, "v0.4",
+                 recipe="grpo-llama3.1-8b-instruct-2n8g-async-1off", gen_memory=0.8),
     PublishedRun("qwen3-32b on-policy", "qwen3-32b", "sync", 32, 4096, 3206, 2048, 512, 4, 4, 1, 1, 4, False, 393.0,
-                 "v0.4"),
+                 "v0.4",
+                 recipe="grpo-qwen3-32b-4n8g", gen_memory=0.6),
     PublishedRun("qwen3-32b 1-step-off", "qwen3-32b", "one-step-off", 64, 4096, 3207, 2048, 512, 4, 4, 1, 1, 4, False,
-                 215.0, "v0.4"),
+                 215.0, "v0.4",
+                 recipe="grpo-qwen3-32b-8n8g-async-1off", gen_memory=0.8),
     PublishedRun("qwen3-30b-a3b on-policy", "qwen3-30b-a3b", "sync", 32, 4096, 3203, 2048, 512, 2, 1, 1, 8, 1, False,
-                 192.0),
+                 192.0,
+                 recipe="grpo-qwen3-30ba3b-4n8g", gen_memory=0.6),
     PublishedRun("qwen3-30b-a3b 1-step-off", "qwen3-30b-a3b", "one-step-off", 32, 4096, 3201, 2048, 512, 2, 1, 1, 8,
-                 2, False, 152.0),
+                 2, False, 152.0,
+                 recipe="grpo-qwen3-30ba3b-4n8g-async-1off", gen_memory=0.8),
     PublishedRun("qwen3-235b on-policy 128", "qwen3-235b-a22b", "sync", 128, 8192, 5698, 512, 512, 16, 2, 2, 16, 8,
-                 True, 395.0),
+                 True, 395.0,
+                 recipe="grpo-qwen3-235b-16n8g", gen_memory=0.6),
     PublishedRun("qwen3-235b on-policy 256", "qwen3-235b-a22b", "sync", 256, 8192, 5713, 512, 512, 16, 2, 2, 16, 8,
-                 True, 312.0),
+                 True, 312.0,
+                 recipe="grpo-qwen3-235b-32n8g", gen_memory=0.6),
     PublishedRun("qwen3-235b 1-step-off", "qwen3-235b-a22b", "one-step-off", 256, 8192, 5721, 512, 512, 8, 4, 1, 16,
-                 8, True, 231.0),
+                 8, True, 231.0,
+                 recipe="grpo-qwen3-235b-32n8g-async-1off", gen_memory=0.88),
+    # GB200-NVL72 (4 GPUs a compute tray, one NVLink domain of 72): the "n4g" recipes
+    PublishedRun("gb200 qwen3-235b on-policy 64", "qwen3-235b-a22b", "sync", 64, 8192, 5709, 512, 512, 8, 2, 2, 16, 4,
+                 True, 286.0, "v0.6-gb200", recipe="grpo-qwen3-235b-16n4g", gen_memory=0.4, gpu="gb200"),
+    PublishedRun("gb200 qwen3-235b on-policy 128", "qwen3-235b-a22b", "sync", 128, 8192, 5693, 512, 512, 8, 2, 2, 16,
+                 4, True, 345.0, "v0.6-gb200", recipe="grpo-qwen3-235b-32n4g", gen_memory=0.6, gpu="gb200"),
+    PublishedRun("gb200 qwen3-235b 1-step-off", "qwen3-235b-a22b", "one-step-off", 128, 8192, 5705, 512, 512, 8, 4, 1,
+                 16, 4, True, 278.0, "v0.6-gb200", recipe="grpo-qwen3-235b-32n4g-async-1off", gen_memory=0.88,
+                 gpu="gb200"),
+    PublishedRun("gb200 qwen3-30b-a3b on-policy", "qwen3-30b-a3b", "sync", 16, 4096, 3199, 2048, 512, 1, 1, 1, 16, 1,
+                 False, 221.0, "v0.6-gb200", recipe="grpo-qwen3-30ba3b-4n4g", gpu="gb200"),
+    # the table prints training EP 16 for this row; its trainer has 8 GPUs: the recipe's EP 8 is priced
+    PublishedRun("gb200 qwen3-30b-a3b 1-step-off", "qwen3-30b-a3b", "one-step-off", 16, 4096, 3197, 2048, 512, 1, 1, 1,
+                 8, 1, False, 301.0, "v0.6-gb200", recipe="grpo-qwen3-30ba3b-4n4g-async-1off", gen_memory=0.8,
+                 gpu="gb200"),
 )
 
 
@@ -108,7 +138,7 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
     max_prompt = stated_lengths_profile(f"mean=1,prompt={PROMPT_MEAN}", model=run.model).config.max_prompt_len
     kw, lengths = run.estimate_kw(max_prompt)
     prof = stated_lengths_profile(lengths, model=run.model)
-    return mode_estimate(prof, run.model, "h100", run.gpus, steps=steps, results_root="/nonexistent",
+    return mode_estimate(prof, run.model, run.gpu, run.gpus, steps=steps, results_root="/nonexistent",
                          calibration=PRIORS, **kw)
 
 

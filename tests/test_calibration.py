@@ -161,7 +161,10 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     mean = {s: sum(r.actual[s] for r in rows) / len(rows) for s in stages}
     for s in ("old_log_prob", "update_actor"):
         assert other.overhead_s[s] < 0.1 * mean[s] < same.overhead_s[s], (s, other.overhead_s, same.overhead_s)
-    assert other.slowdown["train_overhead"] > 2 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
+    # the per-call seconds reappear as per-micro-batch work: its slowdown rises by half or more
+    # (1.65x with the priors of the split rollout host work; 2x+ before, when the priors' update
+    # constant was a smaller share of this log's update)
+    assert other.slowdown["train_overhead"] > 1.5 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
     assert abs(other.overhead_s["gen"] - same.overhead_s["gen"]) < 0.05 * mean["gen"]
     window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step).scalars()
     assert calibrate_log(grpo_log, overrides=MI300X)["calibration"].scalars() == window

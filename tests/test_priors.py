@@ -226,7 +226,9 @@ def test_calibrated_estimate_prints_a_range_wider_when_unidentified(tmp_path, ca
 
 
 def test_zero_shot_cli_scores_the_priors(tmp_path, capsys):
-    log = _write(tmp_path / "z.log", [100 + 20 * i for i in range(20)], scale=1.0, const=(0.0, 0.0, 0.0))
+    c = load_priors()["constants_s"]
+    log = _write(tmp_path / "z.log", [100 + 20 * i for i in range(20)], scale=1.0,
+                 const=(c["gen"], c["forward"], c["update"]))
     assert main(["validate", log, "--zero-shot", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     acc = res["accuracy"]
@@ -234,9 +236,9 @@ def test_zero_shot_cli_scores_the_priors(tmp_path, capsys):
     for k, v in acc.items():
         assert math.isfinite(v["ratio"]) and math.isfinite(v["roofline_ratio"]), (k, v)
         assert v["ratio"] == pytest.approx(v["mean_predicted_s"] / v["mean_actual_s"])
-    # the log is the priors' prices plus the priors' constants are 0-ish here: stages close to 1x
+    # the log is the priors' prices plus the priors' constants: the stages at 1x
     for k in ("gen", "old_log_prob", "update_actor"):
-        assert 0.8 < acc[k]["ratio"] < 1.25, (k, acc[k])
+        assert 0.95 < acc[k]["ratio"] < 1.05, (k, acc[k])
     assert main(["validate", log, "--zero-shot"]) == 0
     out = capsys.readouterr().out
     assert "zero-shot" in out and "roofline pred/actual" in out and "update_actor" in out
@@ -311,11 +313,12 @@ def test_zero_shot_step_goal_leave_one_log_out():
     assert s["step_median_error"] < 0.5 * s["roofline_step_median_error"], s
 
 
-@pytest.mark.xfail(strict=True, reason="generation 33.8% median error leave-one-log-out (goal 30%): one rollout host "
-                   "slowdown for 0.5B and 7B models' per-iteration host time cannot fit both (Qwen2-7B PPO pair 1.61-1.90x "
-                   "and Qwen2.5-7B 16-GPU 1.95x over, Qwen2-7B GPG 0.52x and the 0.5B resp.-256 run 0.64x under)")
 def test_zero_shot_generation_goal_leave_one_log_out():
-    assert load_priors()["leave_one_out"]["summary"]["gen_median_error"] <= 0.30
+    """Generation zero-shot within 30% (median over the leave-one-log-out corpus), well below the
+    base roofline's."""
+    s = load_priors()["leave_one_out"]["summary"]
+    assert s["gen_median_error"] <= 0.30, s
+    assert s["gen_median_error"] < 0.5 * s["roofline_gen_median_error"], s
 
 
 def test_zero_shot_no_log_off_by_2x_leave_one_log_out():

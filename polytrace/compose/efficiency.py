@@ -144,8 +144,11 @@ def load_priors(path: str | None = None) -> dict:
 
 
 # Kernel families the priors price apart from the main work of their kind (the rest of a kind's
-# families -- GEMMs, attention, decode, prefill, log-prob, optimizer -- share its slowdown).
-SEPARATE_FAMILIES = {"host": "host", "packing": "host", "comm": "collectives", "offload": "offload"}
+# families -- GEMMs, attention, decode, prefill, log-prob, optimizer -- share its slowdown). The
+# rollout's host work per running sequence is a kind of its own: fitted with the per-iteration
+# work, one factor cannot fit a 0.5B run (0.6x its generation) and a 7B run (1.9x) at once.
+SEPARATE_FAMILIES = {"host": "host", "seq_host": "seq_host", "packing": "host", "comm": "collectives",
+                     "offload": "offload"}
 
 
 def prior_kind(group: str, family: str = "gemm", eager: bool = True, gradient_checkpointing: bool = False) -> str:
@@ -158,6 +161,8 @@ def prior_kind(group: str, family: str = "gemm", eager: bool = True, gradient_ch
     elif base == "train":
         setting = ".checkpointing" if gradient_checkpointing else ".no_checkpointing"
     sep = SEPARATE_FAMILIES.get(family)
+    if sep == "seq_host":  # only the rollout has it; the engine setting tells the vLLM generation
+        return f"rollout_seq_host{'.eager' if eager else '.cuda_graphs'}"
     if sep == "host":
         return f"rollout_host{setting}" if base == "rollout" else "trainer_host"
     if sep:

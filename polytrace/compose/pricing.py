@@ -49,7 +49,7 @@ from .efficiency import DEFAULT, Efficiency
 from .timings import Curve, KernelTimings
 
 ROOFLINE = "roofline"
-FAMILIES = ("gemm", "attention", "decode", "prefill", "logprob", "packing", "optimizer", "comm", "host", "offload")
+FAMILIES = ("gemm", "attention", "decode", "prefill", "logprob", "packing", "optimizer", "comm", "host", "seq_host", "offload")
 # Parts of a step that are no kernel: multi-turn tool latency, reward scoring outside the stages,
 # and the fixed per-stage seconds a calibration adds. Shown in the breakdown, never sped up.
 NOT_KERNELS = ("tool", "reward", "calibration")

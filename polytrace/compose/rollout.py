@@ -105,31 +105,49 @@ def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
+def iteration_launch_seconds(model: ModelSpec, eff: Efficiency = DEFAULT, eager: bool = False) -> float:
+    """Host seconds to launch one decode iteration's kernels: every kernel of every layer in eager
+    mode (12 a layer at ~8 us: 2.7 ms for a 28-layer model), one graph replay with CUDA graphs."""
+    return model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
+
+
 def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency = DEFAULT,
                             eager: bool = False) -> float:
     """The part of a decode iteration that does not depend on the running batch: reading the
-    weights once, kernel launches (or a graph replay) and collective latencies."""
+    weights once (the launches run ahead of it, ``iteration_host_seconds``), the scheduler's
+    per-step work and collective latencies."""
     weights = float(decode_weight_bytes(model, 1.0)) / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
-    launch = model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
+    launch = iteration_launch_seconds(model, eff, eager)
     latency = model.layers * 2 * 8e-6 if tp > 1 else 0.0
-    return float(weights + launch + latency)
+    return float(max(weights, launch) + eff.host_s_per_iter + latency)
 
 
 def iteration_host_seconds(model: ModelSpec, active: np.ndarray, eff: Efficiency = DEFAULT,
-                           eager: bool = False) -> np.ndarray:
-    """Host-side seconds of decode iterations with ``active`` running sequences: kernel launches
-    (eager: every kernel of every layer; CUDA graphs: one replay) and the scheduler and sampler's
-    work per running sequence. The GPU waits for them when the batch is small."""
+                           eager: bool = False, device_s=0.0) -> np.ndarray:
+    """Host-side seconds of decode iterations that the GPU waits for, whatever the running batch:
+    the launches it does not hide (kernels are queued asynchronously, so they cost only where they
+    take longer than the ``device_s`` of work they launch: a small model's iterations) and the
+    engine's per-step scheduling and input preparation (``host_s_per_iter``), which runs between
+    iterations. Per running sequence: ``iteration_seq_host_seconds``."""
     active = np.asarray(active, dtype=np.float64)
-    launch = model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
-    return launch + eff.host_s_per_iter + eff.host_s_per_seq_iter * active
+    exposed = np.maximum(iteration_launch_seconds(model, eff, eager) - np.asarray(device_s, dtype=np.float64), 0.0)
+    return exposed + eff.host_s_per_iter + np.zeros_like(active)
+
+
+def iteration_seq_host_seconds(active: np.ndarray, eff: Efficiency = DEFAULT) -> np.ndarray:
+    """Host-side seconds of decode iterations per running sequence (the scheduler's block
+    bookkeeping, the sampler's and detokeniser's per-sequence Python): between iterations, so the
+    GPU waits for all of it. Priced apart from the per-iteration work (its own prior kind): the
+    shared logs' engines spend 7x the base price per sequence but half of it per iteration, and
+    one factor on both put 0.5B runs 0.6x and 7B runs 1.9x their generation time."""
+    return eff.host_s_per_seq_iter * np.asarray(active, dtype=np.float64)
 
 
 def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
                     eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None) -> np.ndarray:
     """Seconds per decode iteration for running-batch sizes ``active`` holding ``ctx`` context
-    tokens in total (arrays of the same shape): device time plus host time
-    (``iteration_host_seconds``)."""
+    tokens in total (arrays of the same shape): device time plus the host time the GPU waits for
+    (``iteration_host_seconds``, ``iteration_seq_host_seconds``)."""
     parts, _ = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer)
     return sum(parts.values())
 
@@ -137,8 +155,8 @@ def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
 def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
                     eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None, ep: int = 1
                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Seconds per decode iteration by kernel family (``gemm``, ``decode``, ``comm``, ``host``)
-    and where each came from. At the roofline the linear layers take the larger of their FLOPs
+    """Seconds per decode iteration by kernel family (``gemm``, ``decode``, ``comm``, ``host`` per
+    iteration, ``seq_host`` per running sequence) and where each came from. At the roofline the linear layers take the larger of their FLOPs
     and weight reads (``decode_weight_bytes``), attention the larger of its FLOPs and KV reads."""
     pricer = pricer or Pricer(gpu, eff)
     active = np.asarray(active, dtype=np.float64)
@@ -156,10 +174,12 @@ def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
     attention = np.maximum(attn_flops / compute_rate, kv_bytes / memory_rate)
     gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
     attn, attn_src = pricer.decode(model, active, ctx, tp, attention)
-    parts = {"gemm": gemm, "decode": attn,
-             "comm": iteration_comm_seconds(model, gpu, tp, active, eff, ep) * pricer.scale("comm"),
-             "host": iteration_host_seconds(model, active, eff, eager) * pricer.scale("host")}
-    return parts, {"gemm": gemm_src, "decode": attn_src, "comm": "roofline", "host": "roofline"}
+    comm = iteration_comm_seconds(model, gpu, tp, active, eff, ep) * pricer.scale("comm")
+    parts = {"gemm": gemm, "decode": attn, "comm": comm,
+             "host": iteration_host_seconds(model, active, eff, eager, gemm + attn + comm) * pricer.scale("host"),
+             "seq_host": iteration_seq_host_seconds(active, eff) * pricer.scale("seq_host")}
+    return parts, {"gemm": gemm_src, "decode": attn_src, "comm": "roofline", "host": "roofline",
+                   "seq_host": "roofline"}
 
 
 def decode_weight_bytes(model: ModelSpec, active) -> np.ndarray:
@@ -241,7 +261,8 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     fixed = min(decode, horizon * iteration_fixed_seconds(model, gpu, tp, eff, eager))
     kernels = {"prefill": prefill, **{k: float(v.sum()) for k, v in parts.items()}}
     sources = {"prefill": "roofline", **sources}
-    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed, kernels["host"],
+    return EngineResult(prefill + decode, prefill, decode, horizon, slots, tail, fixed,
+                        kernels["host"] + kernels["seq_host"],
                         kernels["comm"], kernels, sources, prefill + done_at[ends - 1])
 
 
