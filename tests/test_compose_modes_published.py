@@ -181,3 +181,59 @@ def test_cli_calibrate_once_then_ask_each_mode(tmp_path, capsys):
     assert main(["calibrate", "some.log", "--ppo-mini-batch", "32", "-o", str(tmp_path / "x.json")]) == 2
     assert "--ppo-mini-batch applies to --stage-times" in capsys.readouterr().err
 
+
+# ---- transfer ranges: what one configuration's calibration could not identify ----------------------
+
+# configuration -> (GPUs, estimate keywords, published step s); calibrated as the fixtures above
+TRANSFERS = {
+    **{f"colocated-{g}": (g, dict(mode="sync"), v[0]) for g, v in FULLY_ASYNC_SYNC.items() if g != CALIBRATE_ON},
+    **{f"fully-async-{r}:{g - r}": (g, dict(mode="fully-async", rollout_gpus=r, staleness=0.5, partial_rollout=True,
+                                            updates_per_sync=4), real) for g, (r, real) in FULLY_ASYNC.items()},
+    "one-step-off-4:12": (16, dict(mode="one-step-off", rollout_gpus=ONE_STEP_OFF[0]), ONE_STEP_OFF[1]),
+}
+RANGE_MISSED = {
+    "colocated-32": "790 s published, range 424-545 s: the run scaled superlinearly to 64 GPUs (MISSED)",
+    "colocated-128": ("356 s published, range 290-343 s: the run's generation grew from 151 s on 64 GPUs to 178 s on "
+                      "128; nothing in the model grows it with more engines, and the window's constant range (up "
+                      "to 115 of gen's 151 s) at most holds it near 147 s"),
+}
+
+
+@pytest.fixture(scope="module")
+def transfer_ranges(tmp_path_factory):
+    from polytrace.calibrate.files import calibrate_from_stage_times, estimate_calibrated
+
+    def calibrate(gpus, times, **config):
+        out = tmp_path_factory.mktemp("transfer") / "cal.json"
+        text = ",".join(f"{k}={v}" for k, v in zip(("step", "gen", "old_log_prob", "update_actor"), times))
+        calibrate_from_stage_times(text, out, model=MODEL, gpu=GPU, gpus=gpus, profile=PROFILE, **config)
+        return out
+
+    config_1off = {**CONFIG_7B, "max_response_len": 20480}
+    cals = {"fully": calibrate(CALIBRATE_ON, FULLY_ASYNC_SYNC[CALIBRATE_ON], **CONFIG_7B),
+            "1off": calibrate(16, ONE_STEP_OFF_SYNC, **config_1off)}
+    out = {}
+    for name, (gpus, kw, real) in TRANSFERS.items():
+        which, config = ("1off", config_1off) if name.startswith("one-step") else ("fully", CONFIG_7B)
+        res = estimate_calibrated(cals[which], PROFILE, MODEL, GPU, gpus, steps=range(2), **kw, **config)
+        out[name] = (res["range"]["step_s"], res["summary"]["mean_step_s"], real)
+    return out
+
+
+def _range_case(name):
+    marks = [pytest.mark.xfail(strict=True, reason=RANGE_MISSED[name])] if name in RANGE_MISSED else []
+    return pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", [_range_case(n) for n in TRANSFERS])
+def test_transfer_range_contains_the_published_step(transfer_ranges, name):
+    (lo, hi), point, real = transfer_ranges[name]
+    assert lo <= point <= hi and hi > lo, (lo, point, hi)
+    assert lo <= real <= hi, (lo, real, hi)
+
+
+@pytest.mark.xfail(strict=True, reason="4 of 6 (67%) published configurations inside their transfer range "
+                   "(goal 80%): RANGE_MISSED")
+def test_transfer_ranges_contain_the_published_step_in_80pct(transfer_ranges):
+    inside = [n for n, ((lo, hi), _p, real) in transfer_ranges.items() if lo <= real <= hi]
+    assert len(inside) >= 0.8 * len(transfer_ranges), inside

@@ -201,6 +201,32 @@ def test_stage_range_contains_the_estimate_and_collapses_when_identified():
     assert estimate_range(summary, {"gen": {**info, "identified": False}}, overlapped=("gen",))["step_s"] == [30, 30]
 
 
+def test_family_ends_move_the_deviation_to_one_family_at_a_time():
+    """One configuration cannot tell which family the run's deviation from the priors is in: 20 s
+    over the priors, spread 10 + 10 over GEMMs and host work, at a configuration where the GEMMs
+    halve and the host work does not: 45 s if it is all GEMM time, 55 s if all host time."""
+    from polytrace.calibrate.ranges import family_ends
+
+    info = {"families_s": {"gemm": 60.0, "host": 20.0}, "prior_families_s": {"gemm": 50.0, "host": 10.0}}
+    assert sorted(family_ends({"gemm": 30.0, "host": 20.0}, info)) == [pytest.approx(45.0), pytest.approx(55.0)]
+    # on the calibrated configuration every family scales by 1: every end is the estimate itself
+    assert family_ends({"gemm": 60.0, "host": 20.0}, info) == [pytest.approx(80.0)] * 2
+    # a saving larger than a family's priced seconds cannot sit in it
+    faster = {"families_s": {"gemm": 40.0, "host": 5.0}, "prior_families_s": {"gemm": 50.0, "host": 10.0}}
+    assert family_ends({"gemm": 20.0, "host": 5.0}, faster) == [pytest.approx(50 * 0.5 + 10 * 1 - 15 * 0.5)]
+    assert family_ends({"gemm": 20.0}, {"families_s": {}, "prior_families_s": {}}) == []
+    # nor can a tiny family take it: 0.1 s priced, 10.1 s of deviation would be 102x its price
+    tiny = {"families_s": {"gemm": 60.0, "packing": 0.2}, "prior_families_s": {"gemm": 50.0, "packing": 0.1}}
+    assert family_ends({"gemm": 30.0, "packing": 2.0}, tiny) == [pytest.approx(50 * 0.5 + 0.1 * 10 + 10.1 * 0.5)]
+    # estimate_range widens the stage (and the step) by them; the constant's own range is separate
+    summary = {"mean_step_s": 70.0, "mean_stages_s": {"gen": 60.0},
+               "kernels": {"gen": {"gemm": {"s": 30.0}, "host": {"s": 20.0}, "calibration": {"s": 10.0}}}}
+    split = {"gen": {**info, "mean_actual_s": 90.0, "constant_s": 10.0, "constant_range_s": [10.0, 10.0]}}
+    rng = estimate_range(summary, split)
+    assert rng["stages_s"]["gen"] == [pytest.approx(55.0), pytest.approx(65.0)]
+    assert rng["step_s"] == [pytest.approx(65.0), pytest.approx(75.0)]
+
+
 def test_calibrated_estimate_prints_a_range_wider_when_unidentified(tmp_path, capsys):
     flat = _write(tmp_path / "flat.log", [300] * 14)
     grow = _write(tmp_path / "grow.log", [100 + 40 * i for i in range(14)])

@@ -292,6 +292,22 @@ def roofline_bounds(parts) -> dict[str, dict[str, float]]:
     return out
 
 
+def family_seconds(rows: list[StepData], stage: str, scalars: dict, prior: dict) -> dict:
+    """The window's mean seconds of ``stage`` per kernel family, calibrated (``families_s``) and at
+    the priors' prices (``prior_families_s``): how the calibration divided the stage's work among
+    families, which ``ranges`` needs to tell what one configuration could not identify. Empty for
+    rows without families."""
+    if not prior or not rows:
+        return {}
+    cal: dict[str, float] = {}
+    base: dict[str, float] = {}
+    for r in rows:
+        for (g, f), v in (r.families.get(stage) or {}).items():
+            cal[f] = cal.get(f, 0.0) + part_slowdown(scalars, g, f) * v / len(rows)
+            base[f] = base.get(f, 0.0) + part_slowdown(prior, g, f) * v / len(rows)
+    return {"families_s": cal, "prior_families_s": base} if cal else {}
+
+
 def by_family(parts) -> dict[str, dict[tuple, float]]:
     """Stage -> (kind of work, kernel family) -> seconds."""
     out: dict[str, dict[tuple, float]] = {}
@@ -427,7 +443,8 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         half = 2.0 * sd[s] * ybar[s] / (math.sqrt(n) * max(cv, 1e-9))
         c = float(fixed[j])
         cal.split[s] = {"identified": ok, "modelled_spread": cv, "noise": sd[s], "mean_actual_s": ybar[s],
-                        "constant_s": c, "constant_range_s": [max(0.0, c - half), min(float(c_max[j]), c + half)]}
+                        "constant_s": c, "constant_range_s": [max(0.0, c - half), min(float(c_max[j]), c + half)],
+                        **family_seconds(rows, s, cal.scalars(), prior)}
     unsplit = [s for s in stages if not ident[s][0]]
     if unsplit:
         spread = ", ".join(f"{s} {100 * ident[s][1]:.1f}% (noise {100 * sd[s]:.1f}%)" for s in unsplit)
