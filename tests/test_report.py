@@ -45,9 +45,9 @@ def test_report_prices_as_estimate_does(tmp_path, capsys, monkeypatch):
         assert rep["summary"]["mean_step_s"] == pytest.approx(est["summary"]["mean_step_s"], rel=1e-9)
         assert ("shared priors applied" in rep["source"]) == (not flags)
         steps[len(flags)] = rep["summary"]["mean_step_s"]
-    # the priors' host and efficiency slowdowns move the 32B step off the roofline (4.9% with the
-    # priors of the split rollout host work, whose CUDA-graph engines keep the base per-sequence price)
-    assert abs(steps[0] / steps[1] - 1) > 0.02, steps
+    # the priors' host and efficiency slowdowns move the 32B step off the roofline (8.1%: its
+    # CUDA-graph engines hide the launches the priors' eager logs paid)
+    assert abs(steps[0] / steps[1] - 1) > 0.04, steps
 
 
 def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeypatch):

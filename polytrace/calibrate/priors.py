@@ -9,9 +9,10 @@ the part's kind, plus a constant per call. The kinds (``compose.efficiency.prior
 - ``rollout.eager`` / ``rollout.cuda_graphs``: the rollout's GEMMs, decode attention and prefill
   (vLLM with and without ``enforce_eager``); ``rollout_host.*``: its per-iteration host work
   (the scheduler's step, the launches the GPU's work does not hide), priced apart because it
-  does not scale with the model; ``rollout_seq_host.*``: its host work per running sequence
+  does not scale with the model; ``rollout_seq_host``: its host work per running sequence
   (block bookkeeping, sampler and detokeniser Python), apart again because it scales with the
-  batch and not the iteration count. The KV-cache limit on concurrency
+  batch and not the iteration count; one kind whatever the launch mode, since CUDA graphs replay
+  the model's kernels and leave that Python as it is. The KV-cache limit on concurrency
   (``gpu_memory_utilization``) is in the rollout simulation.
 - ``forward``: the trainer's forward passes (log-prob, reference, values);
   ``train.no_checkpointing`` / ``train.checkpointing``: the update (forward, backward with or
@@ -28,10 +29,7 @@ only if no step beats its peak roofline; a rejected hypothesis climbs ``INFER_LA
 slowest GPU the steps allow, and the log's provenance says which and why.
 
 A kind no corpus log exercises (today: CUDA graphs in rollout) takes its sibling's slowdown, and
-the file says so (``fallback``), except the per-sequence host work: every corpus engine is an
-eager vLLM 0.x whose per-sequence Python is 7x the base price, while engines run with CUDA graphs
-are the newer vLLM that moved that work off the critical path, so that kind keeps the base price
-(and the file says so) rather than inherit a factor measured on another engine generation.
+the file says so (``fallback``).
 
 Fitted on log relative errors (every stage and the step of up to ``ROWS_PER_LOG`` evenly spaced
 steps per log, each log weighing the same), soft-L1, each slowdown bounded below by the largest
@@ -51,8 +49,8 @@ from ..compose.efficiency import CONSTANT_KIND, prior_kind, roofline_share  # no
 from ..errors import PolytraceError
 from .fit import MIN_SLOWDOWN, StepData
 
-KINDS = ("rollout.eager", "rollout.cuda_graphs", "rollout_host.eager", "rollout_host.cuda_graphs", "rollout_seq_host.eager",
-         "rollout_seq_host.cuda_graphs", "forward",
+KINDS = ("rollout.eager", "rollout.cuda_graphs", "rollout_host.eager", "rollout_host.cuda_graphs", "rollout_seq_host",
+         "forward",
          "train.no_checkpointing", "train.checkpointing", "trainer_host", "collectives", "offload")
 CONSTANTS = ("gen", "forward", "update", "other")
 # a kind with no corpus log takes this kind's slowdown

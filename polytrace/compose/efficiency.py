@@ -161,8 +161,8 @@ def prior_kind(group: str, family: str = "gemm", eager: bool = True, gradient_ch
     elif base == "train":
         setting = ".checkpointing" if gradient_checkpointing else ".no_checkpointing"
     sep = SEPARATE_FAMILIES.get(family)
-    if sep == "seq_host":  # only the rollout has it; the engine setting tells the vLLM generation
-        return f"rollout_seq_host{'.eager' if eager else '.cuda_graphs'}"
+    if sep == "seq_host":  # only the rollout has it; CUDA graphs do not touch the per-sequence Python
+        return "rollout_seq_host"
     if sep == "host":
         return f"rollout_host{setting}" if base == "rollout" else "trainer_host"
     if sep:
