@@ -241,6 +241,9 @@ def test_calibrated_estimate_prints_a_range_wider_when_unidentified(tmp_path, ca
         res = json.loads(capsys.readouterr().out)
         lo, hi = res["range"]["step_s"]
         point = res["summary"]["mean_step_s"]
+        assert res["summary"]["families"]["calibration"]["status"] == "calibration"  # the file's, not the priors'
+        assert all(f["calibration"]["source"] == "calibration" for f in res["summary"]["kernels"].values()
+                   if "calibration" in f)
         assert lo <= point <= hi, (lo, point, hi)
         widths[name] = (hi - lo) / point
         assert main(args) == 0

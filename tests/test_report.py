@@ -44,6 +44,10 @@ def test_report_prices_as_estimate_does(tmp_path, capsys, monkeypatch):
         est = json.loads(capsys.readouterr().out)
         assert rep["summary"]["mean_step_s"] == pytest.approx(est["summary"]["mean_step_s"], rel=1e-9)
         assert ("shared priors applied" in rep["source"]) == (not flags)
+        # the priors' constant seconds per call are labelled as theirs, never as a calibration
+        fams = rep["summary"]["families"]
+        assert (fams["calibration"]["status"] == "priors") if not flags else "calibration" not in fams, fams.get(
+            "calibration")
         steps[len(flags)] = rep["summary"]["mean_step_s"]
     # the priors' host and efficiency slowdowns move the 32B step off the roofline (8.1%: its
     # CUDA-graph engines hide the launches the priors' eager logs paid)

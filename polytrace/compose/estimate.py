@@ -273,6 +273,9 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
     r_imb = roll.imbalance_gpu_s * scale_gen
     t_imb = train.train_imbalance_gpu_s
     sources = _sources(parts)
+    for s in STAGES:  # the per-call constant seconds come from the calibration (or the priors), no kernel
+        if "calibration" in kernels[s]:
+            sources[s]["calibration"] = "calibration"
     sources["other"] = {"reward": "roofline", **({"calibration": "calibration"} if "calibration" in other else {})}
     return {
         "step": int(batch.step), "stages_s": seconds, "other_s": costs.other_s, "step_s": step_s, "tokens": tokens,
@@ -372,7 +375,13 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
         **{key: float(np.mean([r["idle"][key] for r in rows])) for key in IDLE_FIGURES},
         "kernels": kernel_summary(rows),
     }
+    if with_priors:  # the constant seconds per call are the shared priors', not a calibration of this run
+        for fams in summary["kernels"].values():
+            if "calibration" in fams:
+                fams["calibration"]["source"] = "priors"
     summary["families"] = family_summary(summary["kernels"], step_mean)
+    if with_priors and "calibration" in summary["families"]:
+        summary["families"]["calibration"]["status"] = "priors"
     if providers or speedups:
         reference = [estimate_step(cfg, b, pricer=pricer_for(what_ifs=False), calibration=calibration)
                      for b in batches]
