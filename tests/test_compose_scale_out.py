@@ -1,6 +1,7 @@
-"""What a colocated step pays for spanning nodes, whatever its GPU count: a tensor-parallel engine
-wider than a node calls NCCL across the NICs at every layer of every decode iteration
-(``parallel.allreduce_latency_seconds``)."""
+"""What a colocated step pays whatever its GPU count: a tensor-parallel engine wider than a node
+calls NCCL across the NICs at every layer of every decode iteration
+(``parallel.allreduce_latency_seconds``), and every GPU gathers the full model into its engine
+once a step (``refit.colocated_refit_seconds``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from polytrace.compose.efficiency import DEFAULT, with_overrides
 from polytrace.compose.parallel import allreduce_latency_seconds
+from polytrace.compose.refit import colocated_refit_seconds
 from polytrace.compose.rollout import iteration_comm_seconds, iteration_fixed_seconds, simulate_rollout
 from polytrace.hardware import get_gpu
 from polytrace.models import get_model
@@ -60,3 +62,68 @@ def test_the_latency_does_not_shrink_with_the_engines_batch():
                                   eff=with_overrides(nccl_net_hop_s=0.0))
         gap = roll.kernels["comm"] - no_net.kernels["comm"]
         assert gap == pytest.approx(roll.iterations * QWEN3_235B.layers * 2 * 2 * DEFAULT.nccl_net_hop_s, rel=1e-6)
+
+
+def _expert_bytes(m) -> float:
+    return 2.0 * m.layers * m.experts * 3 * m.hidden * m.moe_intermediate
+
+
+def test_megatron_refit_from_bytes_and_link_rates():
+    """Qwen3-235B-A22B, Megatron TP2 PP8 EP16 on 128 H100s into TP16 engines: each GPU receives
+    the other stages' shards at its coordinates over its NIC, all-gathers the dense weights over
+    TP and the experts over EP (rings, two nodes: 8 NICs), and copies the whole model into the
+    hand-off buffer and its 1/16 into the engine."""
+    m, eff = QWEN3_235B, DEFAULT
+    total = float(m.weight_bytes())
+    experts = _expert_bytes(m)
+    dense = total - experts
+    assert 0.9 < experts / total < 1.0  # routed experts: most of the 470 GB
+    got = colocated_refit_seconds(m, H100, 128, 16, strategy="megatron", train_tp=2, train_pp=8, train_ep=16)
+    nic, ring8, nvlink = 50e9 * eff.comm, 8 * 50e9 * eff.comm, 450e9 * eff.comm
+    assert got["pipeline"] == pytest.approx((dense / 2 + experts / 16) * 7 / 8 / nic, rel=1e-9)
+    assert got["gather"] == pytest.approx(dense / 2 / nvlink + experts * 15 / 16 / ring8, rel=1e-9)
+    assert got["stage"] == pytest.approx(2 * (total + total / 16) / (3.35e12 * eff.elementwise_hbm), rel=1e-9)
+    assert got["total"] == pytest.approx(got["pipeline"] + got["gather"] + got["stage"], rel=1e-12)
+    assert got["bytes"] == total and 2.0 < got["total"] < 4.0
+    # what a GPU receives is the model less its share: the same on twice the GPUs (more data
+    # parallelism, the same TP / PP / EP)
+    assert colocated_refit_seconds(m, H100, 256, 16, strategy="megatron", train_tp=2, train_pp=8,
+                                   train_ep=16) == got
+    # one node: the pipeline broadcast runs over NVLink, not the NIC
+    small = get_model("qwen3-30b-a3b")
+    one_node = colocated_refit_seconds(small, H100, 8, 2, strategy="megatron", train_pp=2, train_ep=4)
+    ex = _expert_bytes(small)
+    assert one_node["pipeline"] == pytest.approx(((small.weight_bytes() - ex) + ex / 4) / 2 / nvlink, rel=1e-9)
+
+
+def test_fsdp_refit_gathers_everything_over_the_gpus():
+    m = get_model("qwen2.5-7b")
+    b = float(m.weight_bytes())
+    got = colocated_refit_seconds(m, H100, 8, 2)
+    assert got["pipeline"] == 0.0
+    assert got["gather"] == pytest.approx(b * 7 / 8 / (450e9 * DEFAULT.comm), rel=1e-9)
+    assert colocated_refit_seconds(m, H100, 1, 1)["gather"] == 0.0
+    # two nodes: the ring runs over the 8 NICs of a node
+    assert colocated_refit_seconds(m, H100, 16, 2)["gather"] == pytest.approx(
+        b * 15 / 16 / (400e9 * DEFAULT.comm), rel=1e-9)
+
+
+def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
+    from polytrace.compose.estimate import build_config
+    from polytrace.compose.stages import stage_costs
+    from polytrace.compose.workloads import stated_lengths_profile
+
+    prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen3-30b-a3b")
+    cfg = build_config(prof, "qwen3-30b-a3b", "h100", 16, rollout_tp=2, strategy="megatron", train_pp=2,
+                       train_ep=8, n=8, responses_per_step=64, train_batch=64)
+    p, r = np.full(64, 150), np.full(64, 900)
+    refit = colocated_refit_seconds(cfg.model, cfg.gpu, 16, 2, strategy="megatron", train_tp=1, train_pp=2,
+                                    train_ep=8)["total"]
+    costs = stage_costs(cfg, p, r)
+    priced = [x for x in costs.parts if x.source == "roofline (refit)"]
+    assert len(priced) == 1 and priced[0].stage == "gen" and priced[0].family == "comm"
+    assert priced[0].seconds == pytest.approx(refit, rel=1e-12) and refit > 0.1
+    assert costs.details["refit"]["total"] == pytest.approx(refit, rel=1e-12)
+    assert not any(x.source == "roofline (refit)" for x in stage_costs(cfg, p, r, rollout=False).parts)
+    cfg.colocated = False
+    assert not any(x.source == "roofline (refit)" for x in stage_costs(cfg, p, r).parts)

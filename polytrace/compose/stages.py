@@ -21,6 +21,7 @@ from .efficiency import DEFAULT, Efficiency
 from .pricing import ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
 from .rollout import RolloutResult, simulate_rollout
+from .refit import colocated_refit_seconds
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
 STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
@@ -239,6 +240,11 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         passes[stage] = pass_cost(model, cfg.gpu, seq, cfg.layout(stage), backward=backward, lm_head=head,
                                   eff=eff, pricer=pricer)
     parts = [Part("gen", fam, "rollout", v, roll.sources.get(fam, ROOFLINE)) for fam, v in roll.kernels.items()]
+    refit = None
+    if rollout and cfg.colocated:  # the updated weights into the engine on the same GPUs, once a step
+        refit = colocated_refit_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.rollout_tp, strategy=cfg.strategy,
+                                        train_tp=cfg.train_tp, train_pp=cfg.train_pp, train_ep=cfg.train_ep, eff=eff)
+        parts.append(Part("gen", "comm", "rollout", refit["total"] * pricer.scale("comm"), "roofline (refit)"))
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model
@@ -259,7 +265,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     fwd, upd = passes["old_log_prob"], passes["update_actor"]
     other = len(r) * eff.reward_s_per_response
     return StageCosts(parts, roll, imbalance, int(seq.sum()), other_s=other,
-                      details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt})
+                      details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt,
+                               **({"refit": refit} if refit else {})})
 
 
 def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | None = None) -> list[Part]:
