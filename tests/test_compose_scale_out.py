@@ -127,3 +127,22 @@ def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
     assert not any(x.source == "roofline (refit)" for x in stage_costs(cfg, p, r, rollout=False).parts)
     cfg.colocated = False
     assert not any(x.source == "roofline (refit)" for x in stage_costs(cfg, p, r).parts)
+
+
+def test_the_pipeline_bubble_stretches_a_stages_exposed_collectives_too():
+    """1F1B over PP stages: the first stage waits (pp - 1) micro-batch times to fill and drain,
+    and a micro-batch's time on a stage is its matmuls and its exposed all-to-alls and TP
+    all-reduces together. With fewer micro-batches per rank (more data parallelism) the bubble
+    grows: 8 stages over 16 micro-batches stretch the forward's collectives by 23/16, over 64 by
+    71/64 (a forward pass: no gradient reduction, which runs once after the flush)."""
+    from polytrace.compose.parallel import pipeline_bubble
+    from polytrace.compose.training import TrainerLayout, pass_cost
+
+    seq = np.full(64, 8192)
+    for gpus, n_micro in ((32 * 4, 16), (32, 64)):  # TP2 x CP2 x PP8 = 32 GPUs a replica
+        kw = dict(strategy="megatron", tp=2, micro_batch_tokens=8192, ep=16, cp=2)
+        staged = pass_cost(QWEN3_235B, H100, seq, TrainerLayout(gpus, pp=8, **kw), backward=False)
+        assert staged.micro_batches == n_micro
+        flat = pass_cost(QWEN3_235B, H100, seq, TrainerLayout(gpus, pp=8, vpp=47, **kw), backward=False)
+        want = float(pipeline_bubble(n_micro, 8, 1) / pipeline_bubble(n_micro, 8, 47))
+        assert staged.comm_s / flat.comm_s == pytest.approx(want, rel=1e-9) and staged.comm_s > 0
