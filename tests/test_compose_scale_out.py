@@ -146,3 +146,54 @@ def test_the_pipeline_bubble_stretches_a_stages_exposed_collectives_too():
         flat = pass_cost(QWEN3_235B, H100, seq, TrainerLayout(gpus, pp=8, vpp=47, **kw), backward=False)
         want = float(pipeline_bubble(n_micro, 8, 1) / pipeline_bubble(n_micro, 8, 47))
         assert staged.comm_s / flat.comm_s == pytest.approx(want, rel=1e-9) and staged.comm_s > 0
+
+
+def _switch_cfg(gpu="h100", **fields):
+    from polytrace.compose.estimate import build_config
+    from polytrace.compose.workloads import stated_lengths_profile
+
+    prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen3-235b-a22b")
+    return build_config(prof, "qwen3-235b-a22b", gpu, 128, rollout_tp=16, strategy="megatron", train_tp=2,
+                        train_pp=8, train_ep=16, train_cp=2, n=8, responses_per_step=64, train_batch=64,
+                        run_fields=fields)
+
+
+def test_the_colocated_switch_moves_engine_weights_and_trainer_state_over_pcie():
+    """vLLM's level-1 sleep backs the engine's 1/16 of the 470 GB up to CPU memory and restores it
+    (29.4 GB each way a GPU); NeMo RL's Megatron worker moves its bf16 parameter shard and its
+    distributed-optimizer shard (12 bytes a parameter over all 128 GPUs: 22 GB) out during
+    generation and back before the passes that use them, at 20 GB/s over PCIe."""
+    from polytrace.compose.parallel import shard_params
+    from polytrace.compose.stages import offload_parts
+
+    m = QWEN3_235B
+    pcie = DEFAULT.pcie_gbps * 1e9
+    assert offload_parts(_switch_cfg()) == []
+    engine = offload_parts(_switch_cfg(engine_weights_offload=True))
+    assert [(p.stage, p.family) for p in engine] == [("gen", "offload")]
+    assert engine[0].seconds == pytest.approx(2 * m.weight_bytes() / 16 / pcie, rel=1e-12)
+    assert 2.5 < engine[0].seconds < 3.5
+    switch = {p.stage: p.seconds for p in offload_parts(_switch_cfg(switch_offload=True))}
+    weights = 2.0 * shard_params(m, 2, 8, 16) / pcie
+    optimizer = 12.0 * m.params_total / 128 / pcie
+    assert switch["old_log_prob"] == pytest.approx(weights, rel=1e-12)
+    assert switch["update_actor"] == pytest.approx(optimizer, rel=1e-12)
+    assert switch["gen"] == pytest.approx(weights + optimizer, rel=1e-12)
+    assert 20e9 < 12.0 * m.params_total / 128 < 24e9
+    # separate engines never switch: nothing priced
+    cfg = _switch_cfg(engine_weights_offload=True, switch_offload=True)
+    cfg.colocated = False
+    assert offload_parts(cfg) == []
+
+
+def test_a_grace_host_link_copies_faster_than_pcie():
+    from polytrace.compose.efficiency import PCIE_PEAK_GBPS, host_copy_gbps
+    from polytrace.compose.stages import offload_parts
+
+    assert host_copy_gbps(H100) == DEFAULT.pcie_gbps and host_copy_gbps(None) == DEFAULT.pcie_gbps
+    gb200 = get_gpu("gb200")
+    assert gb200.host_link_gbps == 225.0
+    assert host_copy_gbps(gb200) == pytest.approx(DEFAULT.pcie_gbps / PCIE_PEAK_GBPS * 225.0, rel=1e-12)
+    h100 = offload_parts(_switch_cfg(engine_weights_offload=True))[0].seconds
+    grace = offload_parts(_switch_cfg("gb200", engine_weights_offload=True))[0].seconds
+    assert h100 / grace == pytest.approx(225.0 / PCIE_PEAK_GBPS, rel=1e-12)

@@ -113,6 +113,14 @@ def with_overrides(**kw) -> Efficiency:
 PCIE_PEAK_GBPS = 32.0
 
 
+def host_copy_gbps(gpu, eff: Efficiency = DEFAULT) -> float:
+    """GB/s of an offload copy between a GPU and CPU memory, one direction: ``eff.pcie_gbps``
+    over a PCIe slot; over a faster host link (``GPU.host_link_gbps``, Grace's NVLink-C2C) the
+    same share of its peak as ``pcie_gbps`` is of PCIe Gen4's."""
+    link = getattr(gpu, "host_link_gbps", None)
+    return eff.pcie_gbps if link is None else eff.pcie_gbps / PCIE_PEAK_GBPS * float(link)
+
+
 def roofline_share(family: str, eff: Efficiency = DEFAULT) -> float:
     shares = {
         "gemm": min(eff.gemm, eff.decode_hbm),  # training GEMMs at gemm, decode GEMMs at max(compute, memory)

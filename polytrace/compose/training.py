@@ -374,6 +374,9 @@ def optimizer_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, steps: int, lora_
     return steps * 32.0 * params / max(1, n_gpus) / gpu.ceiling("hbm")
 
 
-def offload_seconds(model: ModelSpec, n_gpus: int, eff: Efficiency = DEFAULT) -> float:
-    """Loading offloaded parameters back to the GPUs (FSDP param offload of the reference)."""
-    return model.weight_bytes() / max(1, n_gpus) / (eff.pcie_gbps * 1e9)
+def offload_seconds(model: ModelSpec, n_gpus: int, eff: Efficiency = DEFAULT, gpu: GPU | None = None) -> float:
+    """Loading offloaded parameters back to the GPUs (FSDP param offload of the reference), over
+    ``gpu``'s host link (``efficiency.host_copy_gbps``; PCIe without one)."""
+    from .efficiency import host_copy_gbps
+
+    return model.weight_bytes() / max(1, n_gpus) / (host_copy_gbps(gpu, eff) * 1e9)
