@@ -103,6 +103,12 @@ def test_fsdp_refit_gathers_everything_over_the_gpus():
     assert got["pipeline"] == 0.0
     assert got["gather"] == pytest.approx(b * 7 / 8 / (450e9 * DEFAULT.comm), rel=1e-9)
     assert colocated_refit_seconds(m, H100, 1, 1)["gather"] == 0.0
+    # under LoRA only the bf16 adapters move
+    from polytrace.compose.training import lora_params
+    adapters = 2.0 * lora_params(m, 64)
+    lora = colocated_refit_seconds(m, H100, 8, 2, lora_rank=64)
+    assert lora["bytes"] == adapters and lora["gather"] == pytest.approx(adapters * 7 / 8 / (450e9 * DEFAULT.comm))
+    assert lora["total"] < got["total"] / 20
     # two nodes: the ring runs over the 8 NICs of a node
     assert colocated_refit_seconds(m, H100, 16, 2)["gather"] == pytest.approx(
         b * 15 / 16 / (400e9 * DEFAULT.comm), rel=1e-9)

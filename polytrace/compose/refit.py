@@ -34,12 +34,15 @@ from .parallel import BF16, expert_params
 
 
 def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp: int, *, strategy: str = "fsdp",
-                            train_tp: int = 1, train_pp: int = 1, train_ep: int = 1,
+                            train_tp: int = 1, train_pp: int = 1, train_ep: int = 1, lora_rank: int = 0,
                             eff: Efficiency = DEFAULT) -> dict:
     """Seconds of one colocated refit by part (``pipeline``, ``gather``, ``stage``), their
-    ``total`` and the ``bytes`` of the full bf16 model every GPU ends up holding."""
-    total = float(model.weight_bytes())
-    experts = BF16 * expert_params(model) if strategy == "megatron" and train_ep > 1 else 0.0
+    ``total`` and the ``bytes`` of the full bf16 model every GPU ends up holding. Under LoRA only
+    the adapters move (bf16), sharded like the dense weights."""
+    from .training import lora_params
+
+    total = 2.0 * lora_params(model, lora_rank) if lora_rank > 0 else float(model.weight_bytes())
+    experts = BF16 * expert_params(model) if strategy == "megatron" and train_ep > 1 and not lora_rank else 0.0
     dense = total - experts
     if strategy == "megatron":
         tp, pp, ep = max(1, train_tp), max(1, train_pp), max(1, train_ep)

@@ -253,7 +253,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     refit = None
     if rollout and cfg.colocated:  # the updated weights into the engine on the same GPUs, once a step
         refit = colocated_refit_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.rollout_tp, strategy=cfg.strategy,
-                                        train_tp=cfg.train_tp, train_pp=cfg.train_pp, train_ep=cfg.train_ep, eff=eff)
+                                        train_tp=cfg.train_tp, train_pp=cfg.train_pp, train_ep=cfg.train_ep,
+                                        lora_rank=cfg.lora_rank, eff=eff)
         parts.append(Part("gen", "comm", "rollout", refit["total"] * pricer.scale("comm"), "roofline (refit)"))
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
