@@ -203,3 +203,24 @@ def test_a_grace_host_link_copies_faster_than_pcie():
     h100 = offload_parts(_switch_cfg(engine_weights_offload=True))[0].seconds
     grace = offload_parts(_switch_cfg("gb200", engine_weights_offload=True))[0].seconds
     assert h100 / grace == pytest.approx(225.0 / PCIE_PEAK_GBPS, rel=1e-12)
+
+
+def test_an_expert_group_across_nodes_sends_only_the_other_nodes_copies_over_the_nic():
+    """EP16 over two 8-GPU nodes: of a GPU's top-8 copies, 8/16 go to the other node through its
+    NIC (50 GB/s) while 7/16 cross NVLink at the same time; the NIC sets the time. EP32 over four
+    nodes: 24/32 through the NIC."""
+    from polytrace.compose.parallel import all_to_all_seconds
+
+    m, eff = QWEN3_235B, DEFAULT
+    tokens = 4096.0
+    copies = tokens * m.active_experts * m.hidden * 2
+    for ep, off in ((16, 8 / 16), (32, 24 / 32)):
+        want = m.layers * 2 * (copies * off / (50e9 * eff.all_to_all) + eff.all_to_all_latency_s)
+        assert float(all_to_all_seconds(m, H100, tokens, ep, ep, 1.0)) == pytest.approx(want, rel=1e-12)
+    # within a node every copy but the GPU's own crosses NVLink
+    within = m.layers * 2 * (copies * 7 / 8 / (450e9 * eff.all_to_all) + eff.all_to_all_latency_s)
+    assert float(all_to_all_seconds(m, H100, tokens, 8, 8, 1.0)) == pytest.approx(within, rel=1e-12)
+    # a GB200 NVLink domain of 72 holds EP16 whole
+    gb = get_gpu("gb200")
+    assert float(all_to_all_seconds(m, gb, tokens, 16, 16, 1.0)) == pytest.approx(
+        m.layers * 2 * (copies * 15 / 16 / (900e9 * eff.all_to_all) + eff.all_to_all_latency_s), rel=1e-12)

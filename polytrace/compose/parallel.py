@@ -10,7 +10,8 @@ The layouts large MoE and long-context runs state (Megatron's ``expert_model_par
   per GPU (its sequence-parallel share of the tokens), over the links the EP group spans: ``ep``
   consecutive GPUs (Megatron-core folds the MoE layers' own expert-tensor x expert x data
   parallel grid over the ranks apart from attention's TP x CP x DP; with expert TP 1 an EP group
-  of 8 is one node), at ``all_to_all`` efficiency, not hidden (Megatron's default dispatcher runs
+  of 8 is one node; across nodes only the copies bound for another node cross the GPU's NIC,
+  the rest NVLink, at once), at ``all_to_all`` efficiency, not hidden (Megatron's default dispatcher runs
   them between the attention and the experts). The experts of the
   busiest GPU get ``moe_load_imbalance`` times the mean tokens: its expert matmuls set the time.
 - **Context parallelism (``train_cp``)**: each sequence is split over ``cp`` GPUs (load-balanced
@@ -107,12 +108,24 @@ def all_to_all_seconds(model: ModelSpec, gpu: GPU, tokens_per_gpu, ep: int, span
                        eff: Efficiency = DEFAULT):
     """Dispatch and combine of ``tokens_per_gpu`` tokens' hidden states to their top-k experts
     over ``ep`` GPUs, per MoE layer, ``passes`` times (forward 1; a recomputed forward and the
-    backward's two add 2 more), plus a latency per all-to-all."""
+    backward's two add 2 more), plus a latency per all-to-all. The copies spread evenly over the
+    group: within a node ``(ep - 1) / ep`` of them cross NVLink; a group spanning nodes
+    (``span`` GPUs over ``gpus_per_node``) sends the ``(ep - gpus_per_node) / ep`` bound for other
+    nodes over the GPU's own NIC and the rest over NVLink at the same time, the slower setting the
+    time (EP16 over two 8-GPU nodes: half the copies through the NIC, not 15/16)."""
     tokens = np.asarray(tokens_per_gpu, dtype=np.float64)
     if ep <= 1 or not model.experts:
         return np.zeros_like(tokens)
-    volume = tokens * model.active_experts * model.hidden * BF16 * (ep - 1) / ep
-    per_layer = 2.0 * (volume / (gpu.link_gbps(span) * 1e9 * eff.all_to_all) + eff.all_to_all_latency_s)
+    copies = tokens * model.active_experts * model.hidden * BF16
+    node = gpu.gpus_per_node
+    if span <= node:
+        seconds = copies * (ep - 1) / ep / (gpu.link_gbps(span) * 1e9 * eff.all_to_all)
+    else:
+        local = min(node, ep)
+        nic = copies * (ep - local) / ep / (gpu.link_gbps(span) * 1e9 * eff.all_to_all)
+        nvlink = copies * (local - 1) / ep / (gpu.link_gbps(local) * 1e9 * eff.all_to_all)
+        seconds = np.maximum(nic, nvlink)
+    per_layer = 2.0 * (seconds + eff.all_to_all_latency_s)
     return moe_layers(model) * per_layer * passes
 
 
