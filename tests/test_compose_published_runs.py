@@ -21,6 +21,19 @@ WITHIN = 0.30
 # Runs the zero-shot model misses by more than WITHIN, and why. A physical reason each, never a
 # factor fitted to the row.
 MISSES = {
+    "qwen3-235b on-policy 256": (
+        "0.65x (204 s; 331 s for the 128-GPU row, 0.84x). Priced, and the same at both GPU counts: NCCL's "
+        "cross-node latency on the TP16 engines' 188 all-reduces a decode iteration (25.2 us each, 4.7 ms an "
+        "iteration), the refit of the 470 GB model into the engines (2.8 s), the switch's PCIe traffic (engine "
+        "weights at level-1 sleep, the trainer's parameters and optimizer: 12.1 s at 128 GPUs, 9.7 s at 256), the "
+        "PP8 bubble on the stages' exposed all-to-alls. From 128 to 256 GPUs the model still cuts generation "
+        "258 -> 165 s (each TP16 engine decodes 32 responses in one wave of 7,621 iterations, where 64 overflow its "
+        "KV cache's 59 slots: 12,400-13,900) and the update 49 -> 26 s (half the tokens per GPU), where the "
+        "published step drops 21% (395 -> 312 s). The ~110 s left is in no link's or HBM's rate: the published "
+        "one-step-off run decodes the same 32 responses per TP8 engine within its 231 s step (ours 223 s), so these "
+        "TP16 engines spanning two nodes decode no faster per iteration than TP8 ones in a node, where the rates "
+        "give them half the weights per GPU to read; what a cross-node engine pays per iteration beyond NCCL's "
+        "latency (vLLM's multi-node executor, MoE kernels on 1/16 expert slices) is measured nowhere here"),
     "gb200 qwen3-235b on-policy 128": (
         "0.37x (126 s): the published step is slower on 128 GB200s than on 64 (345 against 286 s) and barely faster "
         "than 128 H100s (395 s), where the model, priced at Blackwell's datasheet rates (2.5x an H100's bf16, 2.4x "
@@ -89,7 +102,7 @@ def test_three_quarters_within_30pct_on_h100(estimates):
     assert len(H100) >= 9 and len(close) >= 0.75 * len(H100), close
 
 
-@pytest.mark.xfail(strict=True, reason="10 of 14 within 30% with the GB200 table (1 of its 5 rows): MISSES")
+@pytest.mark.xfail(strict=True, reason="9 of 14 within 30% with the GB200 table (1 of its 5 rows): MISSES")
 def test_three_quarters_within_30pct_every_table(estimates):
     close = [r.name for r in RUNS if abs(_ratio(estimates, r) - 1) <= WITHIN]
     assert len(close) >= 0.75 * len(RUNS), close
