@@ -24,7 +24,14 @@ activation checkpointing on for Llama-3.1-8B and Qwen3-235B, off for the others;
 config's 0.6 unless the recipe overrides it: 0.8 for most one-step-off recipes, 0.88 for
 Qwen3-235B's, 0.4 and 0.6 for the GB200 Qwen3-235B ones); a reference model (KL penalty 0.01);
 one-step-off runs on half the GPUs each for generation and training (``*-async-1off`` recipes:
-e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). Assumed: the
+e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). The colocated (on-policy) runs switch the
+GPUs between trainer and engine as NeMo RL's code does at the same commit, whatever the recipe:
+the vLLM worker sleeps at level 1 (``nemo_rl/models/generation/vllm/vllm_worker.py``,
+``self.llm.sleep(level=1)``: the engine's weights backed up to CPU memory and restored at wake)
+and the Megatron worker moves its optimizer state to CPU memory before the refit
+(``offload_before_refit``, ``offload_optimizer_for_refit`` defaulting to true in
+``nemo_rl/models/megatron/setup.py``) and its parameters after it (``offload_after_refit``),
+both back before training (``RunConfig.engine_weights_offload``, ``switch_offload``). Assumed: the
 "average sequence length" counts the prompt, taken as 150 tokens (OpenMathInstruct-2 problems in
 the CoT prompt template), and the response cap is the maximum sequence less the longest prompt.
 """
@@ -79,6 +86,8 @@ class PublishedRun:
                   mem_fraction=self.gen_memory, gradient_checkpointing=self.checkpointing)
         if self.mode == "one-step-off":  # the async recipes: engines of their own on half the GPUs
             kw.update(rollout_gpus=self.gpus // 2)
+        else:  # NeMo RL's colocated switch (module docstring): engine weights and trainer state over PCIe
+            kw.update(run_fields={"engine_weights_offload": True, "switch_offload": True})
         return kw, f"mean={response_mean},max={cap},prompt={PROMPT_MEAN}"
 
 

@@ -27,7 +27,10 @@ def test_sync_mode_is_todays_estimate():
     assert sync["summary"]["mean_step_s"] == plain["summary"]["mean_step_s"]
     assert sync["summary"]["mean_stages_s"] == plain["summary"]["mean_stages_s"]
     m = sync["summary"]["mode"]
-    assert m["mode"] == "sync" and m["weight_sync_s"] == 0
+    # the colocated refit (priced in gen: refit.colocated_refit_seconds) is the mode's weight sync
+    refit = [r["refit_s"] for r in sync["rows"]]
+    assert m["mode"] == "sync" and min(refit) > 0 and m["weight_sync_s"] == pytest.approx(sum(refit) / len(refit))
+    assert m["idle_gpu_s"]["weight_sync_gpu_s"] == pytest.approx(m["weight_sync_s"] * m["rollout_gpus"])
     assert m["busy"]["rollout"] + m["busy"]["trainer"] == pytest.approx(1.0)
 
 

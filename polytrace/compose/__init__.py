@@ -8,6 +8,8 @@
 - ``training.py``: forward / update passes over data-parallel ranks (padding, FSDP, Megatron)
 - ``stages.py``: ``RunConfig`` and ``stage_costs``: one step's stages as parts by kernel family;
   ``synthetic_lengths``, a step's lengths from a log's statistics (Beta quantiles: ``quantiles.py``)
+- ``refit.py``: the colocated refit (the trainer's weights into the engine on the same GPUs) from
+  its bytes and links; ``parallel.py`` the MoE, context and pipeline layouts' prices
 - ``memory.py``: per-GPU memory (trainer state, activations, rollout weights, KV cache) and the
   feasibility check ``estimate`` runs: errors for setups that cannot run, warnings for ones that
   need unpriced help (offload)

@@ -73,6 +73,18 @@ class Efficiency:
     # Memory vLLM keeps for activations and CUDA graphs outside the KV cache, bytes.
     engine_reserve_bytes: float = 2e9
 
+    # --- tensor-parallel all-reduce latency (compose/parallel.py, ``allreduce_latency_seconds``) ---
+    # Within one node vLLM runs its own custom all-reduce over NVLink: ~8 us a call at decode's
+    # message sizes. An engine whose TP group spans nodes cannot (vLLM disables the custom
+    # all-reduce for a group across nodes) and calls NCCL, whose tuning model
+    # (src/graph/tuning.cc, NVIDIA/nccl at b6475625) prices the lowest-latency all-reduce across
+    # nodes, tree over the LL protocol, at a 6.8 us base plus 0.6 us per NVLink hop and 5.0 us
+    # per network hop, both ways: 25.2 us for two 8-GPU nodes.
+    allreduce_latency_s: float = 8e-6
+    nccl_tree_base_s: float = 6.8e-6
+    nccl_nvlink_hop_s: float = 0.6e-6
+    nccl_net_hop_s: float = 5.0e-6
+
     # --- MoE expert parallelism (compose/parallel.py) ---------------------------------------
     # All-to-all (token dispatch and combine) reaches less of the link than a ring all-reduce:
     # many small peer-to-peer messages. NCCL all-to-all bus bandwidth on 8x H100 NVLink sits at
@@ -99,6 +111,14 @@ def with_overrides(**kw) -> Efficiency:
 # roofline: share 0. PCIe Gen4 x16 carries 32 GB/s per direction (PCI-SIG), so ``pcie_gbps`` 20 is
 # 0.625 of it; the optimizer is priced at the HBM peak itself (share 1).
 PCIE_PEAK_GBPS = 32.0
+
+
+def host_copy_gbps(gpu, eff: Efficiency = DEFAULT) -> float:
+    """GB/s of an offload copy between a GPU and CPU memory, one direction: ``eff.pcie_gbps``
+    over a PCIe slot; over a faster host link (``GPU.host_link_gbps``, Grace's NVLink-C2C) the
+    same share of its peak as ``pcie_gbps`` is of PCIe Gen4's."""
+    link = getattr(gpu, "host_link_gbps", None)
+    return eff.pcie_gbps if link is None else eff.pcie_gbps / PCIE_PEAK_GBPS * float(link)
 
 
 def roofline_share(family: str, eff: Efficiency = DEFAULT) -> float:

@@ -282,6 +282,8 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         "response_tokens": int(r.sum()), "sequences": int(len(r)),
         "tokens_per_s_per_gpu": tokens / step_s / cfg.n_gpus if step_s > 0 else 0.0,
         "rollout_iterations": roll.iterations, "max_response_len": int(r.max(initial=0)),
+        # the colocated refit (``refit.colocated_refit_seconds``, in ``gen``'s comm at the roofline)
+        "refit_s": float(costs.details.get("refit", {}).get("total", 0.0)),
         # where GPU time goes besides useful work (module ``IDLE_FIGURES``)
         "idle": {"rollout_tail_gpu_s": tail, "rollout_imbalance_gpu_s": r_imb, "train_imbalance_gpu_s": t_imb,
                  "rollout_tail_share": tail / gpu_s if gpu_s else 0.0,

@@ -243,12 +243,13 @@ def _sync_mode_block(res: dict) -> dict:
             "trainer_ranks_waiting_for_slowest_gpu_s": float(np.mean([r["idle"]["train_imbalance_gpu_s"]
                                                                         for r in rows])),
             "reward_scoring_gpu_s": float(np.mean([sum(r["kernels"]["other"].values()) for r in rows])) * n,
-            "weight_sync_gpu_s": 0.0}
-    return {"mode": "sync", "rollout_gpus": n, "train_gpus": n, "step_s": step, "weight_sync_s": 0.0,
+            "weight_sync_gpu_s": float(np.mean([r.get("refit_s", 0.0) for r in rows])) * n}
+    refit = float(np.mean([r.get("refit_s", 0.0) for r in rows]))
+    return {"mode": "sync", "rollout_gpus": n, "train_gpus": n, "step_s": step, "weight_sync_s": refit,
             "busy": {"rollout": gen / step if step else 0.0, "trainer": (step - gen) / step if step else 0.0},
             "idle_gpu_s": idle,
-            "note": "colocated: every GPU generates, then trains; the weight reshard into the engine is not "
-                    "priced (a calibration's gen fixed cost holds it)"}
+            "note": "colocated: every GPU generates, then trains; the refit into the engine is priced from its "
+                    "bytes and links in gen (compose/refit.py), its host work held by gen's fixed seconds"}
 
 
 def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout_gpus: int | None = None,

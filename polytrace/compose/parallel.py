@@ -10,7 +10,8 @@ The layouts large MoE and long-context runs state (Megatron's ``expert_model_par
   per GPU (its sequence-parallel share of the tokens), over the links the EP group spans: ``ep``
   consecutive GPUs (Megatron-core folds the MoE layers' own expert-tensor x expert x data
   parallel grid over the ranks apart from attention's TP x CP x DP; with expert TP 1 an EP group
-  of 8 is one node), at ``all_to_all`` efficiency, not hidden (Megatron's default dispatcher runs
+  of 8 is one node; across nodes only the copies bound for another node cross the GPU's NIC,
+  the rest NVLink, at once), at ``all_to_all`` efficiency, not hidden (Megatron's default dispatcher runs
   them between the attention and the experts). The experts of the
   busiest GPU get ``moe_load_imbalance`` times the mean tokens: its expert matmuls set the time.
 - **Context parallelism (``train_cp``)**: each sequence is split over ``cp`` GPUs (load-balanced
@@ -26,6 +27,8 @@ The layouts large MoE and long-context runs state (Megatron's ``expert_model_par
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -105,12 +108,24 @@ def all_to_all_seconds(model: ModelSpec, gpu: GPU, tokens_per_gpu, ep: int, span
                        eff: Efficiency = DEFAULT):
     """Dispatch and combine of ``tokens_per_gpu`` tokens' hidden states to their top-k experts
     over ``ep`` GPUs, per MoE layer, ``passes`` times (forward 1; a recomputed forward and the
-    backward's two add 2 more), plus a latency per all-to-all."""
+    backward's two add 2 more), plus a latency per all-to-all. The copies spread evenly over the
+    group: within a node ``(ep - 1) / ep`` of them cross NVLink; a group spanning nodes
+    (``span`` GPUs over ``gpus_per_node``) sends the ``(ep - gpus_per_node) / ep`` bound for other
+    nodes over the GPU's own NIC and the rest over NVLink at the same time, the slower setting the
+    time (EP16 over two 8-GPU nodes: half the copies through the NIC, not 15/16)."""
     tokens = np.asarray(tokens_per_gpu, dtype=np.float64)
     if ep <= 1 or not model.experts:
         return np.zeros_like(tokens)
-    volume = tokens * model.active_experts * model.hidden * BF16 * (ep - 1) / ep
-    per_layer = 2.0 * (volume / (gpu.link_gbps(span) * 1e9 * eff.all_to_all) + eff.all_to_all_latency_s)
+    copies = tokens * model.active_experts * model.hidden * BF16
+    node = gpu.gpus_per_node
+    if span <= node:
+        seconds = copies * (ep - 1) / ep / (gpu.link_gbps(span) * 1e9 * eff.all_to_all)
+    else:
+        local = min(node, ep)
+        nic = copies * (ep - local) / ep / (gpu.link_gbps(span) * 1e9 * eff.all_to_all)
+        nvlink = copies * (local - 1) / ep / (gpu.link_gbps(local) * 1e9 * eff.all_to_all)
+        seconds = np.maximum(nic, nvlink)
+    per_layer = 2.0 * (seconds + eff.all_to_all_latency_s)
     return moe_layers(model) * per_layer * passes
 
 
@@ -136,6 +151,23 @@ def pipeline_bubble(n_micro, pp: int, vpp: int = 1):
     return np.where(n_micro > 0, (n_micro + (pp - 1) / max(1, vpp)) / np.maximum(n_micro, 1), 1.0)
 
 
+def allreduce_latency_seconds(gpu: GPU, group_gpus: int, eff: Efficiency = DEFAULT) -> float:
+    """Latency of one small all-reduce over ``group_gpus`` GPUs (the bandwidth term apart):
+    none for one GPU, vLLM's custom all-reduce within a node (``allreduce_latency_s``), and
+    across nodes NCCL's tree (its tuning model's lowest-latency choice): up the node's NVLink
+    chain, across ``log2(nodes)`` network hops and back down,
+    ``base + 2 ((gpus_per_node - 1) nvlink_hop + ceil(log2 nodes) net_hop)``. A TP16 engine on
+    8-GPU nodes pays 25.2 us a call, 3.2x the 8 us within a node: 94 layers x 2 calls make it
+    4.7 ms a decode iteration whatever the batch."""
+    if group_gpus <= 1:
+        return 0.0
+    if group_gpus <= gpu.gpus_per_node:
+        return eff.allreduce_latency_s
+    nodes = -(-group_gpus // gpu.gpus_per_node)
+    hops = (gpu.gpus_per_node - 1) * eff.nccl_nvlink_hop_s + math.ceil(math.log2(nodes)) * eff.nccl_net_hop_s
+    return eff.nccl_tree_base_s + 2.0 * hops
+
+
 def rollout_all_to_all_seconds(model: ModelSpec, gpu: GPU, tp: int, ep: int, active, eff: Efficiency = DEFAULT):
     """Decode with vLLM's expert parallelism over an engine's ``tp`` GPUs: per MoE layer a
     dispatch and a combine of the running tokens' hidden states (top-k copies), per iteration."""
@@ -145,5 +177,5 @@ def rollout_all_to_all_seconds(model: ModelSpec, gpu: GPU, tp: int, ep: int, act
     return all_to_all_seconds(model, gpu, active / tp, ep, tp, 1.0, eff)
 
 
-__all__ = ["all_to_all_seconds", "check_layout", "expert_flops_share", "expert_params", "pipeline_bubble",
+__all__ = ["all_to_all_seconds", "allreduce_latency_seconds", "check_layout", "expert_flops_share", "expert_params", "pipeline_bubble",
            "ring_kv_seconds", "rollout_all_to_all_seconds", "shard_params"]

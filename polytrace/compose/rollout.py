@@ -116,9 +116,11 @@ def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency
     """The part of a decode iteration that does not depend on the running batch: reading the
     weights once (the launches run ahead of it, ``iteration_host_seconds``), the scheduler's
     per-step work and collective latencies."""
+    from .parallel import allreduce_latency_seconds
+
     weights = float(decode_weight_bytes(model, 1.0)) / (tp * gpu.ceiling("hbm") * eff.decode_hbm)
     launch = iteration_launch_seconds(model, eff, eager)
-    latency = model.layers * 2 * 8e-6 if tp > 1 else 0.0
+    latency = model.layers * 2 * allreduce_latency_seconds(gpu, tp, eff)
     return float(max(weights, launch) + eff.host_s_per_iter + latency)
 
 
@@ -203,17 +205,20 @@ def decode_weight_bytes(model: ModelSpec, active) -> np.ndarray:
 def iteration_comm_seconds(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray,
                            eff: Efficiency = DEFAULT, ep: int = 1) -> np.ndarray:
     """Tensor parallelism: two all-reduces of the running batch's hidden states per layer
-    (bf16, ring: 2 (tp-1)/tp of the message over the link) plus ~8 us latency each. With vLLM's
-    expert parallelism (``ep``) a MoE layer's second all-reduce is a dispatch and a combine
-    all-to-all instead (``parallel.rollout_all_to_all_seconds``)."""
-    from .parallel import rollout_all_to_all_seconds
+    (bf16, ring: 2 (tp-1)/tp of the message over the link) plus a latency each
+    (``parallel.allreduce_latency_seconds``: 8 us within a node, 25 us for a TP16 engine over two
+    8-GPU nodes, which NCCL serves over the NICs). With vLLM's expert parallelism (``ep``) a MoE
+    layer's second all-reduce is a dispatch and a combine all-to-all instead
+    (``parallel.rollout_all_to_all_seconds``)."""
+    from .parallel import allreduce_latency_seconds, rollout_all_to_all_seconds
 
     active = np.asarray(active, dtype=np.float64)
     if tp <= 1:
         return np.zeros_like(active)
     msg = 2.0 * model.hidden * active * 2.0 * (tp - 1) / tp
     reduces = 1 if ep > 1 and model.experts else 2
-    return (model.layers * reduces * (msg / (gpu.link_gbps(tp) * 1e9 * eff.comm) + 8e-6)
+    return (model.layers * reduces * (msg / (gpu.link_gbps(tp) * 1e9 * eff.comm)
+                                      + allreduce_latency_seconds(gpu, tp, eff))
             + rollout_all_to_all_seconds(model, gpu, tp, ep, active, eff))
 
 

@@ -21,6 +21,7 @@ from .efficiency import DEFAULT, Efficiency
 from .pricing import ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
 from .rollout import RolloutResult, simulate_rollout
+from .refit import colocated_refit_seconds
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
 STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
@@ -75,6 +76,15 @@ class RunConfig:
     # around every such stage (``offload_parts``)
     param_offload: bool = False
     optimizer_offload: bool = False
+    # The colocated switch between trainer and engine, as the framework does it once a step
+    # (``offload_parts``): ``engine_weights_offload``, vLLM's ``sleep(level=1)`` (NeMo RL's
+    # colocated engines; verl with vLLM < 0.8.5 or under LoRA), backs the engine's weights up to
+    # CPU memory at sleep and restores them at wake, where level 2 discards them for the refit to
+    # reload; ``switch_offload``, NeMo RL's colocated Megatron worker, moves its optimizer state
+    # to CPU memory before the refit (``offload_before_refit``) and its parameters after it
+    # (``offload_after_refit``), both back before the passes that use them.
+    engine_weights_offload: bool = False
+    switch_offload: bool = False
     lora_rank: int = 0  # LoRA adapter rank (``actor_rollout_ref.model.lora_rank``); 0: full fine-tuning
     mini_batches: int = 1  # optimizer steps per update (train batch / mini-batch x epochs)
     # per-stage micro-batching where it differs from the defaults above: stage -> (sequences per
@@ -149,6 +159,7 @@ class RunConfig:
             "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
             "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
             "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
+            "engine_weights_offload": self.engine_weights_offload, "switch_offload": self.switch_offload,
             "lora_rank": self.lora_rank, "mini_batches": self.mini_batches, "balance_batch": self.balance_batch,
             "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
             "train_ep": self.train_ep, "train_cp": self.train_cp, "train_vpp": self.train_vpp,
@@ -239,11 +250,17 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         passes[stage] = pass_cost(model, cfg.gpu, seq, cfg.layout(stage), backward=backward, lm_head=head,
                                   eff=eff, pricer=pricer)
     parts = [Part("gen", fam, "rollout", v, roll.sources.get(fam, ROOFLINE)) for fam, v in roll.kernels.items()]
+    refit = None
+    if rollout and cfg.colocated:  # the updated weights into the engine on the same GPUs, once a step
+        refit = colocated_refit_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.rollout_tp, strategy=cfg.strategy,
+                                        train_tp=cfg.train_tp, train_pp=cfg.train_pp, train_ep=cfg.train_ep,
+                                        lora_rank=cfg.lora_rank, eff=eff)
+        parts.append(Part("gen", "comm", "rollout", refit["total"] * pricer.scale("comm"), "roofline (refit)"))
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model
         parts.append(Part("ref", "offload", "forward_overhead",
-                          offload_seconds(cfg.ref_model or cfg.model, cfg.n_gpus, eff) * pricer.scale("offload")))
+                          offload_seconds(cfg.ref_model or cfg.model, cfg.n_gpus, eff, cfg.gpu) * pricer.scale("offload")))
     parts += offload_parts(cfg, eff, pricer)
     opt = (optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches, cfg.lora_rank)
            * pricer.scale("optimizer"))
@@ -259,7 +276,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     fwd, upd = passes["old_log_prob"], passes["update_actor"]
     other = len(r) * eff.reward_s_per_response
     return StageCosts(parts, roll, imbalance, int(seq.sum()), other_s=other,
-                      details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt})
+                      details={"forward": fwd.to_dict(), "update": upd.to_dict(), "optimizer_s": opt,
+                               **({"refit": refit} if refit else {})})
 
 
 def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | None = None) -> list[Part]:
@@ -267,11 +285,17 @@ def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | No
     per parameter over the GPUs) are loaded before and offloaded after every stage that uses the
     actor (its log-prob, its update, and the weight sync into the colocated engine, counted in
     ``gen``); with ``optimizer_offload`` the Adam moments (8 bytes per trained parameter) do the
-    same around the update. Both directions cross PCIe at ``eff.pcie_gbps``."""
+    same around the update. Both directions cross PCIe at ``eff.pcie_gbps`` (a faster host link
+    at the same share of its peak: ``efficiency.host_copy_gbps``). Colocated, the
+    switch's own traffic (``RunConfig.engine_weights_offload``, ``switch_offload``): the engine's
+    1/tp of the bf16 weights out at sleep and back at wake; the trainer's bf16 parameter shard and
+    its optimizer shard out during generation and back before the log-prob pass and the update."""
+    from .efficiency import host_copy_gbps
+    from .parallel import shard_params
     from .training import lora_params
 
     pricer = pricer or Pricer(cfg.gpu, eff)
-    pcie = eff.pcie_gbps * 1e9
+    pcie = host_copy_gbps(cfg.gpu, eff) * 1e9
     params = 4.0 * cfg.model.params_total / cfg.n_gpus
     trained = cfg.model.params_total if not cfg.lora_rank else lora_params(cfg.model, cfg.lora_rank)
     moments = 8.0 * trained / cfg.n_gpus
@@ -286,6 +310,19 @@ def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | No
             parts.append(Part(stage, "offload", group, 2.0 * params / pcie * scale))
     if cfg.optimizer_offload:
         parts.append(Part("update_actor", "offload", "train_overhead", 2.0 * moments / pcie * scale))
+    if cfg.colocated and cfg.engine_weights_offload:  # the engine's shard of the weights out and back
+        parts.append(Part("gen", "offload", "rollout", 2.0 * cfg.model.weight_bytes() / cfg.rollout_tp / pcie * scale))
+    if cfg.colocated and cfg.switch_offload:
+        # bf16 parameters (Megatron's shard; FSDP's 1/n) and the distributed optimizer's shard of
+        # fp32 master weights and two moments (12 bytes a parameter over all GPUs: the dense
+        # weights over TP x PP x DP x CP, the experts over EP x PP x expert-DP), once out during
+        # generation and once back
+        shard = (shard_params(cfg.model, cfg.train_tp, cfg.train_pp, cfg.train_ep) if cfg.strategy == "megatron"
+                 else cfg.model.params_total / cfg.n_gpus)
+        weights, optimizer = 2.0 * shard / pcie * scale, 12.0 * trained / cfg.n_gpus / pcie * scale
+        parts += [Part("gen", "offload", "rollout", weights + optimizer),
+                  Part("old_log_prob", "offload", "forward_overhead", weights),
+                  Part("update_actor", "offload", "train_overhead", optimizer)]
     return parts
 
 

@@ -10,7 +10,8 @@ every optimizer step the slowest rank sets the time and the others' wait is repo
 imbalance. Without padding removal every sequence of a micro-batch costs as much as the
 configured maximum length (verl pads prompts and responses to the configured maxima). FSDP adds
 a parameter all-gather per micro-batch pass and a gradient reduce-scatter; Megatron adds
-tensor-parallel all-reduces, the pipeline bubble (interleaved over virtual stages), and with
+tensor-parallel all-reduces, the pipeline bubble (interleaved over virtual stages; it stretches a
+stage's exposed collectives with its matmuls), and with
 expert or context parallelism the MoE all-to-alls, the busiest expert rank and the context ring
 (``parallel.py``). A tensor-parallel shard of a linear layer is priced as the whole layer at the
 same tokens over tp (``pricing.py``); context parallelism gives each GPU 1/cp of the tokens.
@@ -340,9 +341,10 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
         if cp > 1:  # the ring's KV exchange, exposed where the attention blocks do not cover it
             ring = ring_kv_seconds(model, gpu, tokens / cp, cp, layout.tp, backward, eff) / layout.pp
             comm = comm + np.maximum(0.0, ring - fam.get("attention", 0.0))
-        if layout.pp > 1:
+        if layout.pp > 1:  # a stage's micro-batch time (its exposed collectives with it) over fill and drain
             bubble = pipeline_bubble(n_micro, layout.pp, layout.vpp)
             fam = {k: v * bubble for k, v in fam.items()}
+            comm = comm * bubble
         dp = layout.dp * cp  # gradients are reduced over the data- and context-parallel ranks
         if backward and dp > 1:
             shard = (lora_params(model, layout.lora_rank) * 2 * 2 / (layout.tp * layout.pp) if lora
@@ -372,6 +374,9 @@ def optimizer_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, steps: int, lora_
     return steps * 32.0 * params / max(1, n_gpus) / gpu.ceiling("hbm")
 
 
-def offload_seconds(model: ModelSpec, n_gpus: int, eff: Efficiency = DEFAULT) -> float:
-    """Loading offloaded parameters back to the GPUs (FSDP param offload of the reference)."""
-    return model.weight_bytes() / max(1, n_gpus) / (eff.pcie_gbps * 1e9)
+def offload_seconds(model: ModelSpec, n_gpus: int, eff: Efficiency = DEFAULT, gpu: GPU | None = None) -> float:
+    """Loading offloaded parameters back to the GPUs (FSDP param offload of the reference), over
+    ``gpu``'s host link (``efficiency.host_copy_gbps``; PCIe without one)."""
+    from .efficiency import host_copy_gbps
+
+    return model.weight_bytes() / max(1, n_gpus) / (host_copy_gbps(gpu, eff) * 1e9)

@@ -1,0 +1,64 @@
+"""The colocated refit: the trainer's updated weights into the inference engine on the same GPUs,
+once a step, priced from the bytes and the links they cross.
+
+Both frameworks the project reads hand every GPU's engine full bf16 tensors, one after another:
+NeMo RL's Megatron worker exports the Hugging Face weights through Megatron-Bridge
+(``export_hf_weights``: "PP/TP/EP gathers to materialize full unsharded tensors" on every rank,
+``nemo_rl/models/policy/workers/megatron_policy_worker.py``), copies them into a CUDA-IPC staging
+buffer and the colocated vLLM worker loads its tensor-parallel shard of each
+(``stream_weights_via_ipc_zmq_impl``, ``nemo_rl/models/policy/utils.py``; NVIDIA-NeMo/RL at
+7ea279ab); verl's FSDP worker gathers each parameter's full tensor from its FSDP shards and the
+engine loads it the same way. What each GPU pays, whatever the GPU count (the bytes a GPU
+receives are the model's, less the share it already holds):
+
+- ``pipeline``: Megatron's broadcast of every stage's weights to the other ``pp - 1`` stages, at
+  the GPU's TP / EP coordinates (its own share of each stage's layers), over the links the
+  pipeline group spans: the stages sit on different nodes once the trainer spans nodes, and a
+  broadcast moves the bytes once over each GPU's own link (``GPU.link_gbps``);
+- ``gather``: the all-gathers within a stage (the dense weights over TP, the routed experts over
+  EP; FSDP: everything over the GPUs), ring collectives at ``GPU.collective_gbps`` of the group;
+- ``stage``: every full tensor copied into the hand-off buffer and the engine copying its
+  ``1 / rollout_tp`` shard into place (HBM, read and write).
+
+Collectives run at ``Efficiency.comm`` of the link, copies at ``elementwise_hbm`` of HBM. Not
+priced: the per-tensor Python of the export (thousands of tensors) and the engines' sleep and wake,
+host work a calibration's fixed seconds of ``gen`` hold.
+"""
+
+from __future__ import annotations
+
+from ..hardware import GPU
+from ..models import ModelSpec
+from .efficiency import DEFAULT, Efficiency
+from .parallel import BF16, expert_params
+
+
+def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp: int, *, strategy: str = "fsdp",
+                            train_tp: int = 1, train_pp: int = 1, train_ep: int = 1, lora_rank: int = 0,
+                            eff: Efficiency = DEFAULT) -> dict:
+    """Seconds of one colocated refit by part (``pipeline``, ``gather``, ``stage``), their
+    ``total`` and the ``bytes`` of the full bf16 model every GPU ends up holding. Under LoRA only
+    the adapters move (bf16), sharded like the dense weights."""
+    from .training import lora_params
+
+    total = 2.0 * lora_params(model, lora_rank) if lora_rank > 0 else float(model.weight_bytes())
+    experts = BF16 * expert_params(model) if strategy == "megatron" and train_ep > 1 and not lora_rank else 0.0
+    dense = total - experts
+    if strategy == "megatron":
+        tp, pp, ep = max(1, train_tp), max(1, train_pp), max(1, train_ep)
+        own_stage = dense / tp + experts / ep  # of every stage's layers, what this GPU's coordinates hold
+        pipeline = own_stage * (pp - 1) / pp / (gpu.link_gbps(n_gpus) * 1e9 * eff.comm) if pp > 1 else 0.0
+        gather = 0.0
+        if tp > 1:
+            gather += dense * (tp - 1) / tp / (gpu.collective_gbps(tp) * 1e9 * eff.comm)
+        if ep > 1:
+            gather += experts * (ep - 1) / ep / (gpu.collective_gbps(ep) * 1e9 * eff.comm)
+    else:  # FSDP: each tensor all-gathered over every GPU
+        pipeline = 0.0
+        gather = total * (n_gpus - 1) / n_gpus / (gpu.collective_gbps(n_gpus) * 1e9 * eff.comm) if n_gpus > 1 else 0.0
+    stage = 2.0 * (total + total / max(1, rollout_tp)) / (gpu.ceiling("hbm") * eff.elementwise_hbm)
+    return {"pipeline": pipeline, "gather": gather, "stage": stage, "total": pipeline + gather + stage,
+            "bytes": total}
+
+
+__all__ = ["colocated_refit_seconds"]
