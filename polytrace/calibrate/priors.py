@@ -48,6 +48,7 @@ from ..provenance import file_sha256
 from ..compose.efficiency import CONSTANT_KIND, prior_kind, roofline_share  # noqa: F401 (re-exported)
 from ..errors import PolytraceError
 from .fit import MIN_SLOWDOWN, StepData
+from .gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, NOT_STATED  # noqa: F401 (INFER_LADDER re-exported)
 
 KINDS = ("rollout.eager", "rollout.cuda_graphs", "rollout_host.eager", "rollout_host.cuda_graphs", "rollout_seq_host",
          "forward",
@@ -131,7 +132,7 @@ def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None
     """Every ``*.log`` in ``folder`` (or the named ones), read, configured and priced as
     ``validate`` does, on the GPU its publisher states (``gpus``, default ``load_corpus_gpus()``;
     as ``--gpu``), else as ``validate`` finds it with no flag, an assumed GPU that some step beats
-    replaced by the slowest ``INFER_LADDER`` preset none does (``_infer_gpu``); a log that cannot
+    replaced by the slowest ``INFER_LADDER`` preset none does (``gpuinfer``, as validate does); a log that cannot
     be read, a stated GPU whose file hash no longer matches or that a step beats, is an error
     naming it."""
     from .logconfig import Overrides
@@ -152,9 +153,12 @@ def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None
                                  f"states ({entry['gpu']}); check the log's source and update {CORPUS_GPUS_PATH.name}")
         log, run, notes, rows, split = prepare(path, Overrides(gpu=entry["gpu"]) if entry else None)
         stages, rows = _timed_stages(rows, len(rows))
-        assumed = not entry and any(n.startswith("GPU not stated in the log") for n in notes)
+        assumed = not entry and any(n.startswith(ASSUMED_NOTE) for n in notes)
+        inferred = next((n for n in notes if n.startswith(INFERRED_NOTE)), None) if not entry else None
         if entry:
             source = entry["source"]
+        elif inferred:  # validate's own inference (``gpuinfer``): an assumed A100 the steps beat
+            source = "stated by neither the log nor its publisher; " + inferred.removeprefix(NOT_STATED)
         elif assumed:
             source = f"stated by neither the log nor its publisher: assumed {run.gpu.slug}, as validate does"
         else:
@@ -162,18 +166,15 @@ def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None
         c = Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, sha, _overlapped(split),
                    gpu=run.gpu.slug, gpu_source=source)
         margin = roofline_margin(c)
-        if margin < 1.0 and assumed:
-            c = _infer_gpu(path, c, margin)
-        elif margin < 1.0:
+        if margin < 1.0 and (assumed or inferred):
+            raise PolytraceError(f"{path}: every GPU of {', '.join(INFER_LADDER)} is beaten by some step "
+                                 f"({run.gpu.slug}: {margin:.2f}x its peak-roofline seconds); state the log's GPU "
+                                 f"in {CORPUS_GPUS_PATH.name}")
+        if margin < 1.0:
             raise PolytraceError(f"{path}: some step beats the peak roofline of {run.gpu.slug} ({source}): a stage "
                                  f"takes {margin:.2f}x its peak-roofline seconds; the GPU cannot be that one")
         out.append(c)
     return out
-
-
-# Presets tried, slowest first, when the assumed GPU is rejected for a log (a stage faster than its
-# peak roofline); the first one no step beats is taken: the slowest GPU the log allows.
-INFER_LADDER = ("a100-80g", "h100-sxm", "h200", "b200")
 
 
 def roofline_margin(c: Corpus) -> float:
@@ -189,28 +190,6 @@ def roofline_margin(c: Corpus) -> float:
     return min(ratios) if ratios else math.inf
 
 
-def _infer_gpu(path, c: Corpus, margin: float) -> Corpus:
-    """``c`` repriced on the slowest ``INFER_LADDER`` preset faster than its assumed GPU that no step
-    beats (its source says so); an error naming the log when none is left."""
-    from .logconfig import Overrides
-    from .validate import _overlapped, _timed_stages, prepare
-
-    rejected = [f"{c.gpu} ({margin:.2f}x its peak roofline)"]
-    start = INFER_LADDER.index(c.gpu) + 1 if c.gpu in INFER_LADDER else 0
-    for slug in INFER_LADDER[start:]:
-        _log, run, _notes, rows, split = prepare(path, Overrides(gpu=slug))
-        stages, rows = _timed_stages(rows, len(rows))
-        trial = Corpus(c.name, rows, stages, run.eager, run.gradient_checkpointing, c.sha256, _overlapped(split),
-                       gpu=run.gpu.slug)
-        m = roofline_margin(trial)
-        if m >= 1.0:
-            trial.gpu_source = (f"stated by neither the log nor its publisher; inferred: the slowest of "
-                                f"{', '.join(INFER_LADDER)} whose peak roofline no step beats (rejected: "
-                                f"{'; '.join(rejected)})")
-            return trial
-        rejected.append(f"{slug} ({m:.2f}x)")
-    raise PolytraceError(f"{path}: every GPU tried is beaten by some step ({'; '.join(rejected)}); state the log's GPU "
-                         f"in {CORPUS_GPUS_PATH.name}")
 
 
 def _predict(slow: np.ndarray, const: dict, stages: list[str], x: dict, other: np.ndarray,

@@ -28,6 +28,7 @@ import numpy as np
 
 from .drift import drift_scores
 from .fit import Calibration, StepData, by_family, calibrate, prior_for, roofline_bounds
+from .gpuinfer import infer_gpu
 from .infer import resolve_unstated
 from .multiturn import multiturn_notes, price_multiturn
 from ..compose.efficiency import DEFAULT
@@ -268,7 +269,14 @@ def _noted(left: list[str], what: str) -> list[str]:
 
 def prepare(path, overrides: Overrides | None = None, window: int = 10):
     """A log read, configured, checked and priced: (log, run, notes, rows, split). Settings the
-    log leaves unstated are inferred on its first ``window`` usable steps (``infer``)."""
+    log leaves unstated are inferred on its first ``window`` usable steps (``infer``); an assumed
+    GPU that some step beats at its peak roofline is replaced by the slowest one none does
+    (``gpuinfer``)."""
+    prepared = _prepare_on(path, overrides, window)
+    return infer_gpu(path, overrides, prepared, lambda p, ov: _prepare_on(p, ov, window))
+
+
+def _prepare_on(path, overrides: Overrides | None, window: int):
     log = read_log(path)
     run, notes = config_from_log(log, overrides)
     split = execution_split(log)

@@ -1,0 +1,105 @@
+"""A log's unstated GPU inferred from what its steps rule out (``polytrace/calibrate/gpuinfer.py``):
+an assumed A100 that some step beats at its peak roofline gives way to the slowest preset none
+does; a stated ``--gpu`` is never second-guessed; a log no preset fits keeps the assumption and
+says the configuration is the likelier culprit."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from polytrace.calibrate.fit import StepData
+from polytrace.calibrate.gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, infer_gpu, roofline_margin
+from polytrace.calibrate.logconfig import Overrides
+from polytrace.compose.efficiency import roofline_share
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def _row(step, actual, fams):
+    return StepData(step, {}, {**actual, "step": sum(actual.values())}, {}, families=fams)
+
+
+def test_margin_is_the_worst_step_and_stage_over_its_peak_seconds():
+    fams = {"gen": {("rollout", "gemm"): 2.0, ("rollout", "host"): 5.0},
+            "update_actor": {("train", "gemm"): 1.0}}
+    share = roofline_share("gemm")
+    rows = [_row(1, {"gen": 3.0, "update_actor": 4.0}, fams), _row(2, {"gen": 1.0, "update_actor": 4.0}, fams)]
+    # host work has no roofline: the bound is the GEMMs' peak seconds alone; step 2's gen is the worst
+    assert roofline_margin(rows) == pytest.approx(1.0 / (2.0 * share))
+    assert roofline_margin(rows, stages=["update_actor"]) == pytest.approx(4.0 / share)
+    assert roofline_margin([_row(1, {"gen": 1.0}, {"gen": {("rollout", "host"): 1.0}})]) == float("inf")
+
+
+@dataclasses.dataclass
+class _Run:
+    gpu: object
+
+
+@dataclasses.dataclass
+class _Gpu:
+    slug: str
+
+
+def _prepared(slug, margin, notes):
+    """A prepared tuple whose one step sits at ``margin`` times its peak-roofline seconds."""
+    share = roofline_share("gemm")
+    rows = [_row(1, {"gen": margin * share}, {"gen": {("rollout", "gemm"): 1.0}})]
+    return ("log", _Run(_Gpu(slug)), notes, rows, "split")
+
+
+def test_the_slowest_preset_no_step_beats_is_taken_and_said():
+    margins = {"h100-sxm": 0.8, "h200": 1.3, "b200": 2.0}  # the steps beat an H100's peak too
+    tried = []
+
+    def prepare_on(path, ov):
+        tried.append(ov.gpu)
+        return _prepared(ov.gpu, margins[ov.gpu], ["other note"])
+
+    assumed = _prepared("a100-80g", 0.5, [f"{ASSUMED_NOTE} a100-80g (pass --gpu)", "kept"])
+    log, run, notes, rows, split = infer_gpu("x.log", None, assumed, prepare_on)
+    assert run.gpu.slug == "h200" and tried == ["h100-sxm", "h200"]
+    assert notes[0].startswith(f"{INFERRED_NOTE} h200") and notes[1:] == ["other note"]
+    assert re.search(r"rejected: a100-80g \(0\.50x its peak-roofline seconds\); h100-sxm \(0\.80x\)", notes[0])
+
+
+def test_a_stated_gpu_or_one_the_steps_allow_is_kept():
+    def never(path, ov):
+        raise AssertionError("re-prepared")
+
+    fine = _prepared("a100-80g", 1.2, [f"{ASSUMED_NOTE} a100-80g (pass --gpu)"])
+    assert infer_gpu("x.log", None, fine, never) is fine
+    beaten = _prepared("a100-80g", 0.5, ["GPU: a100-80g from the log"])  # no assumption: nothing to infer
+    assert infer_gpu("x.log", None, beaten, never) is beaten
+    given = _prepared("a100-80g", 0.5, [f"{ASSUMED_NOTE} a100-80g (pass --gpu)"])
+    assert infer_gpu("x.log", Overrides(gpu="a100-80g"), given, never) is given
+
+
+def test_no_preset_fits_keeps_the_assumption_and_blames_the_configuration():
+    def prepare_on(path, ov):
+        return _prepared(ov.gpu, 0.3, [])
+
+    assumed = _prepared("a100-80g", 0.1, [f"{ASSUMED_NOTE} a100-80g (pass --gpu)"])
+    _log, run, notes, _rows, _split = infer_gpu("x.log", None, assumed, prepare_on)
+    assert run.gpu.slug == "a100-80g"
+    assert "every preset of " + ", ".join(INFER_LADDER) in notes[0] and "unstated settings" in notes[0]
+
+
+def test_validate_infers_the_publishers_h100_for_a_log_that_beats_an_a100(validation_logs):
+    """The 8-GPU Qwen2-7B PPO log states no GPU; its publisher's README says H100s. Priced on an
+    assumed A100 its trainer passes need stages under their peak roofline (and the calibration
+    scored the step at 52.7%); the inference reaches the H100 from the steps alone."""
+    from polytrace.calibrate.validate import validate
+
+    log = f"{validation_logs}/verl_qwen2-7b_ppo_8gpu_b1024x5.log"
+    res = validate(log)
+    assert res["config"]["gpu"] == "h100-sxm"
+    note = next(n for n in res["notes"] if n.startswith(INFERRED_NOTE))
+    m = re.search(r"rejected: a100-80g \(([\d.]+)x", note)
+    assert m and float(m.group(1)) < 1.0, note
+    assert res["accuracy"]["step"]["accuracy"] >= 95.0, res["accuracy"]["step"]
+    forced = validate(log, overrides=Overrides(gpu="a100-80g"))
+    assert forced["config"]["gpu"] == "a100-80g" and not any(n.startswith(INFERRED_NOTE) for n in forced["notes"])
+    assert any("held at the peak roofline" in n for n in forced["notes"])
