@@ -436,6 +436,7 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
                       min_deviation={g: float(floor[gi[g]]) for g in groups}, prior=dict(prior),
                       run_ratio=float(math.exp(rho)))
     n = len(rows)
+    scalars = cal.scalars()
     for j, s in enumerate(stages):
         ok, cv = ident[s]
         # the constant's standard error in a regression of time on modelled time: noise x mean /
@@ -444,7 +445,7 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         c = float(fixed[j])
         cal.split[s] = {"identified": ok, "modelled_spread": cv, "noise": sd[s], "mean_actual_s": ybar[s],
                         "constant_s": c, "constant_range_s": [max(0.0, c - half), min(float(c_max[j]), c + half)],
-                        **family_seconds(rows, s, cal.scalars(), prior)}
+                        **family_seconds(rows, s, scalars, prior)}
     unsplit = [s for s in stages if not ident[s][0]]
     if unsplit:
         spread = ", ".join(f"{s} {100 * ident[s][1]:.1f}% (noise {100 * sd[s]:.1f}%)" for s in unsplit)

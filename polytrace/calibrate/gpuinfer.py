@@ -16,6 +16,7 @@ import dataclasses
 import math
 
 from ..compose.efficiency import roofline_share
+from .logconfig import Overrides
 
 # Presets tried, slowest first, when the assumed GPU is rejected for a log (a stage faster than its
 # peak roofline); the first one no step beats is taken: the slowest GPU the log allows.
@@ -54,7 +55,7 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
         return prepared
     rejected = [f"{run.gpu.slug} ({margin:.2f}x its peak-roofline seconds)"]
     start = INFER_LADDER.index(run.gpu.slug) + 1 if run.gpu.slug in INFER_LADDER else 0
-    base = overrides if overrides is not None else _empty_overrides()
+    base = overrides if overrides is not None else Overrides()
     for slug in INFER_LADDER[start:]:
         trial = prepare_on(path, dataclasses.replace(base, gpu=slug))
         m = roofline_margin(trial[3])
@@ -69,9 +70,3 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
                  f"({'; '.join(rejected)}): the configuration read from the log is likelier wrong than the GPU "
                  "(check unstated settings)")
     return log, run, notes, rows, split
-
-
-def _empty_overrides():
-    from .logconfig import Overrides
-
-    return Overrides()

@@ -48,7 +48,8 @@ from ..provenance import file_sha256
 from ..compose.efficiency import CONSTANT_KIND, prior_kind, roofline_share  # noqa: F401 (re-exported)
 from ..errors import PolytraceError
 from .fit import MIN_SLOWDOWN, StepData
-from .gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, NOT_STATED  # noqa: F401 (INFER_LADDER re-exported)
+from .gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, NOT_STATED
+from .gpuinfer import roofline_margin as gpu_roofline_margin
 
 KINDS = ("rollout.eager", "rollout.cuda_graphs", "rollout_host.eager", "rollout_host.cuda_graphs", "rollout_seq_host",
          "forward",
@@ -179,15 +180,9 @@ def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None
 
 def roofline_margin(c: Corpus) -> float:
     """The smallest, over ``c``'s steps and timed stages, of actual seconds over the stage's
-    peak-roofline seconds on ``c``'s GPU (every part at the peak: ``roofline_share``). Below 1 a
-    step beats the peak roofline: the GPU hypothesis is rejected."""
-    x, b, y, _o = c.matrices(list(KINDS), c.rows)
-    ratios = []
-    for s in c.stages:
-        bound = b[s].sum(axis=1)
-        if np.any(bound > 0):
-            ratios.append(float(np.min(y[s][bound > 0] / bound[bound > 0])))
-    return min(ratios) if ratios else math.inf
+    peak-roofline seconds on ``c``'s GPU (``gpuinfer.roofline_margin``, as validate tests an assumed
+    GPU). Below 1 a step beats the peak roofline: the GPU hypothesis is rejected."""
+    return gpu_roofline_margin(c.rows, c.stages)
 
 
 
