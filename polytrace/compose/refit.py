@@ -39,9 +39,9 @@ def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp:
     """Seconds of one colocated refit by part (``pipeline``, ``gather``, ``stage``), their
     ``total`` and the ``bytes`` of the full bf16 model every GPU ends up holding. Under LoRA only
     the adapters move (bf16), sharded like the dense weights."""
-    from .training import lora_params
+    from .training import synced_weight_bytes
 
-    total = 2.0 * lora_params(model, lora_rank) if lora_rank > 0 else float(model.weight_bytes())
+    total = synced_weight_bytes(model, lora_rank)
     experts = BF16 * expert_params(model) if strategy == "megatron" and train_ep > 1 and not lora_rank else 0.0
     dense = total - experts
     if strategy == "megatron":

@@ -105,9 +105,9 @@ def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpu
     Under LoRA only the adapters move (bf16). Published for comparison (verl's fully-async
     recipe, H20, Megatron trainer, checkpoint engine on): Qwen2.5-Math-7B 4:4 GPUs 0.02 s,
     Qwen3-30B-A3B 16:16 4.38 s, Qwen3-235B-A22B 64:64 23.70 s (tests/test_compose_modes_published.py)."""
-    from .training import lora_params
+    from .training import synced_weight_bytes
 
-    nbytes = 2.0 * lora_params(model, lora_rank) if lora_rank > 0 else model.weight_bytes()
+    nbytes = synced_weight_bytes(model, lora_rank)
     trainer_link = gpu.link_gbps(train_gpus) * 1e9 * eff.comm
     both_link = gpu.link_gbps(train_gpus + rollout_gpus) * 1e9 * eff.comm
     gather = nbytes * (train_gpus - 1) / train_gpus / trainer_link if train_gpus > 1 else 0.0

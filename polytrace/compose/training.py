@@ -109,6 +109,12 @@ def lora_params(model: ModelSpec, rank: int) -> float:
     return float(rank * (attn + mlp) * model.layers)
 
 
+def synced_weight_bytes(model: ModelSpec, lora_rank: int = 0) -> float:
+    """The bf16 bytes a weight sync into the engines moves: under LoRA the adapters alone, else
+    the whole model (the separated weight sync and the colocated refit alike)."""
+    return 2.0 * lora_params(model, lora_rank) if lora_rank > 0 else float(model.weight_bytes())
+
+
 def lora_flops_per_token(model: ModelSpec, rank: int) -> float:
     """Forward FLOPs of the adapters per token: ``x A`` then ``(x A) B``, 2 r (in + out) per
     adapted linear layer (MoE: the active experts' only)."""
