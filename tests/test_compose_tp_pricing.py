@@ -148,3 +148,47 @@ def test_extrapolation_factor_is_the_distance_outside_the_measured_sizes():
     assert extrapolation_factor(curve, 50.0) == 1.0
     assert extrapolation_factor(curve, np.array([0.0, 2.5, 50.0])) == pytest.approx(4.0)
     assert extrapolation_factor(curve, 1000.0) == pytest.approx(10.0)
+
+
+def _decode_attention(model: str, tp: int, pricer=None) -> float:
+    """One decode iteration's attention seconds per GPU: 64 running sequences of 4K context."""
+    from polytrace.compose.rollout import iteration_parts
+
+    parts, _ = iteration_parts(get_model(model), H200, tp, np.array([64.0]), np.array([64 * 4096.0]), pricer=pricer)
+    return float(parts["decode"][0])
+
+
+def test_decode_attention_reads_the_kv_heads_each_gpu_holds():
+    """Past tp = kv_heads vLLM replicates the KV heads, and an MLA latent is on every GPU: each GPU
+    reads its own copy, so splitting the engine further does not make its cache reads cheaper."""
+    # Qwen3-235B, 4 KV heads: a GPU holds 2 at TP 2, 1 from TP 4 on
+    att = {tp: _decode_attention("qwen3-235b-a22b", tp) for tp in (2, 4, 8, 16)}
+    assert att[4] == pytest.approx(att[2] / 2, rel=1e-9)
+    assert att[8] == pytest.approx(att[4], rel=1e-9) and att[16] == pytest.approx(att[4], rel=1e-9)
+    # the bytes it reads at TP 16: 64 x 4096 tokens x one KV head's K and V in all 94 layers
+    spec = get_model("qwen3-235b-a22b")
+    one_head = 64 * 4096 * 2 * spec.layers * spec.head_dim * 2
+    assert att[16] == pytest.approx(one_head / DECODE_HBM, rel=1e-6)
+    # DeepSeek-V3's latent (512 + 64 per layer) is read whole at any TP
+    mla = {tp: _decode_attention("deepseek-v3", tp) for tp in (1, 8, 32)}
+    latent = 64 * 4096 * get_model("deepseek-v3").kv_bytes_per_token()
+    assert mla[1] == pytest.approx(latent / DECODE_HBM, rel=1e-6)
+    assert mla[8] == pytest.approx(mla[1], rel=1e-9) and mla[32] == pytest.approx(mla[1], rel=1e-9)
+    # while the heads split (Qwen3-8B, 8 KV heads) each GPU reads 1/tp
+    gqa = {tp: _decode_attention(MODEL, tp) for tp in (1, 8)}
+    assert gqa[8] == pytest.approx(gqa[1] / 8, rel=1e-9)
+
+
+@pytest.mark.parametrize("model, tps", [("gemma-2-2b", (4, 8)), ("deepseek-v3", (8, 32))])
+def test_measured_decode_attention_prices_the_replicated_heads_too(tmp_path, model, tps):
+    """A decode-attention timing on the roofline's rate returns the roofline where each GPU holds
+    a copy: gemma-2-2b's 4 KV heads at TP 8 (one each), DeepSeek-V3's latent at any TP (priced as
+    the KV heads of the same bytes). Left over: the query bytes beside the cache (under 0.5% here)."""
+    from polytrace.compose.estimate import load_timings
+    from polytrace.compose.pricing import Pricer
+
+    files = [str(write(tmp_path / "r.json", result_file(roofline_benches(model))))]
+    timings, _ = load_timings(GPU, files)
+    pricer = Pricer(H200, DEFAULT, timings)
+    for tp in tps:
+        assert _decode_attention(model, tp, pricer) == pytest.approx(_decode_attention(model, tp), rel=5e-3), tp

@@ -382,8 +382,11 @@ class Pricer:
         curve = self._curve("decode", "decode_attention", "decode")
         if curve is None:
             return roofline_s * scale, self._missing("decode", "decode")
+        # the KV heads a GPU reads: max(kv_heads / tp, 1) (replicated past tp = kv_heads); an MLA
+        # latent as the heads of the same bytes (every GPU holds all of it)
+        kv_heads_per_gpu = model.kv_bytes_per_token_per_gpu(tp) / (model.layers * 2.0 * model.head_dim * BF16)
         nbytes = decode_attention_bytes(np.asarray(active, dtype=np.float64), np.asarray(kv_tokens, dtype=np.float64),
-                                        max(model.heads / tp, 1.0), max(model.kv_heads / tp, 1.0), model.head_dim)
+                                        max(model.heads / tp, 1.0), kv_heads_per_gpu, model.head_dim)
         return model.layers * curve.seconds(nbytes) * scale, self._source("decode", [curve], queries=[(curve, nbytes)])
 
     # ------------------------------------------------------------------------------- log-prob

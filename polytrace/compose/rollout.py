@@ -166,14 +166,17 @@ def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
     mm_flops = model.matmul_flops_per_token() * active
     attn_flops = model.attn_flops_per_pair * ctx
     weight_bytes = decode_weight_bytes(model, active)
-    kv_bytes = model.kv_bytes_per_token() * ctx
+    # each GPU reads its own copy of the cache: 1/tp of it while the KV heads split, but a KV head
+    # (and an MLA latent) is replicated on every GPU past tp = kv_heads, so Qwen3-235B's 4 KV heads
+    # at TP 16 cost each GPU a quarter of the cache, not a sixteenth, and DeepSeek-V3's latent all of it
+    kv_bytes_per_gpu = model.kv_bytes_per_token_per_gpu(tp) * ctx
     compute_rate = tp * gpu.ceiling("bf16") * eff.gemm
     memory_rate = tp * gpu.ceiling("hbm") * eff.decode_hbm
     # the linear layers and attention are separate kernels run one after the other: each is
     # bound by its own larger of compute and memory time (the linear layers cross over at a
     # batch of ~peak FLOP/s over bandwidth tokens, ~160 on an H200; attention stays memory-bound)
     linear = np.maximum(mm_flops / compute_rate, weight_bytes / memory_rate)
-    attention = np.maximum(attn_flops / compute_rate, kv_bytes / memory_rate)
+    attention = np.maximum(attn_flops / compute_rate, kv_bytes_per_gpu / (gpu.ceiling("hbm") * eff.decode_hbm))
     gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
     attn, attn_src = pricer.decode(model, active, ctx, tp, attention)
     comm = iteration_comm_seconds(model, gpu, tp, active, eff, ep) * pricer.scale("comm")
