@@ -54,6 +54,36 @@ def test_one_step_off_overlaps_generation_with_training():
         assert idle["rollout_waiting_for_trainer_gpu_s"] == pytest.approx((train - gen) * 4, rel=1e-9)
 
 
+def test_in_flight_updates_let_the_rollout_decode_through_the_sync():
+    """NeMo RL's in-flight weight updates: only the trainer stops for the sync, so the step is
+    max(gen, training + sync), never more than the stalled one-step-off's."""
+    stalled = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, **SMALL)
+    res = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, in_flight_updates=True, **SMALL)
+    row = res["rows"][0]
+    gen, train, w = row["stages_s"]["gen"], row["train_s"], row["weight_sync_s"]
+    assert w > 0 and row["step_s"] == pytest.approx(max(gen, train + w), rel=1e-12)
+    assert row["detail"]["wait_prev_gen_s"] == pytest.approx(max(0.0, gen - train - w), rel=1e-12)
+    assert row["step_s"] <= stalled["rows"][0]["step_s"] and res["summary"]["mode"]["in_flight_updates"] is True
+    # the same work on both sides; only who waits for the sync changes
+    assert gen == pytest.approx(stalled["rows"][0]["stages_s"]["gen"]) and train == pytest.approx(
+        stalled["rows"][0]["train_s"])
+    idle = res["summary"]["mode"]["idle_gpu_s"]
+    assert idle["weight_sync_gpu_s"] == pytest.approx(w * 12)  # the trainer's GPUs only
+    assert stalled["summary"]["mode"]["idle_gpu_s"]["weight_sync_gpu_s"] == pytest.approx(
+        stalled["rows"][0]["weight_sync_s"] * 16)
+
+
+def test_a_pipelined_sync_takes_the_longer_of_gather_and_broadcast():
+    m, g = get_model("qwen3-30b-a3b"), get_gpu("h100")
+    serial = weight_sync_seconds(m, g, 16, 16, 2)
+    piped = weight_sync_seconds(m, g, 16, 16, 2, pipelined=True)
+    assert serial["total"] == pytest.approx(serial["gather"] + serial["broadcast"] + serial["load"])
+    assert piped["total"] == pytest.approx(max(piped["gather"], piped["broadcast"]) + piped["load"])
+    assert piped["gather"] == serial["gather"] and piped["total"] < serial["total"]
+    res = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, pipelined_sync=True, **SMALL)
+    assert res["summary"]["mode"]["weight_sync"]["pipelined"] is True
+
+
 def test_fully_async_drops_old_log_prob_and_reports_both_sides():
     res = mode_estimate(*ARGS, mode="fully-async", rollout_gpus=8, **SMALL)
     s, m = res["summary"], res["summary"]["mode"]
@@ -153,6 +183,9 @@ def test_weight_sync_crosses_nodes_slower_and_lora_moves_adapters_only():
     ("qwen2.5-7b", ["--mode", "fully-async", "--staleness", "-0.5"], "--staleness -0.5"),
     ("qwen2.5-7b", ["--mode", "sync", "--staleness", "0.2"], "--staleness applies to --mode"),
     ("qwen2.5-7b", ["--mode", "one-step-off", "--partial-rollout"], "--partial-rollout applies to --mode fully-async"),
+    ("qwen2.5-7b", ["--mode", "fully-async", "--in-flight-updates"], "--in-flight-updates applies to --mode one-step-off"),
+    ("qwen2.5-7b", ["--in-flight-updates"], "--in-flight-updates applies to --mode one-step-off"),
+    ("qwen2.5-7b", ["--pipelined-sync"], "--pipelined-sync applies to --mode one-step-off or fully-async"),
     ("qwen2.5-7b", ["--mode", "fully-async", "--rollout-gpus", "16"], "--rollout-gpus 16 leaves no GPU"),
     ("qwen2.5-7b", ["--mode", "fully-async", "--kernels"], "--kernels"),
     ("qwen2.5-72b", ["--mode", "one-step-off", "--rollout-gpus", "1"], "--rollout-gpus: 1 rollout GPU"),

@@ -15,7 +15,7 @@ from polytrace.compose.estimate import build_config
 from polytrace.compose.workloads import nearest_shape, stated_lengths_profile
 from polytrace.errors import PolytraceError
 from polytrace.profiles import get_profile
-from polytrace.profiles.stated import parse_lengths, rescale
+from polytrace.profiles.stated import describe, parse_lengths, rescale
 
 SHAPES = ("dapo-math-32b", "deepcoder-14b", "model-b-math", "video-vl-7b")
 
@@ -61,6 +61,52 @@ def test_a_stated_prompt_mean_scales_the_prompts():
     prof = rescale(get_profile("dapo-math-32b"), 1000, 4096, prompt=400)
     p = np.concatenate([prof.sample(step=s, seed=2, prompts=128).prompt_lens for s in range(4)])
     assert abs(p.mean() / 400 - 1) <= 0.05 and p.max() <= prof.config.max_prompt_len
+
+
+def test_a_sequence_cap_leaves_each_response_what_its_prompt_does_not_take():
+    """``total=T`` (vLLM's max_model_len): prompt + response <= T for every sequence, a short
+    prompt's response may run past what the longest prompt leaves, the mean is still stated."""
+    prof = rescale(get_profile("dapo-math-32b"), 800, prompt=300, total=2048)
+    batches = [prof.sample(step=s, seed=4, prompts=256) for s in range(20, 26)]
+    p = np.concatenate([b.prompt_lens for b in batches])
+    r = np.concatenate([b.response_lens for b in batches])
+    capped = np.concatenate([b.capped for b in batches])
+    assert np.all(p + r <= 2048)
+    longest_prompt = prof.config.max_prompt_len
+    assert p.max() > 300 and np.any(r > 2048 - longest_prompt)  # not one cap for all: per prompt
+    # a response at its cap ends exactly at the sequence cap; none below it is marked capped
+    assert capped.any() and np.all(p[capped] + r[capped] == 2048) and np.all(p[~capped] + r[~capped] < 2048)
+    assert abs(r.mean() / 800 - 1) <= 0.05, r.mean()
+    assert prof.config.max_response_len == 2048 - int(np.clip(np.rint(
+        np.concatenate([b.prompt_lens for b in [get_profile("dapo-math-32b").sample(step=s, seed=0, prompts=256)
+                                                 for s in range(16)]]) * prof.prompt_factor), 1, None).min())
+    assert prof.stated["total"] == 2048 and "sequence cap 2048" in describe(prof)
+    # with max= as well, each response is within both
+    both = rescale(get_profile("dapo-math-32b"), 800, 1500, prompt=300, total=2048)
+    b = both.sample(step=21, seed=4, prompts=256)
+    assert b.response_lens.max() <= 1500 and np.all(b.prompt_lens + b.response_lens <= 2048)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("mean=2000,total=2048,prompt=100", "does not fit under the sequence cap total=2048"),
+    ("mean=500,max=4096,total=4096", "max=4096 is not below total=4096"),
+    ("mean=500,total=0", "at least 1"),
+])
+def test_bad_sequence_caps_are_one_line_errors(text, match):
+    with pytest.raises(PolytraceError, match=match):
+        parse_lengths(text)
+
+
+def test_a_sequence_cap_below_the_longest_prompt_is_refused():
+    with pytest.raises(PolytraceError, match="leaves no response to the longest prompt"):
+        stated_lengths_profile("mean=10,total=200,prompt=150")
+
+
+def test_the_cli_syntax_is_the_parsers():
+    from polytrace.cli.compose_cmds import LENGTHS_SYNTAX as CLI
+    from polytrace.profiles.stated import FIELDS, LENGTHS_SYNTAX
+
+    assert CLI == LENGTHS_SYNTAX and all(f"{f}=" in LENGTHS_SYNTAX for f in FIELDS)
 
 
 def test_doubling_the_mean_at_a_fixed_cap_doubles_decode_work_and_the_trainers_tokens():

@@ -15,6 +15,10 @@ from ._args import positive_int as _pos_int
 from ._io import print_json
 from ._settings import add_set_flag, estimate_settings
 
+# polytrace.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
+# parser is built without importing the profiles (numpy) for every command
+LENGTHS_SYNTAX = "mean=M[,max=L][,total=T][,prompt=P][,shape=PROFILE]"
+
 
 def register(sub) -> None:
     p = sub.add_parser("estimate", help="per-stage time of RL training steps (estimated, no GPU needed)",
@@ -79,6 +83,13 @@ def register(sub) -> None:
     m.add_argument("--updates-per-sync", type=_pos_int, default=None, metavar="K",
                    help="fully-async: local updates per batch before the weights sync (verl's "
                    "trigger_parameter_sync_step; default 4)")
+    m.add_argument("--in-flight-updates", action=argparse.BooleanOptionalAction, default=None,
+                   help="one-step-off: the rollout keeps decoding through the weight sync (NeMo RL's "
+                   "grpo.async_grpo.in_flight_weight_updates on a vLLM V1 async engine); default off, as verl's "
+                   "one-step-off stops the rollout for it")
+    m.add_argument("--pipelined-sync", action=argparse.BooleanOptionalAction, default=None,
+                   help="separated modes: the weight sync gathers each pack of tensors while the previous one is "
+                   "broadcast (NeMo RL's packed broadcast); default off (verl: gather, then broadcast)")
     m.add_argument("--compare-modes", action="store_true",
                    help="print sync, one-step-off and fully-async side by side on the same sampled steps")
     add_stated_run_flags(p)
@@ -122,7 +133,7 @@ def register(sub) -> None:
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
     add_steps(i, default=list(range(8)), what="sampled steps to price", count_note=True)
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
-    i.add_argument("--lengths", default=None, metavar="mean=M[,max=L][,prompt=P][,shape=PROFILE]",
+    i.add_argument("--lengths", default=None, metavar=LENGTHS_SYNTAX,
                    help=LENGTHS_HELP)
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
@@ -131,7 +142,8 @@ def register(sub) -> None:
 
 
 LENGTHS_HELP = ("response lengths stated by their mean: mean=M tokens, max=L the cap (default --max-response-len, "
-                "else the shape's), prompt=P the mean prompt, shape=PROFILE whose spread, pile-up at the cap and "
+                "else the shape's), total=T the sequence cap (prompt and response together, vLLM's max_model_len: "
+                "each response within what its prompt leaves), prompt=P the mean prompt, shape=PROFILE whose spread, pile-up at the cap and "
                 "group correlation are kept (default --profile, else the nearest built-in for the model's task)")
 
 
@@ -139,7 +151,7 @@ def add_stated_run_flags(p, prefix: str = "") -> None:
     """A run stated as frameworks state it: lengths by their mean, the batch in responses, the
     MoE and long-context layouts (``estimate``, ``calibrate --stage-times``)."""
     g = p.add_argument_group("a run stated by its averages and layout")
-    g.add_argument("--lengths", default=None, metavar="mean=M[,max=L][,prompt=P][,shape=PROFILE]",
+    g.add_argument("--lengths", default=None, metavar=LENGTHS_SYNTAX,
                    help=prefix + LENGTHS_HELP)
     g.add_argument("--responses-per-step", type=_pos_int, default=None, metavar="R",
                    help=prefix + "generation batch in responses (prompts x --n; NeMo RL's G-GBS)")
@@ -218,7 +230,8 @@ def _estimate(args) -> int:
               speedups=parse_assignments(args.speedup, "--speedup"), **stated_kw)
     kw.update(estimate_settings(args, kw))
     split = dict(rollout_gpus=args.rollout_gpus, train_gpus=args.train_gpus, staleness=args.staleness,
-                 partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync)
+                 partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync,
+                 in_flight_updates=args.in_flight_updates, pipelined_sync=args.pipelined_sync)
     where = (profile, args.model, args.gpu, args.gpus)
     lengths_line = _lengths_line(profile)
     if not args.calibration and not args.roofline:

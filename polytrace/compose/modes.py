@@ -6,6 +6,13 @@
   own and generates batch k+1 while the trainer's ``T`` GPUs train on batch k. Each step the
   weights go from trainer to rollout (both wait), then the trainer waits for the previous
   generation only for what training did not cover: step = sync + max(generation, training).
+  With ``in_flight_updates`` (NeMo RL's ``grpo.async_grpo.in_flight_weight_updates`` on a vLLM
+  V1 async engine, set by every NeMo RL async-1off performance recipe) the rollout does not stop
+  for the sync: new generations wait for the new weights while the sequences already running
+  keep decoding on their KV caches (``nemo_rl/algorithms/async_utils.py``,
+  ``prepare_for_refit``), so only the trainer pays it: step = max(generation, training + sync).
+  ``pipelined_sync`` prices the sync as NeMo RL moves it: each pack of tensors gathered while the
+  previous one is broadcast (``streaming.weight_sync_seconds``).
 - ``fully-async`` (``recipe/fully_async_policy``): the rollout streams samples one at a time into
   a queue; the trainer takes a batch in ``updates_per_sync`` local updates as the samples arrive,
   then syncs the weights. ``staleness`` (verl's ``staleness_threshold``) lets the rollout run up
@@ -52,12 +59,16 @@ SPLIT_FRACTIONS = tuple(k / 8 for k in range(1, 8))
 
 
 def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, partial_rollout,
-                    updates_per_sync) -> None:
+                    updates_per_sync, in_flight_updates=None, pipelined_sync=None) -> None:
     """One-line errors naming the flag for arguments a mode cannot take."""
     if mode not in MODES:
         raise PolytraceError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
+    if in_flight_updates is not None and mode != "one-step-off":
+        raise PolytraceError(f"--in-flight-updates applies to --mode one-step-off (NeMo RL's async GRPO), not "
+                             f"--mode {mode}")
     if mode == "sync":
         given = [flag for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus),
+                                      ("--pipelined-sync", pipelined_sync),
                                       ("--staleness", staleness), ("--partial-rollout", partial_rollout),
                                       ("--updates-per-sync", updates_per_sync)) if v is not None]
         if given:
@@ -164,7 +175,7 @@ def _side_seconds(parts, calibration) -> dict[str, float]:
 
 
 def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: dict | None, staleness: float,
-                partial: bool, chunks: int) -> dict:
+                partial: bool, chunks: int, in_flight: bool = False, pipelined: bool = False) -> dict:
     """One sampled batch's steady-state step in a separated mode."""
     rc, tc = sides.rollout, sides.trainer
     cal = calibration or {}
@@ -175,7 +186,8 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
     stages = _side_seconds(parts, calibration)
     other = trainer.other_s + float(cal.get("other_overhead_s", 0.0))
     train_s = sum(stages[s] for s in TRAIN_STAGES) + other
-    sync = weight_sync_seconds(tc.model, tc.gpu, tc.n_gpus, rc.n_gpus, rc.rollout_tp, tc.lora_rank)
+    sync = weight_sync_seconds(tc.model, tc.gpu, tc.n_gpus, rc.n_gpus, rc.rollout_tp, tc.lora_rank,
+                               pipelined=pipelined)
     w = sync["total"]
     n_seq = len(r)
     roll = None
@@ -186,7 +198,12 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
         gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
         gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
         scale = gen / roll.time_s if roll.time_s > 0 else 1.0
-    if mode == "one-step-off":
+    if mode == "one-step-off" and in_flight:  # the rollout decodes on through the sync
+        step = max(gen, train_s + w)
+        trainer_wait = max(0.0, gen - train_s - w)
+        rollout_busy = gen
+        detail = {"wait_prev_gen_s": trainer_wait, "in_flight_updates": True}
+    elif mode == "one-step-off":
         step = w + max(gen, train_s)
         trainer_wait = max(0.0, gen - train_s)
         rollout_busy = gen
@@ -213,9 +230,10 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
         detail.update(trainer_wait_for_samples_s=pipe.trainer_wait_s, trainer_wait_for_drain_s=pipe.sync_wait_s)
     stages["gen"] = gen
     R, T = rc.n_gpus, tc.n_gpus
-    rollout_idle = max(0.0, step - w - rollout_busy)
+    stalled = T if (mode == "one-step-off" and in_flight) else R + T  # who stops for the sync
+    rollout_idle = max(0.0, step - (0.0 if stalled == T else w) - rollout_busy)
     idle = {
-        "weight_sync_gpu_s": w * (R + T),
+        "weight_sync_gpu_s": w * stalled,
         "rollout_waiting_for_trainer_gpu_s": rollout_idle * R,
         "trainer_waiting_for_rollout_gpu_s": trainer_wait * T,
         "trainer_ranks_waiting_for_slowest_gpu_s": trainer.train_imbalance_gpu_s,
@@ -254,17 +272,23 @@ def _sync_mode_block(res: dict) -> dict:
 
 def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout_gpus: int | None = None,
                   train_gpus: int | None = None, staleness: float | None = None,
-                  partial_rollout: bool | None = None, updates_per_sync: int | None = None, steps=(0,),
+                  partial_rollout: bool | None = None, updates_per_sync: int | None = None,
+                  in_flight_updates: bool | None = None, pipelined_sync: bool | None = None, steps=(0,),
                   seed: int = 0, calibration: dict | None = None, results_root=None, results=None,
                   providers: dict | None = None, speedups: dict | None = None, amdahl: float | None = None,
                   **config_kw) -> dict:
     """The steady-state step of ``mode`` (``MODES``) on ``gpus`` GPUs: ``estimate``'s keys
     (``summary.mean_step_s``, ``summary.mean_stages_s``, ``rows``, ``config``) plus
     ``summary.mode``: the split, the weight sync, each side's busy share and the GPU time idle by
-    cause. Without ``rollout_gpus`` / ``train_gpus`` the split is the best of ``SPLIT_FRACTIONS``."""
+    cause. Without ``rollout_gpus`` / ``train_gpus`` the split is the best of ``SPLIT_FRACTIONS``.
+    ``in_flight_updates`` (one-step-off): the rollout keeps decoding through the weight sync
+    (module docstring); default off, as verl's one-step-off recipe stops it. ``pipelined_sync``
+    (separated modes): the sync's gather and broadcast overlap (NeMo RL); default off (verl)."""
     from ..profiles import get_profile
 
-    check_mode_args(mode, gpus, rollout_gpus, train_gpus, staleness, partial_rollout, updates_per_sync)
+    check_mode_args(mode, gpus, rollout_gpus, train_gpus, staleness, partial_rollout, updates_per_sync,
+                    in_flight_updates, pipelined_sync)
+    in_flight, pipelined = bool(in_flight_updates), bool(pipelined_sync)
     if mode == "sync":
         res = estimate(profile, model, gpu, gpus, steps=steps, seed=seed, calibration=calibration,
                        results_root=results_root, results=results, providers=providers, speedups=speedups,
@@ -304,7 +328,8 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
                 raise
             errors.append(str(exc))
             continue
-        probe = _async_step(mode, sides, batches[0], pricer, calibration, staleness, partial, chunks)
+        probe = _async_step(mode, sides, batches[0], pricer, calibration, staleness, partial, chunks, in_flight,
+                            pipelined)
         tried.append({"rollout_gpus": r_gpus, "train_gpus": t_gpus, "step_s": probe["step_s"]})
         if best is None or probe["step_s"] < best[1]:
             best = (sides, probe["step_s"])
@@ -312,9 +337,13 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
         raise PolytraceError(f"--gpus {gpus}: no rollout:trainer split of the GPUs is feasible for --mode {mode} "
                              f"({errors[0] if errors else 'no split tried'})")
     sides = best[0]
-    rows = [_async_step(mode, sides, b, pricer, calibration, staleness, partial, chunks) for b in batches]
-    return _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
-                      timings, seed)
+    rows = [_async_step(mode, sides, b, pricer, calibration, staleness, partial, chunks, in_flight, pipelined)
+            for b in batches]
+    res = _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
+                     timings, seed)
+    if mode == "one-step-off":
+        res["summary"]["mode"]["in_flight_updates"] = in_flight
+    return res
 
 
 def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer, timings,
@@ -358,15 +387,17 @@ def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks
 
 
 def compare_modes(profile, model, gpu, gpus: int, *, rollout_gpus=None, train_gpus=None, staleness=None,
-                  partial_rollout=None, updates_per_sync=None, **kw) -> dict:
+                  partial_rollout=None, updates_per_sync=None, in_flight_updates=None, pipelined_sync=None,
+                  **kw) -> dict:
     """The three modes side by side on the same sampled steps ("what would async give me"):
     the separated modes take the given split or their best one."""
     out = {"sync": mode_estimate(profile, model, gpu, gpus, mode="sync", **kw)}
     out["one-step-off"] = mode_estimate(profile, model, gpu, gpus, mode="one-step-off", rollout_gpus=rollout_gpus,
-                                        train_gpus=train_gpus, **kw)
+                                        train_gpus=train_gpus, in_flight_updates=in_flight_updates,
+                                        pipelined_sync=pipelined_sync, **kw)
     out["fully-async"] = mode_estimate(profile, model, gpu, gpus, mode="fully-async", rollout_gpus=rollout_gpus,
                                        train_gpus=train_gpus, staleness=staleness, partial_rollout=partial_rollout,
-                                       updates_per_sync=updates_per_sync, **kw)
+                                       updates_per_sync=updates_per_sync, pipelined_sync=pipelined_sync, **kw)
     sync_step = out["sync"]["summary"]["mean_step_s"]
     rows = []
     for name, res in out.items():

@@ -13,7 +13,7 @@ IDLE_CAUSES = {
     "rollout_waiting_for_trainer_gpu_s": "rollout GPUs idle, waiting for the trainer (staleness bound, sync)",
     "trainer_waiting_for_rollout_gpu_s": "trainer GPUs idle, waiting for samples or the rollout's drain",
     "trainer_ranks_waiting_for_slowest_gpu_s": "trainer ranks idle, waiting for the slowest rank",
-    "weight_sync_gpu_s": "all GPUs stalled by the weight sync",
+    "weight_sync_gpu_s": "GPUs stalled by the weight sync (all of them, or the trainer's under in-flight updates)",
     "reward_scoring_gpu_s": "all GPUs idle during reward scoring (colocated)",
 }
 
@@ -52,15 +52,22 @@ def mode_lines(res: dict) -> list[str]:
     lines.append(tabulate(table, headers=["step", *(f"{st} s" for st in stages), "weight sync s", "step s",
                                           "tok/s/GPU", "rollout busy", "trainer busy"]))
     lines.append(f"gen: the rollout's seconds per batch on its {counted(m['rollout_gpus'], 'GPU')} "
-                 + ("(one batch, long tail included); the step is weight sync + max(gen, training)"
+                 + ("(one batch, long tail included); the step is max(gen, training + weight sync): the rollout "
+                    "decodes on through the sync (in-flight updates)"
+                    if m["mode"] == "one-step-off" and m.get("in_flight_updates") else
+                    "(one batch, long tail included); the step is weight sync + max(gen, training)"
                     if m["mode"] == "one-step-off" else
                     "(streamed with full engines)" if m["staleness"] > 0 else "(one batch per weight version)"))
     tried = ", ".join(f"{t['rollout_gpus']}:{t['train_gpus']} {t['step_s']:.0f} s" for t in m["splits_tried"])
     if m["split"] != "given":
         lines.append(f"splits tried (rollout:trainer, first sampled step): {tried}")
     ws = m["weight_sync"]
-    lines.append(f"weight sync {m['weight_sync_s']:.2f} s per step: gather {ws['gather']:.2f} + broadcast "
-                 f"{ws['broadcast']:.2f} + load {ws['load']:.3f} s ({ws['bytes'] / 1e9:.1f} GB)")
+    if ws.get("pipelined"):  # each pack gathered while the one before is broadcast
+        lines.append(f"weight sync {m['weight_sync_s']:.2f} s per step: max(gather {ws['gather']:.2f}, broadcast "
+                     f"{ws['broadcast']:.2f}) pipelined + load {ws['load']:.3f} s ({ws['bytes'] / 1e9:.1f} GB)")
+    else:
+        lines.append(f"weight sync {m['weight_sync_s']:.2f} s per step: gather {ws['gather']:.2f} + broadcast "
+                     f"{ws['broadcast']:.2f} + load {ws['load']:.3f} s ({ws['bytes'] / 1e9:.1f} GB)")
     lines += idle_lines(s)
     return lines
 

@@ -93,7 +93,7 @@ def stream_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_
 
 
 def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpus: int, rollout_tp: int,
-                        lora_rank: int = 0, eff: Efficiency = DEFAULT) -> dict:
+                        lora_rank: int = 0, eff: Efficiency = DEFAULT, pipelined: bool = False) -> dict:
     """Seconds to move the trainer's weights into the engines of a separate rollout, by part:
 
     - ``gather``: every tensor's full bf16 value from its FSDP shards (an all-gather over the
@@ -104,7 +104,12 @@ def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpu
 
     Under LoRA only the adapters move (bf16). Published for comparison (verl's fully-async
     recipe, H20, Megatron trainer, checkpoint engine on): Qwen2.5-Math-7B 4:4 GPUs 0.02 s,
-    Qwen3-30B-A3B 16:16 4.38 s, Qwen3-235B-A22B 64:64 23.70 s (tests/test_compose_modes_published.py)."""
+    Qwen3-30B-A3B 16:16 4.38 s, Qwen3-235B-A22B 64:64 23.70 s (tests/test_compose_modes_published.py).
+
+    ``pipelined``: the gather of one pack of tensors overlaps the broadcast of the one before, as
+    NeMo RL's ``packed_broadcast_producer`` does (``nemo_rl/utils/packed_tensor.py``: each pack
+    is gathered and broadcast on its own CUDA stream, several buffers in flight), so the two take
+    the longer of them, not their sum."""
     from .training import synced_weight_bytes
 
     nbytes = synced_weight_bytes(model, lora_rank)
@@ -113,8 +118,9 @@ def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpu
     gather = nbytes * (train_gpus - 1) / train_gpus / trainer_link if train_gpus > 1 else 0.0
     broadcast = nbytes / both_link
     load = 2.0 * nbytes / max(1, rollout_tp) / gpu.ceiling("hbm")
-    return {"gather": gather, "broadcast": broadcast, "load": load, "total": gather + broadcast + load,
-            "bytes": nbytes}
+    moved = max(gather, broadcast) if pipelined else gather + broadcast
+    return {"gather": gather, "broadcast": broadcast, "load": load, "total": moved + load, "bytes": nbytes,
+            "pipelined": pipelined}
 
 
 @dataclass

@@ -71,4 +71,4 @@ def stated_lengths_profile(lengths, profile=None, model=None, max_response_len=N
         base = get_profile(shape)
     except PolytraceError as exc:
         raise PolytraceError(f"--lengths shape={shape}: {exc}") from None
-    return rescale(base, stated.mean, cap if cap is not None else max_response_len, stated.prompt)
+    return rescale(base, stated.mean, cap if cap is not None else max_response_len, stated.prompt, total=stated.total)
