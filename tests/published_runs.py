@@ -11,20 +11,24 @@ step), the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the tot
 its latest published time: the "NeMo RL v0.6" tables (DGX-H100 and GB200-NVL72) (read 2026-12-01 at the repository's commit
 7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for the MoE runs, the
 "Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the dense Llama-3.1-8B
-and Qwen3-32B runs v0.6 no longer lists. Left out: DeepSeek-V3 (multi-head latent attention and
-dense first layers are not in ``polytrace/data/models.json``), Nemotron-3-Nano (hybrid Mamba), the
+and Qwen3-32B runs v0.6 no longer lists. DeepSeek-V3 (multi-head latent attention, three dense
+layers, 256 routed experts and a shared one: ``polytrace/data/models.json``) is priced with the
+recipes as they stood when the v0.6 table was published (commit 69c7ca11: 32 prompts x 16, no
+speculative decoding, MTP off in training). Left out: Nemotron-3-Nano (hybrid Mamba), the
 8-step-off run (no such mode here) and the FP8 tables (bf16 is priced).
 
 Settings the tables do not state come from the performance recipes they link
 (``examples/configs/recipes/llm/performance/``, same repository, read 2026-12-01) and the base
-config ``examples/configs/grpo_math_1B.yaml``: 32 generations per prompt; sequence packing with
+config ``examples/configs/grpo_math_1B.yaml``: 32 generations per prompt (16 for DeepSeek-V3); sequence packing with
 ``train_micro_batch_size`` 1 (a micro-batch of at most ``max_total_sequence_length`` tokens);
-activation checkpointing on for Llama-3.1-8B and Qwen3-235B, off for the others; vLLM
+activation checkpointing on for Llama-3.1-8B, Qwen3-235B and DeepSeek-V3, off for the others; vLLM
 ``gpu_memory_utilization`` as each row's recipe sets it (``PublishedRun.recipe``; the base
 config's 0.6 unless the recipe overrides it: 0.8 for most one-step-off recipes, 0.88 for
-Qwen3-235B's, 0.4 and 0.6 for the GB200 Qwen3-235B ones); a reference model (KL penalty 0.01);
+Qwen3-235B's, 0.4 and 0.6 for the GB200 Qwen3-235B ones, 0.3 for the GB200 DeepSeek-V3 ones); a reference model (KL penalty 0.01);
 one-step-off runs on half the GPUs each for generation and training (``*-async-1off`` recipes:
-e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16). The colocated (on-policy) runs switch the
+e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16), with ``in_flight_weight_updates: true`` (the
+rollout decodes on through the weight sync) and NeMo RL's packed broadcast, which gathers each pack
+of tensors while the one before is broadcast (``nemo_rl/utils/packed_tensor.py``). The colocated (on-policy) runs switch the
 GPUs between trainer and engine as NeMo RL's code does at the same commit, whatever the recipe:
 the vLLM worker sleeps at level 1 (``nemo_rl/models/generation/vllm/vllm_worker.py``,
 ``self.llm.sleep(level=1)``: the engine's weights backed up to CPU memory and restored at wake)
@@ -33,7 +37,9 @@ and the Megatron worker moves its optimizer state to CPU memory before the refit
 ``nemo_rl/models/megatron/setup.py``) and its parameters after it (``offload_after_refit``),
 both back before training (``RunConfig.engine_weights_offload``, ``switch_offload``). Assumed: the
 "average sequence length" counts the prompt, taken as 150 tokens (OpenMathInstruct-2 problems in
-the CoT prompt template), and the response cap is the maximum sequence less the longest prompt.
+the CoT prompt template), and each response stops where its own prompt leaves the maximum
+sequence (NeMo RL sets vLLM's ``max_model_len`` and ``max_new_tokens`` to
+``max_total_sequence_length``): ``--lengths total=``.
 """
 
 from __future__ import annotations
@@ -71,24 +77,29 @@ class PublishedRun:
     recipe: str = ""  # the performance recipe the table links (RECIPES folder), read for what the table omits
     gen_memory: float = 0.6  # the recipe's vllm_cfg.gpu_memory_utilization (grpo_math_1B.yaml's 0.6 unless it sets one)
     gpu: str = "h100"  # the table's system: DGX-H100 or GB200-NVL72
+    n: int = GENERATIONS_PER_PROMPT  # the recipe's num_generations_per_prompt
 
-    def estimate_kw(self, max_prompt: int) -> tuple[dict, str]:
-        """The keywords of ``polytrace.compose.modes.mode_estimate`` for this run, and its
-        ``--lengths``, for prompts of at most ``max_prompt`` tokens: a sequence is at most
-        ``max_seq`` tokens (vLLM's ``max_model_len``), so the response cap is what the longest
-        prompt leaves."""
-        cap = self.max_seq - max_prompt
-        response_mean = self.avg_seq - PROMPT_MEAN
-        kw = dict(mode=self.mode, n=GENERATIONS_PER_PROMPT, responses_per_step=self.responses_per_step,
+    def lengths(self) -> str:
+        """The run's ``--lengths``: the table's mean (less the assumed prompt) under its sequence
+        cap, each response within what its own prompt leaves (vLLM's ``max_model_len``: NeMo RL
+        sets it and ``max_new_tokens`` to ``max_total_sequence_length``)."""
+        return f"mean={self.avg_seq - PROMPT_MEAN},total={self.max_seq},prompt={PROMPT_MEAN}"
+
+    def estimate_kw(self, max_prompt: int, max_response: int) -> dict:
+        """The keywords of ``polytrace.compose.modes.mode_estimate`` for this run, with prompts
+        of at most ``max_prompt`` tokens and responses of at most ``max_response`` (the longest
+        any prompt's share of the sequence cap allows)."""
+        kw = dict(mode=self.mode, n=self.n, responses_per_step=self.responses_per_step,
                   train_batch=self.train_batch, rollout_tp=self.rollout_tp, strategy="megatron",
                   train_tp=self.train_tp, train_pp=self.train_pp, train_cp=self.train_cp, train_ep=self.train_ep,
-                  micro_batch_tokens=self.max_seq, max_prompt_len=max_prompt, max_response_len=cap,
+                  micro_batch_tokens=self.max_seq, max_prompt_len=max_prompt, max_response_len=max_response,
                   mem_fraction=self.gen_memory, gradient_checkpointing=self.checkpointing)
         if self.mode == "one-step-off":  # the async recipes: engines of their own on half the GPUs
-            kw.update(rollout_gpus=self.gpus // 2)
+            # in_flight_weight_updates: true in every async-1off recipe; NeMo RL's packed broadcast
+            kw.update(rollout_gpus=self.gpus // 2, in_flight_updates=True, pipelined_sync=True)
         else:  # NeMo RL's colocated switch (module docstring): engine weights and trainer state over PCIe
             kw.update(run_fields={"engine_weights_offload": True, "switch_offload": True})
-        return kw, f"mean={response_mean},max={cap},prompt={PROMPT_MEAN}"
+        return kw
 
 
 RUNS = (
@@ -119,7 +130,23 @@ RUNS = (
     PublishedRun("qwen3-235b 1-step-off", "qwen3-235b-a22b", "one-step-off", 256, 8192, 5721, 512, 512, 8, 4, 1, 16,
                  8, True, 231.0,
                  recipe="grpo-qwen3-235b-32n8g-async-1off", gen_memory=0.88),
+    # DeepSeek-V3 (671B, MLA, 3 dense layers, 256 routed experts + 1 shared): 32 prompts x 16, the recipes
+    # as they stood when the v0.6 table was published (commit 69c7ca11: no speculative decoding, MTP off in
+    # training); the 512-GPU recipe sets EP 32 where the table states EP 16 (the table's layout is priced)
+    PublishedRun("deepseek-v3 on-policy 256", "deepseek-v3", "sync", 256, 1536, 701, 512, 512, 32, 1, 1, 16, 16,
+                 True, 134.0, recipe="grpo-deepseek-v3-32n8g", gen_memory=0.6, n=16),
+    PublishedRun("deepseek-v3 on-policy 512", "deepseek-v3", "sync", 512, 1536, 697, 512, 512, 32, 1, 1, 16, 16,
+                 True, 111.0, recipe="grpo-deepseek-v3-64n8g", gen_memory=0.6, n=16),
+    PublishedRun("deepseek-v3 1-step-off", "deepseek-v3", "one-step-off", 512, 1536, 710, 512, 512, 32, 1, 1, 16, 16,
+                 True, 64.1, recipe="grpo-deepseek-v3-64n8g-async-1off", gen_memory=0.8, n=16),
     # GB200-NVL72 (4 GPUs a compute tray, one NVLink domain of 72): the "n4g" recipes
+    PublishedRun("gb200 deepseek-v3 on-policy 128", "deepseek-v3", "sync", 128, 1536, 711, 512, 512, 32, 1, 1, 16, 8,
+                 True, 108.0, "v0.6-gb200", recipe="grpo-deepseek-v3-32n4g", gen_memory=0.3, gpu="gb200", n=16),
+    PublishedRun("gb200 deepseek-v3 on-policy 256", "deepseek-v3", "sync", 256, 1536, 700, 512, 512, 32, 1, 1, 16, 8,
+                 True, 98.7, "v0.6-gb200", recipe="grpo-deepseek-v3-64n4g", gen_memory=0.3, gpu="gb200", n=16),
+    PublishedRun("gb200 deepseek-v3 1-step-off", "deepseek-v3", "one-step-off", 256, 1536, 708, 512, 512, 16, 1, 1,
+                 16, 8, True, 61.7, "v0.6-gb200", recipe="grpo-deepseek-v3-64n4g-async-1off", gen_memory=0.8,
+                 gpu="gb200", n=16),
     PublishedRun("gb200 qwen3-235b on-policy 64", "qwen3-235b-a22b", "sync", 64, 8192, 5709, 512, 512, 8, 2, 2, 16, 4,
                  True, 286.0, "v0.6-gb200", recipe="grpo-qwen3-235b-16n4g", gen_memory=0.4, gpu="gb200"),
     PublishedRun("gb200 qwen3-235b on-policy 128", "qwen3-235b-a22b", "sync", 128, 8192, 5693, 512, 512, 8, 2, 2, 16,
@@ -143,10 +170,8 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
     from polytrace.compose.modes import mode_estimate
     from polytrace.compose.workloads import stated_lengths_profile
 
-    # the longest prompt of the shape's prompts rescaled to PROMPT_MEAN sets the response cap
-    max_prompt = stated_lengths_profile(f"mean=1,prompt={PROMPT_MEAN}", model=run.model).config.max_prompt_len
-    kw, lengths = run.estimate_kw(max_prompt)
-    prof = stated_lengths_profile(lengths, model=run.model)
+    prof = stated_lengths_profile(run.lengths(), model=run.model)
+    kw = run.estimate_kw(prof.config.max_prompt_len, prof.config.max_response_len)
     return mode_estimate(prof, run.model, run.gpu, run.gpus, steps=steps, results_root="/nonexistent",
                          calibration=PRIORS, **kw)
 
