@@ -50,6 +50,11 @@ ASYNC_MISSED = {32: (
     "0.53x, per-sequence host 7.3x, GEMMs 1.06x the base prices), so most of it scales with the rollout GPUs and "
     "halving them costs more, where the run's generation, with responses to the 28K cap, barely moves with the GPU "
     "count (151 s colocated on 64 GPUs, 178 s on 128)")}
+# The same README's "128-card Stale Ablation Experiment": fully async on 64 + 64 GPUs, partial
+# rollout, 4 updates per sync, staleness -> step s (0.5 is FULLY_ASYNC[128]); the authors add that
+# 0.3 and 0.5 come out close "because as the training steps increase, the response length changes
+# significantly" between the runs.
+STALENESS_ABLATION = {0.0: 231.34, 0.1: 171.30, 0.3: 146.11}
 ONE_STEP_OFF_SYNC = (749.0, 321.0, 88.0, 286.0)  # 16 GPUs colocated: step, gen, old_log_prob, update_actor
 ONE_STEP_OFF = (4, 520.0)  # rollout GPUs, step seconds (trainer 12)
 
@@ -190,12 +195,23 @@ TRANSFERS = {
     **{f"fully-async-{r}:{g - r}": (g, dict(mode="fully-async", rollout_gpus=r, staleness=0.5, partial_rollout=True,
                                             updates_per_sync=4), real) for g, (r, real) in FULLY_ASYNC.items()},
     "one-step-off-4:12": (16, dict(mode="one-step-off", rollout_gpus=ONE_STEP_OFF[0]), ONE_STEP_OFF[1]),
+    **{f"fully-async-64:64-staleness-{st:g}": (128, dict(mode="fully-async", rollout_gpus=64, staleness=st,
+                                                         partial_rollout=True, updates_per_sync=4), real)
+       for st, real in STALENESS_ABLATION.items()},
 }
 RANGE_MISSED = {
     "colocated-32": "790 s published, range 427-552 s: the run scaled superlinearly to 64 GPUs (MISSED)",
     "colocated-128": ("356 s published, range 288-342 s: the run's generation grew from 151 s on 64 GPUs to 178 s on "
                       "128; nothing in the model grows it with more engines, and the window's constant range (up "
                       "to 115 of gen's 151 s) at most holds it near 147 s"),
+    "fully-async-64:64-staleness-0": (
+        "231 s published, range 162-212 s (estimate 165 s): at staleness 0 the published trainer waited 128 s a "
+        "step for samples and updated for 99 s, nearly one after the other; the model's trainer (140 s of updates "
+        "on 64 GPUs, scaled from the colocated 64-GPU calibration's 133 s) overlaps the rollout's 107 s batch and "
+        "waits 13 s"),
+    "fully-async-64:64-staleness-0.3": (
+        "146.1 s published, range 148.9-250.7 s: 3% faster than the staleness-0.5 run (150.6 s, inside), which the "
+        "authors put down to the response lengths changing between the runs"),
 }
 
 
@@ -232,8 +248,8 @@ def test_transfer_range_contains_the_published_step(transfer_ranges, name):
     assert lo <= real <= hi, (lo, real, hi)
 
 
-@pytest.mark.xfail(strict=True, reason="4 of 6 (67%) published configurations inside their transfer range "
-                   "(goal 80%): RANGE_MISSED")
+@pytest.mark.xfail(strict=True, reason="5 of 9 (56%) published configurations inside their transfer range "
+                   "(goal 80%; 4 of 6 before the staleness ablation joined them): RANGE_MISSED")
 def test_transfer_ranges_contain_the_published_step_in_80pct(transfer_ranges):
     inside = [n for n, ((lo, hi), _p, real) in transfer_ranges.items() if lo <= real <= hi]
     assert len(inside) >= 0.8 * len(transfer_ranges), inside
