@@ -182,6 +182,37 @@ def test_offload_inferred_from_the_same_pass(tmp_path, key, truth):
     assert f"inferred {truth}" in setting_note(notes, key)
 
 
+MEG_ACT_OFF = "actor_rollout_ref.actor.megatron.param_offload"
+MEG_REF_OFF = "actor_rollout_ref.ref.megatron.param_offload"
+MEGATRON = {k: v for k, v in SETTINGS.items() if ".fsdp_config." not in k}
+MEGATRON.update({"actor_rollout_ref.actor.strategy": "megatron", MEG_ACT_OFF: "False",
+                 "actor_rollout_ref.actor.megatron.optimizer_offload": "False", MEG_REF_OFF: "False"})
+
+
+@pytest.mark.parametrize("key", [MEG_REF_OFF, MEG_ACT_OFF])
+def test_a_megatron_runs_offload_is_its_own_key(tmp_path, key):
+    """verl's Megatron workers read actor_rollout_ref.actor.megatron.param_offload, not the FSDP
+    config: a Megatron log's offload is read there, and inferred and named there when unstated."""
+    attr = "ref_offload" if key == MEG_REF_OFF else "param_offload"
+    stated = model_log(tmp_path / "stated.log", dict(MEGATRON, **{key: "True"}), steps=4, **SMALL_BATCH)
+    run, _ = config_from_log(read_log(stated), Overrides(gpu="a100-80g"))
+    assert run.strategy == "megatron" and getattr(run, attr) is True
+    # an FSDP switch in a Megatron run's command is not the one verl reads
+    fsdp_key = key.replace(".megatron.", ".fsdp_config.")
+    other = model_log(tmp_path / "fsdp.log", dict(MEGATRON, **{fsdp_key: "True"}), steps=4, **SMALL_BATCH)
+    run, _ = config_from_log(read_log(other), Overrides(gpu="a100-80g"))
+    assert getattr(run, attr) is False
+    hidden = model_log(tmp_path / "run.log", dict(MEGATRON, **{key: "True"}), hide=(key,), steps=12, **SMALL_BATCH)
+    _, run, notes, _, _ = prepare(hidden, Overrides(gpu="a100-80g"))
+    assert getattr(run, attr) is True and "inferred True" in setting_note(notes, key)
+    assert not [n for n in notes if "fsdp_config" in n], notes
+
+
+def test_one_offload_switch_under_two_names_is_refused():
+    with pytest.raises(SettingError, match="name one switch"):
+        parse_settings([f"{ACT_OFF}=true", f"{MEG_ACT_OFF}=true"])
+
+
 # Eager launches cost only what outlasts the device work they queue: a launch-bound run (a 0.5B
 # model decoding 16 responses, ~0.3 ms of GPU work an iteration against 2.3 ms of launches) shows
 # them; a 3B model's 64 x 8 batch hides all but ~0.5 ms an iteration and cannot tell the values apart.

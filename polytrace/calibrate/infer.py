@@ -32,7 +32,7 @@ import numpy as np
 from ..compose.rollout import kv_capacity_tokens, kv_slots
 from ..compose.stages import GROUPS, TRAIN_STAGES
 from ..errors import PolytraceError
-from .settings import REGISTRY, stated
+from .settings import REGISTRY, offload_key, stated
 
 ROOFLINE_FLOOR = 0.45
 CONSTANT_SHARE_MAX = 0.6
@@ -53,6 +53,18 @@ _STAGES = {"actor_rollout_ref.model.use_remove_padding": TRAIN_STAGES,
            f"{_A}.fsdp_config.param_offload": ("old_log_prob", "update_actor"),
            f"{_A}.fsdp_config.optimizer_offload": ("update_actor",),
            "actor_rollout_ref.ref.fsdp_config.param_offload": ("ref",)}
+_STAGES.update({offload_key("megatron", role, what): _STAGES[offload_key("fsdp", role, what)]
+                for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"),
+                                   ("ref", "param_offload"))})
+
+
+def _strategy_key(log, key: str) -> str:
+    """``key`` as the log's trainer names it: an FSDP offload switch becomes the Megatron one
+    (``actor_rollout_ref.actor.megatron.param_offload``) when the actor's strategy is Megatron."""
+    if ".fsdp_config." not in key:
+        return key
+    strategy = str(log.config.get("actor_rollout_ref.actor.strategy") or "fsdp")
+    return key.replace(".fsdp_config.", ".megatron.") if strategy.startswith("megatron") else key
 _OVERHEAD_GROUPS = ("forward_overhead", "train_overhead")
 
 
@@ -184,7 +196,7 @@ def _unstated(log, overrides, key: str) -> bool:
     if key == f"{_A}.use_dynamic_bsz" and any(
             stated(log, k) or k in given for k in (f"{_A}.ppo_micro_batch_size_per_gpu", f"{_A}.ppo_micro_batch_size")):
         return False  # a micro-batch size is stated: fixed-size micro-batches
-    if key == "actor_rollout_ref.ref.fsdp_config.param_offload" and "ref" not in log.stages():
+    if key.startswith("actor_rollout_ref.ref.") and key.endswith(".param_offload") and "ref" not in log.stages():
         return False
     return True
 
@@ -195,7 +207,7 @@ def infer_unstated(log, overrides, rows, split, configure, price) -> tuple[dict,
     ``price(run, rows, split)`` fills each row's modelled seconds (``validate.price_steps``)."""
     chosen: dict = {}
     verdicts: list[Verdict] = []
-    keys = [k for k in ORDER if _unstated(log, overrides, k)]
+    keys = [k for k in (_strategy_key(log, key) for key in ORDER) if _unstated(log, overrides, k)]
     if not keys:
         return chosen, verdicts
     base = configure({})

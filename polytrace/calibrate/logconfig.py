@@ -32,6 +32,7 @@ from ..logs import TrainingLog, Unresolved
 from ..logs.companion import attach, read_companion
 from ..logs.timers import apply_stage_map
 from ..wording import counted
+from .settings import offload_key
 from .identity import (  # noqa: F401
     DEFAULT_GPU,
     check_companion_batch,
@@ -325,9 +326,10 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         max_num_seqs=v.count("actor_rollout_ref.rollout.max_num_seqs") or 1024,
         eager=v.flag("actor_rollout_ref.rollout.enforce_eager", True),
         old_log_prob_in_gen="old_log_prob" not in stages,
-        ref_offload=v.flag("actor_rollout_ref.ref.fsdp_config.param_offload", False),
-        param_offload=v.flag("actor_rollout_ref.actor.fsdp_config.param_offload", False),
-        optimizer_offload=v.flag("actor_rollout_ref.actor.fsdp_config.optimizer_offload", False),
+        # the offload switches sit under the trainer's own config (fsdp_config or megatron)
+        ref_offload=v.flag(offload_key(strategy, "ref", "param_offload"), False),
+        param_offload=v.flag(offload_key(strategy, "actor", "param_offload"), False),
+        optimizer_offload=v.flag(offload_key(strategy, "actor", "optimizer_offload"), False),
         lora_rank=min(v.count("actor_rollout_ref.model.lora_rank", lo=0) or 0, model.hidden),
         # verl balances the ranks' token sums (trainer.balance_batch) but still runs fixed-size
         # micro-batches in lock step, each waiting for its slowest rank; the contiguous split of

@@ -87,6 +87,16 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     Setting(f"{_F}.fsdp_config.param_offload", "bool", False,
             "the reference model's weights reload over PCIe for each reference pass", estimate="run:ref_offload",
             cost_2x=True),
+    # the same three under verl's Megatron workers (actor_rollout_ref.actor.strategy=megatron)
+    Setting(f"{_A}.megatron.param_offload", "bool", False,
+            "Megatron actor: the parameters wait in CPU memory and cross PCIe around each actor stage",
+            estimate="param_offload", cost_2x=True),
+    Setting(f"{_A}.megatron.optimizer_offload", "bool", False,
+            "Megatron actor: the optimizer state waits in CPU memory and crosses PCIe around each update",
+            estimate="optimizer_offload", cost_2x=True),
+    Setting(f"{_F}.megatron.param_offload", "bool", False,
+            "Megatron reference: its weights reload over PCIe for each reference pass", estimate="run:ref_offload",
+            cost_2x=True),
     Setting(f"{_A}.use_dynamic_bsz", "bool", False,
             "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
@@ -191,7 +201,18 @@ def parse_settings(items) -> dict:
     return out
 
 
+def offload_key(strategy: str, role: str, what: str) -> str:
+    """verl's key of an offload switch for the trainer ``strategy`` ("fsdp" or "megatron"):
+    ``actor_rollout_ref.{role}.fsdp_config.{what}`` or ``actor_rollout_ref.{role}.megatron.{what}``."""
+    return f"actor_rollout_ref.{role}.{'megatron' if strategy == 'megatron' else 'fsdp_config'}.{what}"
+
+
 def _check_consistent(given: dict) -> None:
+    for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"), ("ref", "param_offload")):
+        fsdp, meg = offload_key("fsdp", role, what), offload_key("megatron", role, what)
+        if fsdp in given and meg in given:
+            raise SettingError(f"--set {fsdp} and --set {meg} name one switch (verl reads the one of the run's "
+                               f"actor_rollout_ref.actor.strategy): give one")
     for switch, budget, size in _MICRO_GROUPS:
         on = given.get(switch)
         if on is False and budget in given:
