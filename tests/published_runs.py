@@ -5,41 +5,42 @@ Source: NeMo RL's "Performance" page (``docs/about/performance-summary.md``,
 https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md), GRPO on
 OpenMathInstruct-2, DGX-H100, BF16 training and generation, Megatron-core training backend. The
 page's tables give per run: on- or one-step-off-policy, maximum sequence length, average generated
-sequence length, GPUs, G-GBS (responses generated per step), T-GBS (responses per optimizer
-step), the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the total step time
-(training, generation, log-probs and refit). Each configuration (model, mode, GPUs) is taken at
-its latest published time: the "NeMo RL v0.6" tables (DGX-H100 and GB200-NVL72) (read 2026-12-01 at the repository's commit
-7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for the MoE runs, the
-"Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the dense Llama-3.1-8B
-and Qwen3-32B runs v0.6 no longer lists. DeepSeek-V3 (multi-head latent attention, three dense
-layers, 256 routed experts and a shared one: ``polytrace/data/models.json``) is priced with the
-recipes as they stood when the v0.6 table was published (commit 69c7ca11: 32 prompts x 16, no
-speculative decoding, MTP off in training). Left out: Nemotron-3-Nano (hybrid Mamba), the
-8-step-off run (no such mode here) and the FP8 tables (bf16 is priced).
+sequence length, GPUs, G-GBS (responses generated per step), T-GBS (responses per optimizer step),
+the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the total step time (training,
+generation, log-probs and refit). Each configuration (model, mode, GPUs) is taken at its latest
+published time: the "NeMo RL v0.6" tables (DGX-H100 and GB200-NVL72) (read 2026-12-01 at the
+repository's commit 7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for
+the MoE runs, the "Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the
+dense Llama-3.1-8B and Qwen3-32B runs v0.6 no longer lists. DeepSeek-V3 (multi-head latent
+attention, three dense layers, 256 routed experts and a shared one: ``polytrace/data/models.json``)
+is priced with the recipes as they stood when the v0.6 table was published (commit 69c7ca11: 32
+prompts x 16, no speculative decoding, MTP off in training). Left out: Nemotron-3-Nano (hybrid
+Mamba), the 8-step-off run (no such mode here) and the FP8 tables (bf16 is priced).
 
 Settings the tables do not state come from the performance recipes they link
 (``examples/configs/recipes/llm/performance/``, same repository, read 2026-12-01) and the base
-config ``examples/configs/grpo_math_1B.yaml``: 32 generations per prompt (16 for DeepSeek-V3); sequence packing with
-``train_micro_batch_size`` 1 (a micro-batch of at most ``max_total_sequence_length`` tokens);
-activation checkpointing on for Llama-3.1-8B, Qwen3-235B and DeepSeek-V3, off for the others; vLLM
-``gpu_memory_utilization`` as each row's recipe sets it (``PublishedRun.recipe``; the base
-config's 0.6 unless the recipe overrides it: 0.8 for most one-step-off recipes, 0.88 for
-Qwen3-235B's, 0.4 and 0.6 for the GB200 Qwen3-235B ones, 0.3 for the GB200 DeepSeek-V3 ones); a reference model (KL penalty 0.01);
-one-step-off runs on half the GPUs each for generation and training (``*-async-1off`` recipes:
-e.g. Qwen3-32B on 4 + 4 nodes, Qwen3-235B on 16 + 16), with ``in_flight_weight_updates: true`` (the
-rollout decodes on through the weight sync) and NeMo RL's packed broadcast, which gathers each pack
-of tensors while the one before is broadcast (``nemo_rl/utils/packed_tensor.py``). The colocated (on-policy) runs switch the
-GPUs between trainer and engine as NeMo RL's code does at the same commit, whatever the recipe:
-the vLLM worker sleeps at level 1 (``nemo_rl/models/generation/vllm/vllm_worker.py``,
-``self.llm.sleep(level=1)``: the engine's weights backed up to CPU memory and restored at wake)
-and the Megatron worker moves its optimizer state to CPU memory before the refit
+config ``examples/configs/grpo_math_1B.yaml``: 32 generations per prompt (16 for DeepSeek-V3);
+sequence packing with ``train_micro_batch_size`` 1 (a micro-batch of at most
+``max_total_sequence_length`` tokens); activation checkpointing on for Llama-3.1-8B, Qwen3-235B and
+DeepSeek-V3, off for the others; vLLM ``gpu_memory_utilization`` as each row's recipe sets it
+(``PublishedRun.recipe``; the base config's 0.6 unless the recipe overrides it: 0.8 for most
+one-step-off recipes, 0.88 for Qwen3-235B's, 0.4 and 0.6 for the GB200 Qwen3-235B ones, 0.3 for the
+GB200 DeepSeek-V3 ones); a reference model (KL penalty 0.01); one-step-off runs on half the GPUs
+each for generation and training (``*-async-1off`` recipes: e.g. Qwen3-32B on 4 + 4 nodes,
+Qwen3-235B on 16 + 16), with ``in_flight_weight_updates: true`` (the rollout decodes on through the
+weight sync) and NeMo RL's packed broadcast, which gathers each pack of tensors while the one before
+is broadcast (``nemo_rl/utils/packed_tensor.py``). The colocated (on-policy) runs switch the GPUs
+between trainer and engine as NeMo RL's code does at the same commit, whatever the recipe: the vLLM
+worker sleeps at level 1 (``nemo_rl/models/generation/vllm/vllm_worker.py``,
+``self.llm.sleep(level=1)``: the engine's weights backed up to CPU memory and restored at wake) and
+the Megatron worker moves its optimizer state to CPU memory before the refit
 (``offload_before_refit``, ``offload_optimizer_for_refit`` defaulting to true in
-``nemo_rl/models/megatron/setup.py``) and its parameters after it (``offload_after_refit``),
-both back before training (``RunConfig.engine_weights_offload``, ``switch_offload``). Assumed: the
-"average sequence length" counts the prompt, taken as 150 tokens (OpenMathInstruct-2 problems in
-the CoT prompt template), and each response stops where its own prompt leaves the maximum
-sequence (NeMo RL sets vLLM's ``max_model_len`` and ``max_new_tokens`` to
-``max_total_sequence_length``): ``--lengths total=``.
+``nemo_rl/models/megatron/setup.py``) and its parameters after it (``offload_after_refit``), both
+back before training (``RunConfig.engine_weights_offload``, ``switch_offload``). Assumed: the
+"average sequence length" counts the prompt, taken as 150 tokens (OpenMathInstruct-2 problems in the
+CoT prompt template), and each response stops where its own prompt leaves the maximum sequence (NeMo
+RL sets vLLM's ``max_model_len`` and ``max_new_tokens`` to ``max_total_sequence_length``):
+``--lengths total=``.
 """
 
 from __future__ import annotations

@@ -65,6 +65,8 @@ def _strategy_key(log, key: str) -> str:
         return key
     strategy = str(log.config.get("actor_rollout_ref.actor.strategy") or "fsdp")
     return key.replace(".fsdp_config.", ".megatron.") if strategy.startswith("megatron") else key
+
+
 _OVERHEAD_GROUPS = ("forward_overhead", "train_overhead")
 
 

@@ -32,7 +32,6 @@ from ..logs import TrainingLog, Unresolved
 from ..logs.companion import attach, read_companion
 from ..logs.timers import apply_stage_map
 from ..wording import counted
-from .settings import offload_key
 from .identity import (  # noqa: F401
     DEFAULT_GPU,
     check_companion_batch,
@@ -44,7 +43,7 @@ from .identity import (  # noqa: F401
     resolve_model,
     resolve_ref_model,
 )
-from .settings import given_settings
+from .settings import given_settings, offload_key
 
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
 MAX_COUNT = 1_000_000

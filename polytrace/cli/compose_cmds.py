@@ -142,9 +142,10 @@ def register(sub) -> None:
 
 
 LENGTHS_HELP = ("response lengths stated by their mean: mean=M tokens, max=L the cap (default --max-response-len, "
-                "else the shape's), total=T the sequence cap (prompt and response together, vLLM's max_model_len: "
-                "each response within what its prompt leaves), prompt=P the mean prompt, shape=PROFILE whose spread, pile-up at the cap and "
-                "group correlation are kept (default --profile, else the nearest built-in for the model's task)")
+                "else the shape's), total=T the sequence cap (prompt and response together, vLLM's "
+                "max_model_len: each response within what its prompt leaves), prompt=P the mean prompt, "
+                "shape=PROFILE whose spread, pile-up at the cap and group correlation are kept (default "
+                "--profile, else the nearest built-in for the model's task)")
 
 
 def add_stated_run_flags(p, prefix: str = "") -> None:

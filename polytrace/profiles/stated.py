@@ -104,9 +104,9 @@ def parse_lengths(text: str, flag: str = "--lengths") -> StatedLengths:
     if stated.total is not None:
         room = stated.total - (stated.prompt or 1.0)
         if stated.mean >= room:
-            raise PolytraceError(f"{flag}: mean={stated.mean:g} does not fit under the sequence cap total={stated.total}"
-                                 + (f" with prompts of {stated.prompt:g} tokens" if stated.prompt else "")
-                                 + ": prompt and response together are at most the total")
+            prompts = f" with prompts of {stated.prompt:g} tokens" if stated.prompt else ""
+            raise PolytraceError(f"{flag}: mean={stated.mean:g} does not fit under the sequence cap "
+                                 f"total={stated.total}{prompts}: prompt and response together are at most the total")
         if stated.max is not None and stated.max >= stated.total:
             raise PolytraceError(f"{flag}: max={stated.max} is not below total={stated.total}: the response cap is "
                                  f"part of the sequence cap (give one of them, or max < total)")
