@@ -47,6 +47,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from polytrace.compose.frameworks import apply_framework
+
 PAGE = "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md"
 TABLES = {"v0.4": f"{PAGE} (Nemo RL v0.4 table, DGX-H100; commit 06beed91, read 2026-12-01)",
           "v0.6": f"{PAGE} (NeMo RL v0.6 H100 BF16 table; commit 7ea279ab, read 2026-12-01)",
@@ -96,10 +98,10 @@ class PublishedRun:
                   micro_batch_tokens=self.max_seq, max_prompt_len=max_prompt, max_response_len=max_response,
                   mem_fraction=self.gen_memory, gradient_checkpointing=self.checkpointing)
         if self.mode == "one-step-off":  # the async recipes: engines of their own on half the GPUs
-            # in_flight_weight_updates: true in every async-1off recipe; NeMo RL's packed broadcast
-            kw.update(rollout_gpus=self.gpus // 2, in_flight_updates=True, pipelined_sync=True)
-        else:  # NeMo RL's colocated switch (module docstring): engine weights and trainer state over PCIe
-            kw.update(run_fields={"engine_weights_offload": True, "switch_offload": True})
+            kw.update(rollout_gpus=self.gpus // 2)
+        # NeMo RL's mechanics (module docstring), as ``estimate --framework nemo-rl`` applies them:
+        # colocated, the switch's offloads; one-step-off, in-flight updates and the pipelined sync
+        apply_framework("nemo-rl", self.mode, kw, kw)
         return kw
 
 

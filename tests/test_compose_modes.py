@@ -234,3 +234,28 @@ def test_mode_estimate_rejects_bad_arguments():
         mode_estimate(*ARGS, mode="async", **SMALL)
     with pytest.raises(PolytraceError, match="--updates-per-sync"):
         mode_estimate(*ARGS, mode="fully-async", updates_per_sync=0, **SMALL)
+
+
+def test_framework_nemo_rl_applies_its_mechanics_and_explicit_flags_win(capsys):
+    """``--framework nemo-rl``: the colocated switch's offloads priced in gen, the one-step-off
+    rollout decoding through a pipelined sync; an explicit ``--no-in-flight-updates`` wins."""
+    base = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "16", "--profile", "search-r1-7b",
+            "--prompts", "32", "--step", "0", "--json"]
+
+    def run(*extra):
+        assert main(base + list(extra)) == 0
+        return json.loads(capsys.readouterr().out)
+
+    verl, nemo = run(), run("--framework", "nemo-rl")
+    assert verl["framework"] == "verl" and nemo["framework"] == "nemo-rl"
+    offload = {name: doc["summary"]["kernels"]["gen"].get("offload", {}).get("s", 0.0)
+               for name, doc in (("verl", verl), ("nemo", nemo))}
+    assert offload["nemo"] > offload["verl"], offload  # the engine's weights out and back, the optimizer state
+    assert nemo["config"]["engine_weights_offload"] is True and nemo["config"]["switch_offload"] is True
+    off = ["--mode", "one-step-off", "--rollout-gpus", "4"]
+    m = run(*off, "--framework", "nemo-rl")["summary"]["mode"]
+    assert m["in_flight_updates"] is True and m["weight_sync"]["pipelined"] is True
+    m = run(*off, "--framework", "nemo-rl", "--no-in-flight-updates")["summary"]["mode"]
+    assert m["in_flight_updates"] is False and m["weight_sync"]["pipelined"] is True
+    m = run(*off)["summary"]["mode"]
+    assert m["in_flight_updates"] is False and m["weight_sync"]["pipelined"] is False

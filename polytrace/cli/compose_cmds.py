@@ -90,6 +90,11 @@ def register(sub) -> None:
     m.add_argument("--pipelined-sync", action=argparse.BooleanOptionalAction, default=None,
                    help="separated modes: the weight sync gathers each pack of tensors while the previous one is "
                    "broadcast (NeMo RL's packed broadcast); default off (verl: gather, then broadcast)")
+    m.add_argument("--framework", choices=("verl", "nemo-rl"), default="verl",
+                   help="the RL framework's mechanics where they change the cost (polytrace/compose/frameworks.py): "
+                   "verl (default; what the priors were fitted on) or nemo-rl (colocated: engine weights and "
+                   "optimizer state offloaded around the refit; one-step-off: in-flight updates, pipelined sync); "
+                   "the flags above win where given")
     m.add_argument("--compare-modes", action="store_true",
                    help="print sync, one-step-off and fully-async side by side on the same sampled steps")
     add_stated_run_flags(p)
@@ -233,6 +238,11 @@ def _estimate(args) -> int:
     split = dict(rollout_gpus=args.rollout_gpus, train_gpus=args.train_gpus, staleness=args.staleness,
                  partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync,
                  in_flight_updates=args.in_flight_updates, pipelined_sync=args.pipelined_sync)
+    from ..compose.frameworks import apply_framework
+
+    framework = apply_framework(args.framework, "compare" if args.compare_modes else args.mode, kw, split)
+    if framework.name != "verl" and not args.json:
+        print(f"framework: {framework.name}: {framework.summary}")
     where = (profile, args.model, args.gpu, args.gpus)
     lengths_line = _lengths_line(profile)
     if not args.calibration and not args.roofline:
@@ -249,6 +259,7 @@ def _estimate(args) -> int:
     res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
     if lengths_line:
         res.setdefault("lengths", {**profile.summary(), "line": lengths_line})
+    res["framework"] = framework.name
     if cal_doc is not None:
         from ..calibrate.rundefaults import copied_constants
 

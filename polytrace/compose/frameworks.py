@@ -1,0 +1,62 @@
+"""How an RL framework moves its step through the cluster, where that changes the cost: one name
+(``estimate --framework``) for the mechanics a user would otherwise have to know flag by flag.
+
+- ``verl`` (the default, and what the shared priors were fitted on): the colocated engine keeps
+  its weights on the GPU between generations (it frees only its KV cache); the one-step-off
+  rollout stops for the weight sync, which gathers the weights and then broadcasts them.
+- ``nemo-rl`` (NVIDIA-NeMo/RL, read at 7ea279ab): colocated, the vLLM worker sleeps at level 1
+  (``nemo_rl/models/generation/vllm/vllm_worker.py``: its weights go to CPU memory and come back
+  at wake) and the Megatron worker moves its optimizer state to CPU memory before the refit and
+  its parameters after it (``offload_before_refit`` / ``offload_after_refit``), both back before
+  training: ``RunConfig.engine_weights_offload`` and ``switch_offload``. Its async GRPO
+  (one-step-off) recipes set ``in_flight_weight_updates`` (the rollout decodes on through the
+  sync) and its packed broadcast gathers each pack of tensors while the previous one is
+  broadcast (``nemo_rl/utils/packed_tensor.py``): ``modes.mode_estimate``'s
+  ``in_flight_updates`` and ``pipelined_sync``.
+
+A flag given explicitly (``--in-flight-updates`` / ``--no-in-flight-updates``, likewise
+``--pipelined-sync``) wins over the framework's value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    colocated_fields: dict = field(default_factory=dict)  # RunConfig fields of its colocated switch
+    in_flight_updates: bool = False  # one-step-off: the rollout decodes through the sync
+    pipelined_sync: bool = False  # separated modes: gather and broadcast overlap
+    summary: str = ""
+
+
+FRAMEWORKS = {
+    "verl": Framework("verl", summary="colocated engine keeps its weights on the GPU; one-step-off rollout stops for "
+                                      "the sync, gathered then broadcast"),
+    "nemo-rl": Framework("nemo-rl", {"engine_weights_offload": True, "switch_offload": True}, True, True,
+                         "colocated: engine weights to CPU memory at sleep (level 1), optimizer state and "
+                         "parameters offloaded around the refit; one-step-off: in-flight weight updates, the "
+                         "sync's gather and broadcast pipelined"),
+}
+
+
+def apply_framework(name: str, mode: str, kw: dict, split: dict) -> Framework:
+    """Fill ``kw`` (``mode_estimate``'s configuration keywords) and ``split`` (its mode keywords)
+    with framework ``name``'s mechanics for ``mode`` ("sync", "one-step-off", "fully-async", or
+    "compare" for all three), leaving what was given explicitly. Returns the framework."""
+    fw = FRAMEWORKS[name]
+    if mode in ("sync", "compare") and fw.colocated_fields:
+        # the switch applies only to a colocated run (RunConfig.colocated), so the separated
+        # modes of --compare-modes are unaffected
+        kw["run_fields"] = {**fw.colocated_fields, **(kw.get("run_fields") or {})}
+    if mode in ("one-step-off", "compare") and split.get("in_flight_updates") is None and fw.in_flight_updates:
+        split["in_flight_updates"] = True
+    if mode in ("one-step-off", "fully-async", "compare") and split.get("pipelined_sync") is None \
+            and fw.pipelined_sync:
+        split["pipelined_sync"] = True
+    return fw
+
+
+__all__ = ["FRAMEWORKS", "Framework", "apply_framework"]
