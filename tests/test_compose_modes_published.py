@@ -55,6 +55,19 @@ ASYNC_MISSED = {32: (
 # 0.3 and 0.5 come out close "because as the training steps increase, the response length changes
 # significantly" between the runs.
 STALENESS_ABLATION = {0.0: 231.34, 0.1: 171.30, 0.3: 146.11}
+# The same README's "30B Model Mode Experiment": Qwen3-30B-A3B-Base, GRPO, H20, vLLM + Megatron,
+# 512 prompts x 16, ppo_mini_batch_size 128, max response 8K (prompt 2K); the layout and offload from
+# its script (verl/experimental/fully_async_policy/shell/grpo_30b_a3b_base_math_megatron_96_32.sh at
+# the mirror's HEAD): trainer TP 2, CP 2, EP 8, rollout TP 4, parameter and optimizer offload,
+# dynamic batches of 10K tokens, a KL-loss reference. Colocated sync on 128 GPUs (step, gen,
+# old_log_prob, ref, update_actor s) against fully async on 96 rollout + 32 trainer GPUs
+# (staleness 0.5, partial rollout, 4 updates per sync).
+MODEL_30B = "qwen3-30b-a3b"
+CONFIG_30B = dict(prompts=512, n=16, max_prompt_len=2048, max_response_len=8192, use_ref=True, ppo_mini_batch=128,
+                  strategy="megatron", train_tp=2, train_cp=2, train_ep=8, rollout_tp=4, micro_batch_tokens=10240,
+                  param_offload=True, optimizer_offload=True)
+SYNC_30B = {"step": 497.89, "gen": 348.05, "old_log_prob": 28.73, "ref": 20.86, "update_actor": 86.27}
+FULLY_ASYNC_30B = (96, 282.75)
 ONE_STEP_OFF_SYNC = (749.0, 321.0, 88.0, 286.0)  # 16 GPUs colocated: step, gen, old_log_prob, update_actor
 ONE_STEP_OFF = (4, 520.0)  # rollout GPUs, step seconds (trainer 12)
 
@@ -198,6 +211,8 @@ TRANSFERS = {
     **{f"fully-async-64:64-staleness-{st:g}": (128, dict(mode="fully-async", rollout_gpus=64, staleness=st,
                                                          partial_rollout=True, updates_per_sync=4), real)
        for st, real in STALENESS_ABLATION.items()},
+    "30b-fully-async-96:32": (128, dict(mode="fully-async", rollout_gpus=FULLY_ASYNC_30B[0], staleness=0.5,
+                                        partial_rollout=True, updates_per_sync=4), FULLY_ASYNC_30B[1]),
 }
 RANGE_MISSED = {
     "colocated-32": "790 s published, range 427-552 s: the run scaled superlinearly to 64 GPUs (MISSED)",
@@ -219,19 +234,23 @@ RANGE_MISSED = {
 def transfer_ranges(tmp_path_factory):
     from polytrace.calibrate.files import calibrate_from_stage_times, estimate_calibrated
 
-    def calibrate(gpus, times, **config):
+    def calibrate(gpus, times, model=MODEL, **config):
         out = tmp_path_factory.mktemp("transfer") / "cal.json"
-        text = ",".join(f"{k}={v}" for k, v in zip(("step", "gen", "old_log_prob", "update_actor"), times))
-        calibrate_from_stage_times(text, out, model=MODEL, gpu=GPU, gpus=gpus, profile=PROFILE, **config)
+        if not isinstance(times, dict):
+            times = dict(zip(("step", "gen", "old_log_prob", "update_actor"), times))
+        text = ",".join(f"{k}={v}" for k, v in times.items())
+        calibrate_from_stage_times(text, out, model=model, gpu=GPU, gpus=gpus, profile=PROFILE, **config)
         return out
 
     config_1off = {**CONFIG_7B, "max_response_len": 20480}
     cals = {"fully": calibrate(CALIBRATE_ON, FULLY_ASYNC_SYNC[CALIBRATE_ON], **CONFIG_7B),
-            "1off": calibrate(16, ONE_STEP_OFF_SYNC, **config_1off)}
+            "1off": calibrate(16, ONE_STEP_OFF_SYNC, **config_1off),
+            "30b": calibrate(128, SYNC_30B, model=MODEL_30B, **CONFIG_30B)}
     out = {}
     for name, (gpus, kw, real) in TRANSFERS.items():
-        which, config = ("1off", config_1off) if name.startswith("one-step") else ("fully", CONFIG_7B)
-        res = estimate_calibrated(cals[which], PROFILE, MODEL, GPU, gpus, steps=range(2), **kw, **config)
+        which, model, config = (("1off", MODEL, config_1off) if name.startswith("one-step") else
+                                ("30b", MODEL_30B, CONFIG_30B) if name.startswith("30b") else ("fully", MODEL, CONFIG_7B))
+        res = estimate_calibrated(cals[which], PROFILE, model, GPU, gpus, steps=range(2), **kw, **config)
         out[name] = (res["range"]["step_s"], res["summary"]["mean_step_s"], real)
     return out
 
@@ -248,8 +267,8 @@ def test_transfer_range_contains_the_published_step(transfer_ranges, name):
     assert lo <= real <= hi, (lo, real, hi)
 
 
-@pytest.mark.xfail(strict=True, reason="5 of 9 (56%) published configurations inside their transfer range "
-                   "(goal 80%; 4 of 6 before the staleness ablation joined them): RANGE_MISSED")
+@pytest.mark.xfail(strict=True, reason="6 of 10 (60%) published configurations inside their transfer range "
+                   "(goal 80%; 4 of 6 before the staleness ablation and the 30B run joined them): RANGE_MISSED")
 def test_transfer_ranges_contain_the_published_step_in_80pct(transfer_ranges):
     inside = [n for n, ((lo, hi), _p, real) in transfer_ranges.items() if lo <= real <= hi]
     assert len(inside) >= 0.8 * len(transfer_ranges), inside
