@@ -232,6 +232,29 @@ def test_calibrate_stage_times_and_impact_take_stated_lengths(tmp_path, capsys):
     assert rc == 2 and "--lengths applies to --stage-times" in err
 
 
+def test_calibrate_stage_times_takes_a_megatron_layout_and_a_framework(tmp_path, capsys):
+    """The averages of a Megatron MoE run under NeMo RL: its layout reaches the calibration (the
+    EP flags once asked for a --strategy calibrate did not have) and the framework's colocated
+    switch is priced instead of falling to the fitted constants; a log refuses both."""
+    base = ["calibrate", "--stage-times", "gen=300,old_log_prob=20,ref=20,update_actor=60,step=420",
+            "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "32", "--strategy", "megatron", "--train-ep", "8",
+            "--train-tp", "2", "--rollout-tp", "2", "--lengths", "mean=3050,total=4096,prompt=150",
+            "--responses-per-step", "2048", "--n", "32", "--json"]
+    docs = {}
+    for fw in ("verl", "nemo-rl"):
+        rc, out, err = _run(capsys, base + ["--framework", fw, "-o", str(tmp_path / f"{fw}.json")])
+        assert rc == 0, err
+        docs[fw] = json.loads(out)
+    c = docs["nemo-rl"]["config"]
+    assert (c["strategy"], c["train_tp"], c["train_ep"], c["rollout_tp"]) == ("megatron", 2, 8, 2)
+    assert c["engine_weights_offload"] and c["switch_offload"] and not docs["verl"]["config"]["switch_offload"]
+    # the same generation average, part of it now the switch's priced traffic: less left to the deviation
+    assert docs["nemo-rl"]["scalars"]["rollout_slowdown"] < docs["verl"]["scalars"]["rollout_slowdown"]
+    for flag in (["--strategy", "megatron"], ["--train-tp", "2"], ["--framework", "nemo-rl"]):
+        rc, out, err = _run(capsys, ["calibrate", "x.log", *flag, "-o", str(tmp_path / "y.json")])
+        assert rc == 2 and f"{flag[0]} applies to --stage-times" in err
+
+
 # ----------------------------------------------------------------------------- layouts priced
 MOE = dict(results_root="/nonexistent", steps=[0], prompts=32, strategy="megatron")
 

@@ -77,6 +77,15 @@ def register(sub) -> None:
                    help="with --stage-times: the run offloaded the actor's parameters between stages")
     c.add_argument("--optimizer-offload", action="store_true",
                    help="with --stage-times: the run offloaded the actor's optimizer state between updates")
+    c.add_argument("--strategy", choices=("fsdp", "megatron"), default=None,
+                   help="with --stage-times: the trainer's parallelism, fsdp (default) or megatron (with "
+                   "--train-tp / --train-pp / --train-ep / --train-cp)")
+    c.add_argument("--train-tp", type=_pos_int, default=1, help="with --stage-times: Megatron tensor parallelism")
+    c.add_argument("--train-pp", type=_pos_int, default=1, help="with --stage-times: Megatron pipeline parallelism")
+    c.add_argument("--framework", choices=("verl", "nemo-rl"), default=None,
+                   help="with --stage-times: the framework the averages come from (default verl); nemo-rl prices "
+                   "its colocated switch (engine weights and optimizer state offloaded around the refit) instead "
+                   "of leaving it to the fitted constants (polytrace/compose/frameworks.py)")
     from .compose_cmds import add_stated_run_flags
 
     add_stated_run_flags(c, prefix="with --stage-times: ")
@@ -218,8 +227,12 @@ def _calibrate(args) -> int:
         kw = dict(prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
                   max_response_len=args.max_response_len, rollout_tp=args.rollout_tp,
                   ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
-                  optimizer_offload=args.optimizer_offload, **stated_kw)
+                  optimizer_offload=args.optimizer_offload, strategy=args.strategy or "fsdp", train_tp=args.train_tp,
+                  train_pp=args.train_pp, **stated_kw)
         kw.update(estimate_settings(args, kw))  # --set: checked against these flags
+        from ..compose.frameworks import apply_framework
+
+        apply_framework(args.framework or "verl", "sync", kw, {})  # the averages are a colocated run's
         doc = calibrate_from_stage_times(
             args.stage_times, args.out, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=profile,
             algorithm=args.algo, use_ref=not args.no_ref, **kw)
@@ -230,8 +243,10 @@ def _calibrate(args) -> int:
                                       ("--param-offload", args.param_offload),
                                       ("--optimizer-offload", args.optimizer_offload), ("--lengths", args.lengths),
                                       ("--responses-per-step", args.responses_per_step),
-                                      ("--train-batch", args.train_batch)) if v]
-        given += [flag for flag, v in (("--train-ep", args.train_ep), ("--train-cp", args.train_cp),
+                                      ("--train-batch", args.train_batch), ("--framework", args.framework),
+                                      ("--strategy", args.strategy)) if v]
+        given += [flag for flag, v in (("--train-tp", args.train_tp), ("--train-pp", args.train_pp),
+                                       ("--train-ep", args.train_ep), ("--train-cp", args.train_cp),
                                        ("--train-vpp", args.train_vpp), ("--rollout-ep", args.rollout_ep)) if v != 1]
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
