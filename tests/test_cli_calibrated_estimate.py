@@ -97,3 +97,12 @@ def test_longer_sequences_than_the_runs_budget_take_the_default_budget(cal, tmp_
     assert res["config"]["micro_batch_tokens"] >= doc["config"]["max_prompt_len"] + longer
     assert any(d.startswith("--micro-batch-tokens auto (the calibrated run's 12000")
                for d in res["calibration"]["differs_from_run"])
+
+
+def test_a_hand_edited_stated_profile_is_a_one_line_error(cal, tmp_path, capsys):
+    doc = json.loads(cal.read_text())
+    doc["source"]["profile"] = "dapo-math-32b@mean=abc"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    code, _, err = _estimate(capsys, "--calibration", str(bad), "--step", "0")
+    assert code == 2 and str(bad) in err and "source.profile" in err and len(err.strip().splitlines()) == 1

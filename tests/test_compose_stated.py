@@ -253,6 +253,15 @@ def test_calibrate_stage_times_takes_a_megatron_layout_and_a_framework(tmp_path,
     for flag in (["--strategy", "megatron"], ["--train-tp", "2"], ["--framework", "nemo-rl"]):
         rc, out, err = _run(capsys, ["calibrate", "x.log", *flag, "-o", str(tmp_path / "y.json")])
         assert rc == 2 and f"{flag[0]} applies to --stage-times" in err
+    # estimating with the file prices the calibrated run: its layout and its framework's switch
+    rc, out, err = _run(capsys, ["estimate", "--calibration", str(tmp_path / "nemo-rl.json"), "--step", "0", "--json"])
+    assert rc == 0, err
+    est = json.loads(out)
+    assert (est["config"]["train_ep"], est["config"]["train_tp"]) == (8, 2) and est["framework"] == "nemo-rl"
+    assert est["config"]["switch_offload"] and est["calibration"]["differs_from_run"] == []
+    rc, out, err = _run(capsys, ["estimate", "--calibration", str(tmp_path / "nemo-rl.json"), "--step", "0",
+                                 "--framework", "verl", "--json"])
+    assert rc == 0 and "--framework verl (the calibrated run: nemo-rl)" in err
 
 
 # ----------------------------------------------------------------------------- layouts priced

@@ -19,6 +19,9 @@ FIELDS = {
     "lora_rank": ("lora_rank", int), "param_offload": ("param_offload", bool),
     "optimizer_offload": ("optimizer_offload", bool), "micro_batch_tokens": ("micro_batch_tokens", int),
     "mem_fraction": ("mem_fraction", float),
+    # the MoE and long-context layouts (a calibrated EP 8 run is not re-priced at EP 1)
+    "train_ep": ("train_ep", int), "train_cp": ("train_cp", int), "train_vpp": ("train_vpp", int),
+    "rollout_ep": ("rollout_ep", int),
 }
 FLAG = {"no_ref": "--no-ref", "algo": "--algo"}
 
@@ -53,11 +56,29 @@ def run_defaults(doc: dict) -> dict:
         if not _valid(dest, convert, value):
             raise PolytraceError(f"--calibration {where}: config.{key} is {value!r}")
         out[dest] = convert(value)
+    # the framework whose colocated switch the calibration priced (compose/frameworks.py): its
+    # scalars were fitted with that traffic taken out, so the estimate prices it too
+    switch = [config.get(k) for k in ("engine_weights_offload", "switch_offload")]
+    if any(v is not None and not isinstance(v, bool) for v in switch):
+        raise PolytraceError(f"--calibration {where}: config.engine_weights_offload / switch_offload are {switch!r}")
+    if any(v is not None for v in switch):
+        out["framework"] = "nemo-rl" if all(switch) else "verl"
     if doc.get("mode"):
         out["mode"] = doc["mode"]
     profile = (doc.get("source") or {}).get("profile")
     if isinstance(profile, str):
-        out["profile"] = profile
+        # lengths stated by their averages (``--lengths``) are recorded as "shape@mean=...": the
+        # shape is the profile and the rest the --lengths that rebuilds them
+        shape, at, stated = profile.partition("@")
+        out["profile"] = shape
+        if at:
+            from ..profiles.stated import parse_lengths
+
+            try:
+                parse_lengths(stated)
+            except PolytraceError as exc:
+                raise PolytraceError(f"--calibration {where}: source.profile {profile[:120]!r}: {exc}") from None
+            out["lengths"] = stated
     return out
 
 
