@@ -208,6 +208,18 @@ def test_a_megatron_runs_offload_is_its_own_key(tmp_path, key):
     assert not [n for n in notes if "fsdp_config" in n], notes
 
 
+def test_an_offload_switch_the_runs_trainer_does_not_read_is_refused(tmp_path):
+    from polytrace.calibrate.settings import given_settings
+
+    fsdp_log = read_log(model_log(tmp_path / "fsdp.log", SETTINGS, steps=3, **SMALL_BATCH))
+    with pytest.raises(SettingError, match="actor strategy is fsdp, whose workers read .*fsdp_config.param_offload"):
+        given_settings(fsdp_log, Overrides(settings={MEG_ACT_OFF: True}))
+    meg_log = read_log(model_log(tmp_path / "meg.log", MEGATRON, steps=3, **SMALL_BATCH))
+    with pytest.raises(SettingError, match="actor strategy is megatron"):
+        given_settings(meg_log, Overrides(settings={ACT_OFF: True}))
+    assert given_settings(meg_log, Overrides(settings={MEG_ACT_OFF: True})).config[MEG_ACT_OFF] is True
+
+
 def test_one_offload_switch_under_two_names_is_refused():
     with pytest.raises(SettingError, match="name one switch"):
         parse_settings([f"{ACT_OFF}=true", f"{MEG_ACT_OFF}=true"])

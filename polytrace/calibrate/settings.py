@@ -255,6 +255,15 @@ def given_settings(log, overrides):
     if not given:
         return log
     _check_consistent(given)
+    # an offload switch under the other trainer's name would be read by nothing
+    strategy = str(log.config.get(f"{_A}.strategy") or "fsdp")
+    strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
+    other = "fsdp" if strategy == "megatron" else "megatron"
+    for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"), ("ref", "param_offload")):
+        wrong = offload_key(other, role, what)
+        if wrong in given:
+            raise SettingError(f"--set {wrong}: this run's actor strategy is {strategy}, whose workers read "
+                               f"{offload_key(strategy, role, what)}")
     check_flags(given, {k: (flag, getattr(overrides, attr, None)) for k, (flag, attr) in LOG_FLAGS.items()})
     return with_settings(log, given)
 
