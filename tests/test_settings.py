@@ -3,6 +3,7 @@ of settings a log leaves unstated from its calibration window."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -218,6 +219,19 @@ def test_an_offload_switch_the_runs_trainer_does_not_read_is_refused(tmp_path):
     with pytest.raises(SettingError, match="actor strategy is megatron"):
         given_settings(meg_log, Overrides(settings={ACT_OFF: True}))
     assert given_settings(meg_log, Overrides(settings={MEG_ACT_OFF: True})).config[MEG_ACT_OFF] is True
+
+
+@pytest.mark.parametrize("strategy, key, code", [("fsdp", MEG_ACT_OFF, 2), ("megatron", ACT_OFF, 2),
+                                                 ("megatron", MEG_ACT_OFF, 0), ("fsdp", ACT_OFF, 0)])
+def test_estimate_takes_the_offload_key_of_its_strategy(capsys, strategy, key, code):
+    argv = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--step", "0", "--strategy", strategy,
+            "--set", f"{key}=true", "--json"]
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    if code:
+        assert f"this run's actor strategy is {strategy}" in err
+    else:
+        assert json.loads(out)["config"]["param_offload"] is True
 
 
 def test_one_offload_switch_under_two_names_is_refused():

@@ -207,6 +207,18 @@ def offload_key(strategy: str, role: str, what: str) -> str:
     return f"actor_rollout_ref.{role}.{'megatron' if strategy == 'megatron' else 'fsdp_config'}.{what}"
 
 
+def check_offload_keys(given: dict, strategy: str) -> None:
+    """An offload switch under the other trainer's name would be read by nothing: a one-line
+    error naming the key that ``strategy``'s workers read."""
+    strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
+    other = "fsdp" if strategy == "megatron" else "megatron"
+    for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"), ("ref", "param_offload")):
+        wrong = offload_key(other, role, what)
+        if wrong in given:
+            raise SettingError(f"--set {wrong}: this run's actor strategy is {strategy}, whose workers read "
+                               f"{offload_key(strategy, role, what)}")
+
+
 def _check_consistent(given: dict) -> None:
     for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"), ("ref", "param_offload")):
         fsdp, meg = offload_key("fsdp", role, what), offload_key("megatron", role, what)
@@ -255,15 +267,7 @@ def given_settings(log, overrides):
     if not given:
         return log
     _check_consistent(given)
-    # an offload switch under the other trainer's name would be read by nothing
-    strategy = str(log.config.get(f"{_A}.strategy") or "fsdp")
-    strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
-    other = "fsdp" if strategy == "megatron" else "megatron"
-    for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"), ("ref", "param_offload")):
-        wrong = offload_key(other, role, what)
-        if wrong in given:
-            raise SettingError(f"--set {wrong}: this run's actor strategy is {strategy}, whose workers read "
-                               f"{offload_key(strategy, role, what)}")
+    check_offload_keys(given, str(log.config.get(f"{_A}.strategy") or "fsdp"))
     check_flags(given, {k: (flag, getattr(overrides, attr, None)) for k, (flag, attr) in LOG_FLAGS.items()})
     return with_settings(log, given)
 

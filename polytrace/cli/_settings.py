@@ -33,11 +33,12 @@ def estimate_settings(args, kw: dict) -> dict:
     """The ``estimate`` arguments ``--set`` changes (``kw``: those the flags give), with
     ``run_fields`` for the settings that have no flag; a ``--set`` against a flag given with
     another value is a usage error."""
-    from ..calibrate.settings import SettingError, estimate_arguments
+    from ..calibrate.settings import SettingError, check_offload_keys, estimate_arguments
 
     given = parsed_settings(args)
     if not given:
         return {}
+    check_offload_keys(given, kw.get("strategy") or "fsdp")
     kwargs, fields = estimate_arguments(given)
     for name, value in kwargs.items():
         flag, default = _ESTIMATE_FLAGS.get(name, (None, None))
