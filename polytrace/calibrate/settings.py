@@ -45,6 +45,23 @@ class Setting:
 
 _A, _R, _F, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref", "critic"
 
+# (role, switch, what it prices, the estimate argument or RunConfig field it sets)
+_OFFLOAD_SWITCHES = (
+    ("actor", "param_offload", "the actor's parameters wait in CPU memory and cross PCIe around each actor stage",
+     "param_offload"),
+    ("actor", "optimizer_offload", "the optimizer state waits in CPU memory and crosses PCIe around each update",
+     "optimizer_offload"),
+    ("ref", "param_offload", "the reference model's weights reload over PCIe for each reference pass",
+     "run:ref_offload"),
+)
+
+
+def offload_key(strategy: str, role: str, what: str) -> str:
+    """verl's key of an offload switch for the trainer ``strategy`` ("fsdp" or "megatron"):
+    ``actor_rollout_ref.{role}.fsdp_config.{what}`` or ``actor_rollout_ref.{role}.megatron.{what}``."""
+    return f"actor_rollout_ref.{role}.{'megatron' if strategy == 'megatron' else 'fsdp_config'}.{what}"
+
+
 REGISTRY: dict[str, Setting] = {s.key: s for s in (
     Setting("actor_rollout_ref.model.use_remove_padding", "bool", False,
             "trainer passes run on the sequences' own tokens (on) or on every sequence padded to max prompt + "
@@ -78,25 +95,10 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
             estimate="max_response_len"),
     Setting(f"{_A}.ppo_mini_batch_size", "int", 256, "prompts per optimizer step", estimate="ppo_mini_batch"),
     Setting(f"{_A}.ppo_epochs", "int", 1, "passes of the update over the batch", hi=1000),
-    Setting(f"{_A}.fsdp_config.param_offload", "bool", False,
-            "the actor's parameters wait in CPU memory and cross PCIe around each actor stage",
-            estimate="param_offload", cost_2x=True),
-    Setting(f"{_A}.fsdp_config.optimizer_offload", "bool", False,
-            "the Adam moments wait in CPU memory and cross PCIe around each update",
-            estimate="optimizer_offload", cost_2x=True),
-    Setting(f"{_F}.fsdp_config.param_offload", "bool", False,
-            "the reference model's weights reload over PCIe for each reference pass", estimate="run:ref_offload",
-            cost_2x=True),
-    # the same three under verl's Megatron workers (actor_rollout_ref.actor.strategy=megatron)
-    Setting(f"{_A}.megatron.param_offload", "bool", False,
-            "Megatron actor: the parameters wait in CPU memory and cross PCIe around each actor stage",
-            estimate="param_offload", cost_2x=True),
-    Setting(f"{_A}.megatron.optimizer_offload", "bool", False,
-            "Megatron actor: the optimizer state waits in CPU memory and crosses PCIe around each update",
-            estimate="optimizer_offload", cost_2x=True),
-    Setting(f"{_F}.megatron.param_offload", "bool", False,
-            "Megatron reference: its weights reload over PCIe for each reference pass", estimate="run:ref_offload",
-            cost_2x=True),
+    # the offload switches, under the FSDP workers' fsdp_config and under verl's Megatron workers
+    # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
+    *(Setting(offload_key(trainer, role, what), "bool", False, effect, estimate=target, cost_2x=True)
+      for trainer in ("fsdp", "megatron") for role, what, effect, target in _OFFLOAD_SWITCHES),
     Setting(f"{_A}.use_dynamic_bsz", "bool", False,
             "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
@@ -201,18 +203,12 @@ def parse_settings(items) -> dict:
     return out
 
 
-def offload_key(strategy: str, role: str, what: str) -> str:
-    """verl's key of an offload switch for the trainer ``strategy`` ("fsdp" or "megatron"):
-    ``actor_rollout_ref.{role}.fsdp_config.{what}`` or ``actor_rollout_ref.{role}.megatron.{what}``."""
-    return f"actor_rollout_ref.{role}.{'megatron' if strategy == 'megatron' else 'fsdp_config'}.{what}"
-
-
 def check_offload_keys(given: dict, strategy: str) -> None:
     """An offload switch under the other trainer's name would be read by nothing: a one-line
     error naming the key that ``strategy``'s workers read."""
     strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
     other = "fsdp" if strategy == "megatron" else "megatron"
-    for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"), ("ref", "param_offload")):
+    for role, what, _effect, _target in _OFFLOAD_SWITCHES:
         wrong = offload_key(other, role, what)
         if wrong in given:
             raise SettingError(f"--set {wrong}: this run's actor strategy is {strategy}, whose workers read "
@@ -220,7 +216,7 @@ def check_offload_keys(given: dict, strategy: str) -> None:
 
 
 def _check_consistent(given: dict) -> None:
-    for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"), ("ref", "param_offload")):
+    for role, what, _effect, _target in _OFFLOAD_SWITCHES:
         fsdp, meg = offload_key("fsdp", role, what), offload_key("megatron", role, what)
         if fsdp in given and meg in given:
             raise SettingError(f"--set {fsdp} and --set {meg} name one switch (verl reads the one of the run's "
