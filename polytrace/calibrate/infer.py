@@ -32,7 +32,7 @@ import numpy as np
 from ..compose.rollout import kv_capacity_tokens, kv_slots
 from ..compose.stages import GROUPS, TRAIN_STAGES
 from ..errors import PolytraceError
-from .settings import REGISTRY, offload_key, stated
+from .settings import OFFLOAD_SWITCHES, REGISTRY, offload_key, stated
 
 ROOFLINE_FLOOR = 0.45
 CONSTANT_SHARE_MAX = 0.6
@@ -54,8 +54,7 @@ _STAGES = {"actor_rollout_ref.model.use_remove_padding": TRAIN_STAGES,
            f"{_A}.fsdp_config.optimizer_offload": ("update_actor",),
            "actor_rollout_ref.ref.fsdp_config.param_offload": ("ref",)}
 _STAGES.update({offload_key("megatron", role, what): _STAGES[offload_key("fsdp", role, what)]
-                for role, what in (("actor", "param_offload"), ("actor", "optimizer_offload"),
-                                   ("ref", "param_offload"))})
+                for role, what, _effect, _target in OFFLOAD_SWITCHES})
 
 
 def _strategy_key(log, key: str) -> str:

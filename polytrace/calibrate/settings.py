@@ -46,7 +46,7 @@ class Setting:
 _A, _R, _F, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref", "critic"
 
 # (role, switch, what it prices, the estimate argument or RunConfig field it sets)
-_OFFLOAD_SWITCHES = (
+OFFLOAD_SWITCHES = (
     ("actor", "param_offload", "the actor's parameters wait in CPU memory and cross PCIe around each actor stage",
      "param_offload"),
     ("actor", "optimizer_offload", "the optimizer state waits in CPU memory and crosses PCIe around each update",
@@ -98,7 +98,7 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     # the offload switches, under the FSDP workers' fsdp_config and under verl's Megatron workers
     # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
     *(Setting(offload_key(trainer, role, what), "bool", False, effect, estimate=target, cost_2x=True)
-      for trainer in ("fsdp", "megatron") for role, what, effect, target in _OFFLOAD_SWITCHES),
+      for trainer in ("fsdp", "megatron") for role, what, effect, target in OFFLOAD_SWITCHES),
     Setting(f"{_A}.use_dynamic_bsz", "bool", False,
             "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
@@ -208,7 +208,7 @@ def check_offload_keys(given: dict, strategy: str) -> None:
     error naming the key that ``strategy``'s workers read."""
     strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
     other = "fsdp" if strategy == "megatron" else "megatron"
-    for role, what, _effect, _target in _OFFLOAD_SWITCHES:
+    for role, what, _effect, _target in OFFLOAD_SWITCHES:
         wrong = offload_key(other, role, what)
         if wrong in given:
             raise SettingError(f"--set {wrong}: this run's actor strategy is {strategy}, whose workers read "
@@ -216,7 +216,7 @@ def check_offload_keys(given: dict, strategy: str) -> None:
 
 
 def _check_consistent(given: dict) -> None:
-    for role, what, _effect, _target in _OFFLOAD_SWITCHES:
+    for role, what, _effect, _target in OFFLOAD_SWITCHES:
         fsdp, meg = offload_key("fsdp", role, what), offload_key("megatron", role, what)
         if fsdp in given and meg in given:
             raise SettingError(f"--set {fsdp} and --set {meg} name one switch (verl reads the one of the run's "

@@ -230,10 +230,10 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
         detail.update(trainer_wait_for_samples_s=pipe.trainer_wait_s, trainer_wait_for_drain_s=pipe.sync_wait_s)
     stages["gen"] = gen
     R, T = rc.n_gpus, tc.n_gpus
-    stalled = T if (mode == "one-step-off" and in_flight) else R + T  # who stops for the sync
-    rollout_idle = max(0.0, step - (0.0 if stalled == T else w) - rollout_busy)
+    rollout_stops = not (mode == "one-step-off" and in_flight)  # for the sync (in-flight: only the trainer)
+    rollout_idle = max(0.0, step - (w if rollout_stops else 0.0) - rollout_busy)
     idle = {
-        "weight_sync_gpu_s": w * stalled,
+        "weight_sync_gpu_s": w * (R + T if rollout_stops else T),
         "rollout_waiting_for_trainer_gpu_s": rollout_idle * R,
         "trainer_waiting_for_rollout_gpu_s": trainer_wait * T,
         "trainer_ranks_waiting_for_slowest_gpu_s": trainer.train_imbalance_gpu_s,
