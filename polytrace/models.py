@@ -89,6 +89,20 @@ class ModelSpec:
         return self.layers * self.attn_params_per_layer + mlp
 
     @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (DeepSeek-V3: 58 of 61, its first three dense)."""
+        return self.layers - min(self.dense_layers, self.layers) if self.experts else 0
+
+    @property
+    def expert_tensor_count(self) -> int:
+        """The routed experts' tensors in the Hugging Face checkpoint: gate, up and down of every
+        expert of every MoE layer, each stored apart (Qwen3-30B-A3B: 18,432; DeepSeek-V3: 44,544
+        of the 45,395 tensors NeMo RL counts per vLLM rank in a refit,
+        ``docs/design-docs/checkpoint-engines.md`` at NVIDIA-NeMo/RL 7ea279ab). A refit hands
+        them to the engine one by one, whatever their size (``compose/refit.py``)."""
+        return 3 * self.experts * self.moe_layers
+
+    @property
     def params_total(self) -> int:
         body = self._body_params(False)
         head = 0 if self.tied_embeddings else self.lm_head_params

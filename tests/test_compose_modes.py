@@ -77,8 +77,10 @@ def test_a_pipelined_sync_takes_the_longer_of_gather_and_broadcast():
     m, g = get_model("qwen3-30b-a3b"), get_gpu("h100")
     serial = weight_sync_seconds(m, g, 16, 16, 2)
     piped = weight_sync_seconds(m, g, 16, 16, 2, pipelined=True)
-    assert serial["total"] == pytest.approx(serial["gather"] + serial["broadcast"] + serial["load"])
-    assert piped["total"] == pytest.approx(max(piped["gather"], piped["broadcast"]) + piped["load"])
+    host = serial["tensors"]
+    assert host == pytest.approx(18_432 * 5e-4) and piped["tensors"] == host  # per expert tensor, never overlapped
+    assert serial["total"] == pytest.approx(serial["gather"] + serial["broadcast"] + serial["load"] + host)
+    assert piped["total"] == pytest.approx(max(piped["gather"], piped["broadcast"]) + piped["load"] + host)
     assert piped["gather"] == serial["gather"] and piped["total"] < serial["total"]
     res = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, pipelined_sync=True, **SMALL)
     assert res["summary"]["mode"]["weight_sync"]["pipelined"] is True
@@ -221,6 +223,17 @@ def test_json_keeps_summary_keys_and_compare_prints_three_modes(capsys):
     assert main(base + ["--mode", "fully-async", "--rollout-gpus", "4", "--no-partial-rollout"]) == 0
     out = capsys.readouterr().out
     assert "partial rollout off" in out and "weight sync" in out and "GPU time per step by cause" in out
+
+
+def test_the_text_names_a_moe_syncs_expert_tensors_and_a_dense_one_has_none(capsys):
+    base = ["estimate", "--gpu", "h100", "--gpus", "16", "--profile", "search-r1-7b", "--prompts", "8",
+            "--mode", "one-step-off"]
+    assert main(base + ["--model", "qwen3-30b-a3b"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("weight sync"))
+    assert line.endswith(f"+ {18_432 * 5e-4:.2f} s of expert tensors"), line
+    assert main(base + ["--model", "qwen2.5-7b"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("weight sync"))
+    assert "expert tensors" not in line and line.endswith("GB)"), line
 
 
 def test_a_single_gpu_cannot_be_split(capsys):

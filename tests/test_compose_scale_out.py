@@ -83,8 +83,10 @@ def test_megatron_refit_from_bytes_and_link_rates():
     assert got["pipeline"] == pytest.approx((dense / 2 + experts / 16) * 7 / 8 / nic, rel=1e-9)
     assert got["gather"] == pytest.approx(dense / 2 / nvlink + experts * 15 / 16 / ring8, rel=1e-9)
     assert got["stage"] == pytest.approx(2 * (total + total / 16) / (3.35e12 * eff.elementwise_hbm), rel=1e-9)
-    assert got["total"] == pytest.approx(got["pipeline"] + got["gather"] + got["stage"], rel=1e-12)
-    assert got["bytes"] == total and 2.0 < got["total"] < 4.0
+    # the 36,096 routed-expert tensors (94 MoE layers x 128 experts x gate/up/down), one at a time
+    assert got["tensors"] == pytest.approx(94 * 128 * 3 * eff.refit_s_per_expert_tensor, rel=1e-12)
+    assert got["total"] == pytest.approx(got["pipeline"] + got["gather"] + got["stage"] + got["tensors"], rel=1e-12)
+    assert got["bytes"] == total and 2.0 < got["total"] - got["tensors"] < 4.0
     # what a GPU receives is the model less its share: the same on twice the GPUs (more data
     # parallelism, the same TP / PP / EP)
     assert colocated_refit_seconds(m, H100, 256, 16, strategy="megatron", train_tp=2, train_pp=8,
@@ -123,16 +125,21 @@ def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
     cfg = build_config(prof, "qwen3-30b-a3b", "h100", 16, rollout_tp=2, strategy="megatron", train_pp=2,
                        train_ep=8, n=8, responses_per_step=64, train_batch=64)
     p, r = np.full(64, 150), np.full(64, 900)
-    refit = colocated_refit_seconds(cfg.model, cfg.gpu, 16, 2, strategy="megatron", train_tp=1, train_pp=2,
-                                    train_ep=8)["total"]
+    got = colocated_refit_seconds(cfg.model, cfg.gpu, 16, 2, strategy="megatron", train_tp=1, train_pp=2,
+                                  train_ep=8)
+    refit, host = got["total"], got["tensors"]
     costs = stage_costs(cfg, p, r)
     priced = [x for x in costs.parts if x.source == "roofline (refit)"]
     assert len(priced) == 1 and priced[0].stage == "gen" and priced[0].family == "comm"
-    assert priced[0].seconds == pytest.approx(refit, rel=1e-12) and refit > 0.1
+    assert priced[0].seconds == pytest.approx(refit - host, rel=1e-12) and refit - host > 0.1
+    # the expert tensors' host work: its own part, labelled with the count and the price
+    handed = [x for x in costs.parts if x.source.startswith("host (refit: 18432 expert tensors")]
+    assert len(handed) == 1 and handed[0].stage == "gen" and handed[0].seconds == pytest.approx(host, rel=1e-12)
+    assert host == pytest.approx(18_432 * 5e-4)
     assert costs.details["refit"]["total"] == pytest.approx(refit, rel=1e-12)
-    assert not any(x.source == "roofline (refit)" for x in stage_costs(cfg, p, r, rollout=False).parts)
+    assert not any("refit" in x.source for x in stage_costs(cfg, p, r, rollout=False).parts)
     cfg.colocated = False
-    assert not any(x.source == "roofline (refit)" for x in stage_costs(cfg, p, r).parts)
+    assert not any("refit" in x.source for x in stage_costs(cfg, p, r).parts)
 
 
 def test_the_pipeline_bubble_stretches_a_stages_exposed_collectives_too():

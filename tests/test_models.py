@@ -60,6 +60,24 @@ def test_mla_caches_the_latent_not_heads():
     assert read.params_total == m.params_total and read.kv_bytes_per_token() == m.kv_bytes_per_token()
 
 
+@pytest.mark.parametrize("name, moe_layers, tensors", [
+    # DeepSeek-V3: 58 of its 61 layers routed (first_k_dense_replace 3), 256 experts; NeMo RL counts
+    # 45,395 tensors per vLLM rank in its refit (docs/design-docs/checkpoint-engines.md, 7ea279ab):
+    # these 44,544, 58 x (router, its bias, 3 shared-expert, 7 MLA, 2 norm tensors), 3 dense layers
+    # x 12 and the embedding, final norm and head
+    ("deepseek-v3", 58, 44_544), ("qwen3-30b-a3b", 48, 18_432), ("qwen3-235b-a22b", 94, 36_096),
+    ("qwen2.5-7b", 0, 0),
+])
+def test_expert_tensors_are_counted_over_the_routed_layers_only(name, moe_layers, tensors):
+    m = get_model(name)
+    assert m.moe_layers == moe_layers and m.expert_tensor_count == tensors
+    if name == "deepseek-v3":
+        assert tensors + 58 * (2 + 3 + 7 + 2) + 3 * 12 + 3 == 45_395
+    from polytrace.compose.parallel import expert_params
+
+    assert expert_params(m) == tensors * m.hidden * m.moe_intermediate
+
+
 def test_moe_active_parameters_are_a_fraction():
     m = get_model("qwen3-30b-a3b")
     assert 2.5e9 < m.params_active < 4e9  # "A3B": about 3B active per token

@@ -70,6 +70,16 @@ class Efficiency:
     # comparison in Python) and advantages, per response: 0.2-0.4 ms in verl runs of 256-5120
     # responses per step.
     reward_s_per_response: float = 3e-4
+    # A refit's host work per routed-expert tensor (Megatron holds a layer's experts in one
+    # grouped tensor; the Hugging Face export and vLLM's ``load_weights`` take them one by one:
+    # a gather, a copy into the hand-off buffer and a Python weight loader each). Measured per
+    # expert tensor, bytes and all: NeMo RL PR #3294 (B200, colocated, MXFP8 rollout) 9.67 s of
+    # transfer and update for Qwen3-30B-A3B's 18,432 (0.52 ms) and 18.40 s for Qwen3-235B-A22B's
+    # 36,096 (0.51 ms); verl's fully-async README (H20, checkpoint engine off) 15.76 and 58.57 s
+    # syncs, 12.4 and 31.9 s past their bytes at our link rates (0.67 and 0.88 ms); NeMo RL's
+    # DeepSeek-V3 NCCL benchmark (BF16, destination-local experts) 14.21 s for 44,544 (0.32 ms).
+    # The median, 0.5 ms. Dense models have a few hundred tensors: their bytes dominate.
+    refit_s_per_expert_tensor: float = 5e-4
     # Memory vLLM keeps for activations and CUDA graphs outside the KV cache, bytes.
     engine_reserve_bytes: float = 2e9
 

@@ -79,10 +79,9 @@ def check_layout(model: ModelSpec, gpus: int, strategy: str, train_tp: int, trai
 
 
 def expert_params(model: ModelSpec) -> float:
-    """Parameters of the routed experts (all MoE layers)."""
-    if not model.experts:
-        return 0.0
-    return float(model.layers * model.experts * 3 * model.hidden * model.moe_intermediate)
+    """Parameters of the routed experts (all MoE layers; DeepSeek-V3's three leading dense layers
+    have none)."""
+    return float(model.expert_tensor_count * model.hidden * model.moe_intermediate)
 
 
 def shard_params(model: ModelSpec, tp: int, pp: int, ep: int = 1) -> float:

@@ -18,11 +18,15 @@ receives are the model's, less the share it already holds):
 - ``gather``: the all-gathers within a stage (the dense weights over TP, the routed experts over
   EP; FSDP: everything over the GPUs), ring collectives at ``GPU.collective_gbps`` of the group;
 - ``stage``: every full tensor copied into the hand-off buffer and the engine copying its
-  ``1 / rollout_tp`` shard into place (HBM, read and write).
+  ``1 / rollout_tp`` shard into place (HBM, read and write);
+- ``tensors``: the host work of handing the routed experts over one tensor at a time
+  (``ModelSpec.expert_tensor_count`` x ``Efficiency.refit_s_per_expert_tensor``, 0.5 ms each from
+  three published measurements): DeepSeek-V3's 44,544 expert tensors take ~22 s whatever their
+  bytes, where its bytes take ~7 s on 256 H100s. Under LoRA only the adapters move: none.
 
 Collectives run at ``Efficiency.comm`` of the link, copies at ``elementwise_hbm`` of HBM. Not
-priced: the per-tensor Python of the export (thousands of tensors) and the engines' sleep and wake,
-host work a calibration's fixed seconds of ``gen`` hold.
+priced here: the engines' sleep and wake (``stages.offload_parts``) and the host work of a dense
+model's few hundred tensors (Qwen2.5-7B: 339; verl syncs its 15 GB in 0.12 s, bytes and all).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from .parallel import BF16, expert_params
 def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp: int, *, strategy: str = "fsdp",
                             train_tp: int = 1, train_pp: int = 1, train_ep: int = 1, lora_rank: int = 0,
                             eff: Efficiency = DEFAULT) -> dict:
-    """Seconds of one colocated refit by part (``pipeline``, ``gather``, ``stage``), their
+    """Seconds of one colocated refit by part (``pipeline``, ``gather``, ``stage``, ``tensors``), their
     ``total`` and the ``bytes`` of the full bf16 model every GPU ends up holding. Under LoRA only
     the adapters move (bf16), sharded like the dense weights."""
     from .training import synced_weight_bytes
@@ -57,8 +61,15 @@ def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp:
         pipeline = 0.0
         gather = total * (n_gpus - 1) / n_gpus / (gpu.collective_gbps(n_gpus) * 1e9 * eff.comm) if n_gpus > 1 else 0.0
     stage = 2.0 * (total + total / max(1, rollout_tp)) / (gpu.ceiling("hbm") * eff.elementwise_hbm)
-    return {"pipeline": pipeline, "gather": gather, "stage": stage, "total": pipeline + gather + stage,
-            "bytes": total}
+    tensors = expert_tensor_seconds(model, lora_rank, eff)
+    return {"pipeline": pipeline, "gather": gather, "stage": stage, "tensors": tensors,
+            "total": pipeline + gather + stage + tensors, "bytes": total}
 
 
-__all__ = ["colocated_refit_seconds"]
+def expert_tensor_seconds(model: ModelSpec, lora_rank: int = 0, eff: Efficiency = DEFAULT) -> float:
+    """Host seconds of a refit's routed-expert tensors, handed over one at a time (none under
+    LoRA: only the adapters move)."""
+    return 0.0 if lora_rank else model.expert_tensor_count * eff.refit_s_per_expert_tensor
+
+
+__all__ = ["colocated_refit_seconds", "expert_tensor_seconds"]

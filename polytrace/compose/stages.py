@@ -255,7 +255,12 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         refit = colocated_refit_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.rollout_tp, strategy=cfg.strategy,
                                         train_tp=cfg.train_tp, train_pp=cfg.train_pp, train_ep=cfg.train_ep,
                                         lora_rank=cfg.lora_rank, eff=eff)
-        parts.append(Part("gen", "comm", "rollout", refit["total"] * pricer.scale("comm"), "roofline (refit)"))
+        moved = refit["total"] - refit["tensors"]
+        parts.append(Part("gen", "comm", "rollout", moved * pricer.scale("comm"), "roofline (refit)"))
+        if refit["tensors"]:  # host work, not a link: no measured collective rate scales it
+            parts.append(Part("gen", "comm", "rollout", refit["tensors"],
+                              f"host (refit: {cfg.model.expert_tensor_count} expert tensors x "
+                              f"{eff.refit_s_per_expert_tensor * 1e3:.2g} ms)"))
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model

@@ -100,7 +100,9 @@ def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpu
       trainer's GPUs: ``(T - 1) / T`` of the bytes over each GPU's link);
     - ``broadcast``: from the trainer to every rollout GPU (a pipelined NCCL broadcast moves the
       bytes once over each link; NVLink when trainer and rollout share one node, else the NICs);
-    - ``load``: each engine GPU copying its ``1 / tp`` shard into place (HBM, read and write).
+    - ``load``: each engine GPU copying its ``1 / tp`` shard into place (HBM, read and write);
+    - ``tensors``: the routed experts handed over one tensor at a time, host work that neither
+      overlaps nor shrinks with the links (``refit.expert_tensor_seconds``).
 
     Under LoRA only the adapters move (bf16). Published for comparison (verl's fully-async
     recipe, H20, Megatron trainer, checkpoint engine on): Qwen2.5-Math-7B 4:4 GPUs 0.02 s,
@@ -110,17 +112,19 @@ def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpu
     NeMo RL's ``packed_broadcast_producer`` does (``nemo_rl/utils/packed_tensor.py``: each pack
     is gathered and broadcast on its own CUDA stream, several buffers in flight), so the two take
     the longer of them, not their sum."""
+    from .refit import expert_tensor_seconds
     from .training import synced_weight_bytes
 
     nbytes = synced_weight_bytes(model, lora_rank)
+    tensors = expert_tensor_seconds(model, lora_rank, eff)
     trainer_link = gpu.link_gbps(train_gpus) * 1e9 * eff.comm
     both_link = gpu.link_gbps(train_gpus + rollout_gpus) * 1e9 * eff.comm
     gather = nbytes * (train_gpus - 1) / train_gpus / trainer_link if train_gpus > 1 else 0.0
     broadcast = nbytes / both_link
     load = 2.0 * nbytes / max(1, rollout_tp) / gpu.ceiling("hbm")
     moved = max(gather, broadcast) if pipelined else gather + broadcast
-    return {"gather": gather, "broadcast": broadcast, "load": load, "total": moved + load, "bytes": nbytes,
-            "pipelined": pipelined}
+    return {"gather": gather, "broadcast": broadcast, "load": load, "tensors": tensors,
+            "total": moved + load + tensors, "bytes": nbytes, "pipelined": pipelined}
 
 
 @dataclass
