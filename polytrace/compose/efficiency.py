@@ -78,7 +78,8 @@ class Efficiency:
     # 36,096 (0.51 ms); verl's fully-async README (H20, checkpoint engine off) 15.76 and 58.57 s
     # syncs, 12.4 and 31.9 s past their bytes at our link rates (0.67 and 0.88 ms); NeMo RL's
     # DeepSeek-V3 NCCL benchmark (BF16, destination-local experts) 14.21 s for 44,544 (0.32 ms).
-    # The median, 0.5 ms. Dense models have a few hundred tensors: their bytes dominate.
+    # The median of the five, 0.52 ms, taken as 0.5. Dense models have a few hundred tensors: their
+    # bytes dominate.
     refit_s_per_expert_tensor: float = 5e-4
     # Memory vLLM keeps for activations and CUDA graphs outside the KV cache, bytes.
     engine_reserve_bytes: float = 2e9
