@@ -38,6 +38,10 @@ class GPU:
     # CPU-GPU link per GPU, GB/s one direction, where it is no PCIe slot (Grace's NVLink-C2C);
     # None: a PCIe slot, which offload copies cross at ``Efficiency.pcie_gbps`` in practice
     host_link_gbps: float | None = None
+    # FP8 tensor cores (Hopper, Ada, Blackwell; AMD CDNA 3 and later). Ampere, CDNA 2 and Ascend
+    # have none: vLLM serves an FP8 checkpoint there weight-only (its Marlin kernels widen each
+    # weight to 16 bits in registers), so the weights' bytes halve and the math stays bf16.
+    has_fp8: bool = True
 
     def link_gbps(self, group_gpus: int) -> float:
         """Per-GPU bandwidth of a collective over ``group_gpus`` GPUs (GB/s): NVLink within one
@@ -59,15 +63,22 @@ class GPU:
         return min(self.interconnect_gbps, self.scaleout_gbps * self.gpus_per_node)
 
     def ceiling(self, kind: str) -> float:
-        """Peak in base units: 'bf16' -> FLOP/s, 'hbm' -> bytes/s. Datasheet figures (the
-        conventional denominator for %-of-peak, as in nvFuser and tritonbench)."""
+        """Peak in base units: 'bf16' / 'fp8' -> FLOP/s, 'hbm' -> bytes/s. Datasheet figures (the
+        conventional denominator for %-of-peak, as in nvFuser and tritonbench). FP8 tensor cores
+        (Hopper, Ada, Blackwell, CDNA 3 and later) run at twice the dense bf16 rate on every
+        datasheet here (H100 SXM 1,979 against 989 TF, MI300X 2,615 against 1,307); a GPU without
+        them has no 'fp8' peak (``has_fp8``)."""
         if kind == "bf16":
             return self.bf16_tflops * 1e12
+        if kind == "fp8":
+            if not self.has_fp8:
+                raise ValueError(f"{self.slug} has no FP8 tensor cores")
+            return 2.0 * self.bf16_tflops * 1e12
         if kind == "hbm":
             return self.hbm_tbps * 1e12
         if kind == "fp32":
             return self.fp32_tflops * 1e12
-        raise ValueError(f"kind must be 'bf16', 'hbm' or 'fp32', got {kind!r}")
+        raise ValueError(f"kind must be 'bf16', 'fp8', 'hbm' or 'fp32', got {kind!r}")
 
 
 SCALEOUT_SOURCE = (
@@ -79,17 +90,17 @@ SCALEOUT_SOURCE = (
 _GPUS = [
     GPU("a100-80g", "NVIDIA A100 80GB SXM", 312.0, 2.039, 80, 300, 19.5,
         "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 2,039 GB/s HBM2e, NVLink 600 GB/s bidirectional",
-        name_patterns=(r"\ba100\b.*\b80\s?gb\b",), scaleout_gbps=25.0),
+        name_patterns=(r"\ba100\b.*\b80\s?gb\b",), scaleout_gbps=25.0, has_fp8=False),
     GPU("a100-40g", "NVIDIA A100 40GB SXM", 312.0, 1.555, 40, 300, 19.5,
         "NVIDIA A100 datasheet (2021): 312 TF bf16 dense, 1,555 GB/s HBM2, NVLink 600 GB/s bidirectional",
-        name_patterns=(r"\ba100\b.*\b40\s?gb\b",), scaleout_gbps=25.0),
+        name_patterns=(r"\ba100\b.*\b40\s?gb\b",), scaleout_gbps=25.0, has_fp8=False),
     GPU("a800", "NVIDIA A800 SXM4 80GB", 312.0, 2.039, 80, 200, 19.5,
         "NVIDIA A800 product brief: A100 80GB compute and memory, NVLink limited to 400 GB/s bidirectional",
-        name_patterns=(r"\ba800\b(?!.*\b(?:pcie|40\s?gb)\b)",), scaleout_gbps=25.0),
+        name_patterns=(r"\ba800\b(?!.*\b(?:pcie|40\s?gb)\b)",), scaleout_gbps=25.0, has_fp8=False),
     GPU("a800-40g", "NVIDIA A800 SXM4 40GB", 312.0, 1.555, 40, 200, 19.5,
         "NVIDIA A800 product brief: A100 40GB compute and memory (312 TF bf16 dense, 1,555 GB/s HBM2), NVLink "
         "limited to 400 GB/s bidirectional",
-        name_patterns=(r"\ba800\b(?!.*\bpcie\b).*\b40\s?gb\b",), scaleout_gbps=25.0),
+        name_patterns=(r"\ba800\b(?!.*\bpcie\b).*\b40\s?gb\b",), scaleout_gbps=25.0, has_fp8=False),
     GPU("h100-sxm", "NVIDIA H100 SXM5 80GB", 989.4, 3.35, 80, 450, 67.0,
         "NVIDIA H100 datasheet (2023): 989 TF bf16 dense, 3.35 TB/s HBM3, NVLink 900 GB/s bidirectional",
         name_patterns=(r"\bh100\b(?!.*\b(?:pcie|nvl)\b)",)),
@@ -150,18 +161,18 @@ _GPUS = [
     GPU("a40", "NVIDIA A40 48GB", 149.7, 0.696, 48, 56, 37.4,
         "NVIDIA A40 datasheet (2020): 149.7 TF bf16 dense (299.4 with sparsity), 696 GB/s GDDR6, NVLink bridge "
         "112.5 GB/s bidirectional (pairs of boards), PCIe Gen4",
-        name_patterns=(r"\ba40\b",), scaleout_gbps=12.5),
+        name_patterns=(r"\ba40\b",), scaleout_gbps=12.5, has_fp8=False),
     GPU("a10", "NVIDIA A10 24GB", 125.0, 0.6, 24, 32, 31.2,
         "NVIDIA A10 datasheet (2021): 125 TF bf16 dense (250 with sparsity), 600 GB/s GDDR6, PCIe Gen4",
-        name_patterns=(r"\ba10\b",), scaleout_gbps=12.5),
+        name_patterns=(r"\ba10\b",), scaleout_gbps=12.5, has_fp8=False),
     GPU("a10g", "NVIDIA A10G 24GB (AWS G5)", 70.0, 0.6, 24, 32, 31.2,
         "AWS EC2 G5 documentation: A10G, 24 GB GDDR6 at 600 GB/s, PCIe Gen4; NVIDIA publishes no A10G "
         "datasheet, so its bf16 tensor rate is an estimate: 70 TF dense (spec databases), not a vendor figure",
-        name_patterns=(r"\ba10g\b",), scaleout_gbps=12.5),
+        name_patterns=(r"\ba10g\b",), scaleout_gbps=12.5, has_fp8=False),
     GPU("rtx-a6000", "NVIDIA RTX A6000 48GB", 154.8, 0.768, 48, 56, 38.7,
         "NVIDIA RTX A6000 datasheet (2020): 309.7 TF tensor with sparsity, halved here to 154.8 dense; 768 GB/s "
         "GDDR6, NVLink bridge 112.5 GB/s bidirectional (pairs of boards)",
-        name_patterns=(r"\brtx\s?a6000\b",), scaleout_gbps=12.5),
+        name_patterns=(r"\brtx\s?a6000\b",), scaleout_gbps=12.5, has_fp8=False),
     GPU("rtx6000-ada", "NVIDIA RTX 6000 Ada Generation 48GB", 364.2, 0.96, 48, 32, 91.1,
         "NVIDIA RTX 6000 Ada datasheet (2022): 1,457 TF FP8 with sparsity; Ada whitepaper: 728.5 TF FP16/bf16 "
         "with sparsity, halved here to 364.2 dense; 960 GB/s GDDR6, PCIe Gen4, no NVLink",
@@ -176,7 +187,7 @@ _GPUS = [
         "AMD Instinct MI250X datasheet (2021): 383 TF bf16 dense, 3.2 TB/s HBM2e, 128 GB per OAM module; the "
         "module is two graphics compute dies that ROCm and torch report as two devices, so a device here is "
         "half: 191.5 TF, 1.6 TB/s, 64 GB; Infinity Fabric 400 GB/s per GCD bidirectional",
-        name_patterns=(r"\bmi250x?\b",), scaleout_gbps=25.0),
+        name_patterns=(r"\bmi250x?\b",), scaleout_gbps=25.0, has_fp8=False),
     GPU("mi355x", "AMD Instinct MI355X 288GB", 2516.6, 8.0, 288, 538, 157.3,
         "AMD Instinct MI355X datasheet (2025): 2.5 PF bf16 dense (5.0 with sparsity), 8 TB/s HBM3E, "
         "Infinity Fabric 1,075 GB/s bidirectional",
@@ -186,13 +197,13 @@ _GPUS = [
         "Huawei Atlas 800T A2 material (no public per-chip datasheet): Ascend 910B 313 TF FP16/bf16 dense "
         "(910B2-class SKU; 910B3 ~280, 910B4 ~256), 64 GB HBM2e at 1.6 TB/s, HCCS 392 GB/s bidirectional "
         "within an 8-NPU node; vendor figures as reported, not measured",
-        name_patterns=(r"\bascend\s?910b\d?\b",), scaleout_gbps=25.0),
+        name_patterns=(r"\bascend\s?910b\d?\b",), scaleout_gbps=25.0, has_fp8=False),
     GPU("ascend-910c", "Huawei Ascend 910C die 64GB", 376.0, 1.6, 64, 196, 94.0,
         "Huawei Atlas 800T A3 / CloudMatrix 384 material (no public per-chip datasheet): an Ascend 910C is "
         "two dies, ~752 TF FP16/bf16 dense, 128 GB HBM at 3.2 TB/s; torch_npu reports each die as a device, "
         "so a device here is half (376 TF, 64 GB at 1.6 TB/s); vendor figures as reported, not measured",
         name_patterns=(r"\bascend\s?910c\b", r"\bascend\s?910_93\d\d\b"), scaleout_gbps=25.0,
-        gpus_per_node=16),
+        gpus_per_node=16, has_fp8=False),
     GPU("gh200", "NVIDIA GH200 Grace Hopper 144GB", 989.4, 4.9, 144, 450, 67.0,
         "NVIDIA GH200 datasheet (2024): H100 compute, 144 GB HBM3e at 4.9 TB/s, NVLink 900 GB/s",
         name_patterns=(r"\bgh200\b(?!.*\b480\s?gb\b)",)),

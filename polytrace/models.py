@@ -45,6 +45,10 @@ class ModelSpec:
     v_head_dim: int = 0
     source: str = ""
     aliases: tuple[str, ...] = field(default=(), compare=False)
+    # How an inference engine stores and multiplies the linear layers: "bf16", or "fp8" (vLLM's
+    # ``quantization="fp8"``: each linear layer's weights one byte, the embedding and LM head kept
+    # 16-bit). The trainer's copy is always bf16; ``RunConfig.engine_model`` sets this for the rollout.
+    weight_dtype: str = "bf16"
 
     # --- parameter counts -------------------------------------------------------------------
     @property
@@ -126,9 +130,21 @@ class ModelSpec:
         QK^T and PV, 2 FLOPs per multiply-add each (query/key and value widths differ under MLA)."""
         return 2.0 * self.layers * self.heads * (self.head_dim + self.value_dim)
 
-    def weight_bytes(self, dtype_bytes: int = 2, active: bool = False) -> float:
+    @property
+    def linear_bytes_per_param(self) -> float:
+        """Bytes of one weight of a linear layer as stored: 1 under FP8, else 2."""
+        return 1.0 if self.weight_dtype == "fp8" else 2.0
+
+    def weight_bytes(self, dtype_bytes: int | None = None, active: bool = False) -> float:
+        """Bytes of the weights (``active``: those one token touches, with the embedding table).
+        ``dtype_bytes`` prices every parameter at that width; by default the linear layers take
+        ``linear_bytes_per_param`` and the embedding and LM head 2 bytes (an FP8 engine keeps
+        them 16-bit)."""
         n = self.params_active + self.embedding_params if active else self.params_total
-        return float(n) * dtype_bytes
+        if dtype_bytes is not None:
+            return float(n) * dtype_bytes
+        tables = self.embedding_params + (0 if self.tied_embeddings else self.lm_head_params)
+        return float(n - tables) * self.linear_bytes_per_param + 2.0 * tables
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> float:
         if self.kv_lora_rank:  # MLA caches one latent and one rope key per layer, not K and V per head

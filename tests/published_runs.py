@@ -10,12 +10,17 @@ the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the total step
 generation, log-probs and refit). Each configuration (model, mode, GPUs) is taken at its latest
 published time: the "NeMo RL v0.6" tables (DGX-H100 and GB200-NVL72) (read 2026-12-01 at the
 repository's commit 7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for
-the MoE runs, the "Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the
-dense Llama-3.1-8B and Qwen3-32B runs v0.6 no longer lists. DeepSeek-V3 (multi-head latent
+the MoE runs; the "Nemo RL v0.5" tables (DGX-H100 BF16 and FP8, GB200-NVL72 BF16; commit 9dbd9adc,
+in place 2026-01-20 to 2026-04-28) for the dense Llama-3.1-8B and Qwen3-32B runs v0.6 no longer
+lists; the "Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720) for the one
+configuration published only there (Llama-3.1-8B one-step-off training at PP 2). DeepSeek-V3 (multi-head latent
 attention, three dense layers, 256 routed experts and a shared one: ``polytrace/data/models.json``)
 is priced with the recipes as they stood when the v0.6 table was published (commit 69c7ca11: 32
 prompts x 16, no speculative decoding, MTP off in training). Left out: Nemotron-3-Nano (hybrid
-Mamba), the 8-step-off run (no such mode here) and the FP8 tables (bf16 is priced).
+Mamba), the 8-step-off run (no such mode here), the DAPO run (dynamic sampling) and the MXFP8 rollouts
+(Blackwell's microscaled format, not priced). The FP8 tables' runs generate and train in FP8
+(``PublishedRun.fp8``: their recipes set vLLM's ``precision: "fp8"`` and Transformer Engine's
+blockwise e4m3 ``fp8_cfg``), priced with ``--rollout-precision fp8 --train-precision fp8``.
 
 Settings the tables do not state come from the performance recipes they link
 (``examples/configs/recipes/llm/performance/``, same repository, read 2026-12-01) and the base
@@ -51,7 +56,11 @@ from polytrace.compose.frameworks import apply_framework
 
 PAGE = "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md"
 TABLES = {"v0.4": f"{PAGE} (Nemo RL v0.4 table, DGX-H100; commit 06beed91, read 2026-12-01)",
+          "v0.5": f"{PAGE} (Nemo RL v0.5 H100 BF16 table; commit 9dbd9adc, read 2026-12-02)",
+          "v0.5-fp8": f"{PAGE} (Nemo RL v0.5 H100 FP8 table; commit 9dbd9adc, read 2026-12-02)",
+          "v0.5-gb200": f"{PAGE} (Nemo RL v0.5 GB200 BF16 table; commit 9dbd9adc, read 2026-12-02)",
           "v0.6": f"{PAGE} (NeMo RL v0.6 H100 BF16 table; commit 7ea279ab, read 2026-12-01)",
+          "v0.6-fp8": f"{PAGE} (NeMo RL v0.6 H100 FP8 table; commit 7ea279ab, read 2026-12-02)",
           "v0.6-gb200": f"{PAGE} (NeMo RL v0.6 GB200 BF16 table; commit 7ea279ab, read 2026-12-01)"}
 SOURCE = PAGE
 RECIPES = "https://github.com/NVIDIA-NeMo/RL/tree/7ea279ab/examples/configs/recipes/llm/performance"
@@ -81,6 +90,9 @@ class PublishedRun:
     gen_memory: float = 0.6  # the recipe's vllm_cfg.gpu_memory_utilization (grpo_math_1B.yaml's 0.6 unless it sets one)
     gpu: str = "h100"  # the table's system: DGX-H100 or GB200-NVL72
     n: int = GENERATIONS_PER_PROMPT  # the recipe's num_generations_per_prompt
+    # the FP8 tables: generation FP8 (vLLM precision "fp8") and training FP8 (Transformer Engine,
+    # blockwise e4m3), each recipe's ``fp8_cfg`` and ``vllm_cfg.precision``
+    fp8: bool = False
 
     def lengths(self) -> str:
         """The run's ``--lengths``: the table's mean (less the assumed prompt) under its sequence
@@ -96,7 +108,8 @@ class PublishedRun:
                   train_batch=self.train_batch, rollout_tp=self.rollout_tp, strategy="megatron",
                   train_tp=self.train_tp, train_pp=self.train_pp, train_cp=self.train_cp, train_ep=self.train_ep,
                   micro_batch_tokens=self.max_seq, max_prompt_len=max_prompt, max_response_len=max_response,
-                  mem_fraction=self.gen_memory, gradient_checkpointing=self.checkpointing)
+                  mem_fraction=self.gen_memory, gradient_checkpointing=self.checkpointing,
+                  rollout_precision="fp8" if self.fp8 else "bf16", train_precision="fp8" if self.fp8 else "bf16")
         if self.mode == "one-step-off":  # the async recipes: engines of their own on half the GPUs
             kw.update(rollout_gpus=self.gpus // 2)
         # NeMo RL's mechanics (module docstring), as ``estimate --framework nemo-rl`` applies them:
@@ -106,18 +119,20 @@ class PublishedRun:
 
 
 RUNS = (
-    PublishedRun("llama3.1-8b on-policy", "llama-3.1-8b", "sync", 16, 4096, 1060, 2048, 512, 1, 1, 1, 1, 2, True,
-                 97.7, "v0.4",
-                 recipe="grpo-llama3.1-8b-instruct-2n8g", gen_memory=0.6),
-    PublishedRun("llama3.1-8b 1-step-off", "llama-3.1-8b", "one-step-off", 16, 4096, 1129, 2048, 512, 1, 1, 1, 1, 2,
-                 True, 74.6, "v0.4",
-                 recipe="grpo-llama3.1-8b-instruct-2n8g-async-1off", gen_memory=0.8),
-    PublishedRun("qwen3-32b on-policy", "qwen3-32b", "sync", 32, 4096, 3206, 2048, 512, 4, 4, 1, 1, 4, False, 393.0,
-                 "v0.4",
-                 recipe="grpo-qwen3-32b-4n8g", gen_memory=0.6),
-    PublishedRun("qwen3-32b 1-step-off", "qwen3-32b", "one-step-off", 64, 4096, 3207, 2048, 512, 4, 4, 1, 1, 4, False,
-                 215.0, "v0.4",
-                 recipe="grpo-qwen3-32b-8n8g-async-1off", gen_memory=0.8),
+    PublishedRun("llama3.1-8b on-policy", "llama-3.1-8b", "sync", 16, 4096, 1019, 2048, 512, 1, 1, 1, 1, 2, True,
+                 92.8, "v0.5", recipe="grpo-llama3.1-8b-instruct-2n8g", gen_memory=0.6),
+    # v0.4's one-step-off run trained at PP 2; v0.5's (below) at PP 1: two configurations
+    PublishedRun("llama3.1-8b 1-step-off pp2", "llama-3.1-8b", "one-step-off", 16, 4096, 1129, 2048, 512, 1, 1, 1, 1,
+                 2, True, 74.6, "v0.4", recipe="grpo-llama3.1-8b-instruct-2n8g-async-1off", gen_memory=0.8),
+    PublishedRun("llama3.1-8b 1-step-off", "llama-3.1-8b", "one-step-off", 16, 4096, 1123, 2048, 512, 1, 1, 1, 1, 1,
+                 True, 64.8, "v0.5", recipe="grpo-llama3.1-8b-instruct-2n8g-async-1off", gen_memory=0.8),
+    PublishedRun("llama3.1-8b 1-step-off fp8", "llama-3.1-8b", "one-step-off", 16, 4096, 1128, 2048, 512, 1, 1, 1,
+                 1, 1, True, 53.0, "v0.5-fp8", recipe="grpo-llama3.1-8b-instruct-2n8g-fp8-async-1off",
+                 gen_memory=0.8, fp8=True),
+    PublishedRun("qwen3-32b on-policy", "qwen3-32b", "sync", 32, 4096, 3251, 2048, 512, 4, 4, 1, 1, 4, False, 376.0,
+                 "v0.5", recipe="grpo-qwen3-32b-4n8g", gen_memory=0.6),
+    PublishedRun("qwen3-32b 1-step-off", "qwen3-32b", "one-step-off", 64, 4096, 3252, 2048, 512, 4, 4, 1, 1, 4, False,
+                 200.0, "v0.5", recipe="grpo-qwen3-32b-8n8g-async-1off", gen_memory=0.8),
     PublishedRun("qwen3-30b-a3b on-policy", "qwen3-30b-a3b", "sync", 32, 4096, 3203, 2048, 512, 2, 1, 1, 8, 1, False,
                  192.0,
                  recipe="grpo-qwen3-30ba3b-4n8g", gen_memory=0.6),
@@ -142,7 +157,20 @@ RUNS = (
                  True, 111.0, recipe="grpo-deepseek-v3-64n8g", gen_memory=0.6, n=16),
     PublishedRun("deepseek-v3 1-step-off", "deepseek-v3", "one-step-off", 512, 1536, 710, 512, 512, 32, 1, 1, 16, 16,
                  True, 64.1, recipe="grpo-deepseek-v3-64n8g-async-1off", gen_memory=0.8, n=16),
-    # GB200-NVL72 (4 GPUs a compute tray, one NVLink domain of 72): the "n4g" recipes
+    PublishedRun("deepseek-v3 1-step-off fp8", "deepseek-v3", "one-step-off", 512, 1536, 721, 512, 512, 16, 1, 1, 16,
+                 16, True, 59.2, "v0.6-fp8", recipe="grpo-deepseek-v3-64n8g-fp8-async-1off", gen_memory=0.8, n=16,
+                 fp8=True),
+    # GB200-NVL72 (4 GPUs a compute tray, one NVLink domain of 72): the "n4g" recipes; the dense runs
+    # from the v0.5 table (v0.6 lists none)
+    PublishedRun("gb200 llama3.1-8b on-policy", "llama-3.1-8b", "sync", 8, 4096, 1066, 2048, 512, 1, 1, 1, 1, 1, True,
+                 91.0, "v0.5-gb200", recipe="grpo-llama3.1-8b-instruct-2n4g", gen_memory=0.6, gpu="gb200"),
+    PublishedRun("gb200 llama3.1-8b 1-step-off", "llama-3.1-8b", "one-step-off", 8, 4096, 1107, 2048, 512, 1, 1, 1, 1,
+                 1, True, 71.1, "v0.5-gb200", recipe="grpo-llama3.1-8b-instruct-2n4g-async-1off", gen_memory=0.8,
+                 gpu="gb200"),
+    PublishedRun("gb200 qwen3-32b on-policy", "qwen3-32b", "sync", 16, 4096, 3253, 2048, 512, 1, 2, 1, 1, 1, False,
+                 381.0, "v0.5-gb200", recipe="grpo-qwen3-32b-4n4g", gen_memory=0.6, gpu="gb200"),
+    PublishedRun("gb200 qwen3-32b 1-step-off", "qwen3-32b", "one-step-off", 32, 4096, 3258, 2048, 512, 1, 2, 1, 1, 1,
+                 False, 210.0, "v0.5-gb200", recipe="grpo-qwen3-32b-8n4g-async-1off", gen_memory=0.8, gpu="gb200"),
     PublishedRun("gb200 deepseek-v3 on-policy 128", "deepseek-v3", "sync", 128, 1536, 711, 512, 512, 32, 1, 1, 16, 8,
                  True, 108.0, "v0.6-gb200", recipe="grpo-deepseek-v3-32n4g", gen_memory=0.3, gpu="gb200", n=16),
     PublishedRun("gb200 deepseek-v3 on-policy 256", "deepseek-v3", "sync", 256, 1536, 700, 512, 512, 32, 1, 1, 16, 8,
@@ -181,13 +209,15 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
 
 def markdown_table(steps=range(2)) -> str:
     """The docs/step-model.md table of the runs and their zero-shot estimates."""
-    lines = ["| run | GPUs | responses / step / optimizer step | avg / max sequence | layout | published s | "
-             "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | table | GPUs | responses / step / optimizer step | avg / max sequence | layout | published s | "
+             "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in RUNS:
         est = estimate_run(r, steps)["summary"]["mean_step_s"]
         layout = f"gen TP{r.rollout_tp}; train TP{r.train_tp} CP{r.train_cp} EP{r.train_ep} PP{r.train_pp}"
-        lines.append(f"| {r.name} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | {r.avg_seq} / {r.max_seq} "
-                     f"| {layout} | {r.step_s:g} | {est:.0f} | {est / r.step_s:.2f} | {100 * (est / r.step_s - 1):+.0f}% |")
+        ratio = est / r.step_s
+        lines.append(f"| {r.name} | {r.table} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | "
+                     f"{r.avg_seq} / {r.max_seq} | {layout} | {r.step_s:g} | {est:.0f} | {ratio:.2f} | "
+                     f"{100 * (ratio - 1):+.0f}% |")
     return "\n".join(lines)
 
 

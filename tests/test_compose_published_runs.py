@@ -12,6 +12,8 @@ docs/step-model.md ("Published reference runs").
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from published_runs import RUNS, SOURCE, TABLES, estimate_run
@@ -19,6 +21,11 @@ from published_runs import RUNS, SOURCE, TABLES, estimate_run
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 WITHIN = 0.30
+# The GB200 misses are MoE runs: the four dense GB200 runs (Llama-3.1-8B and Qwen3-32B, v0.5 table)
+# are within 17% at the same datasheet prices, so what these runs lack is no Blackwell efficiency in
+# general but something their MoE engines or trainers pay there (grouped-GEMM and all-to-all kernels
+# on Blackwell at the time, engines spanning 4-GPU trays) that no corpus log measures.
+GB200_MOE = "the GB200 MoE runs' shortfall: the dense GB200 runs are within 17% (module comment)"
 # Runs the zero-shot model misses by more than WITHIN, and why. A physical reason each, never a
 # factor fitted to the row.
 MISSES = {
@@ -32,26 +39,23 @@ MISSES = {
         "GPUs by 47 s (111 against 64.1 s), where the model's colocated step holds 44 s of switching (the refit "
         "31 s: 22 s of it the 44,544 expert tensors handed over at 0.5 ms each, 8.5 s its bytes; engine sleep, "
         "wake and optimizer offload 13 s) beside generation (~22 s, 8 TP32 engines across 4 nodes) and training "
-        "(13 s); the per-tensor price is the median of three published refits (0.32-0.88 ms), none at v0.6's "
-        "BF16 CUDA-IPC path"),
-    "deepseek-v3 on-policy 512": "0.69x (77 s against 111 s): as on 256 GPUs",
+        "(13 s); the per-tensor price is the median of five published refits from three sources (0.32-0.88 ms), "
+        "none on v0.6's BF16 CUDA-IPC path"),
+    "deepseek-v3 on-policy 512": "0.70x (77.6 s against 111 s, 30.1% under): as on 256 GPUs",
     "gb200 deepseek-v3 on-policy 128": (
-        "0.54x (58 s against 108 s): as on the H100s, with the Blackwell efficiency the corpus cannot supply"),
-    "gb200 deepseek-v3 on-policy 256": "0.50x (49.6 s against 98.7 s, inside 2x by 0.4%): as on 128 GB200s",
+        "0.54x (58 s against 108 s): as on the H100s, and " + GB200_MOE),
+    "gb200 deepseek-v3 on-policy 256": "0.50x (49.8 s against 98.7 s, inside 2x by 1%): as on 128 GB200s",
     "gb200 qwen3-235b on-policy 128": (
         "0.50x (174 s, inside 2x by 0.7%): the published step is slower on 128 GB200s than on 64 (345 against 286 "
         "s, where the model is at 1.04x) and barely faster than 128 H100s (395 s), where the model, priced at "
         "Blackwell's datasheet rates (2.5x an H100's bf16, 2.4x its HBM) with the efficiencies fitted on A100/H100 "
-        "logs, scales with the "
-        "GPUs: no corpus log ran on Blackwell, so nothing tells the priors what fraction of the datasheet these "
-        "runs reached"),
+        "logs, scales with the GPUs; " + GB200_MOE),
     "gb200 qwen3-235b 1-step-off": (
-        "0.59x (164 s against 278 s published, slower than the H100 table's 231 s on twice the GPUs): the same "
-        "Blackwell efficiency the corpus cannot supply"),
+        "0.59x (164 s against 278 s published, slower than the H100 table's 231 s on twice the GPUs): " + GB200_MOE),
     "gb200 qwen3-30b-a3b 1-step-off": (
         "0.54x (163 s against 301 s, published slower than the same run on-policy, 221 s, where the model is at "
-        "0.85x): the Blackwell efficiency the corpus cannot supply, and the table's trainer layout (EP 16 on the 8 "
-        "trainer GPUs) is not the recipe's (EP 8, priced)"),
+        "0.85x): the table's trainer layout (EP 16 on the 8 trainer GPUs) is not the recipe's (EP 8, priced); "
+        + GB200_MOE),
 }
 # Of MISSES, the runs off by more than 2x: none since the refit's expert tensors are priced (five
 # before: the colocated DeepSeek-V3 runs at 0.26-0.49x and Qwen3-235B on 128 GB200s at 0.45x).
@@ -81,7 +85,8 @@ def test_the_table_spans_what_the_goal_asks():
     assert {r.mode for r in RUNS} == {"sync", "one-step-off"}
     assert any(get_model(r.model).experts and r.train_ep > 1 for r in RUNS) and any(r.train_cp > 1 for r in RUNS)
     assert "github.com/NVIDIA-NeMo/RL" in SOURCE
-    assert all(r.table in TABLES and "read 2026-12-01" in TABLES[r.table] for r in RUNS)
+    assert all(r.table in TABLES and re.search(r"read 2026-12-0[12]\)", TABLES[r.table]) for r in RUNS)
+    assert {r.table for r in RUNS} == set(TABLES) and any(r.fp8 for r in RUNS)
 
 
 @pytest.mark.parametrize("run", [_case(r) for r in RUNS])
@@ -106,7 +111,7 @@ def test_three_quarters_within_30pct_on_h100(estimates):
     assert len(H100) >= 12 and len(close) >= 0.75 * len(H100), close
 
 
-@pytest.mark.xfail(strict=True, reason="12 of 20 within 30% with the GB200 table (3 of its 8 rows): MISSES")
+@pytest.mark.xfail(strict=True, reason="19 of 27 within 30% with the GB200 tables (7 of their 12 rows): MISSES")
 def test_three_quarters_within_30pct_every_table(estimates):
     close = [r.name for r in RUNS if abs(_ratio(estimates, r) - 1) <= WITHIN]
     assert len(close) >= 0.75 * len(RUNS), close
@@ -126,6 +131,9 @@ def test_the_layouts_reach_the_estimate(estimates):
         # 235B one-step-off engines decode their 32 responses in one wave or two)
         assert c["mem_fraction"] == run.gen_memory and c["gpu"] == res["gpu"]["slug"]
         assert res["gpu"]["slug"] == ("gb200" if run.gpu == "gb200" else "h100-sxm")
+        # the FP8 tables' runs generate and train in FP8, the others in bf16
+        want = "fp8" if run.fp8 else "bf16"
+        assert c["rollout_precision"] == c["train_precision"] == want, run.name
         if run.mode == "sync":  # the colocated rows carry the sampled batch's token counts
             tokens = sum(r["response_tokens"] for r in res["rows"]) / sum(r["sequences"] for r in res["rows"])
             assert abs(tokens / (run.avg_seq - 150) - 1) <= 0.10, (run.name, tokens)

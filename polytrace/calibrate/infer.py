@@ -163,8 +163,8 @@ def _candidates(key: str, run, log) -> list:
         seq = run.max_prompt_len + run.max_response_len
         seen, out = set(), []
         for f in MEMORY_FRACTIONS:
-            slots = min(per_engine, kv_slots(run.model, run.gpu, run.rollout_tp, f, seq, run.max_num_seqs))
-            if kv_capacity_tokens(run.model, run.gpu, run.rollout_tp, f) <= 0 or slots in seen:
+            slots = min(per_engine, kv_slots(run.engine_model, run.gpu, run.rollout_tp, f, seq, run.max_num_seqs))
+            if kv_capacity_tokens(run.engine_model, run.gpu, run.rollout_tp, f) <= 0 or slots in seen:
                 continue
             seen.add(slots)
             out.append(f)

@@ -20,7 +20,7 @@ def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
     step = agent_step(row.stats)
     if step is None or not step.multiturn:
         return False
-    roll, prefill = multiturn_rollout(run.model, run.gpu, prompt_lens, response_lens,
+    roll, prefill = multiturn_rollout(run.engine_model, run.gpu, prompt_lens, response_lens,
                                       generated_share=GENERATED_SHARE_PRIOR, n_gpus=run.n_gpus, tp=run.rollout_tp,
                                       mem_fraction=run.mem_fraction, max_num_seqs=run.max_num_seqs, eff=DEFAULT,
                                       eager=run.eager)

@@ -22,6 +22,8 @@ FIELDS = {
     # the MoE and long-context layouts (a calibrated EP 8 run is not re-priced at EP 1)
     "train_ep": ("train_ep", int), "train_cp": ("train_cp", int), "train_vpp": ("train_vpp", int),
     "rollout_ep": ("rollout_ep", int),
+    # an FP8 engine or trainer (``RunConfig.rollout_precision``): half a stage's price or more
+    "rollout_precision": ("rollout_precision", str), "train_precision": ("train_precision", str),
 }
 FLAG = {"no_ref": "--no-ref", "algo": "--algo"}
 

@@ -170,12 +170,18 @@ def add_stated_run_flags(p, prefix: str = "") -> None:
                    help=prefix + "Megatron virtual pipeline chunks per stage (interleaved 1F1B: a smaller bubble)")
     g.add_argument("--rollout-ep", type=_pos_int, default=1, metavar="N",
                    help=prefix + "vLLM expert parallelism over each engine's GPUs (1 or the rollout TP)")
+    g.add_argument("--rollout-precision", choices=("bf16", "fp8"), default="bf16",
+                   help=prefix + "the engine's linear layers: bf16 (default) or fp8 (vLLM quantization=fp8: half "
+                   "the weight bytes, FP8 tensor cores where the GPU has them, weight-only on Ampere)")
+    g.add_argument("--train-precision", choices=("bf16", "fp8"), default="bf16",
+                   help=prefix + "the trainer's GEMMs: bf16 (default) or fp8 (Transformer Engine, Hopper or later)")
 
 
 def stated_run(args, model=None) -> tuple[object, dict]:
     """(the profile, the config keywords) of the flags ``add_stated_run_flags`` adds."""
     kw = dict(responses_per_step=args.responses_per_step, train_batch=args.train_batch, train_ep=args.train_ep,
-              train_cp=args.train_cp, train_vpp=args.train_vpp, rollout_ep=args.rollout_ep)
+              train_cp=args.train_cp, train_vpp=args.train_vpp, rollout_ep=args.rollout_ep,
+              rollout_precision=args.rollout_precision, train_precision=args.train_precision)
     return stated_profile(args, model), kw
 
 
@@ -294,8 +300,11 @@ def _estimate(args) -> int:
         layout += " | train" + "".join(f" {k} {c[f]}" for k, f in (("TP", "train_tp"), ("PP", "train_pp"),
                                                                    ("CP", "train_cp"), ("EP", "train_ep"),
                                                                    ("VPP", "train_vpp")) if c.get(f, 1) > 1)
-    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']}{layout} | "
-          f"{c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']} | "
+    # an FP8 side, said where it is (bf16, the default, is not)
+    precision = "".join(f" | {side} {c[f]}" for side, f in (("rollout", "rollout_precision"),
+                                                           ("train", "train_precision")) if c.get(f, "bf16") != "bf16")
+    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']}{layout}"
+          f"{precision} | {c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']} | "
           f"micro-batch {c['micro_batch_tokens']} tokens")
     print(f"source: {res['source']}")
     for line in format_memory(res["memory"]):

@@ -9,6 +9,7 @@ and kernel family (``breakdown.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -22,7 +23,7 @@ from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
 from .rollout import tool_prefill_seconds
-from .stages import STAGES, Part, RunConfig, stage_costs
+from .stages import PRECISIONS, STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
 
 
@@ -100,6 +101,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                  lora_rank: int = 0, param_offload: bool = False, optimizer_offload: bool = False,
                  ppo_mini_batch: int | None = None, responses_per_step: int | None = None,
                  train_batch: int | None = None, run_fields: dict | None = None,
+                 rollout_precision: str = "bf16", train_precision: str = "bf16",
                  **layout_kw) -> RunConfig:
     """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
     ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
@@ -112,7 +114,8 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
     NeMo RL's ``num_prompts_per_step x num_generations_per_prompt``; prompts = it / n) and
     ``train_batch`` (responses per optimizer step, NeMo RL's ``train_global_batch_size``; verl's
     mini-batch = it / n prompts). ``layout_kw``: expert, context and virtual-pipeline
-    parallelism (``parallel.py``)."""
+    parallelism (``parallel.py``). ``rollout_precision`` / ``train_precision``: "bf16" or "fp8"
+    (``RunConfig``)."""
     from .parallel import check_layout
 
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
@@ -150,7 +153,14 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         check_rollout_tp(model, int(gpus), int(rollout_tp))
     elif not valid_rollout_tps(model, int(gpus)):  # cannot happen (TP 1 always splits), kept as a guard
         raise PolytraceError(f"--gpus {gpus}: no rollout TP splits {model.name}'s heads")
-    tp = rollout_tp or default_rollout_tp(model, gpu, int(gpus), mem_fraction,
+    for flag, value in (("--rollout-precision", rollout_precision), ("--train-precision", train_precision)):
+        if value not in PRECISIONS:
+            raise PolytraceError(f"{flag} must be one of {', '.join(PRECISIONS)}, got {value!r}")
+    if train_precision == "fp8" and not gpu.has_fp8:
+        raise PolytraceError(f"--train-precision fp8: {gpu.slug} has no FP8 tensor cores (Transformer Engine's FP8 "
+                             f"training needs Hopper or later); an FP8 rollout runs there weight-only")
+    engine = dataclasses.replace(model, weight_dtype=rollout_precision)  # as the engine holds it
+    tp = rollout_tp or default_rollout_tp(engine, gpu, int(gpus), mem_fraction,
                                           need_tokens=max_prompt_len + max_response_len)
     if ppo_mini_batch is not None and prompts % ppo_mini_batch:
         raise PolytraceError(f"--ppo-mini-batch {ppo_mini_batch} does not divide the batch of {prompts} prompts "
@@ -165,6 +175,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
         max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
         optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches,
+        rollout_precision=rollout_precision, train_precision=train_precision,
         **check_layout(model, int(gpus), strategy, int(train_tp), int(train_pp), int(tp), **layout_kw))
     fields.update(run_fields or {})
     return RunConfig(**fields)
@@ -257,7 +268,8 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         parts.append(Part("gen", "tool", "tool", extra_rollout, "trace (tool latency)"))
         # the tool output appended between turns is prefilled, not decoded
         parts.append(Part("gen", "prefill", "rollout", tool_prefill_seconds(
-            cfg.model, cfg.gpu, cfg.rollout_tp, p, r, np.maximum(r - decode, 0), cfg.n_gpus) * pricer.scale("prefill")))
+            cfg.engine_model, cfg.gpu, cfg.rollout_tp, p, r, np.maximum(r - decode, 0), cfg.n_gpus)
+            * pricer.scale("prefill")))
     kernels = calibrated_kernels(parts, calibration)
     seconds = {s: float(sum(kernels[s].values())) for s in STAGES}
     other = {"reward": costs.other_s}

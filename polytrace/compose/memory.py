@@ -219,9 +219,10 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
                    and not (k.endswith("weights_bf16") and not mega and not k.startswith("ref")))
     if not cfg.colocated:
         resident = 0.0  # a trainer of its own: no engine shares its GPUs
-    rw = model.weight_bytes() / cfg.rollout_tp
-    kv = max(0.0, engine_kv_bytes(model, cfg.gpu, cfg.rollout_tp, cfg.mem_fraction, eff))
-    kv_tok = kv_bytes_per_token_per_gpu(model, cfg.rollout_tp)
+    engine = cfg.engine_model  # the weights as the engine holds them (FP8: linear layers one byte)
+    rw = engine.weight_bytes() / cfg.rollout_tp
+    kv = max(0.0, engine_kv_bytes(engine, cfg.gpu, cfg.rollout_tp, cfg.mem_fraction, eff))
+    kv_tok = kv_bytes_per_token_per_gpu(engine, cfg.rollout_tp)
     return MemoryPlan(cfg.gpu.memory_gb * GB, state, act, tokens, rw, eff.engine_reserve_bytes, kv, kv_tok,
                       int(kv // kv_tok), resident)
 
@@ -239,7 +240,7 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
     (it fits only if FSDP keeps parameters and optimizer in CPU memory while computing, not priced
     here) and a rollout share that does not leave room for the trainer's resident state (verl's
     ``--param-offload`` / ``--optimizer-offload``, priced, park it in CPU memory meanwhile)."""
-    model, gpu, n = cfg.model, cfg.gpu, cfg.n_gpus
+    model, gpu, n = cfg.engine_model, cfg.gpu, cfg.n_gpus  # the engine's checks: its weights as it holds them
     check_micro_batches(cfg, longest_seq)
     max_model_len = cfg.max_prompt_len + cfg.max_response_len
     need = max(longest_seq, max_model_len)

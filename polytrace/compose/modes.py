@@ -192,7 +192,7 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
     n_seq = len(r)
     roll = None
     if mode == "one-step-off" or staleness == 0:
-        roll = simulate_rollout(rc.model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
+        roll = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
                                 mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs, eff=DEFAULT,
                                 eager=rc.eager, pricer=pricer, ep=rc.rollout_ep)
         gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
@@ -213,7 +213,7 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
             pipe = trainer_pipeline(n_seq, chunks, train_s, w, ready_s=roll.finish_s * scale)
             detail = {"rollout": "one batch per weight version, long tail included (staleness 0)"}
         else:
-            stream = stream_rollout(rc.model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
+            stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
                                     mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs,
                                     in_flight_cap=(1.0 + staleness) * n_seq, eff=DEFAULT, eager=rc.eager,
                                     pricer=pricer)

@@ -71,6 +71,13 @@ class RolloutResult:
         }
 
 
+def engine_gemm_rate(gpu: GPU, model: ModelSpec) -> float:
+    """Peak FLOP/s of an engine's linear layers: FP8 tensor cores for an FP8 engine on a GPU
+    that has them (twice bf16), else bf16 (on Ampere an FP8 checkpoint runs weight-only: the
+    bytes halve, the math does not)."""
+    return gpu.ceiling("fp8" if model.weight_dtype == "fp8" and gpu.has_fp8 else "bf16")
+
+
 def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, mem_fraction: float,
                        eff: Efficiency = DEFAULT) -> float:
     """Tokens of KV cache one engine holds: vLLM gives ``mem_fraction`` of each GPU's memory to
@@ -170,14 +177,17 @@ def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
     # (and an MLA latent) is replicated on every GPU past tp = kv_heads, so Qwen3-235B's 4 KV heads
     # at TP 16 cost each GPU a quarter of the cache, not a sixteenth, and DeepSeek-V3's latent all of it
     kv_bytes_per_gpu = model.kv_bytes_per_token_per_gpu(tp) * ctx
-    compute_rate = tp * gpu.ceiling("bf16") * eff.gemm
+    compute_rate = tp * engine_gemm_rate(gpu, model) * eff.gemm
     memory_rate = tp * gpu.ceiling("hbm") * eff.decode_hbm
     # the linear layers and attention are separate kernels run one after the other: each is
     # bound by its own larger of compute and memory time (the linear layers cross over at a
     # batch of ~peak FLOP/s over bandwidth tokens, ~160 on an H200; attention stays memory-bound)
     linear = np.maximum(mm_flops / compute_rate, weight_bytes / memory_rate)
     attention = np.maximum(attn_flops / compute_rate, kv_bytes_per_gpu / (gpu.ceiling("hbm") * eff.decode_hbm))
-    gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
+    if model.weight_dtype == "fp8":  # the GEMM suite times bf16 weights: an FP8 engine at its roofline
+        gemm, gemm_src = linear, "roofline (FP8 weights; the GEMM suite times bf16)"
+    else:
+        gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
     attn, attn_src = pricer.decode(model, active, ctx, tp, attention)
     comm = iteration_comm_seconds(model, gpu, tp, active, eff, ep) * pricer.scale("comm")
     parts = {"gemm": gemm, "decode": attn, "comm": comm,
@@ -191,17 +201,23 @@ def decode_weight_bytes(model: ModelSpec, active) -> np.ndarray:
     """Weight bytes one decode iteration reads (all GPUs of the engine together) with ``active``
     running sequences: every linear layer and the LM head; of a MoE layer the experts the batch
     touches (up to all); of the embedding table only the ``active`` rows looked up (a gather, not
-    a read of the table)."""
+    a read of the table). The linear layers at the engine's width (``ModelSpec.weight_dtype``:
+    one byte under FP8), the LM head (or the tied table it reads) at two."""
     active = np.asarray(active, dtype=np.float64)
-    body = model.weight_bytes() - 2.0 * model.embedding_params * (0 if model.tied_embeddings else 1)
+    width = model.linear_bytes_per_param
+    head = 2.0 * model.lm_head_params  # a tied head reads the embedding table: the same bytes
+    body = float(model.params_total - model.embedding_params
+                 - (0 if model.tied_embeddings else model.lm_head_params)) * width + head
     if model.experts:
         # the experts a batch touches: each token picks k of E, so an expert stays idle with
         # probability (1 - k/E)^active (uniform routing): 77% of 128 experts at 23 tokens of top-8,
-        # where counting k x active (capped at E) would read them all
+        # where counting k x active (capped at E) would read them all. Only the routed experts
+        # are skipped (of the routed layers: DeepSeek-V3's 58 of 61); the shared expert and the
+        # router are read every iteration.
         share = model.active_experts / model.experts
         touched = model.experts * (1.0 - (1.0 - share) ** np.maximum(active, 1.0))
-        moe = model.layers * model.mlp_params_per_layer(False) * 2.0
-        body = body - moe + moe * touched / model.experts
+        routed = model.expert_tensor_count * model.hidden * model.moe_intermediate * width
+        body = body - routed + routed * touched / model.experts
     return body + 2.0 * model.hidden * active
 
 
@@ -229,7 +245,7 @@ def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
                     eff: Efficiency = DEFAULT) -> float:
     p = np.asarray(prompt_lens, dtype=np.float64)
     flops = model.matmul_flops_per_token() * p.sum() + model.attn_flops_per_pair * float((p * p).sum()) / 2
-    return float(flops / (tp * gpu.ceiling("bf16") * eff.prefill))
+    return float(flops / (tp * engine_gemm_rate(gpu, model) * eff.prefill))
 
 
 def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
@@ -317,7 +333,7 @@ def tool_prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens, respo
     engines = max(1, n_gpus // max(1, tp))
     bounds = np.linspace(0, len(t), engines + 1).round().astype(int)
     slowest = max((float(flops[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:])), default=0.0)
-    return slowest / (tp * gpu.ceiling("bf16") * eff.prefill)
+    return slowest / (tp * engine_gemm_rate(gpu, model) * eff.prefill)
 
 
 def multiturn_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, generated_share: float,

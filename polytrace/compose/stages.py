@@ -10,6 +10,7 @@ them, one slowdown per kind of work.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +36,7 @@ STAGE_GROUP = {"gen": "rollout", "old_log_prob": "forward", "ref": "forward", "v
 # pay per micro-batch whatever its tokens (kernel launches from Python or autograd, FSDP
 # all-gathers and reduce-scatters, parameter offload).
 GROUPS = ("rollout", "forward", "train", "forward_overhead", "train_overhead")
+PRECISIONS = ("bf16", "fp8")  # ``RunConfig.rollout_precision`` / ``train_precision``
 TRAIN_STAGES = STAGES[1:]  # the trainer's stages: all but the rollout
 
 
@@ -97,6 +99,12 @@ class RunConfig:
     train_cp: int = 1
     train_vpp: int = 1
     rollout_ep: int = 1
+    # Precision of the engine's linear layers (vLLM's ``quantization="fp8"``: half the weight bytes
+    # to read and hold, FP8 tensor cores where the GPU has them) and of the trainer's GEMMs
+    # (Transformer Engine FP8, as NeMo RL's FP8 recipes train): "bf16" or "fp8". Each changes its
+    # side's cost up to 2x, so neither is ever assumed: bf16 unless stated.
+    rollout_precision: str = "bf16"
+    train_precision: str = "bf16"
 
     def __post_init__(self):
         for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp",
@@ -112,6 +120,12 @@ class RunConfig:
         if self.strategy == "megatron" and self.n_gpus % (self.train_tp * self.train_pp):
             raise PolytraceError(f"Megatron TP {self.train_tp} x PP {self.train_pp} does not divide "
                                  f"the GPU count {self.n_gpus}")
+        for name in ("rollout_precision", "train_precision"):
+            if getattr(self, name) not in PRECISIONS:
+                raise PolytraceError(f"{name} must be one of {', '.join(PRECISIONS)}, got {getattr(self, name)!r}")
+        if self.train_precision == "fp8" and not self.gpu.has_fp8:
+            raise PolytraceError(f"FP8 training needs FP8 tensor cores (Transformer Engine: Hopper or later); "
+                                 f"{self.gpu.slug} has none")
         if self.algorithm not in ("grpo", "ppo"):
             raise PolytraceError(f"algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
         if not 0.05 <= self.mem_fraction <= 0.99:
@@ -121,6 +135,14 @@ class RunConfig:
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "lora_rank" else 1):
                 raise PolytraceError(f"{name} must be a {'non-negative' if name == 'lora_rank' else 'positive'} "
                                      f"integer, got {v!r}")
+
+    @property
+    def engine_model(self) -> ModelSpec:
+        """The model as the inference engine holds it (``rollout_precision``): the trainer's copy
+        is always bf16."""
+        if self.rollout_precision == self.model.weight_dtype:
+            return self.model
+        return dataclasses.replace(self.model, weight_dtype=self.rollout_precision)
 
     @property
     def use_critic(self) -> bool:
@@ -141,6 +163,7 @@ class RunConfig:
             gradient_checkpointing=self.gradient_checkpointing, mini_batches=self.mini_batches,
             balance=self.balance_batch,
             lora_rank=self.lora_rank if stage in (None, "old_log_prob", "update_actor") else 0,
+            fp8=self.train_precision == "fp8",
             **({"ep": self.train_ep, "cp": self.train_cp, "vpp": self.train_vpp} if self.strategy == "megatron"
                else {}))
 
@@ -163,7 +186,8 @@ class RunConfig:
             "lora_rank": self.lora_rank, "mini_batches": self.mini_batches, "balance_batch": self.balance_batch,
             "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
             "train_ep": self.train_ep, "train_cp": self.train_cp, "train_vpp": self.train_vpp,
-            "rollout_ep": self.rollout_ep,
+            "rollout_ep": self.rollout_ep, "rollout_precision": self.rollout_precision,
+            "train_precision": self.train_precision,
         }
 
 
@@ -234,7 +258,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     r = np.asarray(response_lens, dtype=np.int64)
     seq = p + r
     if rollout:
-        roll = simulate_rollout(cfg.model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
+        roll = simulate_rollout(cfg.engine_model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
                                 mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
                                 eager=cfg.eager, pricer=pricer, ep=cfg.rollout_ep)
     else:
@@ -316,7 +340,8 @@ def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | No
     if cfg.optimizer_offload:
         parts.append(Part("update_actor", "offload", "train_overhead", 2.0 * moments / pcie * scale))
     if cfg.colocated and cfg.engine_weights_offload:  # the engine's shard of the weights out and back
-        parts.append(Part("gen", "offload", "rollout", 2.0 * cfg.model.weight_bytes() / cfg.rollout_tp / pcie * scale))
+        parts.append(Part("gen", "offload", "rollout",
+                          2.0 * cfg.engine_model.weight_bytes() / cfg.rollout_tp / pcie * scale))
     if cfg.colocated and cfg.switch_offload:
         # bf16 parameters (Megatron's shard; FSDP's 1/n) and the distributed optimizer's shard of
         # fp32 master weights and two moments (12 bytes a parameter over all GPUs: the dense

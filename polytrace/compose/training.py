@@ -47,6 +47,9 @@ class TrainerLayout:
     ep: int = 1  # Megatron expert parallelism (``parallel.py``)
     cp: int = 1  # Megatron context parallelism: each sequence split over cp GPUs
     vpp: int = 1  # Megatron virtual pipeline (interleaved 1F1B) chunks per stage
+    # Transformer Engine FP8 GEMMs (``RunConfig.train_precision``): the linear layers at the FP8
+    # tensor-core peak; attention, the optimizer and the weights kept stay bf16 / fp32
+    fp8: bool = False
 
     @property
     def dp(self) -> int:
@@ -262,7 +265,7 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
     mult = fwd_passes + (0 if not backward else (1 if lora else 2))
     # attention's backward recomputes QK^T: five matmuls against the forward's two, 2.5x its FLOPs
     attn_mult = 1.0 if not backward else fwd_passes + 2.5
-    rate = gpu.ceiling("bf16") * eff.gemm
+    rate = gpu.ceiling("fp8" if layout.fp8 else "bf16") * eff.gemm
     attn_rate = gpu.ceiling("bf16") * eff.attention
     model_shards = layout.model_shards
     cp = layout.cp  # each GPU of a context-parallel group computes 1/cp of a micro-batch's tokens
@@ -289,9 +292,13 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
     if busy.any():
         per_mb = tokens / safe_micro
         launches = n_micro * layers
-        fam["gemm"], src["gemm"] = pricer.gemm(
-            model, per_mb / cp, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward,
-            weight_grads=not lora, roofline_s=body_flops * tokens * mult / (rate * model_shards))
+        roofline_gemm = body_flops * tokens * mult / (rate * model_shards)
+        if layout.fp8:  # the GEMM suite times bf16: an FP8 pass is priced at the FP8 roofline
+            fam["gemm"], src["gemm"] = roofline_gemm, "roofline (FP8 GEMMs; the GEMM suite times bf16)"
+        else:
+            fam["gemm"], src["gemm"] = pricer.gemm(
+                model, per_mb / cp, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward,
+                weight_grads=not lora, roofline_s=roofline_gemm)
         if layout.ep > 1:  # the busiest expert-parallel rank's experts set the time
             fam["gemm"] = fam["gemm"] * (1.0 + expert_flops_share(model) * (eff.moe_load_imbalance - 1.0))
         if lora:  # rank-r matmuls: far below any measured GEMM shape, at the roofline (and labelled so)
