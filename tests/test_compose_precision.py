@@ -154,3 +154,69 @@ def test_the_run_config_refuses_an_unknown_precision():
     cfg = RunConfig(m, g, 8, 32, 8, 512, 512, rollout_precision="fp8")
     assert cfg.engine_model.weight_dtype == "fp8" and cfg.model.weight_dtype == "bf16"
     assert cfg.engine_model.weight_bytes() == _fp8(m).weight_bytes() < m.weight_bytes()
+
+
+# --- verl's key: actor_rollout_ref.rollout.quantization ------------------------------------------
+
+QUANT = "actor_rollout_ref.rollout.quantization"
+
+
+@pytest.mark.parametrize("text, want", [("fp8", "fp8"), ("FP8", "fp8"), ("null", "bf16"), ("None", "bf16")])
+def test_set_reads_verls_quantization(text, want):
+    from polytrace.calibrate.settings import estimate_arguments, parse_settings
+
+    got = parse_settings([f"{QUANT}={text}"])
+    assert got == {QUANT: want}
+    assert estimate_arguments(got) == ({"rollout_precision": want}, {})
+
+
+@pytest.mark.parametrize("text", ["torchao", "int4", "fp16", "fp8x"])
+def test_set_refuses_a_quantization_it_does_not_price(text):
+    from polytrace.calibrate.settings import SettingError, parse_settings
+
+    with pytest.raises(SettingError, match="expected fp8 or null") as exc:
+        parse_settings([f"{QUANT}={text}"])
+    assert "\n" not in str(exc.value)
+
+
+def test_estimate_set_quantization_is_the_flag(capsys):
+    by_set = _estimate(capsys, "--set", f"{QUANT}=fp8")
+    by_flag = _estimate(capsys, "--rollout-precision", "fp8")
+    assert by_set["config"]["rollout_precision"] == "fp8"
+    assert by_set["summary"]["mean_stages_s"] == by_flag["summary"]["mean_stages_s"]
+    argv = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--prompts", "32",
+            "--rollout-precision", "fp8", "--set", f"{QUANT}=null"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "contradicts --rollout-precision fp8" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("value, want, noted", [("fp8", "fp8", False), ("null", "bf16", False),
+                                                ("torchao", "bf16", True)])
+def test_a_logs_quantization_prices_its_engine(tmp_path, value, want, noted):
+    from _settings_logs import SETTINGS, model_log
+
+    from polytrace.calibrate.logconfig import Overrides, config_from_log
+    from polytrace.logs import read_log
+
+    path = model_log(tmp_path / "run.log", dict(SETTINGS, **{QUANT: value}), steps=4, gpu="h100")
+    run, notes = config_from_log(read_log(path), Overrides(gpu="h100"))
+    assert run.rollout_precision == want
+    assert any("quantization 'torchao' not priced" in n for n in notes) == noted
+    if want == "bf16" and not noted:  # null: the same engine as a log that never states the key
+        plain, _ = config_from_log(read_log(model_log(tmp_path / "plain.log", dict(SETTINGS), steps=4, gpu="h100")),
+                                   Overrides(gpu="h100"))
+        assert plain.rollout_precision == "bf16"
+
+
+def test_set_quantization_on_a_log(tmp_path):
+    from _settings_logs import SETTINGS, model_log
+
+    from polytrace.calibrate.logconfig import Overrides, config_from_log
+    from polytrace.calibrate.settings import given_settings
+    from polytrace.logs import read_log
+
+    log = read_log(model_log(tmp_path / "run.log", dict(SETTINGS), steps=4, gpu="h100"))
+    over = Overrides(gpu="h100", settings={QUANT: "fp8"})
+    run, _ = config_from_log(given_settings(log, over), over)
+    assert run.rollout_precision == "fp8"

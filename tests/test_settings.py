@@ -68,7 +68,7 @@ def test_contradictions(items, needle):
 
 def test_every_setting_has_a_type_default_and_effect():
     for key, s in REGISTRY.items():
-        assert s.kind in ("bool", "int", "fraction", "model") and s.effect, key
+        assert s.kind in ("bool", "int", "fraction", "model", "quantization") and s.effect, key
         assert key.count(".") >= 1
 
 
@@ -418,7 +418,9 @@ def test_any_text_is_a_value_or_a_one_line_refusal():
             return
         (k, v), = got.items()
         kind = REGISTRY[k].kind
-        assert isinstance(v, {"bool": bool, "int": int, "fraction": float, "model": str}[kind])
+        assert isinstance(v, {"bool": bool, "int": int, "fraction": float, "model": str, "quantization": str}[kind])
+        if kind == "quantization":
+            assert v in ("bf16", "fp8")
         if kind == "fraction":
             assert 0.05 <= v <= 0.99
 
@@ -441,3 +443,14 @@ def test_validate_prints_the_setting_notes(tmp_path, capsys):
     assert main(["validate", path]) == 0
     out = capsys.readouterr().out
     assert f"note: setting: {RP} not stated" in out and "inferred True" in out
+
+
+def test_the_docs_list_every_setting():
+    """docs/step-model.md's registry table names every key ``--set`` takes, once."""
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "step-model.md").read_text(encoding="utf-8")
+    rows = [line for line in docs.splitlines() if line.startswith("| `") and "." in line.split("|")[1]]
+    listed = [line.split("|")[1].strip().strip("`") for line in rows]
+    for key in REGISTRY:
+        assert listed.count(key) == 1, key

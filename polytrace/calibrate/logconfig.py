@@ -310,6 +310,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         notes.append(f"gpu_memory_utilization {mem} priced as {min(max(mem, 0.05), 0.99)}")
         mem = min(max(mem, 0.05), 0.99)
     has_critic = "values" in stages or "update_critic" in stages
+    precision = _rollout_precision(v, notes)
     run = RunConfig(
         model=model, gpu=gpu, n_gpus=int(n_gpus), prompts_per_step=int(prompts), n=int(n),
         max_prompt_len=int(max_p), max_response_len=int(max_r), rollout_tp=int(tp),
@@ -335,10 +336,26 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         # the shuffled synthetic batch (validate.step_batch) stands in for those waits. Modelling
         # the balance alone lowered the Qwen2-7B log's log-prob accuracy from 98.3% to 97.8%.
         balance_batch=False,
-        mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes)
+        mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes, rollout_precision=precision)
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
+
+
+def _rollout_precision(v: _Values, notes: list[str]) -> str:
+    """The engine's precision from verl's ``actor_rollout_ref.rollout.quantization`` (null: the
+    model's bf16 weights; "fp8": vLLM's FP8). Another quantization is priced as bf16, with a note."""
+    from .settings import QUANTIZATIONS
+
+    key = "actor_rollout_ref.rollout.quantization"
+    value = v.cfg.get(key)
+    if value is None or isinstance(value, Unresolved):
+        return "bf16"
+    text = str(value).strip().lower()
+    if text in QUANTIZATIONS or text in ("bf16", "fp8"):
+        return QUANTIZATIONS.get(text, text)
+    notes.append(f"rollout quantization {str(value)[:40]!r} not priced: the engine priced with bf16 weights")
+    return "bf16"
 
 
 def _prompts_per_step(log: TrainingLog, v: _Values, notes: list[str]) -> int | None:

@@ -32,7 +32,9 @@ class SettingError(PolytraceError):
 @dataclass(frozen=True)
 class Setting:
     key: str  # verl's key
-    kind: str  # "bool", "int", "fraction" or "model" (a preset name, HF repo id or config.json)
+    # "bool", "int", "fraction", "model" (a preset name, HF repo id or config.json) or
+    # "quantization" (vLLM's: "fp8", or null for the model's own bf16 weights)
+    kind: str
     default: object  # what verl uses when the key is absent (None: no default, the log or flag decides)
     effect: str  # what it changes in the step model
     lo: int = 1
@@ -84,6 +86,9 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
             estimate="rollout_tp", cost_2x=True),
     Setting(f"{_R}.max_num_seqs", "int", 1024, "most sequences one engine decodes at once",
             estimate="run:max_num_seqs"),
+    Setting(f"{_R}.quantization", "quantization", None,
+            "the engine's weights: fp8 (vLLM FP8: the linear layers one byte, FP8 tensor cores) or null (bf16); "
+            "estimate's --rollout-precision", estimate="rollout_precision", cost_2x=True),
     Setting(f"{_R}.n", "int", 1, "responses per prompt", estimate="n"),
     Setting(f"{_F}.model.path", "model", None,
             "a reference policy other than the actor (a teacher): the reference pass runs that model",
@@ -131,6 +136,8 @@ _MICRO_GROUPS = (
     (f"{_C}.use_dynamic_bsz", f"{_C}.ppo_max_token_len_per_gpu", f"{_C}.ppo_micro_batch_size_per_gpu"),
 )
 
+# verl's rollout ``quantization`` as written -> the engine's precision (``RunConfig.rollout_precision``)
+QUANTIZATIONS = {"fp8": "fp8", "null": "bf16", "none": "bf16", "~": "bf16", "": "bf16"}
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
@@ -156,6 +163,11 @@ def _value(setting: Setting, text: str):
         if t.lower() in _FALSE:
             return False
         raise SettingError(f"{what}: expected true or false")
+    if setting.kind == "quantization":
+        if t.lower() in QUANTIZATIONS:
+            return QUANTIZATIONS[t.lower()]
+        raise SettingError(f"{what}: expected fp8 or null (the model's bf16 weights); other quantizations are not "
+                           "priced")
     if setting.kind == "model":
         from ..models import get_model
 

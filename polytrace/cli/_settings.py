@@ -26,7 +26,8 @@ _ESTIMATE_FLAGS = {"rollout_tp": ("--rollout-tp", None), "mem_fraction": ("--mem
                    "prompts": ("--prompts", None), "max_prompt_len": ("--max-prompt-len", None),
                    "max_response_len": ("--max-response-len", None), "ppo_mini_batch": ("--ppo-mini-batch", None),
                    "lora_rank": ("--lora-rank", 0), "param_offload": ("--param-offload", False),
-                   "optimizer_offload": ("--optimizer-offload", False)}
+                   "optimizer_offload": ("--optimizer-offload", False),
+                   "rollout_precision": ("--rollout-precision", "bf16")}
 
 
 def estimate_settings(args, kw: dict) -> dict:
