@@ -11,6 +11,7 @@ from _compose_results import all_benches, family_benches, result_file, write
 
 from polytrace.cli import main
 from polytrace.compose import MEASURED, estimate
+from polytrace.compose.efficiency import PRIORS
 from polytrace.compose.impact import impact, step_time_line
 from polytrace.results import load_result
 
@@ -26,7 +27,10 @@ def baseline(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def shares(baseline):
-    res = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(8), results=[str(baseline)])
+    """Each family's share of the step as ``estimate`` prices it by default (the shared priors),
+    which ``impact`` prices too."""
+    res = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(8), results=[str(baseline)],
+                   calibration=PRIORS)
     return {f: d["share"] for f, d in res["summary"]["families"].items()}
 
 
@@ -46,6 +50,23 @@ def test_a_family_10pct_slower_costs_10pct_of_its_share_of_the_step(tmp_path, ba
         res["candidate"]["step_s"] - res["baseline"]["step_s"], rel=1e-9)
     moved = {b["id"].split("/")[0] for b in res["benchmarks"]}
     assert moved == {MEASURED[family].results_family}
+
+
+def test_the_step_is_priced_with_the_priors_unless_roofline_is_asked(tmp_path, baseline):
+    """The priors' host work and constants lengthen the step a kernel's change is a share of: the
+    same 10% slower GEMMs move the roofline-priced step by more (a larger share of a shorter
+    step), and each basis agrees with ``estimate`` priced the same way."""
+    cand = write(tmp_path / "cand.json", result_file(all_benches(gemm_tokens=GEMM_TOKENS, factors={"gemm": 1.1})))
+    priced = impact(str(baseline), str(cand))
+    bare = impact(str(baseline), str(cand), roofline=True)
+    assert priced["workload"]["priced"] == "shared priors" and bare["workload"]["priced"] == "roofline"
+    assert bare["baseline"]["step_s"] < priced["baseline"]["step_s"]
+    for res, cal in ((priced, PRIORS), (bare, None)):
+        est = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(8), results=[str(baseline)],
+                       calibration=cal)
+        assert res["baseline"]["step_s"] == pytest.approx(est["summary"]["mean_step_s"], rel=1e-12)
+        gemm = est["summary"]["families"]["gemm"]["share"]
+        assert res["step_change"] == pytest.approx(0.1 * gemm, abs=5e-7)
 
 
 def test_a_one_suite_candidate_changes_only_its_kernels(tmp_path, baseline):
@@ -79,7 +100,7 @@ def test_impact_cli_text_markdown_json(tmp_path, baseline, capsys):
                  "--model", "qwen2.5-32b", "--gpus", "8"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["workload"] == {"profile": "search-r1-7b", "model": "qwen2.5-32b", "gpus": 8, "gpu": "h200",
-                                "steps": [0, 1], "seed": 0}
+                                "steps": [0, 1], "seed": 0, "priced": "shared priors"}
     assert data["step_change"] > 0 and data["stages"]["gen"]["change_s"] > 0
 
 
@@ -151,3 +172,15 @@ def test_our_log_prob_kernel_moves_the_step_though_a_stock_run_prices_eager_torc
     only_eager = write(tmp_path / "eager.json", result_file(eager))
     res = impact(str(only_eager), str(only_eager), model="qwen2.5-7b", gpus=8, steps=[0])
     assert res["providers"] == {} and res["step_change"] == 0.0
+
+
+def test_impact_cli_roofline_flag(tmp_path, baseline, capsys):
+    cand = write(tmp_path / "c.json", result_file(all_benches(gemm_tokens=GEMM_TOKENS, factors={"gemm": 1.1})))
+    steps = []
+    for extra in ([], ["--roofline"]):
+        assert main(["impact", str(baseline), str(cand), "--steps", "0-1", *extra]) == 0
+        head = capsys.readouterr().out.splitlines()[0]
+        assert ("at the roofline" in head) == bool(extra) and ("at the shared priors" in head) != bool(extra)
+        assert main(["impact", str(baseline), str(cand), "--steps", "0-1", "--json", *extra]) == 0
+        steps.append(json.loads(capsys.readouterr().out)["baseline"]["step_s"])
+    assert steps[1] < steps[0]  # the roofline's step is the shorter

@@ -140,6 +140,9 @@ def register(sub) -> None:
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
     i.add_argument("--lengths", default=None, metavar=LENGTHS_SYNTAX,
                    help=LENGTHS_HELP)
+    i.add_argument("--roofline", action="store_true",
+                   help="price the step at the base roofline alone, without the shared priors (a shorter step: "
+                   "each kernel a larger share of it)")
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
@@ -377,7 +380,7 @@ def _impact(args) -> int:
 
         profile = stated_lengths_profile(args.lengths, profile=args.profile, model=args.model)
     res = impact(args.baseline, args.candidate, profile=profile, model=args.model, gpu=args.gpu,
-                 gpus=args.gpus, steps=args.steps, seed=args.seed)
+                 gpus=args.gpus, steps=args.steps, seed=args.seed, roofline=args.roofline)
     if not args.json and _lengths_line(profile):
         print(_lengths_line(profile))
     if args.json:

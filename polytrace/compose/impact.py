@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import PolytraceError
 from ..hardware import get_gpu
 from ..wording import counted
+from .efficiency import PRIORS
 from .estimate import estimate
 from .pricing import MEASURED
 from .timings import KernelTimings, paired
@@ -44,10 +45,13 @@ def _gpu_label(slug: str) -> str:
 
 
 def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None, steps=DEFAULT_STEPS,
-           seed: int = 0) -> dict:
+           seed: int = 0, roofline: bool = False) -> dict:
     """The step-time change from ``baseline``'s kernel timings to ``candidate``'s (paths, lists of
     paths or loaded result files) on a workload (default: ``dapo-math-32b`` with its model and GPU
-    count, on the files' GPU)."""
+    count, on the files' GPU). The step is priced as ``estimate`` prices it by default, with the
+    shared priors: the host work, per-call constants and slowdowns a real run pays around the
+    kernels make the step a kernel's change is a share of (``roofline``: the base prices alone,
+    a shorter step, so every kernel a larger share of it)."""
     slug = get_gpu(str(gpu)).slug if gpu else None
     base = _timings(baseline, "BASELINE", slug)
     cand = _timings(candidate, "CANDIDATE", slug)
@@ -69,7 +73,7 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
     providers = {fam: "ours" for fam, spec in MEASURED.items()
                  if spec.default_provider not in ("ours", "torch")
                  and all("ours" in t.providers(spec.results_family, spec.kernels) for t in (pb, pc))}
-    kw = dict(steps=steps, seed=seed, providers=providers or None)
+    kw = dict(steps=steps, seed=seed, providers=providers or None, calibration=None if roofline else PRIORS)
     eb = estimate(prof, model, slug, n_gpus, results=pb, **kw)
     ec = estimate(prof, model, slug, n_gpus, results=pc, **kw)
     sb, sc = eb["summary"], ec["summary"]
@@ -105,7 +109,7 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
             benchmarks.append({"id": bid, "ratio": ratio, "on_path": "/".join(pb_point.key) in used})
     benchmarks.sort(key=lambda b: (not b["on_path"], -abs(math.log(b["ratio"]))))
     workload = {"profile": prof.name, "model": eb["config"]["model"], "gpus": n_gpus, "gpu": slug,
-                "steps": list(steps), "seed": seed}
+                "steps": list(steps), "seed": seed, "priced": "roofline" if roofline else "shared priors"}
     line = f"step time on {prof.name} / {workload['model']} / {n_gpus} x {_gpu_label(slug)}: {_percent(change)}"
     return {"workload": workload, "line": line, "step_change": change,
             "baseline": {"files": base.files, "step_s": base_step, "stages_s": sb["mean_stages_s"]},
@@ -113,7 +117,8 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
             "stages": stages, "kernels": kernels, "benchmarks": benchmarks,
             "providers": providers,
             "source": "estimated: the same sampled steps priced with each side's kernel timings "
-                      "(polytrace/compose/impact.py)"}
+                      + ("at the base roofline" if roofline else "and the shared priors (polytrace/data/priors.json)")
+                      + " (polytrace/compose/impact.py)"}
 
 
 def step_time_line(baseline, candidate, **workload) -> dict:
@@ -136,7 +141,8 @@ def format_impact(res: dict, markdown: bool = False, top: int = 10) -> str:
     fmt = "github" if markdown else "simple"
     w = res["workload"]
     head = (f"impact on {w['profile']} / {w['model']} / {w['gpus']} x {_gpu_label(w['gpu'])} "
-            f"(estimated, mean of {len(w['steps'])} sampled steps, seed {w['seed']})")
+            f"(estimated at the {w.get('priced', 'shared priors')}, mean of {len(w['steps'])} sampled steps, "
+            f"seed {w['seed']})")
     rows = [[s, f"{v['baseline_s']:.3f}", f"{v['candidate_s']:.3f}", f"{v['change_s']:+.3f}", f"{v['change']:+.2%}",
              f"{v['step_share']:+.2%}"] for s, v in res["stages"].items()]
     b, c = res["baseline"]["step_s"], res["candidate"]["step_s"]
