@@ -36,35 +36,7 @@ def register(sub) -> None:
     add_steps(p, default=[0], what="sampled steps to estimate", count_note=True)
     p.add_argument("--seed", type=_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
-    p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
-    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp",
-                   help="trainer parallelism: fsdp (default) or megatron (with --train-tp / --train-pp)")
-    p.add_argument("--train-tp", type=_pos_int, default=1, help="Megatron tensor parallelism")
-    p.add_argument("--train-pp", type=_pos_int, default=1, help="Megatron pipeline parallelism")
-    p.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="ppo adds a critic")
-    p.add_argument("--no-ref", action="store_true", help="no reference model")
-    p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step (default: profile)")
-    p.add_argument("--micro-batch-tokens", type=_pos_int, default=None,
-                   help="token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
-                   "or max prompt + max response rounded up to 1024 when longer)")
-    p.add_argument("--max-prompt-len", type=_pos_int, default=None,
-                   help="prompt cap in tokens (default: the profile's)")
-    p.add_argument("--max-response-len", type=_pos_int, default=None,
-                   help="response cap in tokens; longer sampled responses are cut there (default: the profile's)")
-    p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
-    p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt (default: the profile's)")
-    p.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
-                   help="prompts per optimizer step (verl's ppo_mini_batch_size; default 256 or the whole batch "
-                   "when smaller): each step waits for the slowest trainer rank")
-    p.add_argument("--lora-rank", type=_nonneg_int, default=0,
-                   help="train LoRA adapters of this rank instead of the full model (verl's "
-                   "actor_rollout_ref.model.lora_rank; default 0: full fine-tuning)")
-    p.add_argument("--param-offload", action="store_true",
-                   help="verl's actor FSDP param_offload: parameters wait in CPU memory between stages "
-                   "(priced: PCIe both ways around each actor stage)")
-    p.add_argument("--optimizer-offload", action="store_true",
-                   help="verl's actor FSDP optimizer_offload: Adam moments wait in CPU memory between updates "
-                   "(priced: PCIe both ways around the update)")
+    add_run_shape_flags(p)
     m = p.add_argument_group("execution modes")
     m.add_argument("--mode", choices=("sync", "one-step-off", "fully-async"), default="sync",
                    help="sync: rollout and training colocated on all GPUs (default); one-step-off: the rollout "
@@ -154,6 +126,41 @@ LENGTHS_HELP = ("response lengths stated by their mean: mean=M tokens, max=L the
                 "max_model_len: each response within what its prompt leaves), prompt=P the mean prompt, "
                 "shape=PROFILE whose spread, pile-up at the cap and group correlation are kept (default "
                 "--profile, else the nearest built-in for the model's task)")
+
+
+
+def add_run_shape_flags(p) -> None:
+    """The run's shape: layouts, batch, caps, memory share, LoRA and offload (``estimate``,
+    ``impact``)."""
+    p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
+    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp",
+                   help="trainer parallelism: fsdp (default) or megatron (with --train-tp / --train-pp)")
+    p.add_argument("--train-tp", type=_pos_int, default=1, help="Megatron tensor parallelism")
+    p.add_argument("--train-pp", type=_pos_int, default=1, help="Megatron pipeline parallelism")
+    p.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="ppo adds a critic")
+    p.add_argument("--no-ref", action="store_true", help="no reference model")
+    p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step (default: profile)")
+    p.add_argument("--micro-batch-tokens", type=_pos_int, default=None,
+                   help="token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
+                   "or max prompt + max response rounded up to 1024 when longer)")
+    p.add_argument("--max-prompt-len", type=_pos_int, default=None,
+                   help="prompt cap in tokens (default: the profile's)")
+    p.add_argument("--max-response-len", type=_pos_int, default=None,
+                   help="response cap in tokens; longer sampled responses are cut there (default: the profile's)")
+    p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
+    p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt (default: the profile's)")
+    p.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
+                   help="prompts per optimizer step (verl's ppo_mini_batch_size; default 256 or the whole batch "
+                   "when smaller): each step waits for the slowest trainer rank")
+    p.add_argument("--lora-rank", type=_nonneg_int, default=0,
+                   help="train LoRA adapters of this rank instead of the full model (verl's "
+                   "actor_rollout_ref.model.lora_rank; default 0: full fine-tuning)")
+    p.add_argument("--param-offload", action="store_true",
+                   help="verl's actor FSDP param_offload: parameters wait in CPU memory between stages "
+                   "(priced: PCIe both ways around each actor stage)")
+    p.add_argument("--optimizer-offload", action="store_true",
+                   help="verl's actor FSDP optimizer_offload: Adam moments wait in CPU memory between updates "
+                   "(priced: PCIe both ways around the update)")
 
 
 def add_stated_run_flags(p, prefix: str = "") -> None:
