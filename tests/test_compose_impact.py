@@ -184,3 +184,24 @@ def test_impact_cli_roofline_flag(tmp_path, baseline, capsys):
         assert main(["impact", str(baseline), str(cand), "--steps", "0-1", "--json", *extra]) == 0
         steps.append(json.loads(capsys.readouterr().out)["baseline"]["step_s"])
     assert steps[1] < steps[0]  # the roofline's step is the shorter
+
+
+def test_impact_prices_the_run_it_is_given(tmp_path, baseline, capsys):
+    """The run's shape reaches the estimate both sides are priced with: an FP8 engine's GEMMs are
+    at the roofline (the suite times bf16), so a GEMM change moves its generation less; a larger
+    rollout TP and a Megatron trainer change the baseline step."""
+    cand = write(tmp_path / "c.json", result_file(all_benches(gemm_tokens=GEMM_TOKENS, factors={"gemm": 1.1})))
+    base = ["impact", str(baseline), str(cand), "--steps", "0-1", "--json"]
+    runs = {}
+    for name, extra in (("default", []), ("fp8", ["--rollout-precision", "fp8"]), ("tp8", ["--rollout-tp", "8"]),
+                        ("set", ["--set", "actor_rollout_ref.rollout.quantization=fp8"])):
+        assert main(base + extra) == 0
+        runs[name] = json.loads(capsys.readouterr().out)
+    gen = {k: v["stages"]["gen"]["change_s"] for k, v in runs.items()}
+    assert 0 <= gen["fp8"] < gen["default"]
+    assert runs["set"]["stages"] == runs["fp8"]["stages"]
+    assert runs["tp8"]["baseline"]["step_s"] != runs["default"]["baseline"]["step_s"]
+    # the run's checks are estimate's: expert parallelism on the dense default model is one line, exit 2
+    assert main(base + ["--strategy", "megatron", "--train-ep", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "polytrace: error: --train-ep 2: qwen2.5-32b is a dense model, it has no experts to split"

@@ -110,8 +110,9 @@ def register(sub) -> None:
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
     add_steps(i, default=list(range(8)), what="sampled steps to price", count_note=True)
     i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
-    i.add_argument("--lengths", default=None, metavar=LENGTHS_SYNTAX,
-                   help=LENGTHS_HELP)
+    add_run_shape_flags(i)
+    add_stated_run_flags(i)
+    add_set_flag(i)
     i.add_argument("--roofline", action="store_true",
                    help="price the step at the base roofline alone, without the shared priors (a shorter step: "
                    "each kernel a larger share of it)")
@@ -381,13 +382,19 @@ def _print_comparison(cmp: dict, args) -> int:
 def _impact(args) -> int:
     from ..compose.impact import format_impact, impact
 
-    profile = args.profile
-    if args.lengths is not None:
-        from ..compose.workloads import stated_lengths_profile
-
-        profile = stated_lengths_profile(args.lengths, profile=args.profile, model=args.model)
+    # the run the kernels' change is priced on: its lengths and shape, as estimate takes them
+    # (without --lengths the profile stays unset: the default workload's, with its model)
+    stated_profile_, stated_kw = stated_run(args)
+    profile = stated_profile_ if args.lengths is not None else args.profile
+    kw = dict(rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp, train_pp=args.train_pp,
+              algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
+              micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
+              max_response_len=args.max_response_len, mem_fraction=args.mem_fraction, n=args.n,
+              ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
+              optimizer_offload=args.optimizer_offload, **stated_kw)
+    kw.update(estimate_settings(args, kw))
     res = impact(args.baseline, args.candidate, profile=profile, model=args.model, gpu=args.gpu,
-                 gpus=args.gpus, steps=args.steps, seed=args.seed, roofline=args.roofline)
+                 gpus=args.gpus, steps=args.steps, seed=args.seed, roofline=args.roofline, **kw)
     if not args.json and _lengths_line(profile):
         print(_lengths_line(profile))
     if args.json:

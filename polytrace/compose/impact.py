@@ -45,13 +45,14 @@ def _gpu_label(slug: str) -> str:
 
 
 def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None, steps=DEFAULT_STEPS,
-           seed: int = 0, roofline: bool = False) -> dict:
+           seed: int = 0, roofline: bool = False, **config_kw) -> dict:
     """The step-time change from ``baseline``'s kernel timings to ``candidate``'s (paths, lists of
     paths or loaded result files) on a workload (default: ``dapo-math-32b`` with its model and GPU
     count, on the files' GPU). The step is priced as ``estimate`` prices it by default, with the
     shared priors: the host work, per-call constants and slowdowns a real run pays around the
     kernels make the step a kernel's change is a share of (``roofline``: the base prices alone,
-    a shorter step, so every kernel a larger share of it)."""
+    a shorter step, so every kernel a larger share of it). ``config_kw``: the run's shape, as
+    ``estimate`` takes it (rollout TP, trainer layout, batch, precision, ...)."""
     slug = get_gpu(str(gpu)).slug if gpu else None
     base = _timings(baseline, "BASELINE", slug)
     cand = _timings(candidate, "CANDIDATE", slug)
@@ -73,7 +74,8 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
     providers = {fam: "ours" for fam, spec in MEASURED.items()
                  if spec.default_provider not in ("ours", "torch")
                  and all("ours" in t.providers(spec.results_family, spec.kernels) for t in (pb, pc))}
-    kw = dict(steps=steps, seed=seed, providers=providers or None, calibration=None if roofline else PRIORS)
+    kw = dict(steps=steps, seed=seed, providers=providers or None, calibration=None if roofline else PRIORS,
+              **config_kw)
     eb = estimate(prof, model, slug, n_gpus, results=pb, **kw)
     ec = estimate(prof, model, slug, n_gpus, results=pc, **kw)
     sb, sc = eb["summary"], ec["summary"]
