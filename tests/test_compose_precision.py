@@ -220,3 +220,19 @@ def test_set_quantization_on_a_log(tmp_path):
     over = Overrides(gpu="h100", settings={QUANT: "fp8"})
     run, _ = config_from_log(given_settings(log, over), over)
     assert run.rollout_precision == "fp8"
+
+
+def test_a_separate_fp8_rollout_fits_where_bf16_does_not(capsys):
+    """One rollout GPU cannot serve Qwen2.5-32B in bf16 (65.5 GB of weights at --mem-fraction 0.9 leave
+    too little cache for a 34,816-token sequence); in FP8 (34.3 GB) it can, and its TP is chosen on
+    the FP8 weights."""
+    argv = ["estimate", "--model", "qwen2.5-32b", "--gpu", "h100", "--gpus", "16", "--mode", "one-step-off",
+            "--rollout-gpus", "1", "--prompts", "16", "--mem-fraction", "0.9", "--json"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot hold qwen2.5-32b" in err and "65.5 GB of weights per GPU" in err
+    assert main(argv + ["--rollout-precision", "fp8"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["mode"]["rollout_gpus"] == 1 and doc["config"]["rollout_precision"] == "fp8"

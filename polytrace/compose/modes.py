@@ -125,7 +125,7 @@ class _Sides:
                                     **{k: v for k, v in kw.items() if k != "rollout_ep"})
         self.trainer.colocated = False
         need = max(longest, self.trainer.max_prompt_len + self.trainer.max_response_len)
-        m, g = self.trainer.model, self.trainer.gpu
+        m, g = self.trainer.engine_model, self.trainer.gpu  # the rollout's weights as its engines hold them
         what = "--rollout-gpus" if given[0] or not given[1] else "--train-gpus"
         if smallest_rollout_tp(m, g, rollout_gpus, mem, need) is None:
             raise PolytraceError(
