@@ -262,6 +262,7 @@ def _calibrate(args) -> int:
         print(f"note: {note}")
     for lo in src.get("left_out", []):
         print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
-    print("scalars: " + ", ".join(f"{k}={v:.3g}" for k, v in doc["scalars"].items()))
+    # a constant the fit drove to nothing (3e-72 s) reads as the 0 it is
+    print("scalars: " + ", ".join(f"{k}={v if abs(v) >= 1e-9 else 0:.3g}" for k, v in doc["scalars"].items()))
     print("in-sample error: " + ", ".join(f"{k} {v:.1f}%" for k, v in doc["fit_error_pct"].items()))
     return 0
