@@ -23,8 +23,12 @@ pytestmark = pytest.mark.filterwarnings("ignore")
 WITHIN = 0.30
 # The GB200 misses are MoE runs: the four dense GB200 runs (Llama-3.1-8B and Qwen3-32B, v0.5 table)
 # are within 17% at the same datasheet prices, so what these runs lack is no Blackwell efficiency in
-# general but something their MoE engines or trainers pay there (grouped-GEMM and all-to-all kernels
-# on Blackwell at the time, engines spanning 4-GPU trays) that no corpus log measures.
+# general but something their MoE engines or trainers pay there that no corpus log measures. One
+# named cause: vLLM's fused-MoE Triton kernel falls back to an untuned default configuration on a
+# device without a tuned config file (vllm-project/vllm issue #27496, 2025-10: "qwen30ba3 on gh200
+# and gb200 is super slow", E=128,N=768 missing for the GH200); others: all-to-all kernels before
+# HybridEP (NVIDIA-NeMo/RL pull request #4118 enabled it in the GB200 MoE recipes later) and engines
+# spanning 4-GPU trays.
 GB200_MOE = "the GB200 MoE runs' shortfall: the dense GB200 runs are within 17% (module comment)"
 # Runs the zero-shot model misses by more than WITHIN, and why. A physical reason each, never a
 # factor fitted to the row.
