@@ -3,12 +3,13 @@ zero-shot estimate of each (``tests/test_compose_published_runs.py``, docs/step-
 
 Source: NeMo RL's "Performance" page (``docs/about/performance-summary.md``,
 https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md), GRPO on
-OpenMathInstruct-2, DGX-H100, BF16 training and generation, Megatron-core training backend. The
+OpenMathInstruct-2, DGX-H100 and GB200-NVL72, BF16 (and, in the FP8 tables, FP8) training and
+generation, Megatron-core training backend. The
 page's tables give per run: on- or one-step-off-policy, maximum sequence length, average generated
 sequence length, GPUs, G-GBS (responses generated per step), T-GBS (responses per optimizer step),
 the generation [TP, PP] and training [TP, CP, EP, PP] layouts and the total step time (training,
-generation, log-probs and refit). Each configuration (model, mode, GPUs) is taken at its latest
-published time: the "NeMo RL v0.6" tables (DGX-H100 and GB200-NVL72) (read 2026-12-01 at the
+generation, log-probs and refit). Each configuration (model, mode, GPUs, layout, precision) is taken
+at its latest published time: the "NeMo RL v0.6" tables (DGX-H100 and GB200-NVL72) (read 2026-12-01 at the
 repository's commit 7ea279abfbeb698b092856d0dab61e7cf39bc909, the page last changed at aea463dd) for
 the MoE runs; the "Nemo RL v0.5" tables (DGX-H100 BF16 and FP8, GB200-NVL72 BF16; commit 9dbd9adc,
 in place 2026-01-20 to 2026-04-28) for the dense Llama-3.1-8B and Qwen3-32B runs v0.6 no longer
