@@ -29,16 +29,22 @@ class Framework:
     colocated_fields: dict = field(default_factory=dict)  # RunConfig fields of its colocated switch
     in_flight_updates: bool = False  # one-step-off: the rollout decodes through the sync
     pipelined_sync: bool = False  # separated modes: gather and broadcast overlap
+    # separated modes: the sync's tensors bucketed (verl's checkpoint engine); None: the mode's
+    # default (on in fully-async, as verl's recipe, off in one-step-off)
+    checkpoint_engine: bool | None = None
     summary: str = ""
 
 
 FRAMEWORKS = {
     "verl": Framework("verl", summary="colocated engine keeps its weights on the GPU; one-step-off rollout stops for "
-                                      "the sync, gathered then broadcast"),
-    "nemo-rl": Framework("nemo-rl", {"engine_weights_offload": True, "switch_offload": True}, True, True,
+                                      "the sync, gathered then broadcast; fully-async syncs through its checkpoint "
+                                      "engine"),
+    # NeMo RL v0.6 hands the rollout every tensor through vLLM's load_weights (its NIXL checkpoint
+    # engine came later, docs/guides/checkpoint-engine-refit.md)
+    "nemo-rl": Framework("nemo-rl", {"engine_weights_offload": True, "switch_offload": True}, True, True, False,
                          "colocated: engine weights to CPU memory at sleep (level 1), optimizer state and "
                          "parameters offloaded around the refit; one-step-off: in-flight weight updates, the "
-                         "sync's gather and broadcast pipelined"),
+                         "sync's gather and broadcast pipelined, each tensor loaded apart"),
 }
 
 
@@ -56,6 +62,9 @@ def apply_framework(name: str, mode: str, kw: dict, split: dict) -> Framework:
     if mode in ("one-step-off", "fully-async", "compare") and split.get("pipelined_sync") is None \
             and fw.pipelined_sync:
         split["pipelined_sync"] = True
+    if mode in ("one-step-off", "fully-async", "compare") and split.get("checkpoint_engine") is None \
+            and fw.checkpoint_engine is not None:
+        split["checkpoint_engine"] = fw.checkpoint_engine
     return fw
 
 

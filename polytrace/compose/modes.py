@@ -59,7 +59,7 @@ SPLIT_FRACTIONS = tuple(k / 8 for k in range(1, 8))
 
 
 def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, partial_rollout,
-                    updates_per_sync, in_flight_updates=None, pipelined_sync=None) -> None:
+                    updates_per_sync, in_flight_updates=None, pipelined_sync=None, checkpoint_engine=None) -> None:
     """One-line errors naming the flag for arguments a mode cannot take."""
     if mode not in MODES:
         raise PolytraceError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
@@ -69,6 +69,7 @@ def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, p
     if mode == "sync":
         given = [flag for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus),
                                       ("--pipelined-sync", pipelined_sync),
+                                      ("--checkpoint-engine", checkpoint_engine),
                                       ("--staleness", staleness), ("--partial-rollout", partial_rollout),
                                       ("--updates-per-sync", updates_per_sync)) if v is not None]
         if given:
@@ -175,7 +176,8 @@ def _side_seconds(parts, calibration) -> dict[str, float]:
 
 
 def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: dict | None, staleness: float,
-                partial: bool, chunks: int, in_flight: bool = False, pipelined: bool = False) -> dict:
+                partial: bool, chunks: int, in_flight: bool = False, pipelined: bool = False,
+                checkpoint_engine: bool = False) -> dict:
     """One sampled batch's steady-state step in a separated mode."""
     rc, tc = sides.rollout, sides.trainer
     cal = calibration or {}
@@ -187,7 +189,7 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
     other = trainer.other_s + float(cal.get("other_overhead_s", 0.0))
     train_s = sum(stages[s] for s in TRAIN_STAGES) + other
     sync = weight_sync_seconds(tc.model, tc.gpu, tc.n_gpus, rc.n_gpus, rc.rollout_tp, tc.lora_rank,
-                               pipelined=pipelined)
+                               pipelined=pipelined, checkpoint_engine=checkpoint_engine)
     w = sync["total"]
     n_seq = len(r)
     roll = None
@@ -273,8 +275,8 @@ def _sync_mode_block(res: dict) -> dict:
 def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout_gpus: int | None = None,
                   train_gpus: int | None = None, staleness: float | None = None,
                   partial_rollout: bool | None = None, updates_per_sync: int | None = None,
-                  in_flight_updates: bool | None = None, pipelined_sync: bool | None = None, steps=(0,),
-                  seed: int = 0, calibration: dict | None = None, results_root=None, results=None,
+                  in_flight_updates: bool | None = None, pipelined_sync: bool | None = None,
+                  checkpoint_engine: bool | None = None, steps=(0,), seed: int = 0, calibration: dict | None = None, results_root=None, results=None,
                   providers: dict | None = None, speedups: dict | None = None, amdahl: float | None = None,
                   **config_kw) -> dict:
     """The steady-state step of ``mode`` (``MODES``) on ``gpus`` GPUs: ``estimate``'s keys
@@ -283,12 +285,16 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     cause. Without ``rollout_gpus`` / ``train_gpus`` the split is the best of ``SPLIT_FRACTIONS``.
     ``in_flight_updates`` (one-step-off): the rollout keeps decoding through the weight sync
     (module docstring); default off, as verl's one-step-off recipe stops it. ``pipelined_sync``
-    (separated modes): the sync's gather and broadcast overlap (NeMo RL); default off (verl)."""
+    (separated modes): the sync's gather and broadcast overlap (NeMo RL); default off (verl).
+    ``checkpoint_engine`` (separated modes): verl's checkpoint engine buckets the sync's tensors;
+    default on in fully-async (verl's ``async_training.checkpoint_engine.enable`` default), off in
+    one-step-off."""
     from ..profiles import get_profile
 
     check_mode_args(mode, gpus, rollout_gpus, train_gpus, staleness, partial_rollout, updates_per_sync,
-                    in_flight_updates, pipelined_sync)
+                    in_flight_updates, pipelined_sync, checkpoint_engine)
     in_flight, pipelined = bool(in_flight_updates), bool(pipelined_sync)
+    bucketed = mode == "fully-async" if checkpoint_engine is None else bool(checkpoint_engine)
     if mode == "sync":
         res = estimate(profile, model, gpu, gpus, steps=steps, seed=seed, calibration=calibration,
                        results_root=results_root, results=results, providers=providers, speedups=speedups,
@@ -314,7 +320,7 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     if chunks > base.prompts_per_step * base.n:
         raise PolytraceError(f"--updates-per-sync {chunks} exceeds the batch's {base.prompts_per_step * base.n} "
                              f"samples: each local update needs at least one")
-    unit = config_kw.get("rollout_tp") or default_rollout_tp(base.model, base.gpu, gpus,
+    unit = config_kw.get("rollout_tp") or default_rollout_tp(base.engine_model, base.gpu, gpus,
                                                              float(config_kw.get("mem_fraction", 0.5)),
                                                              need_tokens=base.max_prompt_len + base.max_response_len)
     given = (rollout_gpus is not None, train_gpus is not None)
@@ -329,7 +335,7 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
             errors.append(str(exc))
             continue
         probe = _async_step(mode, sides, batches[0], pricer, calibration, staleness, partial, chunks, in_flight,
-                            pipelined)
+                            pipelined, bucketed)
         tried.append({"rollout_gpus": r_gpus, "train_gpus": t_gpus, "step_s": probe["step_s"]})
         if best is None or probe["step_s"] < best[1]:
             best = (sides, probe["step_s"])
@@ -337,7 +343,8 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
         raise PolytraceError(f"--gpus {gpus}: no rollout:trainer split of the GPUs is feasible for --mode {mode} "
                              f"({errors[0] if errors else 'no split tried'})")
     sides = best[0]
-    rows = [_async_step(mode, sides, b, pricer, calibration, staleness, partial, chunks, in_flight, pipelined)
+    rows = [_async_step(mode, sides, b, pricer, calibration, staleness, partial, chunks, in_flight, pipelined,
+                        bucketed)
             for b in batches]
     res = _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
                      timings, seed)
@@ -388,16 +395,17 @@ def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks
 
 def compare_modes(profile, model, gpu, gpus: int, *, rollout_gpus=None, train_gpus=None, staleness=None,
                   partial_rollout=None, updates_per_sync=None, in_flight_updates=None, pipelined_sync=None,
-                  **kw) -> dict:
+                  checkpoint_engine=None, **kw) -> dict:
     """The three modes side by side on the same sampled steps ("what would async give me"):
     the separated modes take the given split or their best one."""
     out = {"sync": mode_estimate(profile, model, gpu, gpus, mode="sync", **kw)}
     out["one-step-off"] = mode_estimate(profile, model, gpu, gpus, mode="one-step-off", rollout_gpus=rollout_gpus,
                                         train_gpus=train_gpus, in_flight_updates=in_flight_updates,
-                                        pipelined_sync=pipelined_sync, **kw)
+                                        pipelined_sync=pipelined_sync, checkpoint_engine=checkpoint_engine, **kw)
     out["fully-async"] = mode_estimate(profile, model, gpu, gpus, mode="fully-async", rollout_gpus=rollout_gpus,
                                        train_gpus=train_gpus, staleness=staleness, partial_rollout=partial_rollout,
-                                       updates_per_sync=updates_per_sync, pipelined_sync=pipelined_sync, **kw)
+                                       updates_per_sync=updates_per_sync, pipelined_sync=pipelined_sync,
+                                       checkpoint_engine=checkpoint_engine, **kw)
     sync_step = out["sync"]["summary"]["mean_step_s"]
     rows = []
     for name, res in out.items():

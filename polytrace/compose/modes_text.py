@@ -63,7 +63,8 @@ def mode_lines(res: dict) -> list[str]:
         lines.append(f"splits tried (rollout:trainer, first sampled step): {tried}")
     ws = m["weight_sync"]
     # the routed experts handed over one tensor at a time (``refit.expert_tensor_seconds``)
-    tensors = f" + {ws['tensors']:.2f} s of expert tensors" if ws.get("tensors") else ""
+    tensors = (f" + {ws['tensors']:.2f} s of expert tensors"
+               + (" (checkpoint engine: bucketed)" if ws.get("checkpoint_engine") else "") if ws.get("tensors") else "")
     if ws.get("pipelined"):  # each pack gathered while the one before is broadcast
         lines.append(f"weight sync {m['weight_sync_s']:.2f} s per step: max(gather {ws['gather']:.2f}, broadcast "
                      f"{ws['broadcast']:.2f}) pipelined + load {ws['load']:.3f} s ({ws['bytes'] / 1e9:.1f} GB)"

@@ -67,10 +67,13 @@ def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp:
             "total": pipeline + gather + stage + tensors, "bytes": total}
 
 
-def expert_tensor_seconds(model: ModelSpec, lora_rank: int = 0, eff: Efficiency = DEFAULT) -> float:
+def expert_tensor_seconds(model: ModelSpec, lora_rank: int = 0, eff: Efficiency = DEFAULT,
+                          bucketed: bool = False) -> float:
     """Host seconds of a refit's routed-expert tensors, handed over one at a time (none under
-    LoRA: only the adapters move)."""
-    return 0.0 if lora_rank else model.expert_tensor_count * eff.refit_s_per_expert_tensor
+    LoRA: only the adapters move); ``bucketed``: packed into buckets by verl's checkpoint engine
+    (``Efficiency.refit_s_per_expert_tensor_bucketed``)."""
+    price = eff.refit_s_per_expert_tensor_bucketed if bucketed else eff.refit_s_per_expert_tensor
+    return 0.0 if lora_rank else model.expert_tensor_count * price
 
 
 __all__ = ["colocated_refit_seconds", "expert_tensor_seconds"]
