@@ -276,7 +276,8 @@ def test_framework_nemo_rl_applies_its_mechanics_and_explicit_flags_win(capsys):
 
 # ---- verl's checkpoint engine: the sync's tensors in buckets -------------------------------------
 
-@pytest.mark.parametrize("model, train, roll, on_s", [("qwen3-30b-a3b", 16, 16, 4.38), ("qwen3-235b-a22b", 64, 64, 23.70)])
+@pytest.mark.parametrize("model, train, roll, on_s",
+                         [("qwen3-30b-a3b", 16, 16, 4.38), ("qwen3-235b-a22b", 64, 64, 23.70)])
 def test_a_bucketed_sync_lands_near_the_published_checkpoint_engine_figure(model, train, roll, on_s):
     """verl's fully-async README, checkpoint engine on (PUBLISHED_SYNC): the MoE syncs within 25%
     once their expert tensors go in buckets, where one at a time they cost 9 and 18 s more."""

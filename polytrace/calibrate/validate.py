@@ -202,8 +202,8 @@ def _check_simulation_size(run: RunConfig, split: Split, steps: int = 1) -> None
     gpus = split.rollout_gpus or run.n_gpus
     engines = max(1, gpus // run.rollout_tp)
     per_engine = math.ceil(run.prompts_per_step * run.n / engines)
-    slots = kv_slots(run.engine_model, run.gpu, run.rollout_tp, run.mem_fraction, run.max_prompt_len + run.max_response_len,
-                     run.max_num_seqs, DEFAULT)
+    slots = kv_slots(run.engine_model, run.gpu, run.rollout_tp, run.mem_fraction,
+                     run.max_prompt_len + run.max_response_len, run.max_num_seqs, DEFAULT)
     iterations = math.ceil(per_engine / slots) * run.max_response_len
     if iterations > MAX_DECODE_ITERATIONS:
         raise PolytraceError(

@@ -276,7 +276,8 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
                   train_gpus: int | None = None, staleness: float | None = None,
                   partial_rollout: bool | None = None, updates_per_sync: int | None = None,
                   in_flight_updates: bool | None = None, pipelined_sync: bool | None = None,
-                  checkpoint_engine: bool | None = None, steps=(0,), seed: int = 0, calibration: dict | None = None, results_root=None, results=None,
+                  checkpoint_engine: bool | None = None, steps=(0,), seed: int = 0,
+                  calibration: dict | None = None, results_root=None, results=None,
                   providers: dict | None = None, speedups: dict | None = None, amdahl: float | None = None,
                   **config_kw) -> dict:
     """The steady-state step of ``mode`` (``MODES``) on ``gpus`` GPUs: ``estimate``'s keys
