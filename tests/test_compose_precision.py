@@ -236,3 +236,20 @@ def test_a_separate_fp8_rollout_fits_where_bf16_does_not(capsys):
 
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["mode"]["rollout_gpus"] == 1 and doc["config"]["rollout_precision"] == "fp8"
+
+
+@pytest.mark.parametrize("field, value", [("rollout_precision", "fp16"), ("train_precision", 8),
+                                          ("rollout_precision", "")])
+def test_a_hand_edited_precision_in_a_calibration_is_one_line(capsys, tmp_path, field, value):
+    import json
+
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--stage-times", "gen=60,old_log_prob=5,ref=5,update_actor=20", "--model",
+                 "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "-o", str(out)]) == 0
+    capsys.readouterr()
+    doc = json.loads(out.read_text())
+    doc["config"][field] = value
+    out.write_text(json.dumps(doc))
+    assert main(["estimate", "--calibration", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"polytrace: error: --calibration {out}: config.{field} is {value!r}"

@@ -33,6 +33,8 @@ def flag_of(dest: str) -> str:
 
 
 def _valid(dest: str, convert, value) -> bool:
+    if dest in ("rollout_precision", "train_precision"):
+        return value in ("bf16", "fp8")  # compose.stages.PRECISIONS
     if convert is str:
         return isinstance(value, str) and bool(value)
     if convert is bool or dest == "no_ref":
