@@ -253,3 +253,16 @@ def test_a_hand_edited_precision_in_a_calibration_is_one_line(capsys, tmp_path, 
     assert main(["estimate", "--calibration", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"polytrace: error: --calibration {out}: config.{field} is {value!r}"
+
+
+def test_a_gemm_what_if_reaches_fp8_gemms_too(capsys):
+    """FP8 GEMMs are priced at their roofline (the suite times bf16), and ``--speedup gemm=2``
+    halves them as it halves any roofline-priced GEMM: on both sides, the label says why."""
+    fp8 = ["--rollout-precision", "fp8", "--train-precision", "fp8"]
+    base = _estimate(capsys, *fp8)
+    fast = _estimate(capsys, *fp8, "--speedup", "gemm=2")
+    for stage in ("gen", "update_actor"):
+        b = base["summary"]["kernels"][stage]["gemm"]
+        f = fast["summary"]["kernels"][stage]["gemm"]
+        assert f["s"] == pytest.approx(b["s"] / 2, rel=1e-9), stage
+        assert "GEMM suite times bf16" in b["source"], b

@@ -192,6 +192,11 @@ def extrapolation_factor(curve: Curve, sizes) -> float:
     return float(max(1.0, lo / float(s.min()), float(s.max()) / hi))
 
 
+# The GEMM suite times bf16 matmuls: an FP8 engine's or trainer's GEMMs are priced at their own
+# (FP8) roofline, what-if speedups applied as to any roofline price.
+FP8_UNMEASURED = "the GEMM suite times bf16"
+
+
 def _roofline(why: str = "") -> str:
     """The source of a price at the roofline, with why where measurements exist but do not apply."""
     return f"{ROOFLINE} ({why})" if why else ROOFLINE
@@ -284,13 +289,17 @@ class Pricer:
         return out, ""
 
     def gemm(self, model: ModelSpec, tokens: float, launches: float, *, tp: int = 1, fwd_passes: int = 1,
-             backward: bool = False, weight_grads: bool = True, roofline_s: float) -> tuple[float, str]:
+             backward: bool = False, weight_grads: bool = True, roofline_s: float,
+             fp8: bool = False) -> tuple[float, str]:
         """The decoder layers' linear layers over ``launches`` (micro-batch x layer) launches of
         ``tokens`` tokens each: ``fwd_passes`` forwards (2 with activation checkpointing) and, for
         an update, the backward's two gradient matmuls (the suite's ``bwd``), or only the input
         gradient when the weights are frozen (``weight_grads=False``, LoRA: half the suite's
-        ``bwd``, whose two matmuls have equal FLOPs)."""
+        ``bwd``, whose two matmuls have equal FLOPs). ``fp8``: Transformer Engine's FP8 GEMMs, at
+        the roofline (``FP8_UNMEASURED``)."""
         scale = self.scale("gemm")
+        if fp8:
+            return roofline_s * scale, _roofline(f"FP8 GEMMs; {FP8_UNMEASURED}")
         lins = linear_layers(model)
         modes = ("fwd", "bwd") if backward else ("fwd",)
         curves, why = self._gemm_curves(model, sorted({lin.layer for lin in lins}), modes)
@@ -326,8 +335,11 @@ class Pricer:
         the same batch). Measured only where the GEMM suite timed every layer at a batch at least
         that small (a smaller batch is never priced from a larger one's rate: decode GEMMs stream
         weights, and their time does not shrink with the batch), else the roofline (weights read
-        at ``decode_hbm``)."""
+        at ``decode_hbm``). An FP8 engine (``model.weight_dtype``) at the roofline
+        (``FP8_UNMEASURED``)."""
         scale = self.scale("gemm")
+        if model.weight_dtype == "fp8":
+            return roofline_s * scale, _roofline(f"FP8 weights; {FP8_UNMEASURED}")
         lins = [(lin, float(model.layers)) for lin in linear_layers(model)]
         lins.append((Linear("lm_head", model.vocab, model.hidden), 1.0))
         curves, why = self._gemm_curves(model, sorted({lin.layer for lin, _ in lins}), ("fwd",))

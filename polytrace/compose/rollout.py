@@ -184,10 +184,7 @@ def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
     # batch of ~peak FLOP/s over bandwidth tokens, ~160 on an H200; attention stays memory-bound)
     linear = np.maximum(mm_flops / compute_rate, weight_bytes / memory_rate)
     attention = np.maximum(attn_flops / compute_rate, kv_bytes_per_gpu / (gpu.ceiling("hbm") * eff.decode_hbm))
-    if model.weight_dtype == "fp8":  # the GEMM suite times bf16 weights: an FP8 engine at its roofline
-        gemm, gemm_src = linear, "roofline (FP8 weights; the GEMM suite times bf16)"
-    else:
-        gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
+    gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
     attn, attn_src = pricer.decode(model, active, ctx, tp, attention)
     comm = iteration_comm_seconds(model, gpu, tp, active, eff, ep) * pricer.scale("comm")
     parts = {"gemm": gemm, "decode": attn, "comm": comm,
