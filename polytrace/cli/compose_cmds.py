@@ -133,7 +133,6 @@ LENGTHS_HELP = ("response lengths stated by their mean: mean=M tokens, max=L the
                 "--profile, else the nearest built-in for the model's task)")
 
 
-
 def add_run_shape_flags(p) -> None:
     """The run's shape: layouts, batch, caps, memory share, LoRA and offload (``estimate``,
     ``impact``)."""
@@ -166,6 +165,16 @@ def add_run_shape_flags(p) -> None:
     p.add_argument("--optimizer-offload", action="store_true",
                    help="verl's actor FSDP optimizer_offload: Adam moments wait in CPU memory between updates "
                    "(priced: PCIe both ways around the update)")
+
+
+def run_shape_kw(args) -> dict:
+    """The configuration keywords of the flags ``add_run_shape_flags`` adds."""
+    return dict(rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp, train_pp=args.train_pp,
+                algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
+                micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
+                max_response_len=args.max_response_len, mem_fraction=args.mem_fraction, n=args.n,
+                ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
+                optimizer_offload=args.optimizer_offload)
 
 
 def add_stated_run_flags(p, prefix: str = "") -> None:
@@ -247,13 +256,8 @@ def _estimate(args) -> int:
     for line in differences:  # on stderr, before any table
         print(f"note: differs from the calibrated run: {line}", file=sys.stderr)
     profile, stated_kw = stated_run(args)
-    kw = dict(steps=args.steps, seed=args.seed, rollout_tp=args.rollout_tp, strategy=args.strategy,
-              train_tp=args.train_tp, train_pp=args.train_pp, algorithm=args.algo, use_ref=not args.no_ref,
-              prompts=args.prompts, micro_batch_tokens=args.micro_batch_tokens or "auto",
-              max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
-              mem_fraction=args.mem_fraction, n=args.n, ppo_mini_batch=args.ppo_mini_batch,
-              lora_rank=args.lora_rank, param_offload=args.param_offload, optimizer_offload=args.optimizer_offload,
-              results=args.results, providers=parse_assignments(args.provider, "--provider"),
+    kw = dict(steps=args.steps, seed=args.seed, **run_shape_kw(args), results=args.results,
+              providers=parse_assignments(args.provider, "--provider"),
               speedups=parse_assignments(args.speedup, "--speedup"), **stated_kw)
     kw.update(estimate_settings(args, kw))
     split = dict(rollout_gpus=args.rollout_gpus, train_gpus=args.train_gpus, staleness=args.staleness,
@@ -391,12 +395,7 @@ def _impact(args) -> int:
     # (without --lengths the profile stays unset: the default workload's, with its model)
     stated_profile_, stated_kw = stated_run(args)
     profile = stated_profile_ if args.lengths is not None else args.profile
-    kw = dict(rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp, train_pp=args.train_pp,
-              algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
-              micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
-              max_response_len=args.max_response_len, mem_fraction=args.mem_fraction, n=args.n,
-              ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
-              optimizer_offload=args.optimizer_offload, **stated_kw)
+    kw = dict(run_shape_kw(args), **stated_kw)
     kw.update(estimate_settings(args, kw))
     res = impact(args.baseline, args.candidate, profile=profile, model=args.model, gpu=args.gpu,
                  gpus=args.gpus, steps=args.steps, seed=args.seed, roofline=args.roofline, **kw)
