@@ -266,3 +266,16 @@ def test_a_gemm_what_if_reaches_fp8_gemms_too(capsys):
         f = fast["summary"]["kernels"][stage]["gemm"]
         assert f["s"] == pytest.approx(b["s"] / 2, rel=1e-9), stage
         assert "GEMM suite times bf16" in b["source"], b
+
+
+@pytest.mark.parametrize("flag", ["--rollout-precision", "--train-precision"])
+def test_calibrating_a_log_refuses_a_precision_flag(capsys, tmp_path, flag):
+    """A log states its engine's precision (verl's quantization key, or --set it): the
+    --stage-times flag on a log is one line, exit 2, not silently ignored."""
+    from _settings_logs import SETTINGS, model_log
+
+    path = model_log(tmp_path / "run.log", dict(SETTINGS), steps=4, gpu="h100")
+    assert main(["calibrate", path, "--gpu", "h100", flag, "fp8", "-o", str(tmp_path / "cal.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"polytrace: error: calibrate: {flag} applies to --stage-times; a log states its own"
+    assert not (tmp_path / "cal.json").exists()

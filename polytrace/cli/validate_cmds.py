@@ -248,6 +248,9 @@ def _calibrate(args) -> int:
         given += [flag for flag, v in (("--train-tp", args.train_tp), ("--train-pp", args.train_pp),
                                        ("--train-ep", args.train_ep), ("--train-cp", args.train_cp),
                                        ("--train-vpp", args.train_vpp), ("--rollout-ep", args.rollout_ep)) if v != 1]
+        # a log states its engine's precision (actor_rollout_ref.rollout.quantization, or --set it)
+        given += [flag for flag, v in (("--rollout-precision", args.rollout_precision),
+                                       ("--train-precision", args.train_precision)) if v != "bf16"]
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
         doc = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,
