@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compose.stages import RunConfig
+from ..compose.stages import PRECISIONS, RunConfig
 from ..errors import PolytraceError
 from ..logs import TrainingLog, Unresolved
 from ..logs.companion import attach, read_companion
@@ -352,7 +352,7 @@ def _rollout_precision(v: _Values, notes: list[str]) -> str:
     if value is None or isinstance(value, Unresolved):
         return "bf16"
     text = str(value).strip().lower()
-    if text in QUANTIZATIONS or text in ("bf16", "fp8"):
+    if text in QUANTIZATIONS or text in PRECISIONS:  # verl's value, or a --set one (already a precision)
         return QUANTIZATIONS.get(text, text)
     notes.append(f"rollout quantization {str(value)[:40]!r} not priced: the engine priced with bf16 weights")
     return "bf16"

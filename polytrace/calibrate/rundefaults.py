@@ -8,6 +8,7 @@ from the run is listed. Constants the calibration did not time but copied from a
 
 from __future__ import annotations
 
+from ..compose.stages import PRECISIONS
 from ..errors import PolytraceError
 
 # estimate's argparse destination -> (the calibration file's config key, how it is turned into the flag)
@@ -34,7 +35,7 @@ def flag_of(dest: str) -> str:
 
 def _valid(dest: str, convert, value) -> bool:
     if dest in ("rollout_precision", "train_precision"):
-        return value in ("bf16", "fp8")  # compose.stages.PRECISIONS
+        return value in PRECISIONS
     if convert is str:
         return isinstance(value, str) and bool(value)
     if convert is bool or dest == "no_ref":

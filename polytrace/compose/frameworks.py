@@ -15,7 +15,7 @@
   ``in_flight_updates`` and ``pipelined_sync``.
 
 A flag given explicitly (``--in-flight-updates`` / ``--no-in-flight-updates``, likewise
-``--pipelined-sync``) wins over the framework's value.
+``--pipelined-sync`` and ``--checkpoint-engine``) wins over the framework's value.
 """
 
 from __future__ import annotations
@@ -27,12 +27,19 @@ from dataclasses import dataclass, field
 class Framework:
     name: str
     colocated_fields: dict = field(default_factory=dict)  # RunConfig fields of its colocated switch
-    in_flight_updates: bool = False  # one-step-off: the rollout decodes through the sync
-    pipelined_sync: bool = False  # separated modes: gather and broadcast overlap
-    # separated modes: the sync's tensors bucketed (verl's checkpoint engine); None: the mode's
-    # default (on in fully-async, as verl's recipe, off in one-step-off)
+    # ``mode_estimate``'s mode keywords (None: the mode's own default, which is verl's)
+    in_flight_updates: bool | None = None  # one-step-off: the rollout decodes through the sync
+    pipelined_sync: bool | None = None  # separated modes: gather and broadcast overlap
+    # separated modes: the sync's tensors bucketed (verl's checkpoint engine; by default on in
+    # fully-async, as verl's recipe, off in one-step-off)
     checkpoint_engine: bool | None = None
     summary: str = ""
+
+
+# mode keyword -> the modes it applies to ("compare" prices them all)
+_SPLIT_MODES = {"in_flight_updates": ("one-step-off", "compare"),
+                "pipelined_sync": ("one-step-off", "fully-async", "compare"),
+                "checkpoint_engine": ("one-step-off", "fully-async", "compare")}
 
 
 FRAMEWORKS = {
@@ -57,14 +64,10 @@ def apply_framework(name: str, mode: str, kw: dict, split: dict) -> Framework:
         # the switch applies only to a colocated run (RunConfig.colocated), so the separated
         # modes of --compare-modes are unaffected
         kw["run_fields"] = {**fw.colocated_fields, **(kw.get("run_fields") or {})}
-    if mode in ("one-step-off", "compare") and split.get("in_flight_updates") is None and fw.in_flight_updates:
-        split["in_flight_updates"] = True
-    if mode in ("one-step-off", "fully-async", "compare") and split.get("pipelined_sync") is None \
-            and fw.pipelined_sync:
-        split["pipelined_sync"] = True
-    if mode in ("one-step-off", "fully-async", "compare") and split.get("checkpoint_engine") is None \
-            and fw.checkpoint_engine is not None:
-        split["checkpoint_engine"] = fw.checkpoint_engine
+    for key, modes in _SPLIT_MODES.items():
+        value = getattr(fw, key)
+        if value is not None and mode in modes and split.get(key) is None:
+            split[key] = value
     return fw
 
 

@@ -65,13 +65,10 @@ def mode_lines(res: dict) -> list[str]:
     # the routed experts handed over one tensor at a time (``refit.expert_tensor_seconds``)
     tensors = (f" + {ws['tensors']:.2f} s of expert tensors"
                + (" (checkpoint engine: bucketed)" if ws.get("checkpoint_engine") else "") if ws.get("tensors") else "")
-    if ws.get("pipelined"):  # each pack gathered while the one before is broadcast
-        lines.append(f"weight sync {m['weight_sync_s']:.2f} s per step: max(gather {ws['gather']:.2f}, broadcast "
-                     f"{ws['broadcast']:.2f}) pipelined + load {ws['load']:.3f} s ({ws['bytes'] / 1e9:.1f} GB)"
-                     f"{tensors}")
-    else:
-        lines.append(f"weight sync {m['weight_sync_s']:.2f} s per step: gather {ws['gather']:.2f} + broadcast "
-                     f"{ws['broadcast']:.2f} + load {ws['load']:.3f} s ({ws['bytes'] / 1e9:.1f} GB){tensors}")
+    moved = (f"max(gather {ws['gather']:.2f}, broadcast {ws['broadcast']:.2f}) pipelined"  # gathered while sent
+             if ws.get("pipelined") else f"gather {ws['gather']:.2f} + broadcast {ws['broadcast']:.2f}")
+    lines.append(f"weight sync {m['weight_sync_s']:.2f} s per step: {moved} + load {ws['load']:.3f} s "
+                 f"({ws['bytes'] / 1e9:.1f} GB){tensors}")
     lines += idle_lines(s)
     return lines
 
