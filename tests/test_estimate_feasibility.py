@@ -138,3 +138,13 @@ def test_memory_breakdown_matches_hand_computation():
     assert mem["kv_capacity_tokens"] == int(kv // kv_per_token)
     assert mem["rollout_resident"] == pytest.approx((12 * params / gpus + 2 * params / gpus) / gb)
     assert res["warnings"] == []
+
+
+def test_everything_offloaded_leaves_nothing_resident_and_prints(capsys):
+    """A Megatron trainer with its parameters and optimizer offloaded and no reference keeps
+    nothing on the GPUs during the rollout: 0.0 GB, printed (an empty sum was the integer 0, which
+    the memory report dropped as no float, and the text report raised a KeyError traceback)."""
+    assert main(["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--strategy", "megatron",
+                 "--train-tp", "2", "--param-offload", "--optimizer-offload", "--no-ref"]) == 0
+    out = capsys.readouterr().out
+    assert "rollout: trainer kept 0.0 + weights" in out

@@ -215,8 +215,8 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
     # less what verl's actor offload parks in CPU memory meanwhile
     offloaded = (("actor_master_fp32", "actor_weights_bf16") if cfg.param_offload else ()) + \
         (("actor_adam_moments",) if cfg.optimizer_offload else ())
-    resident = sum(v for k, v in state.items() if not k.endswith("gradients") and k not in offloaded
-                   and not (k.endswith("weights_bf16") and not mega and not k.startswith("ref")))
+    resident = float(sum(v for k, v in state.items() if not k.endswith("gradients") and k not in offloaded
+                         and not (k.endswith("weights_bf16") and not mega and not k.startswith("ref"))))
     if not cfg.colocated:
         resident = 0.0  # a trainer of its own: no engine shares its GPUs
     engine = cfg.engine_model  # the weights as the engine holds them (FP8: linear layers one byte)
