@@ -142,6 +142,26 @@ def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
     assert not any("refit" in x.source for x in stage_costs(cfg, p, r).parts)
 
 
+def test_the_refits_tensor_price_is_no_measurement():
+    """The expert tensors' host price comes from published refits, not from a result file: the
+    estimate's source line and its warnings claim no measured timings for it, and its family reads
+    "roofline" (it read "partly measured", and the header named a results/<gpu> folder that does
+    not exist)."""
+    from polytrace.compose.breakdown import source_status
+    from polytrace.compose.estimate import estimate
+    from polytrace.compose.workloads import stated_lengths_profile
+
+    prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen3-30b-a3b")
+    res = estimate(prof, "qwen3-30b-a3b", "h100", 16, steps=range(1), results_root="/nonexistent", rollout_tp=2,
+                   strategy="megatron", train_pp=2, train_ep=8, n=8, responses_per_step=64, train_batch=64)
+    comm = res["summary"]["kernels"]["gen"]["comm"]
+    assert "host (refit: 18432 expert tensors" in comm["source"]
+    assert source_status(comm["source"]) == "roofline" and res["summary"]["families"]["comm"]["status"] == "roofline"
+    assert "measured" not in res["source"] and not any("measured" in w for w in res["warnings"])
+    assert source_status("results/h100/gemm.json (torch) + host (refit: 1 expert tensors x 0.5 ms)") == \
+        "partly measured"
+
+
 def test_the_pipeline_bubble_stretches_a_stages_exposed_collectives_too():
     """1F1B over PP stages: the first stage waits (pp - 1) micro-batch times to fill and drain,
     and a micro-batch's time on a stage is its matmuls and its exposed all-to-alls and TP

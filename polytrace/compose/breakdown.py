@@ -10,7 +10,7 @@ those of decoding at batch sizes the GEMM suite does not time at the roofline).
 
 from __future__ import annotations
 
-from .pricing import FAMILIES, NOT_KERNELS, ROOFLINE
+from .pricing import FAMILIES, HOST_PRICE, NOT_KERNELS, ROOFLINE
 from .stages import STAGES
 
 BREAKDOWN_STAGES = (*STAGES, "other")  # "other": the step outside the stages (reward scoring)
@@ -22,9 +22,11 @@ def _family_key(family: str) -> tuple:
 
 
 def source_status(source: str) -> str:
-    """``measured``, ``roofline`` or ``partly measured`` for a source string (pieces joined by " + ")."""
+    """``measured``, ``roofline`` or ``partly measured`` for a source string (pieces joined by " + ").
+    The model's own host prices (``pricing.HOST_PRICE``) count as the roofline: no result file
+    measured them."""
     pieces = [p.strip() for p in source.replace(" | ", " + ").split(" + ") if p.strip()]
-    roof = [p.startswith(ROOFLINE) for p in pieces]
+    roof = [p.startswith((ROOFLINE, HOST_PRICE)) for p in pieces]
     if all(roof):
         return ROOFLINE
     if any(roof):

@@ -49,6 +49,10 @@ from .efficiency import DEFAULT, Efficiency
 from .timings import Curve, KernelTimings
 
 ROOFLINE = "roofline"
+# A part priced by the model's own per-item host cost (the refit's expert tensors, the CPU
+# optimizer's DRAM traffic), from published figures, not from a result file: a model price like the
+# roofline's, never "measured"
+HOST_PRICE = "host ("
 FAMILIES = ("gemm", "attention", "decode", "prefill", "logprob", "packing", "optimizer", "comm", "host", "seq_host", "offload")
 # Parts of a step that are no kernel: multi-turn tool latency, reward scoring outside the stages,
 # and the fixed per-stage seconds a calibration adds. Shown in the breakdown, never sped up.

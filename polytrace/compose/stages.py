@@ -19,7 +19,7 @@ from ..errors import PolytraceError
 from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
-from .pricing import ROOFLINE, Pricer
+from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
 from .rollout import RolloutResult, simulate_rollout
 from .refit import colocated_refit_seconds
@@ -283,7 +283,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         parts.append(Part("gen", "comm", "rollout", moved * pricer.scale("comm"), "roofline (refit)"))
         if refit["tensors"]:  # host work, not a link: no measured collective rate scales it
             parts.append(Part("gen", "comm", "rollout", refit["tensors"],
-                              f"host (refit: {cfg.model.expert_tensor_count} expert tensors x "
+                              f"{HOST_PRICE}refit: {cfg.model.expert_tensor_count} expert tensors x "
                               f"{eff.refit_s_per_expert_tensor * 1e3:.2g} ms)"))
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
