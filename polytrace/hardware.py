@@ -38,6 +38,10 @@ class GPU:
     # CPU-GPU link per GPU, GB/s one direction, where it is no PCIe slot (Grace's NVLink-C2C);
     # None: a PCIe slot, which offload copies cross at ``Efficiency.pcie_gbps`` in practice
     host_link_gbps: float | None = None
+    # Host DRAM bandwidth per GPU, GB/s (the node's memory channels shared by its GPUs' ranks): what
+    # an optimizer stepping in CPU memory runs at (``Efficiency.cpu_adam_bytes_per_param``).
+    # ``HOST_MEMORY_SOURCE``: 76.8 on the HGX/DGX 8-GPU servers' two Xeon sockets, 256 on Grace.
+    host_memory_gbps: float = 76.8
     # FP8 tensor cores (Hopper, Ada, Blackwell; AMD CDNA 3 and later). Ampere, CDNA 2 and Ascend
     # have none: vLLM serves an FP8 checkpoint there weight-only (its Marlin kernels widen each
     # weight to 16 bits in registers), so the weights' bytes halve and the math stays bf16.
@@ -86,6 +90,12 @@ SCALEOUT_SOURCE = (
     "DGX/HGX H100, H200, H20, H800, GH200 and DGX B200 (8 x 400 Gb/s NDR ConnectX-7: 50 GB/s per GPU); "
     "AMD MI300X and MI325X platforms (8 x 400 Gb/s NICs: 50 GB/s per GPU); A800 and L40S servers taken as "
     "DGX A100 (25 GB/s per GPU). Clusters built with fewer NICs are slower.")
+
+HOST_MEMORY_SOURCE = (
+    "host DRAM peak shared by a node's GPUs: DGX H100 / HGX H100, H200, H20 and B200 servers carry two 4th or 5th "
+    "generation Xeon sockets of 8 DDR5-4800 channels each (Intel ark: 307 GB/s a socket), 614 GB/s for 8 GPUs = "
+    "76.8 GB/s a GPU, taken for every 8-GPU server here; a GB200 superchip's Grace CPU has up to 512 GB/s of "
+    "LPDDR5X (NVIDIA Grace datasheet) for its two GPUs = 256 GB/s a GPU")
 
 _GPUS = [
     GPU("a100-80g", "NVIDIA A100 80GB SXM", 312.0, 2.039, 80, 300, 19.5,
@@ -141,7 +151,7 @@ _GPUS = [
         "NVIDIA GB200 NVL72 datasheet (2024): 180 PF bf16 dense per 72 GPUs = 2.5 PF per GPU, 13.4 TB HBM3e "
         "per 72 GPUs (186 GB each) at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; NVLink-C2C 900 GB/s "
         "bidirectional between a superchip's Grace CPU and its two GPUs (taken as 225 GB/s a GPU each way)",
-        name_patterns=(r"\bgb200\b",), gpus_per_node=72, host_link_gbps=225.0),
+        name_patterns=(r"\bgb200\b",), gpus_per_node=72, host_link_gbps=225.0, host_memory_gbps=256.0),
     # --- PCIe boards: no NVLink; collectives cross PCIe Gen4 x16 (32 GB/s) or Gen5 x16 (64 GB/s)
     GPU("rtx4090", "NVIDIA GeForce RTX 4090 24GB", 165.2, 1.008, 24, 32, 82.6,
         "NVIDIA Ada GPU architecture whitepaper (2023), RTX 4090: 165.2 TF bf16 dense with FP32 accumulate "

@@ -68,7 +68,7 @@ def test_contradictions(items, needle):
 
 def test_every_setting_has_a_type_default_and_effect():
     for key, s in REGISTRY.items():
-        assert s.kind in ("bool", "int", "fraction", "model", "quantization") and s.effect, key
+        assert s.kind in ("bool", "int", "fraction", "share", "model", "quantization") and s.effect, key
         assert key.count(".") >= 1
 
 

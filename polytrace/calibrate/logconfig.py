@@ -43,7 +43,7 @@ from .identity import (  # noqa: F401
     resolve_model,
     resolve_ref_model,
 )
-from .settings import given_settings, offload_key
+from .settings import CPU_OPTIMIZER, given_settings, offload_key
 
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
 MAX_COUNT = 1_000_000
@@ -311,6 +311,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         mem = min(max(mem, 0.05), 0.99)
     has_critic = "values" in stages or "update_critic" in stages
     precision = _rollout_precision(v, notes)
+    cpu_share = _cpu_optimizer_share(v, strategy, notes)
     run = RunConfig(
         model=model, gpu=gpu, n_gpus=int(n_gpus), prompts_per_step=int(prompts), n=int(n),
         max_prompt_len=int(max_p), max_response_len=int(max_r), rollout_tp=int(tp),
@@ -336,10 +337,27 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         # the shuffled synthetic batch (validate.step_batch) stands in for those waits. Modelling
         # the balance alone lowered the Qwen2-7B log's log-prob accuracy from 98.3% to 97.8%.
         balance_batch=False,
-        mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes, rollout_precision=precision)
+        mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes, rollout_precision=precision,
+        cpu_optimizer=cpu_share, cpu_optimizer_overlap=v.flag(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", False))
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
+
+
+def _cpu_optimizer_share(v: _Values, strategy: str, notes: list[str]) -> float:
+    """The share of the actor's optimizer Megatron steps in CPU memory: verl's Megatron actor
+    passes ``optimizer_cpu_offload`` and ``optimizer_offload_fraction`` to Megatron's optimizer
+    (absent: Megatron-core's defaults, off and 0). Read for a Megatron actor only; FSDP's workers
+    never read them (a note)."""
+    if not v.flag(f"{CPU_OPTIMIZER}.optimizer_cpu_offload", False):
+        return 0.0
+    if strategy != "megatron":
+        notes.append("optimizer_cpu_offload is a Megatron setting: this FSDP actor does not read it")
+        return 0.0
+    key, value = v.raw(f"{CPU_OPTIMIZER}.optimizer_offload_fraction")
+    if key is None or value == 0:
+        return 0.0
+    return float(v.fraction(key))
 
 
 def _rollout_precision(v: _Values, notes: list[str]) -> str:

@@ -25,6 +25,8 @@ FIELDS = {
     "rollout_ep": ("rollout_ep", int),
     # an FP8 engine or trainer (``RunConfig.rollout_precision``): half a stage's price or more
     "rollout_precision": ("rollout_precision", str), "train_precision": ("train_precision", str),
+    # Megatron's CPU optimizer: the update's optimizer step in host memory
+    "cpu_optimizer": ("cpu_optimizer", float), "cpu_optimizer_overlap": ("cpu_optimizer_overlap", bool),
 }
 FLAG = {"no_ref": "--no-ref", "algo": "--algo"}
 
@@ -36,6 +38,8 @@ def flag_of(dest: str) -> str:
 def _valid(dest: str, convert, value) -> bool:
     if dest in ("rollout_precision", "train_precision"):
         return value in PRECISIONS
+    if dest == "cpu_optimizer":
+        return not isinstance(value, bool) and isinstance(value, (int, float)) and 0.0 <= value <= 1.0
     if convert is str:
         return isinstance(value, str) and bool(value)
     if convert is bool or dest == "no_ref":

@@ -32,8 +32,9 @@ class SettingError(PolytraceError):
 @dataclass(frozen=True)
 class Setting:
     key: str  # verl's key
-    # "bool", "int", "fraction", "model" (a preset name, HF repo id or config.json) or
-    # "quantization" (vLLM's: "fp8", or null for the model's own bf16 weights)
+    # "bool", "int", "fraction" (an engine's memory share, [0.05, 0.99]), "share" ([0, 1]), "model" (a
+    # preset name, HF repo id or config.json) or "quantization" (vLLM's: "fp8", or null for the
+    # model's own bf16 weights)
     kind: str
     default: object  # what verl uses when the key is absent (None: no default, the log or flag decides)
     effect: str  # what it changes in the step model
@@ -46,6 +47,10 @@ class Setting:
 
 
 _A, _R, _F, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref", "critic"
+# Megatron's OptimizerConfig fields, as verl's Megatron actor passes them through (its scripts add
+# them with hydra's ``+``: ``+actor_rollout_ref.actor.optim.override_optimizer_config.<field>=``);
+# absent, Megatron-core's defaults hold: the optimizer on the GPU
+CPU_OPTIMIZER = f"{_A}.optim.override_optimizer_config"
 
 # (role, switch, what it prices, the estimate argument or RunConfig field it sets)
 OFFLOAD_SWITCHES = (
@@ -104,6 +109,15 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
     *(Setting(offload_key(trainer, role, what), "bool", False, effect, estimate=target, cost_2x=True)
       for trainer in ("fsdp", "megatron") for role, what, effect, target in OFFLOAD_SWITCHES),
+    Setting(f"{CPU_OPTIMIZER}.optimizer_cpu_offload", "bool", False,
+            "Megatron's HybridDeviceOptimizer: optimizer_offload_fraction of the optimizer lives in CPU memory "
+            "and steps there (Megatron trainer; estimate's --cpu-optimizer)", estimate="run:cpu_optimizer_offload"),
+    Setting(f"{CPU_OPTIMIZER}.optimizer_offload_fraction", "share", 0.0,
+            "the share of the optimizer (fp32 master weights and Adam moments) the CPU holds and steps, with "
+            "optimizer_cpu_offload on", estimate="cpu_optimizer"),
+    Setting(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", "bool", False,
+            "the CPU optimizer's gradient and weight copies overlap its step (estimate's --cpu-optimizer-overlap)",
+            estimate="cpu_optimizer_overlap"),
     Setting(f"{_A}.use_dynamic_bsz", "bool", False,
             "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
@@ -188,6 +202,10 @@ def _value(setting: Setting, text: str):
         v = float(t)
     except ValueError:
         v = float("nan")
+    if setting.kind == "share":
+        if not (math.isfinite(v) and 0.0 <= v <= 1.0):
+            raise SettingError(f"{what}: expected a share in [0, 1]")
+        return v
     if not (math.isfinite(v) and 0.05 <= v <= 0.99):
         raise SettingError(f"{what}: expected a fraction in [0.05, 0.99]")
     return v
@@ -198,7 +216,7 @@ def parse_settings(items) -> dict:
     out: dict = {}
     for item in items or ():
         key, sep, text = str(item).partition("=")
-        key = key.strip()
+        key = key.strip().lstrip("+")  # hydra's append marks, as verl's scripts write them
         if not sep or not key:
             raise SettingError(f"--set {str(item)[:80]!r}: expected KEY=VALUE in verl's key names, e.g. "
                                "--set actor_rollout_ref.model.use_remove_padding=true")
@@ -303,6 +321,10 @@ def estimate_arguments(given: dict) -> tuple[dict, dict]:
         from ..models import get_model
 
         fields["ref_model"] = get_model(fields["ref_model"])
+    # Megatron steps a CPU share only with optimizer_cpu_offload on (its default fraction: 0)
+    cpu_on = fields.pop("cpu_optimizer_offload", None)
+    if cpu_on is not None or "cpu_optimizer" in kwargs:
+        kwargs["cpu_optimizer"] = float(kwargs.get("cpu_optimizer", 0.0)) if cpu_on else 0.0
     dynamic = fields.pop("dynamic", None)
     if fields.get("micro_batch_seqs") is not None:
         kwargs["micro_batch_tokens"] = None

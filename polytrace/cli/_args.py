@@ -126,6 +126,14 @@ def probability(text: str) -> float:
     return v
 
 
+def share(text: str) -> float:
+    """A share of a whole, 0 to 1 inclusive (``--cpu-optimizer``)."""
+    v = finite_float(text)
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1], got {text!r}")
+    return v
+
+
 def one_step(text: str) -> list[int]:
     """``--step N``: the one step N (a list, like ``--steps``)."""
     return [nonneg_int(text)]

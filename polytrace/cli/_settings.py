@@ -27,7 +27,8 @@ _ESTIMATE_FLAGS = {"rollout_tp": ("--rollout-tp", None), "mem_fraction": ("--mem
                    "max_response_len": ("--max-response-len", None), "ppo_mini_batch": ("--ppo-mini-batch", None),
                    "lora_rank": ("--lora-rank", 0), "param_offload": ("--param-offload", False),
                    "optimizer_offload": ("--optimizer-offload", False),
-                   "rollout_precision": ("--rollout-precision", "bf16")}
+                   "rollout_precision": ("--rollout-precision", "bf16"), "cpu_optimizer": ("--cpu-optimizer", 0.0),
+                   "cpu_optimizer_overlap": ("--cpu-optimizer-overlap", False)}
 
 
 def estimate_settings(args, kw: dict) -> dict:
@@ -58,5 +59,8 @@ def _key_of(given: dict, argument: str) -> str:
     key = next((k for k in given if REGISTRY[k].estimate == argument), None)
     if key is not None:
         return f"{key}={given[key]}"
-    # a micro-batch size (or dynamic batching off) leaves no token budget
-    return next(f"{k}={v}" for k, v in given.items() if REGISTRY[k].estimate in ("run:micro_batch_seqs", "run:dynamic"))
+    # a micro-batch size (or dynamic batching off) leaves no token budget; optimizer_cpu_offload off
+    # leaves no CPU share
+    via = {"micro_batch_tokens": ("run:micro_batch_seqs", "run:dynamic"),
+           "cpu_optimizer": ("run:cpu_optimizer_offload",)}
+    return next(f"{k}={v}" for k, v in given.items() if REGISTRY[k].estimate in via.get(argument, ()))

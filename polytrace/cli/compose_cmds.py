@@ -7,7 +7,7 @@ import argparse
 import sys
 import textwrap
 
-from ._args import add_steps
+from ._args import add_steps, share
 from ._args import any_int as _int
 from ._args import finite_float as _float
 from ._args import nonneg_int as _nonneg_int
@@ -165,6 +165,12 @@ def add_run_shape_flags(p) -> None:
     p.add_argument("--optimizer-offload", action="store_true",
                    help="verl's actor FSDP optimizer_offload: Adam moments wait in CPU memory between updates "
                    "(priced: PCIe both ways around the update)")
+    p.add_argument("--cpu-optimizer", type=share, default=0.0, metavar="SHARE",
+                   help="Megatron's CPU optimizer (optimizer_cpu_offload with optimizer_offload_fraction SHARE, "
+                   "0-1): that share of the fp32 master weights and Adam moments lives in CPU memory and steps "
+                   "there (priced: gradients to the host, AdamW at the host's DRAM bandwidth, weights back)")
+    p.add_argument("--cpu-optimizer-overlap", action="store_true",
+                   help="Megatron's overlap_cpu_optimizer_d2h_h2d: the CPU optimizer's copies overlap its step")
 
 
 def run_shape_kw(args) -> dict:
@@ -174,7 +180,8 @@ def run_shape_kw(args) -> dict:
                 micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
                 max_response_len=args.max_response_len, mem_fraction=args.mem_fraction, n=args.n,
                 ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
-                optimizer_offload=args.optimizer_offload)
+                optimizer_offload=args.optimizer_offload, cpu_optimizer=args.cpu_optimizer,
+                cpu_optimizer_overlap=args.cpu_optimizer_overlap)
 
 
 def add_stated_run_flags(p, prefix: str = "") -> None:

@@ -45,6 +45,17 @@ class Efficiency:
     plan_s_per_sequence: float = 1.6e-6
     # Host-to-device copies (parameter offload) over PCIe Gen4/5 x16: ~20 GB/s in practice.
     pcie_gbps: float = 20.0
+    # An optimizer stepping in CPU memory (Megatron's HybridDeviceOptimizer: ``RunConfig.
+    # cpu_optimizer``) runs torch's AdamW on fp32 CPU tensors, one element-wise op at a time
+    # (``_single_tensor_adamw``: weight decay, the two moments' updates, sqrt, divide, add eps, the
+    # step): 12 reads and 8 writes of 4 bytes, 80 bytes a parameter through DRAM. Measured on this
+    # project's 2-core CPU machine (AMD EPYC, torch 2.13, 2026-12-02; a CPU timing): a 32M-parameter
+    # step took 171 ms, 19.5x a copy of the same tensor (0.2 Gparam/s on 2 threads, core-bound). A
+    # server rank has ~14 cores (2 x 56 for 8 GPUs), 7x those 2, so there it is DRAM-bound:
+    # ``GPU.host_memory_gbps`` at ``host_dram`` of the peak (0.67 Gparam/s a GPU on an HGX host).
+    cpu_adam_bytes_per_param: float = 80.0
+    # STREAM-style kernels reach ~70% of a DDR5 server's peak DRAM bandwidth (assumed).
+    host_dram: float = 0.70
     # Per decode iteration: ~12 kernel launches per layer at ~8 us each in eager mode; with CUDA
     # graphs one replay (~0.3 ms for the whole model, independent of depth).
     launch_s_per_kernel: float = 8e-6

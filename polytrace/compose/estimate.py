@@ -102,6 +102,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                  ppo_mini_batch: int | None = None, responses_per_step: int | None = None,
                  train_batch: int | None = None, run_fields: dict | None = None,
                  rollout_precision: str = "bf16", train_precision: str = "bf16",
+                 cpu_optimizer: float = 0.0, cpu_optimizer_overlap: bool = False,
                  **layout_kw) -> RunConfig:
     """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
     ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
@@ -114,8 +115,8 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
     NeMo RL's ``num_prompts_per_step x num_generations_per_prompt``; prompts = it / n) and
     ``train_batch`` (responses per optimizer step, NeMo RL's ``train_global_batch_size``; verl's
     mini-batch = it / n prompts). ``layout_kw``: expert, context and virtual-pipeline
-    parallelism (``parallel.py``). ``rollout_precision`` / ``train_precision``: "bf16" or "fp8"
-    (``RunConfig``)."""
+    parallelism (``parallel.py``). ``rollout_precision`` / ``train_precision``: "bf16" or "fp8";
+    ``cpu_optimizer`` / ``cpu_optimizer_overlap``: Megatron's CPU optimizer (``RunConfig``)."""
     from .parallel import check_layout
 
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
@@ -176,6 +177,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
         optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches,
         rollout_precision=rollout_precision, train_precision=train_precision,
+        cpu_optimizer=cpu_optimizer, cpu_optimizer_overlap=bool(cpu_optimizer_overlap),
         **check_layout(model, int(gpus), strategy, int(train_tp), int(train_pp), int(tp), **layout_kw))
     fields.update(run_fields or {})
     return RunConfig(**fields)

@@ -12,7 +12,9 @@ Trainer (actor; the critic alike under PPO), with ``P`` parameters:
 - Megatron (TP x PP, distributed optimizer as verl sets it): bf16 weights ``2 P / (tp pp)``,
   fp32 main gradients ``4 P / (tp pp)``, fp32 master and moments ``12 P / gpus`` (sharded over
   data parallelism too). With expert parallelism the routed experts' weights and gradients
-  split over EP x PP instead of TP x PP (expert tensor parallelism 1).
+  split over EP x PP instead of TP x PP (expert tensor parallelism 1). Megatron's CPU optimizer
+  (``RunConfig.cpu_optimizer``, a share) keeps that share of the master weights and moments in CPU
+  memory: ``12 P (1 - share) / gpus`` stay.
 - The reference model's bf16 weights, sharded like the trainer's (``2 P / gpus`` under FSDP,
   nothing with ``ref_offload``).
 
@@ -97,12 +99,14 @@ def activation_bytes_per_token(model: ModelSpec, *, layers: float, checkpointing
 
 
 def trainer_state_bytes(model: ModelSpec, n_gpus: int, strategy: str, tp: int, pp: int,
-                        lora_rank: int = 0, ep: int = 1) -> dict:
+                        lora_rank: int = 0, ep: int = 1, cpu_optimizer: float = 0.0) -> dict:
     """Per-GPU bytes of one trained model: bf16 weights, fp32 master weights, Adam moments,
     gradients. Under LoRA (``lora_rank`` > 0) the base weights stay (sharded fp32, as verl loads
     the actor) but only the adapters have gradients and moments. Megatron with expert
     parallelism: the routed experts split over EP x PP, the rest over TP x PP
-    (``parallel.shard_params``); context parallelism replicates the weights like DP."""
+    (``parallel.shard_params``); context parallelism replicates the weights like DP. Megatron's
+    CPU optimizer (``cpu_optimizer``, a share): that share of the master weights and moments
+    lives in CPU memory, not on the GPU."""
     from .parallel import shard_params
     from .training import lora_params
 
@@ -112,8 +116,9 @@ def trainer_state_bytes(model: ModelSpec, n_gpus: int, strategy: str, tp: int, p
     if strategy == "megatron":
         held = shard_params(model, tp, pp, ep)
         held_trained = held if lora_rank <= 0 else trained / (tp * pp)
-        return {"weights_bf16": 2 * held, "master_fp32": 4 * master / n_gpus,
-                "adam_moments": 8 * trained / n_gpus, "gradients": 4 * held_trained}
+        on_gpu = 1.0 - cpu_optimizer
+        return {"weights_bf16": 2 * held, "master_fp32": 4 * master / n_gpus * on_gpu,
+                "adam_moments": 8 * trained / n_gpus * on_gpu, "gradients": 4 * held_trained}
     return {"weights_bf16": FSDP_GATHERED_LAYERS * 2 * layer_params(model), "master_fp32": 4 * master / n_gpus,
             "adam_moments": 8 * trained / n_gpus, "gradients": 4 * trained / n_gpus}
 
@@ -192,7 +197,8 @@ def memory_plan(cfg, longest_seq: int, eff: Efficiency = DEFAULT, seq_lens=None)
         rank_tokens = max(int(lens[a:b].sum()) for a, b in zip(bounds[:-1], bounds[1:]))
     for role, m, head in models:
         lora = cfg.lora_rank if role == "actor" else 0
-        for k, v in trainer_state_bytes(m, n, cfg.strategy, tp, pp, lora, ep if m.experts else 1).items():
+        cpu_share = getattr(cfg, "cpu_optimizer", 0.0) if role == "actor" else 0.0
+        for k, v in trainer_state_bytes(m, n, cfg.strategy, tp, pp, lora, ep if m.experts else 1, cpu_share).items():
             state[f"{role}_{k}"] = v
         seqs, budget = cfg.micro_batch_seqs, cfg.micro_batch_tokens
         stage = "update_actor" if role == "actor" else "update_critic"
@@ -277,7 +283,9 @@ def check_feasibility(cfg, longest_seq: int, *, rollout_tp_given: bool, eff: Eff
             f"{gb:g} GB {gpu.slug} (bf16 weights, fp32 master weights, gradients and Adam moments"
             + (", reference weights" if cfg.use_ref else "") + "); "
             + (f"use --gpus {fits} or more" if fits else "use many more GPUs")
-            + (", or --strategy megatron with --train-tp" if cfg.strategy == "fsdp" else "")
+            + (", or --strategy megatron with --train-tp" if cfg.strategy == "fsdp" else
+               ", or --cpu-optimizer 1 (Megatron's optimizer in CPU memory)" if getattr(cfg, "cpu_optimizer", 0.0) < 1
+               else "")
             + (", or --lora-rank" if not cfg.lora_rank else ""))
     warnings = []
     if plan.train_peak > plan.gpu_bytes:

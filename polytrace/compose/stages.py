@@ -105,6 +105,14 @@ class RunConfig:
     # side's cost up to 2x, so neither is ever assumed: bf16 unless stated.
     rollout_precision: str = "bf16"
     train_precision: str = "bf16"
+    # Megatron's HybridDeviceOptimizer (``optimizer_cpu_offload`` with ``optimizer_offload_fraction``,
+    # as verl's and slime's recipes for 235B-671B models on 96 GB GPUs set it): this share of the
+    # actor's optimizer (its fp32 master weights and Adam moments) lives in CPU memory for the whole
+    # run and steps there; each optimizer step copies that share's gradients to the host and its
+    # updated weights back (``cpu_optimizer_parts``). ``cpu_optimizer_overlap``: Megatron's
+    # ``overlap_cpu_optimizer_d2h_h2d``, the copies and the CPU step pipelined per parameter.
+    cpu_optimizer: float = 0.0
+    cpu_optimizer_overlap: bool = False
 
     def __post_init__(self):
         for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp",
@@ -128,6 +136,12 @@ class RunConfig:
                                  f"{self.gpu.slug} has none")
         if self.algorithm not in ("grpo", "ppo"):
             raise PolytraceError(f"algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
+        share = self.cpu_optimizer
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+            raise PolytraceError(f"--cpu-optimizer must be a share in [0, 1], got {share!r}")
+        if share and self.strategy != "megatron":
+            raise PolytraceError("--cpu-optimizer is Megatron's HybridDeviceOptimizer: it needs --strategy megatron "
+                                 "(FSDP's CPU offload of the optimizer is --optimizer-offload)")
         if not 0.05 <= self.mem_fraction <= 0.99:
             raise PolytraceError(f"gpu memory fraction must be in [0.05, 0.99], got {self.mem_fraction}")
         for name in ("lora_rank", "mini_batches"):
@@ -187,7 +201,8 @@ class RunConfig:
             "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
             "train_ep": self.train_ep, "train_cp": self.train_cp, "train_vpp": self.train_vpp,
             "rollout_ep": self.rollout_ep, "rollout_precision": self.rollout_precision,
-            "train_precision": self.train_precision,
+            "train_precision": self.train_precision, "cpu_optimizer": self.cpu_optimizer,
+            "cpu_optimizer_overlap": self.cpu_optimizer_overlap,
         }
 
 
@@ -292,8 +307,9 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
                           offload_seconds(cfg.ref_model or cfg.model, cfg.n_gpus, eff, cfg.gpu) * pricer.scale("offload")))
     parts += offload_parts(cfg, eff, pricer)
     opt = (optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches, cfg.lora_rank)
-           * pricer.scale("optimizer"))
+           * (1.0 - cfg.cpu_optimizer) * pricer.scale("optimizer"))
     parts.append(Part("update_actor", "optimizer", "train", opt))
+    parts += cpu_optimizer_parts(cfg, eff, pricer)
     if cfg.use_critic:
         parts.append(Part("update_critic", "optimizer", "train",
                           optimizer_seconds(critic, cfg.gpu, cfg.n_gpus, cfg.mini_batches)
@@ -327,7 +343,8 @@ def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | No
     pcie = host_copy_gbps(cfg.gpu, eff) * 1e9
     params = 4.0 * cfg.model.params_total / cfg.n_gpus
     trained = cfg.model.params_total if not cfg.lora_rank else lora_params(cfg.model, cfg.lora_rank)
-    moments = 8.0 * trained / cfg.n_gpus
+    on_gpu = 1.0 - cfg.cpu_optimizer  # the CPU optimizer's share never leaves CPU memory
+    moments = 8.0 * trained / cfg.n_gpus * on_gpu
     scale = pricer.scale("offload")
     parts = []
     if cfg.param_offload:
@@ -349,11 +366,38 @@ def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | No
         # generation and once back
         shard = (shard_params(cfg.model, cfg.train_tp, cfg.train_pp, cfg.train_ep) if cfg.strategy == "megatron"
                  else cfg.model.params_total / cfg.n_gpus)
-        weights, optimizer = 2.0 * shard / pcie * scale, 12.0 * trained / cfg.n_gpus / pcie * scale
+        weights, optimizer = 2.0 * shard / pcie * scale, 12.0 * trained / cfg.n_gpus * on_gpu / pcie * scale
         parts += [Part("gen", "offload", "rollout", weights + optimizer),
                   Part("old_log_prob", "offload", "forward_overhead", weights),
                   Part("update_actor", "offload", "train_overhead", optimizer)]
     return parts
+
+
+def cpu_optimizer_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | None = None) -> list[Part]:
+    """Megatron's HybridDeviceOptimizer, priced (``RunConfig.cpu_optimizer``): per optimizer step
+    its share of the local optimizer shard (the distributed optimizer's ``trained / gpus``
+    parameters) sends its fp32 gradients to the host (4 bytes a parameter), steps torch's AdamW
+    in CPU memory (``eff.cpu_adam_bytes_per_param`` through DRAM, ``GPU.host_memory_gbps`` per GPU
+    at ``eff.host_dram``) and copies the fp32 weights back into the bf16 parameters (4 bytes
+    across the link, converted on the GPU). Without ``cpu_optimizer_overlap`` the three run one
+    after another; with it, per parameter on their own streams, so the slowest of the three sets
+    the time. All of it is host-memory traffic: the ``offload`` family, under the offload prior."""
+    from .efficiency import host_copy_gbps
+    from .training import lora_params
+
+    if not cfg.cpu_optimizer:
+        return []
+    pricer = pricer or Pricer(cfg.gpu, eff)
+    trained = cfg.model.params_total if not cfg.lora_rank else lora_params(cfg.model, cfg.lora_rank)
+    local = cfg.cpu_optimizer * trained / cfg.n_gpus
+    link = host_copy_gbps(cfg.gpu, eff) * 1e9
+    step = local * eff.cpu_adam_bytes_per_param / (cfg.gpu.host_memory_gbps * 1e9 * eff.host_dram)
+    copies = (4.0 * local / link, 4.0 * local / link)
+    each = max(step, *copies) if cfg.cpu_optimizer_overlap else step + sum(copies)
+    seconds = cfg.mini_batches * each * pricer.scale("offload")
+    source = (f"{HOST_PRICE}CPU AdamW: {cfg.cpu_optimizer:g} of the optimizer, {eff.cpu_adam_bytes_per_param:g} B a "
+              f"parameter at {eff.host_dram:g} x {cfg.gpu.host_memory_gbps:g} GB/s a GPU)")
+    return [Part("update_actor", "offload", "train_overhead", seconds, source)]
 
 
 def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float | None = None,
