@@ -56,13 +56,18 @@ from dataclasses import dataclass
 from polytrace.compose.frameworks import apply_framework
 
 PAGE = "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md"
+# verl's "Training DeepSeek 671b" page (last updated 08/20/2025), its Benchmark table: DeepSeek-V3
+# on 96 GPUs (H20 96 GB, the page's minimum), mean response 1,960, rollout 1,050 s, step 1,700 s;
+# the script it names, examples/grpo_trainer/run_deepseek671b_math_megatron_96gb.sh at bd756c15
+VERL_DPSK = "https://github.com/volcengine/verl/blob/main/docs/perf/dpsk.md"
 TABLES = {"v0.4": f"{PAGE} (Nemo RL v0.4 table, DGX-H100; commit 06beed91, read 2026-12-01)",
           "v0.5": f"{PAGE} (Nemo RL v0.5 H100 BF16 table; commit 9dbd9adc, read 2026-12-02)",
           "v0.5-fp8": f"{PAGE} (Nemo RL v0.5 H100 FP8 table; commit 9dbd9adc, read 2026-12-02)",
           "v0.5-gb200": f"{PAGE} (Nemo RL v0.5 GB200 BF16 table; commit 9dbd9adc, read 2026-12-02)",
           "v0.6": f"{PAGE} (NeMo RL v0.6 H100 BF16 table; commit 7ea279ab, read 2026-12-01)",
           "v0.6-fp8": f"{PAGE} (NeMo RL v0.6 H100 FP8 table; commit 7ea279ab, read 2026-12-02)",
-          "v0.6-gb200": f"{PAGE} (NeMo RL v0.6 GB200 BF16 table; commit 7ea279ab, read 2026-12-01)"}
+          "v0.6-gb200": f"{PAGE} (NeMo RL v0.6 GB200 BF16 table; commit 7ea279ab, read 2026-12-01)",
+          "verl-dpsk": f"{VERL_DPSK} (verl's DeepSeek-V3 benchmark; commit 4c7812c4, read 2026-12-02)"}
 SOURCE = PAGE
 RECIPES = "https://github.com/NVIDIA-NeMo/RL/tree/7ea279ab/examples/configs/recipes/llm/performance"
 PROMPT_MEAN = 150  # assumed (module docstring)
@@ -94,11 +99,26 @@ class PublishedRun:
     # the FP8 tables: generation FP8 (vLLM precision "fp8") and training FP8 (Transformer Engine,
     # blockwise e4m3), each recipe's ``fp8_cfg`` and ``vllm_cfg.precision``
     fp8: bool = False
+    # A run of another framework (verl's published benchmarks): its settings in verl's key names as
+    # its script sets them (``--set``), estimate keywords with no verl key, and its lengths as its
+    # table states them (verl's: the mean response, the response cap, prompts of PROMPT_MEAN).
+    framework: str = "nemo-rl"
+    settings: tuple = ()  # ("verl key", value) pairs
+    extra: tuple = ()  # ("estimate keyword", value) pairs
+    stated_lengths: str = ""
+
+    @property
+    def response_mean(self) -> float:
+        """The mean response the table states: NeMo RL's average sequence counts the prompt
+        (PROMPT_MEAN assumed), verl's mean response length does not."""
+        return self.avg_seq - PROMPT_MEAN if self.framework == "nemo-rl" else self.avg_seq
 
     def lengths(self) -> str:
         """The run's ``--lengths``: the table's mean (less the assumed prompt) under its sequence
         cap, each response within what its own prompt leaves (vLLM's ``max_model_len``: NeMo RL
         sets it and ``max_new_tokens`` to ``max_total_sequence_length``)."""
+        if self.stated_lengths:
+            return self.stated_lengths
         return f"mean={self.avg_seq - PROMPT_MEAN},total={self.max_seq},prompt={PROMPT_MEAN}"
 
     def estimate_kw(self, max_prompt: int, max_response: int) -> dict:
@@ -113,9 +133,17 @@ class PublishedRun:
                   rollout_precision="fp8" if self.fp8 else "bf16", train_precision="fp8" if self.fp8 else "bf16")
         if self.mode == "one-step-off":  # the async recipes: engines of their own on half the GPUs
             kw.update(rollout_gpus=self.gpus // 2)
-        # NeMo RL's mechanics (module docstring), as ``estimate --framework nemo-rl`` applies them:
-        # colocated, the switch's offloads; one-step-off, in-flight updates and the pipelined sync
-        apply_framework("nemo-rl", self.mode, kw, kw)
+        if self.settings:  # the script's verl settings, as ``estimate --set`` reads them
+            from polytrace.calibrate.settings import estimate_arguments, parse_settings
+
+            args, fields = estimate_arguments(parse_settings([f"{k}={v}" for k, v in self.settings]))
+            kw.update(args)
+            kw["run_fields"] = {**(kw.get("run_fields") or {}), **fields}
+        kw.update(dict(self.extra))
+        # the framework's mechanics (module docstring), as ``estimate --framework`` applies them;
+        # NeMo RL's: colocated, the switch's offloads; one-step-off, in-flight updates and the
+        # pipelined sync
+        apply_framework(self.framework, self.mode, kw, kw)
         return kw
 
 
@@ -192,6 +220,26 @@ RUNS = (
     PublishedRun("gb200 qwen3-30b-a3b 1-step-off", "qwen3-30b-a3b", "one-step-off", 16, 4096, 3197, 2048, 512, 1, 1, 1,
                  8, 1, False, 301.0, "v0.6-gb200", recipe="grpo-qwen3-30ba3b-4n4g-async-1off", gen_memory=0.8,
                  gpu="gb200"),
+    # verl's DeepSeek-V3 benchmark (VERL_DPSK): 96 H20s at the docs' recommended settings for 96 GPUs
+    # (TP 8, PP 12, EP 8, optimizer offload fraction 1, the CPU optimizer), the rest from the script:
+    # 96 prompts x 8, mini-batch 32 prompts, response cap 1204 x 8 = 9,632 tokens (prompt cap 2,048),
+    # dynamic batches of 11,680 tokens, full recomputation, a KL-loss reference, vLLM at TP 32 in eager
+    # mode with gpu_memory_utilization 0.6, actor parameters, gradients and optimizer and the
+    # reference offloaded between stages; the table's mean response 1,960 tokens (its "avg / max"
+    # column: the response's mean and cap, prompts of PROMPT_MEAN assumed)
+    PublishedRun("verl deepseek-v3 on-policy 96", "deepseek-v3", "sync", 96, 9632, 1960, 768, 256, 32, 8, 1, 8, 12,
+                 True, 1700.0, "verl-dpsk", recipe="run_deepseek671b_math_megatron_96gb.sh", gen_memory=0.6,
+                 gpu="h20", n=8, framework="verl", stated_lengths=f"mean=1960,max=9632,prompt={PROMPT_MEAN}",
+                 settings=(("actor_rollout_ref.rollout.enforce_eager", "true"),
+                           ("actor_rollout_ref.ref.megatron.param_offload", "true"),
+                           ("actor_rollout_ref.actor.megatron.param_offload", "true"),
+                           ("actor_rollout_ref.actor.megatron.optimizer_offload", "true"),
+                           ("actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload", "true"),
+                           ("actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_offload_fraction",
+                            "1.0"),
+                           ("actor_rollout_ref.actor.optim.override_optimizer_config.overlap_cpu_optimizer_d2h_h2d",
+                            "true")),
+                 extra=(("micro_batch_tokens", 2048 + 9632), ("max_prompt_len", 2048))),
 )
 
 

@@ -1,5 +1,6 @@
-"""Zero-shot estimates of another framework's published reference runs (``published_runs.py``:
-NeMo RL's GRPO performance tables, 8B dense to 235B MoE, on-policy and one-step-off).
+"""Zero-shot estimates of other frameworks' published reference runs (``published_runs.py``:
+NeMo RL's GRPO performance tables, 8B dense to 671B MoE, on-policy and one-step-off, and verl's
+DeepSeek-V3 benchmark).
 
 Each run is estimated from what its documentation states (model, GPUs, batch in responses,
 average length and cap, parallel layout, mode), with lengths stated by their mean
@@ -61,9 +62,19 @@ MISSES = {
         "0.85x): the table's trainer layout (EP 16 on the 8 trainer GPUs) is not the recipe's (EP 8, priced); "
         + GB200_MOE),
 }
-# Of MISSES, the runs off by more than 2x: none since the refit's expert tensors are priced (five
-# before: the colocated DeepSeek-V3 runs at 0.26-0.49x and Qwen3-235B on 128 GB200s at 0.45x).
-OFF_2X: tuple[str, ...] = ()
+MISSES["verl deepseek-v3 on-policy 96"] = (
+    "0.35x (602 s against 1,700 s; generation 337 s against the published 1,050 s, the rest 265 s against 650 s): "
+    "not explained. verl's one published step time, on 96 H20s at the settings the page recommends: vLLM 0.8.5 "
+    "decoding DeepSeek-V3 in eager mode at TP 32 across 4 nodes (3 engines of 256 responses, KV cache for ~92 "
+    "at once), a trainer with its parameters, gradients and reference offloaded between stages and AdamW in CPU "
+    "memory. No corpus log has an eager MoE engine spanning nodes or a CPU optimizer; candidates the model "
+    "prices at dense-model rates: an MLA + MoE layer's ~3x the kernel launches of a dense one in eager mode, "
+    "TP 32's per-layer all-reduces across InfiniBand without CUDA graphs, the offload traffic of 7B parameters a "
+    "GPU")
+# Of MISSES, the runs off by more than 2x: verl's DeepSeek-V3 run (the refit's expert tensors,
+# priced, brought five NeMo RL runs inside 2x: the colocated DeepSeek-V3 runs at 0.26-0.49x and
+# Qwen3-235B on 128 GB200s at 0.45x).
+OFF_2X: tuple[str, ...] = ("verl deepseek-v3 on-policy 96",)
 H100 = [r for r in RUNS if r.gpu == "h100"]
 
 
@@ -88,7 +99,7 @@ def test_the_table_spans_what_the_goal_asks():
     assert min(active) < 10e9 and max(get_model(r.model).params_total for r in RUNS) > 200e9
     assert {r.mode for r in RUNS} == {"sync", "one-step-off"}
     assert any(get_model(r.model).experts and r.train_ep > 1 for r in RUNS) and any(r.train_cp > 1 for r in RUNS)
-    assert "github.com/NVIDIA-NeMo/RL" in SOURCE
+    assert "github.com/NVIDIA-NeMo/RL" in SOURCE and {r.framework for r in RUNS} == {"nemo-rl", "verl"}
     assert all(r.table in TABLES and re.search(r"read 2026-12-0[12]\)", TABLES[r.table]) for r in RUNS)
     assert {r.table for r in RUNS} == set(TABLES) and any(r.fp8 for r in RUNS)
 
@@ -115,7 +126,8 @@ def test_three_quarters_within_30pct_on_h100(estimates):
     assert len(H100) >= 12 and len(close) >= 0.75 * len(H100), close
 
 
-@pytest.mark.xfail(strict=True, reason="19 of 27 within 30% with the GB200 tables (7 of their 12 rows): MISSES")
+@pytest.mark.xfail(strict=True, reason="19 of 28 within 30% with the GB200 tables (7 of their 12 rows) and verl's "
+                   "DeepSeek-V3 run (0.35x): MISSES")
 def test_three_quarters_within_30pct_every_table(estimates):
     close = [r.name for r in RUNS if abs(_ratio(estimates, r) - 1) <= WITHIN]
     assert len(close) >= 0.75 * len(RUNS), close
@@ -134,17 +146,29 @@ def test_the_layouts_reach_the_estimate(estimates):
         # the recipe's gpu_memory_utilization sizes the KV cache (0.88 against 0.8 decides whether the
         # 235B one-step-off engines decode their 32 responses in one wave or two)
         assert c["mem_fraction"] == run.gen_memory and c["gpu"] == res["gpu"]["slug"]
-        assert res["gpu"]["slug"] == ("gb200" if run.gpu == "gb200" else "h100-sxm")
+        assert res["gpu"]["slug"] == {"gb200": "gb200", "h100": "h100-sxm", "h20": "h20"}[run.gpu]
         # the FP8 tables' runs generate and train in FP8, the others in bf16
         want = "fp8" if run.fp8 else "bf16"
         assert c["rollout_precision"] == c["train_precision"] == want, run.name
         if run.mode == "sync":  # the colocated rows carry the sampled batch's token counts
             tokens = sum(r["response_tokens"] for r in res["rows"]) / sum(r["sequences"] for r in res["rows"])
-            assert abs(tokens / (run.avg_seq - 150) - 1) <= 0.10, (run.name, tokens)
+            assert abs(tokens / run.response_mean - 1) <= 0.10, (run.name, tokens)
         else:  # NeMo RL's async GRPO: the rollout decodes through the sync, which is pipelined
             m = res["summary"]["mode"]
             assert m["in_flight_updates"] is True and m["weight_sync"]["pipelined"] is True
             assert c["n"] == run.n and run.n in (16, 32)
+
+
+def test_the_verl_run_is_priced_with_its_scripts_settings(estimates):
+    """verl's DeepSeek-V3 run: its script's settings reach the configuration (eager engine, the
+    offloads, the CPU optimizer), and its lengths are the table's mean response under the
+    script's response cap."""
+    run = next(r for r in RUNS if r.framework == "verl")
+    c = estimates[run.name]["config"]
+    assert c["eager"] is True and c["param_offload"] and c["optimizer_offload"] and c["ref_offload"]
+    assert c["cpu_optimizer"] == 1.0 and c["cpu_optimizer_overlap"] is True
+    assert c["max_response_len"] == 9632 and c["max_prompt_len"] == 2048 and c["micro_batch_tokens"] == 11680
+    assert c["engine_weights_offload"] is False and c["switch_offload"] is False  # verl's colocated engine
 
 
 def test_each_response_stops_where_its_prompt_leaves_the_sequence_cap():
