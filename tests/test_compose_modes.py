@@ -130,6 +130,25 @@ def test_pipeline_staleness_zero_waits_for_the_last_sample():
     assert instant.step_s == pytest.approx(102.0) and instant.trainer_wait_s == pytest.approx(0.0)
 
 
+def test_at_staleness_zero_a_group_reaches_the_trainer_with_its_longest_response():
+    """GRPO's advantage needs every response of a prompt: a sample is a whole group, ready when
+    its longest member is. 8 groups of 4, each with one response finishing at 100 s and the rest
+    at 1 s: counted per sequence, three quarters of the batch is ready at 1 s; counted per group,
+    none is before 100 s, so the first local update cannot start before then."""
+    from polytrace.compose.modes import group_ready_s
+
+    groups = np.repeat(np.arange(8), 4)
+    finish = np.where(np.arange(32) % 4 == 3, 100.0, 1.0)
+    ready = group_ready_s(finish, groups)
+    assert ready.tolist() == [100.0] * 8
+    assert group_ready_s(np.array([3.0, 1.0, 2.0]), np.array([1, 0, 1])).tolist() == [1.0, 3.0]
+    assert len(group_ready_s(np.zeros(0), np.zeros(0, dtype=np.int64))) == 0
+    by_group = trainer_pipeline(len(ready), 4, 40.0, 0.0, ready_s=ready)
+    by_sequence = trainer_pipeline(32, 4, 40.0, 0.0, ready_s=finish)
+    assert by_group.step_s == pytest.approx(100.0 + 40.0)  # every update after the last group
+    assert by_sequence.step_s == pytest.approx(100.0 + 10.0)  # three updates before the tail
+
+
 def test_pipeline_streaming_is_bound_by_the_slower_side():
     # trainer-bound: the rollout makes a batch in 100 s, the trainer needs 300 s; a staleness of
     # 0.5 keeps more than one update's samples ready, so the trainer never waits

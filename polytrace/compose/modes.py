@@ -17,7 +17,9 @@
   a queue; the trainer takes a batch in ``updates_per_sync`` local updates as the samples arrive,
   then syncs the weights. ``staleness`` (verl's ``staleness_threshold``) lets the rollout run up
   to ``staleness x batch`` samples ahead on old weights: with 0 it makes exactly one batch per
-  weight version, long tail included; above 0 its engines stay full (``streaming.py``).
+  weight version, long tail included, and a sample (a prompt's group of responses: GRPO's
+  advantage needs all of them) reaches the trainer when its longest response is done; above 0
+  its engines stay full (``streaming.py``).
   ``partial_rollout`` interrupts the sequences in flight at a sync and resumes them after
   (re-prefilling their context) instead of waiting for them to finish. The trainer skips the
   old-policy log-prob pass (verl uses the rollout's log-probs in this mode).
@@ -175,6 +177,18 @@ def _side_seconds(parts, calibration) -> dict[str, float]:
     return {s: float(sum(kernels[s].values())) for s in STAGES}
 
 
+def group_ready_s(finish_s, group_ids) -> np.ndarray:
+    """When each prompt's group of responses is complete: the latest finish of its members
+    (``finish_s`` and ``group_ids`` in batch order)."""
+    finish = np.asarray(finish_s, dtype=np.float64)
+    groups = np.asarray(group_ids, dtype=np.int64)
+    if not len(finish):
+        return finish
+    out = np.zeros(int(groups.max()) + 1)
+    np.maximum.at(out, groups, finish)
+    return out
+
+
 def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: dict | None, staleness: float,
                 partial: bool, chunks: int, in_flight: bool = False, pipelined: bool = False,
                 checkpoint_engine: bool = False) -> dict:
@@ -212,7 +226,10 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
         detail = {"wait_prev_gen_s": trainer_wait}
     else:
         if staleness == 0:
-            pipe = trainer_pipeline(n_seq, chunks, train_s, w, ready_s=roll.finish_s * scale)
+            # a sample reaches the trainer as a whole group (GRPO's advantage needs all n responses
+            # of a prompt): ready when its longest response is, and local updates count groups
+            ready = group_ready_s(roll.finish_s * scale, batch.group_ids)
+            pipe = trainer_pipeline(len(ready), chunks, train_s, w, ready_s=ready)
             detail = {"rollout": "one batch per weight version, long tail included (staleness 0)"}
         else:
             stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
