@@ -108,10 +108,10 @@ def trainer_state_bytes(model: ModelSpec, n_gpus: int, strategy: str, tp: int, p
     CPU optimizer (``cpu_optimizer``, a share): that share of the master weights and moments
     lives in CPU memory, not on the GPU."""
     from .parallel import shard_params
-    from .training import lora_params
+    from .training import trained_params
 
     p = float(model.params_total)
-    trained = lora_params(model, lora_rank) if lora_rank > 0 else p
+    trained = trained_params(model, lora_rank)
     master = p + (trained if lora_rank > 0 else 0.0)  # frozen base + the adapters' own fp32 copy
     if strategy == "megatron":
         held = shard_params(model, tp, pp, ep)

@@ -337,12 +337,12 @@ def offload_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Pricer | No
     its optimizer shard out during generation and back before the log-prob pass and the update."""
     from .efficiency import host_copy_gbps
     from .parallel import shard_params
-    from .training import lora_params
+    from .training import trained_params
 
     pricer = pricer or Pricer(cfg.gpu, eff)
     pcie = host_copy_gbps(cfg.gpu, eff) * 1e9
     params = 4.0 * cfg.model.params_total / cfg.n_gpus
-    trained = cfg.model.params_total if not cfg.lora_rank else lora_params(cfg.model, cfg.lora_rank)
+    trained = trained_params(cfg.model, cfg.lora_rank)
     on_gpu = 1.0 - cfg.cpu_optimizer  # the CPU optimizer's share never leaves CPU memory
     moments = 8.0 * trained / cfg.n_gpus * on_gpu
     scale = pricer.scale("offload")
@@ -383,12 +383,12 @@ def cpu_optimizer_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Price
     after another; with it, per parameter on their own streams, so the slowest of the three sets
     the time. All of it is host-memory traffic: the ``offload`` family, under the offload prior."""
     from .efficiency import host_copy_gbps
-    from .training import lora_params
+    from .training import trained_params
 
     if not cfg.cpu_optimizer:
         return []
     pricer = pricer or Pricer(cfg.gpu, eff)
-    trained = cfg.model.params_total if not cfg.lora_rank else lora_params(cfg.model, cfg.lora_rank)
+    trained = trained_params(cfg.model, cfg.lora_rank)
     local = cfg.cpu_optimizer * trained / cfg.n_gpus
     link = host_copy_gbps(cfg.gpu, eff) * 1e9
     step = local * eff.cpu_adam_bytes_per_param / (cfg.gpu.host_memory_gbps * 1e9 * eff.host_dram)

@@ -97,6 +97,11 @@ def rank_indices(lens: np.ndarray, dp: int, balance: bool = True) -> list[np.nda
     return [np.sort(order[rank == r]) for r in range(dp)]
 
 
+def trained_params(model: ModelSpec, lora_rank: int = 0) -> float:
+    """Parameters the optimizer updates: the model's, or under LoRA its adapters' only."""
+    return lora_params(model, lora_rank) if lora_rank > 0 else float(model.params_total)
+
+
 def lora_params(model: ModelSpec, rank: int) -> float:
     """Parameters of rank-``rank`` LoRA adapters on every linear layer of the decoder (verl's
     ``target_modules=all-linear``: q, k, v, o, gate, up, down; each adapter ``r x (in + out)``;
@@ -379,8 +384,7 @@ def optimizer_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, steps: int, lora_
     """AdamW over the local shard: fp32 master weights, grads and two moments read and written
     (~32 bytes per parameter), ``steps`` times (one per mini-batch); under LoRA only the
     adapters' parameters."""
-    params = lora_params(model, lora_rank) if lora_rank > 0 else model.params_total
-    return steps * 32.0 * params / max(1, n_gpus) / gpu.ceiling("hbm")
+    return steps * 32.0 * trained_params(model, lora_rank) / max(1, n_gpus) / gpu.ceiling("hbm")
 
 
 def offload_seconds(model: ModelSpec, n_gpus: int, eff: Efficiency = DEFAULT, gpu: GPU | None = None) -> float:
