@@ -38,7 +38,8 @@ MISSES = {
         "1.40x (213 s; generation-bound: 213 s on 8 TP2 engines of 256 responses each, where the published 152 s "
         "step bounds it): ~90 s of it is per-sequence host work at the corpus's price (109 us a sequence an "
         "iteration, fitted on vLLM 0.6-0.8 engines: V0 on the 0.5B logs, V1 0.8.x in eager mode on the 7B ones); "
-        "NeMo RL v0.6 runs vLLM 0.17.1, which no corpus log measures (on-policy, 128 responses an engine: 1.17x)"),
+        "NeMo RL v0.6 runs vLLM 0.17.1, which no corpus log measures (on-policy, 128 responses an engine: 1.17x); "
+        "not its asynchronous scheduling, which vLLM 0.17.1 turns off for these TP2 engines on Ray's executor"),
     "deepseek-v3 on-policy 256": (
         "0.67x (90 s against 134 s): the published colocated steps exceed the one-step-off step on the same 512 "
         "GPUs by 47 s (111 against 64.1 s), where the model's colocated step holds 44 s of switching (the refit "
