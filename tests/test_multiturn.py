@@ -3,6 +3,8 @@ prefill, and "calibrate early, predict late" on a run whose responses grow 4x.""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from _settings_logs import growing_log, mean_response
@@ -123,3 +125,36 @@ def test_estimate_prefills_the_tool_output_of_a_multiturn_profile():
     # the prompts' prefill is the same on both sides; the tool output's is added on the multi-turn one
     assert multi["kernels"]["gen"]["prefill"] - single["kernels"]["gen"]["prefill"] == pytest.approx(tool, rel=1e-9)
     assert multi["kernels"]["gen"]["tool"] > 0
+
+
+def test_zero_shot_reads_a_multiturn_run_folder(tmp_path):
+    """``validate --zero-shot`` on a wandb run folder of a multi-turn run: the log file inside is
+    hashed (the folder was: an IsADirectoryError), and each step's tool wait is added as logged
+    (the priors have no kind for it: a KeyError)."""
+    from polytrace.calibrate.priors import predict_log
+    from polytrace.calibrate.zeroshot import zero_shot
+
+    folder = tmp_path / "run-2"
+    log = folder / "files" / "output.log"
+    log.parent.mkdir(parents=True)
+    growing_log(log, remove_padding=True, multiturn=True, steps=20)
+    res = zero_shot(folder, overrides=Overrides())
+    gen = res["accuracy"]["gen"]
+    assert res["steps"] >= 15 and 0.5 <= gen["ratio"] <= 2.0, gen
+    # the priors' prediction of gen carries each step's tool wait once, unscaled
+    from polytrace.calibrate.priors import KINDS, Corpus
+    from polytrace.calibrate.validate import _timed_stages, prepare
+    from polytrace.compose.efficiency import load_priors
+
+    _, run, _, rows, _ = prepare(folder, Overrides())
+    stages, rows = _timed_stages(rows, len(rows))
+    corpus = Corpus("run-2", rows, stages, run.eager, run.gradient_checkpointing, "")
+    x, _b, _y, _other, fixed = corpus.matrices(list(KINDS), rows)
+    waits = np.array([r.families["gen"][("tool", "tool")] for r in rows])
+    assert waits.min() > 5.0 and np.allclose(fixed["gen"], waits)
+    doc = load_priors()
+    with_waits = predict_log(doc, corpus)["gen"]
+    rows_bare = [dataclasses.replace(r, families={**r.families, "gen": {k: v for k, v in r.families["gen"].items()
+                                                                        if k[0] != "tool"}}) for r in rows]
+    bare = predict_log(doc, Corpus("run-2", rows_bare, stages, run.eager, run.gradient_checkpointing, ""))["gen"]
+    assert np.allclose(with_waits - bare, waits)

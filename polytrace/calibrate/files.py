@@ -267,7 +267,7 @@ def calibrate_from_log(path, out, *, calibrate_steps: int = 10, overrides=None) 
 
     res = calibrate_log(path, calibrate_steps=calibrate_steps, overrides=overrides)
     log, run, split = res["log"], res["run"], res["split"]
-    source = {"kind": "log", "path": str(path), "sha256": file_sha256(path), "format": log.format,
+    source = {"kind": "log", "path": str(path), "sha256": file_sha256(log.path), "format": log.format,
               "entry": log.entry, "steps_in_log": len(log.steps)}
     doc = document(res["calibration"], run, res["stages"], split.mode, source, res["notes"])
     save(doc, out)

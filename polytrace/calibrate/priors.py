@@ -96,19 +96,24 @@ class Corpus:
 
     def matrices(self, kinds: list[str], rows: list[StepData]):
         """Per stage: rows x kinds modelled seconds, and its peak-roofline bound; actual seconds per
-        stage and step; modelled seconds outside the stages."""
+        stage and step; modelled seconds outside the stages; per stage, seconds taken as logged (a
+        multi-turn step's tool wait: the tools' time, which no prior scales)."""
         ki = {k: i for i, k in enumerate(kinds)}
-        x, b = {}, {}
+        x, b, fixed = {}, {}, {}
         for s in self.stages:
             x[s] = np.zeros((len(rows), len(kinds)))
             b[s] = np.zeros((len(rows), len(kinds)))
+            fixed[s] = np.zeros(len(rows))
             for i, r in enumerate(rows):
                 for (g, f), v in r.families.get(s, {}).items():
+                    if g == "tool":
+                        fixed[s][i] += v
+                        continue
                     k = ki[self.kind(g, f)]
                     x[s][i, k] += v
                     b[s][i, k] += v * roofline_share(f)
         y = {k: np.array([r.actual[k] for r in rows]) for k in self.stages + ["step"]}
-        return x, b, y, np.array([r.other_s for r in rows])
+        return x, b, y, np.array([r.other_s for r in rows]), fixed
 
 
 def load_corpus_gpus(path=None) -> dict:
@@ -188,8 +193,9 @@ def roofline_margin(c: Corpus) -> float:
 
 
 def _predict(slow: np.ndarray, const: dict, stages: list[str], x: dict, other: np.ndarray,
-             overlapped: tuple = ()) -> dict:
-    pred = {s: x[s] @ slow + const[CONSTANT_KIND[s]] for s in stages}
+             overlapped: tuple = (), fixed: dict | None = None) -> dict:
+    fixed = fixed or {}
+    pred = {s: x[s] @ slow + const[CONSTANT_KIND[s]] + fixed.get(s, 0.0) for s in stages}
     pred["step"] = sum(v for s, v in pred.items() if s not in overlapped) + other + const["other"]
     return pred
 
@@ -209,7 +215,7 @@ def fit_priors(corpus: list[Corpus]) -> dict:
     mats = [(c, c.matrices(kinds, c.sample())) for c in corpus]
     seen = np.zeros(len(kinds), dtype=bool)
     floor = np.zeros(len(kinds))
-    for _c, (x, b, _y, _o) in mats:
+    for _c, (x, b, _y, _o, _f) in mats:
         for s in x:
             seen |= x[s].sum(axis=0) > 0
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -225,8 +231,8 @@ def fit_priors(corpus: list[Corpus]) -> dict:
     def residuals(theta):
         slow, const = unpack(theta)
         res = []
-        for c, (x, _b, y, other) in mats:
-            pred = _predict(slow, const, c.stages, x, other, c.overlapped)
+        for c, (x, _b, y, other, fixed) in mats:
+            pred = _predict(slow, const, c.stages, x, other, c.overlapped, fixed)
             w = 1.0 / math.sqrt(len(other) * len(pred))
             res += [w * np.log(np.maximum(pred[k], 1e-9) / y[k]) for k in pred]
         return np.concatenate(res)
@@ -239,7 +245,7 @@ def fit_priors(corpus: list[Corpus]) -> dict:
     slow = np.maximum(slow, floor)
     out = {}
     for i, k in enumerate(kinds):
-        logs = sorted({c.name for c, (x, _b, _y, _o) in mats if any(x[s][:, i].sum() > 0 for s in x)})
+        logs = sorted({c.name for c, (x, _b, _y, _o, _f) in mats if any(x[s][:, i].sum() > 0 for s in x)})
         out[k] = {"slowdown": float(slow[i]), "floor": float(floor[i]), "logs": logs}
         if not seen[i]:
             src = FALLBACK.get(k)
@@ -257,7 +263,7 @@ def fit_priors(corpus: list[Corpus]) -> dict:
 
 def _efficiency(m, i: int, slowdown: float) -> float | None:
     """Peak-roofline seconds over the priced seconds of kind ``i`` on a log's rows (<= 1)."""
-    x, b, _y, _o = m
+    x, b = m[0], m[1]
     xs = sum(float(x[s][:, i].sum()) for s in x)
     bs = sum(float(b[s][:, i].sum()) for s in b)
     if xs <= 0 or bs <= 0:
@@ -267,10 +273,10 @@ def _efficiency(m, i: int, slowdown: float) -> float | None:
 
 def predict_log(doc: dict | None, c: Corpus) -> dict[str, np.ndarray]:
     """Every step of ``c`` priced with the priors (``doc``), or with the base roofline (None)."""
-    x, _b, _y, other = c.matrices(list(KINDS), c.rows)
+    x, _b, _y, other, fixed = c.matrices(list(KINDS), c.rows)
     if doc is None:
-        return _predict(np.ones(len(KINDS)), dict.fromkeys(CONSTANTS, 0.0), c.stages, x, other, c.overlapped)
-    return _predict(_slowdowns(doc), doc["constants_s"], c.stages, x, other, c.overlapped)
+        return _predict(np.ones(len(KINDS)), dict.fromkeys(CONSTANTS, 0.0), c.stages, x, other, c.overlapped, fixed)
+    return _predict(_slowdowns(doc), doc["constants_s"], c.stages, x, other, c.overlapped, fixed)
 
 
 def score(doc: dict, c: Corpus) -> dict:

@@ -24,7 +24,8 @@ def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None 
     log, run, notes, rows, split = prepare(path, overrides)
     stages, rows = _timed_stages(rows, len(rows))
     doc = load_priors(priors_path)
-    corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, file_sha256(path),
+    # the file read (a wandb run folder's files/output.log), not the folder given
+    corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, file_sha256(log.path),
                     _overlapped(split))
     per_stage = score(doc, corpus)
     prov = doc.get("provenance", {})
