@@ -127,6 +127,74 @@ def test_estimate_prefills_the_tool_output_of_a_multiturn_profile():
     assert multi["kernels"]["gen"]["tool"] > 0
 
 
+# ---- the generated share measured on the run's own validation trajectories ----------------------
+
+TOOL_TURN = "user\n<tool_response>\nx = 42\n</tool_response>\nassistant\n"
+
+
+def _table(path, outputs, step_column=10):
+    """A wandb generations table as verl's ``log_val_generations`` writes it."""
+    import json
+
+    cols = ["step"]
+    row = [step_column]
+    for k, text in enumerate(outputs, start=1):
+        cols += [f"input_{k}", f"output_{k}", f"score_{k}"]
+        row += ["system\nuser\nquestion\nassistant\n", text, 1.0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"columns": cols, "data": [row]}))
+
+
+def test_the_generated_share_is_measured_on_the_latest_readable_table(tmp_path):
+    """Tool turns (``user <tool_response> ... </tool_response> assistant``, hermes format with its
+    special tokens stripped) against the rest of each output, in characters, on the latest
+    validation table that reads; the ones passed over named in one note."""
+    from polytrace.logs.generations import measure_generated_share
+
+    tables = tmp_path / "files" / "media" / "table" / "val"
+    text = "reasoning " * 90 + TOOL_TURN + "the answer is 42"
+    _table(tables / "generations_9_aaa.table.json", [text, "no tools here"])
+    _table(tables / "generations_4_bbb.table.json", [TOOL_TURN * 5])  # older: passed by
+    (tables / "generations_19_ccc.table.json").write_text('{"columns": ["step", "out')  # cut short
+    _table(tables / "generations_14_ddd.table.json", [])  # no output columns
+    notes: list[str] = []
+    m = measure_generated_share(tmp_path / "files", notes)
+    total = len(text) + len("no tools here")
+    assert m.share == pytest.approx(1.0 - len(TOOL_TURN) / total, rel=1e-12)
+    assert m.source.endswith("generations_9_aaa.table.json") and m.trajectories == 2 and m.tool_turns == 1
+    assert len(notes) == 1 and "generations_19_ccc" in notes[0] and "generations_14_ddd" in notes[0]
+    assert measure_generated_share(tmp_path / "elsewhere", notes) is None and len(notes) == 1
+
+
+def test_a_code_tool_run_is_priced_with_its_measured_share(tmp_path):
+    """A run whose tools append little (90% of its response tokens generated, as a code sandbox's
+    short outputs leave): without tables its steps are priced at the Search-R1 prior (16.2%
+    decoded); with the share measured on its wandb folder's validation table, at 90%: the same
+    pricing (``multiturn_rollout``) with the measured share, so the generation's modelled work
+    grows."""
+    from polytrace.calibrate.validate import prepare, step_batch
+
+    folder = tmp_path / "wandb" / "run-1"
+    log = folder / "files" / "output.log"
+    log.parent.mkdir(parents=True)
+    growing_log(log, remove_padding=True, multiturn=True, steps=20, generated_share=0.9)
+    _, run_prior, notes_prior, rows_prior, _ = prepare(folder, Overrides())
+    assert run_prior.generated_share is None
+    assert any("Search-R1 trace's generated share" in n for n in notes_prior)
+    text = "r" * (9 * len(TOOL_TURN)) + TOOL_TURN  # 10% of each output's characters are tool turns
+    _table(folder / "files" / "media" / "table" / "val" / "generations_9_abc.table.json", [text] * 4)
+    _, run, notes, rows, _ = prepare(folder, Overrides())
+    assert run.generated_share == pytest.approx(0.9, rel=1e-12)
+    assert any("measured on 4 validation trajectories with 4 tool turns" in n for n in notes)
+    row, row_prior = rows[5], rows_prior[5]
+    p, r = step_batch(run, row.stats)
+    roll, prefill = multiturn_rollout(run.engine_model, run.gpu, p, r, generated_share=0.9, n_gpus=run.n_gpus,
+                                      tp=run.rollout_tp, mem_fraction=run.mem_fraction,
+                                      max_num_seqs=run.max_num_seqs, eager=run.eager)
+    assert row.x["gen"]["rollout"] == pytest.approx(roll.time_s + prefill, rel=1e-9)
+    assert row.x["gen"]["rollout"] > 2.0 * row_prior.x["gen"]["rollout"]
+
+
 def test_zero_shot_reads_a_multiturn_run_folder(tmp_path):
     """``validate --zero-shot`` on a wandb run folder of a multi-turn run: the log file inside is
     hashed (the folder was: an IsADirectoryError), and each step's tool wait is added as logged
@@ -158,3 +226,23 @@ def test_zero_shot_reads_a_multiturn_run_folder(tmp_path):
                                                                         if k[0] != "tool"}}) for r in rows]
     bare = predict_log(doc, Corpus("run-2", rows_bare, stages, run.eager, run.gradient_checkpointing, ""))["gen"]
     assert np.allclose(with_waits - bare, waits)
+
+
+def test_calibrate_reads_a_run_folder_and_records_its_logs_hash(tmp_path):
+    """``polytrace calibrate`` on a wandb run folder: the file recorded is the log read inside it
+    (hashing the folder was an IsADirectoryError), and the measured share travels in the config."""
+    import json
+
+    from polytrace.calibrate.files import calibrate_from_log
+    from polytrace.provenance import file_sha256
+
+    folder = tmp_path / "run-3"
+    log = folder / "files" / "output.log"
+    log.parent.mkdir(parents=True)
+    growing_log(log, remove_padding=True, multiturn=True, steps=20)
+    _table(folder / "files" / "media" / "table" / "val" / "generations_9_abc.table.json",
+           ["r" * (3 * len(TOOL_TURN)) + TOOL_TURN])
+    calibrate_from_log(folder, tmp_path / "cal.json")
+    doc = json.loads((tmp_path / "cal.json").read_text())
+    assert doc["source"]["sha256"] == file_sha256(log)
+    assert doc["config"]["generated_share"] == pytest.approx(0.75, rel=1e-12)

@@ -338,7 +338,8 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         # the balance alone lowered the Qwen2-7B log's log-prob accuracy from 98.3% to 97.8%.
         balance_batch=False,
         mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes, rollout_precision=precision,
-        cpu_optimizer=cpu_share, cpu_optimizer_overlap=v.flag(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", False))
+        cpu_optimizer=cpu_share, cpu_optimizer_overlap=v.flag(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", False),
+        generated_share=log.generated.share if log.generated is not None else None)
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes

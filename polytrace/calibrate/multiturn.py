@@ -5,7 +5,9 @@ A step whose metrics hold verl's agent-loop figures (``polytrace.logs.agent``) g
 re-priced by ``compose.rollout.multiturn_rollout``: the engine work stays the ``rollout`` kind of
 work the calibration scales, the tool wait is a ``tool`` part taken as logged (no slowdown
 applies: it is the tools' time, not ours). The share of response tokens the model generated is
-not in verl's metrics; ``GENERATED_SHARE_PRIOR`` (the Search-R1 trace) stands in, said in a note.
+not in verl's metrics: measured on the validation trajectories the run's wandb folder keeps where
+it has them (``logs.generations``, ``RunConfig.generated_share``), else ``GENERATED_SHARE_PRIOR``
+(the Search-R1 trace) stands in; a note says which.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
     step = agent_step(row.stats)
     if step is None or not step.multiturn:
         return False
+    share = GENERATED_SHARE_PRIOR if run.generated_share is None else run.generated_share
     roll, prefill = multiturn_rollout(run.engine_model, run.gpu, prompt_lens, response_lens,
-                                      generated_share=GENERATED_SHARE_PRIOR, n_gpus=run.n_gpus, tp=run.rollout_tp,
+                                      generated_share=share, n_gpus=run.n_gpus, tp=run.rollout_tp,
                                       mem_fraction=run.mem_fraction, max_num_seqs=run.max_num_seqs, eff=DEFAULT,
                                       eager=run.eager)
     gen = dict(row.x.get("gen", {}))
@@ -43,7 +46,7 @@ def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
     return True
 
 
-def multiturn_notes(rows) -> list[str]:
+def multiturn_notes(rows, run=None, measured=None) -> list[str]:
     """What the multi-turn pricing assumed, once per log."""
     steps = [agent_step(r.stats) for r in rows]
     multi = [s for s in steps if s is not None and s.multiturn]
@@ -52,6 +55,11 @@ def multiturn_notes(rows) -> list[str]:
     waits = {s.tool_wait_source for s in multi if s.tool_wait_s is not None}
     wait = (f"the tool wait of the slowest trajectory from {', '.join(sorted(waits))}" if waits
             else "no tool seconds logged (timing_s/agent_loop/tool_calls/*): tool waits priced as 0")
-    return [f"multi-turn: {len(multi)} step(s) with agent-loop metrics; generation decodes "
-            f"{100 * GENERATED_SHARE_PRIOR:.1f}% of each response (the Search-R1 trace's generated share; the "
-            f"rest is tool output, prefilled between turns) and adds {wait}"]
+    if run is not None and run.generated_share is not None:
+        where = (f"measured on {measured.trajectories} validation trajectories with {measured.tool_turns} tool turns "
+                 f"in {measured.source}" if measured is not None else "the run's own")
+        share = f"{100 * run.generated_share:.1f}% of each response (the generated share {where}"
+    else:
+        share = f"{100 * GENERATED_SHARE_PRIOR:.1f}% of each response (the Search-R1 trace's generated share"
+    return [f"multi-turn: {len(multi)} step(s) with agent-loop metrics; generation decodes {share}; the rest is tool "
+            f"output, prefilled between turns) and adds {wait}"]

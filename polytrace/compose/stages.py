@@ -68,6 +68,9 @@ class RunConfig:
     mem_fraction: float = 0.5  # gpu_memory_utilization of the inference engine
     gradient_checkpointing: bool = True
     max_num_seqs: int = 1024
+    # a multi-turn run's share of response tokens the model generated, where its logs measure it
+    # (``logs.generations``); None: the prior (``rollout.GENERATED_SHARE_PRIOR``)
+    generated_share: float | None = None
     eager: bool = False  # inference engine without CUDA graphs (verl's enforce_eager)
     colocated: bool = True  # trainer and inference engine share the GPUs (verl's hybrid engine)
     balance_batch: bool = True  # verl's trainer.balance_batch: token-balanced ranks of equal counts
@@ -202,7 +205,7 @@ class RunConfig:
             "train_ep": self.train_ep, "train_cp": self.train_cp, "train_vpp": self.train_vpp,
             "rollout_ep": self.rollout_ep, "rollout_precision": self.rollout_precision,
             "train_precision": self.train_precision, "cpu_optimizer": self.cpu_optimizer,
-            "cpu_optimizer_overlap": self.cpu_optimizer_overlap,
+            "cpu_optimizer_overlap": self.cpu_optimizer_overlap, "generated_share": self.generated_share,
         }
 
 

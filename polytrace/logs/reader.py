@@ -74,6 +74,9 @@ class TrainingLog:
     companion_files: list = field(default_factory=list)
     host_gpus: tuple | None = None  # (GPUs of the host, file) from wandb-metadata.json's gpu_count
     timer_map: dict = field(default_factory=dict)  # stage -> the timer it was read from, where not its own
+    # a multi-turn run's generated share of its response tokens, measured on the validation
+    # trajectories its wandb run folder keeps (``generations.measure_generated_share``)
+    generated: object = None
 
     @property
     def config(self) -> dict:
@@ -368,6 +371,9 @@ def read_log(path, configs=()) -> TrainingLog:
     log = _read_file(path)
     if configs:
         _companion.attach(log, [_companion.read_companion(c) for c in configs])
+    from .generations import measure_generated_share
+
+    log.generated = measure_generated_share(path.parent, log.notes)
     return log
 
 
