@@ -164,6 +164,12 @@ def test_the_generated_share_is_measured_on_the_latest_readable_table(tmp_path):
     assert m.source.endswith("generations_9_aaa.table.json") and m.trajectories == 2 and m.tool_turns == 1
     assert len(notes) == 1 and "generations_19_ccc" in notes[0] and "generations_14_ddd" in notes[0]
     assert measure_generated_share(tmp_path / "elsewhere", notes) is None and len(notes) == 1
+    # an opening tag without its closing one ends the count (the turns before it stand)
+    from polytrace.logs.generations import tool_turn_chars
+
+    assert tool_turn_chars("a" + TOOL_TURN + "b <tool_response> cut") == (len(TOOL_TURN), 1)
+    assert tool_turn_chars("<tool_response>" * 1000) == (0, 0)
+    assert tool_turn_chars("<tool_response>x</tool_response>") == (len("<tool_response>x</tool_response>"), 1)
 
 
 def test_a_code_tool_run_is_priced_with_its_measured_share(tmp_path):

@@ -29,7 +29,8 @@ MAX_TABLE_BYTES = 64_000_000
 TABLE_GLOB = "generations_*.table.json"
 # where a run folder keeps them, and where they sit beside ``files/output.log`` when given the log
 TABLE_DIRS = ("files/media/table", "media/table")
-TOOL_TURN = re.compile(r"(?:user\n)?<tool_response>.*?</tool_response>\n?(?:assistant\n)?", re.S)
+OPEN, CLOSE = "<tool_response>", "</tool_response>"
+BEFORE, AFTER = "user\n", "assistant\n"  # the roles around a tool turn once the special tokens are stripped
 _STEP = re.compile(r"generations_(\d+)_")
 
 
@@ -57,6 +58,32 @@ def table_files(folder) -> list[Path]:
     return sorted(set(found), key=lambda p: (step(p), p.name), reverse=True)
 
 
+def tool_turn_chars(text: str) -> tuple[int, int]:
+    """(characters of the tool turns in ``text``, their number): each ``<tool_response>`` to its
+    ``</tool_response>``, with the ``user`` role before it and the ``assistant`` one after where
+    they are. One pass: an opening tag without its closing one ends the count."""
+    chars = count = 0
+    at = 0
+    while True:
+        start = text.find(OPEN, at)
+        if start < 0:
+            break
+        end = text.find(CLOSE, start + len(OPEN))
+        if end < 0:
+            break
+        end += len(CLOSE)
+        if text.startswith(BEFORE, start - len(BEFORE)) and start >= len(BEFORE):
+            start -= len(BEFORE)
+        if text.startswith("\n", end):
+            end += 1
+        if text.startswith(AFTER, end):
+            end += len(AFTER)
+        chars += end - start
+        count += 1
+        at = end
+    return chars, count
+
+
 def _measure_table(doc) -> tuple[int, int, int, int] | None:
     """(response characters, tool-turn characters, trajectories, tool turns) of a table, or None
     when it is not one."""
@@ -78,9 +105,9 @@ def _measure_table(doc) -> tuple[int, int, int, int] | None:
                 continue
             n += 1
             total += len(text)
-            for m in TOOL_TURN.finditer(text):
-                tool += len(m.group(0))
-                turns += 1
+            chars, count = tool_turn_chars(text)
+            tool += chars
+            turns += count
     return (total, tool, n, turns) if n and total else None
 
 
