@@ -1,5 +1,7 @@
-"""Published reference runs of another RL framework, as its documentation states them, and the
-zero-shot estimate of each (``tests/test_compose_published_runs.py``, docs/step-model.md).
+"""Published reference runs of other RL frameworks, as their documentation states them, and the
+zero-shot estimate of each (``tests/test_compose_published_runs.py``, docs/step-model.md): NeMo
+RL's performance tables (below) and verl's DeepSeek-V3 benchmark (``VERL_DPSK``, the last row,
+priced from the settings of the script that page names).
 
 Source: NeMo RL's "Performance" page (``docs/about/performance-summary.md``,
 https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md), GRPO on
