@@ -252,3 +252,30 @@ def test_calibrate_reads_a_run_folder_and_records_its_logs_hash(tmp_path):
     doc = json.loads((tmp_path / "cal.json").read_text())
     assert doc["source"]["sha256"] == file_sha256(log)
     assert doc["config"]["generated_share"] == pytest.approx(0.75, rel=1e-12)
+
+
+def test_estimate_takes_a_stated_generated_share_for_a_multiturn_profile(capsys):
+    """``--generated-share``: a multi-turn profile's responses decoded at the stated share (a code
+    sandbox's ~0.95 where the Search-R1 trace holds ~0.16), the rest prefilled as tool output; on a
+    single-turn profile, or outside (0, 1], a one-line error."""
+    from polytrace.cli import main
+    from polytrace.compose.estimate import build_config, estimate_step
+    from polytrace.profiles import get_profile
+
+    prof = get_profile("search-r1-7b")
+    batch = prof.sample(step=0, seed=0, prompts=64)
+    trace = estimate_step(build_config(prof, "qwen2.5-7b", "h100", 8, rollout_tp=2), batch)
+    cfg = build_config(prof, "qwen2.5-7b", "h100", 8, rollout_tp=2, generated_share=0.95)
+    stated = estimate_step(cfg, batch)
+    p = np.asarray(batch.prompt_lens)
+    r = np.minimum(np.asarray(batch.response_lens), cfg.max_response_len)
+    decoded = np.maximum(np.round(r * 0.95).astype(np.int64), 1)
+    tool = tool_prefill_seconds(cfg.model, cfg.gpu, cfg.rollout_tp, p, r, r - decoded, cfg.n_gpus)
+    single = estimate_step(cfg, dataclasses.replace(batch, turns=None, loss_lens=None))
+    assert stated["kernels"]["gen"]["prefill"] - single["kernels"]["gen"]["prefill"] == pytest.approx(tool, rel=1e-9)
+    assert stated["kernels"]["gen"]["decode"] > 2.0 * trace["kernels"]["gen"]["decode"]
+    for extra, expected in ((["--generated-share", "0.5"], "dapo-math-32b is single-turn"),
+                            (["--profile", "search-r1-7b", "--generated-share", "0"], "share in (0, 1]")):
+        assert main(["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err, err

@@ -171,6 +171,10 @@ def add_run_shape_flags(p) -> None:
                    "there (priced: gradients to the host, AdamW at the host's DRAM bandwidth, weights back)")
     p.add_argument("--cpu-optimizer-overlap", action="store_true",
                    help="Megatron's overlap_cpu_optimizer_d2h_h2d: the CPU optimizer's copies overlap its step")
+    p.add_argument("--generated-share", type=share, default=None, metavar="SHARE",
+                   help="a multi-turn profile's share of response tokens the model generates (the rest is tool "
+                   "output, prefilled between turns), in place of its trace's: a code sandbox's short outputs "
+                   "leave ~0.95, a search engine's documents ~0.16 (default: the trace's own split)")
 
 
 def run_shape_kw(args) -> dict:
@@ -181,7 +185,7 @@ def run_shape_kw(args) -> dict:
                 max_response_len=args.max_response_len, mem_fraction=args.mem_fraction, n=args.n,
                 ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
                 optimizer_offload=args.optimizer_offload, cpu_optimizer=args.cpu_optimizer,
-                cpu_optimizer_overlap=args.cpu_optimizer_overlap)
+                cpu_optimizer_overlap=args.cpu_optimizer_overlap, generated_share=args.generated_share)
 
 
 def add_stated_run_flags(p, prefix: str = "") -> None:

@@ -103,7 +103,7 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
                  train_batch: int | None = None, run_fields: dict | None = None,
                  rollout_precision: str = "bf16", train_precision: str = "bf16",
                  cpu_optimizer: float = 0.0, cpu_optimizer_overlap: bool = False,
-                 **layout_kw) -> RunConfig:
+                 generated_share: float | None = None, **layout_kw) -> RunConfig:
     """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
     ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
     adapters of that rank train instead of the full model; ``param_offload`` /
@@ -116,7 +116,9 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
     ``train_batch`` (responses per optimizer step, NeMo RL's ``train_global_batch_size``; verl's
     mini-batch = it / n prompts). ``layout_kw``: expert, context and virtual-pipeline
     parallelism (``parallel.py``). ``rollout_precision`` / ``train_precision``: "bf16" or "fp8";
-    ``cpu_optimizer`` / ``cpu_optimizer_overlap``: Megatron's CPU optimizer (``RunConfig``)."""
+    ``cpu_optimizer`` / ``cpu_optimizer_overlap``: Megatron's CPU optimizer; ``generated_share``: a
+    multi-turn profile's share of response tokens the model generates, in place of its trace's
+    (``RunConfig``)."""
     from .parallel import check_layout
 
     model = model if isinstance(model, ModelSpec) else get_model(str(model))
@@ -178,9 +180,22 @@ def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = Non
         optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches,
         rollout_precision=rollout_precision, train_precision=train_precision,
         cpu_optimizer=cpu_optimizer, cpu_optimizer_overlap=bool(cpu_optimizer_overlap),
+        generated_share=_generated_share(generated_share, profile),
         **check_layout(model, int(gpus), strategy, int(train_tp), int(train_pp), int(tp), **layout_kw))
     fields.update(run_fields or {})
     return RunConfig(**fields)
+
+
+def _generated_share(share, profile) -> float | None:
+    """``--generated-share``: a share in (0, 1] for a multi-turn profile (one-line errors)."""
+    if share is None:
+        return None
+    if profile.kind != "multiturn":
+        raise PolytraceError(f"--generated-share applies to a multi-turn profile (tool output between turns); "
+                             f"{profile.name} is single-turn: every response token is generated")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 < float(share) <= 1.0:
+        raise PolytraceError(f"--generated-share must be a share in (0, 1], got {share!r}")
+    return float(share)
 
 
 def responses_as_prompts(prompts, ppo_mini_batch, responses_per_step, train_batch, n: int):
@@ -254,7 +269,9 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
     if batch.turns is not None and len(batch.turns):
         # Generated tokens decode; tool output is prefilled. Tool calls of a trajectory run one
         # after another, so the slowest trajectory's tool time adds to the rollout.
-        if batch.loss_lens is not None:
+        if cfg.generated_share is not None:  # stated (--generated-share): the trace's split replaced
+            decode = np.maximum(np.round(r * cfg.generated_share).astype(np.int64), 1)
+        elif batch.loss_lens is not None:
             decode = np.minimum(np.asarray(batch.loss_lens, dtype=np.int64), r)
         tool = np.bincount(batch.turns.seq, weights=batch.turns.tool_latency_s, minlength=len(r))
         extra_rollout = float(tool.max()) if len(tool) else 0.0
