@@ -279,3 +279,22 @@ def test_estimate_takes_a_stated_generated_share_for_a_multiturn_profile(capsys)
         assert main(["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", *extra]) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and expected in err, err
+
+
+def test_a_single_turn_runs_tables_are_not_read(tmp_path):
+    """verl's single-turn runs log validation tables too: their split is never priced, so they are
+    not parsed (a broken one draws no note)."""
+    from polytrace.logs import read_log
+
+    folder = tmp_path / "run-4"
+    log = folder / "files" / "output.log"
+    log.parent.mkdir(parents=True)
+    growing_log(log, remove_padding=True, multiturn=False, steps=5)
+    tables = folder / "files" / "media" / "table" / "val"
+    tables.mkdir(parents=True)
+    (tables / "generations_4_abc.table.json").write_text("{not json")
+    read = read_log(folder)
+    assert read.generated is None and not any("generation tables" in n for n in read.notes)
+    growing_log(log, remove_padding=True, multiturn=True, steps=5)
+    read = read_log(folder)
+    assert read.generated is None and any("generations_4_abc" in n for n in read.notes)

@@ -23,7 +23,9 @@ from pathlib import Path
 from ..errors import PolytraceError
 from . import companion as _companion
 from . import launch
+from .agent import agent_step
 from .devices import scan_lines
+from .generations import GeneratedShare, measure_generated_share
 from .notebook import looks_like_notebook, read_notebook_lines
 
 _ANSI = re.compile(r"\x1b?\[[0-9;]{0,16}m")
@@ -76,7 +78,7 @@ class TrainingLog:
     timer_map: dict = field(default_factory=dict)  # stage -> the timer it was read from, where not its own
     # a multi-turn run's generated share of its response tokens, measured on the validation
     # trajectories its wandb run folder keeps (``generations.measure_generated_share``)
-    generated: object = None
+    generated: GeneratedShare | None = None
 
     @property
     def config(self) -> dict:
@@ -371,9 +373,9 @@ def read_log(path, configs=()) -> TrainingLog:
     log = _read_file(path)
     if configs:
         _companion.attach(log, [_companion.read_companion(c) for c in configs])
-    from .generations import measure_generated_share
-
-    log.generated = measure_generated_share(path.parent, log.notes)
+    if any((a := agent_step(s.metrics)) is not None and a.multiturn for s in log.steps):
+        # only a multi-turn run prices the split; single-turn runs log these tables too (MBs of JSON)
+        log.generated = measure_generated_share(path.parent, log.notes)
     return log
 
 
