@@ -46,8 +46,9 @@ def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
     return True
 
 
-def multiturn_notes(rows, run=None, measured=None) -> list[str]:
-    """What the multi-turn pricing assumed, once per log."""
+def multiturn_notes(rows, measured=None) -> list[str]:
+    """What the multi-turn pricing assumed, once per log (``measured``: the log's
+    ``GeneratedShare``, which ``RunConfig.generated_share`` carries into the pricing)."""
     steps = [agent_step(r.stats) for r in rows]
     multi = [s for s in steps if s is not None and s.multiturn]
     if not multi:
@@ -55,10 +56,10 @@ def multiturn_notes(rows, run=None, measured=None) -> list[str]:
     waits = {s.tool_wait_source for s in multi if s.tool_wait_s is not None}
     wait = (f"the tool wait of the slowest trajectory from {', '.join(sorted(waits))}" if waits
             else "no tool seconds logged (timing_s/agent_loop/tool_calls/*): tool waits priced as 0")
-    if run is not None and run.generated_share is not None:
-        where = (f"measured on {measured.trajectories} validation trajectories with {measured.tool_turns} tool turns "
-                 f"in {measured.source}" if measured is not None else "the run's own")
-        share = f"{100 * run.generated_share:.1f}% of each response (the generated share {where}"
+    if measured is not None:
+        share = (f"{100 * measured.share:.1f}% of each response (the generated share measured on "
+                 f"{measured.trajectories} validation trajectories with {measured.tool_turns} tool turns in "
+                 f"{measured.source}")
     else:
         share = f"{100 * GENERATED_SHARE_PRIOR:.1f}% of each response (the Search-R1 trace's generated share"
     return [f"multi-turn: {len(multi)} step(s) with agent-loop metrics; generation decodes {share}; the rest is tool "

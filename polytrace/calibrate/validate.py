@@ -289,7 +289,7 @@ def _prepare_on(path, overrides: Overrides | None, window: int):
         notes.append(f"{split.mode} run: generation overlaps training, so the step is priced as the trainer's "
                      "stages plus the calibrated time outside them (execution modes: estimate --mode)")
     price_steps(run, rows, split)
-    notes += multiturn_notes(rows, run, log.generated)
+    notes += multiturn_notes(rows, log.generated)
     return log, run, notes, rows, split
 
 
