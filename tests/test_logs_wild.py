@@ -303,6 +303,31 @@ def test_progress_bar_carriage_returns(tmp_path):
     assert len(log.steps) == len(recs) and log.steps[-1].metrics["perf/throughput"] > 0
 
 
+def test_another_ray_cluster_on_the_node_is_a_note(tmp_path, capsys):
+    """Ray's start-up warning that the node already runs another Ray cluster is read as a note
+    naming its line, in ``validate``'s output too: a job sharing the node loads stage times that
+    nothing logged measures. Absent the warning, no note; the warning inside a step line's
+    metrics or a launch argument is not Ray's."""
+    run = Run(**SMALL)
+    warning = ("2025-06-18 16:49:37,692\tWARNING services.py:411 -- Found multiple active Ray instances: "
+               "{'10.1.2.3:58733', '10.1.2.3:6379'}. Connecting to latest cluster at 10.1.2.3:6379.\n")
+    header = ("python3 -m verl.trainer.main_ppo data.train_batch_size=32 actor_rollout_ref.rollout.n=4 "
+              "data.max_response_length=256 data.max_prompt_length=256 trainer.n_gpus_per_node=8\n")
+    path = write_log(tmp_path / "shared.log", run, header=header + warning)
+    notes = [n for n in read_log(path).notes if "Ray clusters" in n]
+    assert notes == [notes[0]] and notes[0].startswith("line 2: Ray found 2 Ray clusters"), notes
+    with no_hang():
+        assert main(["validate", path, "--model", "qwen2.5-0.5b", "--gpu", "h100"]) == 0
+    assert "line 2: Ray found 2 Ray clusters" in capsys.readouterr().out
+    clean = write_log(tmp_path / "alone.log", run, header=header)
+    assert not [n for n in read_log(clean).notes if "Ray" in n]
+    # a long line holding the words without Ray's braces is no evidence, and does not hang
+    odd = write_log(tmp_path / "odd.log", run, header=header + "Found multiple active Ray instances: {"
+                    + "x" * 100_000 + "\n")
+    with no_hang():
+        assert not [n for n in read_log(odd).notes if "Ray clusters" in n]
+
+
 def test_sizes_from_the_log_are_bounded_before_pricing(tmp_path):
     """Counts that are valid alone but would make pricing run for minutes (or allocate per token
     position) are refused before any step is priced."""

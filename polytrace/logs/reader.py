@@ -30,6 +30,10 @@ from .notebook import looks_like_notebook, read_notebook_lines
 
 _ANSI = re.compile(r"\x1b?\[[0-9;]{0,16}m")
 _STEP = re.compile(r"(?:^|[\s)\]])step:(\d{1,9})\s{1,8}-\s{1,8}")
+# Ray's start-up warning when the node already runs another Ray cluster (``ray._private.services``):
+# ``Found multiple active Ray instances: {'10.0.0.1:6379', '10.0.0.1:58733'}``. Bounded, so a long
+# line cannot make it slow.
+_OTHER_RAY = re.compile(r"Found multiple active Ray instances: \{([^}]{0,2000})\}")
 _TIMING_PREFIXES = ("timing_s/", "timing/")
 # Seconds that are not part of the training step proper: accounted separately.
 EXTRA_STAGES = ("testing", "save_checkpoint")
@@ -243,6 +247,22 @@ def _open_text(path: Path, what: str, newline: str = ""):
         raise PolytraceError(f"{path}: cannot read {what} ({exc.strerror or exc})") from None
 
 
+def shared_node_notes(lines) -> list[str]:
+    """Notes for ``(line number, text)`` pairs that show the run sharing its node with another
+    job: Ray's warning that another Ray cluster was already active there. Stage times then carry
+    that job's load, which nothing in the log measures: a stage that drifts while the lengths stay
+    flat (the host-bound generation first: vLLM's scheduler and sampler compete for the CPUs) is
+    read against it."""
+    for number, text in lines:
+        m = _OTHER_RAY.search(text)
+        if m:
+            count = len([a for a in m.group(1).split(",") if a.strip()])
+            return [f"line {number}: Ray found {count} Ray clusters active on the node at start-up; "
+                    "another job may have shared its CPUs or GPUs, and stage times that drift while the "
+                    "lengths stay flat may be its load (nothing logged measures it)"]
+    return []
+
+
 def read_console_log(path, lines=None, notes=()) -> TrainingLog:
     """A verl console log; ``lines`` (text lines) stand for the file's content when the console
     text came out of another container (a notebook cell), and ``notes`` say where from."""
@@ -288,6 +308,7 @@ def read_console_log(path, lines=None, notes=()) -> TrainingLog:
     if long_lines:
         notes.append(f"passed over {long_lines} line(s) longer than {MAX_LINE_CHARS:,} characters "
                      "(not verl output)")
+    notes.extend(shared_node_notes(head))
     script_lines = [(n, t) for n, t in head if not first_step_line or n < first_step_line]
     found = launch.read_launch(script_lines)
     texts = [t for _, t in head]
