@@ -167,6 +167,9 @@ def test_verl_keys_in_set_give_the_same_run_as_the_flags(capsys):
     (["--cpu-optimizer", "1", "--set", f"{_O}.optimizer_cpu_offload=true", "--set",
       f"{_O}.optimizer_offload_fraction=0.5"], "contradicts --cpu-optimizer 1.0"),
     (["--cpu-optimizer", "1", "--set", f"{_O}.optimizer_cpu_offload=false"], "optimizer_cpu_offload=False"),
+    # the overlap flag with no CPU optimizer to overlap changes nothing: refused, with --set too
+    (["--cpu-optimizer-overlap"], "give --cpu-optimizer SHARE (above 0) too"),
+    (["--cpu-optimizer-overlap", "--set", f"{_O}.optimizer_offload_fraction=0"], "give --cpu-optimizer SHARE"),
 ])
 def test_bad_cpu_optimizer_input_is_one_line_exit_2(capsys, extra, expected):
     argv = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--strategy", "megatron",
@@ -178,6 +181,18 @@ def test_bad_cpu_optimizer_input_is_one_line_exit_2(capsys, extra, expected):
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert expected in err and len(err.splitlines()) <= 2 and "Traceback" not in err, err
+
+
+def test_verl_overlap_key_without_a_cpu_share_is_read_not_refused(capsys):
+    """verl's DeepSeek-V3 script sets ``overlap_cpu_optimizer_d2h_h2d`` whatever its offload
+    fraction (0 on 256 GPUs): the key alone changes nothing and is accepted; the flag alone is not."""
+    argv = ["estimate", "--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--strategy", "megatron",
+            "--train-ep", "8", "--lengths", LENGTHS, "--json"]
+    assert main([*argv, "--set", f"{_O}.overlap_cpu_optimizer_d2h_h2d=true"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["config"]["cpu_optimizer"] == 0.0
+    assert main([*argv, "--cpu-optimizer", "0.5", "--cpu-optimizer-overlap"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["cpu_optimizer_overlap"] is True
 
 
 def test_fsdp_has_no_megatron_cpu_optimizer(capsys):

@@ -39,6 +39,7 @@ def estimate_settings(args, kw: dict) -> dict:
 
     given = parsed_settings(args)
     if not given:
+        _check_cpu_optimizer_overlap(args, kw)
         return {}
     check_offload_keys(given, kw.get("strategy") or "fsdp")
     kwargs, fields = estimate_arguments(given)
@@ -50,7 +51,20 @@ def estimate_settings(args, kw: dict) -> dict:
     out = dict(kwargs)
     if fields:
         out["run_fields"] = fields
+    _check_cpu_optimizer_overlap(args, {**kw, **out})
     return out
+
+
+def _check_cpu_optimizer_overlap(args, kw: dict) -> None:
+    """``--cpu-optimizer-overlap`` given on the command line with no CPU optimizer to overlap
+    (neither ``--cpu-optimizer`` nor verl's ``optimizer_offload_fraction`` above 0) would be a flag
+    that changes nothing: refused. verl's own ``overlap_cpu_optimizer_d2h_h2d`` key is not: its
+    DeepSeek-V3 script sets it whatever the fraction (0 on 256 GPUs)."""
+    from ..calibrate.settings import SettingError
+
+    if getattr(args, "cpu_optimizer_overlap", False) is True and not kw.get("cpu_optimizer"):
+        raise SettingError("--cpu-optimizer-overlap overlaps the CPU optimizer's copies with its step: give "
+                           "--cpu-optimizer SHARE (above 0) too")
 
 
 def _key_of(given: dict, argument: str) -> str:
