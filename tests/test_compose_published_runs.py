@@ -46,7 +46,10 @@ MISSES = {
         "31 s: 22 s of it the 44,544 expert tensors handed over at 0.5 ms each, 8.5 s its bytes; engine sleep, "
         "wake and optimizer offload 13 s) beside generation (~22 s, 8 TP32 engines across 4 nodes) and training "
         "(13 s); the per-tensor price is the median of five published refits from three sources (0.32-0.88 ms), "
-        "none on v0.6's BF16 CUDA-IPC path"),
+        "none on v0.6's BF16 CUDA-IPC path; read as a part that does not shrink with the GPUs plus one that halves, "
+        "the published colocated rows hold 88 s fixed on DGX-H100 (134 s on 256, 111 s on 512) and 89 s on GB200 "
+        "(108 s on 128, 98.7 s on 256) alike, the model's 65 s and 41 s: a hardware-independent ~25-50 s, host "
+        "work no measurement here prices"),
     "deepseek-v3 on-policy 512": "0.70x (77.6 s against 111 s, 30.1% under): as on 256 GPUs",
     "gb200 deepseek-v3 on-policy 128": (
         "0.54x (58 s against 108 s): as on the H100s, and " + GB200_MOE),
