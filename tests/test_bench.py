@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,9 +39,16 @@ def child_env(monkeypatch):
     return env
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT at its default in the child, as a terminal's Ctrl-C finds it: a test run started in
+    the background (``cmd &`` in a script, nohup) inherits SIGINT ignored, and Python keeps an
+    ignored SIGINT ignored, so the fake Ctrl-C would do nothing."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "polytrace", "bench", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=180, **kw)
+                          text=True, timeout=180, preexec_fn=_sigint_as_in_a_terminal, **kw)
 
 
 def test_shards_deal_every_case_once_in_multiples_of_the_workers():
