@@ -162,6 +162,23 @@ def test_pipeline_streaming_is_bound_by_the_slower_side():
     assert drained.sync_wait_s == pytest.approx(STREAM.drain_s) and drained.step_s > slow.step_s
 
 
+def test_pipeline_in_flight_updates_keep_the_stream_decoding_through_the_sync():
+    """NeMo RL's in-flight weight updates: the stream produces through the sync, so a rollout-bound
+    run's step is the rollout's pace alone, where verl's interrupted stream also pays the sync
+    each version; nothing is drained even without partial rollout."""
+    sync = 20.0
+    interrupted = trainer_pipeline(1000, 1, 100.0, sync, rate=1000 / 400.0, staleness=7, stream=STREAM)
+    through = trainer_pipeline(1000, 1, 100.0, sync, rate=1000 / 400.0, staleness=7, stream=STREAM, in_flight=True)
+    assert interrupted.step_s == pytest.approx(400.0 + sync, rel=1e-6)
+    assert through.step_s == pytest.approx(400.0, rel=1e-6) and through.rollout_busy_s == pytest.approx(400.0)
+    undrained = trainer_pipeline(1000, 1, 100.0, sync, rate=1000 / 400.0, staleness=7, stream=STREAM,
+                                 partial=False, in_flight=True)
+    assert undrained.sync_wait_s == 0.0 and undrained.step_s == pytest.approx(through.step_s)
+    # trainer-bound, the trainer still pays its sync: 300 s + 20 s either way
+    busy = trainer_pipeline(1000, 1, 300.0, sync, rate=1000 / 100.0, staleness=7, stream=STREAM, in_flight=True)
+    assert busy.step_s == pytest.approx(320.0)
+
+
 def test_pipeline_small_staleness_makes_the_trainer_wait_at_each_version():
     # 4 updates of 250 samples; carrying only 0.1 x 1000 = 100 samples, the first update of each
     # version waits for 150 more at 10 samples/s
@@ -204,9 +221,7 @@ def test_weight_sync_crosses_nodes_slower_and_lora_moves_adapters_only():
     ("qwen2.5-7b", ["--mode", "fully-async", "--staleness", "-0.5"], "--staleness -0.5"),
     ("qwen2.5-7b", ["--mode", "sync", "--staleness", "0.2"], "--staleness applies to --mode"),
     ("qwen2.5-7b", ["--mode", "one-step-off", "--partial-rollout"], "--partial-rollout applies to --mode fully-async"),
-    ("qwen2.5-7b", ["--mode", "fully-async", "--in-flight-updates"],
-     "--in-flight-updates applies to --mode one-step-off"),
-    ("qwen2.5-7b", ["--in-flight-updates"], "--in-flight-updates applies to --mode one-step-off"),
+    ("qwen2.5-7b", ["--in-flight-updates"], "--in-flight-updates applies to --mode one-step-off or fully-async"),
     ("qwen2.5-7b", ["--pipelined-sync"], "--pipelined-sync applies to --mode one-step-off or fully-async"),
     ("qwen2.5-7b", ["--mode", "fully-async", "--rollout-gpus", "16"], "--rollout-gpus 16 leaves no GPU"),
     ("qwen2.5-7b", ["--mode", "fully-async", "--kernels"], "--kernels"),
@@ -291,6 +306,38 @@ def test_framework_nemo_rl_applies_its_mechanics_and_explicit_flags_win(capsys):
     assert m["in_flight_updates"] is False and m["weight_sync"]["pipelined"] is True
     m = run(*off)["summary"]["mode"]
     assert m["in_flight_updates"] is False and m["weight_sync"]["pipelined"] is False
+
+
+def test_nemo_rl_k_step_off_stream_trains_its_whole_batch_and_recomputes_log_probs(capsys):
+    """NeMo RL's async GRPO with max_trajectory_age_steps K >= 2 is ``--mode fully-async
+    --staleness K-1`` under ``--framework nemo-rl``: one update per sync (the trainer samples the
+    step's whole batch of groups) and the old-policy log-prob pass on the trainer (verl's
+    fully-async trainer has neither: 4 local updates, the rollout's log-probs). Explicit flags win;
+    the mechanic belongs to fully-async alone."""
+    base = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "16", "--profile", "search-r1-7b",
+            "--prompts", "32", "--step", "0", "--json", "--mode", "fully-async", "--rollout-gpus", "8",
+            "--staleness", "7"]
+
+    def run(*extra):
+        assert main(base + list(extra)) == 0
+        return json.loads(capsys.readouterr().out)["summary"]
+
+    verl, nemo = run(), run("--framework", "nemo-rl")
+    assert verl["mode"]["in_flight_updates"] is False and nemo["mode"]["in_flight_updates"] is True
+    assert verl["mean_stages_s"]["old_log_prob"] == 0 and nemo["mean_stages_s"]["old_log_prob"] > 0
+    assert verl["mode"]["updates_per_sync"] == 4 and nemo["mode"]["updates_per_sync"] == 1
+    assert nemo["mode"]["train_s"] > verl["mode"]["train_s"]  # the trainer's extra forward pass
+    assert run("--framework", "nemo-rl", "--updates-per-sync", "2")["mode"]["updates_per_sync"] == 2
+    stopped = run("--framework", "nemo-rl", "--no-in-flight-updates")
+    assert stopped["mode"]["in_flight_updates"] is False and stopped["mean_step_s"] >= nemo["mean_step_s"]
+    # only the trainer's GPUs stall for the sync when the stream decodes through it
+    w = nemo["mode"]["weight_sync_s"]
+    assert nemo["mode"]["idle_gpu_s"]["weight_sync_gpu_s"] == pytest.approx(w * nemo["mode"]["train_gpus"])
+    # the other modes' trainers always run the pass: the keyword is theirs to refuse
+    with pytest.raises(PolytraceError, match="trainer_logprobs applies to --mode fully-async"):
+        mode_estimate(*ARGS, mode="one-step-off", trainer_logprobs=True, **SMALL)
+    cmp = compare_modes(*ARGS, trainer_logprobs=True, updates_per_sync=1, **SMALL)
+    assert cmp["results"]["fully-async"]["summary"]["mean_stages_s"]["old_log_prob"] > 0
 
 
 # ---- verl's checkpoint engine: the sync's tensors in buckets -------------------------------------

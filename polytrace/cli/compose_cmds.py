@@ -56,9 +56,9 @@ def register(sub) -> None:
                    help="fully-async: local updates per batch before the weights sync (verl's "
                    "trigger_parameter_sync_step; default 4)")
     m.add_argument("--in-flight-updates", action=argparse.BooleanOptionalAction, default=None,
-                   help="one-step-off: the rollout keeps decoding through the weight sync (NeMo RL's "
-                   "grpo.async_grpo.in_flight_weight_updates on a vLLM V1 async engine); default off, as verl's "
-                   "one-step-off stops the rollout for it")
+                   help="one-step-off and fully-async: the rollout keeps decoding through the weight sync (NeMo "
+                   "RL's grpo.async_grpo.in_flight_weight_updates on a vLLM V1 async engine); default off, as "
+                   "verl's recipes stop the rollout for it")
     m.add_argument("--pipelined-sync", action=argparse.BooleanOptionalAction, default=None,
                    help="separated modes: the weight sync gathers each pack of tensors while the previous one is "
                    "broadcast (NeMo RL's packed broadcast); default off (verl: gather, then broadcast)")
@@ -393,8 +393,10 @@ def _print_comparison(cmp: dict, args) -> int:
           f"| steady-state step per batch, estimated")
     print(compare_table(cmp))
     fa = cmp["results"]["fully-async"]["summary"]["mode"]
-    print(f"fully-async: staleness {fa['staleness']:g}, partial rollout {'on' if fa['partial_rollout'] else 'off'}, "
-          f"{fa['updates_per_sync']} updates per sync; separated splits: "
+    sync_rule = ("in-flight updates" if fa.get("in_flight_updates")
+                 else f"partial rollout {'on' if fa['partial_rollout'] else 'off'}")
+    print(f"fully-async: staleness {fa['staleness']:g}, {sync_rule}, "
+          f"{fa['updates_per_sync']} update{'' if fa['updates_per_sync'] == 1 else 's'} per sync; separated splits: "
           + ("as given" if fa["split"] == "given" else "the best of the splits tried (--rollout-gpus to fix one)"))
     return 0
 

@@ -12,7 +12,19 @@
   (one-step-off) recipes set ``in_flight_weight_updates`` (the rollout decodes on through the
   sync) and its packed broadcast gathers each pack of tensors while the previous one is
   broadcast (``nemo_rl/utils/packed_tensor.py``): ``modes.mode_estimate``'s
-  ``in_flight_updates`` and ``pipelined_sync``.
+  ``in_flight_updates`` and ``pipelined_sync``. Its ``async_grpo.max_trajectory_age_steps`` K
+  sets how far the rollout runs ahead (``nemo_rl/algorithms/async_utils.py`` at v0.6.0: at most
+  K batches of prompts in flight, each generated for one of the next K weight versions, and
+  collection pauses once all K are taken): K = 1 is ``--mode one-step-off`` (the next batch
+  starts after the weight update, so each batch's long tail idles the engines); K >= 2 keeps the
+  engines fed across updates, ``--mode fully-async --staleness K-1`` (up to K batches in flight).
+  There the in-flight weight updates keep the stream decoding through the sync (nothing drained,
+  nothing interrupted: ``in_flight_updates``, as in one-step-off); the trainer takes the step's
+  whole batch of prompt groups before it trains (``ReplayBuffer.sample`` of the step's groups:
+  one update per sync, where verl's trainer starts on each of 4 parts as they arrive) and
+  recomputes the old policy's log-probs (``policy.get_logprobs`` in ``async_grpo_train``,
+  ``nemo_rl/algorithms/grpo.py``), which verl's fully-async trainer takes from the rollout:
+  ``trainer_logprobs``.
 
 A flag given explicitly (``--in-flight-updates`` / ``--no-in-flight-updates``, likewise
 ``--pipelined-sync`` and ``--checkpoint-engine``) wins over the framework's value.
@@ -33,13 +45,21 @@ class Framework:
     # separated modes: the sync's tensors bucketed (verl's checkpoint engine; by default on in
     # fully-async, as verl's recipe, off in one-step-off)
     checkpoint_engine: bool | None = None
+    # fully-async: the trainer runs the old-policy log-prob pass (NeMo RL) instead of taking the
+    # rollout's log-probs (verl)
+    trainer_logprobs: bool | None = None
+    # fully-async: local updates per weight sync, as the trainer takes the samples (None: verl's
+    # trigger_parameter_sync_step default, 4)
+    updates_per_sync: int | None = None
     summary: str = ""
 
 
 # mode keyword -> the modes it applies to ("compare" prices them all)
-_SPLIT_MODES = {"in_flight_updates": ("one-step-off", "compare"),
+_SPLIT_MODES = {"in_flight_updates": ("one-step-off", "fully-async", "compare"),
                 "pipelined_sync": ("one-step-off", "fully-async", "compare"),
-                "checkpoint_engine": ("one-step-off", "fully-async", "compare")}
+                "checkpoint_engine": ("one-step-off", "fully-async", "compare"),
+                "trainer_logprobs": ("fully-async", "compare"),
+                "updates_per_sync": ("fully-async", "compare")}
 
 
 FRAMEWORKS = {
@@ -49,9 +69,12 @@ FRAMEWORKS = {
     # NeMo RL v0.6 hands the rollout every tensor through vLLM's load_weights (its NIXL checkpoint
     # engine came later, docs/guides/checkpoint-engine-refit.md)
     "nemo-rl": Framework("nemo-rl", {"engine_weights_offload": True, "switch_offload": True}, True, True, False,
+                         True, 1,
                          "colocated: engine weights to CPU memory at sleep (level 1), optimizer state and "
                          "parameters offloaded around the refit; one-step-off: in-flight weight updates, the "
-                         "sync's gather and broadcast pipelined, each tensor loaded apart"),
+                         "sync's gather and broadcast pipelined, each tensor loaded apart; fully-async "
+                         "(max_trajectory_age_steps K >= 2 as --staleness K-1): the step's whole batch trained "
+                         "between syncs, the old policy's log-probs recomputed by the trainer"),
 }
 
 

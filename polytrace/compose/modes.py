@@ -22,7 +22,11 @@
   its engines stay full (``streaming.py``).
   ``partial_rollout`` interrupts the sequences in flight at a sync and resumes them after
   (re-prefilling their context) instead of waiting for them to finish. The trainer skips the
-  old-policy log-prob pass (verl uses the rollout's log-probs in this mode).
+  old-policy log-prob pass (verl uses the rollout's log-probs in this mode). NeMo RL's async
+  GRPO with ``max_trajectory_age_steps`` K >= 2 is this mode at staleness K - 1
+  (``frameworks.py``): its in-flight weight updates keep the stream decoding through the sync
+  (``in_flight_updates``: the rollout never stops for it) and its trainer recomputes the old
+  policy's log-probs (``trainer_logprobs``).
 
 The steady-state time per batch, each side's busy share and the GPU time idle by cause are
 estimates. A calibration (``estimate(calibration=...)``) scales both sides' work as in ``sync``;
@@ -65,9 +69,9 @@ def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, p
     """One-line errors naming the flag for arguments a mode cannot take."""
     if mode not in MODES:
         raise PolytraceError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
-    if in_flight_updates is not None and mode != "one-step-off":
-        raise PolytraceError(f"--in-flight-updates applies to --mode one-step-off (NeMo RL's async GRPO), not "
-                             f"--mode {mode}")
+    if in_flight_updates is not None and mode not in ("one-step-off", "fully-async"):
+        raise PolytraceError(f"--in-flight-updates applies to --mode one-step-off or fully-async (NeMo RL's async "
+                             f"GRPO), not --mode {mode}")
     if mode == "sync":
         given = [flag for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus),
                                       ("--pipelined-sync", pipelined_sync),
@@ -191,14 +195,17 @@ def group_ready_s(finish_s, group_ids) -> np.ndarray:
 
 def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: dict | None, staleness: float,
                 partial: bool, chunks: int, in_flight: bool = False, pipelined: bool = False,
-                checkpoint_engine: bool = False) -> dict:
+                checkpoint_engine: bool = False, trainer_logprobs: bool = False) -> dict:
     """One sampled batch's steady-state step in a separated mode."""
     rc, tc = sides.rollout, sides.trainer
     cal = calibration or {}
     p = np.asarray(batch.prompt_lens, dtype=np.int64)
     r = np.maximum(np.minimum(np.asarray(batch.response_lens, dtype=np.int64), tc.max_response_len), 1)
     trainer = stage_costs(tc, p, r, eff=DEFAULT, pricer=pricer, rollout=False)
-    parts = [x for x in trainer.parts if not (mode == "fully-async" and x.stage == "old_log_prob")]
+    # verl's fully-async trainer takes the old policy's log-probs from the rollout; NeMo RL's
+    # recomputes them (``trainer_logprobs``)
+    parts = [x for x in trainer.parts
+             if not (mode == "fully-async" and not trainer_logprobs and x.stage == "old_log_prob")]
     stages = _side_seconds(parts, calibration)
     other = trainer.other_s + float(cal.get("other_overhead_s", 0.0))
     train_s = sum(stages[s] for s in TRAIN_STAGES) + other
@@ -240,16 +247,18 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
             for key in ("batch_s", "drain_s", "drain_lost_s"):
                 setattr(stream, key, getattr(stream, key) * slow)
             pipe = trainer_pipeline(n_seq, chunks, train_s, w, rate=n_seq / stream.batch_s, staleness=staleness,
-                                    stream=stream, partial=partial)
+                                    stream=stream, partial=partial, in_flight=in_flight)
             gen = stream.batch_s
             detail = {"stream": stream.to_dict(), "carry_samples": pipe.carry}
         step = pipe.step_s
         trainer_wait = pipe.trainer_wait_s + pipe.sync_wait_s
-        rollout_busy = min(pipe.rollout_busy_s, step - w)
+        streams_through = in_flight and staleness > 0  # decodes on through the sync (in-flight updates)
+        rollout_busy = min(pipe.rollout_busy_s, step if streams_through else step - w)
         detail.update(trainer_wait_for_samples_s=pipe.trainer_wait_s, trainer_wait_for_drain_s=pipe.sync_wait_s)
     stages["gen"] = gen
     R, T = rc.n_gpus, tc.n_gpus
-    rollout_stops = not (mode == "one-step-off" and in_flight)  # for the sync (in-flight: only the trainer)
+    # for the sync (in-flight: only the trainer; at staleness 0 the next batch waits for the new weights)
+    rollout_stops = not (in_flight and (mode == "one-step-off" or staleness > 0))
     rollout_idle = max(0.0, step - (w if rollout_stops else 0.0) - rollout_busy)
     idle = {
         "weight_sync_gpu_s": w * (R + T if rollout_stops else T),
@@ -293,7 +302,8 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
                   train_gpus: int | None = None, staleness: float | None = None,
                   partial_rollout: bool | None = None, updates_per_sync: int | None = None,
                   in_flight_updates: bool | None = None, pipelined_sync: bool | None = None,
-                  checkpoint_engine: bool | None = None, steps=(0,), seed: int = 0,
+                  checkpoint_engine: bool | None = None, trainer_logprobs: bool | None = None,
+                  steps=(0,), seed: int = 0,
                   calibration: dict | None = None, results_root=None, results=None,
                   providers: dict | None = None, speedups: dict | None = None, amdahl: float | None = None,
                   **config_kw) -> dict:
@@ -301,17 +311,22 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     (``summary.mean_step_s``, ``summary.mean_stages_s``, ``rows``, ``config``) plus
     ``summary.mode``: the split, the weight sync, each side's busy share and the GPU time idle by
     cause. Without ``rollout_gpus`` / ``train_gpus`` the split is the best of ``SPLIT_FRACTIONS``.
-    ``in_flight_updates`` (one-step-off): the rollout keeps decoding through the weight sync
-    (module docstring); default off, as verl's one-step-off recipe stops it. ``pipelined_sync``
+    ``in_flight_updates`` (one-step-off, and fully-async's stream): the rollout keeps decoding
+    through the weight sync (module docstring); default off, as verl's recipes stop it. ``pipelined_sync``
     (separated modes): the sync's gather and broadcast overlap (NeMo RL); default off (verl).
     ``checkpoint_engine`` (separated modes): verl's checkpoint engine buckets the sync's tensors;
     default on in fully-async (verl's ``async_training.checkpoint_engine.enable`` default), off in
-    one-step-off."""
+    one-step-off. ``trainer_logprobs`` (fully-async): the trainer runs the old-policy log-prob pass
+    (NeMo RL's async GRPO); default off, as verl's fully-async trainer uses the rollout's."""
     from ..profiles import get_profile
 
     check_mode_args(mode, gpus, rollout_gpus, train_gpus, staleness, partial_rollout, updates_per_sync,
                     in_flight_updates, pipelined_sync, checkpoint_engine)
+    if trainer_logprobs is not None and mode != "fully-async":
+        raise PolytraceError(f"trainer_logprobs applies to --mode fully-async (the other modes' trainers always run "
+                             f"the old-policy log-prob pass), not --mode {mode}")
     in_flight, pipelined = bool(in_flight_updates), bool(pipelined_sync)
+    own_logprobs = bool(trainer_logprobs)
     bucketed = mode == "fully-async" if checkpoint_engine is None else bool(checkpoint_engine)
     if mode == "sync":
         res = estimate(profile, model, gpu, gpus, steps=steps, seed=seed, calibration=calibration,
@@ -353,7 +368,7 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
             errors.append(str(exc))
             continue
         probe = _async_step(mode, sides, batches[0], pricer, calibration, staleness, partial, chunks, in_flight,
-                            pipelined, bucketed)
+                            pipelined, bucketed, own_logprobs)
         tried.append({"rollout_gpus": r_gpus, "train_gpus": t_gpus, "step_s": probe["step_s"]})
         if best is None or probe["step_s"] < best[1]:
             best = (sides, probe["step_s"])
@@ -362,11 +377,11 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
                              f"({errors[0] if errors else 'no split tried'})")
     sides = best[0]
     rows = [_async_step(mode, sides, b, pricer, calibration, staleness, partial, chunks, in_flight, pipelined,
-                        bucketed)
+                        bucketed, own_logprobs)
             for b in batches]
     res = _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
                      timings, seed)
-    if mode == "one-step-off":
+    if mode in ("one-step-off", "fully-async"):
         res["summary"]["mode"]["in_flight_updates"] = in_flight
     return res
 
@@ -413,7 +428,7 @@ def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks
 
 def compare_modes(profile, model, gpu, gpus: int, *, rollout_gpus=None, train_gpus=None, staleness=None,
                   partial_rollout=None, updates_per_sync=None, in_flight_updates=None, pipelined_sync=None,
-                  checkpoint_engine=None, **kw) -> dict:
+                  checkpoint_engine=None, trainer_logprobs=None, **kw) -> dict:
     """The three modes side by side on the same sampled steps ("what would async give me"):
     the separated modes take the given split or their best one."""
     out = {"sync": mode_estimate(profile, model, gpu, gpus, mode="sync", **kw)}
@@ -422,8 +437,9 @@ def compare_modes(profile, model, gpu, gpus: int, *, rollout_gpus=None, train_gp
                                         pipelined_sync=pipelined_sync, checkpoint_engine=checkpoint_engine, **kw)
     out["fully-async"] = mode_estimate(profile, model, gpu, gpus, mode="fully-async", rollout_gpus=rollout_gpus,
                                        train_gpus=train_gpus, staleness=staleness, partial_rollout=partial_rollout,
-                                       updates_per_sync=updates_per_sync, pipelined_sync=pipelined_sync,
-                                       checkpoint_engine=checkpoint_engine, **kw)
+                                       updates_per_sync=updates_per_sync, in_flight_updates=in_flight_updates,
+                                       pipelined_sync=pipelined_sync, checkpoint_engine=checkpoint_engine,
+                                       trainer_logprobs=trainer_logprobs, **kw)
     sync_step = out["sync"]["summary"]["mean_step_s"]
     rows = []
     for name, res in out.items():

@@ -42,8 +42,10 @@ def mode_lines(res: dict) -> list[str]:
             f"(TP {m['rollout_tp']}) : trainer {m['train_gpus']} x {c['gpu']} ({m['split']}) | {c['algorithm']} | "
             f"{c['prompts_per_step']} prompts x {c['n']}")
     if m["mode"] == "fully-async":
-        head += (f" | staleness {m['staleness']:g}, partial rollout {'on' if m['partial_rollout'] else 'off'}, "
-                 f"{m['updates_per_sync']} updates per sync")
+        sync_rule = ("in-flight updates (decoding through the sync)" if m.get("in_flight_updates")
+                     else f"partial rollout {'on' if m['partial_rollout'] else 'off'}")
+        head += (f" | staleness {m['staleness']:g}, {sync_rule}, "
+                 f"{m['updates_per_sync']} update{'' if m['updates_per_sync'] == 1 else 's'} per sync")
     lines = [head, f"source: {res['source']}"]
     stages = [st for st in STAGES if any(r["stages_s"][st] > 0 for r in res["rows"])]
     table = [[r["step"], *(f"{r['stages_s'][st]:.1f}" for st in stages), f"{r['weight_sync_s']:.2f}",
@@ -57,6 +59,8 @@ def mode_lines(res: dict) -> list[str]:
                     if m["mode"] == "one-step-off" and m.get("in_flight_updates") else
                     "(one batch, long tail included); the step is weight sync + max(gen, training)"
                     if m["mode"] == "one-step-off" else
+                    "(streamed with full engines, decoding on through the sync: in-flight updates)"
+                    if m["staleness"] > 0 and m.get("in_flight_updates") else
                     "(streamed with full engines)" if m["staleness"] > 0 else "(one batch per weight version)"))
     tried = ", ".join(f"{t['rollout_gpus']}:{t['train_gpus']} {t['step_s']:.0f} s" for t in m["splits_tried"])
     if m["split"] != "given":

@@ -142,7 +142,7 @@ class Pipeline:
 
 def trainer_pipeline(batch: int, chunks: int, train_s: float, sync_s: float, *, ready_s=None,
                      rate: float | None = None, staleness: float = 0.0, stream: StreamRollout | None = None,
-                     partial: bool = True, versions: int = 8) -> Pipeline:
+                     partial: bool = True, in_flight: bool = False, versions: int = 8) -> Pipeline:
     """Steady state of the trainer consuming one batch of ``batch`` samples per weight version in
     ``chunks`` local updates of ``train_s / chunks`` seconds, each starting when its samples have
     arrived and the previous update is done; then the weight sync (``sync_s``) stalls both sides.
@@ -153,6 +153,9 @@ def trainer_pipeline(batch: int, chunks: int, train_s: float, sync_s: float, *, 
     with the samples it carried over (at most ``staleness x batch``), stops at ``(1 + staleness)
     x batch`` samples, and at the sync either waits for the sequences in flight (``partial``
     False: ``stream.drain_s``) or interrupts them and resumes them after (no wait).
+    ``in_flight`` (NeMo RL's in-flight weight updates): the rollout decodes on through the sync,
+    its running sequences finishing on the new weights, so it produces for the whole step and
+    nothing is drained; only the trainer stalls for the sync.
     Returns the mean of the last versions (the first ones start from an empty buffer)."""
     per_chunk = train_s / chunks
     if ready_s is not None:
@@ -168,7 +171,7 @@ def trainer_pipeline(batch: int, chunks: int, train_s: float, sync_s: float, *, 
     cap = (1.0 + staleness) * batch
     # Without partial rollout every version loses the drain's shortfall: while the sequences in
     # flight finish, no new ones start, and the engines refill afterwards.
-    start = 0.0 if partial else stream.drain_lost_s
+    start = 0.0 if partial or in_flight else stream.drain_lost_s
     carry = 0.0
     rows = []
     for _ in range(versions):
@@ -179,13 +182,14 @@ def trainer_pipeline(batch: int, chunks: int, train_s: float, sync_s: float, *, 
             t = max(t, ready) + per_chunk
         full_at = start + max(0.0, cap - carry) / rate  # the staleness bound stops new admissions here
         sync_wait = 0.0
-        if not partial:
+        if not partial and not in_flight:
             # the drain starts at the sync request, or earlier when the bound already stopped
             # admissions; the trainer waits for what is left of it
             sync_wait = max(0.0, min(t, full_at) + stream.drain_s - t)
         end = t + sync_wait
-        produced = min(cap, carry + rate * max(0.0, end - start))
-        busy = min(end, full_at) - start
+        producing_until = end + sync_s if in_flight else end  # in flight: it decodes through the sync
+        produced = min(cap, carry + rate * max(0.0, producing_until - start))
+        busy = min(producing_until, full_at) - start
         carry = min(staleness * batch, max(0.0, produced - batch))
         rows.append(Pipeline(end + sync_s, t, t - train_s, sync_wait, max(0.0, busy), carry))
     tail = rows[-3:]
