@@ -19,8 +19,11 @@ lists; the "Nemo RL v0.4" table (commit 06beed91bac98a2c39a19435f6bbbbe71aa45720
 configuration published only there (Llama-3.1-8B one-step-off training at PP 2). DeepSeek-V3 (multi-head latent
 attention, three dense layers, 256 routed experts and a shared one: ``polytrace/data/models.json``)
 is priced with the recipes as they stood when the v0.6 table was published (commit 69c7ca11: 32
-prompts x 16, no speculative decoding, MTP off in training). Left out: Nemotron-3-Nano (hybrid
-Mamba), the 8-step-off run (no such mode here), the DAPO run (dynamic sampling) and the MXFP8 rollouts
+prompts x 16, no speculative decoding, MTP off in training). The 8-step-off run (async GRPO with
+``max_trajectory_age_steps`` 8: up to 8 batches of prompts in flight, so the engines stay fed
+across weight updates) is priced as NeMo RL's stream: ``--mode fully-async --staleness 7``
+(``polytrace/compose/frameworks.py``), on its recipe's split (generation on 8 of its 24 nodes).
+Left out: Nemotron-3-Nano (hybrid Mamba), the DAPO run (dynamic sampling) and the MXFP8 rollouts
 (Blackwell's microscaled format, not priced). The FP8 tables' runs generate and train in FP8
 (``PublishedRun.fp8``: their recipes set vLLM's ``precision: "fp8"`` and Transformer Engine's
 blockwise e4m3 ``fp8_cfg``), priced with ``--rollout-precision fp8 --train-precision fp8``.
@@ -80,7 +83,7 @@ GENERATIONS_PER_PROMPT = 32  # the performance recipes' num_generations_per_prom
 class PublishedRun:
     name: str
     model: str
-    mode: str  # "sync" (on-policy, colocated) or "one-step-off"
+    mode: str  # "sync" (on-policy, colocated), "one-step-off" or "fully-async" (NeMo RL's K-step-off stream)
     gpus: int
     max_seq: int
     avg_seq: int  # "G-Average Seq len"
@@ -170,6 +173,11 @@ RUNS = (
     PublishedRun("qwen3-30b-a3b 1-step-off", "qwen3-30b-a3b", "one-step-off", 32, 4096, 3201, 2048, 512, 2, 1, 1, 8,
                  2, False, 152.0,
                  recipe="grpo-qwen3-30ba3b-4n8g-async-1off", gen_memory=0.8),
+    # the 8-step-off recipe: 24 nodes, generation on 8 (64 GPUs, TP 2 engines), training on 16 at
+    # EP 8, its trajectories up to 8 weight versions old (module docstring)
+    PublishedRun("qwen3-30b-a3b 8-step-off", "qwen3-30b-a3b", "fully-async", 192, 4096, 3206, 2048, 512, 2, 1, 1, 8,
+                 1, False, 34.5, recipe="grpo-qwen3-30ba3b-24n8g-async-8off", gen_memory=0.8,
+                 extra=(("rollout_gpus", 64), ("staleness", 7.0))),
     PublishedRun("qwen3-235b on-policy 128", "qwen3-235b-a22b", "sync", 128, 8192, 5698, 512, 512, 16, 2, 2, 16, 8,
                  True, 395.0,
                  recipe="grpo-qwen3-235b-16n8g", gen_memory=0.6),
