@@ -382,7 +382,8 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     res = _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
                      timings, seed)
     if mode in ("one-step-off", "fully-async"):
-        res["summary"]["mode"]["in_flight_updates"] = in_flight
+        # at staleness 0 the next batch waits for the new weights whatever the setting: not in flight
+        res["summary"]["mode"]["in_flight_updates"] = in_flight and (mode == "one-step-off" or staleness > 0)
     return res
 
 
