@@ -35,6 +35,10 @@ class GPU:
     # of a group spanning nodes run at the NIC's rate, not NVLink's.
     scaleout_gbps: float = 50.0
     gpus_per_node: int = 8
+    # GPUs of one host (one operating system: what CUDA IPC and vLLM's custom all-reduce reach),
+    # where it is fewer than the NVLink domain's ``gpus_per_node``: a GB200 NVL72 compute tray
+    # holds two superchips, 4 GPUs, of the rack's 72 on NVLink. None: the node is the host.
+    gpus_per_host: int | None = None
     # CPU-GPU link per GPU, GB/s one direction, where it is no PCIe slot (Grace's NVLink-C2C);
     # None: a PCIe slot, which offload copies cross at ``Efficiency.pcie_gbps`` in practice
     host_link_gbps: float | None = None
@@ -46,6 +50,11 @@ class GPU:
     # have none: vLLM serves an FP8 checkpoint there weight-only (its Marlin kernels widen each
     # weight to 16 bits in registers), so the weights' bytes halve and the math stays bf16.
     has_fp8: bool = True
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs of one host (``gpus_per_host``, else the node's)."""
+        return self.gpus_per_host or self.gpus_per_node
 
     def link_gbps(self, group_gpus: int) -> float:
         """Per-GPU bandwidth of a collective over ``group_gpus`` GPUs (GB/s): NVLink within one
@@ -151,7 +160,8 @@ _GPUS = [
         "NVIDIA GB200 NVL72 datasheet (2024): 180 PF bf16 dense per 72 GPUs = 2.5 PF per GPU, 13.4 TB HBM3e "
         "per 72 GPUs (186 GB each) at 8 TB/s, NVLink 5 1.8 TB/s bidirectional; NVLink-C2C 900 GB/s "
         "bidirectional between a superchip's Grace CPU and its two GPUs (taken as 225 GB/s a GPU each way)",
-        name_patterns=(r"\bgb200\b",), gpus_per_node=72, host_link_gbps=225.0, host_memory_gbps=256.0),
+        name_patterns=(r"\bgb200\b",), gpus_per_node=72, gpus_per_host=4, host_link_gbps=225.0,
+        host_memory_gbps=256.0),
     # --- PCIe boards: no NVLink; collectives cross PCIe Gen4 x16 (32 GB/s) or Gen5 x16 (64 GB/s)
     GPU("rtx4090", "NVIDIA GeForce RTX 4090 24GB", 165.2, 1.008, 24, 32, 82.6,
         "NVIDIA Ada GPU architecture whitepaper (2023), RTX 4090: 165.2 TF bf16 dense with FP32 accumulate "

@@ -48,19 +48,19 @@ MISSES = {
         "(13 s); the per-tensor price is the median of five published refits from three sources (0.32-0.88 ms), "
         "none on v0.6's BF16 CUDA-IPC path; read as a part that does not shrink with the GPUs plus one that halves, "
         "the published colocated rows hold 88 s fixed on DGX-H100 (134 s on 256, 111 s on 512) and 89 s on GB200 "
-        "(108 s on 128, 98.7 s on 256) alike, the model's 65 s and 41 s: a hardware-independent ~25-50 s, host "
+        "(108 s on 128, 98.7 s on 256) alike, the model's 65 s and 48 s: a hardware-independent ~25-50 s, host "
         "work no measurement here prices"),
     "deepseek-v3 on-policy 512": "0.70x (77.6 s against 111 s, 30.1% under): as on 256 GPUs",
     "gb200 deepseek-v3 on-policy 128": (
-        "0.54x (58 s against 108 s): as on the H100s, and " + GB200_MOE),
-    "gb200 deepseek-v3 on-policy 256": "0.50x (49.8 s against 98.7 s, inside 2x by 1%): as on 128 GB200s",
+        "0.60x (65 s against 108 s): as on the H100s, and " + GB200_MOE),
+    "gb200 deepseek-v3 on-policy 256": "0.57x (56 s against 98.7 s): as on 128 GB200s",
     "gb200 qwen3-235b on-policy 128": (
-        "0.50x (174 s, inside 2x by 0.7%): the published step is slower on 128 GB200s than on 64 (345 against 286 "
-        "s, where the model is at 1.04x) and barely faster than 128 H100s (395 s), where the model, priced at "
+        "0.54x (185 s): the published step is slower on 128 GB200s than on 64 (345 against 286 "
+        "s, where the model is at 1.11x) and barely faster than 128 H100s (395 s), where the model, priced at "
         "Blackwell's datasheet rates (2.5x an H100's bf16, 2.4x its HBM) with the efficiencies fitted on A100/H100 "
         "logs, scales with the GPUs; " + GB200_MOE),
     "gb200 qwen3-235b 1-step-off": (
-        "0.59x (164 s against 278 s published, slower than the H100 table's 231 s on twice the GPUs): " + GB200_MOE),
+        "0.63x (175 s against 278 s published, slower than the H100 table's 231 s on twice the GPUs): " + GB200_MOE),
     "gb200 qwen3-30b-a3b 1-step-off": (
         "0.54x (163 s against 301 s, published slower than the same run on-policy, 221 s, where the model is at "
         "0.85x): the table's trainer layout (EP 16 on the 8 trainer GPUs) is not the recipe's (EP 8, priced); "

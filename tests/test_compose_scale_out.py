@@ -29,8 +29,20 @@ def test_allreduce_latency_within_a_node_and_across_nodes():
     assert allreduce_latency_seconds(H100, 16) == pytest.approx(25.2e-6, rel=1e-9)
     # four nodes: two network hops each way
     assert allreduce_latency_seconds(H100, 32) == pytest.approx((6.8 + 2 * (7 * 0.6 + 2 * 5.0)) * 1e-6, rel=1e-9)
-    # one NVLink domain of 72 (GB200 NVL72): TP16 stays in the node
-    assert allreduce_latency_seconds(get_gpu("gb200"), 16) == pytest.approx(8e-6)
+    # one NVLink domain of 72 (GB200 NVL72) made of 4-GPU hosts: vLLM's custom all-reduce (at most
+    # 8 GPUs of one host) within a tray; past it NCCL, which treats the domain as one node
+    gb200 = get_gpu("gb200")
+    assert gb200.host_gpus == 4 and gb200.gpus_per_node == 72 and H100.host_gpus == 8
+    for tp in (2, 4):
+        assert allreduce_latency_seconds(gb200, tp) == pytest.approx(8e-6)
+    for tp in (8, 16, 32, 64):
+        assert allreduce_latency_seconds(gb200, tp) == pytest.approx((6.8 + 2 * (tp - 1) * 0.6) * 1e-6, rel=1e-9)
+    assert allreduce_latency_seconds(gb200, 8) == pytest.approx(15.2e-6, rel=1e-9)
+    # past the rack (two NVL72 domains): the network hop on top of the rack's NVLink chain
+    assert allreduce_latency_seconds(gb200, 128) == pytest.approx((6.8 + 2 * (71 * 0.6 + 5.0)) * 1e-6, rel=1e-9)
+    # a 16-GPU group on one 16-GPU host would be past the custom all-reduce's 8 all the same
+    assert allreduce_latency_seconds(dataclasses.replace(H100, gpus_per_node=16), 16) == pytest.approx(
+        (6.8 + 2 * 15 * 0.6) * 1e-6, rel=1e-9)
 
 
 def test_a_cross_node_tp_engine_pays_the_network_hops_at_every_layer():
@@ -44,10 +56,11 @@ def test_a_cross_node_tp_engine_pays_the_network_hops_at_every_layer():
     extra8 = iteration_comm_seconds(QWEN3_235B, H100, 8, active) - iteration_comm_seconds(
         QWEN3_235B, H100, 8, active, no_net)
     assert np.all(extra8 == 0.0)
-    # the same GPU in a 16-GPU NVLink domain: the engine's latency is the node's 8 us
+    # the same GPU in a 16-GPU NVLink domain: NCCL within the node, its 15 NVLink hops and no
+    # network hop (24.8 us against 25.2 us across two nodes)
     big_node = dataclasses.replace(H100, gpus_per_node=16)
     fixed_gap = iteration_fixed_seconds(QWEN3_235B, H100, 16) - iteration_fixed_seconds(QWEN3_235B, big_node, 16)
-    assert fixed_gap == pytest.approx(QWEN3_235B.layers * 2 * (25.2e-6 - 8e-6), rel=1e-9)
+    assert fixed_gap == pytest.approx(QWEN3_235B.layers * 2 * (25.2e-6 - 24.8e-6), rel=1e-6)
 
 
 def test_the_latency_does_not_shrink_with_the_engines_batch():

@@ -102,9 +102,9 @@ class Efficiency:
     engine_reserve_bytes: float = 2e9
 
     # --- tensor-parallel all-reduce latency (compose/parallel.py, ``allreduce_latency_seconds``) ---
-    # Within one node vLLM runs its own custom all-reduce over NVLink: ~8 us a call at decode's
-    # message sizes. An engine whose TP group spans nodes cannot (vLLM disables the custom
-    # all-reduce for a group across nodes) and calls NCCL, whose tuning model
+    # Within one host vLLM runs its own custom all-reduce over NVLink (2, 4, 6 or 8 GPUs): ~8 us a
+    # call at decode's message sizes. An engine whose TP group is larger or spans hosts cannot
+    # (vLLM disables the custom all-reduce for a group across nodes) and calls NCCL, whose tuning model
     # (src/graph/tuning.cc, NVIDIA/nccl at b6475625) prices the lowest-latency all-reduce across
     # nodes, tree over the LL protocol, at a 6.8 us base plus 0.6 us per NVLink hop and 5.0 us
     # per network hop, both ways: 25.2 us for two 8-GPU nodes.

@@ -150,18 +150,27 @@ def pipeline_bubble(n_micro, pp: int, vpp: int = 1):
     return np.where(n_micro > 0, (n_micro + (pp - 1) / max(1, vpp)) / np.maximum(n_micro, 1), 1.0)
 
 
+# vLLM's custom all-reduce (``CustomAllreduce._SUPPORTED_WORLD_SIZES`` = 2, 4, 6, 8) runs over
+# CUDA IPC between the GPUs of one host; a larger group, or one spanning hosts, calls NCCL.
+CUSTOM_ALLREDUCE_MAX_GPUS = 8
+
+
 def allreduce_latency_seconds(gpu: GPU, group_gpus: int, eff: Efficiency = DEFAULT) -> float:
     """Latency of one small all-reduce over ``group_gpus`` GPUs (the bandwidth term apart):
-    none for one GPU, vLLM's custom all-reduce within a node (``allreduce_latency_s``), and
-    across nodes NCCL's tree (its tuning model's lowest-latency choice): up the node's NVLink
-    chain, across ``log2(nodes)`` network hops and back down,
+    none for one GPU, vLLM's custom all-reduce for up to 8 GPUs of one host
+    (``allreduce_latency_s``), and otherwise NCCL's tree (its tuning model's lowest-latency
+    choice): up the NVLink chain, across ``log2(nodes)`` network hops and back down,
     ``base + 2 ((gpus_per_node - 1) nvlink_hop + ceil(log2 nodes) net_hop)``. A TP16 engine on
     8-GPU nodes pays 25.2 us a call, 3.2x the 8 us within a node: 94 layers x 2 calls make it
-    4.7 ms a decode iteration whatever the batch."""
+    4.7 ms a decode iteration whatever the batch. Within one NVLink domain larger than a host (a
+    GB200 NVL72 rack of 4-GPU trays) NCCL treats the domain as one node: a TP8 engine across two
+    trays pays ``base + 2 x 7 nvlink_hop``, 15.2 us, a TP32 one 44 us."""
     if group_gpus <= 1:
         return 0.0
-    if group_gpus <= gpu.gpus_per_node:
+    if group_gpus <= min(CUSTOM_ALLREDUCE_MAX_GPUS, gpu.host_gpus):
         return eff.allreduce_latency_s
+    if group_gpus <= gpu.gpus_per_node:  # NCCL within one NVLink domain
+        return eff.nccl_tree_base_s + 2.0 * (group_gpus - 1) * eff.nccl_nvlink_hop_s
     nodes = -(-group_gpus // gpu.gpus_per_node)
     hops = (gpu.gpus_per_node - 1) * eff.nccl_nvlink_hop_s + math.ceil(math.log2(nodes)) * eff.nccl_net_hop_s
     return eff.nccl_tree_base_s + 2.0 * hops
