@@ -252,13 +252,11 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
             detail = {"stream": stream.to_dict(), "carry_samples": pipe.carry}
         step = pipe.step_s
         trainer_wait = pipe.trainer_wait_s + pipe.sync_wait_s
-        streams_through = in_flight and staleness > 0  # decodes on through the sync (in-flight updates)
-        rollout_busy = min(pipe.rollout_busy_s, step if streams_through else step - w)
+        rollout_busy = min(pipe.rollout_busy_s, step if in_flight else step - w)
         detail.update(trainer_wait_for_samples_s=pipe.trainer_wait_s, trainer_wait_for_drain_s=pipe.sync_wait_s)
     stages["gen"] = gen
     R, T = rc.n_gpus, tc.n_gpus
-    # for the sync (in-flight: only the trainer; at staleness 0 the next batch waits for the new weights)
-    rollout_stops = not (in_flight and (mode == "one-step-off" or staleness > 0))
+    rollout_stops = not in_flight  # for the sync (in flight: only the trainer)
     rollout_idle = max(0.0, step - (w if rollout_stops else 0.0) - rollout_busy)
     idle = {
         "weight_sync_gpu_s": w * (R + T if rollout_stops else T),
@@ -343,6 +341,9 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     chunks = DEFAULT_UPDATES_PER_SYNC if updates_per_sync is None else int(updates_per_sync)
     if mode == "one-step-off":
         staleness, partial, chunks = 1.0, False, 1
+    # in flight, the rollout decodes on through the sync; at staleness 0 (one batch per weight
+    # version) the next batch waits for the new weights whatever the setting
+    in_flight = in_flight and staleness > 0
     prof = get_profile(profile)
     base = build_config(prof, model, gpu, gpus, rollout_tp=1,
                         **{k: v for k, v in config_kw.items() if k not in ("rollout_tp", "rollout_ep")})
@@ -381,9 +382,7 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
             for b in batches]
     res = _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
                      timings, seed)
-    if mode in ("one-step-off", "fully-async"):
-        # at staleness 0 the next batch waits for the new weights whatever the setting: not in flight
-        res["summary"]["mode"]["in_flight_updates"] = in_flight and (mode == "one-step-off" or staleness > 0)
+    res["summary"]["mode"]["in_flight_updates"] = in_flight
     return res
 
 
