@@ -338,6 +338,16 @@ def test_nemo_rl_k_step_off_stream_trains_its_whole_batch_and_recomputes_log_pro
         mode_estimate(*ARGS, mode="one-step-off", trainer_logprobs=True, **SMALL)
     cmp = compare_modes(*ARGS, trainer_logprobs=True, updates_per_sync=1, **SMALL)
     assert cmp["results"]["fully-async"]["summary"]["mean_stages_s"]["old_log_prob"] > 0
+    # NeMo RL states its stream by K, whose default (1) is one-step-off: no verl staleness is assumed
+    # for it; the comparison prices its smallest stream, K = 2, and says so
+    bare = base[:base.index("--staleness")] + ["--framework", "nemo-rl"]
+    assert main(bare) == 2
+    err = capsys.readouterr().err.strip()
+    assert "give --staleness K-1" in err and "--mode one-step-off" in err and "\n" not in err
+    compare = [x for x in bare if x not in ("--json",)]
+    compare[compare.index("--mode"):compare.index("--mode") + 2] = ["--compare-modes"]
+    assert main(compare) == 0
+    assert "fully-async: staleness 1, in-flight updates, 1 update per sync" in capsys.readouterr().out
 
 
 # ---- verl's checkpoint engine: the sync's tensors in buckets -------------------------------------
@@ -377,7 +387,8 @@ def test_checkpoint_engine_flag_cli(capsys):
     assert main(base + ["--mode", "fully-async", "--rollout-gpus", "8"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("weight sync"))
     assert line.endswith("of expert tensors (checkpoint engine: bucketed)"), line
-    # NeMo RL v0.6 loads each tensor apart: its framework turns the default off
-    assert main(base + ["--mode", "fully-async", "--rollout-gpus", "8", "--framework", "nemo-rl", "--json"]) == 0
+    # NeMo RL v0.6 loads each tensor apart: its framework turns the default off (its stream at K = 2)
+    assert main(base + ["--mode", "fully-async", "--rollout-gpus", "8", "--framework", "nemo-rl", "--staleness", "1",
+                        "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["mode"]["weight_sync"]["checkpoint_engine"] is False

@@ -24,7 +24,8 @@
   one update per sync, where verl's trainer starts on each of 4 parts as they arrive) and
   recomputes the old policy's log-probs (``policy.get_logprobs`` in ``async_grpo_train``,
   ``nemo_rl/algorithms/grpo.py``), which verl's fully-async trainer takes from the rollout:
-  ``trainer_logprobs``.
+  ``trainer_logprobs``. Its default K is 1, so ``--mode fully-async`` under this framework needs
+  ``--staleness`` (no verl default is assumed), and ``--compare-modes`` prices K = 2.
 
 A flag given explicitly (``--in-flight-updates`` / ``--no-in-flight-updates``, likewise
 ``--pipelined-sync`` and ``--checkpoint-engine``) wins over the framework's value.
@@ -33,6 +34,8 @@ A flag given explicitly (``--in-flight-updates`` / ``--no-in-flight-updates``, l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..errors import PolytraceError
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,10 @@ class Framework:
     # fully-async: local updates per weight sync, as the trainer takes the samples (None: verl's
     # trigger_parameter_sync_step default, 4)
     updates_per_sync: int | None = None
+    # fully-async's staleness where the framework states it in its own terms (NeMo RL: K-1 for
+    # max_trajectory_age_steps K): None takes verl's default; otherwise --mode fully-async needs
+    # --staleness, and --compare-modes prices the smallest stream, this value
+    stream_staleness: float | None = None
     summary: str = ""
 
 
@@ -69,7 +76,7 @@ FRAMEWORKS = {
     # NeMo RL v0.6 hands the rollout every tensor through vLLM's load_weights (its NIXL checkpoint
     # engine came later, docs/guides/checkpoint-engine-refit.md)
     "nemo-rl": Framework("nemo-rl", {"engine_weights_offload": True, "switch_offload": True}, True, True, False,
-                         True, 1,
+                         True, 1, 1.0,
                          "colocated: engine weights to CPU memory at sleep (level 1), optimizer state and "
                          "parameters offloaded around the refit; one-step-off: in-flight weight updates, the "
                          "sync's gather and broadcast pipelined, each tensor loaded apart; fully-async "
@@ -83,6 +90,12 @@ def apply_framework(name: str, mode: str, kw: dict, split: dict) -> Framework:
     with framework ``name``'s mechanics for ``mode`` ("sync", "one-step-off", "fully-async", or
     "compare" for all three), leaving what was given explicitly. Returns the framework."""
     fw = FRAMEWORKS[name]
+    if fw.stream_staleness is not None and split.get("staleness") is None:
+        if mode == "fully-async":
+            raise PolytraceError(f"--framework {name} --mode fully-async is its async GRPO at max_trajectory_age_steps "
+                                 "K >= 2: give --staleness K-1 (K = 1, its default, is --mode one-step-off)")
+        if mode == "compare":  # the smallest stream, printed with the comparison
+            split["staleness"] = fw.stream_staleness
     if mode in ("sync", "compare") and fw.colocated_fields:
         # the switch applies only to a colocated run (RunConfig.colocated), so the separated
         # modes of --compare-modes are unaffected
