@@ -385,7 +385,7 @@ def _print_comparison(cmp: dict, args) -> int:
         print_json({"modes": cmp["modes"], "results": {k: {"config": v["config"], "summary": v["summary"]}
                                                         for k, v in cmp["results"].items()}})
         return 0
-    from ..compose.modes_text import compare_table
+    from ..compose.modes_text import compare_table, stream_settings
 
     sync = cmp["results"]["sync"]
     c = sync["config"]
@@ -393,10 +393,7 @@ def _print_comparison(cmp: dict, args) -> int:
           f"| steady-state step per batch, estimated")
     print(compare_table(cmp))
     fa = cmp["results"]["fully-async"]["summary"]["mode"]
-    sync_rule = ("in-flight updates" if fa.get("in_flight_updates")
-                 else f"partial rollout {'on' if fa['partial_rollout'] else 'off'}")
-    print(f"fully-async: staleness {fa['staleness']:g}, {sync_rule}, "
-          f"{fa['updates_per_sync']} update{'' if fa['updates_per_sync'] == 1 else 's'} per sync; separated splits: "
+    print(f"fully-async: {stream_settings(fa)}; separated splits: "
           + ("as given" if fa["split"] == "given" else "the best of the splits tried (--rollout-gpus to fix one)"))
     return 0
 

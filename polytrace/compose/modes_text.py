@@ -32,6 +32,15 @@ def idle_lines(summary: dict) -> list[str]:
     return out
 
 
+def stream_settings(m: dict) -> str:
+    """A fully-async estimate's settings in one phrase (``summary.mode``): staleness, what happens
+    at a sync (in-flight updates, or partial rollout on / off) and local updates per sync."""
+    at_sync = ("in-flight updates" if m.get("in_flight_updates")
+               else f"partial rollout {'on' if m['partial_rollout'] else 'off'}")
+    n = m["updates_per_sync"]
+    return f"staleness {m['staleness']:g}, {at_sync}, {n} update{'' if n == 1 else 's'} per sync"
+
+
 def mode_lines(res: dict) -> list[str]:
     """The text of a separated-mode estimate (one-step-off, fully-async)."""
     from tabulate import tabulate
@@ -42,10 +51,7 @@ def mode_lines(res: dict) -> list[str]:
             f"(TP {m['rollout_tp']}) : trainer {m['train_gpus']} x {c['gpu']} ({m['split']}) | {c['algorithm']} | "
             f"{c['prompts_per_step']} prompts x {c['n']}")
     if m["mode"] == "fully-async":
-        sync_rule = ("in-flight updates (decoding through the sync)" if m.get("in_flight_updates")
-                     else f"partial rollout {'on' if m['partial_rollout'] else 'off'}")
-        head += (f" | staleness {m['staleness']:g}, {sync_rule}, "
-                 f"{m['updates_per_sync']} update{'' if m['updates_per_sync'] == 1 else 's'} per sync")
+        head += f" | {stream_settings(m)}"
     lines = [head, f"source: {res['source']}"]
     stages = [st for st in STAGES if any(r["stages_s"][st] > 0 for r in res["rows"])]
     table = [[r["step"], *(f"{r['stages_s'][st]:.1f}" for st in stages), f"{r['weight_sync_s']:.2f}",
@@ -88,4 +94,4 @@ def compare_table(cmp: dict, tablefmt: str = "simple") -> str:
                                    "weight sync s", "rollout busy", "trainer busy"], tablefmt=tablefmt)
 
 
-__all__ = ["IDLE_CAUSES", "compare_table", "idle_lines", "mode_lines"]
+__all__ = ["IDLE_CAUSES", "compare_table", "idle_lines", "mode_lines", "stream_settings"]
