@@ -10,12 +10,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from polytrace.compose.efficiency import DEFAULT, with_overrides
+from polytrace.compose.efficiency import DEFAULT, refit_expert_tensor_median, with_overrides
 from polytrace.compose.parallel import allreduce_latency_seconds
 from polytrace.compose.refit import colocated_refit_seconds
 from polytrace.compose.rollout import iteration_comm_seconds, iteration_fixed_seconds, simulate_rollout
 from polytrace.hardware import get_gpu
 from polytrace.models import get_model
+
+PER_EXPERT_TENSOR_S = refit_expert_tensor_median()  # 0.525 ms, the median of the published refits
 
 H100 = get_gpu("h100")
 QWEN3_235B = get_model("qwen3-235b-a22b")
@@ -129,6 +131,18 @@ def test_fsdp_refit_gathers_everything_over_the_gpus():
         b * 15 / 16 / (400e9 * DEFAULT.comm), rel=1e-9)
 
 
+def test_the_per_expert_tensor_price_is_the_median_of_its_published_refits():
+    from polytrace.compose.efficiency import DEFAULT, REFIT_EXPERT_TENSOR_MEASUREMENTS
+
+    per_tensor = [s / n for _, s, n in REFIT_EXPERT_TENSOR_MEASUREMENTS]
+    price = DEFAULT.refit_s_per_expert_tensor
+    assert len(per_tensor) == 5 and price == PER_EXPERT_TENSOR_S
+    # the middle of the five, not a mean or a rounded figure: as many sources below as above
+    assert sum(x < price for x in per_tensor) == sum(x > price for x in per_tensor) == 2
+    assert price in per_tensor and 3e-4 < min(per_tensor) and max(per_tensor) < 9e-4
+    assert all(src and s > 0 and n > 1000 for src, s, n in REFIT_EXPERT_TENSOR_MEASUREMENTS)
+
+
 def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
     from polytrace.compose.estimate import build_config
     from polytrace.compose.stages import stage_costs
@@ -148,7 +162,7 @@ def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
     # the expert tensors' host work: its own part, labelled with the count and the price
     handed = [x for x in costs.parts if x.source.startswith("host (refit: 18432 expert tensors")]
     assert len(handed) == 1 and handed[0].stage == "gen" and handed[0].seconds == pytest.approx(host, rel=1e-12)
-    assert host == pytest.approx(18_432 * 5e-4)
+    assert host == pytest.approx(18_432 * PER_EXPERT_TENSOR_S)
     assert costs.details["refit"]["total"] == pytest.approx(refit, rel=1e-12)
     assert not any("refit" in x.source for x in stage_costs(cfg, p, r, rollout=False).parts)
     cfg.colocated = False

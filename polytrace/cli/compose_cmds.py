@@ -65,7 +65,7 @@ def register(sub) -> None:
     m.add_argument("--checkpoint-engine", action=argparse.BooleanOptionalAction, default=None,
                    help="separated modes: the weight sync's tensors packed into buckets (verl's "
                    "async_training.checkpoint_engine.enable): a MoE's expert tensors cost ~0.05 ms each, not "
-                   "0.5 ms; default on in fully-async (verl's default), off in one-step-off")
+                   "0.52 ms; default on in fully-async (verl's default), off in one-step-off")
     m.add_argument("--framework", choices=("verl", "nemo-rl"), default="verl",
                    help="the RL framework's mechanics where they change the cost (polytrace/compose/frameworks.py): "
                    "verl (default; what the priors were fitted on) or nemo-rl (colocated: engine weights and "

@@ -15,10 +15,31 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, replace
+import statistics
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import PolytraceError
+
+# Published refits that time a MoE's expert tensors handed over one at a time, bytes and all:
+# (source, seconds, expert tensors). NeMo RL PR #3294 (B200, colocated, MXFP8 rollout): 9.67 s of
+# transfer and update for Qwen3-30B-A3B's 18,432 and 18.40 s for Qwen3-235B-A22B's 36,096; verl's
+# fully-async README (H20, checkpoint engine off): 15.76 and 58.57 s syncs for the same two models,
+# 12.4 and 31.9 s past their bytes at our link rates; NeMo RL's DeepSeek-V3 NCCL benchmark (BF16,
+# destination-local experts): 14.21 s for 44,544.
+REFIT_EXPERT_TENSOR_MEASUREMENTS = (
+    ("NVIDIA-NeMo/RL pull request #3294, Qwen3-30B-A3B", 9.67, 18_432),
+    ("NVIDIA-NeMo/RL pull request #3294, Qwen3-235B-A22B", 18.40, 36_096),
+    ("verl recipe/fully_async_policy/README.md, Qwen3-30B-A3B, past its bytes", 12.4, 18_432),
+    ("verl recipe/fully_async_policy/README.md, Qwen3-235B-A22B, past its bytes", 31.9, 36_096),
+    ("NVIDIA-NeMo/RL DeepSeek-V3 NCCL refit benchmark", 14.21, 44_544),
+)
+
+
+def refit_expert_tensor_median() -> float:
+    """Seconds of host work per routed-expert tensor in a refit: the median of
+    ``REFIT_EXPERT_TENSOR_MEASUREMENTS`` (0.32-0.88 ms; 0.525 ms)."""
+    return statistics.median(s / n for _, s, n in REFIT_EXPERT_TENSOR_MEASUREMENTS)
 
 
 @dataclass(frozen=True)
@@ -83,15 +104,10 @@ class Efficiency:
     reward_s_per_response: float = 3e-4
     # A refit's host work per routed-expert tensor (Megatron holds a layer's experts in one
     # grouped tensor; the Hugging Face export and vLLM's ``load_weights`` take them one by one:
-    # a gather, a copy into the hand-off buffer and a Python weight loader each). Measured per
-    # expert tensor, bytes and all: NeMo RL PR #3294 (B200, colocated, MXFP8 rollout) 9.67 s of
-    # transfer and update for Qwen3-30B-A3B's 18,432 (0.52 ms) and 18.40 s for Qwen3-235B-A22B's
-    # 36,096 (0.51 ms); verl's fully-async README (H20, checkpoint engine off) 15.76 and 58.57 s
-    # syncs, 12.4 and 31.9 s past their bytes at our link rates (0.67 and 0.88 ms); NeMo RL's
-    # DeepSeek-V3 NCCL benchmark (BF16, destination-local experts) 14.21 s for 44,544 (0.32 ms).
-    # The median of the five, 0.52 ms, taken as 0.5. Dense models have a few hundred tensors: their
-    # bytes dominate.
-    refit_s_per_expert_tensor: float = 5e-4
+    # a gather, a copy into the hand-off buffer and a Python weight loader each): the median of
+    # the published refits in ``REFIT_EXPERT_TENSOR_MEASUREMENTS`` (0.525 ms), computed from them,
+    # not rounded. Dense models have a few hundred tensors: their bytes dominate.
+    refit_s_per_expert_tensor: float = field(default_factory=lambda: refit_expert_tensor_median())
     # The same with verl's checkpoint engine (``async_training.checkpoint_engine.enable``, on by
     # default in its fully-async recipe): tensors packed into 4 GB buckets, broadcast and loaded a
     # bucket at a time. Its README's ablation: Qwen3-30B-A3B 16:16 syncs in 4.38 s, 0.99 s past its

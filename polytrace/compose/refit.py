@@ -20,9 +20,10 @@ receives are the model's, less the share it already holds):
 - ``stage``: every full tensor copied into the hand-off buffer and the engine copying its
   ``1 / rollout_tp`` shard into place (HBM, read and write);
 - ``tensors``: the host work of handing the routed experts over one tensor at a time
-  (``ModelSpec.expert_tensor_count`` x ``Efficiency.refit_s_per_expert_tensor``, 0.5 ms each, the
-  median of five published refits from three sources): DeepSeek-V3's 44,544 expert tensors take
-  ~22 s whatever their bytes, where its bytes take ~8.5 s on 256 H100s. Under LoRA only the
+  (``ModelSpec.expert_tensor_count`` x ``Efficiency.refit_s_per_expert_tensor``, 0.525 ms each,
+  the median of five published refits from three sources: ``REFIT_EXPERT_TENSOR_MEASUREMENTS``):
+  DeepSeek-V3's 44,544 expert tensors take ~23 s whatever their bytes, where its bytes take
+  ~8.5 s on 256 H100s. Under LoRA only the
   adapters move: none.
 
 Collectives run at ``Efficiency.comm`` of the link, copies at ``elementwise_hbm`` of HBM. Not
