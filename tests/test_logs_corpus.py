@@ -1,14 +1,12 @@
 """Every log the project reads, read with no flag: its model, GPU count and batch are read right.
 
 Expected values are written from each log's own launch command (shown beside each row), not from
-the code's output. The shared logs come from ``$POLYTRACE_SHARED/validation-logs`` (skipped when
-the variable is unset, failing when it is set but the folder is missing). None of them names its
-accelerator: each reads as an assumed A100 with a note, never silently."""
+the code's output. The shared logs come from the ``validation_logs`` fixture (``tests/conftest.py``:
+``$POLYTRACE_SHARED/validation-logs``, else ``../shared/validation-logs`` beside the checkout;
+skipped when neither exists, failing when the variable is set but the folder is missing). None of
+them names its accelerator: each reads as an assumed A100 with a note, never silently."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import pytest
 
@@ -39,24 +37,15 @@ SHARED = {
 }
 
 
-def _shared() -> Path:
-    root = os.environ.get("POLYTRACE_SHARED")
-    if root is None:
-        pytest.skip("POLYTRACE_SHARED is not set")
-    folder = Path(root) / "validation-logs"
-    assert folder.is_dir(), f"POLYTRACE_SHARED is set but {folder} is missing"
-    return folder
-
-
-def test_the_corpus_is_complete():
+def test_the_corpus_is_complete(validation_logs):
     """A log added to the shared folder gets its row here (its expected values read by a person)."""
-    assert sorted(p.name for p in _shared().glob("*.log")) == sorted(SHARED)
+    assert sorted(p.name for p in validation_logs.glob("*.log")) == sorted(SHARED)
 
 
 @pytest.mark.parametrize("name", sorted(SHARED))
-def test_each_shared_log_reads_its_identity_with_no_flag(name):
+def test_each_shared_log_reads_its_identity_with_no_flag(validation_logs, name):
     model, gpus, prompts, n = SHARED[name]
-    run, notes = config_from_log(read_log(_shared() / name))
+    run, notes = config_from_log(read_log(validation_logs / name))
     assert (run.model.name, run.n_gpus, run.prompts_per_step, run.n) == (model, gpus, prompts, n)
     assert run.gpu.slug == "a100-80g"
     assert any(x.startswith("GPU not stated in the log: assumed a100-80g") for x in notes)
