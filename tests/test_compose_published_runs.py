@@ -39,7 +39,9 @@ MISSES = {
         "step bounds it): ~90 s of it is per-sequence host work at the corpus's price (109 us a sequence an "
         "iteration, fitted on vLLM 0.6-0.8 engines: V0 on the 0.5B logs, V1 0.8.x in eager mode on the 7B ones); "
         "NeMo RL v0.6 runs vLLM 0.17.1, which no corpus log measures (on-policy, 128 responses an engine: 1.17x); "
-        "not its asynchronous scheduling, which vLLM 0.17.1 turns off for these TP2 engines on Ray's executor"),
+        "not its asynchronous scheduling, which vLLM 0.17.1 turns off for these TP2 engines on Ray's executor; "
+        "one vLLM 0.11 run outside the corpus (esaaren/verl-on-gke) bounds the price at 56-93 us by its slowest "
+        "request's latency, an upper bound, not applied (docs/step-model.md)"),
     "deepseek-v3 on-policy 256": (
         "0.68x (91 s against 134 s): the published colocated steps exceed the one-step-off step on the same 512 "
         "GPUs by 47 s (111 against 64.1 s), where the model's colocated step holds 45 s of switching (the refit "
