@@ -107,7 +107,7 @@ class Efficiency:
     # a gather, a copy into the hand-off buffer and a Python weight loader each): the median of
     # the published refits in ``REFIT_EXPERT_TENSOR_MEASUREMENTS`` (0.525 ms), computed from them,
     # not rounded. Dense models have a few hundred tensors: their bytes dominate.
-    refit_s_per_expert_tensor: float = field(default_factory=lambda: refit_expert_tensor_median())
+    refit_s_per_expert_tensor: float = field(default_factory=refit_expert_tensor_median)
     # The same with verl's checkpoint engine (``async_training.checkpoint_engine.enable``, on by
     # default in its fully-async recipe): tensors packed into 4 GB buckets, broadcast and loaded a
     # bucket at a time. Its README's ablation: Qwen3-30B-A3B 16:16 syncs in 4.38 s, 0.99 s past its

@@ -23,8 +23,7 @@ receives are the model's, less the share it already holds):
   (``ModelSpec.expert_tensor_count`` x ``Efficiency.refit_s_per_expert_tensor``, 0.525 ms each,
   the median of five published refits from three sources: ``REFIT_EXPERT_TENSOR_MEASUREMENTS``):
   DeepSeek-V3's 44,544 expert tensors take ~23 s whatever their bytes, where its bytes take
-  ~8.5 s on 256 H100s. Under LoRA only the
-  adapters move: none.
+  ~8.5 s on 256 H100s. Under LoRA only the adapters move: none.
 
 Collectives run at ``Efficiency.comm`` of the link, copies at ``elementwise_hbm`` of HBM. Not
 priced here: the engines' sleep and wake (``stages.offload_parts``) and the host work of a dense
