@@ -22,19 +22,15 @@ from pathlib import Path
 from ..errors import PolytraceError
 
 # Published refits that time a MoE's expert tensors handed over one at a time, bytes and all:
-# (source, seconds, expert tensors). NeMo RL PR #3294 (B200, colocated, MXFP8 rollout): 9.67 s of
-# transfer and update for Qwen3-30B-A3B's 18,432 and 18.40 s for Qwen3-235B-A22B's 36,096; verl's
-# fully-async README (H20, checkpoint engine off): 15.76 and 58.57 s syncs for the same two models,
-# 12.4 and 31.9 s past their bytes at our link rates; NeMo RL's DeepSeek-V3 NCCL benchmark (BF16,
-# destination-local experts): 14.21 s for 44,544.
+# (source, seconds, expert tensors). verl's two are its syncs (15.76 and 58.57 s) less their bytes
+# at our link rates.
 REFIT_EXPERT_TENSOR_MEASUREMENTS = (
-    ("NVIDIA-NeMo/RL pull request #3294, Qwen3-30B-A3B", 9.67, 18_432),
-    ("NVIDIA-NeMo/RL pull request #3294, Qwen3-235B-A22B", 18.40, 36_096),
-    ("verl recipe/fully_async_policy/README.md, Qwen3-30B-A3B, past its bytes", 12.4, 18_432),
-    ("verl recipe/fully_async_policy/README.md, Qwen3-235B-A22B, past its bytes", 31.9, 36_096),
-    ("NVIDIA-NeMo/RL DeepSeek-V3 NCCL refit benchmark", 14.21, 44_544),
+    ("NVIDIA-NeMo/RL pull request #3294: Qwen3-30B-A3B, B200, colocated, MXFP8 rollout", 9.67, 18_432),
+    ("NVIDIA-NeMo/RL pull request #3294: Qwen3-235B-A22B, B200, colocated, MXFP8 rollout", 18.40, 36_096),
+    ("verl recipe/fully_async_policy/README.md: Qwen3-30B-A3B, H20, checkpoint engine off", 12.4, 18_432),
+    ("verl recipe/fully_async_policy/README.md: Qwen3-235B-A22B, H20, checkpoint engine off", 31.9, 36_096),
+    ("NVIDIA-NeMo/RL DeepSeek-V3 NCCL refit benchmark: BF16, destination-local experts", 14.21, 44_544),
 )
-
 
 def refit_expert_tensor_median() -> float:
     """Seconds of host work per routed-expert tensor in a refit: the median of
