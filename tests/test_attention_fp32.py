@@ -60,7 +60,13 @@ def test_varlen_kernels_at_fp32_precision(case):
     k = torch.randn(sum(lens_k), hkv, d, generator=gen) * 2
     v = torch.randn(sum(lens_k), hkv, d, generator=gen)
     dout = torch.randn(sum(lens_q), hq, d, generator=gen)
-    cu_q, cu_k = _cu(lens_q), _cu(lens_k)
+    check_fp32_varlen(case, q, k, v, dout, _cu(lens_q), _cu(lens_k), causal, capability)
+
+
+def check_fp32_varlen(case, q, k, v, dout, cu_q, cu_k, causal, capability=None):
+    """Run the varlen kernels on fp32 q, k, v through the internal launchers; every output finite
+    and within the fp32 rule of its fp64 truth."""
+    d = q.shape[-1]
     fwd = api.default_fwd_config(d, torch.float16, capability=capability)
     bwd = api.default_bwd_config(d, torch.float16, capability=capability)
     scale = 1.0 / math.sqrt(d)
@@ -68,6 +74,8 @@ def test_varlen_kernels_at_fp32_precision(case):
     out, lse = api._fwd(q, k, v, plan, causal, scale, fwd)
     dq, dk, dv = api._bwd(dout, q, k, v, out, lse, plan, causal, scale, bwd)
     assert out.dtype == dq.dtype == torch.float32  # the kernels really ran in fp32
+    for name, t in (("out", out), ("dq", dq), ("dk", dk), ("dv", dv)):
+        assert torch.isfinite(t).all(), f"{case}/{name} has {int((~torch.isfinite(t)).sum())} non-finite values"
     q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
     ref, ref_lse = varlen_attention_reference(q64, k64, v64, cu_q, cu_k, causal=causal, return_lse=True,
                                               compute_dtype=torch.float64)

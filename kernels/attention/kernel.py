@@ -209,6 +209,8 @@ def varlen_bwd_dkdv_kernel(
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    # Keys past k_len load as 0 and may reach inf/NaN in their own rows of dk/dv (p = exp2(-lse2)),
+    # but a row of dk/dv reads only its own key's row of pT/dsT and is never stored: no select.
     col_mask = offs_n < k_len
     K_base = K + k_start.to(tl.int64) * stride_kt + kv_head * stride_kh
     V_base = V + k_start.to(tl.int64) * stride_vt + kv_head * stride_vh
@@ -254,14 +256,19 @@ def _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, of
              HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     cols = start_n + offs_n
     col_mask = cols < k_len
-    # Keys past k_len load as 0: their dS * K term is 0, so only the causal select is needed.
     k = _load_tile(K_base + cols[:, None].to(tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
     v = _load_tile(V_base + cols[:, None].to(tl.int64) * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
     qk = tl.dot(q, tl.trans(k))
     p = tl.math.exp2(qk * qk_scale_log2 - lse2[:, None])
     if MASKED:
+        # A key past k_len loads as 0, so its p is exp2(-lse2): up to +inf in fp32 for a row whose
+        # scores are all below -89, and dS = -p * delta overflows fp16 (65504) long before. Zero p
+        # itself: a zero key does not cancel an infinite dS (inf * 0 = NaN, flash-attn's varlen
+        # overflow test: 3,088 NaN in dQ at d=16).
+        allowed = col_mask[None, :]
         if CAUSAL:
-            p = tl.where(cols[None, :] <= offs_m[:, None] + diag, p, 0.0)
+            allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)
+        p = tl.where(allowed, p, 0.0)
     dp = tl.dot(do, tl.trans(v))
     ds = p * (dp - delta[:, None])
     dq = tl.dot(ds.to(k.dtype), k, dq)

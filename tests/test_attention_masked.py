@@ -1,0 +1,70 @@
+"""Masked lanes of the varlen attention kernels contribute exactly 0, at every dtype.
+
+A key column past a sequence's ``k_len`` loads as 0, so its score is 0 and, unless masked, its
+probability is ``exp(-lse)``. With every real score near -150 (q along +u, k along -u), that is
+e^150: +inf in fp32 and far past fp16's 65504 once multiplied into dS; a zero key does not cancel it
+(inf * 0 = NaN). flash-attention's ``test_flash_attn_bwd_varlen_overflow`` found this in our dQ
+(non-causal fp16, d = 16/32/64: NaN where the truth is 0). Here: lengths that are not multiples of
+any block (16-key blocks on the CPU, 64-128 on a GPU), causal and not, fp16 through the public API
+(2x torch's same-dtype error), fp32 through the internal launchers (interpreter: exact fp32 dots,
+the fp32 rule), bf16 on a GPU only (Triton 3.9's interpreter multiplies bf16 bit patterns in tl.dot).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_attention import DEVICE, _cu, check_varlen
+from test_attention_fp32 import check_fp32_varlen
+
+from polytrace_kernels._interpreter import interpreting
+
+# (lens_q, lens_k): a few keys under long query blocks (the peer's shape, smaller; one key alone
+# has dQ = dK = 0 exactly in torch, a bound of 0 no kernel rounding meets), and
+# ragged lengths with partial last blocks on both axes
+SHAPES = {
+    "few-keys": ([20, 9, 37], [2, 3, 5]),
+    "ragged": ([5, 19, 33], [7, 21, 18]),
+}
+
+
+def overflow_inputs(lens_q, lens_k, hq, hkv, d, dtype, seed=3, magnitude=None):
+    """q ~ +m u + noise, k ~ -m u + noise with u = (1, ..., 1): every score is about
+    -m^2 d / sqrt(d) = -150 (so lse ~ -150, e^150 overflows fp32), v and dout unit normal."""
+    g = torch.Generator().manual_seed(seed)
+    m = magnitude if magnitude is not None else (150.0 / d ** 0.5) ** 0.5
+    tq, tk = sum(lens_q), sum(lens_k)
+    q = m + 0.3 * torch.randn(tq, hq, d, generator=g)
+    k = -m + 0.3 * torch.randn(tk, hkv, d, generator=g)
+    v = torch.randn(tk, hkv, d, generator=g)
+    dout = torch.randn(tq, hq, d, generator=g)
+    return (t.to(DEVICE, dtype) for t in (q, k, v, dout))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_masked_keys_give_no_nan_fp16(shape, causal):
+    lens_q, lens_k = SHAPES[shape]
+    q, k, v, _ = overflow_inputs(lens_q, lens_k, 2, 1, 16, torch.float16)
+    check_varlen(q, k, v, _cu(lens_q), _cu(lens_k), causal)
+
+
+@pytest.mark.skipif(not interpreting(), reason="fp32 kernels need the interpreter's exact fp32 tl.dot")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_masked_keys_give_no_nan_fp32(shape, causal):
+    lens_q, lens_k = SHAPES[shape]
+    q, k, v, dout = overflow_inputs(lens_q, lens_k, 2, 1, 16, torch.float32)
+    cu_q, cu_k = _cu(lens_q).cpu(), _cu(lens_k).cpu()
+    check_fp32_varlen(f"{shape}-causal{int(causal)}", q, k, v, dout, cu_q, cu_k, causal)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [16, 64, 128])
+def test_gpu_masked_keys_give_no_nan(d, causal, dtype):
+    # GPU tiles: 64-128 keys and queries per block, lengths 1 off each side of them
+    lens_q, lens_k = [76, 34, 146, 129, 63], [1, 2, 3, 127, 65]
+    q, k, v, _ = overflow_inputs(lens_q, lens_k, 4, 2, d, dtype)
+    check_varlen(q, k, v, _cu(lens_q), _cu(lens_k), causal)
