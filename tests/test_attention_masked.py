@@ -1,4 +1,5 @@
-"""Masked lanes of the varlen attention kernels contribute exactly 0, at every dtype.
+"""Masked lanes of the varlen attention kernels contribute exactly 0, at every dtype; a decode
+length past its cache is an error, not NaN.
 
 A key column past a sequence's ``k_len`` loads as 0, so its score is 0 and, unless masked, its
 probability is ``exp(-lse)``. With every real score near -150 (q along +u, k along -u), that is
@@ -68,3 +69,47 @@ def test_gpu_masked_keys_give_no_nan(d, causal, dtype):
     lens_q, lens_k = [76, 34, 146, 129, 63], [1, 2, 3, 127, 65]
     q, k, v, _ = overflow_inputs(lens_q, lens_k, 4, 2, d, dtype)
     check_varlen(q, k, v, _cu(lens_q), _cu(lens_k), causal)
+
+
+# ------------------------------------------------------------------- decode: lengths past the cache
+
+
+def _decode_cache(batch, lmax, page=None, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, 2, 16, generator=g).to(DEVICE, torch.float16)
+    if page is None:
+        kc, vc = (torch.randn(batch, lmax, 1, 16, generator=g).to(DEVICE, torch.float16) for _ in range(2))
+        return q, kc, vc, {}
+    pages = lmax // page
+    kc, vc = (torch.randn(batch * pages + 2, page, 1, 16, generator=g).to(DEVICE, torch.float16) for _ in range(2))
+    table = torch.arange(batch * pages, dtype=torch.int32, device=DEVICE).reshape(batch, pages)
+    return q, kc, vc, {"block_table": table}
+
+
+@pytest.mark.parametrize("page", [None, 16])
+@pytest.mark.parametrize("bad", [33, -1])
+def test_decode_length_past_capacity_is_an_error(page, bad):
+    # the pool holds 2 spare pages, so a length past the table's 2 pages has pages to read but
+    # no block_table entry for them (flash-attn's test_flash_attn_kvcache_paged_block_table_bounds)
+    from polytrace_kernels.attention import decode_attention
+
+    q, kc, vc, kw = _decode_cache(3, 32, page)
+    lens = torch.tensor([5, bad, 32], dtype=torch.int32, device=DEVICE)
+    where = "block_table" if page else "k_cache"
+    with pytest.raises(ValueError, match=rf"^cache_seqlens\[1\] = {bad} is outside 0\.\.32, the capacity of {where}"):
+        decode_attention(q, kc, vc, lens, **kw)
+    lens[1] = 32  # at capacity: no error, finite
+    assert torch.isfinite(decode_attention(q, kc, vc, lens, **kw)).all()
+
+
+def test_decode_length_check_reruns_after_an_in_place_change():
+    from polytrace_kernels.attention import decode_attention
+
+    q, kc, vc, _ = _decode_cache(2, 16)
+    lens = torch.tensor([3, 16], dtype=torch.int32, device=DEVICE)
+    decode_attention(q, kc, vc, lens)  # checked and remembered for this tensor state
+    lens[0] += 14  # a decode step's in-place update past the cache
+    with pytest.raises(ValueError, match=r"cache_seqlens\[0\] = 17 is outside 0\.\.16"):
+        decode_attention(q, kc, vc, lens)
+    out = decode_attention(q, kc, vc, lens, check_inputs=False)  # the kernel's own guard: NaN, no read
+    assert torch.isnan(out[0]).all() and torch.isfinite(out[1]).all()

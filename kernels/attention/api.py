@@ -49,7 +49,15 @@ from .schedule import clear_plan_cache as clear_plan_cache
 from .schedule import varlen_plan as varlen_plan
 from .validation import MAX_HEAD_DIM as MAX_HEAD_DIM
 from .validation import SUPPORTED_DTYPES as SUPPORTED_DTYPES
-from .validation import _check_cu, _check_device, _check_qkv, _check_scale, _check_tensor, _optional_length
+from .validation import (
+    _check_cache_seqlens,
+    _check_cu,
+    _check_device,
+    _check_qkv,
+    _check_scale,
+    _check_tensor,
+    _optional_length,
+)
 
 FWD_KERNEL = "varlen_attention_fwd"
 DKDV_KERNEL = "varlen_attention_bwd_dkdv"
@@ -236,14 +244,17 @@ def choose_split_tokens(batch: int, heads_kv: int, max_len: int, block_n: int, n
 
 
 def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, block_table=None,
-                     num_splits: int | None = None, return_lse: bool = False, config: dict | None = None):
+                     num_splits: int | None = None, return_lse: bool = False, config: dict | None = None,
+                     check_inputs: bool = True):
     """One query token per sequence against its own KV length, split over the KV axis.
 
     q ``[B, Hq, D]`` (or ``[B, 1, Hq, D]``); contiguous cache ``k_cache``/``v_cache``
     ``[B, Lmax, Hkv, D]``, or a paged cache ``[num_pages, page_size, Hkv, D]`` with
     ``block_table`` int32 ``[B, max_pages]``; ``cache_seqlens`` int32 ``[B]`` (0..Lmax, or
-    0..max_pages * page_size when paged; not checked on the host, which would be a sync: a
-    sequence with a length outside that range gets NaN output and lse, and reads nothing).
+    0..max_pages * page_size when paged). ``check_inputs`` (the default) raises ``ValueError``
+    for a length outside that range; the check is a sync, paid once per ``cache_seqlens`` object
+    and in-place version (not per layer); with ``check_inputs=False`` such a sequence gets NaN
+    output and lse and reads nothing.
     Returns ``out`` shaped like q (and lse ``[B, Hq]`` fp32 with ``return_lse``). ``num_splits``
     overrides the split count chosen from (B, Hkv, Lmax, SMs).
     """
@@ -274,11 +285,15 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
             block_table = block_table.contiguous()  # the kernel steps along a row with stride 1
         page_size = k_cache.shape[1]
         max_len = block_table.shape[1] * page_size
+        where = f"block_table ({block_table.shape[1]} pages of {page_size} tokens)"
     else:
         if k_cache.shape[0] != batch:
             raise ValueError(f"k_cache has batch {k_cache.shape[0]}, expected {batch} (the batch of q)")
         page_size = 1
         max_len = k_cache.shape[1]
+        where = f"k_cache ({max_len} tokens per sequence)"
+    if check_inputs:
+        _check_cache_seqlens(cache_seqlens, max_len, where)
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
     hkv = k_cache.shape[2]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 import operator
+import weakref
 
 import torch
 
@@ -116,3 +117,26 @@ def _check_cu_contents(name: str, cu: torch.Tensor, total: int, max_seqlen: int 
         raise ValueError(f"{name} must end at the number of tokens {total}, got {int(vals[-1])}")
     if max_seqlen is not None and max_seqlen < longest:
         raise ValueError(f"{max_name}={max_seqlen} is below the longest sequence ({longest})")
+
+
+# cache_seqlens objects already checked against a capacity, with their in-place version counter:
+# the check is a device-to-host copy (a sync), paid once per tensor state, not per decode call of
+# every layer (a 64-layer model reads the same cache_seqlens 64 times per token).
+_SEQLENS_CHECKED: dict = {}
+_SEQLENS_CHECKED_SIZE = 16
+
+
+def _check_cache_seqlens(cache_seqlens: torch.Tensor, capacity: int, where: str) -> None:
+    """Every length in [0, capacity]; ``where`` says what sets the capacity (block_table or k_cache)."""
+    key = (id(cache_seqlens), capacity)
+    hit = _SEQLENS_CHECKED.get(key)
+    if hit is not None and hit[0]() is cache_seqlens and hit[1] == cache_seqlens._version:
+        return
+    vals = cache_seqlens.detach().to("cpu", torch.int64)
+    bad = torch.nonzero((vals < 0) | (vals > capacity))
+    if bad.numel():
+        i = int(bad[0, 0])
+        raise ValueError(f"cache_seqlens[{i}] = {int(vals[i])} is outside 0..{capacity}, the capacity of {where}")
+    if len(_SEQLENS_CHECKED) >= _SEQLENS_CHECKED_SIZE:
+        _SEQLENS_CHECKED.clear()
+    _SEQLENS_CHECKED[key] = (weakref.ref(cache_seqlens), cache_seqlens._version)
