@@ -47,7 +47,7 @@ FAMILY_TESTS = {
                 "tests/test_logprob.py", "tests/test_logprob_configs.py", "tests/test_kernel_bad_input.py"],
     "attention": [FP + "test_attention_programs_write_their_own_tiles", FP + "test_decode_programs_write_their_own_partials",
                   "tests/test_attention_fp32.py", "tests/test_attention.py", "tests/test_attention_configs.py",
-                  "tests/test_kernel_bad_input.py"],
+                  "tests/test_attention_masked.py", "tests/test_kernel_bad_input.py"],
 }
 PACK = "kernels/packing/kernel.py"
 LOGPROB = "kernels/logprob/kernel.py"
@@ -124,8 +124,11 @@ MUTATIONS = [
              "small batches with short caches lose their splits (one program per sequence and head)"),
     # ---- attention forward
     Mutation("attn-causal-off-by-one", "attention", ATTN,
-             "            allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)",
-             "            allowed = allowed & (cols[None, :] < offs_m[:, None] + diag)", "forward causal mask off by one"),
+             "(cols[None, :] <= offs_m[:, None] + diag)\n        if WINDOW:\n            allowed = allowed & _in_window("
+             "offs_m[:, None], cols[None, :], diag, win_left, win_right)\n        qk = tl.where",
+             "(cols[None, :] < offs_m[:, None] + diag)\n        if WINDOW:\n            allowed = allowed & _in_window("
+             "offs_m[:, None], cols[None, :], diag, win_left, win_right)\n        qk = tl.where",
+             "forward causal mask off by one"),
     Mutation("attn-row-mask", "attention", ATTN, "    row_mask = offs_m < q_len\n\n    Q_base",
              "    row_mask = offs_m <= q_len\n\n    Q_base", "forward writes one row past each sequence"),
     Mutation("attn-lse-bias", "attention", ATTN,
@@ -133,13 +136,15 @@ MUTATIONS = [
              "    lse = tl.where(empty, float(\"inf\"), (m_i + tl.math.log2(tl.where(empty, 1.0, l_i))) * 0.6931471805599453 + 2e-4)\n    O_base",
              "forward log-sum-exp biased by 2e-4"),
     Mutation("attn-dropped-scale", "attention", ATTN,
-             "    qk = tl.dot(q, tl.trans(k)) * qk_scale_log2\n    if MASKED:",
-             "    qk = tl.dot(q, tl.trans(k)) * 1.4426950408889634\n    if MASKED:", "forward drops the softmax scale"),
+             "softcap_out if SOFTCAP else qk * qk_scale_log2\n",
+             "softcap_out if SOFTCAP else qk * 1.4426950408889634\n", "forward drops the softmax scale"),
     Mutation("attn-out-scale", "attention", ATTN, "    out = acc / tl.where(empty, 1.0, l_i)[:, None]\n    lse = tl.where(empty, float(\"inf\"), (m_i",
              "    out = acc / tl.where(empty, 1.0, l_i)[:, None] * 1.0003\n    lse = tl.where(empty, float(\"inf\"), (m_i",
              "fp16 forward output scaled by 1.0003 (below fp16 rounding)"),
-    Mutation("attn-key-mask", "attention", ATTN, "    cols = start_n + offs_n\n    col_mask = cols < k_len\n    k = _load_tile(K_base",
-             "    cols = start_n + offs_n\n    col_mask = cols <= k_len\n    k = _load_tile(K_base",
+    Mutation("attn-key-mask", "attention", ATTN, "    col_mask = cols < k_len\n    k = _load_tile(K_base + cols[:, None].to("
+             "tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)\n    qk = tl.dot",
+             "    col_mask = cols <= k_len\n    k = _load_tile(K_base + cols[:, None].to("
+             "tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)\n    qk = tl.dot",
              "forward attends to one key past the sequence"),
     Mutation("attn-full-blocks-off-by-one", "attention", ATTN,
              "        full_end = tl.minimum(k_len, m0 + diag + 1)  # every row of the block sees keys below this",
@@ -158,8 +163,18 @@ MUTATIONS = [
              "dK/dV skips the first query block that sees a key block"),
     Mutation("attn-dkdv-causal", "attention", ATTN, "pT = tl.where(offs_n_abs[:, None] <= rows[None, :] + diag, pT, 0.0)",
              "pT = tl.where(offs_n_abs[:, None] < rows[None, :] + diag, pT, 0.0)", "dK/dV causal mask off by one"),
-    Mutation("attn-dq-causal", "attention", ATTN, "            p = tl.where(cols[None, :] <= offs_m[:, None] + diag, p, 0.0)",
-             "            p = tl.where(cols[None, :] < offs_m[:, None] + diag, p, 0.0)", "dQ causal mask off by one"),
+    Mutation("attn-dq-causal", "attention", ATTN,
+             "(cols[None, :] <= offs_m[:, None] + diag)\n        if WINDOW:\n            allowed = allowed & _in_window("
+             "offs_m[:, None], cols[None, :], diag, win_left, win_right)\n        p = tl.where",
+             "(cols[None, :] < offs_m[:, None] + diag)\n        if WINDOW:\n            allowed = allowed & _in_window("
+             "offs_m[:, None], cols[None, :], diag, win_left, win_right)\n        p = tl.where", "dQ causal mask off by one"),
+    Mutation("attn-dq-key-mask", "attention", ATTN, "        p = tl.where(allowed, p, 0.0)\n",
+             "        p = tl.where(allowed | (cols[None, :] >= k_len), p, 0.0)\n",
+             "dQ lets keys past k_len through (NaN in fp16 when not causal: flash-attn's varlen overflow test)"),
+    Mutation("attn-window-left-off-by-one", "attention", ATTN, "    return (cols >= rows + diag - win_left)",
+             "    return (cols > rows + diag - win_left)", "sliding window drops its leftmost key"),
+    Mutation("attn-softcap-slope", "attention", ATTN, "        dsT = dsT * (1.0 - tT * tT)\n",
+             "        dsT = dsT * (1.0 - 0.9 * tT * tT)\n", "dK's softcap slope 1 - 0.9 tanh^2"),
     Mutation("attn-dq-lse-bias", "attention", ATTN,
              "    lse2 = lse2 * 1.4426950408889634\n    delta = tl.load(DELTA",
              "    lse2 = (lse2 + 2e-4) * 1.4426950408889634\n    delta = tl.load(DELTA",

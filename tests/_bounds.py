@@ -116,9 +116,20 @@ def linear_checks(name, h, w, tokens, temperature, ours, torch_same, truth, upst
 # ----------------------------------------------------------------------------------- attention
 
 
-def attention_lse_scale(q, k, cu_q, cu_k, causal: bool, softmax_scale: float):
+def _attention_allowed(lq, lk, causal, window_size):
+    """[Lq, Lk] keys each row sees (bottom-right causal, flash-attn's window), or None for all."""
+    left, right = window_size
+    right = 0 if causal else right
+    if left < 0 and right < 0:
+        return None
+    rel = torch.arange(lk)[None, :] - torch.arange(lq)[:, None] - (lk - lq)
+    return ((rel <= right) | (right < 0)) & ((rel >= -left) | (left < 0))
+
+
+def attention_lse_scale(q, k, cu_q, cu_k, causal: bool, softmax_scale: float, softcap=0.0, window_size=(-1, -1)):
     """([Hq, Tq] fp64 ``softmax_scale * max_j sum_d |q_d k_jd|`` over the keys each row sees, the
-    most keys any row sees)."""
+    most keys any row sees). A softcap c adds 2c: c tanh(s / c) passes the score's rounding with
+    slope <= 1 and adds tanh's own (~2 roundings of 1, times c)."""
     hq, hkv = q.shape[1], k.shape[1]
     out = torch.zeros(hq, q.shape[0], dtype=torch.float64)
     most = 1
@@ -129,10 +140,10 @@ def attention_lse_scale(q, k, cu_q, cu_k, causal: bool, softmax_scale: float):
             continue
         qa = q[qs:qe].detach().double().abs().transpose(0, 1)
         ka = k[ks:ke].detach().double().abs().transpose(0, 1).repeat_interleave(hq // hkv, 0)
-        reach = qa @ ka.transpose(1, 2) * abs(softmax_scale)
+        reach = qa @ ka.transpose(1, 2) * abs(softmax_scale) + 2.0 * softcap
         lq, lk = qe - qs, ke - ks
-        if causal:
-            allowed = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)
+        allowed = _attention_allowed(lq, lk, causal, window_size)
+        if allowed is not None:
             reach = reach.masked_fill(~allowed, 0.0)
         out[:, qs:qe] = reach.amax(-1)
         most = max(most, lk)
@@ -158,7 +169,8 @@ def decode_lse_scale(q, k_cache, cache_seqlens, softmax_scale: float, block_tabl
     return out, max([1, *lens])
 
 
-def attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal: bool, softmax_scale: float):
+def attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal: bool, softmax_scale: float, softcap=0.0,
+                          window_size=(-1, -1)):
     """Elementwise fp32 ``scale`` of out, dq, dk, dv for attention run in fp32 (the interpreter's
     precision probe), from an error model of the kernels' arithmetic in fp64:
 
@@ -166,7 +178,9 @@ def attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal: bool, softmax_scale
       the row's sums add ``log2(Lk)``: ``A_i = max_j R_ij + log2(Lk) + 1``;
     - out: ``A_i * sum_j p_ij |v_j|``; dv: ``sum_i A_i p_ij |do_i|`` (+ ``log2(Lq)`` for the sum);
     - ds = p (dp - delta): ``E_ij = p_ij (|dp_ij - delta_i| A_i + sum_d |do_id v_jd| + sum_d
-      |do_id o_id|)``; dq and dk push ``E + log2(L) |ds|`` through ``|k|`` and ``|q|``.
+      |do_id o_id|)``; dq and dk push ``E + log2(L) |ds|`` through ``|k|`` and ``|q|``;
+    - a softcap c: scores c tanh(s / c) (R + 2c, as ``attention_lse_scale``), ds times the slope
+      1 - tanh^2, whose own error adds ``|p (dp - delta)| 2 (R / c + 2)``.
     """
     tq, hq, d = q.shape
     tk, hkv, _ = k.shape
@@ -185,9 +199,11 @@ def attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal: bool, softmax_scale
         vb = v[ks:ke].detach().double().transpose(0, 1).repeat_interleave(group, 0)
         dob = dout[qs:qe].detach().double().transpose(0, 1)
         s = qb @ kb.transpose(1, 2) * softmax_scale
-        reach = qb.abs() @ kb.abs().transpose(1, 2) * sc
-        if causal:
-            allowed = torch.arange(lk)[None, :] <= torch.arange(lq)[:, None] + (lk - lq)
+        reach = qb.abs() @ kb.abs().transpose(1, 2) * sc + 2.0 * softcap
+        slope = 1.0 - torch.tanh(s / softcap) ** 2 if softcap else 1.0
+        s = torch.tanh(s / softcap) * softcap if softcap else s
+        allowed = _attention_allowed(lq, lk, causal, window_size)
+        if allowed is not None:
             s = s.masked_fill(~allowed, float("-inf"))
             reach = reach.masked_fill(~allowed, 0.0)
         p = torch.softmax(s, -1).nan_to_num(0.0)  # rows that see no key: 0
@@ -195,9 +211,11 @@ def attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal: bool, softmax_scale
         o = p @ vb
         dp = dob @ vb.transpose(1, 2)
         delta = (dob * o).sum(-1, keepdim=True)
-        ds = p * (dp - delta)
+        ds = p * (dp - delta) * slope
         err_ds = p * ((dp - delta).abs() * a + dob.abs() @ vb.abs().transpose(1, 2)
                       + (dob.abs() * o.abs()).sum(-1, keepdim=True))
+        if softcap:  # the slope's own error: 2 |tanh| d(tanh), d(tanh) <= (R / c + 2) roundings
+            err_ds = err_ds + (p * (dp - delta)).abs() * 2.0 * (reach / softcap + 2.0)
         log_q = math.log2(lq)
         scales["out"][qs:qe] = (a * (p @ vb.abs())).transpose(0, 1)
         scales["dq"][qs:qe] = (sc * ((err_ds + math.log2(lk) * ds.abs()) @ kb.abs())).transpose(0, 1)

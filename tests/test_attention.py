@@ -48,20 +48,21 @@ def _inputs(lens_q, lens_k, hq, hkv, d, dtype=torch.float16, seed=0):
     return q, k, v, _cu(lens_q), _cu(lens_k)
 
 
-def check_varlen(q, k, v, cu_q, cu_k, causal, **kw):
+def check_varlen(q, k, v, cu_q, cu_k, causal, softcap=0.0, window_size=(-1, -1), **kw):
     """Run varlen_attention (forward and backward) and check out, lse, dq, dk, dv against fp64."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-    out, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=causal, return_lse=True, **kw)
+    feats = dict(softcap=softcap, window_size=window_size)
+    out, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=causal, return_lse=True, **feats, **kw)
     g = torch.Generator(device="cpu").manual_seed(1)
     dout = torch.randn(out.shape, generator=g).to(out.device, out.dtype)
     grads = torch.autograd.grad(out, (q, k, v), dout)
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
     ref, ref_lse = varlen_attention_reference(q64, k64, v64, cu_q, cu_k, causal=causal, return_lse=True,
-                                              compute_dtype=torch.float64)
+                                              compute_dtype=torch.float64, **feats)
     ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
-    same = varlen_attention_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=q.dtype)
+    same = varlen_attention_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=q.dtype, **feats)
     same_grads = torch.autograd.grad(same, (q, k, v), dout)
-    lse_scale, most_keys = attention_lse_scale(q, k, cu_q, cu_k, causal, 1.0 / math.sqrt(q.shape[-1]))
+    lse_scale, most_keys = attention_lse_scale(q, k, cu_q, cu_k, causal, 1.0 / math.sqrt(q.shape[-1]), **feats)
     checks = [check_fp32("lse", lse, ref_lse, terms=most_keys, scale=lse_scale)]
     for name, ours, exact, torch_same in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *ref_grads),
                                              (same, *same_grads)):

@@ -63,28 +63,56 @@ def test_varlen_kernels_at_fp32_precision(case):
     check_fp32_varlen(case, q, k, v, dout, _cu(lens_q), _cu(lens_k), causal, capability)
 
 
-def check_fp32_varlen(case, q, k, v, dout, cu_q, cu_k, causal, capability=None):
+def check_fp32_varlen(case, q, k, v, dout, cu_q, cu_k, causal, capability=None, softcap=0.0, window_size=(-1, -1)):
     """Run the varlen kernels on fp32 q, k, v through the internal launchers; every output finite
-    and within the fp32 rule of its fp64 truth."""
+    and within the fp32 rule of its fp64 truth. ``softcap`` / ``window_size`` run the ext kernels."""
     d = q.shape[-1]
     fwd = api.default_fwd_config(d, torch.float16, capability=capability)
     bwd = api.default_bwd_config(d, torch.float16, capability=capability)
     scale = 1.0 / math.sqrt(d)
     plan = varlen_plan(cu_q, cu_k, q.shape[0], k.shape[0], block_m=fwd["BLOCK_M"], causal=causal)
-    out, lse = api._fwd(q, k, v, plan, causal, scale, fwd)
-    dq, dk, dv = api._bwd(dout, q, k, v, out, lse, plan, causal, scale, bwd)
+    window = None if min(window_size) < 0 and max(window_size) < 0 else tuple(window_size)
+    ext = (softcap, window) if softcap or window else None
+    out, lse = api._fwd(q, k, v, plan, causal, scale, fwd, ext)
+    dq, dk, dv = api._bwd(dout, q, k, v, out, lse, plan, causal, scale, bwd, ext)
     assert out.dtype == dq.dtype == torch.float32  # the kernels really ran in fp32
     for name, t in (("out", out), ("dq", dq), ("dk", dk), ("dv", dv)):
         assert torch.isfinite(t).all(), f"{case}/{name} has {int((~torch.isfinite(t)).sum())} non-finite values"
     q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    feats = dict(softcap=softcap, window_size=window_size)
     ref, ref_lse = varlen_attention_reference(q64, k64, v64, cu_q, cu_k, causal=causal, return_lse=True,
-                                              compute_dtype=torch.float64)
+                                              compute_dtype=torch.float64, **feats)
     ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
-    scales = attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal, scale)
-    lse_scale, most = attention_lse_scale(q, k, cu_q, cu_k, causal, scale)
+    scales = attention_fp32_scales(q, k, v, dout, cu_q, cu_k, causal, scale, **feats)
+    lse_scale, most = attention_lse_scale(q, k, cu_q, cu_k, causal, scale, **feats)
     expect(check_fp32(f"{case}/lse", lse, ref_lse, terms=most, scale=lse_scale),
            *[check_fp32(f"{case}/{name}", ours, truth.detach(), scale=scales[name])
              for name, ours, truth in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), (ref, *ref_grads))])
+
+
+# name: (lens_q, lens_k, causal, softcap, window_size, tiles); 2 query heads over 1 KV head, d = 32
+FEATURE_CASES = {
+    # c = 5 against scores of std ~4: tanh far from linear, its slope down to ~0.1 in the backward
+    "softcap-causal": ([23, 9, 40], None, True, 5.0, (-1, -1), None),
+    "softcap-cross": ([5, 21, 0], [8, 30, 6], False, 5.0, (-1, -1), None),
+    "window-both-sides": ([5, 37, 20], [8, 30, 33], False, 0.0, (6, 3), None),
+    "window-left-causal": ([40, 3, 20], [40, 9, 26], True, 0.0, (7, 5), None),  # causal: right becomes 0
+    "window-right-only": ([30, 12], [30, 20], False, 0.0, (-1, 2), None),
+    "window-left-0": ([17, 33], [17, 20], False, 0.0, (0, 0), None),  # one key each; rows past Lk see none
+    "softcap-window-sm90": ([7, 130, 70], [68, 130, 90], True, 5.0, (70, -1), (9, 0)),
+}
+
+
+@pytest.mark.parametrize("case", list(FEATURE_CASES))
+def test_softcap_and_window_at_fp32_precision(case):
+    lens_q, lens_k, causal, softcap, window, capability = FEATURE_CASES[case]
+    lens_k = lens_k or lens_q
+    gen = torch.Generator().manual_seed(13)
+    q = torch.randn(sum(lens_q), 2, 32, generator=gen) * 2
+    k = torch.randn(sum(lens_k), 1, 32, generator=gen) * 2
+    v = torch.randn(sum(lens_k), 1, 32, generator=gen)
+    dout = torch.randn(sum(lens_q), 2, 32, generator=gen)
+    check_fp32_varlen(case, q, k, v, dout, _cu(lens_q), _cu(lens_k), causal, capability, softcap, window)
 
 
 @pytest.mark.parametrize("split_tokens", [64, 32, 16])

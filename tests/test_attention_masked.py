@@ -113,3 +113,62 @@ def test_decode_length_check_reruns_after_an_in_place_change():
         decode_attention(q, kc, vc, lens)
     out = decode_attention(q, kc, vc, lens, check_inputs=False)  # the kernel's own guard: NaN, no read
     assert torch.isnan(out[0]).all() and torch.isfinite(out[1]).all()
+
+
+# ----------------------------------------------------------------- softcap and window (fp16, API)
+
+# (lens_q, lens_k, causal, softcap, window_size); fp32 arithmetic: test_attention_fp32.py
+FEATURES = {
+    "softcap-gemma2": ([23, 9, 40], None, True, 50.0, (-1, -1)),
+    "softcap-5-cross": ([5, 21, 0], [8, 30, 6], False, 5.0, (-1, -1)),
+    "window-mistral-like": ([40, 3, 33], None, True, 0.0, (8, -1)),
+    "window-both-sides": ([5, 37, 20], [8, 30, 33], False, 0.0, (6, 3)),
+    "softcap-window": ([30, 17], [30, 25], True, 5.0, (11, 0)),
+}
+
+
+@pytest.mark.parametrize("case", list(FEATURES))
+def test_softcap_and_window_against_fp64(case):
+    lens_q, lens_k, causal, softcap, window = FEATURES[case]
+    lens_k = lens_k or lens_q
+    g = torch.Generator().manual_seed(21)
+    # scores of std 30: c tanh(s / c) bends them (slope 0.7 at one std, 0.3 at two)
+    scale_q = 30.0 if softcap == 50.0 else 1.0
+    q = (torch.randn(sum(lens_q), 4, 32, generator=g) * scale_q).to(DEVICE, torch.float16)
+    k, v = (torch.randn(sum(lens_k), 2, 32, generator=g).to(DEVICE, torch.float16) for _ in range(2))
+    check_varlen(q, k, v, _cu(lens_q), _cu(lens_k), causal, softcap=softcap, window_size=window)
+
+
+def test_window_wider_than_every_sequence_is_the_plain_result():
+    from polytrace_kernels.attention import varlen_attention
+
+    lens = [23, 9, 40]
+    q, k, v, _ = overflow_inputs(lens, lens, 2, 1, 16, torch.float16, magnitude=1.0)
+    cu = _cu(lens)
+    plain = varlen_attention(q, k, v, cu, cu, causal=False)
+    wide = varlen_attention(q, k, v, cu, cu, causal=False, window_size=(1 << 20, 1 << 20))
+    assert torch.equal(plain, wide)
+
+
+@pytest.mark.parametrize("kw,argname", [({"softcap": -1.0}, "softcap"), ({"softcap": float("nan")}, "softcap"),
+                                        ({"softcap": True}, "softcap"), ({"window_size": (3,)}, "window_size"),
+                                        ({"window_size": (2.5, 1)}, "window_size"),
+                                        ({"window_size": "ab"}, "window_size")])
+def test_bad_softcap_or_window_names_the_argument(kw, argname):
+    from polytrace_kernels.attention import varlen_attention
+
+    q, k, v, _ = overflow_inputs([4], [4], 2, 1, 16, torch.float16, magnitude=1.0)
+    with pytest.raises(ValueError, match=rf"^{argname} must"):
+        varlen_attention(q, k, v, _cu([4]), _cu([4]), **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("causal,softcap,window", [(True, 50.0, (-1, -1)), (True, 0.0, (256, -1)),
+                                                   (False, 30.0, (100, 37)), (True, 50.0, (129, 0))])
+def test_gpu_softcap_and_window(dtype, causal, softcap, window):
+    lens = [1, 700, 129, 1030, 64, 5]
+    g = torch.Generator().manual_seed(22)
+    q = (torch.randn(sum(lens), 8, 128, generator=g) * (softcap / 2 if softcap else 1.0)).to(DEVICE, dtype)
+    k, v = (torch.randn(sum(lens), 2, 128, generator=g).to(DEVICE, dtype) for _ in range(2))
+    check_varlen(q, k, v, _cu(lens), _cu(lens), causal, softcap=softcap, window_size=window)

@@ -43,6 +43,7 @@ from .kernel import (
     varlen_bwd_dq_kernel,
     varlen_fwd_kernel,
 )
+from .kernel_ext import varlen_bwd_dkdv_ext_kernel, varlen_bwd_dq_ext_kernel, varlen_fwd_ext_kernel
 from .schedule import SCHEDULES, VarlenPlan, _cached_plan, _cdiv
 from .schedule import build_work_list as build_work_list
 from .schedule import clear_plan_cache as clear_plan_cache
@@ -55,7 +56,9 @@ from .validation import (
     _check_device,
     _check_qkv,
     _check_scale,
+    _check_softcap,
     _check_tensor,
+    _check_window,
     _optional_length,
 )
 
@@ -69,7 +72,21 @@ DECODE_KERNEL = "decode_attention"
 # launches
 
 
-def _fwd(q, k, v, plan: VarlenPlan, causal: bool, scale: float, cfg: dict):
+def _ext_args(ext, scale: float, causal: bool, total_k: int):
+    """Softcap / window launch: (kernels, extra scalars, extra constexprs); the defaults for ext None."""
+    if ext is None:
+        return (varlen_fwd_kernel, varlen_bwd_dkdv_kernel, varlen_bwd_dq_kernel), (), {}
+    softcap, window = ext
+    left, right = window if window is not None else (-1, -1)
+    unbounded = max(total_k, 1)  # no sequence has more keys: int32-safe in the kernels' index sums
+    left = unbounded if left < 0 else min(left, unbounded)
+    right = 0 if causal else (unbounded if right < 0 else min(right, unbounded))
+    scalars = (scale / softcap if softcap else 0.0, softcap * LOG2E, left, right)
+    return ((varlen_fwd_ext_kernel, varlen_bwd_dkdv_ext_kernel, varlen_bwd_dq_ext_kernel), scalars,
+            {"SOFTCAP": bool(softcap), "WINDOW": window is not None})
+
+
+def _fwd(q, k, v, plan: VarlenPlan, causal: bool, scale: float, cfg: dict, ext=None):
     total_q, hq, d = q.shape
     hkv = k.shape[1]
     o = torch.empty_like(q)
@@ -78,10 +95,11 @@ def _fwd(q, k, v, plan: VarlenPlan, causal: bool, scale: float, cfg: dict):
     if n_slots == 0 or total_q == 0:
         return o, lse
     grid = (n_slots * hq,)
-    varlen_fwd_kernel[grid](
+    kernels, extra, extra_c = _ext_args(ext, scale, causal, k.shape[0])
+    kernels[0][grid](
         q, k, v, o, lse, plan.cu_seqlens_q, plan.cu_seqlens_k, plan.work_seq, plan.work_block,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
-        lse.stride(0), scale * LOG2E, n_slots, hq, hq // hkv,
+        lse.stride(0), scale * LOG2E, n_slots, hq, hq // hkv, *extra, **extra_c,
         HEAD_DIM=d, BLOCK_D=_block_d(d), BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], CAUSAL=causal,
         HEADS_INNER=plan.schedule == "longest_first", EVEN_D=_block_d(d) == d,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
@@ -89,7 +107,7 @@ def _fwd(q, k, v, plan: VarlenPlan, causal: bool, scale: float, cfg: dict):
     return o, lse
 
 
-def _bwd(do, q, k, v, o, lse, plan: VarlenPlan, causal: bool, scale: float, cfg: dict):
+def _bwd(do, q, k, v, o, lse, plan: VarlenPlan, causal: bool, scale: float, cfg: dict, ext=None):
     total_q, hq, d = q.shape
     total_k, hkv, _ = k.shape
     group = hq // hkv
@@ -107,20 +125,21 @@ def _bwd(do, q, k, v, o, lse, plan: VarlenPlan, causal: bool, scale: float, cfg:
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_T=block_t)
     kv_seq, kv_blk = plan.kv_work(cfg["DKDV_BLOCK_N"])
     n_kv_slots = kv_seq.numel()
+    kernels, extra, extra_c = _ext_args(ext, scale, causal, total_k)
     if n_kv_slots:
-        varlen_bwd_dkdv_kernel[(n_kv_slots * hkv,)](
+        kernels[1][(n_kv_slots * hkv,)](
             q, k, v, do, lse, delta, dk, dv, plan.cu_seqlens_q, plan.cu_seqlens_k, kv_seq, kv_blk,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
             dk.stride(0), dk.stride(1), dv.stride(0), dv.stride(1), lse.stride(0),
-            scale, scale * LOG2E, hkv, group,
+            scale, scale * LOG2E, hkv, group, *extra, **extra_c,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg["DKDV_BLOCK_M"], BLOCK_N=cfg["DKDV_BLOCK_N"], CAUSAL=causal,
             EVEN_D=even_d, num_warps=cfg["DKDV_WARPS"], num_stages=cfg["DKDV_STAGES"])
     if plan.n_slots:
-        varlen_bwd_dq_kernel[(plan.n_slots * hq,)](
+        kernels[2][(plan.n_slots * hq,)](
             q, k, v, do, lse, delta, dq, plan.cu_seqlens_q, plan.cu_seqlens_k, plan.work_seq, plan.work_block,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), do.stride(0), do.stride(1),
             dq.stride(0), dq.stride(1), lse.stride(0),
-            scale, scale * LOG2E, hq, group,
+            scale, scale * LOG2E, hq, group, *extra, **extra_c,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=plan.block_m, BLOCK_N=cfg["DQ_BLOCK_N"], CAUSAL=causal,
             EVEN_D=even_d, num_warps=cfg["DQ_WARPS"], num_stages=cfg["DQ_STAGES"])
     return dq, dk, dv
@@ -132,24 +151,24 @@ def _contig(t: torch.Tensor) -> torch.Tensor:
 
 class _VarlenAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, plan, causal, scale, fwd_cfg, bwd_cfg):
-        o, lse = _fwd(q, k, v, plan, causal, scale, fwd_cfg)
+    def forward(ctx, q, k, v, plan, causal, scale, fwd_cfg, bwd_cfg, ext):
+        o, lse = _fwd(q, k, v, plan, causal, scale, fwd_cfg, ext)
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.plan, ctx.causal, ctx.scale, ctx.bwd_cfg = plan, causal, scale, bwd_cfg
+        ctx.plan, ctx.causal, ctx.scale, ctx.bwd_cfg, ctx.ext = plan, causal, scale, bwd_cfg, ext
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, do, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
-        dq, dk, dv = _bwd(_contig(do), q, k, v, o, lse, ctx.plan, ctx.causal, ctx.scale, ctx.bwd_cfg)
-        return dq, dk, dv, None, None, None, None, None
+        dq, dk, dv = _bwd(_contig(do), q, k, v, o, lse, ctx.plan, ctx.causal, ctx.scale, ctx.bwd_cfg, ctx.ext)
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, causal=True,
                      softmax_scale=None, *, return_lse: bool = False, schedule: str = "longest_first",
                      check_inputs: bool = True, plan: VarlenPlan | None = None, config: dict | None = None,
-                     bwd_config: dict | None = None):
+                     bwd_config: dict | None = None, window_size=(-1, -1), softcap: float = 0.0):
     """Attention over packed variable-length sequences (flash-attn ``flash_attn_varlen_func`` layout).
 
     q ``[Tq, Hq, D]``, k and v ``[Tk, Hkv, D]`` (Hq a multiple of Hkv: GQA without repeating K/V),
@@ -164,6 +183,11 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     cu_seqlens' contents (one small device-to-host copy per cu_seqlens object, cached with its
     plan). ``plan`` reuses a ``varlen_plan`` explicitly; ``config``/``bwd_config`` override block
     sizes (see ``TUNING_SPACE``, ``default_bwd_config``).
+
+    ``window_size=(left, right)`` (flash-attn's): query i sees keys i + Lk - Lq - left ..
+    i + Lk - Lq + right, a negative side unbounded, right 0 when causal. ``softcap`` c > 0 (Gemma 2:
+    50) replaces each score s (after the scale) by c tanh(s / c). Both run separate kernels
+    (``kernel_ext.py``); the defaults launch the plain ones.
     """
     _check_qkv(q, k, v)
     _check_cu("cu_seqlens_q", cu_seqlens_q, q.device, None)
@@ -176,6 +200,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     max_seqlen_k = _optional_length("max_seqlen_k", max_seqlen_k)
     d = q.shape[-1]
     scale = _check_scale(softmax_scale, d)
+    softcap, window = _check_softcap(softcap), _check_window(window_size)
+    ext = (softcap, window) if softcap or window is not None else None
     group = q.shape[1] // k.shape[1]
     bucket = tuning_bucket(d, q.dtype, causal, group)
     capability = device_capability(q.device)
@@ -193,7 +219,7 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         # the kernels read the plan's own cu_seqlens: another tensor here would be silently ignored
         raise ValueError("plan was built for other cu_seqlens_q/cu_seqlens_k tensors; pass the same "
                          "tensor objects, or plan=None")
-    o, lse = _VarlenAttention.apply(q, k, v, plan, bool(causal), scale, fwd_cfg, bwd_cfg)
+    o, lse = _VarlenAttention.apply(q, k, v, plan, bool(causal), scale, fwd_cfg, bwd_cfg, ext)
     return (o, lse) if return_lse else o
 
 

@@ -18,7 +18,7 @@ sequence, so a sequence's output is bitwise the same alone or packed with others
 import triton
 import triton.language as tl
 
-LOG2E = 1.4426950408889634
+LOG2E = 1.4426950408889634  # softcap c: scores c tanh(s / c), in log2 units (api.py passes scale / c, c log2 e)
 # Offsets: a position inside a sequence (query row, key column) times a token stride is widened
 # to int64 before the product: max_seqlen x heads x head_dim reaches 2^31 at 128k tokens x 128
 # heads x 128 (and 1M tokens x 16 x 128). Head and tile indices stay int32 (heads x D < 2^31).
@@ -42,17 +42,46 @@ def _load_tile(ptrs, row_mask, offs_d, HEAD_DIM: tl.constexpr, EVEN_D: tl.conste
 
 
 @triton.jit
+def _tanh(x):
+    # finite for every x (+-1 at the ends), abs. error ~1e-7; Triton 3.6-3.9 have no portable tl tanh
+    return 1.0 - 2.0 / (tl.math.exp2(x * 2.8853900817779268) + 1.0)
+
+
+@triton.jit
+def _in_window(rows, cols, diag, win_left, win_right):  # flash-attn's window_size=(left, right), bottom-right
+    return (cols >= rows + diag - win_left) & (cols <= rows + diag + win_right)
+
+
+@triton.jit
+def _key_range(m0, k_len, diag, win_left, win_right, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr, WINDOW: tl.constexpr):
+    """Key blocks of query block m0: (first, one past the last, end of the unmasked run)."""
+    if WINDOW:  # every block masked: [first key row m0 sees, one past the last key row m0 + BLOCK_M - 1 sees)
+        lo = (tl.maximum(m0 + diag - win_left, 0) // BLOCK_N) * BLOCK_N
+        return lo, tl.maximum(tl.minimum(k_len, m0 + BLOCK_M + diag + win_right), 0), lo
+    end_n, full_end = k_len, k_len
+    if CAUSAL:
+        end_n = tl.minimum(k_len, m0 + BLOCK_M + diag)  # one past the last key the block's last row sees
+        full_end = tl.minimum(k_len, m0 + diag + 1)  # every row of the block sees keys below this
+    return 0, tl.maximum(end_n, 0), (tl.maximum(full_end, 0) // BLOCK_N) * BLOCK_N
+
+
+@triton.jit
 def _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
-              stride_kt, stride_vt, qk_scale_log2,
-              HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+              stride_kt, stride_vt, qk_scale_log2, softcap_in, softcap_out, win_left, win_right,
+              HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+              SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     cols = start_n + offs_n
     col_mask = cols < k_len
     k = _load_tile(K_base + cols[:, None].to(tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
-    qk = tl.dot(q, tl.trans(k)) * qk_scale_log2
+    qk = tl.dot(q, tl.trans(k))
+    qk = _tanh(qk * softcap_in) * softcap_out if SOFTCAP else qk * qk_scale_log2
     if MASKED:
         allowed = col_mask[None, :]
         if CAUSAL:
             allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)
+        if WINDOW:
+            allowed = allowed & _in_window(offs_m[:, None], cols[None, :], diag, win_left, win_right)
         qk = tl.where(allowed, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
     p = tl.math.exp2(qk - m_new[:, None])
@@ -73,6 +102,18 @@ def varlen_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, HEADS_INNER: tl.constexpr, EVEN_D: tl.constexpr,
 ):
+    # the default launch: softcap and window compiled out (kernel_ext.py launches them)
+    _varlen_fwd(Q, K, V, O, LSE, cu_seqlens_q, cu_seqlens_k, work_seq, work_block, stride_qt, stride_qh, stride_kt,
+                stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_lh, qk_scale_log2, n_slots, n_heads_q,
+                group, 0.0, 0.0, 0, 0, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, HEADS_INNER, EVEN_D, False, False)
+
+
+@triton.jit
+def _varlen_fwd(Q, K, V, O, LSE, cu_seqlens_q, cu_seqlens_k, work_seq, work_block, stride_qt, stride_qh, stride_kt,
+                stride_kh, stride_vt, stride_vh, stride_ot, stride_oh, stride_lh, qk_scale_log2, n_slots, n_heads_q,
+                group, softcap_in, softcap_out, win_left, win_right, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, HEADS_INNER: tl.constexpr,
+                EVEN_D: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     pid = tl.program_id(0)
     if HEADS_INNER:
         # consecutive programs = the query heads of one tile: a GQA group's K/V blocks stay in L2
@@ -109,21 +150,15 @@ def varlen_fwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     m0 = m_block * BLOCK_M
-    if CAUSAL:
-        end_n = tl.minimum(k_len, m0 + BLOCK_M + diag)  # one past the last key the block's last row sees
-        full_end = tl.minimum(k_len, m0 + diag + 1)  # every row of the block sees keys below this
-    else:
-        end_n = k_len
-        full_end = k_len
-    end_n = tl.maximum(end_n, 0)
-    full_end = (tl.maximum(full_end, 0) // BLOCK_N) * BLOCK_N
-
-    for start_n in range(0, full_end, BLOCK_N):
+    lo, end_n, full_end = _key_range(m0, k_len, diag, win_left, win_right, BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
+    for start_n in range(lo, full_end, BLOCK_N):
         acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
-                                  stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, False, CAUSAL)
+                                  stride_kt, stride_vt, qk_scale_log2, softcap_in, softcap_out, win_left, win_right,
+                                  HEAD_DIM, EVEN_D, False, CAUSAL, SOFTCAP, WINDOW)
     for start_n in range(full_end, end_n, BLOCK_N):
         acc, m_i, l_i = _fwd_step(acc, m_i, l_i, q, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
-                                  stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, True, CAUSAL)
+                                  stride_kt, stride_vt, qk_scale_log2, softcap_in, softcap_out, win_left, win_right,
+                                  HEAD_DIM, EVEN_D, True, CAUSAL, SOFTCAP, WINDOW)
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -155,8 +190,9 @@ def bwd_preprocess_kernel(O, DO, DELTA, n_tokens, n_heads, stride_ot, stride_oh,
 
 @triton.jit
 def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, offs_m, offs_n_abs, offs_d, q_len, diag,
-               stride_qt, stride_dot, qk_scale_log2,
-               HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASK_ROWS: tl.constexpr, MASK_CAUSAL: tl.constexpr):
+               stride_qt, stride_dot, qk_scale_log2, softcap_in, softcap_out, win_left, win_right,
+               HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASK_ROWS: tl.constexpr, MASK_CAUSAL: tl.constexpr,
+               SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     rows = start_m + offs_m
     row_mask = rows < q_len
     q = _load_tile(Q_base + rows[:, None].to(tl.int64) * stride_qt + offs_d[None, :], row_mask, offs_d, HEAD_DIM, EVEN_D, MASK_ROWS)
@@ -170,12 +206,20 @@ def _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start_m, off
         lse2 = tl.load(LSE_base + rows) * 1.4426950408889634
         delta = tl.load(DELTA_base + rows)
     qkT = tl.dot(k, tl.trans(q))  # [BLOCK_N, BLOCK_M]
-    pT = tl.math.exp2(qkT * qk_scale_log2 - lse2[None, :])
+    if SOFTCAP:
+        tT = _tanh(qkT * softcap_in)
+        pT = tl.math.exp2(tT * softcap_out - lse2[None, :])
+    else:
+        pT = tl.math.exp2(qkT * qk_scale_log2 - lse2[None, :])
     if MASK_CAUSAL:
         pT = tl.where(offs_n_abs[:, None] <= rows[None, :] + diag, pT, 0.0)
+    if WINDOW:
+        pT = tl.where(_in_window(rows[None, :], offs_n_abs[:, None], diag, win_left, win_right), pT, 0.0)
     dv = tl.dot(pT.to(do.dtype), do, dv)
     dpT = tl.dot(v, tl.trans(do))
     dsT = pT * (dpT - delta[None, :])
+    if SOFTCAP:  # d(c tanh(s / c)) / ds = 1 - tanh^2
+        dsT = dsT * (1.0 - tT * tT)
     dk = tl.dot(dsT.to(q.dtype), q, dk)
     return dk, dv
 
@@ -192,6 +236,19 @@ def varlen_bwd_dkdv_kernel(
 ):
     """One program per (key block, KV head): dK and dV accumulate in registers over every query
     head of the GQA group and every query block that sees the keys (no atomics: deterministic)."""
+    _varlen_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, cu_seqlens_q, cu_seqlens_k, work_seq, work_block, stride_qt,
+                 stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_dot, stride_doh, stride_dkt, stride_dkh,
+                 stride_dvt, stride_dvh, stride_lh, softmax_scale, qk_scale_log2, n_heads_kv, group, 0.0, 0.0, 0, 0,
+                 HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, EVEN_D, False, False)
+
+
+@triton.jit
+def _varlen_dkdv(Q, K, V, DO, LSE, DELTA, DK, DV, cu_seqlens_q, cu_seqlens_k, work_seq, work_block, stride_qt,
+                 stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_dot, stride_doh, stride_dkt, stride_dkh,
+                 stride_dvt, stride_dvh, stride_lh, softmax_scale, qk_scale_log2, n_heads_kv, group, softcap_in,
+                 softcap_out, win_left, win_right, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, SOFTCAP: tl.constexpr,
+                 WINDOW: tl.constexpr):
     pid = tl.program_id(0)
     slot = pid // n_heads_kv
     kv_head = pid % n_heads_kv
@@ -220,7 +277,12 @@ def varlen_bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
 
     q_len_ceil = ((q_len + BLOCK_M - 1) // BLOCK_M) * BLOCK_M
-    if CAUSAL:
+    end_m = q_len_ceil
+    if WINDOW:
+        # rows n0 - diag - right .. n0 + BLOCK_N - 1 - diag + left see some of these keys
+        start_m = tl.minimum((tl.maximum(n0 - diag - win_right, 0) // BLOCK_M) * BLOCK_M, q_len_ceil)
+        end_m = tl.minimum(tl.maximum(n0 + BLOCK_N - diag + win_left, 0), q_len_ceil)
+    elif CAUSAL:
         # rows below n0 - diag see none of these keys
         start_m = tl.minimum((tl.maximum(n0 - diag, 0) // BLOCK_M) * BLOCK_M, q_len_ceil)
     else:
@@ -236,9 +298,10 @@ def varlen_bwd_dkdv_kernel(
         DO_base = DO + q_start.to(tl.int64) * stride_dot + head * stride_doh
         LSE_base = LSE + head.to(tl.int64) * stride_lh + q_start
         DELTA_base = DELTA + head.to(tl.int64) * stride_lh + q_start
-        for start in range(start_m, q_len_ceil, BLOCK_M):
+        for start in range(start_m, end_m, BLOCK_M):
             dk, dv = _dkdv_step(dk, dv, k, v, Q_base, DO_base, LSE_base, DELTA_base, start, offs_m, offs_n, offs_d,
-                                q_len, diag, stride_qt, stride_dot, qk_scale_log2, HEAD_DIM, EVEN_D, True, CAUSAL)
+                                q_len, diag, stride_qt, stride_dot, qk_scale_log2, softcap_in, softcap_out, win_left,
+                                win_right, HEAD_DIM, EVEN_D, True, CAUSAL, SOFTCAP, WINDOW)
 
     dk = dk * softmax_scale
     d_mask = col_mask[:, None]
@@ -252,14 +315,19 @@ def varlen_bwd_dkdv_kernel(
 
 @triton.jit
 def _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
-             stride_kt, stride_vt, qk_scale_log2,
-             HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+             stride_kt, stride_vt, qk_scale_log2, softcap_in, softcap_out, win_left, win_right,
+             HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+             SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     cols = start_n + offs_n
     col_mask = cols < k_len
     k = _load_tile(K_base + cols[:, None].to(tl.int64) * stride_kt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
     v = _load_tile(V_base + cols[:, None].to(tl.int64) * stride_vt + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, MASKED)
     qk = tl.dot(q, tl.trans(k))
-    p = tl.math.exp2(qk * qk_scale_log2 - lse2[:, None])
+    if SOFTCAP:
+        t = _tanh(qk * softcap_in)
+        p = tl.math.exp2(t * softcap_out - lse2[:, None])
+    else:
+        p = tl.math.exp2(qk * qk_scale_log2 - lse2[:, None])
     if MASKED:
         # A key past k_len loads as 0, so its p is exp2(-lse2): up to +inf in fp32 for a row whose
         # scores are all below -89, and dS = -p * delta overflows fp16 (65504) long before. Zero p
@@ -268,9 +336,13 @@ def _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, of
         allowed = col_mask[None, :]
         if CAUSAL:
             allowed = allowed & (cols[None, :] <= offs_m[:, None] + diag)
+        if WINDOW:
+            allowed = allowed & _in_window(offs_m[:, None], cols[None, :], diag, win_left, win_right)
         p = tl.where(allowed, p, 0.0)
     dp = tl.dot(do, tl.trans(v))
     ds = p * (dp - delta[:, None])
+    if SOFTCAP:
+        ds = ds * (1.0 - t * t)
     dq = tl.dot(ds.to(k.dtype), k, dq)
     return dq
 
@@ -287,6 +359,18 @@ def varlen_bwd_dq_kernel(
 ):
     """One program per (query block, query head), on the forward's work list: a separate pass for
     dQ instead of atomics, so the backward is deterministic."""
+    _varlen_dq(Q, K, V, DO, LSE, DELTA, DQ, cu_seqlens_q, cu_seqlens_k, work_seq, work_block, stride_qt, stride_qh,
+               stride_kt, stride_kh, stride_vt, stride_vh, stride_dot, stride_doh, stride_dqt, stride_dqh, stride_lh,
+               softmax_scale, qk_scale_log2, n_heads_q, group, 0.0, 0.0, 0, 0, HEAD_DIM, BLOCK_D, BLOCK_M, BLOCK_N,
+               CAUSAL, EVEN_D, False, False)
+
+
+@triton.jit
+def _varlen_dq(Q, K, V, DO, LSE, DELTA, DQ, cu_seqlens_q, cu_seqlens_k, work_seq, work_block, stride_qt, stride_qh,
+               stride_kt, stride_kh, stride_vt, stride_vh, stride_dot, stride_doh, stride_dqt, stride_dqh, stride_lh,
+               softmax_scale, qk_scale_log2, n_heads_q, group, softcap_in, softcap_out, win_left, win_right,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, SOFTCAP: tl.constexpr, WINDOW: tl.constexpr):
     pid = tl.program_id(0)
     slot = pid // n_heads_q
     head = pid % n_heads_q
@@ -317,20 +401,15 @@ def varlen_bwd_dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     m0 = m_block * BLOCK_M
-    if CAUSAL:
-        end_n = tl.minimum(k_len, m0 + BLOCK_M + diag)
-        full_end = tl.minimum(k_len, m0 + diag + 1)
-    else:
-        end_n = k_len
-        full_end = k_len
-    end_n = tl.maximum(end_n, 0)
-    full_end = (tl.maximum(full_end, 0) // BLOCK_N) * BLOCK_N
-    for start_n in range(0, full_end, BLOCK_N):
+    lo, end_n, full_end = _key_range(m0, k_len, diag, win_left, win_right, BLOCK_M, BLOCK_N, CAUSAL, WINDOW)
+    for start_n in range(lo, full_end, BLOCK_N):
         dq = _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
-                      stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, False, CAUSAL)
+                      stride_kt, stride_vt, qk_scale_log2, softcap_in, softcap_out, win_left, win_right,
+                      HEAD_DIM, EVEN_D, False, CAUSAL, SOFTCAP, WINDOW)
     for start_n in range(full_end, end_n, BLOCK_N):
         dq = _dq_step(dq, q, do, lse2, delta, K_base, V_base, start_n, offs_m, offs_n, offs_d, k_len, diag,
-                      stride_kt, stride_vt, qk_scale_log2, HEAD_DIM, EVEN_D, True, CAUSAL)
+                      stride_kt, stride_vt, qk_scale_log2, softcap_in, softcap_out, win_left, win_right,
+                      HEAD_DIM, EVEN_D, True, CAUSAL, SOFTCAP, WINDOW)
 
     dq = dq * softmax_scale
     d_mask = row_mask[:, None]

@@ -13,7 +13,7 @@ import math
 import torch
 
 
-def _attend(q, k, v, scale, causal, compute_dtype):
+def _attend(q, k, v, scale, causal, compute_dtype, softcap=0.0, window_size=(-1, -1)):
     # q [Lq, Hq, D], k/v [Lk, Hkv, D] -> out [Lq, Hq, D], lse [Hq, Lq] (fp32)
     lq, hq, _ = q.shape
     lk, hkv, _ = k.shape
@@ -22,10 +22,15 @@ def _attend(q, k, v, scale, causal, compute_dtype):
     kc = k.to(compute_dtype).transpose(0, 1).repeat_interleave(group, 0)
     vc = v.to(compute_dtype).transpose(0, 1).repeat_interleave(group, 0)
     scores = torch.matmul(qc, kc.transpose(1, 2)) * scale
-    if causal:
-        rows = torch.arange(lq, device=q.device)[:, None]
-        cols = torch.arange(lk, device=q.device)[None, :]
-        allowed = cols <= rows + (lk - lq)  # bottom-right alignment
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
+    left, right = (int(w) for w in window_size)
+    right = 0 if causal else right  # flash-attn: causal is the window (left, 0)
+    if left >= 0 or right >= 0:
+        rel = torch.arange(lk, device=q.device)[None, :] - torch.arange(lq, device=q.device)[:, None] - (lk - lq)
+        allowed = (rel <= right) if right >= 0 else torch.ones_like(rel, dtype=torch.bool)  # bottom-right
+        if left >= 0:
+            allowed = allowed & (rel >= -left)
         scores = scores.masked_fill(~allowed, float("-inf"))
     # [Hq, Lq], fp32 for 16-bit scores (torch's own computation), fp64 for the ground truth
     lse = torch.logsumexp(scores if scores.dtype == torch.float64 else scores.float(), dim=-1)
@@ -38,8 +43,9 @@ def _attend(q, k, v, scale, causal, compute_dtype):
 
 def varlen_attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool = True,
                                softmax_scale: float | None = None, compute_dtype=torch.float32,
-                               return_lse: bool = False):
-    """Per-sequence attention over packed [T, H, D] tensors. Differentiable (autograd)."""
+                               return_lse: bool = False, softcap: float = 0.0, window_size=(-1, -1)):
+    """Per-sequence attention over packed [T, H, D] tensors. Differentiable (autograd). ``softcap``
+    c > 0: scores c tanh(s / c); ``window_size`` (left, right) as flash-attn's (negative: unbounded)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     cq = [int(x) for x in cu_seqlens_q.tolist()]
     ck = [int(x) for x in cu_seqlens_k.tolist()]
@@ -48,7 +54,7 @@ def varlen_attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool
         qs, qe, ks, ke = cq[b], cq[b + 1], ck[b], ck[b + 1]
         if qe == qs:
             continue
-        out, lse = _attend(q[qs:qe], k[ks:ke], v[ks:ke], scale, causal, compute_dtype)
+        out, lse = _attend(q[qs:qe], k[ks:ke], v[ks:ke], scale, causal, compute_dtype, softcap, window_size)
         outs.append(out)
         lses.append(lse)
     if outs:

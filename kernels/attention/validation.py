@@ -140,3 +140,23 @@ def _check_cache_seqlens(cache_seqlens: torch.Tensor, capacity: int, where: str)
     if len(_SEQLENS_CHECKED) >= _SEQLENS_CHECKED_SIZE:
         _SEQLENS_CHECKED.clear()
     _SEQLENS_CHECKED[key] = (weakref.ref(cache_seqlens), cache_seqlens._version)
+
+
+def _check_softcap(softcap) -> float:
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise ValueError(f"softcap must be a number (0 for none), got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap < 0:
+        raise ValueError(f"softcap must be finite and >= 0 (0 for none), got {softcap}")
+    return float(softcap)
+
+
+def _check_window(window_size) -> tuple[int, int] | None:
+    """flash-attn's ``(left, right)``, a negative side unbounded; None when both are."""
+    try:
+        left, right = (operator.index(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"window_size must be a pair of ints (left, right), -1 for unbounded, got "
+                         f"{window_size!r}") from None
+    if any(isinstance(w, bool) for w in window_size):
+        raise ValueError(f"window_size must be a pair of ints (left, right), got {window_size!r}")
+    return None if left < 0 and right < 0 else (left, right)
