@@ -47,7 +47,6 @@ from _flash_attn_adapt import (
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
 DTYPES = [torch.float16, torch.bfloat16] if GPU else [torch.float16]
-SUPPORTED = {"softcap": False, "window": False}
 SKIP = {
     "dropout": "dropout is not offered",
     "alibi": "ALiBi is not offered",
@@ -56,16 +55,7 @@ SKIP = {
     "append": "k/v append into the cache is not offered",
     "leftpad": "cache_leftpad is not offered",
     "decode-window": "a window in decode needs a decode-kernel change",
-    "softcap": "softcap is not offered yet",
-    "window": "a sliding window is not offered yet",
 }
-
-
-def _skip_unsupported(local=False, softcap=0.0):
-    if local and not SUPPORTED["window"]:
-        pytest.skip(SKIP["window"])
-    if softcap > 0 and not SUPPORTED["softcap"]:
-        pytest.skip(SKIP["softcap"])
 
 
 def _grid(names, gpu, cpu):
@@ -103,7 +93,6 @@ VARLEN_OUTPUT_CPU = [
         ["mha", "mqa", "gqa"], [True, False], [0.0, 50.0]], VARLEN_OUTPUT_CPU)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_flash_attn_varlen_output(seqlen_q, seqlen_k, d, causal, local, mha_type, kvpacked, softcap, dtype):
-    _skip_unsupported(local, softcap)
     device = DEVICE
     torch.random.manual_seed(0)
     batch_size = 4
@@ -177,7 +166,6 @@ VARLEN_CAUSAL_CPU = [
 def test_flash_attn_varlen_causal(seqlen_q, seqlen_k, swap_sq_sk, d, local, paged_kv_block_size, dtype):
     if paged_kv_block_size is not None:
         pytest.skip(SKIP["paged-varlen"])
-    _skip_unsupported(local)
     if swap_sq_sk:
         seqlen_q, seqlen_k = seqlen_k, seqlen_q
     device = DEVICE
