@@ -115,6 +115,22 @@ def test_decode_length_check_reruns_after_an_in_place_change():
     assert torch.isnan(out[0]).all() and torch.isfinite(out[1]).all()
 
 
+@pytest.mark.gpu
+def test_gpu_decode_length_check_is_skipped_inside_a_cuda_graph_capture():
+    from polytrace_kernels.attention import decode_attention
+
+    q, kc, vc, _ = _decode_cache(2, 64)
+    lens = torch.tensor([3, 64], dtype=torch.int32, device=DEVICE)
+    decode_attention(q, kc, vc, lens, num_splits=1)  # compiles outside the capture
+    fresh = lens.clone()  # never checked: the check would sync, which a capture forbids
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = decode_attention(q, kc, vc, fresh, num_splits=1)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, decode_attention(q, kc, vc, lens, num_splits=1))
+
+
 # ----------------------------------------------------------------- softcap and window (fp16, API)
 
 # (lens_q, lens_k, causal, softcap, window_size); fp32 arithmetic: test_attention_fp32.py

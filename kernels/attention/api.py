@@ -279,8 +279,8 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     ``block_table`` int32 ``[B, max_pages]``; ``cache_seqlens`` int32 ``[B]`` (0..Lmax, or
     0..max_pages * page_size when paged). ``check_inputs`` (the default) raises ``ValueError``
     for a length outside that range; the check is a sync, paid once per ``cache_seqlens`` object
-    and in-place version (not per layer); with ``check_inputs=False`` such a sequence gets NaN
-    output and lse and reads nothing.
+    and in-place version (not per layer), and skipped inside a CUDA-graph capture; with
+    ``check_inputs=False`` (or unchecked) such a sequence gets NaN output and lse and reads nothing.
     Returns ``out`` shaped like q (and lse ``[B, Hq]`` fp32 with ``return_lse``). ``num_splits``
     overrides the split count chosen from (B, Hkv, Lmax, SMs).
     """

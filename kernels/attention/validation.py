@@ -127,7 +127,11 @@ _SEQLENS_CHECKED_SIZE = 16
 
 
 def _check_cache_seqlens(cache_seqlens: torch.Tensor, capacity: int, where: str) -> None:
-    """Every length in [0, capacity]; ``where`` says what sets the capacity (block_table or k_cache)."""
+    """Every length in [0, capacity]; ``where`` says what sets the capacity (block_table or k_cache).
+    Skipped while a CUDA graph is being captured (a sync is illegal there): the kernels' own guard
+    (NaN for that sequence, nothing read) still holds."""
+    if cache_seqlens.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
     key = (id(cache_seqlens), capacity)
     hit = _SEQLENS_CHECKED.get(key)
     if hit is not None and hit[0]() is cache_seqlens and hit[1] == cache_seqlens._version:
