@@ -10,9 +10,12 @@ error, gradients 3x in varlen_output and 2x + 1e-5 in varlen_causal, kvcache 3x 
 the overflow test; a RuntimeError naming block_table past the paged capacity). The calls go through
 the shims of ``_flash_attn_adapt.py``.
 
-Shapes: with CUDA the peer's grids; on a CPU (Triton interpreter) smaller sequence lengths, head
-dims and head counts (``CPU`` below), fp16 only: bf16 runs on a GPU only, since Triton 3.9's
-interpreter multiplies bf16 bit patterns in tl.dot (no conversion is made in the harness).
+Shapes: with CUDA the peer's shapes and values, 64 combinations of each test's product drawn with
+a fixed seed (the whole product, thousands of cases, with ``POLYTRACE_PEERS_FULL=1``), fp16 and
+bf16; on a CPU (Triton interpreter) the small cases of the ``*_CPU`` lists (shorter sequences,
+fewer heads and batch rows in varlen_causal, 4 heads in varlen_output), fp16 only: bf16 runs on a
+GPU only, since Triton 3.9's interpreter multiplies bf16 bit patterns in tl.dot (no conversion is
+made in the harness).
 
 Peer parameters not run, and why (each skipped case says which):
 - ``dropout_p=0.17``: no dropout (RL training of LLMs runs without attention dropout).
@@ -30,6 +33,8 @@ Peer parameters not run, and why (each skipped case says which):
 from __future__ import annotations
 
 import itertools
+import os
+import random
 
 import pytest
 import torch
@@ -58,13 +63,18 @@ SKIP = {
 }
 
 
-def _grid(names, gpu, cpu):
-    """The peer's product of values on a GPU (a tuple value, as (seqlen_q, seqlen_k), spreads over
-    its names); on a CPU an explicit list of small cases."""
+def _grid(names, gpu, cpu, n_gpu=64):
+    """On a CPU an explicit list of small cases. On a GPU (``gpu`` marker) the peer's values and
+    shapes: ``n_gpu`` combinations drawn from its product with a fixed seed (the same every run),
+    or the whole product (thousands of cases) with ``POLYTRACE_PEERS_FULL=1``. A tuple value, as
+    (seqlen_q, seqlen_k), spreads over its names."""
     if not GPU:
         return pytest.mark.parametrize(names, cpu)
-    flat = [sum((v if isinstance(v, tuple) else (v,) for v in combo), ()) for combo in itertools.product(*gpu)]
-    return pytest.mark.parametrize(names, flat)
+    combos = list(itertools.product(*gpu))
+    if os.environ.get("POLYTRACE_PEERS_FULL") != "1" and len(combos) > n_gpu:
+        combos = random.Random(0).sample(combos, n_gpu)
+    flat = [sum((v if isinstance(v, tuple) else (v,) for v in combo), ()) for combo in combos]
+    return pytest.mark.parametrize(names, [pytest.param(*c, marks=pytest.mark.gpu) for c in flat])
 
 
 def _max_err(a, b):
