@@ -9,6 +9,8 @@ Nothing here imports ``polytrace``; importing a family compiles nothing and quer
 
 Shared by the families (each still works vendored alone, falling back to Triton's own knob):
 ``_interpreter.py`` (the one reading of ``TRITON_INTERPRET`` and the CPU-device gate),
-``_tuning.py`` (tuned launch configs). ``tolerance.py`` holds the accuracy rule every kernel test
-and benchmark output check uses (bounds from an fp64 truth, by output dtype).
+``_tuning.py`` (tuned launch configs), ``_lazy.py`` (a family's ``__init__`` imports its torch and
+Triton code on first use, so its ``spec.py`` imports without them). ``tolerance.py`` holds the
+accuracy rule every kernel test and benchmark output check uses (bounds from an fp64 truth, by
+output dtype).
 """

@@ -46,11 +46,17 @@ def varlen_attention_flops(seqlens_q: Iterable[int], heads_q: int, head_dim: int
     """FLOPs of attention over packed sequences. ``mode``: "fwd", "bwd" (2.5x fwd) or "fwd+bwd"."""
     lq = [int(x) for x in seqlens_q]
     lk = None if seqlens_k is None else [int(x) for x in seqlens_k]
-    fwd = 4.0 * head_dim * heads_q * _pairs(lq, lk, causal)
+    return attention_flops_from_pairs(_pairs(lq, lk, causal), heads_q, head_dim, mode=mode)
+
+
+def attention_flops_from_pairs(pairs, heads_q: int, head_dim: int, *, mode: str = "fwd"):
+    """``varlen_attention_flops`` from the (query, key) pairs computed, summed over sequences
+    (``Lq * Lk``, halved when causal: sum(L^2) / 2 for a causal batch). ``pairs`` may be an array
+    (the step model's ranks at once)."""
     factor = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}.get(mode)
     if factor is None:
         raise ValueError(f"mode must be 'fwd', 'bwd' or 'fwd+bwd', got {mode!r}")
-    return fwd * factor
+    return 4.0 * head_dim * heads_q * pairs * factor
 
 
 def varlen_attention_bytes(total_q: int, total_k: int, heads_q: int, heads_kv: int, head_dim: int, *,
@@ -80,10 +86,17 @@ def decode_attention_bytes(kv_lens: Iterable[int], heads_q: int, heads_kv: int, 
                            dtype: str = "bf16") -> float:
     """Bytes of one decode step: K and V of every cached token once per KV head, plus q and out."""
     lens = [int(x) for x in kv_lens]
+    return decode_attention_bytes_from_totals(len(lens), sum(lens), heads_q, heads_kv, head_dim, dtype=dtype)
+
+
+def decode_attention_bytes_from_totals(sequences, kv_tokens, heads_q, heads_kv, head_dim: int, *,
+                                       dtype: str = "bf16"):
+    """``decode_attention_bytes`` of ``sequences`` sequences holding ``kv_tokens`` cached tokens in
+    all (numbers, or arrays: the step model's decode iterations at once)."""
     e = _elem_bytes(dtype)
-    kv = 2.0 * sum(lens) * heads_kv * head_dim * e
-    qo = 2.0 * len(lens) * heads_q * head_dim * e
-    return kv + qo + 4.0 * len(lens)  # + the int32 cache_seqlens
+    kv = 2.0 * kv_tokens * heads_kv * head_dim * e
+    qo = 2.0 * sequences * heads_q * head_dim * e
+    return kv + qo + 4.0 * sequences  # + the int32 cache_seqlens
 
 
 def tile_costs(seqlens_q: Sequence[int], block_m: int, *, seqlens_k: Sequence[int] | None = None,

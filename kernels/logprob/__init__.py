@@ -39,21 +39,28 @@ not change with how the trainer packed it. How it holds:
   d(hidden) chunking depends on T).
 """
 
-from .api import (
-    LINEAR_TUNING_KERNEL,
-    LINEAR_TUNING_SPACE,
-    TUNING_KERNEL,
-    TUNING_SPACE,
-    default_linear_bwd_config,
-    default_linear_fwd_config,
-    default_logits_bwd_config,
-    default_logits_fwd_config,
-    linear_token_logprobs,
-    linear_tuning_bucket,
-    token_logprobs,
-    tuning_bucket,
-)
-from .reference import linear_token_logprobs_reference, token_logprobs_reference
+from __future__ import annotations
+
+from .._lazy import lazy_exports
+
+# The public names, imported on first use (PEP 562): ``from polytrace_kernels.logprob import spec``
+# (FLOPs and bytes, pure Python) must not pull in torch and triton, which ``api`` and ``reference`` do.
+_LAZY = {
+    "LINEAR_TUNING_KERNEL": "api",
+    "LINEAR_TUNING_SPACE": "api",
+    "TUNING_KERNEL": "api",
+    "TUNING_SPACE": "api",
+    "default_linear_bwd_config": "api",
+    "default_linear_fwd_config": "api",
+    "default_logits_bwd_config": "api",
+    "default_logits_fwd_config": "api",
+    "linear_token_logprobs": "api",
+    "linear_token_logprobs_reference": "reference",
+    "linear_tuning_bucket": "api",
+    "token_logprobs": "api",
+    "token_logprobs_reference": "reference",
+    "tuning_bucket": "api",
+}
 
 __all__ = [
     "LINEAR_TUNING_KERNEL",
@@ -71,3 +78,5 @@ __all__ = [
     "token_logprobs_reference",
     "tuning_bucket",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

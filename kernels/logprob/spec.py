@@ -31,22 +31,28 @@ def elem_bytes(dtype: str) -> int:
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}") from None
 
 
-def _check(tokens: int, vocab: int, mode: str, hidden: int | None = None) -> None:
+def _check(tokens, vocab, mode: str, hidden=None) -> None:
+    """Sizes given as numbers are checked; arrays of them (the step model asks for every rank at
+    once, ``polytrace.compose``) go through the same formulas unchecked."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if tokens < 0:
+    if _number(tokens) and tokens < 0:
         raise ValueError(f"tokens must be >= 0, got {tokens}")
-    if vocab <= 0:
+    if _number(vocab) and vocab <= 0:
         raise ValueError(f"vocab must be > 0, got {vocab}")
-    if hidden is not None and hidden <= 0:
+    if hidden is not None and _number(hidden) and hidden <= 0:
         raise ValueError(f"hidden must be > 0, got {hidden}")
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float))
 
 
 def logits_bytes(tokens: int, vocab: int, dtype: str = "bf16", mode: str = "fwd") -> float:
     """Minimum bytes moved by ``token_logprobs`` over [tokens, vocab] logits."""
     _check(tokens, vocab, mode)
     e = elem_bytes(dtype)
-    fwd = float(tokens) * vocab * e + tokens * _FWD_ROW_BYTES
+    fwd = 1.0 * tokens * vocab * e + tokens * _FWD_ROW_BYTES
     bwd = 2.0 * tokens * vocab * e + tokens * _BWD_ROW_BYTES
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
 
@@ -69,7 +75,7 @@ def linear_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16", mode
     """Minimum bytes moved by ``linear_token_logprobs`` (inputs once, outputs once)."""
     _check(tokens, vocab, mode, hidden)
     e = elem_bytes(dtype)
-    inputs = float(tokens) * hidden * e + float(vocab) * hidden * e
+    inputs = 1.0 * tokens * hidden * e + 1.0 * vocab * hidden * e
     fwd = inputs + tokens * _FWD_ROW_BYTES
     # read hidden, weight, stats; write d(hidden), d(weight); d(logits) written once, read twice
     bwd = 2.0 * inputs + tokens * _BWD_ROW_BYTES + 3.0 * tokens * vocab * e
@@ -87,8 +93,8 @@ def matmul_flops(tokens: int, vocab: int, hidden: int, mode: str = "fwd") -> flo
 def matmul_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16", mode: str = "fwd") -> float:
     _check(tokens, vocab, mode, hidden)
     e = elem_bytes(dtype)
-    inputs = float(tokens) * hidden * e + float(vocab) * hidden * e
-    logits = float(tokens) * vocab * e
+    inputs = 1.0 * tokens * hidden * e + 1.0 * vocab * hidden * e
+    logits = 1.0 * tokens * vocab * e
     fwd = inputs + logits
     bwd = logits + 2.0 * inputs + inputs  # read d(logits), hidden, weight; write both gradients
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
@@ -97,7 +103,7 @@ def matmul_bytes(tokens: int, vocab: int, hidden: int, dtype: str = "bf16", mode
 def eager_logits_peak_bytes(tokens: int, vocab: int, dtype: str = "bf16") -> float:
     """Bytes the eager path holds at once in the forward: logits, fp32 copy, fp32 log-softmax."""
     _check(tokens, vocab, "fwd")
-    return float(tokens) * vocab * (elem_bytes(dtype) + 4 + 4)
+    return 1.0 * tokens * vocab * (elem_bytes(dtype) + 4 + 4)
 
 
 def fused_memory_goal_bytes(tokens: int, vocab: int, dtype: str = "bf16") -> float:

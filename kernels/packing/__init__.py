@@ -6,6 +6,7 @@ Triton) are imported on first use.
 
 from __future__ import annotations
 
+from .._lazy import lazy_exports
 from .planner import (
     ALGORITHMS,
     ATTENTION_COEF,
@@ -28,11 +29,4 @@ __all__ = [
     "balance_partitions", "bubble_order", "plan_microbatches", "plan_stats", "sequence_costs", *_LAZY,
 ]
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        module = importlib.import_module(f".{_LAZY[name]}", __name__)
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
