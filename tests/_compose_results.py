@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from polytrace.compose.pricing import MEASURED, fused_logprob_flops, linear_layers, logits_bytes
+from polytrace.compose.pricing import MEASURED, linear_layers
 from polytrace.models import get_model
+from polytrace_kernels.logprob import spec as logprob_spec
 
 GPU_NAME = "NVIDIA H200"
 LATENCY_S = 5e-6
@@ -101,10 +102,10 @@ def family_benches(family: str, *, model: str = "qwen2.5-32b", provider: str | N
         for t in TOKENS:
             for mode in ("fwd", "fwd+bwd"):
                 shape = {"T": t, "V": spec.vocab, "dtype": "bf16", "model": "qwen2.5"}
-                nbytes = logits_bytes(float(t), float(spec.vocab), mode)
+                nbytes = logprob_spec.logits_bytes(float(t), float(spec.vocab), "bf16", mode)
                 out.append(bench("logprob", "token_logprobs", mode, provider, shape, flops=6.0 * t * spec.vocab,
                                  nbytes=nbytes, roofline="hbm", median=_t(nbytes, rate["logprob"], factor), **kw))
-                f = fused_logprob_flops(float(t), float(spec.vocab), float(spec.hidden), mode)
+                f = logprob_spec.matmul_flops(float(t), float(spec.vocab), float(spec.hidden), mode)
                 shape = {"T": t, "V": spec.vocab, "H": spec.hidden, "dtype": "bf16", "model": model}
                 out.append(bench("logprob", "linear_token_logprobs", mode, provider, shape, flops=f,
                                  nbytes=2.0 * t * spec.hidden, roofline="bf16",

@@ -136,23 +136,33 @@ def test_paired_compares_only_common_benchmarks_and_shares_one_sided_kernels(tmp
 
 
 # --- the sizes pricing asks at are the ones the suites record ------------------------------------
-def test_query_sizes_agree_with_the_kernel_specs():
+def test_query_sizes_are_the_kernel_specs_own_functions():
+    """Pricing sizes its queries with the spec functions the suites record (``families.py``), at
+    the step model's arrays as at the suites' lists of lengths."""
     from polytrace_kernels.attention import spec as attention_spec
     from polytrace_kernels.logprob import spec as logprob_spec
     from polytrace_kernels.packing import spec as packing_spec
 
-    for mode in ("fwd", "fwd+bwd"):
-        assert pricing.logits_bytes(1000, 152064, mode) == logprob_spec.logits_bytes(1000, 152064, "bf16", mode)
-        assert pricing.fused_logprob_flops(1000, 152064, 5120, mode) == logprob_spec.matmul_flops(1000, 152064, 5120,
-                                                                                                 mode)
+    from polytrace.compose.families import size_fn
+
+    assert size_fn("logprob", "token_logprobs") is logprob_spec.logits_bytes
+    assert size_fn("logprob", "linear_token_logprobs") is logprob_spec.matmul_flops
+    assert size_fn("packing", "pack") is packing_spec.pack_bytes
+    assert size_fn("packing", "unpack") is packing_spec.unpack_bytes
     lens = [300, 17, 4096]
+    pairs = np.array([sum(x * x for x in lens) / 2.0, 9.0 / 2.0])
     for mode in ("fwd", "bwd"):
-        assert pricing.varlen_attention_flops(sum(x * x for x in lens), 40, 128, mode) == pytest.approx(
-            attention_spec.varlen_attention_flops(lens, 40, 128, causal=True, mode=mode), rel=1e-12)
-    assert pricing.decode_attention_bytes(len(lens), sum(lens), 40, 8, 128) == pytest.approx(
-        attention_spec.decode_attention_bytes(lens, 40, 8, 128, dtype="bf16"), rel=1e-12)
-    assert pricing.pack_bytes(4096, 7, 1, 8) == packing_spec.pack_bytes(4096, 7, (), 8)
-    assert pricing.unpack_bytes(4096, 7, 2000, 1, 4) == packing_spec.unpack_bytes(4096, 7, 2000, (), 4)
+        got = size_fn("attention", "varlen_attention")(pairs, 40, 128, mode=mode)
+        assert got[0] == attention_spec.varlen_attention_flops(lens, 40, 128, causal=True, mode=mode)
+        assert got[1] == attention_spec.varlen_attention_flops([3], 40, 128, causal=True, mode=mode)
+    decode = size_fn("decode", "decode_attention")(np.array([3.0, 1.0]), np.array([sum(lens), 17.0]), 40, 8, 128)
+    assert list(decode) == [attention_spec.decode_attention_bytes(lens, 40, 8, 128, dtype="bf16"),
+                            attention_spec.decode_attention_bytes([17], 40, 8, 128, dtype="bf16")]
+    for mode in ("fwd", "fwd+bwd"):
+        got = logprob_spec.logits_bytes(np.array([1000.0, 3.0]), 152064.0, "bf16", mode)
+        assert list(got) == [logprob_spec.logits_bytes(t, 152064, "bf16", mode) for t in (1000, 3)]
+    with pytest.raises(ValueError, match="tokens must be >= 0"):
+        logprob_spec.logits_bytes(-1, 152064, "bf16", "fwd")  # numbers are still checked
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-32b", "llama-3.1-8b", "qwen3-30b-a3b", "gemma-2-2b"])

@@ -15,9 +15,12 @@ from _compose_results import bench, result_file, write
 
 from polytrace.compose import estimate
 from polytrace.compose.efficiency import DEFAULT
-from polytrace.compose.pricing import MEASURED, decode_attention_bytes, linear_layers, logits_bytes, pack_bytes
+from polytrace.compose.pricing import MEASURED, linear_layers
 from polytrace.hardware import get_gpu
 from polytrace.models import get_model
+from polytrace_kernels.attention import spec as attention_spec
+from polytrace_kernels.logprob import spec as logprob_spec
+from polytrace_kernels.packing import spec as packing_spec
 
 MODEL, GPU = "qwen3-8b", "h200"  # 32 query and 8 KV heads: TP up to 8 divides both
 H200 = get_gpu(GPU)
@@ -58,7 +61,8 @@ def roofline_benches(model_name: str = MODEL) -> list[dict]:
                          roofline="bf16", median=2.5 * fwd / attn_rate))
     for batch in (1, 64, 1024):
         for kv in (256, 65536):
-            nbytes = decode_attention_bytes(batch, batch * kv, spec.heads, spec.kv_heads, spec.head_dim)
+            nbytes = attention_spec.decode_attention_bytes_from_totals(batch, batch * kv, spec.heads, spec.kv_heads,
+                                                                       spec.head_dim)
             shape = {"model": model_name, "batch": batch, "kv_len_mean": kv}
             out.append(bench("attention", "decode_attention", "decode", "ours", shape, flops=1.0, nbytes=nbytes,
                              roofline="hbm", median=nbytes / DECODE_HBM))
@@ -67,12 +71,12 @@ def roofline_benches(model_name: str = MODEL) -> list[dict]:
     logits_rate = ELEMENTWISE * 2.0 / DEFAULT.logit_bytes_per_element
     for t in (16, 1024, 65536, 1 << 20):
         for mode in ("fwd", "fwd+bwd"):
-            nbytes = logits_bytes(float(t), float(spec.vocab), mode)
+            nbytes = logprob_spec.logits_bytes(float(t), float(spec.vocab), "bf16", mode)
             out.append(bench("logprob", "token_logprobs", mode, MEASURED["logprob"].default_provider,
                              {"T": t, "V": spec.vocab}, flops=1.0, nbytes=nbytes, roofline="hbm",
                              median=nbytes / logits_rate, kind="baseline"))
     for t in (1024, 65536, 1 << 20, 1 << 24):
-        nbytes = pack_bytes(t, 1, 1, 8)
+        nbytes = packing_spec.pack_bytes(t, 1, (), 8)
         out.append(bench("packing", "pack", "fwd", "ours", {"T": t}, flops=0.0, nbytes=nbytes, roofline="hbm",
                          median=nbytes / ELEMENTWISE))
         out.append(bench("packing", "unpack", "fwd", "ours", {"T": t}, flops=0.0, nbytes=4.0 * nbytes,

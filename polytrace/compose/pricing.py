@@ -46,6 +46,7 @@ from ..errors import PolytraceError
 from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
+from .families import REGISTRY, KernelFamily, Work, size_fn, trainer_families
 from .timings import Curve, KernelTimings
 
 ROOFLINE = "roofline"
@@ -59,25 +60,12 @@ FAMILIES = ("gemm", "attention", "decode", "prefill", "logprob", "packing", "opt
 NOT_KERNELS = ("tool", "reward", "calibration")
 
 
-@dataclass(frozen=True)
-class MeasuredFamily:
-    results_family: str  # ``extra_info.family`` in the result files
-    kernels: tuple[str, ...]  # ``extra_info.kernel`` values that price this family
-    default_provider: str
-
-
-MEASURED = {
-    "gemm": MeasuredFamily("gemm", ("linear",), "torch"),  # a baseline: torch / cuBLAS, no kernel of ours
-    "attention": MeasuredFamily("attention", ("varlen_attention",), "ours"),
-    "decode": MeasuredFamily("attention", ("decode_attention",), "ours"),
-    # a stock verl run: logits, then log-softmax and entropy in eager torch
-    "logprob": MeasuredFamily("logprob", ("token_logprobs", "linear_token_logprobs"), "torch-eager"),
-    "packing": MeasuredFamily("packing", ("pack", "unpack", "plan_microbatches"), "ours"),
-}
+# The measured families, one registry line each (``families.py``): their result-file keys,
+# default providers and the spec functions that size their work
+MEASURED = REGISTRY
+MeasuredFamily = KernelFamily  # the name this module gave the entries before the registry
 
 BF16 = 2  # bytes per element of bf16 activations, logits and KV cache
-_TOKEN_ROW_FWD = 8 + 4 * 4  # logprob spec: int64 token in; log-prob, entropy, max, log-sum out
-_TOKEN_ROW_BWD = 8 + 5 * 4
 
 
 @dataclass(frozen=True)
@@ -110,41 +98,9 @@ def linear_layers(model: ModelSpec) -> list[Linear]:
     return out
 
 
-# --- problem sizes, as the suites record them -------------------------------------------------
-def logits_bytes(tokens, vocab, mode: str):
-    """``polytrace_kernels.logprob.spec.logits_bytes`` (bf16 logits)."""
-    fwd = tokens * vocab * BF16 + tokens * _TOKEN_ROW_FWD
-    bwd = 2.0 * tokens * vocab * BF16 + tokens * _TOKEN_ROW_BWD
-    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}[mode]
-
-
-def fused_logprob_flops(tokens, vocab, hidden, mode: str):
-    """The FLOPs the log-prob suite records for ``linear_token_logprobs``: those of the bare
-    ``hidden @ weight.T`` (``spec.matmul_flops``), forward one matmul, fwd+bwd three."""
-    fwd = 2.0 * tokens * vocab * hidden
-    return {"fwd": fwd, "bwd": 2.0 * fwd, "fwd+bwd": 3.0 * fwd}[mode]
-
-
-def varlen_attention_flops(sum_sq_len, heads_q, head_dim, mode: str = "fwd"):
-    """``polytrace_kernels.attention.spec.varlen_attention_flops`` (causal) from sum(L^2)."""
-    fwd = 4.0 * head_dim * heads_q * sum_sq_len / 2.0
-    return fwd * {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}[mode]
-
-
-def decode_attention_bytes(active, kv_tokens, heads_q, heads_kv, head_dim):
-    """``polytrace_kernels.attention.spec.decode_attention_bytes`` (bf16) for ``active``
-    sequences holding ``kv_tokens`` cached tokens in all."""
-    return 2.0 * kv_tokens * heads_kv * head_dim * BF16 + 2.0 * active * heads_q * head_dim * BF16 + 4.0 * active
-
-
-def pack_bytes(tokens, batch, features: int, elem_bytes: int):
-    """``polytrace_kernels.packing.spec.pack_bytes``."""
-    return 2.0 * tokens * features * elem_bytes + 4.0 * (batch + 1)
-
-
-def unpack_bytes(tokens, batch, max_len, features: int, elem_bytes: int):
-    """``polytrace_kernels.packing.spec.unpack_bytes``."""
-    return tokens * features * elem_bytes + batch * max_len * features * elem_bytes + 4.0 * (batch + 1)
+# --- problem sizes, as the suites record them: the kernels' own spec.py functions (families.py)
+def _size(family: str, kernel: str, *args, **kw):
+    return size_fn(family, kernel)(*args, **kw)
 
 
 # --- parsing what-ifs -----------------------------------------------------------------------
@@ -166,9 +122,10 @@ def parse_assignments(items, flag: str) -> dict[str, str]:
 def check_speedups(speedups: dict, flag: str = "--speedup") -> dict[str, float]:
     out = {}
     for family, value in (speedups or {}).items():
-        if family not in FAMILIES:
+        valid = (*FAMILIES, *(f.name for f in trainer_families()))  # and the registry's new families
+        if family not in valid:
             raise PolytraceError(f"{flag} {family}={value}: unknown kernel family; valid families: "
-                                 f"{', '.join(FAMILIES)}")
+                                 f"{', '.join(valid)}")
         try:
             x = float(value)
         except (TypeError, ValueError):
@@ -381,7 +338,8 @@ class Pricer:
         cb = self._curve("attention", "varlen_attention", "bwd") if backward else None
         if cf is None or (backward and cb is None):
             return roofline_s * scale, self._missing("attention", "fwd" if cf is None else "bwd")
-        f = varlen_attention_flops(sum_sq_len, max(model.heads / tp, 1.0), model.head_dim)
+        # causal: sum(L^2) / 2 (query, key) pairs
+        f = _size("attention", "varlen_attention", sum_sq_len / 2.0, max(model.heads / tp, 1.0), model.head_dim)
         t = cf.seconds(f) * fwd_passes + (cb.seconds(2.5 * f) if backward else 0.0)
         queries = [(cf, f)] + ([(cb, 2.5 * f)] if cb else [])
         return t * launches * scale, self._source("attention", [cf] + ([cb] if cb else []), queries=queries)
@@ -401,8 +359,9 @@ class Pricer:
         # the KV heads a GPU reads: max(kv_heads / tp, 1) (replicated past tp = kv_heads); an MLA
         # latent as the heads of the same bytes (every GPU holds all of it)
         kv_heads_per_gpu = model.kv_bytes_per_token_per_gpu(tp) / (model.layers * 2.0 * model.head_dim * BF16)
-        nbytes = decode_attention_bytes(np.asarray(active, dtype=np.float64), np.asarray(kv_tokens, dtype=np.float64),
-                                        max(model.heads / tp, 1.0), kv_heads_per_gpu, model.head_dim)
+        nbytes = _size("decode", "decode_attention", np.asarray(active, dtype=np.float64),
+                       np.asarray(kv_tokens, dtype=np.float64), max(model.heads / tp, 1.0), kv_heads_per_gpu,
+                       model.head_dim, dtype="bf16")
         return model.layers * curve.seconds(nbytes) * scale, self._source("decode", [curve], queries=[(curve, nbytes)])
 
     # ------------------------------------------------------------------------------- log-prob
@@ -427,12 +386,13 @@ class Pricer:
         vocab = model.vocab / tp
         logits = self._curve("logprob", "token_logprobs", mode)
         if logits is not None:
-            size = logits_bytes(tokens, vocab, mode)
+            size = _size("logprob", "token_logprobs", tokens, vocab, "bf16", mode)
             t = logits.seconds(size) * n_micro
             return t * scale, self._source("logprob", [logits], "token_logprobs", queries=[(logits, size)])
         fused = self._curve("logprob", "linear_token_logprobs", mode)
         if fused is not None:
-            size = fused_logprob_flops(tokens, vocab, model.hidden, mode)
+            # what the suite records for the fused kernel: the bare hidden @ weight.T's FLOPs
+            size = _size("logprob", "linear_token_logprobs", tokens, vocab, model.hidden, mode)
             t = fused.seconds(size) * n_micro
             return t * scale, self._source("logprob", [fused], "linear_token_logprobs, LM head included",
                                            queries=[(fused, size)])
@@ -462,10 +422,11 @@ class Pricer:
         ids (int64) into the packed layout and unpacks its per-token outputs (fp32 log-prob and
         entropy, or the critic's value) back to [B, S]; the backward packs their gradients."""
         scale = self.scale("packing")
-        packs = [(pack_bytes(tokens, seqs, 1, 8), 2.0)]
+        pack, unpack = size_fn("packing", "pack"), size_fn("packing", "unpack")
+        packs = [(pack(tokens, seqs, (), 8), 2.0)]
         if backward:
-            packs.append((pack_bytes(tokens, seqs, 1, 4), float(outputs)))
-        unpacks = [(unpack_bytes(tokens, seqs, max_len, 1, 4), float(outputs))]
+            packs.append((pack(tokens, seqs, (), 4), float(outputs)))
+        unpacks = [(unpack(tokens, seqs, max_len, (), 4), float(outputs))]
         cp = self._curve("packing", "pack", "fwd")
         cu = self._curve("packing", "unpack", "fwd")
         if cp is None or cu is None:
@@ -485,6 +446,24 @@ class Pricer:
             return self.eff.plan_s_per_sequence * sequences * scale, ROOFLINE
         return curve.seconds(sequences) * scale, self._source("packing", [curve], "plan_microbatches",
                                                              queries=[(curve, sequences)])
+
+
+    # ------------------------------------------------------------------------------- registered
+    def family(self, name: str, work: Work) -> tuple[np.ndarray, str]:
+        """A registered family's seconds in one trainer pass (``families.KernelFamily.trainer_work``
+        gives its kernel, mode and size per micro-batch): the provider's timing at that size per
+        micro-batch, else the size at the family's roofline (``hbm``: ``elementwise_hbm`` of the HBM
+        bandwidth; ``bf16``: ``gemm`` of the dense bf16 peak)."""
+        entry = MEASURED[name]
+        kernel, mode, size = entry.trainer_work(work)
+        scale = self.scale(name)
+        curve = self._curve(name, kernel, mode)
+        if curve is None:
+            rate = (self.gpu.ceiling("bf16") * self.eff.gemm if entry.roofline == "bf16"
+                    else self.gpu.ceiling("hbm") * self.eff.elementwise_hbm)
+            return size / rate * work.n_micro * scale, self._missing(name, mode)
+        return (curve.seconds(size) * work.n_micro * scale,
+                self._source(name, [curve], kernel, queries=[(curve, size)]))
 
 
 __all__ = ["EXTRAPOLATION_LIMIT", "FAMILIES", "MEASURED", "NOT_KERNELS", "ROOFLINE", "Linear", "MeasuredFamily", "Pricer",

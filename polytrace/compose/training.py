@@ -26,6 +26,7 @@ import numpy as np
 from ..hardware import GPU
 from ..models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
+from .families import Work, trainer_families
 from .parallel import all_to_all_seconds, expert_flops_share, pipeline_bubble, ring_kv_seconds, shard_params
 from .pricing import Pricer
 
@@ -325,6 +326,9 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
             fam["packing"], src["packing"] = pricer.packing(
                 tokens=per_mb, seqs=counts / safe_micro, max_len=longest, n_micro=n_micro,
                 outputs=2 if lm_head else 1, backward=backward)
+        work = Work(model, per_mb / cp, counts / safe_micro, longest, n_micro, layout.tp, backward)
+        for entry in trainer_families():  # families registered with their own trainer work (families.py)
+            fam[entry.name], src[entry.name] = pricer.family(entry.name, work)
         fam = {k: np.where(busy, np.broadcast_to(v, busy.shape), 0.0) for k, v in fam.items()}
     zero = np.zeros(len(chunks))
     if layout.strategy == "fsdp" and layout.n_gpus > 1:
