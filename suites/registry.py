@@ -25,13 +25,15 @@ alternate their ``measure()`` calls.
 from __future__ import annotations
 
 import importlib
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from . import checks, harness, timing
 from .harness import Case, Provider
 
-# suite name (suites/test_<name>.py) -> its case modules inside suites/
+# suite name (suites/test_<name>.py) -> its case modules inside suites/ (a new kernel family: one line,
+# docs/adding-a-kernel-family.md)
 SUITES = {
     "logprob": ("logprob_cases",),
     "attention": ("attention_cases", "decode_cases"),
@@ -127,7 +129,9 @@ def suite_cases(suite: str) -> list[BenchCase]:
         raise KeyError(f"unknown suite {suite!r}; suites: {', '.join(SUITES)}")
     out: list[BenchCase] = []
     for name in SUITES[suite]:
-        out.extend(importlib.import_module(f".{name}", __package__).cases())
+        # a name: suites/<name>.py; a module: a family's cases kept elsewhere (the toy-family test's)
+        module = name if isinstance(name, types.ModuleType) else importlib.import_module(f".{name}", __package__)
+        out.extend(module.cases())
     return out
 
 
