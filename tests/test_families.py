@@ -130,6 +130,21 @@ def test_a_registered_toy_family_is_priced_by_the_step_model(tmp_path):
         check_speedups({"toy": 2})
 
 
+def test_the_toy_family_is_a_part_of_every_trainer_stage_of_an_estimate():
+    from polytrace.compose import estimate
+
+    kw = dict(profile="dapo-math-32b", model="qwen2.5-1.5b", gpu="h200", gpus=1, steps=[0], prompts=8)
+    with families.registered(TOY):
+        res = estimate(**kw)
+    kernels = res["summary"]["kernels"]
+    toy = {stage: fams["toy"]["s"] for stage, fams in kernels.items() if "toy" in fams}
+    assert sorted(toy) == ["old_log_prob", "ref", "update_actor"]  # trainer passes; not the rollout
+    assert all(t > 0 for t in toy.values())
+    summary = res["summary"]["families"]["toy"]
+    assert summary["status"] == "roofline" and summary["s"] == pytest.approx(sum(toy.values()), rel=1e-9)
+    assert "toy" not in estimate(**kw)["summary"]["families"]
+
+
 # --- benchmarked and gated -----------------------------------------------------------------------
 SESSION = '''
 import _toy_family.cases as toy_cases

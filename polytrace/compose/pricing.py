@@ -12,13 +12,14 @@ Every stage is a sum of parts, one per kernel family (``FAMILIES``):
   and planning them (a host algorithm).
 - ``optimizer``, ``comm`` (collectives), ``host`` (kernel launches, scheduler), ``offload``.
 
-Five families are measured by the suites (``MEASURED``); each takes its time from the chosen
-provider's measured timings on the GPU (``timings.py``), interpolated over the problem size,
-where they cover the work, else from the roofline at its efficiency (``efficiency.py``). Every
-price comes with its ``source``: the result file(s) and provider, ``roofline`` (with why, where
-timings exist but do not apply), or the file with ``extrapolated xF`` where the work lies more
-than ``EXTRAPOLATION_LIMIT`` times outside the measured sizes (F: how far). ``speedups`` divide a
-family's time by a factor (what-ifs and the Amdahl table).
+Five families are measured by the suites (``MEASURED``, the registry of ``families.py``); each
+takes its time from the chosen provider's measured timings on the GPU (``timings.py``),
+interpolated over the problem size, where they cover the work, else from the roofline at its
+efficiency (``efficiency.py``). Every price comes with its ``source``: the result file(s) and
+provider, ``roofline`` (with why, where timings exist but do not apply), or the file with
+``extrapolated xF`` where the work lies more than ``EXTRAPOLATION_LIMIT`` times outside the
+measured sizes (F: how far). ``speedups`` divide a family's time by a factor (what-ifs and the
+Amdahl table).
 
 Tensor parallelism (rollout TP, Megatron TP with or without sequence parallelism): a shard of a
 linear layer holds 1/tp of its weights and does 1/tp of its FLOPs on the same tokens, so it is
@@ -31,9 +32,11 @@ Log-prob is priced with the provider the run used: ``torch-eager`` by default (a
 writes the logits, then log-softmax and entropy in eager PyTorch, as the roofline prices it);
 ``--provider logprob=ours`` (or another measured provider) where the run used fused kernels.
 
-The problem sizes are computed here with the same formulas the suites record (the kernels'
-``spec.py``; ``tests/test_compose_timings.py`` checks they agree), so a query lands on the same
-axis as the measurements.
+The problem sizes are computed with the functions the suites record them with: each measured
+family's ``spec.py`` functions, looked up in the registry (``families.py``: one line per family),
+so a query lands on the same axis as the measurements. A family registered with its own trainer
+work (``KernelFamily.trainer_work``) is priced by ``Pricer.family`` in every trainer pass, with no
+method of its own here (docs/adding-a-kernel-family.md).
 """
 
 from __future__ import annotations
