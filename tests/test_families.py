@@ -91,6 +91,17 @@ def test_pricing_takes_its_measured_families_from_the_registry():
     assert "toy" not in MEASURED
 
 
+def test_every_registered_family_is_measured_by_its_suite():
+    """A registry line names a suite whose cases record its kernels under its results family (what
+    pricing looks the timings up by)."""
+    from suites import registry
+
+    for f in MEASURED.values():
+        assert f.suite in registry.SUITES, f.name
+        recorded = {(c.meta.family, c.meta.kernel) for c in registry.suite_cases(f.suite)}
+        assert {(f.results_family, k) for k in f.kernels} <= recorded, f.name
+
+
 # --- priced -------------------------------------------------------------------------------------
 MODEL, LENS = get_model("qwen2.5-7b"), [100] * 8
 LAYOUT = TrainerLayout(n_gpus=1, micro_batch_seqs=2)  # 4 micro-batches of 200 tokens
