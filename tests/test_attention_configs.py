@@ -168,3 +168,40 @@ def test_decode_many_rows_run_in_a_single_launch():
         check_decode(q, kc, vc, lens, config={"SPLIT_TOKENS": 0})
     assert rec.one("decode_split_kernel").grid == (1, batch * hkv)
     assert rec.of("decode_combine_kernel") == []
+
+
+# ---- tuning candidates that fit shared memory (a pure function: no compile) ----------------
+
+def test_fwd_shared_bytes_matches_the_compiled_tiles():
+    # triton.compile metadata for sm_90a (triton 3.9, bf16), results/static/triton-3.9.0.json
+    from polytrace_kernels.attention.configs import fwd_shared_bytes
+
+    cases = [({"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, 128, 128 * 1024),
+             ({"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, 64, 64 * 1024),
+             ({"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 3}, 128, 112 * 1024),
+             ({"BLOCK_M": 64, "BLOCK_N": 32, "num_stages": 1}, 256, 48 * 1024)]
+    for cfg, d, want in cases:
+        assert fwd_shared_bytes(cfg, d, torch.bfloat16) == want, (cfg, d)
+    assert fwd_shared_bytes({"BLOCK_M": 64, "BLOCK_N": 32, "num_stages": 2}, 128, torch.float32) == 96 * 1024
+
+
+@pytest.mark.parametrize("d, cap, dropped", [(64, (9, 0), 0), (128, (9, 0), 4), (256, (9, 0), 18),
+                                             (128, (8, 0), 8), (128, (8, 6), 20), (128, (8, 9), 20)])
+def test_tuning_candidates_drop_what_cannot_fit(d, cap, dropped):
+    from polytrace_kernels.attention.configs import (
+        TUNING_SPACE,
+        fwd_shared_bytes,
+        smem_per_block,
+        tuning_candidates,
+    )
+
+    total = math.prod(len(v) for v in TUNING_SPACE.values())
+    kept = tuning_candidates(d, torch.bfloat16, cap)
+    assert total == 36 and len(kept) == total - dropped
+    limit = smem_per_block(cap)
+    assert all(fwd_shared_bytes(c, d) <= limit for c in kept)
+    # the largest tile kept at D=128 on sm_90: 128x128 with 3 stages (224 KB of 227); 4 stages do not fit
+    if (d, cap) == (128, (9, 0)):
+        big = {"BLOCK_M": 128, "BLOCK_N": 128}
+        assert any(c.items() >= dict(big, num_stages=3).items() for c in kept)
+        assert not any(c.items() >= dict(big, num_stages=4).items() for c in kept)

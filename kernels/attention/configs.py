@@ -38,6 +38,47 @@ TUNING_SPACE = {
 }
 
 
+# Shared memory a block may use (opt-in maximum, bytes), by compute capability: CUDA C++
+# Programming Guide, "Features and Technical Specifications" (9.0: 227 KB, 8.0: 163 KB, 8.6 / 8.9:
+# 99 KB, 7.5: 64 KB).
+_SMEM_PER_BLOCK = {(9, 0): 227 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (7, 5): 64 * 1024}
+
+
+def fwd_shared_bytes(config: dict, head_dim: int, dtype=torch.bfloat16) -> int:
+    """Shared memory the forward's tile takes: the Q tile plus ``num_stages`` K and V tiles (one
+    K-or-V buffer with a single stage). Matches triton.compile's metadata for sm_90a (3.9, bf16):
+    128x64 / 3 stages 128 KB at D=128 and 64 KB at D=64; 64x64 / 3 stages 112 KB at D=128; 64x32 /
+    1 stage 48 KB at D=256 (scripts/static_report.py). A pure function of the config: no compile."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    bd = _block_d(head_dim)
+    q = config["BLOCK_M"] * bd * elem
+    kv = config["BLOCK_N"] * bd * elem
+    stages = int(config.get("num_stages", 1))
+    return q + (2 * stages * kv if stages > 1 else kv)
+
+
+def smem_per_block(capability: tuple[int, int]) -> int:
+    """Opt-in shared memory per block of a capability (the nearest known one at or below it)."""
+    known = [c for c in sorted(_SMEM_PER_BLOCK) if c <= tuple(capability)]
+    return _SMEM_PER_BLOCK[known[-1] if known else min(_SMEM_PER_BLOCK)]
+
+
+def tuning_candidates(head_dim: int, dtype=torch.bfloat16, capability: tuple[int, int] = (9, 0)) -> list[dict]:
+    """Every forward config of ``TUNING_SPACE`` whose tile fits the GPU's shared memory, in the
+    space's order: the ones that cannot fit are dropped before anything compiles (at D=128 on
+    sm_90 4 of 36 do not fit, at D=256 18 of 36)."""
+    import itertools
+
+    keys = sorted(TUNING_SPACE)
+    limit = smem_per_block(capability)
+    out = []
+    for values in itertools.product(*(TUNING_SPACE[k] for k in keys)):
+        cfg = dict(zip(keys, values))
+        if fwd_shared_bytes(cfg, head_dim, dtype) <= limit:
+            out.append(cfg)
+    return out
+
+
 def tuning_bucket(head_dim: int, dtype, causal: bool = True, group: int = 1) -> str:
     """Bucket of the forward's tuned config. Deliberately independent of the batch (lengths,
     token count): block sizes fixed by head dim and dtype keep a sequence's result bitwise the
