@@ -68,7 +68,12 @@ def measure(spec, arch: int) -> dict:
     rec.update(S.sass_summary_of(instrs, spec.elem_bytes))
     rec["spills_in_loops"] = S.local_memory_in_loops(instrs)
     rec.update(S.mma_loop(instrs, spec.num_warps))
+    if spec.name.startswith("attn-fwd") and rec.get("mma_loop_instructions"):
+        # main-loop SASS instructions per score element a thread holds (BLOCK_M x BLOCK_N / threads)
+        held = spec.consts["BLOCK_M"] * spec.consts["BLOCK_N"] / (32 * spec.num_warps)
+        rec["instructions_per_score"] = round(rec["mma_loop_instructions"] / held, 2)
     rec.update(S.ptx_facts(ck.asm["ptx"]))
+    rec.update(S.ttgir_facts(ck.asm["ttgir"]))
     floors = {"max_spill_ops_in_loops": 0, "min_ctas_per_sm": spec.min_ctas}
     if spec.why_one_cta:
         floors["why_one_cta"] = spec.why_one_cta

@@ -276,13 +276,17 @@ def local_memory_in_loops(instrs: list[tuple[int, str]]) -> list[str]:
 
 
 def mma_loop(instrs: list[tuple[int, str]], num_warps: int) -> dict:
-    """The loop doing the most tensor-core work: its instructions, flops a CTA does per trip and
-    global bytes a thread loads per trip (``{}`` when no loop holds an MMA)."""
+    """The innermost loop doing the most tensor-core work (of equal ones the shorter): its instructions, flops a CTA does per
+    trip and global bytes a thread loads per trip (``{}`` when no loop holds an MMA). Innermost:
+    an outer loop's span holds its inner loop's body once, not once per inner trip."""
     best = None
-    for start, end in loops(instrs):
+    spans = loops(instrs)
+    inner = [(s, e) for s, e in spans if not any((s, e) != (a, b) and s <= a and b <= e for a, b in spans)]
+    for start, end in inner:
         b = body(instrs, start, end)
         flops = mma_flops(b, num_warps)
-        if flops and (best is None or (flops, len(b)) > (best["mma_loop_flops"], best["mma_loop_instructions"])):
+        # equal work: the shorter loop is the main one (a causal kernel's masked diagonal loop runs once)
+        if flops and (best is None or (flops, -len(b)) > (best["mma_loop_flops"], -best["mma_loop_instructions"])):
             loaded = sum(_access_bytes(t.split()[0]) for t in b if _is_global_load(t.split()[0]))
             best = {"mma_loop_instructions": len(b), "mma_loop_flops": flops, "mma_loop_load_bytes_per_thread": loaded,
                     "mma_loop_hgmma": sum(t.startswith("HGMMA") for t in b),
@@ -326,6 +330,14 @@ def ptxas_facts(log: str) -> dict:
     assert regs and spills, log[-2000:]
     return {"registers": max(regs), "spill_bytes": max(int(s) + int(l) for s, l in spills),
             "stack_bytes": max(stack) if stack else 0}
+
+
+def ttgir_facts(ttgir: str) -> dict:
+    """Software pipelining read from the TTGIR: the ``num`` of each ``ttg.async_wait`` (copy groups
+    left in flight when it returns: 0 in the loop means each step waits for all of its loads) and
+    the count of async copies (cp.async issued by the pipeliner)."""
+    return {"async_wait_nums": [int(n) for n in re.findall(r"ttg\.async_wait\b[^\n]*?\{num = (\d+)", ttgir)],
+            "async_copies": ttgir.count("async_copy_global_to_local")}
 
 
 def ptx_facts(ptx: str) -> dict:
