@@ -256,7 +256,8 @@ def _decode(arch: int) -> list[Spec]:
         name = f"decode-split-{f'paged{page}' if page else 'contig'}-d128-g8"
         out.append(Spec(name, "attention", AK.decode_split_kernel, sig,
                         {"HEAD_DIM": d, "BLOCK_D": bd, "BLOCK_G": 16, "BLOCK_N": dec["BLOCK_N"],
-                         "PAGE_SIZE": page or 1, "PAGED": bool(page), "SINGLE_SPLIT": False, "EVEN_D": True},
+                         "PAGE_SIZE": page or 1, "PAGED": bool(page), "SINGLE_SPLIT": False, "EVEN_D": True,
+                         "CHUNK_PAGES": A.decode_chunk_pages(page, dec["BLOCK_N"]) if page else 1},
                         launch, dec["num_warps"], dec["num_stages"], dec, elem_bytes=2, hbm_bytes=2, min_ctas=2,
                         anchor="flashmla-decode"))
     out.append(Spec("decode-combine-d128", "attention", AK.decode_combine_kernel,

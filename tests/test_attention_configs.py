@@ -205,3 +205,25 @@ def test_tuning_candidates_drop_what_cannot_fit(d, cap, dropped):
         big = {"BLOCK_M": 128, "BLOCK_N": 128}
         assert any(c.items() >= dict(big, num_stages=3).items() for c in kept)
         assert not any(c.items() >= dict(big, num_stages=4).items() for c in kept)
+
+
+@pytest.mark.parametrize("page", [8, 64])
+def test_paged_decode_over_many_block_table_chunks(monkeypatch, page):
+    """The paged split reads its block-table slice a chunk at a time: chunks of 32 tokens here
+    (4 pages of 8, or one page of 64 rounded to a whole page), splits of 48 tokens (so a split
+    starts inside a chunk, and inside a page of 64) and 16-key tiles: every key is counted once."""
+    from polytrace_kernels.attention import api
+
+    monkeypatch.setattr(api, "DECODE_CHUNK_TOKENS", 32)
+    lens, hkv, hq, d, max_pages = [190, 47, 0, 64, 1], 1, 2, 16, 256 // page
+    gen = torch.Generator().manual_seed(11)
+    n_pages = len(lens) * max_pages
+    table = torch.randperm(n_pages, generator=gen).reshape(len(lens), max_pages).to(torch.int32)
+    kp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    vp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    q = torch.randn(len(lens), hq, d, generator=gen).half()
+    with watch_kernels() as rec:
+        check_decode(q, kp, vp, torch.tensor(lens, dtype=torch.int32), block_table=table,
+                     config={"BLOCK_N": 16, "SPLIT_TOKENS": 48})
+    args = rec.one("decode_split_kernel").args
+    assert args["CHUNK_PAGES"] == {8: 4, 64: 1}[page] and rec.one("decode_split_kernel").grid[0] == 6
