@@ -125,18 +125,24 @@ def test_decode_with_gpu_default_split_count(head_dim, cfg, gpu):
     assert rec.one("decode_combine_kernel").args["N_SPLITS_POW2"] == n_splits
 
 
+def _paged_inputs(lens, pages_per_seq, page, hq, hkv, d, seed):
+    """fp16 query and a page pool in a shuffled order, with its block table ``[B, pages_per_seq]``."""
+    gen = torch.Generator().manual_seed(seed)
+    n_pages = len(lens) * pages_per_seq
+    table = torch.randperm(n_pages, generator=gen).reshape(len(lens), pages_per_seq).to(torch.int32)
+    kp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    vp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    q = torch.randn(len(lens), hq, d, generator=gen).half()
+    return q, kp, vp, table
+
+
 def test_decode_many_splits_paged_with_gpu_blocks():
     """Paged cache (16-token pages, so a 64-key block spans four pages) split 32 ways."""
     cfg = default_decode_config(64, capability=(9, 0))
     num_splits = 32
     lens, page, hkv, hq, d = [2000, 17, 0, 700], 16, 2, 4, 64
     pages_per_seq = 2048 // page
-    gen = torch.Generator().manual_seed(5)
-    n_pages = len(lens) * pages_per_seq
-    table = torch.randperm(n_pages, generator=gen).reshape(len(lens), pages_per_seq).to(torch.int32)
-    kp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
-    vp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
-    q = torch.randn(len(lens), hq, d, generator=gen).half()
+    q, kp, vp, table = _paged_inputs(lens, pages_per_seq, page, hq, hkv, d, seed=5)
     with watch_kernels() as rec:
         check_decode(q, kp, vp, torch.tensor(lens, dtype=torch.int32), block_table=table, num_splits=num_splits,
                      config={"BLOCK_N": cfg["BLOCK_N"], "num_stages": cfg["num_stages"]})
@@ -216,12 +222,7 @@ def test_paged_decode_over_many_block_table_chunks(monkeypatch, page):
 
     monkeypatch.setattr(api, "DECODE_CHUNK_TOKENS", 32)
     lens, hkv, hq, d, max_pages = [190, 47, 0, 64, 1], 1, 2, 16, 256 // page
-    gen = torch.Generator().manual_seed(11)
-    n_pages = len(lens) * max_pages
-    table = torch.randperm(n_pages, generator=gen).reshape(len(lens), max_pages).to(torch.int32)
-    kp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
-    vp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
-    q = torch.randn(len(lens), hq, d, generator=gen).half()
+    q, kp, vp, table = _paged_inputs(lens, max_pages, page, hq, hkv, d, seed=11)
     with watch_kernels() as rec:
         check_decode(q, kp, vp, torch.tensor(lens, dtype=torch.int32), block_table=table,
                      config={"BLOCK_N": 16, "SPLIT_TOKENS": 48})
