@@ -37,6 +37,7 @@ class GPULimits:
     clock_ghz: float  # max boost clock: the issue rate's upper bound
     hbm_bytes_s: float
     tc_flops_s: float  # dense bf16 tensor-core peak of the part
+    hmma_share: float  # the share of that peak mma.sync (HMMA) can reach (wgmma: all of it)
     l2_bytes_s: float  # L2 read bandwidth (an estimate: no datasheet states it)
     source: str
 
@@ -46,12 +47,13 @@ class GPULimits:
 
 
 GPU_LIMITS = {
-    90: GPULimits(90, "H200 SXM", 65536, 228 * 1024, 1024, 2048, 32, 132, 1.98, 4.8e12, 989.4e12, 5.5e12,
+    90: GPULimits(90, "H200 SXM", 65536, 228 * 1024, 1024, 2048, 32, 132, 1.98, 4.8e12, 989.4e12, 0.5, 5.5e12,
                   "CUDA C++ Programming Guide, compute capability 9.0 table (64K registers, 228 KB shared "
                   "memory per SM, 1 KB reserved per block, 2048 threads, 32 blocks); NVIDIA H100 whitepaper "
                   "(132 SMs, 1.98 GHz max boost); H200 datasheet (4.8 TB/s, 989 TF/s dense bf16); L2 ~5.5 TB/s "
-                  "assumed (Chips and Cheese's H100 PCIe microbenchmark, 2023; not measured here)"),
-    80: GPULimits(80, "A100 80GB SXM", 65536, 164 * 1024, 1024, 2048, 32, 108, 1.41, 2.039e12, 312e12, 3.8e12,
+                  "assumed (Chips and Cheese's H100 PCIe microbenchmark, 2023; not measured here); mma.sync at half "
+                  "the dense peak assumed (only wgmma reaches the datasheet peak on Hopper; not measured here)"),
+    80: GPULimits(80, "A100 80GB SXM", 65536, 164 * 1024, 1024, 2048, 32, 108, 1.41, 2.039e12, 312e12, 1.0, 3.8e12,
                   "CUDA C++ Programming Guide, compute capability 8.0 table (64K registers, 164 KB shared "
                   "memory per SM, 1 KB reserved per block, 2048 threads, 32 blocks); NVIDIA A100 whitepaper "
                   "(108 SMs, 1.41 GHz boost, 2,039 GB/s, 312 TF/s dense bf16); L2 ~3.8 TB/s assumed "
@@ -289,6 +291,7 @@ def mma_loop(instrs: list[tuple[int, str]], num_warps: int) -> dict:
         if flops and (best is None or (flops, -len(b)) > (best["mma_loop_flops"], -best["mma_loop_instructions"])):
             loaded = sum(_access_bytes(t.split()[0]) for t in b if _is_global_load(t.split()[0]))
             best = {"mma_loop_instructions": len(b), "mma_loop_flops": flops, "mma_loop_load_bytes_per_thread": loaded,
+                    "mma_loop_hmma_flops": mma_flops([t for t in b if t.startswith("HMMA")], num_warps),
                     "mma_loop_hgmma": sum(t.startswith("HGMMA") for t in b),
                     "mma_loop_hmma": sum(t.startswith("HMMA") for t in b)}
     return best or {}
@@ -296,20 +299,22 @@ def mma_loop(instrs: list[tuple[int, str]], num_warps: int) -> dict:
 
 def tensor_prediction(arch: int, loop: dict, num_warps: int) -> dict:
     """Tensor-core rate one CTA's main loop allows, per SM and cycle: the tensor cores need
-    flops / (peak per SM-cycle) cycles a trip, issue needs instructions x warps / 4 schedulers
+    flops / (peak per SM-cycle) cycles a trip (HMMA flops at ``hmma_share`` of the peak), issue needs instructions x warps / 4 schedulers
     (with the ISSUE_HEADROOM), L2 needs the trip's LDG/LDGSTS bytes over its per-SM share. Upper:
     the three overlap perfectly (the largest is the bound); predicted: the MMA and the issue of the
     other instructions do not overlap (Triton waits each wgmma out before the softmax or epilogue
     reads its accumulator), L2 overlapped. Resident CTAs scale every term alike, so they cancel."""
     lim = GPU_LIMITS[arch]
     per_cycle = lim.sms * lim.clock_ghz * 1e9
-    tc = loop["mma_loop_flops"] / (lim.tc_flops_s / per_cycle)
+    hmma = loop.get("mma_loop_hmma_flops", 0.0)
+    tc = (loop["mma_loop_flops"] - hmma + hmma / lim.hmma_share) / (lim.tc_flops_s / per_cycle)
     issue = loop["mma_loop_instructions"] * num_warps / 4 * ISSUE_HEADROOM
     l2 = loop["mma_loop_load_bytes_per_thread"] * 32 * num_warps / (lim.l2_bytes_s / per_cycle)
     terms = {"tensor core": tc, "issue": issue, "L2": l2}
     bound = max(terms, key=terms.get)
-    upper = lim.tc_flops_s * tc / terms[bound]
-    serial = lim.tc_flops_s * tc / max(tc + issue, l2)
+    rate = loop["mma_loop_flops"] * per_cycle  # flops a cycle-per-trip turns into flops/s
+    upper = rate / terms[bound]
+    serial = rate / max(tc + issue, l2)
     return {"bound": bound, "cycles_per_trip": {k: round(v, 1) for k, v in terms.items()},
             "predicted_tflops": round(serial / 1e12, 1), "upper_tflops": round(upper / 1e12, 1)}
 

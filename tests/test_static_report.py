@@ -119,6 +119,11 @@ def test_mma_flops_and_the_main_loop_prediction():
     assert pred["bound"] == ("issue" if issue > tc else "tensor core")
     assert pred["predicted_tflops"] == pytest.approx(lim.tc_flops_s * tc / (tc + issue) / 1e12, abs=0.06)
     assert pred["upper_tflops"] == pytest.approx(lim.tc_flops_s * tc / max(tc, issue) / 1e12, abs=0.06)
+    # the same work on mma.sync: tensor-core cycles over the share of the peak HMMA reaches on sm_90
+    hm = S.tensor_prediction(90, {"mma_loop_flops": 4096.0 * 1000, "mma_loop_hmma_flops": 4096.0 * 1000,
+                                  "mma_loop_instructions": 1, "mma_loop_load_bytes_per_thread": 0}, 8)
+    assert lim.hmma_share < 1 and hm["cycles_per_trip"]["tensor core"] == pytest.approx(tc / lim.hmma_share, abs=0.1)
+    assert hm["upper_tflops"] == pytest.approx(lim.tc_flops_s * lim.hmma_share / 1e12, abs=0.1)
 
 
 def test_specs_specialise_as_the_launch_does():

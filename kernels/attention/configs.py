@@ -116,11 +116,11 @@ def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     if head_dim <= 128:
         if capability is None or tuple(capability) >= (9, 0):
-            # 128x128 / 8 warps / 2 stages (sm_90a, bf16): 0 B spilled, 234-238 registers, 160 KB,
-            # main loop 13.3 / 12.9 SASS instructions per score element a thread holds against
-            # 15.9 / 15.3 for 128x64 / 3 stages (triton 3.9 / 3.6, non-causal; causal 15.3 / 14.9
-            # against 17.9 / 17.3): predicted 0.82-0.89 of FA3's 616 TF/s against 0.76-0.82
-            # (scripts/static_report.py). Each K/V tile now feeds twice the MMA work per softmax pass.
+            # 128x128 / 8 warps / 2 stages (sm_90a, bf16): 0 B spilled, 234-238 registers, 160 KB;
+            # its main loop takes 9.47 / 9.06 SASS instructions per score element a thread holds
+            # (606 / 580 a step, triton 3.9 / 3.6, causal) against 13.44 / 12.69 for 128x64 / 3
+            # stages: the softmax's per-row work (max, sum, rescale) is shared by twice the keys.
+            # scripts/static_report.py predicts 1.01 / 1.03 of FA3's 616 TF/s against 0.87 / 0.90.
             return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
         # sm_80: 128x64 / 3 stages (128 KB of the A100's 163 KB); not re-searched on mma.sync
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
