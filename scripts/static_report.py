@@ -118,8 +118,12 @@ def _predict(rec: dict, arch: int, spec) -> dict:
         if not rec.get("mma_loop_flops"):
             return out
         t = S.tensor_prediction(arch, rec, spec.num_warps)
+        out.update(t)
+        if unit == "TF/s" and arch != 90:  # the FA3 figures are an H100's: no fraction of them elsewhere
+            out["anchor_note"] = f"an H100 (sm_90) figure: no fraction given for sm_{arch}"
+            return out
         anchor_tf = value if unit == "TF/s" else value * lim.tc_flops_s / 1e12
-        out.update(t, fraction_of_anchor=round(t["predicted_tflops"] / anchor_tf, 2),
+        out.update(fraction_of_anchor=round(t["predicted_tflops"] / anchor_tf, 2),
                    upper_fraction_of_anchor=round(t["upper_tflops"] / anchor_tf, 2))
         return out
     ipe = rec.get("instructions_per_element")
@@ -146,8 +150,8 @@ def backward_predictions(kernels: dict) -> dict:
             continue
         dq = kernels.get(key.replace("attn-dkdv-", "attn-dq-"))
         p1, p2 = rec.get("prediction", {}), (dq or {}).get("prediction", {})
-        if not (p1.get("predicted_tflops") and p2.get("predicted_tflops")):
-            continue
+        if rec["arch"] != "sm_90" or not (p1.get("predicted_tflops") and p2.get("predicted_tflops")):
+            continue  # FA3's bwd figure is an H100's
         value, _, source = SK.ANCHORS["fa3-bwd-16k"]
         res = {}
         for field in ("predicted_tflops", "upper_tflops"):

@@ -147,11 +147,15 @@ def test_specs_specialise_as_the_launch_does():
 
 
 def test_backward_prediction_counts_fa3s_five_matmuls():
-    recs = {"attn-dkdv-causal-d128@sm_90": {"name": "attn-dkdv-causal-d128",
-                                           "prediction": {"predicted_tflops": 400.0, "upper_tflops": 800.0}},
-            "attn-dq-causal-d128@sm_90": {"name": "attn-dq-causal-d128",
-                                         "prediction": {"predicted_tflops": 300.0, "upper_tflops": 600.0}}}
-    got = R.backward_predictions(recs)["attn-bwd-causal-d128@sm_90"]
+    recs = {}
+    for arch in ("sm_90", "sm_80"):
+        recs[f"attn-dkdv-causal-d128@{arch}"] = {"name": "attn-dkdv-causal-d128", "arch": arch,
+                                                "prediction": {"predicted_tflops": 400.0, "upper_tflops": 800.0}}
+        recs[f"attn-dq-causal-d128@{arch}"] = {"name": "attn-dq-causal-d128", "arch": arch,
+                                              "prediction": {"predicted_tflops": 300.0, "upper_tflops": 600.0}}
+    got = R.backward_predictions(recs)
+    assert set(got) == {"attn-bwd-causal-d128@sm_90"}  # FA3's figure is an H100's: no sm_80 fraction
+    got = got["attn-bwd-causal-d128@sm_90"]
     assert got["predicted_tflops"] == pytest.approx(5 / (4 / 400 + 3 / 300), abs=0.05)
     assert got["fraction_of_anchor"] == round(got["predicted_tflops"] / 561.0, 2)
 
