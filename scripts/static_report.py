@@ -246,6 +246,12 @@ def markdown(report: dict) -> str:
     for key, b in report.get("backward", {}).items():
         lines.append(f"| {key} (dK/dV + dQ) | | | | | | | | | {b['predicted_tflops']} TF/s useful | "
                      f"{b['fraction_of_anchor']} (upper {b['upper_fraction_of_anchor']}) of fa3-bwd-16k |")
+    sources = {}
+    for rec in report["kernels"].values():
+        pred = rec.get("prediction", {})
+        if pred.get("anchor"):
+            sources[pred["anchor"]] = f"{pred['anchor_value']} {pred['anchor_unit']}: {pred['anchor_source']}"
+    lines += ["", "Anchors:"] + [f"- {k}: {v}" for k, v in sorted(sources.items())]
     return "\n".join(lines)
 
 
