@@ -212,13 +212,13 @@ MUTATIONS = [
              "    if (n_lo > kv_len) & (split > 0):", "a split past the sequence's end still writes a partial"),
     Mutation("decode-group-mask", "attention", ATTN, "    g_mask = offs_g < group\n", "    g_mask = offs_g <= group\n",
              "decode writes one query head of the next KV group"),
-    Mutation("decode-page-index", "attention", ATTN, "stride_btb + cols // PAGE_SIZE, mask=col_mask, other=0)",
-             "stride_btb + (cols + 1) // PAGE_SIZE, mask=col_mask, other=0)", "paged decode reads the next page one key early"),
+    Mutation("decode-page-index", "attention", ATTN, "tl.where(col_mask, cols // PAGE_SIZE - p0, 0), 0)",
+             "tl.where(col_mask, (cols + 1) // PAGE_SIZE - p0, 0), 0)", "paged decode reads the next page one key early"),
     Mutation("decode-combine-drops-last-split", "attention", ATTN, "    n_active = (kv_len + split_tokens - 1) // split_tokens\n",
              "    n_active = kv_len // split_tokens\n", "combine ignores a partly filled last split"),
     Mutation("decode-dropped-scale", "attention", ATTN,
-             "        qk = tl.dot(q, tl.trans(k)) * qk_scale_log2\n        qk = tl.where(col_mask[None, :], qk, float(\"-inf\"))",
-             "        qk = tl.dot(q, tl.trans(k))\n        qk = tl.where(col_mask[None, :], qk, float(\"-inf\"))",
+             "    qk = tl.dot(q, tl.trans(k)) * qk_scale_log2\n    qk = tl.where(col_mask[None, :], qk, float(\"-inf\"))",
+             "    qk = tl.dot(q, tl.trans(k))\n    qk = tl.where(col_mask[None, :], qk, float(\"-inf\"))",
              "decode drops the softmax scale"),
 ]
 

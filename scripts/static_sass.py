@@ -36,6 +36,9 @@ class GPULimits:
     sms: int
     clock_ghz: float  # max boost clock: the issue rate's upper bound
     hbm_bytes_s: float
+    tc_flops_s: float  # dense bf16 tensor-core peak of the part
+    hmma_share: float  # the share of that peak mma.sync (HMMA) can reach (wgmma: all of it)
+    l2_bytes_s: float  # L2 read bandwidth (an estimate: no datasheet states it)
     source: str
 
     def issue_rate(self) -> float:
@@ -44,14 +47,17 @@ class GPULimits:
 
 
 GPU_LIMITS = {
-    90: GPULimits(90, "H200 SXM", 65536, 228 * 1024, 1024, 2048, 32, 132, 1.98, 4.8e12,
+    90: GPULimits(90, "H200 SXM", 65536, 228 * 1024, 1024, 2048, 32, 132, 1.98, 4.8e12, 989.4e12, 0.5, 5.5e12,
                   "CUDA C++ Programming Guide, compute capability 9.0 table (64K registers, 228 KB shared "
                   "memory per SM, 1 KB reserved per block, 2048 threads, 32 blocks); NVIDIA H100 whitepaper "
-                  "(132 SMs, 1.98 GHz max boost); H200 datasheet (4.8 TB/s)"),
-    80: GPULimits(80, "A100 80GB SXM", 65536, 164 * 1024, 1024, 2048, 32, 108, 1.41, 2.039e12,
+                  "(132 SMs, 1.98 GHz max boost); H200 datasheet (4.8 TB/s, 989 TF/s dense bf16); L2 ~5.5 TB/s "
+                  "assumed (Chips and Cheese's H100 PCIe microbenchmark, 2023; not measured here); mma.sync at half "
+                  "the dense peak assumed (only wgmma reaches the datasheet peak on Hopper; not measured here)"),
+    80: GPULimits(80, "A100 80GB SXM", 65536, 164 * 1024, 1024, 2048, 32, 108, 1.41, 2.039e12, 312e12, 1.0, 3.8e12,
                   "CUDA C++ Programming Guide, compute capability 8.0 table (64K registers, 164 KB shared "
                   "memory per SM, 1 KB reserved per block, 2048 threads, 32 blocks); NVIDIA A100 whitepaper "
-                  "(108 SMs, 1.41 GHz boost, 2,039 GB/s)"),
+                  "(108 SMs, 1.41 GHz boost, 2,039 GB/s, 312 TF/s dense bf16); L2 ~3.8 TB/s assumed "
+                  "(Chips and Cheese's A100 microbenchmark; not measured here)"),
 }
 
 # A warp scheduler rarely issues every cycle (dependent MUFU/shuffle latencies, barrier waits):
@@ -203,7 +209,11 @@ def sass_summary(sass: str, load_elem_bytes: int | None = None) -> dict:
     per thread; ties: the longer). With ``load_elem_bytes`` (the streamed element's size), the
     instructions per element of that loop: its instructions over the elements its loads bring in
     (robust to ptxas unrolling: an unrolled body loads proportionally more)."""
-    instrs = parse_sass(sass)
+    return sass_summary_of(parse_sass(sass), load_elem_bytes)
+
+
+def sass_summary_of(instrs: list[tuple[int, str]], load_elem_bytes: int | None = None) -> dict:
+    """``sass_summary`` of an already parsed listing."""
     ops = [t.split()[0] if t else "" for _, t in instrs]
     rec = {
         "sass_instructions": sum(1 for o in ops if o != "NOP"),
@@ -238,6 +248,77 @@ def sass_summary(sass: str, load_elem_bytes: int | None = None) -> dict:
     return rec
 
 
+_HGMMA = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)")
+_HMMA = re.compile(r"HMMA\.(\d\d)(\d)(\d+)")
+
+
+def mma_flops(texts: list[str], num_warps: int) -> float:
+    """Tensor-core flops one CTA does when it runs ``texts`` once: an ``HGMMA.MxNxK`` is one
+    warpgroup's 2*M*N*K (each of the CTA's num_warps / 4 warpgroups issues it), an
+    ``HMMA.16816`` one warp's 2*16*8*16 (each warp issues it)."""
+    flops = 0.0
+    for t in texts:
+        m = _HGMMA.match(t)
+        if m:
+            flops += 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) * max(1, num_warps // 4)
+            continue
+        m = _HMMA.match(t)
+        if m:
+            flops += 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) * num_warps
+    return flops
+
+
+def local_memory_in_loops(instrs: list[tuple[int, str]]) -> list[str]:
+    """Spill traffic inside a loop: each local load or store (``LDL`` / ``STL``) whose address lies
+    in a loop body (from a backward branch's target to the branch). Spills outside every loop (a
+    store before the loops, a load after them) cost once per program, not once per step."""
+    spans = loops(instrs)
+    return [f"{a:#06x} {t}" for a, t in instrs
+            if re.match(r"(LDL|STL)\b", t) and any(lo <= a <= hi for lo, hi in spans)]
+
+
+def mma_loop(instrs: list[tuple[int, str]], num_warps: int) -> dict:
+    """The innermost loop doing the most tensor-core work (of equal ones the shorter): its instructions, flops a CTA does per
+    trip and global bytes a thread loads per trip (``{}`` when no loop holds an MMA). Innermost:
+    an outer loop's span holds its inner loop's body once, not once per inner trip."""
+    best = None
+    spans = loops(instrs)
+    inner = [(s, e) for s, e in spans if not any((s, e) != (a, b) and s <= a and b <= e for a, b in spans)]
+    for start, end in inner:
+        b = body(instrs, start, end)
+        flops = mma_flops(b, num_warps)
+        # equal work: the shorter loop is the main one (a causal kernel's masked diagonal loop runs once)
+        if flops and (best is None or (flops, -len(b)) > (best["mma_loop_flops"], -best["mma_loop_instructions"])):
+            loaded = sum(_access_bytes(t.split()[0]) for t in b if _is_global_load(t.split()[0]))
+            best = {"mma_loop_instructions": len(b), "mma_loop_flops": flops, "mma_loop_load_bytes_per_thread": loaded,
+                    "mma_loop_hmma_flops": mma_flops([t for t in b if t.startswith("HMMA")], num_warps),
+                    "mma_loop_hgmma": sum(t.startswith("HGMMA") for t in b),
+                    "mma_loop_hmma": sum(t.startswith("HMMA") for t in b)}
+    return best or {}
+
+
+def tensor_prediction(arch: int, loop: dict, num_warps: int) -> dict:
+    """Tensor-core rate one CTA's main loop allows, per SM and cycle: the tensor cores need
+    flops / (peak per SM-cycle) cycles a trip (HMMA flops at ``hmma_share`` of the peak), issue needs instructions x warps / 4 schedulers
+    (with the ISSUE_HEADROOM), L2 needs the trip's LDG/LDGSTS bytes over its per-SM share. Upper:
+    the three overlap perfectly (the largest is the bound); predicted: the MMA and the issue of the
+    other instructions do not overlap (Triton waits each wgmma out before the softmax or epilogue
+    reads its accumulator), L2 overlapped. Resident CTAs scale every term alike, so they cancel."""
+    lim = GPU_LIMITS[arch]
+    per_cycle = lim.sms * lim.clock_ghz * 1e9
+    hmma = loop.get("mma_loop_hmma_flops", 0.0)
+    tc = (loop["mma_loop_flops"] - hmma + hmma / lim.hmma_share) / (lim.tc_flops_s / per_cycle)
+    issue = loop["mma_loop_instructions"] * num_warps / 4 * ISSUE_HEADROOM
+    l2 = loop["mma_loop_load_bytes_per_thread"] * 32 * num_warps / (lim.l2_bytes_s / per_cycle)
+    terms = {"tensor core": tc, "issue": issue, "L2": l2}
+    bound = max(terms, key=terms.get)
+    rate = loop["mma_loop_flops"] * per_cycle  # flops a cycle-per-trip turns into flops/s
+    upper = rate / terms[bound]
+    serial = rate / max(tc + issue, l2)
+    return {"bound": bound, "cycles_per_trip": {k: round(v, 1) for k, v in terms.items()},
+            "predicted_tflops": round(serial / 1e12, 1), "upper_tflops": round(upper / 1e12, 1)}
+
+
 def _width_counts(ops: list[str]) -> dict:
     counts: dict[str, int] = {}
     for o in ops:
@@ -254,6 +335,14 @@ def ptxas_facts(log: str) -> dict:
     assert regs and spills, log[-2000:]
     return {"registers": max(regs), "spill_bytes": max(int(s) + int(l) for s, l in spills),
             "stack_bytes": max(stack) if stack else 0}
+
+
+def ttgir_facts(ttgir: str) -> dict:
+    """Software pipelining read from the TTGIR: the ``num`` of each ``ttg.async_wait`` (copy groups
+    left in flight when it returns: 0 in the loop means each step waits for all of its loads) and
+    the count of async copies (cp.async issued by the pipeliner)."""
+    return {"async_wait_nums": [int(n) for n in re.findall(r"ttg\.async_wait\b[^\n]*?\{num = (\d+)", ttgir)],
+            "async_copies": ttgir.count("async_copy_global_to_local")}
 
 
 def ptx_facts(ptx: str) -> dict:

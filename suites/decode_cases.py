@@ -10,6 +10,8 @@ long tail's few sequences at long lengths late. Heads of Qwen2.5-7B and Qwen2.5-
 ``heads_kv``, ``head_dim``, ``progress`` (fraction of the rollout's iterations) and ``iteration``.
 
 Providers: ``ours`` (split-KV), ``ours-1split`` (no split: what splitting buys on skewed lengths),
+``ours-paged16`` / ``ours-paged256`` (the same cache in pages of 16 tokens, vLLM's default, or 256,
+scattered in a shuffled page pool with a block table, built outside the timing),
 ``torch-varlen`` (packed K/V of exactly the cached tokens, built outside the timing),
 ``flash-attn`` (``flash_attn_with_kvcache``) and ``sdpa-padded`` (masked SDPA over the padded
 cache). Every provider gets the same metadata: the cache lengths on the device and the cache's
@@ -37,6 +39,7 @@ GPU_DECODE_SLOTS = 256  # sequences one engine decodes at once (vLLM's default m
 DECODE_POINTS = (0.05, 0.3, 0.6, 0.9)  # fractions of the rollout's decode iterations
 CPU_DECODE_POINT = 0.3
 MAX_CACHE_BYTES = 48 << 30  # skip a contiguous K+V cache larger than this
+PAGED_PROVIDERS = {"ours-paged16": 16, "ours-paged256": 256}  # provider -> page size (tokens)
 
 
 @dataclass
@@ -92,6 +95,8 @@ def decode_shapes() -> tuple[DecodeShape, ...]:
 DECODE_PROVIDERS = [
     Provider("ours", kind="ours"),
     Provider("ours-1split", kind="ours"),
+    Provider("ours-paged16", kind="ours"),
+    Provider("ours-paged256", kind="ours"),
     Provider("torch-varlen", available=_torch_varlen_available),
     Provider("flash-attn", available=flash_attn_available),
     Provider("sdpa-padded", kind="baseline"),
@@ -136,7 +141,14 @@ def _bind(provider: str, s: DecodeShape):
 
         q, kc, vc, sl = inp.q, inp.k_cache, inp.v_cache, inp.seqlens
         b, lmax = len(s.kv_lens), max(s.kv_lens)
-        if provider in ("ours", "ours-1split"):
+        if provider in PAGED_PROVIDERS:
+            if 2 * _cache_bytes(s) > MAX_CACHE_BYTES:
+                pytest.skip(f"a paged copy of the cache would need {2 * _cache_bytes(s) / 2**30:.1f} GiB in all")
+            kp, vp, table = paged_cache(kc, vc, PAGED_PROVIDERS[provider], seed=1)
+            decode = family_module(kernels, FAMILY).decode_attention
+            call = lambda: decode(q, kp, vp, sl, block_table=table)  # noqa: E731
+            extra = {"kv_layout": "paged", "page_size": PAGED_PROVIDERS[provider]}
+        elif provider in ("ours", "ours-1split"):
             decode = family_module(kernels, FAMILY).decode_attention
             splits = {"num_splits": 1} if provider == "ours-1split" else {}
             call, extra = (lambda: decode(q, kc, vc, sl, **splits)), dict(splits)
@@ -184,6 +196,28 @@ def _bind(provider: str, s: DecodeShape):
                 return call()
         return Bound(fwd, extra)
     return bind
+
+
+def paged_cache(kc, vc, page: int, seed: int = 0):
+    """The contiguous cache ``[B, Lmax, Hkv, D]`` as a pool of ``page``-token pages in a shuffled
+    order (as a long-running engine's allocator leaves them) and the block table ``[B, pages]``
+    int32 that maps each sequence's pages back: ``decode_attention(..., block_table=table)`` on it
+    gives the contiguous cache's result."""
+    import torch
+
+    b, lmax, hkv, d = kc.shape
+    per_seq = -(-lmax // page)
+    pad = per_seq * page - lmax
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    perm = torch.randperm(b * per_seq, generator=gen).to(kc.device)  # slot j of the pool holds page perm[j]
+    table = torch.empty(b * per_seq, dtype=torch.int32, device=kc.device)
+    table[perm] = torch.arange(b * per_seq, dtype=torch.int32, device=kc.device)
+
+    def pool(cache):
+        full = torch.nn.functional.pad(cache, (0, 0, 0, 0, 0, pad)) if pad else cache
+        return full.reshape(b * per_seq, page, hkv, d)[perm].contiguous()
+
+    return pool(kc), pool(vc), table.reshape(b, per_seq)
 
 
 def _truth(s: DecodeShape):

@@ -15,7 +15,18 @@ How a round is timed (``Timer.round``):
 Launch gaps are measured and reported in ``extra_info``: ``empty_events_s`` (an event pair with
 nothing between: the floor of an event-timed round) and ``host_launch_s`` (host seconds to issue
 one launch, from the estimate rounds); when issuing takes longer than the device runs
-(``launch_bound``), event timings include host launch gaps, and a CUDA graph (short work) removes them.
+(``launch_bound``), event timings would include host launch gaps. A CUDA graph (short work) removes
+them; an event-timed round removes them with a device-side delay (nvbench's blocking kernel): a
+spin kernel of ``host_gap_delay_s`` (twice the host issue time, at least ``MIN_DELAY_S``) queued
+before the start event keeps the device busy while the host issues the work, so the work runs
+back to back. A round whose issue took longer than the delay may still hold a gap: it is flagged
+(``host_gap_rounds``: how many, ``host_gap_flags``: which).
+
+Warm-up (``warm_up``): the estimate rounds run until the timings settle rather than a fixed count:
+over the last ``SETTLE_WINDOW`` rounds the least-squares slope, times the window, is within
+``SETTLE_DRIFT`` of their median (a steady state: clocks, caches and allocator warmed; the slope
+criterion of nvbench's and tritonbench's ``--entropy-criterion`` stopping rules), or the warm-up
+spent ``WARMUP_MAX_S`` of device time / ``WARMUP_MAX_ROUNDS`` rounds (``warmup_settled``: false).
 
 Measuring window: the rounds of one benchmark are capped to ``WINDOW_S`` (2 s of device time by
 default, ``POLYTRACE_BENCH_WINDOW_S``), never below the rounds the gate needs: long windows
@@ -58,6 +69,12 @@ ESTIMATE_ROUNDS = 3  # event-timed single launches that choose events or graph
 MIN_GRAPH_OVER_EVENTS = 0.05  # a replay faster than this share of the event-timed launch lost work
 WINDOW_S = 2.0  # device seconds of timed rounds per benchmark at most (unless the gate needs more rounds)
 WINDOW_ENV = "POLYTRACE_BENCH_WINDOW_S"
+SETTLE_WINDOW = 8  # warm-up rounds whose trend decides that the timings settled
+SETTLE_DRIFT = 0.02  # allowed drift across the window: slope x window / median
+WARMUP_MAX_S = 1.0  # device seconds of warm-up at most
+WARMUP_MAX_ROUNDS = 200
+MIN_DELAY_S = 50e-6  # the shortest device-side delay queued before an event-timed round
+MAX_DELAY_S = 20e-3  # a host taking longer than this to issue one round is flagged, not hidden
 
 
 def env_seconds(env: str, default: float, *, zero_ok: bool) -> float:
@@ -80,6 +97,24 @@ def env_seconds(env: str, default: float, *, zero_ok: bool) -> float:
 def window_s() -> float:
     """The measuring window per benchmark: ``POLYTRACE_BENCH_WINDOW_S`` or ``WINDOW_S``."""
     return env_seconds(WINDOW_ENV, WINDOW_S, zero_ok=False)
+
+
+def drift(times: list[float]) -> float:
+    """Relative drift of ``times`` across their span: least-squares slope x (n - 1) / median."""
+    n = len(times)
+    if n < 2:
+        return math.inf
+    mean_i = (n - 1) / 2
+    mean_t = sum(times) / n
+    num = sum((i - mean_i) * (t - mean_t) for i, t in enumerate(times))
+    den = sum((i - mean_i) ** 2 for i in range(n))
+    med = statistics.median(times)
+    return abs(num / den) * (n - 1) / med if med > 0 else math.inf
+
+
+def settled(times: list[float], window: int = SETTLE_WINDOW, max_drift: float = SETTLE_DRIFT) -> bool:
+    """The last ``window`` timings hold no trend larger than ``max_drift`` of their median."""
+    return len(times) >= window and drift(times[-window:]) <= max_drift
 
 
 def capped_rounds(rounds: int, round_s: float, min_rounds: int, window: float | None = None) -> int:
@@ -177,6 +212,13 @@ class CudaBackend:
     def elapsed_s(self, start, end) -> float:
         return start.elapsed_time(end) / 1e3
 
+    def delay(self, seconds: float) -> None:
+        """Queue a spin kernel of about ``seconds`` on the current stream (cycles at 2 GHz: a
+        slower clock spins longer, which only widens the margin)."""
+        import torch
+
+        torch.cuda._sleep(int(seconds * 2e9))
+
     def flush_l2(self) -> None:
         """Evict the L2 by reading ``flush_bytes`` (a sum into a preallocated scalar): the lines it
         leaves are clean, so nothing is written back inside the next timed window."""
@@ -252,8 +294,12 @@ class Timer:
     ``sampler`` (called after each round, outside the events) returns an SM clock sample or None."""
 
     def __init__(self, b, work: Callable[[], object], plan: Plan, clock: DeviceClock = CLOCK,
-                 last: Callable[[], object] | None = None, last_copy: int = 0):
+                 last: Callable[[], object] | None = None, last_copy: int = 0,
+                 host_clock: Callable[[], float] = time.perf_counter, delay_s: float = 0.0):
         self.backend, self.work, self.plan, self.clock = b, work, plan, clock
+        self.host_clock = host_clock
+        self.delay_s = delay_s  # device-side delay queued before the start event (0: none)
+        self.gap_flags: list[bool] = []  # per timed round: the host's issue outlasted the delay
         self._start, self._end = b.event(), b.event()
         self._last = last
         self.last_copy = last_copy
@@ -267,10 +313,12 @@ class Timer:
         """Device seconds of one launch in one round (flushed, events around the work only)."""
         b = self.backend
         b.flush_l2()
+        if self.delay_s > 0:
+            b.delay(self.delay_s)
         self._start.record()
-        t0 = time.perf_counter()
+        t0 = self.host_clock()
         out = self.work()
-        self.host_s.append(time.perf_counter() - t0)
+        self.host_s.append(self.host_clock() - t0)
         self._end.record()
         b.sync()
         self._output = out
@@ -278,6 +326,11 @@ class Timer:
 
     def round(self) -> None:
         self.clock.advance(self.measure())
+        if self.plan.mode == "events":
+            # the delay hides the issue only while it lasts: a longer issue may have left a gap
+            self.gap_flags.append(self.host_s[-1] > self.delay_s)
+            self.plan.notes["host_gap_rounds"] = sum(self.gap_flags)
+            self.plan.notes["host_gap_flags"] = list(self.gap_flags)
         self.rounds_wall.append(time.perf_counter())
         if self.sampler is not None:
             got = self.sampler()
@@ -324,7 +377,8 @@ def tensor_bytes(obj, _depth: int = 0) -> int:
 
 def plan_timer(fn: Callable[[], object], *, b=None, graph_ok: bool = True, input_bytes: int = 0,
                output_bytes: int = 0, more_bound: Callable[[int], list[Callable[[], object]]] | None = None,
-               force: str | None = None, clock: DeviceClock = CLOCK) -> Timer:
+               force: str | None = None, clock: DeviceClock = CLOCK,
+               host_clock: Callable[[], float] = time.perf_counter) -> Timer:
     """Choose how ``fn`` (already warmed up) is timed and return its Timer.
 
     ``input_bytes``: bytes one launch reads (its inputs); ``output_bytes``: bytes one launch
@@ -333,14 +387,15 @@ def plan_timer(fn: Callable[[], object], *, b=None, graph_ok: bool = True, input
     b = b or backend()
     if b.kind == "host":
         return Timer(b, fn, Plan("host", l2="n/a"), clock)
-    probe = Timer(b, fn, Plan("events"), clock)
-    estimate = statistics.median(probe.measure() for _ in range(ESTIMATE_ROUNDS))
-    host_launch = statistics.median(probe.host_s)
+    probe = Timer(b, fn, Plan("events"), clock, host_clock=host_clock)
+    times, warm = warm_up(probe)
+    estimate = statistics.median(times[-ESTIMATE_ROUNDS:])
+    host_launch = statistics.median(probe.host_s[-ESTIMATE_ROUNDS:])
     gaps = {"empty_events_s": probe.empty_events_s(), "host_launch_s": host_launch,
-            "launch_bound": bool(host_launch > estimate)}
+            "launch_bound": bool(host_launch > estimate), **warm}
     want_graph = force == "graph" or (force is None and graph_ok and estimate < GRAPH_BELOW_S)
     if not (want_graph and b.graphs):
-        return Timer(b, fn, Plan("events", estimate_s=estimate, notes=dict(gaps)), clock)
+        return _events_timer(b, fn, estimate, gaps, clock, host_clock)
     n = math.ceil(round(GRAPH_REPLAY_S / max(estimate, 1e-7), 6))  # round: 1 ms / 20 us is 50, not 50.0000001
     if output_bytes > 0:
         n = min(n, max(1, GRAPH_OUTPUT_BYTES // output_bytes))
@@ -370,7 +425,7 @@ def plan_timer(fn: Callable[[], object], *, b=None, graph_ok: bool = True, input
     except Exception as exc:  # noqa: BLE001 - a host sync in the provider: events it is, said so
         b.sync()
         notes["graph_fallback"] = f"{type(exc).__name__}: {exc}"[:300]
-        return Timer(b, fn, Plan("events", estimate_s=estimate, notes=notes), clock)
+        return _events_timer(b, fn, estimate, notes, clock, host_clock)
     timer = Timer(b, replay, Plan("graph", launches=n, copies=len(fns), l2=l2, estimate_s=estimate, notes=notes),
                   clock, last=lambda: last_out[0], last_copy=(n - 1) % len(fns))
     # A graph removes launch gaps (eager code of many small kernels can replay several times faster
@@ -381,5 +436,32 @@ def plan_timer(fn: Callable[[], object], *, b=None, graph_ok: bool = True, input
     if ratio < MIN_GRAPH_OVER_EVENTS:
         notes["graph_fallback"] = (f"a replay took {ratio:.3f}x the event-timed launch: work escaped the capture; "
                                    "timed with events")
-        return Timer(b, fn, Plan("events", estimate_s=estimate, notes=notes), clock)
+        return _events_timer(b, fn, estimate, notes, clock, host_clock)
     return timer
+
+
+def warm_up(probe: Timer) -> tuple[list[float], dict]:
+    """Event-timed rounds of ``probe`` until ``settled`` (at least ``SETTLE_WINDOW``, at most
+    ``WARMUP_MAX_ROUNDS`` rounds or ``WARMUP_MAX_S`` device seconds): the per-launch times and
+    what happened (rounds, settled or not, the last window's drift)."""
+    times: list[float] = []
+    spent = 0.0
+    while True:
+        times.append(probe.measure())
+        spent += times[-1] * probe.plan.launches
+        if settled(times) or len(times) >= WARMUP_MAX_ROUNDS or (spent >= WARMUP_MAX_S and len(times) >= 3):
+            break
+    window = times[-SETTLE_WINDOW:]
+    return times, {"warmup_rounds": len(times), "warmup_settled": settled(times),
+                   "warmup_drift": round(drift(window), 4) if len(window) >= 2 else None}
+
+
+def _events_timer(b, fn, estimate: float, notes: dict, clock: DeviceClock, host_clock) -> Timer:
+    """An event-timed Timer whose rounds start behind a device-side delay covering twice the
+    host's issue time (when the backend can delay), so host launch gaps stay out of the window."""
+    delay = 0.0
+    if hasattr(b, "delay"):
+        delay = min(MAX_DELAY_S, max(MIN_DELAY_S, 2 * notes.get("host_launch_s", 0.0)))
+        notes = {**notes, "host_gap_delay_s": delay}
+    return Timer(b, fn, Plan("events", estimate_s=estimate, notes=dict(notes)), clock, host_clock=host_clock,
+                 delay_s=delay)

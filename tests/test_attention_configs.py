@@ -125,18 +125,24 @@ def test_decode_with_gpu_default_split_count(head_dim, cfg, gpu):
     assert rec.one("decode_combine_kernel").args["N_SPLITS_POW2"] == n_splits
 
 
+def _paged_inputs(lens, pages_per_seq, page, hq, hkv, d, seed):
+    """fp16 query and a page pool in a shuffled order, with its block table ``[B, pages_per_seq]``."""
+    gen = torch.Generator().manual_seed(seed)
+    n_pages = len(lens) * pages_per_seq
+    table = torch.randperm(n_pages, generator=gen).reshape(len(lens), pages_per_seq).to(torch.int32)
+    kp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    vp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
+    q = torch.randn(len(lens), hq, d, generator=gen).half()
+    return q, kp, vp, table
+
+
 def test_decode_many_splits_paged_with_gpu_blocks():
     """Paged cache (16-token pages, so a 64-key block spans four pages) split 32 ways."""
     cfg = default_decode_config(64, capability=(9, 0))
     num_splits = 32
     lens, page, hkv, hq, d = [2000, 17, 0, 700], 16, 2, 4, 64
     pages_per_seq = 2048 // page
-    gen = torch.Generator().manual_seed(5)
-    n_pages = len(lens) * pages_per_seq
-    table = torch.randperm(n_pages, generator=gen).reshape(len(lens), pages_per_seq).to(torch.int32)
-    kp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
-    vp = torch.randn(n_pages, page, hkv, d, generator=gen).half()
-    q = torch.randn(len(lens), hq, d, generator=gen).half()
+    q, kp, vp, table = _paged_inputs(lens, pages_per_seq, page, hq, hkv, d, seed=5)
     with watch_kernels() as rec:
         check_decode(q, kp, vp, torch.tensor(lens, dtype=torch.int32), block_table=table, num_splits=num_splits,
                      config={"BLOCK_N": cfg["BLOCK_N"], "num_stages": cfg["num_stages"]})
@@ -168,3 +174,57 @@ def test_decode_many_rows_run_in_a_single_launch():
         check_decode(q, kc, vc, lens, config={"SPLIT_TOKENS": 0})
     assert rec.one("decode_split_kernel").grid == (1, batch * hkv)
     assert rec.of("decode_combine_kernel") == []
+
+
+# ---- tuning candidates that fit shared memory (a pure function: no compile) ----------------
+
+def test_fwd_shared_bytes_matches_the_compiled_tiles():
+    # triton.compile metadata for sm_90a (triton 3.9, bf16), results/static/triton-3.9.0.json
+    from polytrace_kernels.attention.configs import fwd_shared_bytes
+
+    cases = [({"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, 128, 128 * 1024),
+             ({"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3}, 64, 64 * 1024),
+             ({"BLOCK_M": 64, "BLOCK_N": 64, "num_stages": 3}, 128, 112 * 1024),
+             ({"BLOCK_M": 64, "BLOCK_N": 32, "num_stages": 1}, 256, 48 * 1024)]
+    for cfg, d, want in cases:
+        assert fwd_shared_bytes(cfg, d, torch.bfloat16) == want, (cfg, d)
+    assert fwd_shared_bytes({"BLOCK_M": 64, "BLOCK_N": 32, "num_stages": 2}, 128, torch.float32) == 96 * 1024
+
+
+@pytest.mark.parametrize("d, cap, dropped", [(64, (9, 0), 0), (128, (9, 0), 4), (256, (9, 0), 18),
+                                             (128, (8, 0), 8), (128, (8, 6), 20), (128, (8, 9), 20)])
+def test_tuning_candidates_drop_what_cannot_fit(d, cap, dropped):
+    from polytrace_kernels.attention.configs import (
+        TUNING_SPACE,
+        fwd_shared_bytes,
+        smem_per_block,
+        tuning_candidates,
+    )
+
+    total = math.prod(len(v) for v in TUNING_SPACE.values())
+    kept = tuning_candidates(d, torch.bfloat16, cap)
+    assert total == 36 and len(kept) == total - dropped
+    limit = smem_per_block(cap)
+    assert all(fwd_shared_bytes(c, d) <= limit for c in kept)
+    # the largest tile kept at D=128 on sm_90: 128x128 with 3 stages (224 KB of 227); 4 stages do not fit
+    if (d, cap) == (128, (9, 0)):
+        big = {"BLOCK_M": 128, "BLOCK_N": 128}
+        assert any(c.items() >= dict(big, num_stages=3).items() for c in kept)
+        assert not any(c.items() >= dict(big, num_stages=4).items() for c in kept)
+
+
+@pytest.mark.parametrize("page", [8, 64])
+def test_paged_decode_over_many_block_table_chunks(monkeypatch, page):
+    """The paged split reads its block-table slice a chunk at a time: chunks of 32 tokens here
+    (4 pages of 8, or one page of 64 rounded to a whole page), splits of 48 tokens (so a split
+    starts inside a chunk, and inside a page of 64) and 16-key tiles: every key is counted once."""
+    from polytrace_kernels.attention import api
+
+    monkeypatch.setattr(api, "DECODE_CHUNK_TOKENS", 32)
+    lens, hkv, hq, d, max_pages = [190, 47, 0, 64, 1], 1, 2, 16, 256 // page
+    q, kp, vp, table = _paged_inputs(lens, max_pages, page, hq, hkv, d, seed=11)
+    with watch_kernels() as rec:
+        check_decode(q, kp, vp, torch.tensor(lens, dtype=torch.int32), block_table=table,
+                     config={"BLOCK_N": 16, "SPLIT_TOKENS": 48})
+    args = rec.one("decode_split_kernel").args
+    assert args["CHUNK_PAGES"] == {8: 4, 64: 1}[page] and rec.one("decode_split_kernel").grid[0] == 6

@@ -73,12 +73,91 @@ def test_sass_summary_reads_the_hot_loop():
 
 
 def test_violations_name_each_missed_floor():
-    rec = {"spill_bytes": 8, "ctas_per_sm": 1, "occupancy_limiter": "registers", "instructions_per_element": 14.0,
-           "floors": {"max_spill_bytes": 0, "min_ctas_per_sm": 2, "max_instructions_per_element": 12.9}}
+    rec = {"spill_bytes": 8, "spills_in_loops": ["0x0040 LDL R3, [R1]"], "ctas_per_sm": 1,
+           "occupancy_limiter": "registers", "instructions_per_element": 14.0,
+           "floors": {"max_spill_ops_in_loops": 0, "min_ctas_per_sm": 2, "max_instructions_per_element": 12.9}}
     bad = R.violations(rec)
-    assert len(bad) == 3 and "spills 8" in bad[0] and "1 CTA/SM < floor 2" in bad[1] and "budget 12.9" in bad[2]
-    ok = dict(rec, spill_bytes=0, ctas_per_sm=2, instructions_per_element=12.9)
+    assert len(bad) == 3 and "1 spill" in bad[0] and "1 CTA/SM < floor 2" in bad[1] and "budget 12.9" in bad[2]
+    # spill bytes outside loops are no violation: only the loads/stores inside a loop body count
+    ok = dict(rec, spill_bytes=96, spills_in_loops=[], ctas_per_sm=2, instructions_per_element=12.9)
     assert R.violations(ok) == []
+
+
+SPILL_SASS = """
+        /*0000*/                   STL [R1+0x4], R20 ;
+        /*0010*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], R24 ;
+        /*0020*/                   LDL R3, [R1+0x4] ;
+        /*0030*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+        /*0040*/              @!P1 BRA 0x10 ;
+        /*0050*/                   LDL.64 R6, [R1+0x8] ;
+        /*0060*/                   STL.128 [R1+0x10], R8 ;
+        /*0070*/                   EXIT ;
+"""
+
+
+def test_spill_traffic_counts_only_inside_loops():
+    instrs = S.parse_sass(SPILL_SASS)
+    assert S.loops(instrs) == [(0x10, 0x40)]
+    inside = S.local_memory_in_loops(instrs)
+    assert inside == ["0x0020 LDL R3, [R1+0x4]"]  # the STL before and the LDL/STL after the loop are not
+    no_loop = S.parse_sass(SPILL_SASS.replace("@!P1 BRA 0x10", "@!P1 BRA 0x70"))  # a forward branch
+    assert S.local_memory_in_loops(no_loop) == []
+
+
+def test_mma_flops_and_the_main_loop_prediction():
+    instrs = S.parse_sass(SPILL_SASS)
+    # HGMMA 64x128x16 per warpgroup (2 of 8 warps) + HMMA m16n8k16 per warp (8)
+    assert S.mma_flops(["HGMMA.64x128x16.F32.BF16 R24", "HMMA.16816.F32.BF16 R4"], 8) == \
+        2 * 64 * 128 * 16 * 2 + 2 * 16 * 8 * 16 * 8
+    loop = S.mma_loop(instrs, 8)
+    assert loop["mma_loop_instructions"] == 4 and loop["mma_loop_hgmma"] == 1 and loop["mma_loop_hmma"] == 1
+    lim = S.GPU_LIMITS[90]
+    pred = S.tensor_prediction(90, {"mma_loop_flops": 4096.0 * 1000, "mma_loop_instructions": 500,
+                                    "mma_loop_load_bytes_per_thread": 0}, 8)
+    tc = 4096.0 * 1000 / (lim.tc_flops_s / (lim.sms * lim.clock_ghz * 1e9))
+    issue = 500 * 8 / 4 * S.ISSUE_HEADROOM
+    assert pred["bound"] == ("issue" if issue > tc else "tensor core")
+    assert pred["predicted_tflops"] == pytest.approx(lim.tc_flops_s * tc / (tc + issue) / 1e12, abs=0.06)
+    assert pred["upper_tflops"] == pytest.approx(lim.tc_flops_s * tc / max(tc, issue) / 1e12, abs=0.06)
+    # the same work on mma.sync: tensor-core cycles over the share of the peak HMMA reaches on sm_90
+    hm = S.tensor_prediction(90, {"mma_loop_flops": 4096.0 * 1000, "mma_loop_hmma_flops": 4096.0 * 1000,
+                                  "mma_loop_instructions": 1, "mma_loop_load_bytes_per_thread": 0}, 8)
+    assert lim.hmma_share < 1 and hm["cycles_per_trip"]["tensor core"] == pytest.approx(tc / lim.hmma_share, abs=0.1)
+    assert hm["upper_tflops"] == pytest.approx(lim.tc_flops_s * lim.hmma_share / 1e12, abs=0.1)
+
+
+def test_specs_specialise_as_the_launch_does():
+    import static_kernels as SK
+
+    sig = {"a": "*bf16", "K": "i32", "M": "i32", "one": "i32", "x": "fp32"}
+    got_sig, consts, aligned = SK.specialise(sig, {"B": 4}, {"K": 65408, "M": 4099, "one": 1})
+    assert "one" not in got_sig and consts == {"B": 4, "one": 1} and aligned == ["a", "K"]
+    with pytest.raises(AssertionError, match="no launch value"):
+        SK.specialise(sig, {}, {"K": 16})
+    specs = {s.name: s for s in SK.specs(90)}
+    # the launched matmul_accumulate: K (the vocabulary chunk) and N (hidden) divisible by 16
+    acc = specs["linear-accumulate-bf16"]
+    assert {"K", "N", "stride_am", "stride_bk", "stride_cm"} <= set(acc.aligned) and "M" not in acc.aligned
+    dl = specs["linear-dlogits-bf16"]
+    assert {"v_start", "chunk_cols", "hidden_size", "vocab_size"} <= set(dl.aligned) and "n_rows" not in dl.aligned
+    assert specs["pack-F1-fp32"].consts["F"] == 1 and "F" not in specs["pack-F1-fp32"].sig
+    assert {s.anchor for s in specs.values()} >= {"fa3-fwd-16k", "fa3-bwd-16k", "flashmla-decode", "copy",
+                                                   "cublas-gemm"}
+    assert {"decode-split-paged16-d128-g8", "decode-split-paged256-d128-g8"} <= set(specs)
+
+
+def test_backward_prediction_counts_fa3s_five_matmuls():
+    recs = {}
+    for arch in ("sm_90", "sm_80"):
+        recs[f"attn-dkdv-causal-d128@{arch}"] = {"name": "attn-dkdv-causal-d128", "arch": arch,
+                                                "prediction": {"predicted_tflops": 400.0, "upper_tflops": 800.0}}
+        recs[f"attn-dq-causal-d128@{arch}"] = {"name": "attn-dq-causal-d128", "arch": arch,
+                                              "prediction": {"predicted_tflops": 300.0, "upper_tflops": 600.0}}
+    got = R.backward_predictions(recs)
+    assert set(got) == {"attn-bwd-causal-d128@sm_90"}  # FA3's figure is an H100's: no sm_80 fraction
+    got = got["attn-bwd-causal-d128@sm_90"]
+    assert got["predicted_tflops"] == pytest.approx(5 / (4 / 400 + 3 / 300), abs=0.05)
+    assert got["fraction_of_anchor"] == round(got["predicted_tflops"] / 561.0, 2)
 
 
 # ---- the committed data --------------------------------------------------------------------
@@ -150,7 +229,7 @@ for name in ("logprob-fwd-entropy", "pack-F4096-bf16"):
             for st in (1, 4)]
     out["stages"][name] = sass[0] == sass[1]
 for name in ("attn-fwd-causal-d128", "attn-dkdv-causal-d128", "attn-dq-causal-d128", "decode-split-contig-d128-g8",
-             "decode-split-paged-d128-g8"):
+             "decode-split-paged16-d128-g8"):
     s = specs[name]
     ck = S.compile_kernel(s.fn, s.sig, s.consts, s.aligned, 90, s.num_warps, s.num_stages)
     out["int32"][name] = S.int32_position_products(ck.asm["ttir"])

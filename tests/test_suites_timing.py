@@ -218,3 +218,92 @@ def test_percent_of_peak_only_on_the_cases_roofline(monkeypatch):
     assert b.extra_info["pct_peak_bf16"] == pytest.approx(50.0) and "pct_peak_hbm" not in b.extra_info
     with pytest.raises(ValueError, match="duplicate benchmark id"):
         harness.record(FakeBenchmark(), gemm)
+
+
+# ---- warm-up until the timings settle; host gaps hidden by a device-side delay, else flagged ----
+
+
+def test_drift_is_the_trend_across_the_window_relative_to_the_median():
+    assert timing.drift([1.0] * 8) == 0.0
+    # 1.00, 1.01, ..., 1.07: slope 0.01 a round, 0.07 across the window, median 1.035
+    assert timing.drift([1.0 + 0.01 * i for i in range(8)]) == pytest.approx(0.07 / 1.035, rel=1e-9)
+    assert timing.settled([1.0] * 8) and not timing.settled([1.0] * 7)  # a full window first
+    assert not timing.settled([1.0 + 0.01 * i for i in range(8)])  # 6.8% drift > 2%
+
+
+class HostClockDevice(FakeDevice):
+    """A fake device that can delay (a spin kernel before the start event) and a host clock the
+    work advances by ``issue_s`` (the host's time to issue it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.host = 0.0
+        self.issue_s = 1e-6
+        self.delays = []
+
+    def delay(self, seconds):
+        self.log.append("delay")
+        self.delays.append(seconds)
+        self.now += seconds  # before the start event: never inside the window
+
+    def work(self, seconds, tag="work"):
+        def fn():
+            self.log.append(tag)
+            self.now += seconds
+            self.host += self.issue_s
+        return fn
+
+
+def test_warm_up_runs_until_the_timings_settle():
+    dev = FakeDevice()
+    calls = []
+
+    def cooling():  # 30% slower at first, settling over ~20 launches (clocks ramping, caches warming)
+        calls.append(1)
+        dev.now += 300e-6 * (1 + 0.3 * math.exp(-len(calls) / 4))
+
+    timer = timing.plan_timer(cooling, b=dev, clock=timing.DeviceClock())
+    notes = timer.plan.notes
+    assert notes["warmup_settled"] and notes["warmup_drift"] <= timing.SETTLE_DRIFT
+    assert timing.SETTLE_WINDOW < notes["warmup_rounds"] < 40 and notes["warmup_rounds"] == len(calls)
+    assert timer.plan.estimate_s == pytest.approx(300e-6, rel=0.01)  # the settled time, not the cold one
+    steady = FakeDevice()
+    timer = timing.plan_timer(steady.work(300e-6), b=steady, clock=timing.DeviceClock())
+    assert timer.plan.notes["warmup_rounds"] == timing.SETTLE_WINDOW  # no trend: one window is enough
+
+
+def test_warm_up_that_never_settles_stops_at_its_budget_and_says_so():
+    dev = FakeDevice()
+    n = []
+
+    def drifting():  # 1% slower every launch (a throttling device)
+        n.append(1)
+        dev.now += 5e-3 * 1.01 ** len(n)
+
+    timer = timing.plan_timer(drifting, b=dev, clock=timing.DeviceClock())
+    notes = timer.plan.notes
+    assert not notes["warmup_settled"] and notes["warmup_drift"] > timing.SETTLE_DRIFT
+    spent = sum(5e-3 * 1.01 ** (i + 1) for i in range(len(n)))
+    assert len(n) < timing.WARMUP_MAX_ROUNDS and spent >= timing.WARMUP_MAX_S > spent - 5e-3 * 1.01 ** len(n)
+
+
+def test_event_rounds_start_behind_a_delay_and_flag_rounds_it_did_not_cover():
+    dev = HostClockDevice()
+    clock = timing.DeviceClock()
+    dev.issue_s = 100e-6  # the host takes 100 us to issue 300 us of work
+    timer = timing.plan_timer(dev.work(300e-6), b=dev, clock=clock, host_clock=lambda: dev.host)
+    assert timer.plan.mode == "events"
+    assert timer.delay_s == pytest.approx(200e-6) == timer.plan.notes["host_gap_delay_s"]  # twice the issue
+    dev.log.clear()
+    timer.round()
+    dev.issue_s = 250e-6  # a slow issue (a host hiccup): longer than the delay, so possibly a gap
+    timer.round()
+    dev.issue_s = 100e-6
+    timer.round()
+    assert dev.log == ["flush", "delay", "event", "work", "event"] * 3
+    assert clock() == pytest.approx(3 * 300e-6, rel=1e-12)  # the delay is never timed
+    assert timer.plan.notes["host_gap_rounds"] == 1 and timer.plan.notes["host_gap_flags"] == [False, True, False]
+    assert timer.plan.info()["host_gap_rounds"] == 1
+    # a fast host still gets the floor delay; a device that cannot delay gets none (and no flags lie)
+    dev2 = HostClockDevice()
+    assert timing.plan_timer(dev2.work(300e-6), b=dev2, host_clock=lambda: dev2.host).delay_s == timing.MIN_DELAY_S

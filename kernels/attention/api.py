@@ -269,6 +269,20 @@ def choose_split_tokens(batch: int, heads_kv: int, max_len: int, block_n: int, n
     return min(split, whole)
 
 
+# Block-table entries a paged split reads at once, before its key loop: 1024 tokens' worth (64
+# int32 at vLLM's 16-token pages, 4 at 256), a power of two (tl.arange), and a whole number of key
+# tiles (so no tile straddles two chunks).
+DECODE_CHUNK_TOKENS = 1024
+
+
+def decode_chunk_pages(page_size: int, block_n: int) -> int:
+    """Pages per block-table chunk of the paged decode (see DECODE_CHUNK_TOKENS)."""
+    pages = 1 << max(0, (_cdiv(DECODE_CHUNK_TOKENS, page_size) - 1).bit_length())
+    while (pages * page_size) % block_n:
+        pages *= 2
+    return pages
+
+
 def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, block_table=None,
                      num_splits: int | None = None, return_lse: bool = False, config: dict | None = None,
                      check_inputs: bool = True):
@@ -375,7 +389,8 @@ def _decode(q, k_cache, v_cache, cache_seqlens, block_table, max_len: int, page_
         *part_strides, *lse_strides, block_table.stride(0) if paged else 0,
         scale * LOG2E, hkv, group, split_tokens, max_len,
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g, BLOCK_N=block_n, PAGE_SIZE=page_size, PAGED=paged,
-        SINGLE_SPLIT=single, EVEN_D=block_d == d, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        SINGLE_SPLIT=single, EVEN_D=block_d == d, CHUNK_PAGES=decode_chunk_pages(page_size, block_n) if paged else 1,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not single:
         pow2 = 1 << (n_splits - 1).bit_length()
         decode_combine_kernel[(batch * hq,)](

@@ -38,6 +38,47 @@ TUNING_SPACE = {
 }
 
 
+# Shared memory a block may use (opt-in maximum, bytes), by compute capability: CUDA C++
+# Programming Guide, "Features and Technical Specifications" (9.0: 227 KB, 8.0: 163 KB, 8.6 / 8.9:
+# 99 KB, 7.5: 64 KB).
+_SMEM_PER_BLOCK = {(9, 0): 227 * 1024, (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (7, 5): 64 * 1024}
+
+
+def fwd_shared_bytes(config: dict, head_dim: int, dtype=torch.bfloat16) -> int:
+    """Shared memory the forward's tile takes: the Q tile plus ``num_stages`` K and V tiles (one
+    K-or-V buffer with a single stage). Matches triton.compile's metadata for sm_90a (3.9, bf16):
+    128x64 / 3 stages 128 KB at D=128 and 64 KB at D=64; 64x64 / 3 stages 112 KB at D=128; 64x32 /
+    1 stage 48 KB at D=256 (scripts/static_report.py). A pure function of the config: no compile."""
+    elem = torch.empty((), dtype=dtype).element_size()
+    bd = _block_d(head_dim)
+    q = config["BLOCK_M"] * bd * elem
+    kv = config["BLOCK_N"] * bd * elem
+    stages = int(config.get("num_stages", 1))
+    return q + (2 * stages * kv if stages > 1 else kv)
+
+
+def smem_per_block(capability: tuple[int, int]) -> int:
+    """Opt-in shared memory per block of a capability (the nearest known one at or below it)."""
+    known = [c for c in sorted(_SMEM_PER_BLOCK) if c <= tuple(capability)]
+    return _SMEM_PER_BLOCK[known[-1] if known else min(_SMEM_PER_BLOCK)]
+
+
+def tuning_candidates(head_dim: int, dtype=torch.bfloat16, capability: tuple[int, int] = (9, 0)) -> list[dict]:
+    """Every forward config of ``TUNING_SPACE`` whose tile fits the GPU's shared memory, in the
+    space's order: the ones that cannot fit are dropped before anything compiles (at D=128 on
+    sm_90 4 of 36 do not fit, at D=256 18 of 36)."""
+    import itertools
+
+    keys = sorted(TUNING_SPACE)
+    limit = smem_per_block(capability)
+    out = []
+    for values in itertools.product(*(TUNING_SPACE[k] for k in keys)):
+        cfg = dict(zip(keys, values))
+        if fwd_shared_bytes(cfg, head_dim, dtype) <= limit:
+            out.append(cfg)
+    return out
+
+
 def tuning_bucket(head_dim: int, dtype, causal: bool = True, group: int = 1) -> str:
     """Bucket of the forward's tuned config. Deliberately independent of the batch (lengths,
     token count): block sizes fixed by head dim and dtype keep a sequence's result bitwise the
@@ -74,6 +115,14 @@ def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
     if head_dim <= 64:
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     if head_dim <= 128:
+        if capability is None or tuple(capability) >= (9, 0):
+            # 128x128 / 8 warps / 2 stages (sm_90a, bf16): 0 B spilled, 234-238 registers, 160 KB;
+            # its main loop takes 9.47 / 9.06 SASS instructions per score element a thread holds
+            # (606 / 580 a step, triton 3.9 / 3.6, causal) against 13.44 / 12.69 for 128x64 / 3
+            # stages: the softmax's per-row work (max, sum, rescale) is shared by twice the keys.
+            # scripts/static_report.py predicts 1.01 / 1.03 of FA3's 616 TF/s against 0.87 / 0.90.
+            return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
+        # sm_80: 128x64 / 3 stages (128 KB of the A100's 163 KB); not re-searched on mma.sync
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     # D=256: 2 stages spilled 112 B a thread (sm_90a, triton 3.9, 255 registers); one stage: 0 B,
     # 235 registers, 48 KB shared memory, two CTAs per SM (scripts/static_report.py). On sm_80 the
@@ -108,18 +157,25 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
     ``capability`` is the GPU's compute capability (``varlen_attention`` passes the device's);
     None means Hopper's choice. Depends on head dim and device only, never on the batch.
 
-    Hopper (>= 9.0), tiles for which ptxas (sm_90a, triton 3.9, compiled offline) reports no spill
-    or almost none (D=128: dK/dV 32x128 on 8 warps 255 registers, 4 B spilled; dQ 128x32 on 8 warps
-    176 registers. D=64: dK/dV 32x128 on 8 warps 182; dQ 128x64 on 8 warps 132).
+    Hopper (>= 9.0): tiles whose main loops run on wgmma (HGMMA) with no spill load or store
+    inside any loop (spills before or after the loops cost once per program), read from the SASS
+    by scripts/static_report.py (sm_90a, triton 3.6 and 3.9, bf16, causal and not):
+    D=64:  dK/dV 32x128 / 8 warps / 3 stages: 12 HGMMA a step, 0 B; dQ 128x64 / 8 warps / 3 stages.
+    D=128: dK/dV 32x128 / 8 warps / 3 stages: 20 HGMMA a step, 255 registers, 16-88 B (3.9) /
+           16-96 B (3.6) spilled, none inside a loop (2 stages: 14 spill ops inside the loop);
+           dQ 128x64 / 8 warps / 2 stages: 20 HGMMA, 0 B, 128 KB (was 64x32 on mma.sync and dQ N=32).
+    D=256: dQ 64x64 / 8 warps / 2 stages: 68 HGMMA, 0-96 B, none inside a loop, 192 KB. dK/dV stays
+           32x32 / 8 warps / 1 stage on mma.sync (0 B): every wgmma tile tried (16-64 x 64, 4-8
+           warps, 1-3 stages) spills 47-153 loads/stores inside the loop, its two [64, 256] fp32
+           accumulators alone taking 128 registers a thread at 8 warps.
 
     Below 9.0 (A100 and the other Ampere/Ada parts) the Hopper dK/dV tile spills on sm_80: D=128
     32x128/8 warps/3 stages 64 B (full) / 120 B (causal) per thread under triton 3.9, 168 / 344 B
-    under 3.6. ``_SM80_DKDV`` holds the offline search's picks; see the comment there. The dQ tiles
-    above do not spill on sm_80 (0 B, both versions, causal and not, fp16 and bf16) and are the
-    largest that don't (dQ 128x64 at D=128 spills 84 B or more at every warps/stages setting), so dQ
-    is the same on every GPU. D > 128 keeps one choice everywhere (not searched: on sm_80 its dK/dV
-    spills 0-12 B full, 72-104 B causal). Not yet timed on a GPU. A ``capability`` always gives that
-    GPU's tiles (also in the interpreter, where the CPU tests run them)."""
+    under 3.6. ``_SM80_DKDV`` holds the offline search's picks; see the comment there. The sm_80 dQ
+    tiles (64 keys at D=64, 32 at D=128, 16 at D > 128) do not spill (0 B, both versions, causal
+    and not, fp16 and bf16; dQ 128x64 at D=128 spills 84 B or more at every warps/stages setting
+    there). Not yet timed on a GPU. A ``capability`` always gives that GPU's tiles (also in the
+    interpreter, where the CPU tests run them)."""
     on_cuda = _on_gpu(on_cuda, capability)
     if not on_cuda:
         return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DKDV_WARPS": 4, "DKDV_STAGES": 1,
@@ -128,20 +184,17 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
     elif head_dim <= 128:
-        # dK/dV 32x128 on 8 warps with 3 stages spilled 16 B (causal) / 48 B (full) a thread under
-        # triton 3.9's ptxas (--regAllocOptLevel=2), 168 B with 2 stages; 32x64 with 3 stages is
-        # spill-free under 3.9 but spills 16 B causal under 3.6; 64x32 with 3 stages: 0 B under both
-        # (3.9: 202 / 255 registers causal / full, 85 KB shared). The key tile is narrower (each
-        # step re-reads Q and dO for 32 keys) in exchange for no spill on either version.
-        cfg = {"DKDV_BLOCK_M": 64, "DKDV_BLOCK_N": 32, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
-               "DQ_BLOCK_N": 32, "DQ_WARPS": 8, "DQ_STAGES": 3}
+        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+               "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 2}
     else:
-        # D=256: 16x64 on 8 warps, 2 stages spilled 512-520 B a thread (sm_90a, triton 3.9); 32x32,
-        # 8 warps, 1 stage: 0 B, 208 registers, 80 KB shared memory (16x32 / 4 warps: 208 B)
-        return {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 32, "DKDV_WARPS": 8, "DKDV_STAGES": 1,
-                "DQ_BLOCK_N": 16, "DQ_WARPS": 8, "DQ_STAGES": 2}
+        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 32, "DKDV_WARPS": 8, "DKDV_STAGES": 1,
+               "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 2}
     if capability is not None and tuple(capability) < (9, 0):
+        if head_dim > 128:  # dQ 64 keys at D=256 is Hopper's (192 KB): 16 keys / 2 stages on sm_80
+            return dict(cfg, DQ_BLOCK_N=16)
         cfg.update(_SM80_DKDV[64 if head_dim <= 64 else 128])
+        if head_dim > 64:
+            cfg.update(DQ_BLOCK_N=32, DQ_STAGES=3)
     return cfg
 
 

@@ -420,6 +420,24 @@ def _varlen_dq(Q, K, V, DO, LSE, DELTA, DQ, cu_seqlens_q, cu_seqlens_k, work_seq
 
 
 @triton.jit
+def _decode_step(acc, m_i, l_i, q, K_base, V_base, k_rows, v_rows, col_mask, offs_d, qk_scale_log2,
+                 HEAD_DIM: tl.constexpr, EVEN_D: tl.constexpr):
+    """One tile of keys (rows ``k_rows`` / ``v_rows`` of the cache, ``col_mask`` valid) folded into
+    the running softmax of the group's query rows."""
+    k = _load_tile(K_base + k_rows[:, None] + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    qk = tl.dot(q, tl.trans(k)) * qk_scale_log2
+    qk = tl.where(col_mask[None, :], qk, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    p = tl.math.exp2(qk - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    v = _load_tile(V_base + v_rows[:, None] + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
 def decode_split_kernel(
     Q, K, V, SEQLENS, BLOCK_TABLE, O, O_PART, LSE_PART,
     stride_qb, stride_qh, stride_kb, stride_kt, stride_kh, stride_vb, stride_vt, stride_vh,
@@ -427,6 +445,7 @@ def decode_split_kernel(
     qk_scale_log2, n_heads_kv, group, split_tokens, max_len,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr, PAGED: tl.constexpr, SINGLE_SPLIT: tl.constexpr, EVEN_D: tl.constexpr,
+    CHUNK_PAGES: tl.constexpr,
 ):
     """One program per (KV split, sequence, KV head). The query heads of a GQA group form the rows
     of one tile (padded to 16 for tl.dot), so each K/V byte is read once per group. A split covers
@@ -458,32 +477,37 @@ def decode_split_kernel(
     l_i = tl.zeros([BLOCK_G], dtype=tl.float32)
     acc = tl.zeros([BLOCK_G, BLOCK_D], dtype=tl.float32)
     if PAGED:
+        # The split's block-table slice is loaded once per chunk of CHUNK_PAGES pages, before the
+        # key loop, and each tile's pages are picked from it in registers (tl.gather): the K/V
+        # addresses then depend on no load of the same step, so the pipeliner keeps num_stages - 1
+        # tiles in flight (async_wait num=2 as the contiguous path) where a page read per step made
+        # it wait for every copy (num=0) each step.
         K_base = K + kv_head * stride_kh
         V_base = V + kv_head * stride_vh
+        n_pages = (max_len + PAGE_SIZE - 1) // PAGE_SIZE
+        offs_p = tl.arange(0, CHUNK_PAGES)
+        for c_lo in range((n_lo // (CHUNK_PAGES * PAGE_SIZE)) * (CHUNK_PAGES * PAGE_SIZE), n_hi, CHUNK_PAGES * PAGE_SIZE):
+            p0 = c_lo // PAGE_SIZE
+            pages = tl.load(BLOCK_TABLE + b.to(tl.int64) * stride_btb + p0 + offs_p, mask=p0 + offs_p < n_pages, other=0)
+            pages = pages.to(tl.int64)
+            c_hi = tl.minimum(n_hi, c_lo + CHUNK_PAGES * PAGE_SIZE)
+            for start_n in range(tl.maximum(c_lo, n_lo), c_hi, BLOCK_N):
+                cols = start_n + offs_n
+                col_mask = cols < c_hi
+                page = tl.gather(pages, tl.where(col_mask, cols // PAGE_SIZE - p0, 0), 0)
+                k_rows = page * stride_kb + (cols % PAGE_SIZE) * stride_kt
+                v_rows = page * stride_vb + (cols % PAGE_SIZE) * stride_vt
+                acc, m_i, l_i = _decode_step(acc, m_i, l_i, q, K_base, V_base, k_rows, v_rows, col_mask, offs_d,
+                                             qk_scale_log2, HEAD_DIM, EVEN_D)
     else:
         K_base = K + b.to(tl.int64) * stride_kb + kv_head * stride_kh
         V_base = V + b.to(tl.int64) * stride_vb + kv_head * stride_vh
-    for start_n in range(n_lo, n_hi, BLOCK_N):
-        cols = start_n + offs_n
-        col_mask = cols < n_hi
-        if PAGED:
-            page = tl.load(BLOCK_TABLE + b.to(tl.int64) * stride_btb + cols // PAGE_SIZE, mask=col_mask, other=0)
-            k_rows = page.to(tl.int64) * stride_kb + (cols % PAGE_SIZE) * stride_kt
-            v_rows = page.to(tl.int64) * stride_vb + (cols % PAGE_SIZE) * stride_vt
-        else:
-            k_rows = cols.to(tl.int64) * stride_kt
-            v_rows = cols.to(tl.int64) * stride_vt
-        k = _load_tile(K_base + k_rows[:, None] + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
-        qk = tl.dot(q, tl.trans(k)) * qk_scale_log2
-        qk = tl.where(col_mask[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        p = tl.math.exp2(qk - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = _load_tile(V_base + v_rows[:, None] + offs_d[None, :], col_mask, offs_d, HEAD_DIM, EVEN_D, True)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_new
+        for start_n in range(n_lo, n_hi, BLOCK_N):
+            cols = start_n + offs_n
+            col_mask = cols < n_hi
+            acc, m_i, l_i = _decode_step(acc, m_i, l_i, q, K_base, V_base, cols.to(tl.int64) * stride_kt,
+                                         cols.to(tl.int64) * stride_vt, col_mask, offs_d, qk_scale_log2, HEAD_DIM,
+                                         EVEN_D)
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
