@@ -46,8 +46,9 @@ def _clone(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_the_tests_pass_from_a_clone_under_a_path_with_a_space(tmp_path):
     repo, python = _clone(tmp_path)
-    found = subprocess.run([str(python), "-c", "import polytrace, polytrace_kernels; "
-                            "print(polytrace.__file__); print(polytrace_kernels.__file__)"],
+    found = subprocess.run([str(python), "-c", "import os, polytrace, polytrace_kernels; "
+                            "print(os.path.realpath(polytrace.__file__)); "
+                            "print(os.path.realpath(polytrace_kernels.__file__))"],
                            check=True, capture_output=True, text=True, cwd=tmp_path).stdout.split("\n")
     assert found[0].startswith(str(repo)) and found[1].startswith(str(repo)), found
     env = {k: v for k, v in os.environ.items() if k != "POLYTRACE_SHARED"}
