@@ -76,7 +76,7 @@ def register(sub) -> None:
     p.add_argument("--roofline", action="store_true",
                    help="price at the base roofline alone, without the shared physical priors the estimate applies "
                    "by default (polytrace/data/priors.json)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (writes no folder and no file)")
     p.set_defaults(func=cmd_report)
 
 
@@ -173,7 +173,8 @@ def cmd_report(args) -> int:
     from ..report import build_report
 
     result = build_report(profile=args.profile, model=args.model, gpu=args.gpu, gpus=args.gpus, steps=args.steps,
-                          seed=args.seed, output_dir=args.out, explain=args.explain, roofline=args.roofline)
+                          seed=args.seed, output_dir=args.out, explain=args.explain, roofline=args.roofline,
+                          write=not args.json)
     if args.json:
         print_json(result["data"])
     else:
