@@ -15,11 +15,12 @@ and prints the same tables. It runs in seconds on a CPU: nothing here touches a 
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from pathlib import Path
 from urllib.parse import quote
 
-from .atomic_write import atomic_write_text
+from .atomic_write import atomic_write_text, first_missing
 from .compose.workloads import DEFAULT_GPU, DEFAULT_STEPS, default_workload
 from .errors import PolytraceError
 
@@ -54,9 +55,7 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
     """The report: workload statistics and the step estimate, priced as ``polytrace estimate``
     prices it by default, with the shared physical priors (``roofline``: the base prices alone).
     ``write=False``: nothing is written (no folder, no files); the text and data are returned."""
-    from tabulate import tabulate
-
-    from .describe import describe, format_describe, workload_table_rows
+    from .describe import describe, format_describe
 
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
@@ -73,22 +72,45 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
     gpu = gpu or DEFAULT_GPU
     workload = describe(prof, steps=steps, seed=seed)
 
-    from .compose import plot_stage_breakdown, report_section
+    from .compose import report_section
     from .compose.efficiency import PRIORS
 
     section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed,
                              results_root=_results_root(), calibration=None if roofline else PRIORS)
     estimate = _render_estimate(section, model, gpu, gpus, explain=explain, steps_note=steps_note)
     text_parts = [format_describe(workload), "", estimate["text"]]
-    report_path = out / "report.md"
     data = {"workload": workload, "estimate": {k: section[k] for k in ("config", "summary", "rows", "source")},
             "steps": steps, "steps_note": steps_note or None}
     if not write:
         return {"text": "\n".join(text_parts), "path": None, "data": {**data, "report": None, "links": []}}
+    created = first_missing(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise PolytraceError(f"-o {out}: cannot create folder: {exc.strerror or exc}") from None
+    try:
+        job = {"profile": prof, "model": model, "gpu": gpu, "gpus": gpus, "steps": steps, "seed": seed,
+               "steps_note": steps_note}
+        return _write_report(out, job, section, estimate["markdown"], data, text_parts)
+    except BaseException:  # Ctrl-C or a failed write: a folder made here goes, else our temporary files
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        else:
+            for tmp in out.glob("*.tmp.png"):
+                tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_report(out: Path, job: dict, section: dict, estimate_md: str, data: dict, text_parts: list) -> dict:
+    """report.md and its two plots into ``out``; the result of ``build_report``."""
+    from tabulate import tabulate
+
+    from .compose import plot_stage_breakdown
+    from .describe import workload_table_rows
+
+    prof, model, gpu, gpus, steps, seed = (job[k] for k in ("profile", "model", "gpu", "gpus", "steps", "seed"))
+    steps_note, workload = job["steps_note"], data["workload"]
+    report_path = out / "report.md"
     plot_path = out / "stage_breakdown.png"
     tmp_plot = plot_path.with_suffix(".tmp.png")
     plot_stage_breakdown(section["rows"], tmp_plot,
@@ -109,7 +131,7 @@ def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed
           "## Workload shape (mean over sampled steps)", "",
           tabulate(workload_table_rows(workload["summary"]), headers=["statistic", "value"], tablefmt="github"),
           "", f"![response lengths]({md_link(hist_path.name)})", "",
-          "## Estimated RL step", "", estimate["markdown"], "",
+          "## Estimated RL step", "", estimate_md, "",
           f"![stage breakdown across steps]({md_link(plot_path.name)})", ""]
     md += _links_markdown(links, out)
     atomic_write_text(report_path, "\n".join(md))

@@ -84,4 +84,6 @@ def _bench(args) -> int:
     for line in report.problems:
         print(f"polytrace: error: {line}", file=sys.stderr)
     print(report.summary())
+    if report.interrupted:
+        print("polytrace: interrupted", file=sys.stderr)
     return report.exit_code
