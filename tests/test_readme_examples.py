@@ -97,3 +97,13 @@ def test_readme_examples_run_on_a_cpu(block, tmp_path):
         assert proc.returncode == 0, f"{line}\n{proc.stderr[-2000:]}"
         assert "Traceback" not in proc.stderr, line
         assert line.startswith("export ") or proc.stdout.strip(), line
+
+
+def test_the_fast_subset_names_files_that_exist():
+    """docs/testing.md's inner loop names test files and a marker that exist (a renamed file would
+    make the documented command collect nothing)."""
+    doc = (ROOT / "docs" / "testing.md").read_text()
+    block = doc.split("## The inner loop of a kernel pull request", 1)[1].split("```", 2)[1]
+    files = re.findall(r"tests/\S+\.py", block)
+    assert len(files) >= 8 and all((ROOT / f).is_file() for f in files), files
+    assert '-m "not slow"' in block and "slow:" in (ROOT / "pyproject.toml").read_text()
