@@ -131,10 +131,10 @@ def test_gate_plot_on_an_existing_file_fails_before_printing_a_report(tmp_path, 
     cand = write(tmp_path / "cand.json", make_result(seed=2))
     not_a_folder = tmp_path / "plots"
     not_a_folder.write_text("x")
-    assert main(["gate", str(base), str(cand), "--plot", str(not_a_folder)]) == 2
+    assert main(["gate", str(base), str(cand), "-o", str(not_a_folder)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""  # no report printed above the error
-    assert captured.err.startswith("polytrace: error: --plot ") and "not a folder" in captured.err
+    assert captured.err.startswith("polytrace: error: -o ") and "not a folder" in captured.err
     assert not_a_folder.read_text() == "x"
 
 

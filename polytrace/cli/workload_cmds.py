@@ -96,7 +96,15 @@ def load_source(text: str, drift: str | None = None, max_response_len: int | Non
         return get_profile(text, drift=drift)
     if drift is not None:
         raise PolytraceError("--drift applies to profiles, not to recorded traces")
-    return load_trace(path, max_response_len=max_response_len)
+    try:
+        return load_trace(path, max_response_len=max_response_len)
+    except PolytraceError as exc:
+        if not path.is_dir() or str(exc).startswith(f"{path}:"):
+            raise
+        # a file inside the folder failed: say the folder was read as one trace, and why that file broke it
+        raise PolytraceError(f"{path}: a folder is read as one trace (every *.jsonl / *.json in it a step file), "
+                             f"and {exc}; give a profile or trace file itself, or a folder of one trace's step "
+                             "files") from None
 
 
 def _is_profile_file(path: Path, fmt: str) -> bool:
@@ -162,7 +170,11 @@ def cmd_fit(args) -> int:
 
     if not args.out:
         raise PolytraceError("fit: -o/--out PROFILE_JSON is required (the profile file to write)")
-    result = fit_file(args.trace, args.out, name=args.name, description=args.description,
+    # the trace's name, as --help says (a folder's name, a file's without its suffix), not the output
+    # file's: `fit run7/ -o out/mine.json` is profile "run7"
+    trace = Path(args.trace)
+    name = args.name or (trace.name if trace.is_dir() else trace.name.split(".")[0]) or None
+    result = fit_file(args.trace, args.out, name=name, description=args.description,
                       prompts_per_step=args.prompts_per_step, n=args.n, max_prompt_len=args.max_prompt_len,
                       max_response_len=args.max_response_len, drift=args.drift)
     print(result.summary())
