@@ -15,8 +15,8 @@ from ..errors import PolytraceError
 
 # Order = order in ``polytrace --help``. Imported when the parser is built, inside ``main``'s
 # Ctrl-C handling: an interrupt during those imports (the first ~1.5 s) is then one line too.
-COMMAND_MODULE_NAMES = ("workload_cmds", "packing_cmds", "compose_cmds", "validate_cmds", "results_cmds",
-                        "bench_cmds", "ab_cmds")
+COMMAND_MODULE_NAMES = ("workload_cmds", "presets_cmds", "packing_cmds", "compose_cmds", "validate_cmds",
+                        "results_cmds", "bench_cmds", "ab_cmds")
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a process Ctrl-C ended
 
 
