@@ -63,7 +63,7 @@ def register(sub) -> None:
                    help="significance level of the change-point test (default 0.01)")
     p.add_argument("--threshold", type=threshold_fraction, default=0.05,
                    help="smallest change of level that counts: 5%% or 0.05 (default 5%%)")
-    p.add_argument("--plot", metavar="DIR", default=None, help="write one PNG per series into DIR")
+    add_out(p, old=("--plot",), metavar="DIR", default=None, help="write one PNG per series into DIR")
     p.add_argument("--max-plots", type=positive_int, default=20, help="plot at most this many series (default 20)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_history)
@@ -128,7 +128,8 @@ def register(sub) -> None:
     p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
                                                  "(default: the profile's model)")
     p.add_argument("--max-buckets", type=_int, default=None, help="tune at most this many buckets")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    deprecated(p, "--no-progress", use="-q/--quiet", dest="quiet", kind="store_true")
     p.add_argument("--json", action="store_true", help="print the written file's content")
     p.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
                    help="spread the trials (bucket, config) over a Ray cluster, one worker per GPU: 'local' starts "
@@ -196,7 +197,7 @@ def _history(args) -> int:
 
     h = load_history(args.root, gpu=args.gpu, keyword=args.keyword, window=args.window, alpha=args.alpha,
                      threshold=args.threshold)
-    paths = plot_history(h, args.plot, max_plots=args.max_plots) if args.plot else []
+    paths = plot_history(h, args.out, max_plots=args.max_plots) if args.out else []
     if args.json:
         from ._io import print_json
 
@@ -301,7 +302,7 @@ def _tune(args) -> int:
 
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,
-                               progress=not args.no_progress, ray=args.ray, workers=args.workers,
+                               progress=not args.quiet, ray=args.ray, workers=args.workers,
                                allow_cpu=args.allow_cpu, max_retries=args.max_retries)
     if args.json:
         from ._io import print_json
