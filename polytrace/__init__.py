@@ -2,9 +2,20 @@
 composition layer, results, gating and the CLI. Importing it is fast and needs no GPU."""
 
 from .errors import PolytraceError
-from .trace import Batch, Trace, load_trace, save_trace
 
 __version__ = "0.1.0"
+
+# Loaded on first use (PEP 562): `import polytrace` stays free of numpy (0.29 s), so the command
+# line installs its Ctrl-C handling before anything heavy is imported.
+_LAZY = {"Batch": "trace", "Trace": "trace", "load_trace": "trace", "save_trace": "trace"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'polytrace' has no attribute {name!r}")
 
 
 def get_profile(name_or_path):

@@ -53,3 +53,25 @@ def _mode_for(path: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def first_missing(path: str | os.PathLike) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (what a mkdir -p would create)."""
+    path = Path(path).absolute()
+    if path.exists():
+        return None
+    while not path.parent.exists():
+        path = path.parent
+    return path
+
+
+def remove_if_empty(top: Path | None) -> None:
+    """Remove a folder a command created (``first_missing`` before it) when it holds no file: a
+    refused, failed or interrupted command leaves no empty output folder behind."""
+    if top is None or not top.is_dir():
+        return
+    if any(files for _dir, _dirs, files in os.walk(top)):
+        return
+    import shutil
+
+    shutil.rmtree(top, ignore_errors=True)

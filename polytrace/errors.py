@@ -40,5 +40,6 @@ def unknown_name(kind: str, name: str, valid) -> PolytraceError:
     import difflib
 
     near = difflib.get_close_matches(str(name).lower(), valid, n=6, cutoff=0.3) or valid[:6]
+    every = "; see polytrace presets" if kind in ("GPU", "model") else ""
     return PolytraceError(f"unknown {kind} {name!r}; nearest valid {kind}s: {', '.join(near)} "
-                          f"({len(valid)} in all)")
+                          f"({len(valid)} in all){every}")

@@ -163,6 +163,10 @@ def compare(profile: str, *, steps=(0,), seed: int = 0, ranks: int = 8, max_toke
     for step in steps:
         seqlens = np.asarray(prof.sample(step=step, seed=seed).seq_lens, dtype=np.int64)
         longest = int(seqlens.max()) if seqlens.size else 0
+        if ranks > len(seqlens):  # as estimate refuses: a rank without a sequence (65,536 of them ran 119 s)
+            raise PolytraceError(f"--gpus {ranks}: {ranks:,} data-parallel ranks for the {len(seqlens):,} sequences "
+                                 f"of {profile} step {step}: ranks without a sequence do no work; use --gpus "
+                                 f"{len(seqlens):,} or fewer")
         if longest > budget:
             raise PolytraceError(f"--micro-batch-tokens {budget} is smaller than the longest sequence of "
                                  f"{profile} step {step} ({longest} tokens)")

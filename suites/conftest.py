@@ -41,7 +41,8 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-if not _cuda_available():
+_HAS_CUDA = _cuda_available()
+if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
@@ -72,6 +73,21 @@ def pytest_configure(config):
     from . import harness
 
     harness.MIN_ROUNDS = _min_rounds_option(config)
+    _quiet_table_on_a_cpu(config)
+
+
+def _quiet_table_on_a_cpu(config) -> None:
+    """Under ``-q`` without CUDA, pytest-benchmark's results table is not printed: interpreter
+    timings mean nothing, and the table was 61 rows with lines up to 965 characters (issue 38).
+    Its JSON (``--benchmark-json``) is written as before; ``-v``, ``--benchmark-verbose`` or a GPU
+    print the table."""
+    if _HAS_CUDA or config.getoption("verbose", 0) >= 0:
+        return
+    if hasattr(config.option, "benchmark_quiet"):
+        config.option.benchmark_quiet = True
+    session = getattr(config, "_benchmarksession", None)  # made by pytest-benchmark's own configure
+    if session is not None and not getattr(session, "verbose", False):
+        session.quiet = True
 
 
 def _min_rounds_option(config) -> int | None:

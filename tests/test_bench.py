@@ -47,7 +47,7 @@ def _sigint_as_in_a_terminal() -> None:
 
 
 def _cli(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "polytrace", "bench", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "polytrace", "bench", "--allow-cpu", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=180, preexec_fn=_sigint_as_in_a_terminal, **kw)
 
 
@@ -260,7 +260,7 @@ def test_bad_input_is_one_line(args, message, suites, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     try:
-        code = main(["bench", "--suites-dir", str(suites), "-q", *args])
+        code = main(["bench", "--suites-dir", str(suites), "-q", "--allow-cpu", *args])
     except SystemExit as exc:  # argparse's usage errors
         code = exc.code
     err = capsys.readouterr().err
@@ -275,7 +275,7 @@ def test_a_suite_that_cannot_be_collected_is_one_line(tmp_path, capsys):
 
     suites = write_suites(tmp_path / "suites", {"alpha": ["a0"]})
     (suites / "test_broken.py").write_text("def test_x(:\n")
-    code = main(["bench", "--suites-dir", str(suites), "-o", str(tmp_path / "o"), "-q"])
+    code = main(["bench", "--suites-dir", str(suites), "-o", str(tmp_path / "o"), "-q", "--allow-cpu"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "polytrace: error: collecting " in err and "test_broken.py: SyntaxError" in err

@@ -14,7 +14,9 @@ from polytrace.cli._args import DeprecatedAlias
 
 # concept -> (the spellings to use, other spellings that may only survive as hidden deprecated aliases)
 CONCEPTS = {
-    "output": ({"-o", "--out"}, {"--output", "--output-dir", "--out-dir", "--outdir", "--output-file", "-O"}),
+    "output": ({"-o", "--out"}, {"--output", "--output-dir", "--out-dir", "--outdir", "--output-file", "-O",
+                                 "--plot", "--plot-dir"}),
+    "hide progress": ({"-q", "--quiet"}, {"--no-progress", "--silent", "--no-progress-bar", "--no-bar"}),
     "steps": ({"--step", "--steps"}, {"--step-range", "--n-steps", "--nsteps", "--num-steps", "--step-list"}),
     "cpu override": ({"--allow-cpu"}, {"--cpu", "--force-cpu", "--on-cpu", "--interpret", "--interpreter"}),
     "suites": ({"--suite"}, {"--suites"}),
@@ -132,6 +134,10 @@ def test_suite_is_repeatable_and_the_old_spelling_still_works(capsys):
     (["pack-compare", "p", "--max-tokens", "99"], "max_tokens", 99, "use --micro-batch-tokens"),
     (["ab", "x", "--force"], "allow_cpu", True, "--force is deprecated; use --allow-cpu"),
     (["results", "store", "f.json", "--force"], "allow_throttled", True, "use --allow-throttled"),
+    (["gate", "a.json", "b.json", "--force"], "force", True, "--force is deprecated; use --compare-refused"),
+    (["gate", "a.json", "b.json", "--plot", "d"], "out", "d", "--plot is deprecated; use -o/--out"),
+    (["results", "history", "--plot", "d"], "out", "d", "--plot is deprecated; use -o/--out"),
+    (["tune", "pack", "--profile", "p", "--no-progress"], "quiet", True, "--no-progress is deprecated; use -q/--quiet"),
 ])
 def test_old_spellings_work_with_a_note_on_stderr(argv, dest, value, note, capsys):
     args = build_parser().parse_args(argv)
@@ -152,3 +158,58 @@ def test_outputs_create_their_parent_folders(tmp_path):
     target = tmp_path / "a" / "b" / "c.json"
     atomic_write_text(target, "{}")
     assert target.read_text() == "{}"
+
+
+def test_force_means_nothing_new_anywhere():
+    """``--force`` meant three things (gate: compare refused inputs; ab: run on a CPU; results store:
+    keep a throttled run): each has its own name now, and --force survives only as their hidden
+    deprecated spelling."""
+    seen = {}
+    for cmd, parser in PARSERS.items():
+        for action in _options(parser):
+            if "--force" in action.option_strings:
+                assert isinstance(action, DeprecatedAlias) and action.help == argparse.SUPPRESS, cmd
+                seen[cmd] = action.use
+    assert seen == {"gate": "--compare-refused", "ab": "--allow-cpu", "results store": "--allow-throttled",
+                    "results set-baseline": "--allow-throttled"}, seen
+
+
+def test_every_command_that_shows_progress_hides_it_with_quiet():
+    with_progress = []
+    for cmd, parser in PARSERS.items():
+        for action in _options(parser):
+            if isinstance(action, DeprecatedAlias) or "progress" not in (action.help or "").lower():
+                continue
+            with_progress.append(cmd)
+            assert action.option_strings == ["-q", "--quiet"], (cmd, action.option_strings)
+    assert {"bench", "tune", "ab"} <= set(with_progress), with_progress
+
+
+def test_every_command_taking_a_profile_takes_the_profile_flag():
+    for cmd, parser in PARSERS.items():
+        positional = [a for a in parser._actions if not a.option_strings and "PROFILE" in str(a.metavar or "")]
+        if positional:
+            assert any(a.option_strings == ["--profile"] for a in _options(parser)), cmd
+            assert all(a.nargs == "?" for a in positional), cmd  # still accepted positionally
+    for cmd in ("describe", "fidelity", "pack-compare", "report", "estimate", "impact", "tune", "calibrate"):
+        assert any("--profile" in a.option_strings for a in _options(PARSERS[cmd])), cmd
+
+
+def test_the_profile_flag_and_the_positional_agree(capsys):
+    from polytrace.cli import main
+
+    assert main(["describe", "--profile", "deepcoder-14b", "--step", "0", "--json"]) == 0
+    by_flag = capsys.readouterr().out
+    assert main(["describe", "deepcoder-14b", "--step", "0", "--json"]) == 0
+    assert capsys.readouterr().out == by_flag
+    assert main(["describe", "deepcoder-14b", "--profile", "dapo-math-32b"]) == 2
+    assert "the profile given twice" in capsys.readouterr().err
+    assert main(["pack-compare"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "a profile is required: give --profile NAME" in err
+
+
+def test_every_output_is_dash_o():
+    """gate and results history wrote with --plot DIR; every command that writes takes -o/--out."""
+    for cmd in ("gate", "results history", "fit", "report", "calibrate", "tune", "plot", "bench", "ab"):
+        assert any(a.option_strings == ["-o", "--out"] for a in _options(PARSERS[cmd])), cmd

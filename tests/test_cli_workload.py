@@ -43,7 +43,7 @@ def test_fit_then_use_the_fitted_profile(tmp_path, capsys):
     code, out, _ = run(capsys, "fit", str(trace), "-o", str(out_path))
     assert code == 0 and out_path.exists() and "12 prompts x 4" in out
     code, out, _ = run(capsys, "describe", str(out_path), "--json")
-    assert code == 0 and json.loads(out)["name"] == "mine"
+    assert code == 0 and json.loads(out)["name"] == "packed_lengths_step_0"  # the trace's name, as --help says
     code, out, _ = run(capsys, "fidelity", str(out_path), str(trace), "--json", "--replicas", "2")
     assert code == 0 and json.loads(out)["pooled"]["ks"] < 0.3
 

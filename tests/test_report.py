@@ -65,6 +65,7 @@ def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeyp
     families = data["estimate"]["summary"]["families"]
     assert families["logprob"]["status"] == "measured" and families["attention"]["status"] == "roofline"
     assert "2026-11-02_abc1234_logprob.json: torch-eager" in families["logprob"]["sources"]["update_actor"]
+    assert main(["report", "-o", str(tmp_path / "rep"), "--steps", "0-1"]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "- logprob: measured (" in md and re.search(r"- roofline \(\d+ families\): .*attention", md)
 
@@ -161,3 +162,79 @@ def test_written_files_are_0644(tmp_path, monkeypatch):
         os.umask(old)
     for name in ("report.md", "stage_breakdown.png", "response_lengths.png"):
         assert stat.S_IMODE((tmp_path / "rep" / name).stat().st_mode) == 0o644, name
+
+
+def _links(md: str) -> list[tuple[str, str]]:
+    return re.findall(r"\[([^\]]+)\]\(([^)]*)\)", md)
+
+
+def test_report_steps_as_given_honest_headings_and_links_that_survive_spaces(tmp_path, capsys, monkeypatch):
+    """``--steps 0,50,100`` is said so (not "steps 0-100"); compile-only reports are not "measured";
+    every link (a space and a non-ASCII letter in both folders) resolves from the report's folder."""
+    from urllib.parse import unquote
+
+    results = tmp_path / "results dir"
+    (results / "static").mkdir(parents=True)
+    (results / "static" / "triton-3.9.0.json").write_text("{}")
+    (results / "h200").mkdir()
+    (results / "h200" / "gate ratio.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(results))
+    out = tmp_path / "my report é"
+    assert main(["report", "-o", str(out), "--steps", "0,50,100"]) == 0
+    printed = capsys.readouterr().out
+    md = (out / "report.md").read_text()
+    for text in (printed, md):
+        assert "steps 0,50,100" in text and "0-100" not in text
+    assert "(default" not in md and "`polytrace estimate` prices" not in md  # steps given: no default note
+    links = _links(md)
+    assert len(links) == 4, links  # two plots of the report, the gate plot, the static report
+    for _, target in links:
+        assert " " not in target and (out / unquote(target)).is_file(), target
+    measured, _, static = md.partition("## Compiled-code reports (no timings)")
+    assert "## Measured kernel results" in measured and "gate%20ratio.png" in measured
+    assert "triton-3.9.0" not in measured and "triton-3.9.0.json" in static and "compile-only" in static
+
+
+def test_report_json_writes_nothing_and_the_default_steps_say_why(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(tmp_path / "no-results"))
+    out = tmp_path / "never"
+    assert main(["report", "--json", "-o", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert not out.exists() and data["report"] is None
+    # 8 steps by default, where estimate prices step 0: said, with the flag that matches them
+    assert data["steps"] == list(range(8)) and data["estimate"]["summary"]["steps"] == 8
+    assert "`polytrace estimate` prices step 0" in data["steps_note"] and "--steps 0-7" in data["steps_note"]
+
+
+def test_report_kernel_table_names_the_priors_constant(tmp_path, capsys, monkeypatch):
+    """The priors' fixed seconds per stage are no kernel family: "priors constant", not "calibration"."""
+    monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(tmp_path / "no-results"))
+    assert main(["report", "-o", str(tmp_path / "rep"), "--step", "0"]) == 0
+    printed = capsys.readouterr().out
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| priors constant " in md and not re.search(r"^\| calibration ", md, re.M)
+    assert re.search(r"^priors constant\s+[\d.]", printed, re.M) and not re.search(r"^calibration\s", printed, re.M)
+    assert "step 0" in md and "steps 0-0" not in md
+
+
+def test_stage_plot_puts_sparse_steps_in_slots_and_one_step_in_a_narrow_bar():
+    import matplotlib.pyplot as plt
+
+    from polytrace.compose.report import stage_breakdown_figure
+
+    def rows(steps):
+        return [{"step": s, "gen": 2.0, "update_actor": 1.0} for s in steps]
+
+    fig = stage_breakdown_figure(rows([0, 50, 100]))
+    ax = fig.axes[0]
+    bars = ax.patches[:3]
+    assert [b.get_x() + b.get_width() / 2 for b in bars] == pytest.approx([0, 1, 2])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "50", "100"]
+    assert all(b.get_width() >= 0.5 for b in bars)  # not hairlines
+    plt.close(fig)
+    fig = stage_breakdown_figure(rows([7]))
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    assert ax.patches[0].get_width() / (hi - lo) <= 0.5  # one bar does not fill the axis
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["7"]
+    plt.close(fig)

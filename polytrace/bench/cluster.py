@@ -10,8 +10,10 @@ Ray is optional (``pip install 'polytrace[cluster]'``); it is imported only here
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -29,6 +31,13 @@ SHIP_EXCLUDES = [".git", "results", "out", "polytrace-report", "*.egg-info", "__
 # An address that does not answer makes ray.init retry for minutes; a plain TCP connect first
 # turns that into one line within this many seconds.
 CONNECT_TIMEOUT_S = 5.0
+# A worker that cannot start (a bad interpreter path, a crash at import) is retried by the raylet
+# for minutes (373 s measured in a folder named "new user"); its cause is in raylet.err within the
+# first try (~2 s), so the first wait polls that file every POLL_S and stops at the first error line.
+# A worker that starts but has not answered after STARTUP_LIMIT_S (building a profile's buckets
+# takes ~10 s on a loaded 2-core machine) is reported as not started.
+POLL_S = 2.0
+STARTUP_LIMIT_S = 600.0
 
 
 def import_ray():
@@ -46,6 +55,67 @@ def one_line_error(exc: BaseException) -> str:
     return " ".join((lines[-1] if lines else type(cause).__name__).split())[:300]
 
 
+def _logs_dir(ray) -> str | None:
+    """This process's Ray session log folder (a private attribute, read defensively: None if absent)."""
+    try:
+        from ray._private import worker as ray_worker
+
+        return ray_worker._global_node.get_logs_dir_path()
+    except Exception:  # noqa: BLE001 - another Ray version, a Ray Client connection
+        return None
+
+
+_RAY_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ ([A-Z]) \d+ \d+\] (?:\(\w+\) )?(?:\S+:\d+: )?")
+_PY_QUIET = re.compile(r"\s(?:WARNING|INFO|DEBUG)\s")  # Python logging lines Ray's own code writes there
+_NOISE = ("*** SIGTERM", "PC: @", "@ 0x", "[state-dump]", "- ", "The raylet fate shares")
+
+
+def startup_cause(text: str) -> str | None:
+    """The most telling error line of what raylet.err gained: the last line that is not Ray's own
+    log line (a shell's or interpreter's message, e.g. ``bash: line 1: /tmp/new: No such file or
+    directory``), else the last Ray error line (level E or F) without its prefix; None if the new
+    text holds only warnings."""
+    own, ray_errors = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(_NOISE) or _PY_QUIET.search(line):
+            continue
+        m = _RAY_PREFIX.match(line)
+        if m is None:
+            own.append(line)
+        elif m.group(1) in "EF":
+            ray_errors.append(line[m.end():])
+    picked = own[-1] if own else ray_errors[-1] if ray_errors else None
+    return " ".join(picked.split())[:300] if picked else None
+
+
+def await_start(cluster: Cluster, refs: list, what: str, limit_s: float | None = None) -> None:
+    """Wait for the first answers of freshly started workers; raise one line naming the cause as
+    soon as this session's raylet.err shows a worker failing to start (or after ``limit_s``)."""
+    ray = cluster.ray
+    logs = _logs_dir(ray)
+    err = os.path.join(logs, "raylet.err") if logs else None
+    offset = cluster.raylet_err_offset
+    limit_s = STARTUP_LIMIT_S if limit_s is None else limit_s
+    deadline = time.monotonic() + limit_s
+    pending = list(refs)
+    while pending:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+        if not pending:
+            return
+        cause = None
+        if err and os.path.isfile(err):
+            with open(err, "rb") as f:
+                f.seek(offset)
+                cause = startup_cause(f.read().decode("utf-8", "replace"))
+        if cause:
+            raise PolytraceError(f"{what}: the Ray workers could not start: {cause} (from {err})")
+        if time.monotonic() > deadline:
+            where = f" ({err})" if err else ""
+            raise PolytraceError(f"{what}: no Ray worker answered within {limit_s:.0f} s and raylet.err names "
+                                 f"no cause{where}")
+
+
 @dataclass
 class Cluster:
     """A connected Ray cluster and the per-worker resources of this run."""
@@ -58,6 +128,7 @@ class Cluster:
     nodes: list[dict] = field(default_factory=list)  # alive: {"ip", "hostname", "gpus", "cpus", "resources"}
     started_here: bool = False
     start_s: float = 0.0  # seconds spent starting or joining Ray (excluded from the speed-up)
+    raylet_err_offset: int = 0  # raylet.err's size when we connected: what came before is not ours
 
     @property
     def on_cpu(self) -> bool:
@@ -159,6 +230,9 @@ def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, s
     gpus = sum(n["gpus"] for n in nodes)
     cpus = sum(n["cpus"] for n in nodes)
     cluster = Cluster(ray, address, 1.0, 1.0, 0, nodes, started, start_s)
+    logs = _logs_dir(ray)
+    with contextlib.suppress(OSError, TypeError):
+        cluster.raylet_err_offset = os.path.getsize(os.path.join(logs, "raylet.err"))
     if gpus >= 1:
         cluster.slots = int(gpus) if workers is None else min(int(gpus), workers)
     elif allow_cpu:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from ..errors import PolytraceError
 from . import worker
-from .cluster import Cluster, one_line_error
+from .cluster import Cluster, await_start, one_line_error
 
 # Shards in flight after Ctrl-C get this long to return (each pytest child writes its partial JSON
 # within worker.SIGINT_GRACE_S when it saw the SIGINT, or is cancelled).
@@ -98,6 +98,7 @@ class RayExecutor:
     def collect(self, spec: dict) -> dict:
         ref = self._submit(self._collect, spec)
         try:
+            await_start(self.cluster, [ref], "bench --ray")  # the first task: a worker that cannot start
             return self.ray.get(ref)
         except self.ray.exceptions.RayError as exc:
             raise PolytraceError(f"collection on the cluster failed: {one_line_error(exc)}") from None

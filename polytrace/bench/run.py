@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..atomic_write import first_missing, remove_if_empty
 from ..errors import PolytraceError
 from . import ledger
 from .merge import MergedFile, merge_dir
@@ -63,7 +64,9 @@ class BenchReport:
         lines.append(f"time: start {self.start_s:.1f} s, collect {self.collect_s:.1f} s, shards {self.run_s:.1f} s, "
                      f"merge {self.merge_s:.1f} s")
         lines += [m.line() for m in self.merged]
-        if self.interrupted:
+        if self.interrupted and not self.records and not self.finished_before:
+            lines.append("interrupted before any shard finished: nothing was written")
+        elif self.interrupted:
             lines.append(f"interrupted: every finished shard is in {self.out / ledger.SHARDS}; rerun the same "
                          f"command to resume, or `polytrace bench --merge {self.out}` to merge what is there")
         elif self.pending:
@@ -109,39 +112,20 @@ def _forwarded_env(commit: str) -> dict:
     return env
 
 
-def _first_missing(path: Path) -> Path | None:
-    """The outermost folder of ``path`` that does not exist yet (what a mkdir -p would create)."""
-    path = path.absolute()
-    if path.exists():
-        return None
-    while not path.parent.exists():
-        path = path.parent
-    return path
-
-
-def _remove_if_empty(top: Path | None) -> None:
-    """Remove a folder this run created when the run wrote no file into it (a refused start, an
-    unreachable cluster): a failed command leaves nothing behind."""
-    if top is None or not top.is_dir():
-        return
-    if any(files for _dir, _dirs, files in os.walk(top)):
-        return
-    import shutil
-
-    shutil.rmtree(top, ignore_errors=True)
-
-
 def run_bench(out: str | Path, **kw) -> BenchReport:
     """Run the suites' cases in shards (serially here, or over Ray with ``ray`` = ``local``,
     ``auto`` or an address), write each shard's record to ``out/shards`` as it finishes, skip
     cases earlier runs into ``out`` finished, and merge into ``out/<gpu-slug>/<suite>.json``. A run
     that fails before writing anything leaves no folder behind."""
-    created = _first_missing(Path(out))
+    created = first_missing(out)
     try:
-        return _run_bench(out, **kw)
+        report = _run_bench(out, **kw)
     except BaseException:
-        _remove_if_empty(created)
+        remove_if_empty(created)
         raise
+    if report.interrupted:  # Ctrl-C before a shard finished: no empty folder either
+        remove_if_empty(created)
+    return report
 
 
 def _run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None = None, ray: str | None = None,

@@ -7,13 +7,23 @@ prints. Modules are registered explicitly here (no discovery by module path).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 
 from ..errors import PolytraceError
-from . import ab_cmds, bench_cmds, compose_cmds, packing_cmds, results_cmds, validate_cmds, workload_cmds
 
-# Order = order in ``polytrace --help``.
-COMMAND_MODULES = (workload_cmds, packing_cmds, compose_cmds, validate_cmds, results_cmds, bench_cmds, ab_cmds)
+# Order = order in ``polytrace --help``. Imported when the parser is built, inside ``main``'s
+# Ctrl-C handling: an interrupt during those imports (the first ~1.5 s) is then one line too.
+COMMAND_MODULE_NAMES = ("workload_cmds", "presets_cmds", "packing_cmds", "compose_cmds", "validate_cmds",
+                        "results_cmds", "bench_cmds", "ab_cmds")
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, what a shell reports for a process Ctrl-C ended
+
+
+def command_modules() -> tuple:
+    import importlib
+
+    return tuple(importlib.import_module(f".{name}", __name__) for name in COMMAND_MODULE_NAMES)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -38,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"polytrace {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module in COMMAND_MODULES:
+    for module in command_modules():
         module.register(sub)
     return parser
 
@@ -48,7 +58,6 @@ def given_options(argv: list[str]) -> set[str]:
     can take defaults from elsewhere (``estimate --calibration``: the calibrated run's) and list
     where the flags differ. Parsed again with every default suppressed; notes of deprecated
     spellings are said once, by the first parse."""
-    import contextlib
     import io
 
     parser = build_parser()
@@ -69,6 +78,23 @@ def given_options(argv: list[str]) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Every outcome is an exit code: a user error one line and 2, Ctrl-C at any moment (imports,
+    parsing, the work) ``polytrace: interrupted`` and 130, never a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    with contextlib.suppress(ValueError):  # not the main thread: no handler to change
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while exiting is not a traceback either
+    with contextlib.suppress(OSError, ValueError):
+        print("polytrace: interrupted", file=sys.stderr, flush=True)
+    return INTERRUPTED_EXIT
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.from_command_line = argv is None  # sys.argv: the process may be re-run (tune --allow-cpu)
@@ -80,9 +106,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except BrokenPipeError:  # e.g. `polytrace describe ... | head`
         return 0
-    except KeyboardInterrupt:
-        print("polytrace: interrupted", file=sys.stderr)
-        return 130
     return int(code or 0)
 
 

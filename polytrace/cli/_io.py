@@ -7,9 +7,12 @@ import sys
 from pathlib import Path
 
 
+def json_text(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False, default=_default)
+
+
 def print_json(obj) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=_default)
-    sys.stdout.write("\n")
+    sys.stdout.write(json_text(obj) + "\n")
 
 
 def _default(o):

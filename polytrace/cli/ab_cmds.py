@@ -71,6 +71,7 @@ def register(sub) -> None:
                    help="also write ab.md, ab.txt, ab.json (every pair) and base.json / cand.json (each side's "
                         "rounds as result files) into DIR")
     p.add_argument("--all", action="store_true", help="text output lists unchanged cases too")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the report as JSON")
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
@@ -83,7 +84,7 @@ def _ab(args) -> int:
     report = run_ab(args.base, args.cand, repo=args.repo, suites=args.suites, keyword=args.keyword,
                     rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed,
                     force=args.allow_cpu, out_dir=args.out,
-                    progress=stderr_progress,  # one line per case, in logs too
+                    progress=None if args.quiet else stderr_progress,  # one line per case, in logs too
                     until_decided=args.until_decided, max_pairs=args.max_pairs, budget_s=args.budget_s)
     if args.json:
         from ._io import print_json

@@ -32,8 +32,8 @@ def register(sub) -> None:
                    help="workers at once, per GPU model with --each-gpu-type (default: every GPU of the cluster; with "
                         "--allow-cpu on a cluster without GPUs, every CPU)")
     p.add_argument("--allow-cpu", action="store_true",
-                   help="on a cluster without GPUs, run one worker per CPU in the Triton interpreter "
-                        "(code-path check; timings are not performance)")
+                   help="without a GPU (here, or on a cluster without GPUs: one worker per CPU) run the suites in the "
+                        "Triton interpreter (code-path check; timings are not performance); required there")
     p.add_argument("--budget-s", type=finite_float, default=None,
                    help="time budget for the whole run in seconds: no shard starts after it, and cases it "
                         "cut are left pending for a rerun")
@@ -58,6 +58,16 @@ def register(sub) -> None:
     p.set_defaults(func=_bench)
 
 
+def _need_a_gpu_here() -> None:
+    """A serial run without CUDA times the Triton interpreter: refused without --allow-cpu, as
+    `tune` refuses (with --ray the cluster check says the same of its nodes)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise PolytraceError("bench: no CUDA GPU here: the suites would time the Triton interpreter on the CPU (a "
+                             "code-path check, not performance); pass --allow-cpu to run them so")
+
+
 def _bench(args) -> int:
     if args.merge:
         if args.out or args.ray or args.suites or args.k:
@@ -69,6 +79,8 @@ def _bench(args) -> int:
         return 0
     if not args.out:
         raise PolytraceError("-o DIR: required (the run folder; rerun into the same folder to resume)")
+    if not args.ray and not args.allow_cpu:
+        _need_a_gpu_here()
     from ..bench import run_bench
     from ..bench.ledger import MAX_SHARD_CASES
 
@@ -84,4 +96,6 @@ def _bench(args) -> int:
     for line in report.problems:
         print(f"polytrace: error: {line}", file=sys.stderr)
     print(report.summary())
+    if report.interrupted:
+        print("polytrace: interrupted", file=sys.stderr)
     return report.exit_code

@@ -7,6 +7,7 @@ import argparse
 from ._args import add_steps, deprecated
 from ._args import any_int as _int
 from ._args import positive_int_at_most as _at_most
+from .workload_cmds import add_profile_arg, profile_arg
 
 
 def register(sub) -> None:
@@ -14,7 +15,7 @@ def register(sub) -> None:
                        description="Plan sampled batches of PROFILE across data-parallel ranks and into "
                                    "micro-batches with our planner and, when installed, verl's; print "
                                    "imbalance, gap to the lower bound, micro-batches and planning time.")
-    p.add_argument("profile", metavar="PROFILE", help="built-in profile name (see `polytrace profiles`)")
+    add_profile_arg(p, "profile", "PROFILE", "built-in profile name (see `polytrace profiles`)")
     add_steps(p, default=[0, 1, 2, 3, 4])
     p.add_argument("--seed", type=_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
@@ -38,7 +39,7 @@ def run(args) -> int:
     from ..packcompare import compare
     from ._io import print_json
 
-    result = compare(args.profile, steps=args.steps, seed=args.seed, ranks=args.ranks,
+    result = compare(profile_arg(args, "profile"), steps=args.steps, seed=args.seed, ranks=args.ranks,
                      max_tokens=args.max_tokens, cost=args.cost, equal_size=args.equal_size, peers=args.peers)
     if args.json:
         print_json(result)

@@ -63,7 +63,7 @@ def register(sub) -> None:
                    help="significance level of the change-point test (default 0.01)")
     p.add_argument("--threshold", type=threshold_fraction, default=0.05,
                    help="smallest change of level that counts: 5%% or 0.05 (default 5%%)")
-    p.add_argument("--plot", metavar="DIR", default=None, help="write one PNG per series into DIR")
+    add_out(p, old=("--plot",), metavar="DIR", default=None, help="write one PNG per series into DIR")
     p.add_argument("--max-plots", type=positive_int, default=20, help="plot at most this many series (default 20)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_history)
@@ -87,12 +87,15 @@ def register(sub) -> None:
                    help="significance level of the U test and of the aggregates' intervals (default 0.002)")
     p.add_argument("--allow-cpu", action="store_true", help="compare CPU-interpreter timings (a code-path check, "
                    "not performance)")
-    p.add_argument("--force", action="store_true", help="compare even when the inputs are refused "
-                   "(different GPUs, a throttled run, changed workloads)")
+    p.add_argument("--compare-refused", dest="force", action="store_true", help="compare even when the inputs are "
+                   "refused (different GPUs, a throttled run, changed workloads)")
+    deprecated(p, "--force", use="--compare-refused", dest="force", kind="store_true")
     p.add_argument("--gate-all", action="store_true", help="gate torch and peer providers too (default: ours only)")
     p.add_argument("--fail-on-missing", action="store_true", help="fail when a baseline benchmark is missing")
     p.add_argument("--all", action="store_true", help="text output lists unchanged benchmarks too")
-    p.add_argument("--plot", metavar="DIR", default=None, help="also write the per-benchmark ratio plot here")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="on refused inputs, print the report's table too (default: the reason alone, on stderr)")
+    add_out(p, old=("--plot",), metavar="DIR", default=None, help="also write the per-benchmark ratio plot into DIR")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the report as JSON")
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")
@@ -125,7 +128,8 @@ def register(sub) -> None:
     p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
                                                  "(default: the profile's model)")
     p.add_argument("--max-buckets", type=_int, default=None, help="tune at most this many buckets")
-    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    deprecated(p, "--no-progress", use="-q/--quiet", dest="quiet", kind="store_true")
     p.add_argument("--json", action="store_true", help="print the written file's content")
     p.add_argument("--ray", metavar="auto|local|ADDRESS", default=None,
                    help="spread the trials (bucket, config) over a Ray cluster, one worker per GPU: 'local' starts "
@@ -193,7 +197,7 @@ def _history(args) -> int:
 
     h = load_history(args.root, gpu=args.gpu, keyword=args.keyword, window=args.window, alpha=args.alpha,
                      threshold=args.threshold)
-    paths = plot_history(h, args.plot, max_plots=args.max_plots) if args.plot else []
+    paths = plot_history(h, args.out, max_plots=args.max_plots) if args.out else []
     if args.json:
         from ._io import print_json
 
@@ -206,34 +210,47 @@ def _history(args) -> int:
 
 
 def _gate(args) -> int:
-    from ..results import compare, format_markdown, format_text, load_result
+    from ..results import compare, load_result
 
-    if args.plot:  # a bad --plot fails before the report is printed, not after
+    if args.out:  # a bad -o fails before the report is printed, not after
         from ..results.plots import check_output_dir
 
-        check_output_dir(args.plot, "--plot")
+        check_output_dir(args.out, "-o")
     baseline, candidate = load_result(args.baseline), load_result(args.candidate)
     report = compare(baseline, candidate, threshold=args.threshold,
                      alpha=args.alpha, force=args.force, allow_cpu=args.allow_cpu, gate_all=args.gate_all,
                      fail_on_missing=args.fail_on_missing)
+    if report.refusals and not report.forced:
+        # the reason first, on stderr, one line (56 lines of table on stdout hid it on line 6);
+        # JSON and Markdown stay whole on stdout for the CI that reads them
+        more = f" (and {len(report.refusals) - 1} more: --verbose)" if len(report.refusals) > 1 else ""
+        print(f"polytrace: error: gate refused: {report.refusals[0]}{more}; --compare-refused compares anyway",
+              file=sys.stderr)
+        if args.json or args.markdown or args.verbose:
+            print(_render_gate(args, report, None))
+        return 2
     step = _step_time(report, baseline, candidate)
     if step:
         report.impact.append(step["line"])  # rendered right under the verdict, kept in the JSON's "impact"
-    if args.json:
-        from ._io import print_json
-
-        print_json({**report.to_dict(), **({"step_time": step} if step else {})})
-    elif args.markdown:
-        print(format_markdown(report))
-    else:
-        print(format_text(report, show_all=args.all))
-    if args.plot and report.exit_code != 2:
+    print(_render_gate(args, report, step))
+    if args.out and report.exit_code != 2:
         from ..results import plot_gate
 
-        path = plot_gate(report, args.plot)
+        path = plot_gate(report, args.out)
         if not (args.json or args.markdown):
             print(f"plot: {path}")
     return report.exit_code
+
+
+def _render_gate(args, report, step: dict | None) -> str:
+    from ..results import format_markdown, format_text
+    from ._io import json_text
+
+    if args.json:
+        return json_text({**report.to_dict(), **({"step_time": step} if step else {})})
+    if args.markdown:
+        return format_markdown(report)
+    return format_text(report, show_all=args.all)
 
 
 def _step_time(report, baseline, candidate) -> dict | None:
@@ -285,7 +302,7 @@ def _tune(args) -> int:
 
     session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
                                root=args.out, model=args.model, max_buckets=args.max_buckets,
-                               progress=not args.no_progress, ray=args.ray, workers=args.workers,
+                               progress=not args.quiet, ray=args.ray, workers=args.workers,
                                allow_cpu=args.allow_cpu, max_retries=args.max_retries)
     if args.json:
         from ._io import print_json

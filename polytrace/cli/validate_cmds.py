@@ -3,6 +3,10 @@ calibrated once for ``estimate --calibration``."""
 
 from __future__ import annotations
 
+import contextlib
+import re
+from pathlib import Path
+
 from ..wording import counted
 from ._args import add_out
 from ._args import nonneg_int as _nonneg_int
@@ -95,9 +99,58 @@ def register(sub) -> None:
     c.set_defaults(func=_calibrate)
 
 
+# A verl step line (``step:12 - timing_s/gen:...``): a file holding one is a training log, which
+# validate reads as LOG, never as a companion of another log.
+_STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\d{1,9}\s{1,8}-\s{1,8}\S+:", re.M)
+# The roots of the settings a companion file can state (verl's config tree, NeMo RL's policy tree).
+_RUN_KEY_ROOTS = ("actor_rollout_ref.", "data.", "trainer.", "critic.", "algorithm.", "reward_model.", "policy.",
+                  "grpo.", "cluster.", "ref.", "rollout.", "model.")
+
+
+# The fit's note when a stage ran faster than the GPU's peak roofline (calibrate/fit.py).
+PEAK_BEATEN = "held at the peak roofline"
+
+
+def check_companions(paths, log) -> None:
+    """Refuse a ``--config`` file that is no companion of the run: a training log (another run's,
+    or the LOG itself), a polytrace profile or calibration file, or a config stating no setting of
+    a run. Each was accepted and changed nothing (issue 38)."""
+    import json
+
+    from ..errors import PolytraceError
+    from ..logs.companion import MAX_COMPANION_BYTES, read_companion
+
+    for path in map(Path, paths):
+        if not path.is_file() or path.stat().st_size > MAX_COMPANION_BYTES:
+            continue  # read_companion names what is wrong with it
+        text = path.read_text(encoding="utf-8", errors="replace")
+        steps = len(_STEP_LINE.findall(text))
+        if steps:
+            same = log is not None and Path(log).resolve() == path.resolve()
+            raise PolytraceError(f"--config {path}: {'is the LOG itself' if same else 'is a training log'} "
+                                 f"({counted(steps, 'step line')}), not a companion file of {log}; validate reads "
+                                 "one log, given as LOG")
+        if path.suffix.lower() == ".json":
+            with contextlib.suppress(ValueError):
+                doc = json.loads(text)
+                fmt = doc.get("format") if isinstance(doc, dict) else None
+                if isinstance(fmt, str) and fmt.startswith("polytrace"):
+                    raise PolytraceError(f"--config {path}: a polytrace file (format {fmt!r}), not a companion "
+                                         "file of the run (wandb config.yaml / wandb-metadata.json, Hydra "
+                                         "overrides.yaml, a launch script)")
+        comp = read_companion(path)
+        if comp.kind in ("config", "wandb-config") and not comp.devices and not any(
+                str(k).startswith(_RUN_KEY_ROOTS) for k in comp.config):
+            keys = ", ".join(sorted(map(str, comp.config))[:3]) or "none"
+            raise PolytraceError(f"--config {path}: states no setting of a training run (keys: {keys}; expected "
+                                 f"keys under {', '.join(r.rstrip('.') for r in _RUN_KEY_ROOTS[:4])}, ...)")
+
+
 def _overrides(args):
     from ..calibrate.logconfig import Overrides
     from ..logs.timers import parse_stage_map
+
+    check_companions(args.config, args.log)
 
     return Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
                      max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
@@ -159,10 +212,18 @@ def _validate(args) -> int:
           f"{c['algorithm']}")
     for note in res["notes"]:
         print(f"note: {note}")
+    beaten = [n for n in res["notes"] if PEAK_BEATEN in n]
+    if args.gpu and beaten:
+        print(f"warning: --gpu {args.gpu}: this log's steps are faster than {args.gpu}'s peak roofline allows "
+              f"({beaten[0].split(PEAK_BEATEN)[0].strip()}): it did not run on {args.gpu} as read, so the constant "
+              "seconds below were driven to 0 and the accuracy is no test of the model; without --gpu the "
+              "GPU is inferred from the steps")
     cal = res["calibration"]
+    # a constant the fit drove to nothing (3.44e-29 s) reads as the 0 it is, as in `calibrate`
     print(f"calibrated on {cal['source']}: deviation from the shared priors " + ", ".join(
         f"{k}={v:.3g}" for k, v in res["calibration_deviation"].items()) + "; constant seconds " + ", ".join(
-        f"{k.removesuffix('_overhead_s')}={v:.3g}" for k, v in cal["scalars"].items() if k.endswith("_overhead_s")))
+        f"{k.removesuffix('_overhead_s')}={v if abs(v) >= 1e-9 else 0:.3g}" for k, v in cal["scalars"].items()
+        if k.endswith("_overhead_s")))
     for lo in cal["left_out"]:
         print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
     rows = [[k, _pct(a["accuracy"]), _pct(a["naive_accuracy"]), f"{a['mean_actual_s']:.1f}",

@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("describe", help="shape statistics of a profile or a trace")
-    p.add_argument("source", metavar="PROFILE|TRACE", help="built-in profile name, fitted profile JSON, or trace")
+    add_profile_arg(p, "source", "PROFILE|TRACE", "built-in profile name, fitted profile JSON, or trace")
     add_steps(p, default=None, what="steps to sample a profile at (default 0-7)")
     p.add_argument("--seed", type=_nonneg, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
@@ -32,7 +32,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_describe)
 
     p = sub.add_parser("fidelity", help="sampled vs real: KS, Wasserstein, quantile errors, group spread")
-    p.add_argument("profile", metavar="PROFILE", help="built-in profile name or fitted profile JSON to sample")
+    add_profile_arg(p, "profile", "PROFILE", "built-in profile name or fitted profile JSON to sample")
     p.add_argument("trace", metavar="TRACE", help="the real trace (file or folder) to compare with")
     p.add_argument("--max-response-len", type=_positive, default=None,
                    help="the trace's response cap, when the trace does not record it")
@@ -76,8 +76,26 @@ def register(sub) -> None:
     p.add_argument("--roofline", action="store_true",
                    help="price at the base roofline alone, without the shared physical priors the estimate applies "
                    "by default (polytrace/data/priors.json)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--json", action="store_true", help="print the result as JSON (writes no folder and no file)")
     p.set_defaults(func=cmd_report)
+
+
+def add_profile_arg(parser, dest: str, metavar: str, help: str) -> None:
+    """The profile as a positional (as before) or as ``--profile``, the flag every other command
+    takes: one spelling works everywhere."""
+    parser.add_argument(dest, nargs="?", default=None, metavar=metavar, help=f"{help} (or --profile {metavar})")
+    parser.add_argument("--profile", dest=f"{dest}_flag", default=None, metavar=metavar,
+                        help=f"{help}: the same as the positional {metavar}")
+
+
+def profile_arg(args, dest: str) -> str:
+    given, flag = getattr(args, dest), getattr(args, f"{dest}_flag")
+    if given is not None and flag is not None and given != flag:
+        raise PolytraceError(f"{args.command}: the profile given twice: {given!r} and --profile {flag!r}")
+    if given is None and flag is None:
+        raise PolytraceError(f"{args.command}: a profile is required: give --profile NAME (or it as the first "
+                             "argument; `polytrace profiles` lists the built-in ones)")
+    return given if given is not None else flag
 
 
 def load_source(text: str, drift: str | None = None, max_response_len: int | None = None):
@@ -96,7 +114,15 @@ def load_source(text: str, drift: str | None = None, max_response_len: int | Non
         return get_profile(text, drift=drift)
     if drift is not None:
         raise PolytraceError("--drift applies to profiles, not to recorded traces")
-    return load_trace(path, max_response_len=max_response_len)
+    try:
+        return load_trace(path, max_response_len=max_response_len)
+    except PolytraceError as exc:
+        if not path.is_dir() or str(exc).startswith(f"{path}:"):
+            raise
+        # a file inside the folder failed: say the folder was read as one trace, and why that file broke it
+        raise PolytraceError(f"{path}: a folder is read as one trace (every *.jsonl / *.json in it a step file), "
+                             f"and {exc}; give a profile or trace file itself, or a folder of one trace's step "
+                             "files") from None
 
 
 def _is_profile_file(path: Path, fmt: str) -> bool:
@@ -134,7 +160,7 @@ def cmd_profiles(args) -> int:
 def cmd_describe(args) -> int:
     from ..describe import describe, format_describe
 
-    src = load_source(args.source, drift=args.drift, max_response_len=args.max_response_len)
+    src = load_source(profile_arg(args, "source"), drift=args.drift, max_response_len=args.max_response_len)
     result = describe(src, steps=args.steps, seed=args.seed, include_partial=args.include_partial)
     if args.json:
         print_json(result)
@@ -148,7 +174,8 @@ def cmd_fidelity(args) -> int:
     from ..profiles import get_profile
     from ..trace import load_trace
 
-    result = fidelity(get_profile(args.profile), load_trace(args.trace, max_response_len=args.max_response_len),
+    profile = get_profile(profile_arg(args, "profile"))
+    result = fidelity(profile, load_trace(args.trace, max_response_len=args.max_response_len),
                       replicas=args.replicas, seed=args.seed, include_partial=args.include_partial)
     if args.json:
         print_json(result)
@@ -162,7 +189,11 @@ def cmd_fit(args) -> int:
 
     if not args.out:
         raise PolytraceError("fit: -o/--out PROFILE_JSON is required (the profile file to write)")
-    result = fit_file(args.trace, args.out, name=args.name, description=args.description,
+    # the trace's name, as --help says (a folder's name, a file's without its suffix), not the output
+    # file's: `fit run7/ -o out/mine.json` is profile "run7"
+    trace = Path(args.trace)
+    name = args.name or (trace.name if trace.is_dir() else trace.name.split(".")[0]) or None
+    result = fit_file(args.trace, args.out, name=name, description=args.description,
                       prompts_per_step=args.prompts_per_step, n=args.n, max_prompt_len=args.max_prompt_len,
                       max_response_len=args.max_response_len, drift=args.drift)
     print(result.summary())
@@ -173,7 +204,8 @@ def cmd_report(args) -> int:
     from ..report import build_report
 
     result = build_report(profile=args.profile, model=args.model, gpu=args.gpu, gpus=args.gpus, steps=args.steps,
-                          seed=args.seed, output_dir=args.out, explain=args.explain, roofline=args.roofline)
+                          seed=args.seed, output_dir=args.out, explain=args.explain, roofline=args.roofline,
+                          write=not args.json)
     if args.json:
         print_json(result["data"])
     else:

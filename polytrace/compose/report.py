@@ -40,13 +40,17 @@ def stage_breakdown_figure(rows: list[dict], title: str = ""):
     import matplotlib.pyplot as plt
 
     stages = [s for s in STAGES if any(r.get(s, 0) > 0 for r in rows)]
-    xs = [r["step"] for r in rows]
+    # steps as categories, one slot each: steps 0,50,100 on a numeric axis were hairlines 50 apart,
+    # and one step was a single bar filling the axis
+    xs = list(range(len(rows)))
     fig, ax = plt.subplots(figsize=(8, 4.4))
     bottom = [0.0] * len(rows)
     for s in stages:
         vals = [r.get(s, 0.0) for r in rows]
-        ax.bar(xs, vals, bottom=bottom, label=s, color=_COLORS.get(s))
+        ax.bar(xs, vals, width=0.6, bottom=bottom, label=s, color=_COLORS.get(s))
         bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.set_xticks(xs, [str(r["step"]) for r in rows])
+    ax.set_xlim(-0.5 - 0.5 * (len(rows) < 3), len(rows) - 0.5 + 0.5 * (len(rows) < 3))
     ax.set_xlabel("step")
     ax.set_ylabel("seconds (estimated)")
     ax.set_title(title or "Estimated RL step time by stage", fontsize=10)

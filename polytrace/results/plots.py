@@ -333,9 +333,13 @@ def plot_files(sources: list[str | Path], out_dir: str | Path, baseline: str | P
     return [stage.dest / n for n in stage.names]
 
 
+STATIC = "static"  # results/static/: scripts/static_report.py's compiled-code reports, no timings
+
+
 def report_links(results_root: str | Path) -> list[tuple[str, Path]]:
     """(title, path) of the baselines, result files, tuning files and PNG plots under
-    ``results_root``, for ``polytrace report`` to link. Empty when the folder does not exist."""
+    ``results_root``, for ``polytrace report`` to link, and the compile-only reports of
+    ``static/`` (titled "compile-only: ..."). Empty when the folder does not exist."""
     from .store import BASELINES, TUNING
 
     root = Path(results_root)
@@ -352,10 +356,12 @@ def report_links(results_root: str | Path) -> list[tuple[str, Path]]:
             links.append((f"baseline: {path.stem}", path))
         elif path.suffix == ".json" and rel[0] == TUNING and len(rel) >= 3:
             links.append((f"tuned configs: {path.stem} on {rel[1]}", path))
+        elif path.suffix == ".json" and rel[0] == STATIC:
+            links.append((f"compile-only: {path.stem} (compiled code, no timings)", path))
         elif path.suffix == ".json" and len(rel) == 2:
             parts = path.stem.split("_", 2)
             title = f"results: {rel[0]} {' '.join(parts)}" if len(parts) == 3 else f"results: {rel[0]} {path.stem}"
             links.append((title, path))
-    order = {"baseline": 0, "results": 1, "tuned configs": 2, "plot": 3}
+    order = {"baseline": 0, "results": 1, "tuned configs": 2, "plot": 3, "compile-only": 4}
     links.sort(key=lambda t: (order.get(t[0].split(":")[0], 9), str(t[1])))
     return links

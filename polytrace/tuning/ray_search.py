@@ -20,7 +20,7 @@ import os
 import socket
 import time
 
-from ..bench.cluster import connect, one_line_error
+from ..bench.cluster import await_start, connect, one_line_error
 from ..errors import PolytraceError
 from .tunables import Tunable
 from .measure import (
@@ -40,7 +40,10 @@ from .measure import (
 class TuneWorker:
     """A tuning worker on one device (wrapped with ``ray.remote`` by ``search_on_ray``)."""
 
-    def __init__(self, tunable: Tunable, profile: str, model: str | None, seed: int, timer: Timer | None):
+    def __init__(self, tunable: Tunable, profile: str, model: str | None, seed: int, timer: Timer | None,
+                 interpret: str | None = None):
+        if interpret is not None:  # before triton is first imported here (it reads it when a kernel is defined)
+            os.environ["TRITON_INTERPRET"] = interpret
         import torch
 
         on_gpu = bool(torch.cuda.is_available())
@@ -89,12 +92,16 @@ def _search(cluster, tunable: Tunable, *, profile: str, model: str | None, seed:
     ray = cluster.ray
     options = {"num_gpus": cluster.num_gpus, "num_cpus": cluster.num_cpus, "max_restarts": max_retries,
                "max_task_retries": max_retries}
-    if cluster.on_cpu:  # read by triton when the worker first imports it
-        options["runtime_env"] = {"env_vars": {"TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1")}}
+    # The interpreter switch travels as an argument, not as a runtime_env: Ray starts a worker with a
+    # runtime_env through `bash -c` with the interpreter's path unquoted, which a folder named "new
+    # user" splits at the space (every worker then dies at start and Ray retries for minutes).
+    interpret = os.environ.get("TRITON_INTERPRET", "1") if cluster.on_cpu else None
     actor_class = ray.remote(TuneWorker).options(**options)
-    actors = [actor_class.remote(tunable, profile, model, seed, timer) for _ in range(cluster.slots)]
+    actors = [actor_class.remote(tunable, profile, model, seed, timer, interpret) for _ in range(cluster.slots)]
     try:
-        infos = ray.get([a.describe.remote() for a in actors])
+        describe = [a.describe.remote() for a in actors]
+        await_start(cluster, describe, "tune --ray")
+        infos = ray.get(describe)
     except ray.exceptions.RayError as exc:
         raise PolytraceError(f"tune --ray: a worker could not build the buckets: {one_line_error(exc)}") from None
     names = {i["device_name"] for i in infos}
