@@ -200,12 +200,17 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
     vblocks_per_split = triton.cdiv(n_vblocks, nsplit)
     part = torch.empty((4, nsplit, n_rows), dtype=torch.float32, device=dev)
     grid = (triton.cdiv(n_rows, bt) * nsplit,)
+    # Rows that are not ignore_index first (stable, so a row keeps its neighbours' order): the token
+    # blocks of ignored rows (prompt tokens) run no GEMM. On the device, no host sync.
+    active = tokens != ignore_index
+    order = torch.argsort(~active, stable=True)
+    n_active = active.sum(dtype=torch.int32).reshape(1)
     K.linear_logprobs_fwd_kernel[grid](
-        hidden, weight, tokens, part, n_rows, vocab, hidden_size,
+        hidden, weight, tokens, order, n_active, part, n_rows, vocab, hidden_size,
         hidden.stride(0) if n_rows > 1 else hidden_size, weight.stride(0) if vocab > 1 else hidden_size,
         1.0 / temperature, vblocks_per_split,
         NSPLIT=nsplit, SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
-        BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
+        EVEN_V=vocab % bv == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     combine_bt = _COMBINE_BLOCK_T if dev.type == "cuda" else 64
     K.linear_logprobs_combine_kernel[(triton.cdiv(n_rows, combine_bt),)](
