@@ -154,31 +154,32 @@ def _round_bf16(x):
 
 
 @triton.jit
-def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, m, log_s, entropy, g_lp, g_ent, ignored,
-                              temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
-                              HAS_GRAD_ENT: tl.constexpr, MASKED: tl.constexpr, ROUND_BF16: tl.constexpr):
-    if MASKED:
-        x = tl.load(logits_row + cols, mask=mask, other=float("-inf")).to(tl.float32)  # p = 0 past V
-    else:
-        x = tl.load(logits_row + cols).to(tl.float32)
+def _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, SCALE: tl.constexpr,
+                             EXACT_DIV: tl.constexpr, HAS_GRAD_ENT: tl.constexpr):
+    """-(d logprob_t / d x_i) without the one-hot term, for every column i:
+    ``a * p_i`` (+ ``b * p_i * (log p_i + entropy)``), a = g_lp and b = g_ent, already divided by
+    the temperature for 16-bit inputs (fp32: the division is exact, per element, as before)."""
     x = _scale(x, temperature, SCALE, EXACT_DIV)
     logp = (x - m) - log_s
     p = tl.math.exp2(logp * LOG2E)
-    # d logprob_t / d x_i = [i == t] - p_i
-    dz = tl.where(cols == tok, g_lp, 0.0) - g_lp * p
+    g = a * p
     if HAS_GRAD_ENT:
-        # d entropy / d x_i = -p_i * (log p_i + entropy); p_i = 0 (x_i = -inf) contributes 0
-        dz -= g_ent * p * tl.where(p > 0, logp + entropy, 0.0)
-    dz = _scale(dz, temperature, SCALE, EXACT_DIV)
-    dz = tl.where(ignored, 0.0, dz)
+        # d entropy / d x_i = -p_i (log p_i + entropy). A masked column (x = -inf) has p = 0 and
+        # log p = -inf: clamping log p (one FMNMX) gives 0 exactly where a compare-and-select did,
+        # and changes nothing where p > 0 (log p > -104 there)
+        g += b * p * (tl.maximum(logp, -3.0e38) + entropy)
+    if EXACT_DIV:
+        g = _scale(g, temperature, SCALE, EXACT_DIV)
+    return g
+
+
+@triton.jit
+def _store_grad(ptr, dz, mask, ROUND_BF16: tl.constexpr):
     if ROUND_BF16:
         out = _round_bf16(dz)
     else:
-        out = dz.to(grad_row.dtype.element_ty)
-    if MASKED:
-        tl.store(grad_row + cols, out, mask=mask)
-    else:
-        tl.store(grad_row + cols, out)
+        out = dz.to(ptr.dtype.element_ty)
+    tl.store(ptr, out, mask=mask)
 
 
 @triton.jit
@@ -187,33 +188,65 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entro
                               temperature, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
                               HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
                               ROUND_BF16: tl.constexpr):
-    """One read of the logits and one write of the gradient per row; no reductions."""
+    """One read of the logits and one write of the gradient per row; no reductions. The loop writes
+    -(a p_i + ...) everywhere; the target column's one-hot term is added by one store after a
+    barrier (no per-logit token compare). An ignored row reads nothing and stores zeros."""
     row = tl.program_id(0).to(tl.int64)
     tok = tl.load(tokens_ptr + row).to(tl.int64)
     ignored = tok == ignore_index
-    m = tl.load(max_ptr + row)
-    log_s = tl.load(logsum_ptr + row)
-    if HAS_GRAD_LP:
-        g_lp = tl.load(grad_lp_ptr + row).to(tl.float32)
-    else:
-        g_lp = tl.zeros([], dtype=tl.float32)
-    if HAS_GRAD_ENT:
-        g_ent = tl.load(grad_ent_ptr + row).to(tl.float32)
-        entropy = tl.load(entropy_ptr + row)
-    else:
-        g_ent = tl.zeros([], dtype=tl.float32)
-        entropy = tl.zeros([], dtype=tl.float32)
-    logits_row = logits_ptr + row * stride_row
     grad_row = grad_logits_ptr + row * stride_grad_row
     offs = tl.arange(0, BLOCK_V)
     n_full = (vocab_size // BLOCK_V) * BLOCK_V
-    for start in range(0, n_full, BLOCK_V):
-        _token_logprobs_bwd_block(logits_row, grad_row, start + offs, None, tok, m, log_s, entropy, g_lp, g_ent,
-                                  ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, False, ROUND_BF16)
-    if n_full < vocab_size:
-        cols = n_full + offs
-        _token_logprobs_bwd_block(logits_row, grad_row, cols, cols < vocab_size, tok, m, log_s, entropy, g_lp,
-                                  g_ent, ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, True, ROUND_BF16)
+    if ignored:
+        zero = tl.zeros([BLOCK_V], dtype=tl.float32)
+        for start in range(0, n_full, BLOCK_V):
+            _store_grad(grad_row + start + offs, zero, None, ROUND_BF16)
+        if n_full < vocab_size:
+            _store_grad(grad_row + n_full + offs, zero, n_full + offs < vocab_size, ROUND_BF16)
+    else:
+        m = tl.load(max_ptr + row)
+        log_s = tl.load(logsum_ptr + row)
+        if HAS_GRAD_LP:
+            g_lp = tl.load(grad_lp_ptr + row).to(tl.float32)
+        else:
+            g_lp = tl.zeros([], dtype=tl.float32)
+        if HAS_GRAD_ENT:
+            g_ent = tl.load(grad_ent_ptr + row).to(tl.float32)
+            entropy = tl.load(entropy_ptr + row)
+        else:
+            g_ent = tl.zeros([], dtype=tl.float32)
+            entropy = tl.zeros([], dtype=tl.float32)
+        a = g_lp
+        b = g_ent
+        if SCALE:
+            if not EXACT_DIV:  # 16-bit inputs: 1/T folded into the two per-row factors
+                a = g_lp * (1.0 / temperature)
+                b = g_ent * (1.0 / temperature)
+        logits_row = logits_ptr + row * stride_row
+        for start in range(0, n_full, BLOCK_V):
+            x = tl.load(logits_row + start + offs).to(tl.float32)
+            g = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT)
+            _store_grad(grad_row + start + offs, -g, None, ROUND_BF16)
+        if n_full < vocab_size:
+            cols = n_full + offs
+            x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
+            g = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT)
+            _store_grad(grad_row + cols, -g, cols < vocab_size, ROUND_BF16)
+        # the target column: a - (a p_t + ...) (the same arithmetic as a one-hot select in the loop
+        # would give), stored after every thread's loop stores (an out-of-range token stores nothing)
+        in_range = (tok >= 0) & (tok < vocab_size)
+        t = tl.where(in_range, tok, 0)
+        x_t = tl.load(logits_row + t).to(tl.float32)
+        g_t = _token_logprobs_bwd_grad(x_t, m, log_s, entropy, a, b, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT)
+        if EXACT_DIV:
+            if SCALE:
+                one_hot = g_lp / temperature
+            else:
+                one_hot = g_lp
+        else:
+            one_hot = a
+        tl.debug_barrier()
+        _store_grad(grad_row + t, one_hot - g_t, in_range, ROUND_BF16)
 
 
 # ---------------------------------------------------------------------------------------------
