@@ -89,9 +89,17 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
     # An ignored row reads nothing: prompt tokens are often most of a packed batch.
     v_end = tl.where(ignored, 0, vocab_size)
     n_full = (v_end // BLOCK_V) * BLOCK_V
-    for start in range(0, n_full, BLOCK_V):
-        # Full blocks are loaded without a mask, so aligned rows vectorise to 16-byte accesses.
-        x = _scale(tl.load(row_ptr + start + offs).to(tl.float32), temperature, SCALE, EXACT_DIV)
+    # Full blocks are loaded without a mask, so aligned rows vectorise to 16-byte accesses. The
+    # next block's load is issued before the current block's reductions, so a warp has a block in
+    # flight while it reduces (software prefetch; the compiler does not pipeline this loop itself).
+    if n_full > 0:
+        nxt = tl.load(row_ptr + offs)
+        for start in range(BLOCK_V, n_full, BLOCK_V):
+            cur = nxt
+            nxt = tl.load(row_ptr + start + offs)
+            x = _scale(cur.to(tl.float32), temperature, SCALE, EXACT_DIV)
+            m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+        x = _scale(nxt.to(tl.float32), temperature, SCALE, EXACT_DIV)
         m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
     if n_full < v_end:
         cols = n_full + offs
