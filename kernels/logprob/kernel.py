@@ -28,6 +28,8 @@ the config from the vocabulary size and dtype only. See ``kernels/logprob/__init
 import triton
 import triton.language as tl
 
+from .softcap import _tanh
+
 # exp(x) = exp2(x * LOG2E). ``tl.exp`` lowers to a non-flush-to-zero ``ex2.approx.f32`` wrapped in a
 # denormal range check (3 extra SASS instructions per element on sm_90); ``tl.math.exp2`` lowers to
 # ``ex2.approx.ftz.f32``. Flushing results below 2^-126 to zero changes no sum a row's maximum
@@ -72,10 +74,19 @@ def _scale(x, temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr):
 
 
 @triton.jit
+def _prep(x, temperature, softcap, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr):
+    """The logits the softmax sees: softcap * tanh(x / softcap) (Gemma 2's final-logit cap, as HF
+    and verl apply it: before the temperature), then / temperature."""
+    if SOFTCAP:
+        x = softcap * _tanh(x / softcap)[0]
+    return _scale(x, temperature, SCALE, EXACT_DIV)
+
+
+@triton.jit
 def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                            stride_row, vocab_size, temperature, ignore_index,
-                            SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
-                            BLOCK_V: tl.constexpr):
+                            stride_row, vocab_size, temperature, softcap, ignore_index,
+                            SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr,
+                            RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     tok = tl.load(tokens_ptr + row).to(tl.int64)
     ignored = tok == ignore_index
@@ -97,19 +108,22 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
         for start in range(BLOCK_V, n_full, BLOCK_V):
             cur = nxt
             nxt = tl.load(row_ptr + start + offs)
-            x = _scale(cur.to(tl.float32), temperature, SCALE, EXACT_DIV)
+            x = _prep(cur.to(tl.float32), temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
             m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
-        x = _scale(nxt.to(tl.float32), temperature, SCALE, EXACT_DIV)
+        x = _prep(nxt.to(tl.float32), temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
         m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
     if n_full < v_end:
         cols = n_full + offs
         x = tl.load(row_ptr + cols, mask=cols < v_end, other=float("-inf")).to(tl.float32)
-        x = _scale(x, temperature, SCALE, EXACT_DIV)
+        x = _prep(x, temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
+        if SOFTCAP:  # the cap maps -inf to -softcap: a column past V stays out of the sums
+            x = tl.where(cols < v_end, x, float("-inf"))
         m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
 
     s = tl.where(ignored, 1.0, s)  # an ignored row summed nothing
     log_s = tl.log(s)
-    x_t = _scale(tl.load(row_ptr + tl.where(in_range, tok, 0)).to(tl.float32), temperature, SCALE, EXACT_DIV)
+    x_t = _prep(tl.load(row_ptr + tl.where(in_range, tok, 0)).to(tl.float32), temperature, softcap, SCALE, EXACT_DIV,
+                SOFTCAP)
     # (x_t - m) - log s, as torch's log_softmax: forming lse = m + log s first would add a rounding
     # of |lse| (1e-3 at |logits| ~ 1e4). x_t <= m and log s >= 0 (the maximum contributes exp(0)),
     # so the result is <= 0; the clamp only guards the sign.
@@ -129,26 +143,26 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
 
 @triton.jit
 def token_logprobs_fwd_kernel(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                              stride_row, vocab_size, temperature, ignore_index,
-                              SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
-                              BLOCK_V: tl.constexpr):
+                              stride_row, vocab_size, temperature, softcap, ignore_index,
+                              SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr,
+                              RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
     """Aligned variant: used when the vocabulary size is a multiple of 16 (rows 16-byte aligned)."""
     _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                            stride_row, vocab_size, temperature, ignore_index,
-                            SCALE, EXACT_DIV, RETURN_ENTROPY, BLOCK_V)
+                            stride_row, vocab_size, temperature, softcap, ignore_index,
+                            SCALE, EXACT_DIV, SOFTCAP, RETURN_ENTROPY, BLOCK_V)
 
 
 @triton.jit(do_not_specialize=["stride_row"], do_not_specialize_on_alignment=["logits_ptr"])
 def token_logprobs_fwd_kernel_generic(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                                      stride_row, vocab_size, temperature, ignore_index,
-                                      SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
+                                      stride_row, vocab_size, temperature, softcap, ignore_index,
+                                      SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr,
                                       RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
     """Variant for other vocabulary sizes. Triton picks the register layout (and with it the
     order of the in-block sums) from the alignment it can prove for the pointer and stride; not
     specialising on them gives one layout for every row, wherever it lies in memory."""
     _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                            stride_row, vocab_size, temperature, ignore_index,
-                            SCALE, EXACT_DIV, RETURN_ENTROPY, BLOCK_V)
+                            stride_row, vocab_size, temperature, softcap, ignore_index,
+                            SCALE, EXACT_DIV, SOFTCAP, RETURN_ENTROPY, BLOCK_V)
 
 
 @triton.jit
@@ -162,11 +176,17 @@ def _round_bf16(x):
 
 
 @triton.jit
-def _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, SCALE: tl.constexpr,
-                             EXACT_DIV: tl.constexpr, HAS_GRAD_ENT: tl.constexpr):
+def _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE: tl.constexpr,
+                             EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr):
     """-(d logprob_t / d x_i) without the one-hot term, for every column i:
     ``a * p_i`` (+ ``b * p_i * (log p_i + entropy)``), a = g_lp and b = g_ent, already divided by
-    the temperature for 16-bit inputs (fp32: the division is exact, per element, as before)."""
+    the temperature for 16-bit inputs (fp32: the division is exact, per element, as before).
+    With SOFTCAP, also the cap's derivative 1 - tanh^2 (returned; 1 without the cap)."""
+    if SOFTCAP:
+        t, dcap = _tanh(x / softcap)
+        x = softcap * t
+    else:
+        dcap = 1.0
     x = _scale(x, temperature, SCALE, EXACT_DIV)
     logp = (x - m) - log_s
     p = tl.math.exp2(logp * LOG2E)
@@ -178,7 +198,9 @@ def _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, SCALE: tl.
         g += b * p * (tl.maximum(logp, -3.0e38) + entropy)
     if EXACT_DIV:
         g = _scale(g, temperature, SCALE, EXACT_DIV)
-    return g
+    if SOFTCAP:
+        g = g * dcap
+    return g, dcap
 
 
 @triton.jit
@@ -193,8 +215,8 @@ def _store_grad(ptr, dz, mask, ROUND_BF16: tl.constexpr):
 @triton.jit
 def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
                               grad_ent_ptr, grad_logits_ptr, stride_row, stride_grad_row, vocab_size,
-                              temperature, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
-                              HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
+                              temperature, softcap, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
+                              SOFTCAP: tl.constexpr, HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
                               ROUND_BF16: tl.constexpr):
     """One read of the logits and one write of the gradient per row; no reductions. The loop writes
     -(a p_i + ...) everywhere; the target column's one-hot term is added by one store after a
@@ -233,19 +255,22 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entro
         logits_row = logits_ptr + row * stride_row
         for start in range(0, n_full, BLOCK_V):
             x = tl.load(logits_row + start + offs).to(tl.float32)
-            g = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT)
+            g, _ = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
+                                           SOFTCAP, HAS_GRAD_ENT)
             _store_grad(grad_row + start + offs, -g, None, ROUND_BF16)
         if n_full < vocab_size:
             cols = n_full + offs
             x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
-            g = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT)
+            g, _ = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
+                                           SOFTCAP, HAS_GRAD_ENT)
             _store_grad(grad_row + cols, -g, cols < vocab_size, ROUND_BF16)
         # the target column: a - (a p_t + ...) (the same arithmetic as a one-hot select in the loop
         # would give), stored after every thread's loop stores (an out-of-range token stores nothing)
         in_range = (tok >= 0) & (tok < vocab_size)
         t = tl.where(in_range, tok, 0)
         x_t = tl.load(logits_row + t).to(tl.float32)
-        g_t = _token_logprobs_bwd_grad(x_t, m, log_s, entropy, a, b, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT)
+        g_t, dcap_t = _token_logprobs_bwd_grad(x_t, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
+                                               SOFTCAP, HAS_GRAD_ENT)
         if EXACT_DIV:
             if SCALE:
                 one_hot = g_lp / temperature
@@ -254,6 +279,8 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entro
         else:
             one_hot = a
         tl.debug_barrier()
+        if SOFTCAP:
+            one_hot = one_hot * dcap_t
         _store_grad(grad_row + t, one_hot - g_t, in_range, ROUND_BF16)
 
 

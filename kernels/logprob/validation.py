@@ -60,6 +60,16 @@ def _check_scalars(temperature, ignore_index) -> tuple[float, int]:
     return float(temperature), int(ignore_index)
 
 
+def _check_softcap(softcap) -> float | None:
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise ValueError(f"softcap must be a Python number or None, got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap <= 0:
+        raise ValueError(f"softcap must be positive and finite (or None for no cap), got {softcap}")
+    return float(softcap)
+
+
 def _check_token_range(tokens: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """One device-to-host sync. Skipped with ``check_tokens=False``; the kernels then return NaN
     for an out-of-range token (never read outside the row, never a plausible number)."""
