@@ -86,3 +86,50 @@ def test_softcap_tanh_and_its_derivative_to_fp32_rounding():
     finite = torch.isfinite(y64)
     assert ((d.double() - d64).abs()[finite] <= ((2 * y64.abs() + 8) * eps * d64)[finite]).all()
     assert (d[~finite] == 0).all()
+
+
+# ------------------------------------------------------------------ vocabulary-parallel (gloo, 2 ranks)
+
+@pytest.mark.parametrize("dtype, softcap", [(torch.float32, None), (torch.bfloat16, 30.0)], ids=["fp32", "bf16-cap30"])
+def test_vocab_parallel_against_fp64_with_two_gloo_ranks(tmp_path, dtype, softcap):
+    """Two CPU processes in a gloo group, shards of 300 and 213 columns (uneven, one not a multiple
+    of 16): each rank's log-probs and entropies are the full vocabulary's, and the concatenated shard
+    gradients are the full logits' gradient, against fp64 on the whole matrix; a token no shard owns
+    raises on every rank."""
+    import torch.multiprocessing as mp
+    from _logprob_dist import shard_worker
+
+    x, tok, up = _case(10, 513, dtype, seed=61, scale=8.0)
+    tok[5] = 299  # the last column of rank 0, and the first of rank 1
+    tok[6] = 300
+    bounds = [0, 300, 513]
+    case = {"logits": x, "tokens": tok, "temperature": 0.8, "g_lp": up[0], "g_ent": up[1], "softcap": softcap}
+    mp.spawn(shard_worker, args=(2, str(tmp_path / "init"), bounds, case, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert torch.equal(ranks[0]["logprob"], ranks[1]["logprob"]) and torch.equal(ranks[0]["entropy"],
+                                                                                 ranks[1]["entropy"])
+    ours = (ranks[0]["logprob"], ranks[0]["entropy"], torch.cat([r["grad"] for r in ranks], 1))
+    res = _softcap_triplet(x, tok, 0.8, softcap, up)
+    scale_x = torch.tanh(x.double() / softcap) * softcap if softcap else x
+    expect(*logits_checks(f"vocab-parallel-{dtype}", scale_x, tok, 0.8, ours, res["torch"], res["truth"], up))
+    for r in ranks:
+        assert "owned by 0 ranks" in r["bad_token_error"], r["bad_token_error"]
+
+
+def test_vocab_parallel_single_process_is_the_whole_vocabulary():
+    """Without a process group the one shard is the vocabulary: the fp64 checks hold as for
+    ``token_logprobs``; a bad ``vocab_start`` is refused."""
+    from polytrace_kernels.logprob import vocab_parallel_token_logprobs
+
+    x, tok, up = _case(9, 300, torch.float32, seed=62, scale=3.0)
+    leaf = x.clone().requires_grad_()
+    lp, ent = vocab_parallel_token_logprobs(leaf, tok, 0, 0.9, True)
+    torch.autograd.backward([lp, ent], list(up))
+    res = _softcap_triplet(x, tok, 0.9, None, up)
+    expect(*logits_checks("vocab-parallel-one-rank", x, tok, 0.9, (lp.detach(), ent.detach(), leaf.grad),
+                          res["torch"], res["truth"], up))
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="vocab_start must be"):
+            vocab_parallel_token_logprobs(x, tok, bad)
+    with pytest.raises(ValueError, match="owned by 0 ranks"):
+        vocab_parallel_token_logprobs(x, torch.where(tok == IGNORE, tok, tok + 1000), 0)

@@ -11,6 +11,8 @@ reads the logits several times. Here:
 - ``linear_token_logprobs(hidden, weight, tokens, ...)``: the same from the hidden states and the
   LM-head weight, never holding [T, V] logits: the forward is a matmul whose epilogue keeps the
   running statistics; the backward recomputes logits tile by tile, one vocabulary chunk at a time.
+- ``vocab_parallel_token_logprobs(logits_shard, tokens, vocab_start, ..., group=...)``: the same
+  for a TP-sharded LM head (each rank holds a vocabulary shard; two all-reduces per call).
 - ``token_logprobs_reference`` / ``linear_token_logprobs_reference``: pure torch (fp32 upcast by
   default), the tests' ground truth (in fp64) and the suites' eager baseline.
 
@@ -53,6 +55,7 @@ from .api import (
     token_logprobs,
     tuning_bucket,
 )
+from .parallel import vocab_parallel_token_logprobs
 from .reference import linear_token_logprobs_reference, token_logprobs_reference
 
 __all__ = [
@@ -70,4 +73,5 @@ __all__ = [
     "token_logprobs",
     "token_logprobs_reference",
     "tuning_bucket",
+    "vocab_parallel_token_logprobs",
 ]

@@ -114,27 +114,39 @@ def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, i
     return grad
 
 
+def _save_logits_ctx(ctx, logits, tokens, stats, entropy, return_entropy, temperature, ignore_index,
+                     backward_config, softcap):
+    """What the logits backward needs (shared with ``parallel.py``, which saves the global stats)."""
+    ctx.save_for_backward(logits, tokens, stats, entropy)
+    ctx.args = (temperature, ignore_index, backward_config, softcap)
+    ctx.set_materialize_grads(False)
+    if not return_entropy:
+        ctx.mark_non_differentiable(entropy)
+
+
+def _logits_ctx_backward(ctx, g_lp, g_ent, n_inputs: int):
+    """The gradient of the logits (first input) from what ``_save_logits_ctx`` saved; None for the rest."""
+    logits, tokens, stats, entropy = ctx.saved_tensors
+    if g_lp is None and g_ent is None:
+        return (None,) * n_inputs
+    temperature, ignore_index, backward_config, softcap = ctx.args
+    grad = _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index,
+                            backward_config, softcap)
+    return (grad,) + (None,) * (n_inputs - 1)
+
+
 class _TokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, tokens, temperature, return_entropy, ignore_index, config, backward_config, softcap):
         logprob, entropy, stats = _logits_forward(logits, tokens, temperature, return_entropy, ignore_index,
                                                   config, softcap)
-        ctx.save_for_backward(logits, tokens, stats, entropy)
-        ctx.temperature, ctx.ignore_index, ctx.backward_config = temperature, ignore_index, backward_config
-        ctx.softcap = softcap
-        ctx.set_materialize_grads(False)
-        if not return_entropy:
-            ctx.mark_non_differentiable(entropy)
+        _save_logits_ctx(ctx, logits, tokens, stats, entropy, return_entropy, temperature, ignore_index,
+                         backward_config, softcap)
         return logprob, entropy
 
     @staticmethod
     def backward(ctx, g_lp, g_ent):
-        logits, tokens, stats, entropy = ctx.saved_tensors
-        if g_lp is None and g_ent is None:
-            return (None,) * 8
-        grad = _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
-                                ctx.backward_config, ctx.softcap)
-        return grad, None, None, None, None, None, None, None
+        return _logits_ctx_backward(ctx, g_lp, g_ent, 8)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
