@@ -95,3 +95,33 @@ class LogprobLMHeadCE(torch.nn.Module):
     def forward(self, x, y):
         lp = fused_logprobs(x, self.lin.weight, y, self.ignore_index)
         return reduce_loss(-lp, y, self.ignore_index, self.reduction).to(x.dtype)
+
+
+def verl_linear_cross_entropy(hidden, weight, labels, temperature):
+    """verl's ``linear_cross_entropy(hidden [1, T, H], weight [V, H], labels [1, T], temperature)``
+    -> (log-probs [T], entropies [T]) on our fused kernel."""
+    return fused_logprobs(hidden.squeeze(0), weight, labels.reshape(-1), temperature=temperature,
+                          return_entropy=True)
+
+
+def verl_vocab_parallel_entropy_worker(rank: int, world: int, init_file: str, case: dict, out_dir: str) -> None:
+    """One tensor-parallel rank of verl's ``test_vocab_parallel_entropy`` on a gloo group: this
+    rank's even vocabulary slice through ``vocab_parallel_token_logprobs`` (verl's
+    ``vocab_parallel_entropy`` takes no tokens: ours are given and only the entropy is used)."""
+    import os
+
+    import torch.distributed as dist
+
+    from polytrace_kernels.logprob import vocab_parallel_token_logprobs
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        logits, target, grad_output = case["logits"], case["target"], case["grad_output"]
+        per = logits.shape[1] // world
+        local = logits.clone().detach()[:, rank * per:(rank + 1) * per].requires_grad_()
+        _, entropy = vocab_parallel_token_logprobs(local, target, rank * per, return_entropy=True)
+        entropy.backward(grad_output)
+        torch.save({"entropy": entropy.detach(), "grad": local.grad, "local": local.detach()},
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()

@@ -34,24 +34,37 @@ SHAPES = CPU_SHAPES + GPU_SHAPES
 PEER_TOLERANCES = [(1.0, torch.bfloat16, 1e-8, 5e-2), (1.0, torch.float32, 1e-8, 1e-6)]
 
 
+class PeerReferenceWorse(AssertionError):
+    """The peer's bf16 gradient check failed, and our gradient is the closer to fp64."""
+
+
+PEER_WORSE = ("Liger's bf16 gradient check compares with torch's own bf16 backward, which at V 32000 is "
+              "5.2% off fp64 against its rtol of 5%; ours is 0.39% off (within one bf16 ulp): the peer's "
+              "reference is the worse of the two (issue 37: 5.4-6.1% vs 0.39-0.76% at the peer's GPU shapes)")
+
+
 def _grad_vs_fp64(ours: torch.Tensor, peer_ref: torch.Tensor, x: torch.Tensor, target, reduction, ignore_index):
-    """Our fp64 check of a case where the peer's bf16 reference fails: our gradient's max error
-    relative to fp64 is within 2x the bf16 rounding of the truth and no larger than the peer's
-    bf16 reference's."""
+    """Our fp64 check of a case where the peer's bf16 reference fails: each element of our gradient
+    within one bf16 ulp of the fp64 truth (twice its rounding), and our largest relative error no
+    larger than the peer's bf16 reference's."""
     x64 = x.detach().double().requires_grad_()
-    CrossEntropyLoss(reduction=reduction, ignore_index=ignore_index)(x64, target).backward(
-        gradient=torch.ones((), dtype=torch.float64) if reduction != "none" else torch.ones(x.shape[0],
-                                                                                            dtype=torch.float64))
+    out = CrossEntropyLoss(reduction=reduction, ignore_index=ignore_index)(x64, target)
+    out.backward(gradient=torch.ones_like(out))
     truth = x64.grad
-    scale = truth.abs().max()
-    ours_err = (ours.double() - truth).abs().max() / scale
-    peer_err = (peer_ref.double() - truth).abs().max() / scale
-    assert ours_err <= 2 * 2.0**-8, f"ours {ours_err:.3e} off fp64"  # one bf16 rounding is 2^-9 relative
+    ulp = torch.exp2(torch.floor(torch.log2(truth.abs().clamp(min=2.0**-126))) - 7)
+    assert ((ours.double() - truth).abs() <= ulp).all(), "our bf16 gradient is more than one ulp off fp64"
+    nz = truth != 0
+    ours_err = ((ours.double() - truth).abs()[nz] / truth.abs()[nz]).max()
+    peer_err = ((peer_ref.double() - truth).abs()[nz] / truth.abs()[nz]).max()
     assert ours_err <= peer_err, f"ours {ours_err:.3e} worse than the peer's bf16 reference {peer_err:.3e}"
+    return ours_err, peer_err
 
 
 def _correctness_once(target_ce, B, T, V, reduction, scalar, dtype, atol, rtol, ignore_index=-100, upstream=None,
                       known_bf16_grad=False):
+    """The peer's ``_test_correctness_once`` (with ``ignore_index`` and ``not_last_layer`` variants).
+    A bf16 gradient check that fails is followed by our fp64 check: with ``known_bf16_grad`` it then
+    raises PeerReferenceWorse (a strict xfail), otherwise the case is marked xfail at run time."""
     torch.manual_seed(0)
     torch_ce = CrossEntropyLoss(reduction=reduction, ignore_index=ignore_index)
     _tensor = torch.randn(B * T, V, device=device, dtype=dtype) * scalar
@@ -71,8 +84,12 @@ def _correctness_once(target_ce, B, T, V, reduction, scalar, dtype, atol, rtol, 
     else:
         output.backward(gradient=torch.ones_like(output))
         output2.backward(gradient=torch.ones_like(output))
-    if known_bf16_grad and not torch.allclose(_input.grad, _input2.grad, atol=atol, rtol=rtol):
-        _grad_vs_fp64(_input2.grad, _input.grad, _tensor, target, reduction, ignore_index)
+    if dtype == torch.bfloat16 and not torch.allclose(_input.grad, _input2.grad, atol=atol, rtol=rtol):
+        ours_err, peer_err = _grad_vs_fp64(_input2.grad, _input.grad, _tensor, target, reduction, ignore_index)
+        msg = f"{PEER_WORSE}; here ours {ours_err:.4f}, the peer's {peer_err:.4f}"
+        if known_bf16_grad:
+            raise PeerReferenceWorse(msg)
+        pytest.xfail(msg)  # a shape not run on a CPU (the GPU shapes): known only when it runs
     assert torch.allclose(_input.grad, _input2.grad, atol=atol, rtol=rtol)
 
 
@@ -112,6 +129,15 @@ def test_correctness_with_softcap_once(B, T, V, softcap, reduction, scalar, dtyp
     output.backward(gradient=torch.ones_like(output))
     output2.backward(gradient=torch.ones_like(output))
     assert torch.allclose(_input.grad, _input2.grad, atol=atol, rtol=rtol)
+
+
+@pytest.mark.xfail(strict=True, raises=PeerReferenceWorse, reason=PEER_WORSE)
+@pytest.mark.parametrize("reduction", ["sum"])
+def test_correctness_bf16_vocab_32000(reduction):
+    """``test_correctness``'s bf16 case at the peer's V (32000) and 16 rows: its gradient check fails
+    by 2.8% of its tolerance; our own fp64 check of the same case runs first and must pass."""
+    _correctness_once(LogprobCrossEntropy(reduction=reduction), 2, 8, 32000, reduction, 1.0, torch.bfloat16, 1e-8,
+                      5e-2, known_bf16_grad=True)
 
 
 @pytest.mark.parametrize("B, T, V", SHAPES)
