@@ -43,9 +43,9 @@ from .configs import default_logits_fwd_config as default_logits_fwd_config
 from .configs import device_capability as device_capability
 from .validation import (
     _check_device,
+    _check_logits_call,
     _check_matrix,
     _check_scalars,
-    _check_softcap,
     _check_token_range,
     _check_tokens,
 )
@@ -115,38 +115,39 @@ def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, i
 
 
 def _save_logits_ctx(ctx, logits, tokens, stats, entropy, return_entropy, temperature, ignore_index,
-                     backward_config, softcap):
+                     backward_config, softcap, n_inputs: int):
     """What the logits backward needs (shared with ``parallel.py``, which saves the global stats)."""
     ctx.save_for_backward(logits, tokens, stats, entropy)
     ctx.args = (temperature, ignore_index, backward_config, softcap)
+    ctx.n_inputs = n_inputs
     ctx.set_materialize_grads(False)
     if not return_entropy:
         ctx.mark_non_differentiable(entropy)
 
 
-def _logits_ctx_backward(ctx, g_lp, g_ent, n_inputs: int):
-    """The gradient of the logits (first input) from what ``_save_logits_ctx`` saved; None for the rest."""
-    logits, tokens, stats, entropy = ctx.saved_tensors
-    if g_lp is None and g_ent is None:
-        return (None,) * n_inputs
-    temperature, ignore_index, backward_config, softcap = ctx.args
-    grad = _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index,
-                            backward_config, softcap)
-    return (grad,) + (None,) * (n_inputs - 1)
+class _LogitsBackward(torch.autograd.Function):
+    """The backward of every logits-kernel Function: the gradient of the logits (first input) from
+    what ``_save_logits_ctx`` saved, None for the other inputs."""
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent):
+        logits, tokens, stats, entropy = ctx.saved_tensors
+        if g_lp is None and g_ent is None:
+            return (None,) * ctx.n_inputs
+        temperature, ignore_index, backward_config, softcap = ctx.args
+        grad = _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index,
+                                backward_config, softcap)
+        return (grad,) + (None,) * (ctx.n_inputs - 1)
 
 
-class _TokenLogprobs(torch.autograd.Function):
+class _TokenLogprobs(_LogitsBackward):
     @staticmethod
     def forward(ctx, logits, tokens, temperature, return_entropy, ignore_index, config, backward_config, softcap):
         logprob, entropy, stats = _logits_forward(logits, tokens, temperature, return_entropy, ignore_index,
                                                   config, softcap)
         _save_logits_ctx(ctx, logits, tokens, stats, entropy, return_entropy, temperature, ignore_index,
-                         backward_config, softcap)
+                         backward_config, softcap, n_inputs=8)
         return logprob, entropy
-
-    @staticmethod
-    def backward(ctx, g_lp, g_ent):
-        return _logits_ctx_backward(ctx, g_lp, g_ent, 8)
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
@@ -172,14 +173,8 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     Returns ``logprob`` [T], or ``(logprob, entropy)``. Differentiable with respect to ``logits``
     through both outputs: the backward reads the logits once and writes the gradient once.
     """
-    _check_matrix(logits, "logits", "[tokens, vocab]")
-    _check_device(logits, "logits")
-    _check_tokens(tokens, logits.shape[0], logits, "logits")
-    temperature, ignore_index = _check_scalars(temperature, ignore_index)
-    softcap = _check_softcap(softcap)
-    if logits.shape[1] == 0:
-        raise ValueError("logits must have at least one vocabulary column, got shape "
-                         f"{tuple(logits.shape)}")
+    temperature, ignore_index, softcap = _check_logits_call(logits, tokens, temperature, ignore_index, softcap,
+                                                           "[tokens, vocab]")
     if check_tokens:
         _check_token_range(tokens, logits.shape[1], ignore_index)
     tokens = tokens.contiguous()  # [T] ints: a copy costs nothing next to the logits
@@ -235,7 +230,8 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
         hidden.stride(0) if n_rows > 1 else hidden_size, weight.stride(0) if vocab > 1 else hidden_size,
         1.0 / temperature, vblocks_per_split,
         NSPLIT=nsplit, SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
-        EVEN_V=vocab % bv == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
+        EVEN_V=vocab % bv == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk,
+        DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     combine_bt = _COMBINE_BLOCK_T if dev.type == "cuda" else 64
     K.linear_logprobs_combine_kernel[(triton.cdiv(n_rows, combine_bt),)](

@@ -23,8 +23,8 @@ import numbers
 
 import torch
 
-from .api import _logits_ctx_backward, _logits_forward, _save_logits_ctx
-from .validation import _check_device, _check_matrix, _check_scalars, _check_softcap, _check_tokens
+from .api import _logits_forward, _LogitsBackward, _save_logits_ctx
+from .validation import _check_logits_call
 
 
 def _all_reduce(t: torch.Tensor, op: str, group) -> torch.Tensor:
@@ -36,7 +36,7 @@ def _all_reduce(t: torch.Tensor, op: str, group) -> torch.Tensor:
     return t
 
 
-class _VocabParallelLogprobs(torch.autograd.Function):
+class _VocabParallelLogprobs(_LogitsBackward):
     @staticmethod
     def forward(ctx, logits, tokens, vocab_start, temperature, return_entropy, ignore_index, group, softcap,
                 check_tokens, config, backward_config):
@@ -68,12 +68,8 @@ class _VocabParallelLogprobs(torch.autograd.Function):
         entropy = (log_s - sums[2] / torch.where(live, sums[0], torch.ones_like(zero))).masked_fill(ignored, 0.0)
         glob = torch.stack([torch.where(live, big_m, torch.full_like(zero, float("inf"))), log_s])
         _save_logits_ctx(ctx, logits, tok_local, glob, entropy, return_entropy, temperature, ignore_index,
-                         backward_config, softcap)
+                         backward_config, softcap, n_inputs=11)
         return logprob, entropy
-
-    @staticmethod
-    def backward(ctx, g_lp, g_ent):
-        return _logits_ctx_backward(ctx, g_lp, g_ent, 11)
 
 
 def vocab_parallel_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, vocab_start: int,
@@ -98,13 +94,8 @@ def vocab_parallel_token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, vo
     Differentiable with respect to ``logits`` (this rank's shard); the backward communicates nothing.
     Two collectives per call (a MAX of [T] and a SUM of [4, T] fp32): every rank must call it.
     """
-    _check_matrix(logits, "logits", "[tokens, vocab shard]")
-    _check_device(logits, "logits")
-    _check_tokens(tokens, logits.shape[0], logits, "logits")
-    temperature, ignore_index = _check_scalars(temperature, ignore_index)
-    softcap = _check_softcap(softcap)
-    if logits.shape[1] == 0:
-        raise ValueError(f"logits must have at least one vocabulary column, got shape {tuple(logits.shape)}")
+    temperature, ignore_index, softcap = _check_logits_call(logits, tokens, temperature, ignore_index, softcap,
+                                                           "[tokens, vocab shard]")
     if isinstance(vocab_start, bool) or not isinstance(vocab_start, numbers.Integral) or vocab_start < 0:
         raise ValueError(f"vocab_start must be a non-negative int, got {vocab_start!r}")
     logprob, entropy = _VocabParallelLogprobs.apply(logits, tokens.contiguous(), int(vocab_start), temperature,

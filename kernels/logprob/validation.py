@@ -80,3 +80,16 @@ def _check_token_range(tokens: torch.Tensor, vocab_size: int, ignore_index: int)
         i = int(bad.nonzero()[0, 0])
         raise ValueError(f"tokens[{i}] = {int(tokens[i])} is outside [0, {vocab_size}) and is not "
                          f"ignore_index ({ignore_index})")
+
+
+def _check_logits_call(logits, tokens, temperature, ignore_index, softcap, dims: str):
+    """The checks of a call on materialised logits (``token_logprobs``, the vocabulary-parallel
+    one): returns the normalised (temperature, ignore_index, softcap)."""
+    _check_matrix(logits, "logits", dims)
+    _check_device(logits, "logits")
+    _check_tokens(tokens, logits.shape[0], logits, "logits")
+    temperature, ignore_index = _check_scalars(temperature, ignore_index)
+    softcap = _check_softcap(softcap)
+    if logits.shape[1] == 0:
+        raise ValueError(f"logits must have at least one vocabulary column, got shape {tuple(logits.shape)}")
+    return temperature, ignore_index, softcap
