@@ -68,9 +68,10 @@ for arch in (90, 80):
     lfwd, lbwd = C.default_linear_fwd_config(torch.bfloat16, cap), C.default_linear_bwd_config(torch.bfloat16, cap)
     fwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
                "max_ptr": "*fp32", "logsum_ptr": "*fp32", "stride_row": "i32", "vocab_size": "i32",
-               "temperature": "fp32", "ignore_index": "i32"}
+               "temperature": "fp32", "softcap": "fp32", "ignore_index": "i32"}
     for scale in (False, True):
-        consts = {"SCALE": scale, "EXACT_DIV": False, "RETURN_ENTROPY": True, "BLOCK_V": fwd_cfg["BLOCK_V"]}
+        consts = {"SCALE": scale, "EXACT_DIV": False, "SOFTCAP": scale, "RETURN_ENTROPY": True,
+                  "BLOCK_V": fwd_cfg["BLOCK_V"]}
         build(f"fwd-aligned-scale{int(scale)}", K.token_logprobs_fwd_kernel, fwd_sig, consts,
               ["logits_ptr", "stride_row", "vocab_size"], arch, fwd_cfg["num_warps"], fwd_cfg["num_stages"])
         build(f"fwd-generic-scale{int(scale)}", K.token_logprobs_fwd_kernel_generic, fwd_sig, consts, [], arch,
@@ -78,12 +79,13 @@ for arch in (90, 80):
     bwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32", "logsum_ptr": "*fp32",
                "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32", "grad_logits_ptr": "*bf16",
                "stride_row": "i32", "stride_grad_row": "i32", "vocab_size": "i32", "temperature": "fp32",
-               "ignore_index": "i32"}
-    build("bwd", K.token_logprobs_bwd_kernel, bwd_sig,
-          {"SCALE": True, "EXACT_DIV": False, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True, "BLOCK_V": bwd_cfg["BLOCK_V"],
-           "ROUND_BF16": False},
-          ["logits_ptr", "grad_logits_ptr", "stride_row", "stride_grad_row", "vocab_size"], arch,
-          bwd_cfg["num_warps"], bwd_cfg["num_stages"])
+               "softcap": "fp32", "ignore_index": "i32"}
+    for cap in (False, True):
+        build(f"bwd-softcap{int(cap)}", K.token_logprobs_bwd_kernel, bwd_sig,
+              {"SCALE": True, "EXACT_DIV": False, "SOFTCAP": cap, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True,
+               "BLOCK_V": bwd_cfg["BLOCK_V"], "ROUND_BF16": False},
+              ["logits_ptr", "grad_logits_ptr", "stride_row", "stride_grad_row", "vocab_size"], arch,
+              bwd_cfg["num_warps"], bwd_cfg["num_stages"])
     lin_sig = {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "order_ptr": "*i64",
                "n_active_ptr": "*i32", "part_ptr": "*fp32", "n_rows": "i32", "vocab_size": "i32",
                "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32", "inv_temperature": "fp32",
@@ -141,7 +143,8 @@ def test_kernels_compile_for_gpu():
             assert res[f"fwd-aligned-scale{scale}@sm{arch}"]["v4_loads"] > 0, "aligned forward lost its vector loads"
             assert res[f"fwd-generic-scale{scale}@sm{arch}"]["v4_loads"] == 0, \
                 "generic forward vectorised: its layout could depend on a row's alignment"
-        assert res[f"bwd@sm{arch}"]["v4_loads"] > 0
+        for cap in (0, 1):  # with the softcap too (the fwd's scale1 variants carry it)
+            assert res[f"bwd-softcap{cap}@sm{arch}"]["v4_loads"] > 0
         for name in ("linear-fwd-ent1", "dlogits", "accumulate-bf16"):
             assert res[f"{name}@sm{arch}"]["mma"] > 0, f"{name} does not use tensor cores on sm{arch}"
 
