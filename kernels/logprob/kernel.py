@@ -78,7 +78,7 @@ def _prep(x, temperature, softcap, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
     """The logits the softmax sees: softcap * tanh(x / softcap) (Gemma 2's final-logit cap, as HF
     and verl apply it: before the temperature), then / temperature."""
     if SOFTCAP:
-        x = softcap * _tanh(x / softcap)[0]
+        x = softcap * _tanh(x * (1.0 / softcap))[0]  # 1 ulp of x / cap at most: no division a logit
     return _scale(x, temperature, SCALE, EXACT_DIV)
 
 
@@ -183,7 +183,7 @@ def _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, S
     the temperature for 16-bit inputs (fp32: the division is exact, per element, as before).
     With SOFTCAP, also the cap's derivative 1 - tanh^2 (returned; 1 without the cap)."""
     if SOFTCAP:
-        t, dcap = _tanh(x / softcap)
+        t, dcap = _tanh(x * (1.0 / softcap))
         x = softcap * t
     else:
         dcap = 1.0
