@@ -42,9 +42,10 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _online_update(x, m, s, w, RETURN_ENTROPY: tl.constexpr):
-    """Fold one block of logits ``x`` into the running (max, sum, weighted sum) of one row."""
-    m_new = tl.maximum(m, tl.max(x, 0))
+def _online_update(x, x_max, m, s, w, RETURN_ENTROPY: tl.constexpr):
+    """Fold one block of logits ``x`` (its maximum ``x_max``) into the running (max, sum, weighted
+    sum) of one row."""
+    m_new = tl.maximum(m, x_max)
     # A block (or prefix) of only -inf logits (masked vocabulary) keeps m_new = -inf; shifting by 0
     # instead keeps exp() at 0 rather than exp(-inf - -inf) = NaN.
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -106,19 +107,21 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
     if n_full > 0:
         nxt = tl.load(row_ptr + offs)
         for start in range(BLOCK_V, n_full, BLOCK_V):
-            cur = nxt
+            x = _prep(nxt.to(tl.float32), temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
+            x_max = tl.max(x, 0)
+            # issued after the block maximum (the block's raw values are dead by then: triton 3.6
+            # kept both blocks live when the load came first, 198 registers, 1 CTA per SM)
             nxt = tl.load(row_ptr + start + offs)
-            x = _prep(cur.to(tl.float32), temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
-            m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+            m, s, w = _online_update(x, x_max, m, s, w, RETURN_ENTROPY)
         x = _prep(nxt.to(tl.float32), temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
-        m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+        m, s, w = _online_update(x, tl.max(x, 0), m, s, w, RETURN_ENTROPY)
     if n_full < v_end:
         cols = n_full + offs
         x = tl.load(row_ptr + cols, mask=cols < v_end, other=float("-inf")).to(tl.float32)
         x = _prep(x, temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
         if SOFTCAP:  # the cap maps -inf to -softcap: a column past V stays out of the sums
             x = tl.where(cols < v_end, x, float("-inf"))
-        m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+        m, s, w = _online_update(x, tl.max(x, 0), m, s, w, RETURN_ENTROPY)
 
     s = tl.where(ignored, 1.0, s)  # an ignored row summed nothing
     log_s = tl.log(s)
