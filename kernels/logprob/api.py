@@ -223,7 +223,7 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
     # Rows that are not ignore_index first (stable, so a row keeps its neighbours' order): the token
     # blocks of ignored rows (prompt tokens) run no GEMM. On the device, no host sync.
     active = tokens != ignore_index
-    order = torch.argsort(~active, stable=True)
+    order = torch.argsort((~active).to(torch.uint8), stable=True)  # key 0: a row to compute, 1: ignored
     n_active = active.sum(dtype=torch.int32).reshape(1)
     K.linear_logprobs_fwd_kernel[grid](
         hidden, weight, tokens, order, n_active, part, n_rows, vocab, hidden_size,
