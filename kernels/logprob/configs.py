@@ -118,13 +118,14 @@ def default_linear_fwd_config(dtype, capability: tuple[int, int] | None = None) 
     if dtype == torch.float32:
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 16, "num_warps": 4, "num_stages": 2}
     # sm_90a, triton 3.9, chosen by the compiled code (epilogue = SASS of the vocabulary loop outside
-    # the K-loop and outside the target-select branch, per logit of a thread; with entropy / without):
+    # the K-loop and outside the target-select branch, per logit of a thread; with entropy / without;
+    # triton 3.6 alike: 128x128 170 / 210 registers, epilogue 9.8 / 7.3; 64x128 200 registers, 11.0):
     # - 64x128x64, 4 warps, 3 stages: 226 / 225 registers -> 2 CTAs per SM (not 3: ptxas no longer
     #   lands at 168 once the epilogue shrank), epilogue 11.3 / 8.3 (was 20.6 / 16.9). Each K-step
-    #   moves 24 KB from L2 for 1.05 MFLOP: 22.6 TB/s of L2 at the 989 TF/s dense peak, so L2-bound
-    #   at an estimated 1.6-2.1x the bare matmul (H100/H200 L2 ~11-14 TB/s, the issue's estimate).
+    #   moves 24 KB from L2 for 1.05 MFLOP: ~22.6 TB/s of L2 at the dense bf16 peak (issue 37), so
+    #   L2-bound at an estimated 1.6-2.1x the bare matmul (H100/H200 L2 ~11-14 TB/s, the issue's estimate).
     # - 128x128x64, 8 warps, 3 stages (this default): 220 / 221 registers, 96 KB shared -> 1 CTA per
-    #   SM, epilogue 10.2 / 7.2 (was 19.5 / 16.0). 32 KB per 2.1 MFLOP: 15.1 TB/s of L2 at peak, est.
+    #   SM, epilogue 10.2 / 7.2 (was 19.5 / 16.0). 32 KB per 2.1 MFLOP: 2/3 of that, 15.1 TB/s, est.
     #   1.1-1.4x bound by L2; the exposed epilogue (8 warps x 652 instructions / 4 schedulers = 1.3k
     #   cycles against 28.7k of MMA per tile at H 3584) and the per-tile pipeline refill add ~5-7%
     #   (issue), HBM is far (the weight streams once per 128-token block, from L2 otherwise).
