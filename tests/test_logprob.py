@@ -319,6 +319,30 @@ def test_linear_token_logprobs_against_fp64(case, dtype):
     assert (ours[0][ignored] == 0).all() and (ours[2][ignored] == 0).all()
 
 
+@pytest.mark.parametrize("vocab", [512, 509], ids=["even-V", "masked-V"])
+def test_linear_skipped_ignored_blocks_and_target_tiles(vocab):
+    """The fused forward's fast paths: V a multiple of the tile (no column mask), token blocks of
+    ignored rows that run no GEMM (rows 0-19 and 40-55 ignored: whole 16-row blocks after the
+    active rows are moved first), and targets on the first and last column of tiles and splits,
+    several rows sharing a tile (the target select runs only on the tiles holding a token)."""
+    n_rows, hidden = 64, 32
+    gen = torch.Generator().manual_seed(36)
+    h = torch.randn(n_rows, hidden, generator=gen).to(DEV, torch.float32)
+    w = (torch.randn(vocab, hidden, generator=gen) * 0.4).to(DEV, torch.float32)
+    tok = _tokens(n_rows, vocab, seed=37, ignored=[*range(20), *range(40, 56)])
+    # the first active block (rows 20-35): tile edges, rows sharing a tile, and 192 alone at the
+    # start of the tile after another hit tile of its split (splits of 2 tiles: 128 columns)
+    tok[20:36] = torch.tensor([0, 5, 5, 6, 63, 64, 127, 128, 130, 192, 256, 257, 383, vocab - 64, vocab - 1, 1])
+    upstream = _upstream(n_rows, 38)
+    res = _linear_triplet(h, w, tok, 0.8, upstream, fp32_precision="ieee",
+                          config={"BLOCK_T": 16, "BLOCK_V": 64, "NSPLIT": 4})
+    ours = res["ours"]
+    expect(*linear_checks(f"fast-paths-V{vocab}", h, w, tok, 0.8, ours, res["torch"], res["truth"], upstream))
+    ignored = tok == IGNORE
+    assert (ours[0][ignored] == 0).all() and (ours[1][ignored] == 0).all() and (ours[2][ignored] == 0).all()
+    assert (ours[0][~ignored] < 0).all() and (ours[1][~ignored] > 0).all()
+
+
 def test_linear_large_magnitude_and_frozen_weight():
     """Logits ~1e4 (no inf/NaN, log-probs <= 0) and a frozen weight (reference policy: only
     d(hidden) is computed)."""

@@ -11,6 +11,8 @@ reads the logits several times. Here:
 - ``linear_token_logprobs(hidden, weight, tokens, ...)``: the same from the hidden states and the
   LM-head weight, never holding [T, V] logits: the forward is a matmul whose epilogue keeps the
   running statistics; the backward recomputes logits tile by tile, one vocabulary chunk at a time.
+- ``vocab_parallel_token_logprobs(logits_shard, tokens, vocab_start, ..., group=...)``: the same
+  for a TP-sharded LM head (each rank holds a vocabulary shard; two all-reduces per call).
 - ``token_logprobs_reference`` / ``linear_token_logprobs_reference``: pure torch (fp32 upcast by
   default), the tests' ground truth (in fp64) and the suites' eager baseline.
 
@@ -60,6 +62,7 @@ _LAZY = {
     "token_logprobs": "api",
     "token_logprobs_reference": "reference",
     "tuning_bucket": "api",
+    "vocab_parallel_token_logprobs": "parallel",
 }
 
 __all__ = [
@@ -77,6 +80,7 @@ __all__ = [
     "token_logprobs",
     "token_logprobs_reference",
     "tuning_bucket",
+    "vocab_parallel_token_logprobs",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

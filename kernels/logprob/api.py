@@ -41,7 +41,14 @@ from .configs import default_linear_fwd_config as default_linear_fwd_config
 from .configs import default_logits_bwd_config as default_logits_bwd_config
 from .configs import default_logits_fwd_config as default_logits_fwd_config
 from .configs import device_capability as device_capability
-from .validation import _check_device, _check_matrix, _check_scalars, _check_token_range, _check_tokens
+from .validation import (
+    _check_device,
+    _check_logits_call,
+    _check_matrix,
+    _check_scalars,
+    _check_token_range,
+    _check_tokens,
+)
 
 
 def _zeroed_on_ignored(g: torch.Tensor | None, tokens: torch.Tensor, ignore_index: int, n: int, device):
@@ -55,7 +62,7 @@ def _zeroed_on_ignored(g: torch.Tensor | None, tokens: torch.Tensor, ignore_inde
 # ---------------------------------------------------------------------------------------------
 
 
-def _logits_forward(logits, tokens, temperature, return_entropy, ignore_index, config):
+def _logits_forward(logits, tokens, temperature, return_entropy, ignore_index, config, softcap=None):
     n_rows, vocab = logits.shape
     dev = logits.device
     logprob = torch.empty(n_rows, dtype=torch.float32, device=dev)
@@ -76,14 +83,15 @@ def _logits_forward(logits, tokens, temperature, return_entropy, ignore_index, c
     stride = logits.stride(0) if n_rows > 1 else vocab
     fn = K.token_logprobs_fwd_kernel if aligned else K.token_logprobs_fwd_kernel_generic
     fn[(n_rows,)](logits, tokens, logprob, entropy if return_entropy else logprob, stats[0], stats[1],
-                  stride, vocab, temperature, ignore_index,
-                  SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32,
+                  stride, vocab, temperature, softcap or 1.0, ignore_index,
+                  SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, SOFTCAP=softcap is not None,
                   RETURN_ENTROPY=return_entropy, BLOCK_V=block_v,
                   num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return logprob, entropy, stats
 
 
-def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index, config):
+def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index, config,
+                     softcap=None):
     n_rows, vocab = logits.shape
     dev = logits.device
     grad = torch.empty((n_rows, vocab), dtype=logits.dtype, device=dev)
@@ -98,39 +106,54 @@ def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, i
     g_ent = g_ent.contiguous() if has_ent else stats[0]
     K.token_logprobs_bwd_kernel[(n_rows,)](
         logits, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, grad,
-        logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab, temperature, ignore_index,
-        SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, HAS_GRAD_LP=has_lp,
+        logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab, temperature, softcap or 1.0, ignore_index,
+        SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, SOFTCAP=softcap is not None,
+        HAS_GRAD_LP=has_lp,
         HAS_GRAD_ENT=has_ent, BLOCK_V=block_v, ROUND_BF16=_interpreting() and logits.dtype == torch.bfloat16,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return grad
 
 
-class _TokenLogprobs(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, tokens, temperature, return_entropy, ignore_index, config, backward_config):
-        logprob, entropy, stats = _logits_forward(logits, tokens, temperature, return_entropy, ignore_index,
-                                                  config)
-        ctx.save_for_backward(logits, tokens, stats, entropy)
-        ctx.temperature, ctx.ignore_index, ctx.backward_config = temperature, ignore_index, backward_config
-        ctx.set_materialize_grads(False)
-        if not return_entropy:
-            ctx.mark_non_differentiable(entropy)
-        return logprob, entropy
+def _save_logits_ctx(ctx, logits, tokens, stats, entropy, return_entropy, temperature, ignore_index,
+                     backward_config, softcap, n_inputs: int):
+    """What the logits backward needs (shared with ``parallel.py``, which saves the global stats)."""
+    ctx.save_for_backward(logits, tokens, stats, entropy)
+    ctx.args = (temperature, ignore_index, backward_config, softcap)
+    ctx.n_inputs = n_inputs
+    ctx.set_materialize_grads(False)
+    if not return_entropy:
+        ctx.mark_non_differentiable(entropy)
+
+
+class _LogitsBackward(torch.autograd.Function):
+    """The backward of every logits-kernel Function: the gradient of the logits (first input) from
+    what ``_save_logits_ctx`` saved, None for the other inputs."""
 
     @staticmethod
     def backward(ctx, g_lp, g_ent):
         logits, tokens, stats, entropy = ctx.saved_tensors
         if g_lp is None and g_ent is None:
-            return (None,) * 7
-        grad = _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
-                                ctx.backward_config)
-        return grad, None, None, None, None, None, None
+            return (None,) * ctx.n_inputs
+        temperature, ignore_index, backward_config, softcap = ctx.args
+        grad = _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index,
+                                backward_config, softcap)
+        return (grad,) + (None,) * (ctx.n_inputs - 1)
+
+
+class _TokenLogprobs(_LogitsBackward):
+    @staticmethod
+    def forward(ctx, logits, tokens, temperature, return_entropy, ignore_index, config, backward_config, softcap):
+        logprob, entropy, stats = _logits_forward(logits, tokens, temperature, return_entropy, ignore_index,
+                                                  config, softcap)
+        _save_logits_ctx(ctx, logits, tokens, stats, entropy, return_entropy, temperature, ignore_index,
+                         backward_config, softcap, n_inputs=8)
+        return logprob, entropy
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
                    return_entropy: bool = False, ignore_index: int = -100, *,
                    config: dict | None = None, backward_config: dict | None = None,
-                   check_tokens: bool = True):
+                   check_tokens: bool = True, softcap: float | None = None):
     """Log-probabilities of ``tokens`` under ``softmax(logits / temperature)``, in fp32.
 
     Args:
@@ -144,22 +167,19 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
         backward_config: the same for the backward kernel.
         check_tokens: check the token range on the host (one device sync). With False an
             out-of-range token yields NaN instead of an error.
+        softcap: positive number or None: the logits become ``softcap * tanh(logits / softcap)``
+            before the temperature (Gemma 2's final-logit cap, 30, as HF and verl apply it).
 
     Returns ``logprob`` [T], or ``(logprob, entropy)``. Differentiable with respect to ``logits``
     through both outputs: the backward reads the logits once and writes the gradient once.
     """
-    _check_matrix(logits, "logits", "[tokens, vocab]")
-    _check_device(logits, "logits")
-    _check_tokens(tokens, logits.shape[0], logits, "logits")
-    temperature, ignore_index = _check_scalars(temperature, ignore_index)
-    if logits.shape[1] == 0:
-        raise ValueError("logits must have at least one vocabulary column, got shape "
-                         f"{tuple(logits.shape)}")
+    temperature, ignore_index, softcap = _check_logits_call(logits, tokens, temperature, ignore_index, softcap,
+                                                           "[tokens, vocab]")
     if check_tokens:
         _check_token_range(tokens, logits.shape[1], ignore_index)
     tokens = tokens.contiguous()  # [T] ints: a copy costs nothing next to the logits
     logprob, entropy = _TokenLogprobs.apply(logits, tokens, temperature, bool(return_entropy), ignore_index,
-                                            config, backward_config)
+                                            config, backward_config, softcap)
     return (logprob, entropy) if return_entropy else logprob
 
 
@@ -200,12 +220,18 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
     vblocks_per_split = triton.cdiv(n_vblocks, nsplit)
     part = torch.empty((4, nsplit, n_rows), dtype=torch.float32, device=dev)
     grid = (triton.cdiv(n_rows, bt) * nsplit,)
+    # Rows that are not ignore_index first (stable, so a row keeps its neighbours' order): the token
+    # blocks of ignored rows (prompt tokens) run no GEMM. On the device, no host sync.
+    active = tokens != ignore_index
+    order = torch.argsort((~active).to(torch.uint8), stable=True)  # key 0: a row to compute, 1: ignored
+    n_active = active.sum(dtype=torch.int32).reshape(1)
     K.linear_logprobs_fwd_kernel[grid](
-        hidden, weight, tokens, part, n_rows, vocab, hidden_size,
+        hidden, weight, tokens, order, n_active, part, n_rows, vocab, hidden_size,
         hidden.stride(0) if n_rows > 1 else hidden_size, weight.stride(0) if vocab > 1 else hidden_size,
         1.0 / temperature, vblocks_per_split,
         NSPLIT=nsplit, SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
-        BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
+        EVEN_V=vocab % bv == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk,
+        DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     combine_bt = _COMBINE_BLOCK_T if dev.type == "cuda" else 64
     K.linear_logprobs_combine_kernel[(triton.cdiv(n_rows, combine_bt),)](

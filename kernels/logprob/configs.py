@@ -117,18 +117,25 @@ def default_linear_fwd_config(dtype, capability: tuple[int, int] | None = None) 
         return {"BLOCK_T": 16, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 4, "num_warps": 4, "num_stages": 1}
     if dtype == torch.float32:
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 32, "NSPLIT": 16, "num_warps": 4, "num_stages": 2}
-    # 64 tokens x 128 vocabulary columns x 64, one warpgroup (4 warps), 3 stages: sm_90a 168
-    # registers and 72 KB shared memory, 3 CTAs per SM, so one
-    # CTA's softmax epilogue runs while the others' MMAs do (scripts/static_report.py, triton 3.9).
-    # The former 128x128 tile on 8 warps took 255 registers: one CTA per SM, every epilogue exposed
-    # (72 B spilled on sm_80). Half the tokens per weight tile is paid back by L2: the 3 x 132
-    # resident programs (24 token blocks, split-fastest) walk the same weight rows.
+    # sm_90a, triton 3.9, chosen by the compiled code (epilogue = SASS of the vocabulary loop outside
+    # the K-loop and outside the target-select branch, per logit of a thread; with entropy / without;
+    # triton 3.6 alike: 128x128 170 / 210 registers, epilogue 9.8 / 7.3; 64x128 200 registers, 11.0):
+    # - 64x128x64, 4 warps, 3 stages: 226 / 225 registers -> 2 CTAs per SM (not 3: ptxas no longer
+    #   lands at 168 once the epilogue shrank), epilogue 11.3 / 8.3 (was 20.6 / 16.9). Each K-step
+    #   moves 24 KB from L2 for 1.05 MFLOP: ~22.6 TB/s of L2 at the dense bf16 peak (issue 37), so
+    #   L2-bound at an estimated 1.6-2.1x the bare matmul (H100/H200 L2 ~11-14 TB/s, the issue's estimate).
+    # - 128x128x64, 8 warps, 3 stages (this default): 220 / 221 registers, 96 KB shared -> 1 CTA per
+    #   SM, epilogue 10.2 / 7.2 (was 19.5 / 16.0). 32 KB per 2.1 MFLOP: 2/3 of that, 15.1 TB/s, est.
+    #   1.1-1.4x bound by L2; the exposed epilogue (8 warps x 652 instructions / 4 schedulers = 1.3k
+    #   cycles against 28.7k of MMA per tile at H 3584) and the per-tile pipeline refill add ~5-7%
+    #   (issue), HBM is far (the weight streams once per 128-token block, from L2 otherwise).
+    # 128x256 (8 warps) spills 264 B and 64x256 (4 warps) 340 B: out.
     if tuple(capability) < (9, 0):
         # sm_80 (mma.sync, no warpgroup): 64x128 spilled 36 B under triton 3.6 (0 under 3.9, 255
         # registers); 64x64x64 on 4 warps, 3 stages: 0 B under both, 214 / 168 registers (3.9 /
         # 3.6), 32 KB shared memory, 2-3 CTAs per SM
         return {"BLOCK_T": 64, "BLOCK_V": 64, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 4, "num_stages": 3}
-    return {"BLOCK_T": 64, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 4, "num_stages": 3}
+    return {"BLOCK_T": 128, "BLOCK_V": 128, "BLOCK_K": 64, "NSPLIT": 16, "num_warps": 8, "num_stages": 3}
 
 
 def default_linear_bwd_config(dtype, capability: tuple[int, int] | None = None) -> dict:

@@ -28,6 +28,8 @@ the config from the vocabulary size and dtype only. See ``kernels/logprob/__init
 import triton
 import triton.language as tl
 
+from .softcap import _tanh
+
 # exp(x) = exp2(x * LOG2E). ``tl.exp`` lowers to a non-flush-to-zero ``ex2.approx.f32`` wrapped in a
 # denormal range check (3 extra SASS instructions per element on sm_90); ``tl.math.exp2`` lowers to
 # ``ex2.approx.ftz.f32``. Flushing results below 2^-126 to zero changes no sum a row's maximum
@@ -40,9 +42,10 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def _online_update(x, m, s, w, RETURN_ENTROPY: tl.constexpr):
-    """Fold one block of logits ``x`` into the running (max, sum, weighted sum) of one row."""
-    m_new = tl.maximum(m, tl.max(x, 0))
+def _online_update(x, x_max, m, s, w, RETURN_ENTROPY: tl.constexpr):
+    """Fold one block of logits ``x`` (its maximum ``x_max``) into the running (max, sum, weighted
+    sum) of one row."""
+    m_new = tl.maximum(m, x_max)
     # A block (or prefix) of only -inf logits (masked vocabulary) keeps m_new = -inf; shifting by 0
     # instead keeps exp() at 0 rather than exp(-inf - -inf) = NaN.
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -72,10 +75,19 @@ def _scale(x, temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr):
 
 
 @triton.jit
+def _prep(x, temperature, softcap, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr):
+    """The logits the softmax sees: softcap * tanh(x / softcap) (Gemma 2's final-logit cap, as HF
+    and verl apply it: before the temperature), then / temperature."""
+    if SOFTCAP:
+        x = softcap * _tanh(x * (1.0 / softcap))[0]  # 1 ulp of x / cap at most: no division a logit
+    return _scale(x, temperature, SCALE, EXACT_DIV)
+
+
+@triton.jit
 def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                            stride_row, vocab_size, temperature, ignore_index,
-                            SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
-                            BLOCK_V: tl.constexpr):
+                            stride_row, vocab_size, temperature, softcap, ignore_index,
+                            SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr,
+                            RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     tok = tl.load(tokens_ptr + row).to(tl.int64)
     ignored = tok == ignore_index
@@ -89,19 +101,32 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
     # An ignored row reads nothing: prompt tokens are often most of a packed batch.
     v_end = tl.where(ignored, 0, vocab_size)
     n_full = (v_end // BLOCK_V) * BLOCK_V
-    for start in range(0, n_full, BLOCK_V):
-        # Full blocks are loaded without a mask, so aligned rows vectorise to 16-byte accesses.
-        x = _scale(tl.load(row_ptr + start + offs).to(tl.float32), temperature, SCALE, EXACT_DIV)
-        m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+    # Full blocks are loaded without a mask, so aligned rows vectorise to 16-byte accesses. The
+    # next block's load is issued before the current block's reductions, so a warp has a block in
+    # flight while it reduces (software prefetch; the compiler does not pipeline this loop itself).
+    if n_full > 0:
+        nxt = tl.load(row_ptr + offs)
+        for start in range(BLOCK_V, n_full, BLOCK_V):
+            x = _prep(nxt.to(tl.float32), temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
+            x_max = tl.max(x, 0)
+            # issued after the block maximum (the block's raw values are dead by then: triton 3.6
+            # kept both blocks live when the load came first, 198 registers, 1 CTA per SM)
+            nxt = tl.load(row_ptr + start + offs)
+            m, s, w = _online_update(x, x_max, m, s, w, RETURN_ENTROPY)
+        x = _prep(nxt.to(tl.float32), temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
+        m, s, w = _online_update(x, tl.max(x, 0), m, s, w, RETURN_ENTROPY)
     if n_full < v_end:
         cols = n_full + offs
         x = tl.load(row_ptr + cols, mask=cols < v_end, other=float("-inf")).to(tl.float32)
-        x = _scale(x, temperature, SCALE, EXACT_DIV)
-        m, s, w = _online_update(x, m, s, w, RETURN_ENTROPY)
+        x = _prep(x, temperature, softcap, SCALE, EXACT_DIV, SOFTCAP)
+        if SOFTCAP:  # the cap maps -inf to -softcap: a column past V stays out of the sums
+            x = tl.where(cols < v_end, x, float("-inf"))
+        m, s, w = _online_update(x, tl.max(x, 0), m, s, w, RETURN_ENTROPY)
 
     s = tl.where(ignored, 1.0, s)  # an ignored row summed nothing
     log_s = tl.log(s)
-    x_t = _scale(tl.load(row_ptr + tl.where(in_range, tok, 0)).to(tl.float32), temperature, SCALE, EXACT_DIV)
+    x_t = _prep(tl.load(row_ptr + tl.where(in_range, tok, 0)).to(tl.float32), temperature, softcap, SCALE, EXACT_DIV,
+                SOFTCAP)
     # (x_t - m) - log s, as torch's log_softmax: forming lse = m + log s first would add a rounding
     # of |lse| (1e-3 at |logits| ~ 1e4). x_t <= m and log s >= 0 (the maximum contributes exp(0)),
     # so the result is <= 0; the clamp only guards the sign.
@@ -121,26 +146,26 @@ def _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, ma
 
 @triton.jit
 def token_logprobs_fwd_kernel(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                              stride_row, vocab_size, temperature, ignore_index,
-                              SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
-                              BLOCK_V: tl.constexpr):
+                              stride_row, vocab_size, temperature, softcap, ignore_index,
+                              SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr,
+                              RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
     """Aligned variant: used when the vocabulary size is a multiple of 16 (rows 16-byte aligned)."""
     _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                            stride_row, vocab_size, temperature, ignore_index,
-                            SCALE, EXACT_DIV, RETURN_ENTROPY, BLOCK_V)
+                            stride_row, vocab_size, temperature, softcap, ignore_index,
+                            SCALE, EXACT_DIV, SOFTCAP, RETURN_ENTROPY, BLOCK_V)
 
 
 @triton.jit(do_not_specialize=["stride_row"], do_not_specialize_on_alignment=["logits_ptr"])
 def token_logprobs_fwd_kernel_generic(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                                      stride_row, vocab_size, temperature, ignore_index,
-                                      SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
+                                      stride_row, vocab_size, temperature, softcap, ignore_index,
+                                      SCALE: tl.constexpr, EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr,
                                       RETURN_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr):
     """Variant for other vocabulary sizes. Triton picks the register layout (and with it the
     order of the in-block sums) from the alignment it can prove for the pointer and stride; not
     specialising on them gives one layout for every row, wherever it lies in memory."""
     _token_logprobs_fwd_row(logits_ptr, tokens_ptr, logprob_ptr, entropy_ptr, max_ptr, logsum_ptr,
-                            stride_row, vocab_size, temperature, ignore_index,
-                            SCALE, EXACT_DIV, RETURN_ENTROPY, BLOCK_V)
+                            stride_row, vocab_size, temperature, softcap, ignore_index,
+                            SCALE, EXACT_DIV, SOFTCAP, RETURN_ENTROPY, BLOCK_V)
 
 
 @triton.jit
@@ -154,66 +179,112 @@ def _round_bf16(x):
 
 
 @triton.jit
-def _token_logprobs_bwd_block(logits_row, grad_row, cols, mask, tok, m, log_s, entropy, g_lp, g_ent, ignored,
-                              temperature, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
-                              HAS_GRAD_ENT: tl.constexpr, MASKED: tl.constexpr, ROUND_BF16: tl.constexpr):
-    if MASKED:
-        x = tl.load(logits_row + cols, mask=mask, other=float("-inf")).to(tl.float32)  # p = 0 past V
+def _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE: tl.constexpr,
+                             EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr):
+    """-(d logprob_t / d x_i) without the one-hot term, for every column i:
+    ``a * p_i`` (+ ``b * p_i * (log p_i + entropy)``), a = g_lp and b = g_ent, already divided by
+    the temperature for 16-bit inputs (fp32: the division is exact, per element, as before).
+    With SOFTCAP, also the cap's derivative 1 - tanh^2 (returned; 1 without the cap)."""
+    if SOFTCAP:
+        t, dcap = _tanh(x * (1.0 / softcap))
+        x = softcap * t
     else:
-        x = tl.load(logits_row + cols).to(tl.float32)
+        dcap = 1.0
     x = _scale(x, temperature, SCALE, EXACT_DIV)
     logp = (x - m) - log_s
     p = tl.math.exp2(logp * LOG2E)
-    # d logprob_t / d x_i = [i == t] - p_i
-    dz = tl.where(cols == tok, g_lp, 0.0) - g_lp * p
+    g = a * p
     if HAS_GRAD_ENT:
-        # d entropy / d x_i = -p_i * (log p_i + entropy); p_i = 0 (x_i = -inf) contributes 0
-        dz -= g_ent * p * tl.where(p > 0, logp + entropy, 0.0)
-    dz = _scale(dz, temperature, SCALE, EXACT_DIV)
-    dz = tl.where(ignored, 0.0, dz)
+        # d entropy / d x_i = -p_i (log p_i + entropy). A masked column (x = -inf) has p = 0 and
+        # log p = -inf: clamping log p (one FMNMX) gives 0 exactly where a compare-and-select did,
+        # and changes nothing where p > 0 (log p > -104 there)
+        g += b * p * (tl.maximum(logp, -3.0e38) + entropy)
+    if EXACT_DIV:
+        g = _scale(g, temperature, SCALE, EXACT_DIV)
+    if SOFTCAP:
+        g = g * dcap
+    return g, dcap
+
+
+@triton.jit
+def _store_grad(ptr, dz, mask, ROUND_BF16: tl.constexpr):
     if ROUND_BF16:
         out = _round_bf16(dz)
     else:
-        out = dz.to(grad_row.dtype.element_ty)
-    if MASKED:
-        tl.store(grad_row + cols, out, mask=mask)
-    else:
-        tl.store(grad_row + cols, out)
+        out = dz.to(ptr.dtype.element_ty)
+    tl.store(ptr, out, mask=mask)
 
 
 @triton.jit
 def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
                               grad_ent_ptr, grad_logits_ptr, stride_row, stride_grad_row, vocab_size,
-                              temperature, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
-                              HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
+                              temperature, softcap, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
+                              SOFTCAP: tl.constexpr, HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
                               ROUND_BF16: tl.constexpr):
-    """One read of the logits and one write of the gradient per row; no reductions."""
+    """One read of the logits and one write of the gradient per row; no reductions. The loop writes
+    -(a p_i + ...) everywhere; the target column's one-hot term is added by one store after a
+    barrier (no per-logit token compare). An ignored row reads nothing and stores zeros."""
     row = tl.program_id(0).to(tl.int64)
     tok = tl.load(tokens_ptr + row).to(tl.int64)
     ignored = tok == ignore_index
-    m = tl.load(max_ptr + row)
-    log_s = tl.load(logsum_ptr + row)
-    if HAS_GRAD_LP:
-        g_lp = tl.load(grad_lp_ptr + row).to(tl.float32)
-    else:
-        g_lp = tl.zeros([], dtype=tl.float32)
-    if HAS_GRAD_ENT:
-        g_ent = tl.load(grad_ent_ptr + row).to(tl.float32)
-        entropy = tl.load(entropy_ptr + row)
-    else:
-        g_ent = tl.zeros([], dtype=tl.float32)
-        entropy = tl.zeros([], dtype=tl.float32)
-    logits_row = logits_ptr + row * stride_row
     grad_row = grad_logits_ptr + row * stride_grad_row
     offs = tl.arange(0, BLOCK_V)
     n_full = (vocab_size // BLOCK_V) * BLOCK_V
-    for start in range(0, n_full, BLOCK_V):
-        _token_logprobs_bwd_block(logits_row, grad_row, start + offs, None, tok, m, log_s, entropy, g_lp, g_ent,
-                                  ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, False, ROUND_BF16)
-    if n_full < vocab_size:
-        cols = n_full + offs
-        _token_logprobs_bwd_block(logits_row, grad_row, cols, cols < vocab_size, tok, m, log_s, entropy, g_lp,
-                                  g_ent, ignored, temperature, SCALE, EXACT_DIV, HAS_GRAD_ENT, True, ROUND_BF16)
+    if ignored:
+        zero = tl.zeros([BLOCK_V], dtype=tl.float32)
+        for start in range(0, n_full, BLOCK_V):
+            _store_grad(grad_row + start + offs, zero, None, ROUND_BF16)
+        if n_full < vocab_size:
+            _store_grad(grad_row + n_full + offs, zero, n_full + offs < vocab_size, ROUND_BF16)
+    else:
+        m = tl.load(max_ptr + row)
+        log_s = tl.load(logsum_ptr + row)
+        if HAS_GRAD_LP:
+            g_lp = tl.load(grad_lp_ptr + row).to(tl.float32)
+        else:
+            g_lp = tl.zeros([], dtype=tl.float32)
+        if HAS_GRAD_ENT:
+            g_ent = tl.load(grad_ent_ptr + row).to(tl.float32)
+            entropy = tl.load(entropy_ptr + row)
+        else:
+            g_ent = tl.zeros([], dtype=tl.float32)
+            entropy = tl.zeros([], dtype=tl.float32)
+        a = g_lp
+        b = g_ent
+        if SCALE:
+            if not EXACT_DIV:  # 16-bit inputs: 1/T folded into the two per-row factors
+                a = g_lp * (1.0 / temperature)
+                b = g_ent * (1.0 / temperature)
+        logits_row = logits_ptr + row * stride_row
+        for start in range(0, n_full, BLOCK_V):
+            x = tl.load(logits_row + start + offs).to(tl.float32)
+            g, _ = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
+                                           SOFTCAP, HAS_GRAD_ENT)
+            _store_grad(grad_row + start + offs, -g, None, ROUND_BF16)
+        if n_full < vocab_size:
+            cols = n_full + offs
+            x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
+            g, _ = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
+                                           SOFTCAP, HAS_GRAD_ENT)
+            _store_grad(grad_row + cols, -g, cols < vocab_size, ROUND_BF16)
+        # the target column: a - (a p_t + ...) (the same arithmetic as a one-hot select in the loop
+        # would give), stored after every thread's loop stores (an out-of-range token stores nothing)
+        in_range = (tok >= 0) & (tok < vocab_size)
+        t = tl.where(in_range, tok, 0)
+        x_t = tl.load(logits_row + t).to(tl.float32)
+        g_t, dcap_t = _token_logprobs_bwd_grad(x_t, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
+                                               SOFTCAP, HAS_GRAD_ENT)
+        if EXACT_DIV:
+            if SCALE:
+                one_hot = g_lp / temperature
+            else:
+                one_hot = g_lp
+        else:
+            one_hot = a
+        tl.debug_barrier()
+        if SOFTCAP:
+            one_hot = one_hot * dcap_t
+        _store_grad(grad_row + t, one_hot - g_t, in_range, ROUND_BF16)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,20 +295,29 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entro
 @triton.jit
 def _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
                 BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                DOT_PRECISION: tl.constexpr):
-    """fp32 [BLOCK_T, BLOCK_V] tile of hidden[rows] @ weight[cols].T, K-loop over the hidden size."""
+                MASK_ROWS: tl.constexpr, MASK_COLS: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """fp32 [BLOCK_T, BLOCK_V] tile of hidden[rows] @ weight[cols].T, K-loop over the hidden size.
+    ``MASK_ROWS`` / ``MASK_COLS`` False: every row / column is in bounds (no mask on the loads)."""
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = hidden_ptr + rows.to(tl.int64)[:, None] * stride_h + offs_k[None, :]
     b_ptrs = weight_ptr + cols.to(tl.int64)[None, :] * stride_w + offs_k[:, None]
     acc = tl.zeros([BLOCK_T, BLOCK_V], dtype=tl.float32)
     for k0 in range(0, hidden_size, BLOCK_K):
         if EVEN_K:
-            a = tl.load(a_ptrs, mask=row_mask[:, None], other=0.0)
-            b = tl.load(b_ptrs, mask=col_mask[None, :], other=0.0)
+            a_mask = row_mask[:, None] if MASK_ROWS else None
+            b_mask = col_mask[None, :] if MASK_COLS else None
         else:
-            k_mask = (k0 + offs_k) < hidden_size
-            a = tl.load(a_ptrs, mask=row_mask[:, None] & k_mask[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=col_mask[None, :] & k_mask[:, None], other=0.0)
+            k_in = (k0 + offs_k) < hidden_size
+            a_mask = (row_mask[:, None] & k_in[None, :]) if MASK_ROWS else k_in[None, :]
+            b_mask = (col_mask[None, :] & k_in[:, None]) if MASK_COLS else k_in[:, None]
+        if a_mask is None:
+            a = tl.load(a_ptrs)
+        else:
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        if b_mask is None:
+            b = tl.load(b_ptrs)
+        else:
+            b = tl.load(b_ptrs, mask=b_mask, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
@@ -245,14 +325,19 @@ def _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_s
 
 
 @triton.jit(do_not_specialize=["n_rows"])
-def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, part_ptr,
+def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, order_ptr, n_active_ptr, part_ptr,
                                n_rows, vocab_size, hidden_size, stride_h, stride_w, inv_temperature,
                                vblocks_per_split,
                                NSPLIT: tl.constexpr, SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
-                               EVEN_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr,
-                               BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                               EVEN_K: tl.constexpr, EVEN_V: tl.constexpr, BLOCK_T: tl.constexpr,
+                               BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Partial statistics of one (token block, vocabulary split): running max, sum and weighted sum
-    and the target logit, written to ``part[4, NSPLIT, n_rows]``.
+    and the target logit, written to ``part[4, NSPLIT, n_rows]`` at each row's own index.
+
+    Rows arrive through ``order`` (a permutation of the rows with the ``n_active`` rows that are
+    not ``ignore_index`` first, ``api._linear_forward``): token blocks past ``n_active`` run no
+    GEMM, so a packed batch's prompt tokens (often most of it) cost nothing. Each logit is still one
+    fp32 dot product over H in fixed K-steps, whichever tile row it lands in (batch invariance).
 
     Program ids run split-fastest, so the programs resident together share a few hidden tiles
     and walk NSPLIT weight streams in step: both stay in L2 (16 x 0.9 MB each at BLOCK 128,
@@ -261,36 +346,63 @@ def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, part_ptr,
     pid = tl.program_id(0)
     pid_t = pid // NSPLIT
     pid_s = pid % NSPLIT
-    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    row_mask = rows < n_rows
-    tok = tl.load(tokens_ptr + rows, mask=row_mask, other=-1).to(tl.int64)
+    n_active = tl.load(n_active_ptr)
+    slots = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    row_mask = slots < n_active
+    # every slot holds a real row (slots past n_rows read row 0): the hidden loads need no row mask,
+    # and the statistics of a slot past n_active are computed but never stored
+    rows = tl.load(order_ptr + slots, mask=slots < n_rows, other=0)
+    # int32 token compare (one ISETP a logit where int64 took two); a token outside this split
+    # (or an unchecked one outside [0, V)) becomes NO_TOKEN and matches no column
+    tok = tl.load(tokens_ptr + rows)
+    v_lo = pid_s * vblocks_per_split * BLOCK_V
+    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size)
+    v_hi = tl.where(pid_t * BLOCK_T < n_active, v_hi, v_lo)  # a block of ignored rows: no GEMM
+    NO_TOKEN: tl.constexpr = 2147483647
+    tok = tl.where(row_mask & (tok >= v_lo) & (tok < v_hi), tok, NO_TOKEN).to(tl.int32)
+    next_tok = tl.min(tok, 0)  # the lowest target column still ahead in this split
     m = tl.zeros([BLOCK_T], dtype=tl.float32) + float("-inf")
     s = tl.zeros([BLOCK_T], dtype=tl.float32)
     w = tl.zeros([BLOCK_T], dtype=tl.float32)
     tgt = tl.zeros([BLOCK_T], dtype=tl.float32)
-    v_lo = pid_s * vblocks_per_split * BLOCK_V
-    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size)
+    if SCALE:
+        inv_t = inv_temperature
+    else:
+        inv_t = 1.0
+    c = inv_t * LOG2E  # exp((z - m) / T) = exp2(z * c - m * c): one FFMA and one MUFU a logit
     for v0 in range(v_lo, v_hi, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
-        col_mask = cols < vocab_size
-        z = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h,
-                        stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
-        if SCALE:
-            z = z * inv_temperature
-        z = tl.where(col_mask[None, :], z, float("-inf"))
-        # Epilogue: one exp per logit (the MUFU cost is ~4% of the tile's MMA time at H = 3584).
+        if EVEN_V:  # V a multiple of BLOCK_V (152064 and 128256 at 128): no column mask anywhere
+            z = _logit_tile(hidden_ptr, weight_ptr, rows, None, cols, None, hidden_size, stride_h,
+                            stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, False, False, DOT_PRECISION)
+        else:
+            col_mask = cols < vocab_size
+            z = _logit_tile(hidden_ptr, weight_ptr, rows, None, cols, col_mask, hidden_size, stride_h,
+                            stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, False, True, DOT_PRECISION)
+            z = tl.where(col_mask[None, :], z, float("-inf"))
+        # The statistics run on the raw logits z (the maximum commutes with 1/T > 0); m is in raw units.
         m_new = tl.maximum(m, tl.max(z, 1))
-        d = z - m_new[:, None]
-        e = tl.math.exp2(d * LOG2E)
-        alpha = tl.math.exp2((m - m_new) * LOG2E)
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row of only -inf so far: no NaN
+        e = tl.math.exp2(z * c - (m_safe * c)[:, None])
+        alpha = tl.math.exp2((m - m_safe) * c)
         if RETURN_ENTROPY:
-            shift = tl.where(alpha > 0, m - m_new, 0.0)
-            w = alpha * (w + s * shift) + tl.sum(e * tl.maximum(d, -3.0e38), 1)
+            # w = sum e * d with d = (z - m) / T, the log-weight relative to the running maximum
+            shift = tl.where(alpha > 0, (m - m_safe) * inv_t, 0.0)  # 0 on the first tile (m = -inf, s = 0)
+            d = z * inv_t - (m_safe * inv_t)[:, None]
+            if not EVEN_V:
+                d = tl.maximum(d, -3.0e38)  # a masked column: e = 0 and d = -inf must add 0, not NaN
+            w = alpha * (w + s * shift) + tl.sum(e * d, 1)
         s = s * alpha + tl.sum(e, 1)
         m = m_new
-        # The target logit from the same fp32 tile as the sums (so log-prob <= 0 holds exactly);
-        # exactly one column of one split matches, the rest add zeros.
-        tgt += tl.sum(tl.where(cols[None, :] == tok[:, None], z, 0.0), 1)
+        # The target logit from the same fp32 tile as the sums (so log-prob <= 0 holds exactly),
+        # selected only on the tiles that hold some row's token (~1 in 18 at T-block 64, V 152064,
+        # 16 splits): a branch uniform over the CTA, no per-logit compare elsewhere.
+        if next_tok < v0 + BLOCK_V:
+            tgt += tl.sum(tl.where(tl.arange(0, BLOCK_V)[None, :] == (tok - v0)[:, None], z, 0.0), 1)
+            next_tok = tl.min(tl.where(tok >= v0 + BLOCK_V, tok, NO_TOKEN), 0)
+    if SCALE:
+        m = m * inv_temperature  # the combine and the backward take the maximum in units of z / T
+        tgt = tgt * inv_temperature
     stride_q = NSPLIT * n_rows
     base = part_ptr + pid_s * n_rows + rows
     tl.store(base, m, mask=row_mask)
@@ -304,37 +416,39 @@ def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_pt
                                    n_rows, vocab_size, ignore_index,
                                    NSPLIT: tl.constexpr, RETURN_ENTROPY: tl.constexpr, BLOCK_T: tl.constexpr):
     """Merge the NSPLIT partials of each row in split order (elementwise per row: the result does
-    not depend on which rows share the block)."""
+    not depend on which rows share the block). An ignored row has no partials (the forward skipped
+    it): log-prob and entropy 0, max +inf and log-sum 0, so the backward's exp(z - max) is 0."""
     rows = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     row_mask = rows < n_rows
     tok = tl.load(tokens_ptr + rows, mask=row_mask, other=0).to(tl.int64)
     ignored = tok == ignore_index
     in_range = (tok >= 0) & (tok < vocab_size)
+    live = row_mask & ~ignored
     stride_q = NSPLIT * n_rows
     m_all = tl.zeros([BLOCK_T], dtype=tl.float32) + float("-inf")
     for i in tl.static_range(NSPLIT):
-        m_all = tl.maximum(m_all, tl.load(part_ptr + i * n_rows + rows, mask=row_mask, other=0.0))
+        m_all = tl.maximum(m_all, tl.load(part_ptr + i * n_rows + rows, mask=live, other=0.0))
     s_all = tl.zeros([BLOCK_T], dtype=tl.float32)
     w_all = tl.zeros([BLOCK_T], dtype=tl.float32)
     tgt = tl.zeros([BLOCK_T], dtype=tl.float32)
     for i in tl.static_range(NSPLIT):
         base = part_ptr + i * n_rows + rows
-        m_i = tl.load(base, mask=row_mask, other=0.0)
-        s_i = tl.load(base + stride_q, mask=row_mask, other=1.0)  # rows past the end: no log(0)
+        m_i = tl.load(base, mask=live, other=0.0)
+        s_i = tl.load(base + stride_q, mask=live, other=1.0)  # rows with no partials: no log(0)
         a = tl.math.exp2((m_i - m_all) * LOG2E)  # 0 for an empty split (m_i = -inf, s_i = 0)
         s_all += s_i * a
         if RETURN_ENTROPY:
-            w_i = tl.load(base + 2 * stride_q, mask=row_mask, other=0.0)
+            w_i = tl.load(base + 2 * stride_q, mask=live, other=0.0)
             w_all += a * (w_i + s_i * tl.where(s_i > 0, m_i - m_all, 0.0))
-        tgt += tl.load(base + 3 * stride_q, mask=row_mask, other=0.0)
+        tgt += tl.load(base + 3 * stride_q, mask=live, other=0.0)
     log_s = tl.log(s_all)
     logprob = (tgt - m_all) - log_s
     logprob = tl.where(logprob > 0.0, 0.0, logprob)  # keeps NaN (tl.minimum would give 0)
     logprob = tl.where(in_range, logprob, float("nan"))
     logprob = tl.where(ignored, 0.0, logprob)
     tl.store(logprob_ptr + rows, logprob, mask=row_mask)
-    tl.store(max_ptr + rows, m_all, mask=row_mask)
-    tl.store(logsum_ptr + rows, log_s, mask=row_mask)
+    tl.store(max_ptr + rows, tl.where(ignored, float("inf"), m_all), mask=row_mask)
+    tl.store(logsum_ptr + rows, tl.where(ignored, 0.0, log_s), mask=row_mask)
     if RETURN_ENTROPY:
         entropy = log_s - w_all / s_all
         tl.store(entropy_ptr + rows, tl.where(ignored, 0.0, entropy), mask=row_mask)
@@ -365,7 +479,7 @@ def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_pt
     cols = v_start + local
     col_mask = local < chunk_cols
     z = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
-                    BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, DOT_PRECISION)
+                    BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, True, True, DOT_PRECISION)
     if SCALE:
         z = z * inv_temperature
     m = tl.load(max_ptr + rows, mask=row_mask, other=0.0)

@@ -27,10 +27,13 @@ def _logprobs_from_logits(x: torch.Tensor, tokens: torch.Tensor, return_entropy:
 
 def token_logprobs_reference(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0,
                              return_entropy: bool = False, ignore_index: int = -100,
-                             compute_dtype: torch.dtype | None = torch.float32):
+                             compute_dtype: torch.dtype | None = torch.float32, softcap: float | None = None):
     """log_softmax(logits / temperature) at ``tokens`` (and the entropy), eagerly: materialises
-    the [T, V] log-probabilities in ``compute_dtype``."""
+    the [T, V] log-probabilities in ``compute_dtype``. ``softcap``: logits -> softcap * tanh(logits
+    / softcap) first (Gemma 2), as HF's Gemma2 model and verl apply it."""
     x = logits if compute_dtype is None else logits.to(compute_dtype)
+    if softcap is not None:
+        x = torch.tanh(x / softcap) * softcap
     if temperature != 1.0:
         x = x / temperature
     return _logprobs_from_logits(x, tokens, return_entropy, ignore_index)

@@ -60,6 +60,16 @@ def _check_scalars(temperature, ignore_index) -> tuple[float, int]:
     return float(temperature), int(ignore_index)
 
 
+def _check_softcap(softcap) -> float | None:
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise ValueError(f"softcap must be a Python number or None, got {type(softcap).__name__}")
+    if not math.isfinite(softcap) or softcap <= 0:
+        raise ValueError(f"softcap must be positive and finite (or None for no cap), got {softcap}")
+    return float(softcap)
+
+
 def _check_token_range(tokens: torch.Tensor, vocab_size: int, ignore_index: int) -> None:
     """One device-to-host sync. Skipped with ``check_tokens=False``; the kernels then return NaN
     for an out-of-range token (never read outside the row, never a plausible number)."""
@@ -70,3 +80,16 @@ def _check_token_range(tokens: torch.Tensor, vocab_size: int, ignore_index: int)
         i = int(bad.nonzero()[0, 0])
         raise ValueError(f"tokens[{i}] = {int(tokens[i])} is outside [0, {vocab_size}) and is not "
                          f"ignore_index ({ignore_index})")
+
+
+def _check_logits_call(logits, tokens, temperature, ignore_index, softcap, dims: str):
+    """The checks of a call on materialised logits (``token_logprobs``, the vocabulary-parallel
+    one): returns the normalised (temperature, ignore_index, softcap)."""
+    _check_matrix(logits, "logits", dims)
+    _check_device(logits, "logits")
+    _check_tokens(tokens, logits.shape[0], logits, "logits")
+    temperature, ignore_index = _check_scalars(temperature, ignore_index)
+    softcap = _check_softcap(softcap)
+    if logits.shape[1] == 0:
+        raise ValueError(f"logits must have at least one vocabulary column, got shape {tuple(logits.shape)}")
+    return temperature, ignore_index, softcap

@@ -1,0 +1,34 @@
+"""Workers of the vocabulary-parallel log-prob test (``tests/test_logprob_features.py``): a gloo
+process group of CPU processes, each holding a vocabulary shard, in the Triton interpreter."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def shard_worker(rank: int, world: int, init_file: str, bounds: list, case: dict, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    from polytrace_kernels.logprob import vocab_parallel_token_logprobs
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        lo, hi = bounds[rank], bounds[rank + 1]
+        shard = case["logits"][:, lo:hi].clone().requires_grad_()
+        results = {}
+        lp, ent = vocab_parallel_token_logprobs(shard, case["tokens"], lo, case["temperature"], True,
+                                                softcap=case.get("softcap"))
+        torch.autograd.backward([lp, ent], [case["g_lp"], case["g_ent"]])
+        results.update(logprob=lp.detach(), entropy=ent.detach(), grad=shard.grad)
+        bad = case["tokens"].clone()
+        bad[0] = bounds[-1]  # past the whole vocabulary: owned by no rank
+        try:
+            vocab_parallel_token_logprobs(shard.detach(), bad, lo)
+            results["bad_token_error"] = ""
+        except ValueError as exc:
+            results["bad_token_error"] = str(exc)
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()

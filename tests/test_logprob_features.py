@@ -1,0 +1,135 @@
+"""Features of the log-prob kernels that RL users rely on: the final-logit softcap (Gemma 2: 30,
+applied as HF and verl do, logits -> cap * tanh(logits / cap) before the temperature) in the
+forward and backward, and the vocabulary-parallel log-prob / entropy of a TP-sharded LM head
+(``tests/_logprob_dist.py``: a gloo group of 2 CPU processes). Each against the fp64 reference on
+the same rounded inputs, with the rules of ``tests/_bounds.py``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from _bounds import expect, logits_checks
+
+from polytrace_kernels.logprob import token_logprobs, token_logprobs_reference
+from polytrace_kernels.logprob.softcap import _tanh
+
+IGNORE = -100
+
+
+def _case(n_rows, vocab, dtype, seed, scale):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(n_rows, vocab, generator=gen) * scale).to(dtype)
+    tok = torch.randint(0, vocab, (n_rows,), generator=gen)
+    tok[3] = IGNORE
+    up = (torch.randn(n_rows, generator=gen), torch.randn(n_rows, generator=gen))
+    return x, tok, up
+
+
+def _softcap_triplet(x, tok, temperature, cap, up, **kw):
+    out = {}
+    for name in ("ours", "torch", "truth"):
+        leaf = (x.double() if name == "truth" else x.clone()).requires_grad_()
+        if name == "ours":
+            lp, ent = token_logprobs(leaf, tok, temperature, True, softcap=cap, **kw)
+        else:
+            cd = torch.float64 if name == "truth" else None
+            lp, ent = token_logprobs_reference(leaf, tok, temperature, True, IGNORE, compute_dtype=cd, softcap=cap)
+        torch.autograd.backward([lp, ent], [up[0].to(lp.dtype), up[1].to(ent.dtype)])
+        out[name] = (lp.detach(), ent.detach(), leaf.grad)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("vocab, cap, config", [(1031, 5.0, None), (1024, 30.0, {"BLOCK_V": 128})],
+                         ids=["V1031-cap5-tail", "V1024-cap30-aligned"])
+def test_softcap_against_fp64(vocab, cap, config, dtype):
+    """Logits of scale 4 cap: the tanh saturates for many columns (cap 5), or bites mildly (30 with
+    scale 40); the tail block's masked columns must stay out of the sums (-inf is capped to -cap)."""
+    x, tok, up = _case(12, vocab, dtype, seed=51, scale=4 * cap)
+    res = _softcap_triplet(x, tok, 0.7, cap, up, config=config, backward_config=config)
+    capped = torch.tanh(x.double() / cap) * cap  # the checks' error scale: the logits the softmax sees
+    expect(*logits_checks(f"softcap{cap}-V{vocab}", capped, tok, 0.7, res["ours"], res["torch"], res["truth"], up))
+    plain = token_logprobs(x, tok, 0.7)
+    assert (plain - res["ours"][0]).abs().max() > 1e-2, "the cap changed nothing: not applied"
+
+
+@pytest.mark.parametrize("bad", [0.0, -30.0, float("nan"), float("inf"), "30", True])
+def test_softcap_bad_values_are_refused(bad):
+    x, tok, _ = _case(4, 64, torch.float32, seed=52, scale=1.0)
+    with pytest.raises(ValueError, match="softcap must be"):
+        token_logprobs(x, tok, softcap=bad)
+
+
+@triton.jit
+def _tanh_probe(y_ptr, t_ptr, d_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    t, d = _tanh(tl.load(y_ptr + offs))
+    tl.store(t_ptr + offs, t)
+    tl.store(d_ptr + offs, d)
+
+
+def test_softcap_tanh_and_its_derivative_to_fp32_rounding():
+    """The kernels' tanh (from exp2) and 1 - tanh^2 on a dense grid across the |y| = 0.5 switch and
+    out to saturation: tanh within 2 fp32 ulps of its value, the derivative within the input's own
+    conditioning (2|y| x 1 ulp, from rounding y) plus 8 ulps."""
+    y = torch.cat([torch.linspace(-0.6, 0.6, 3000), torch.linspace(-25.0, 25.0, 1000),
+                   torch.tensor([0.0, 1e-30, -1e-8, 0.5, -0.5, float("inf"), float("-inf")])])
+    y = torch.cat([y, torch.zeros(4096 - y.numel())])
+    t, d = torch.empty_like(y), torch.empty_like(y)
+    _tanh_probe[(1,)](y, t, d, BLOCK=4096)
+    y64 = y.double()
+    eps = torch.finfo(torch.float32).eps
+    t64, d64 = torch.tanh(y64), 1.0 / torch.cosh(y64) ** 2
+    assert ((t.double() - t64).abs() <= 2 * eps * t64.abs()).all()
+    finite = torch.isfinite(y64)
+    assert ((d.double() - d64).abs()[finite] <= ((2 * y64.abs() + 8) * eps * d64)[finite]).all()
+    assert (d[~finite] == 0).all()
+
+
+# ------------------------------------------------------------------ vocabulary-parallel (gloo, 2 ranks)
+
+@pytest.mark.parametrize("dtype, softcap", [(torch.float32, None), (torch.bfloat16, 30.0)], ids=["fp32", "bf16-cap30"])
+def test_vocab_parallel_against_fp64_with_two_gloo_ranks(tmp_path, dtype, softcap):
+    """Two CPU processes in a gloo group, shards of 300 and 213 columns (uneven, one not a multiple
+    of 16): each rank's log-probs and entropies are the full vocabulary's, and the concatenated shard
+    gradients are the full logits' gradient, against fp64 on the whole matrix; a token no shard owns
+    raises on every rank."""
+    import torch.multiprocessing as mp
+    from _logprob_dist import shard_worker
+
+    x, tok, up = _case(10, 513, dtype, seed=61, scale=8.0)
+    tok[5] = 299  # the last column of rank 0, and the first of rank 1
+    tok[6] = 300
+    bounds = [0, 300, 513]
+    case = {"logits": x, "tokens": tok, "temperature": 0.8, "g_lp": up[0], "g_ent": up[1], "softcap": softcap}
+    mp.spawn(shard_worker, args=(2, str(tmp_path / "init"), bounds, case, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert torch.equal(ranks[0]["logprob"], ranks[1]["logprob"]) and torch.equal(ranks[0]["entropy"],
+                                                                                 ranks[1]["entropy"])
+    ours = (ranks[0]["logprob"], ranks[0]["entropy"], torch.cat([r["grad"] for r in ranks], 1))
+    res = _softcap_triplet(x, tok, 0.8, softcap, up)
+    scale_x = torch.tanh(x.double() / softcap) * softcap if softcap else x
+    expect(*logits_checks(f"vocab-parallel-{dtype}", scale_x, tok, 0.8, ours, res["torch"], res["truth"], up))
+    for r in ranks:
+        assert "owned by 0 ranks" in r["bad_token_error"], r["bad_token_error"]
+
+
+def test_vocab_parallel_single_process_is_the_whole_vocabulary():
+    """Without a process group the one shard is the vocabulary: the fp64 checks hold as for
+    ``token_logprobs``; a bad ``vocab_start`` is refused."""
+    from polytrace_kernels.logprob import vocab_parallel_token_logprobs
+
+    x, tok, up = _case(9, 300, torch.float32, seed=62, scale=3.0)
+    leaf = x.clone().requires_grad_()
+    lp, ent = vocab_parallel_token_logprobs(leaf, tok, 0, 0.9, True)
+    torch.autograd.backward([lp, ent], list(up))
+    res = _softcap_triplet(x, tok, 0.9, None, up)
+    expect(*logits_checks("vocab-parallel-one-rank", x, tok, 0.9, (lp.detach(), ent.detach(), leaf.grad),
+                          res["torch"], res["truth"], up))
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="vocab_start must be"):
+            vocab_parallel_token_logprobs(x, tok, bad)
+    with pytest.raises(ValueError, match="owned by 0 ranks"):
+        vocab_parallel_token_logprobs(x, torch.where(tok == IGNORE, tok, tok + 1000), 0)
