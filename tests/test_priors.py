@@ -385,8 +385,8 @@ def test_assumed_gpu_beaten_by_the_steps_is_rejected(validation_logs):
     big, small = "verl_qwen2-7b_ppo_8gpu_b1024x5.log", "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
     inferred, kept = P.load_corpus(validation_logs, names=[big, small], gpus={})
     assert inferred.gpu == "h100-sxm" and "inferred" in inferred.gpu_source, inferred.gpu_source
-    m = re.search(r"rejected: a100-80g \(([\d.]+)x", inferred.gpu_source)
-    assert m and float(m.group(1)) < 1.0, inferred.gpu_source
+    # the log's MFU names the class (verl's 989 TFLOP/s) before the roofline ladder is climbed
+    assert "from the log's own MFU" in inferred.gpu_source, inferred.gpu_source
     assert P.roofline_margin(inferred) >= 1.0
     assert kept.gpu == "a100-80g" and "assumed" in kept.gpu_source and P.roofline_margin(kept) > 1.0
     sha = P.file_sha256(Path(validation_logs) / big)
