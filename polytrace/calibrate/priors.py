@@ -80,10 +80,11 @@ class Corpus:
     """One log of the corpus: its rows (priced), stages and engine settings."""
 
     def __init__(self, name: str, rows: list[StepData], stages: list[str], eager: bool, ckpt: bool, sha256: str,
-                 overlapped: tuple = (), gpu: str = "", gpu_source: str = ""):
+                 overlapped: tuple = (), gpu: str = "", gpu_source: str = "", model: str = "", strategy: str = "fsdp"):
         self.name, self.rows, self.stages, self.eager, self.ckpt, self.sha256 = name, rows, stages, eager, ckpt, sha256
         self.overlapped = tuple(overlapped)  # stages off the step's critical path (async generation)
         self.gpu, self.gpu_source = gpu, gpu_source  # the preset priced; where it comes from
+        self.model, self.strategy = model, strategy  # the actor's preset and trainer backend (``folds``)
 
     def kind(self, group: str, family: str) -> str:
         return prior_kind(group, family, self.eager, self.ckpt)
@@ -170,7 +171,7 @@ def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None
         else:
             source = "the log's own evidence"
         c = Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, sha, _overlapped(split),
-                   gpu=run.gpu.slug, gpu_source=source)
+                   gpu=run.gpu.slug, gpu_source=source, model=run.model.name, strategy=run.strategy)
         margin = roofline_margin(c)
         if margin < 1.0 and (assumed or inferred):
             raise PolytraceError(f"{path}: every GPU of {', '.join(INFER_LADDER)} is beaten by some step "
@@ -331,9 +332,15 @@ def build_document(corpus: list[Corpus], folder: str, with_loo: bool = True) -> 
     from .. import __version__
     from ..provenance import git_commit
 
+    from .folds import evaluate
+
     doc = {"format": "polytrace.priors", "version": 1, **fit_priors(corpus)}
     if with_loo:
-        doc["leave_one_out"] = leave_one_out(corpus)
+        groups = evaluate(corpus)  # leave-one-log-out is its "log" grouping
+        per_log = {k: {s: v for s, v in e.items() if s not in ("baselines", "group")}
+                   for k, e in groups["groupings"]["log"]["per_log"].items()}
+        doc["leave_one_out"] = {"per_log": per_log, "summary": summarise(per_log)}
+        doc["groups"] = groups
     doc["provenance"] = {
         "logs": [{"name": c.name, "sha256": c.sha256, "steps": len(c.rows), "gpu": c.gpu, "gpu_source": c.gpu_source,
                   "roofline_margin": round(roofline_margin(c), 3)}
