@@ -110,3 +110,57 @@ def test_the_shipped_group_scores_are_the_corpus_evaluation(validation_logs):
     shipped = load_priors()["groups"]
     for g, r in doc["groupings"].items():
         assert r["summary"] == pytest.approx(shipped["groupings"][g]["summary"], rel=1e-6), g
+
+
+# ---- bounds per kernel family: no family past its peak in any fold ---------------------------
+
+
+@pytest.mark.parametrize("grouping", ["log", "size", "family"])
+def test_no_family_runs_past_its_peak_in_any_fold(validation_logs, grouping):
+    res = F.leave_group_out(_small(str(validation_logs)), grouping)
+    for g, fold in res["folds"].items():
+        assert 0 < fold["peak_share"] <= 1.0 + 1e-9, (grouping, g, fold["peak_share"])
+
+
+def test_a_kinds_floor_is_its_fastest_priced_family(validation_logs):
+    """The rollout holds decode (priced at 0.75 of the HBM peak) beside its GEMMs (0.6 of the
+    compute peak where compute-bound): its floor is 0.75, not a mixture of the two (which let a
+    fold run decode at 1.18x the HBM peak)."""
+    from polytrace.compose.efficiency import DEFAULT, priced_share
+
+    doc = P.fit_priors(_small(str(validation_logs)))
+    r = doc["kinds"]["rollout.eager"]
+    assert priced_share("decode") == DEFAULT.decode_hbm == 0.75
+    assert r["floor"] == 0.75 and r["slowdown"] >= 0.75
+    assert r["family_peak_share"]["decode"] == pytest.approx(0.75 / r["slowdown"], rel=1e-12)
+    assert doc["kinds"]["optimizer"]["slowdown"] == 1.0 and "not fitted" in doc["kinds"]["optimizer"]["fixed"]
+
+
+def test_the_shipped_fit_and_every_shipped_fold_keep_every_family_at_or_under_its_peak():
+    from polytrace.compose.efficiency import load_priors
+
+    doc = load_priors()
+    assert F.peak_share(doc) <= 1.0 + 1e-9
+    shares = [f["peak_share"] for r in doc["groups"]["groupings"].values() for f in r["folds"].values()]
+    assert len(shares) >= 30 and max(shares) <= 1.0 + 1e-9
+
+
+def test_unidentified_constants_are_fixed_and_say_so():
+    from polytrace.compose.efficiency import load_priors
+
+    doc = load_priors()
+    for k in ("gen", "other"):
+        assert doc["constants_s"][k] == 0.0 and "not identified" in doc["constants_fixed"][k]
+    bounds = doc["groups"]["spread"]["on_bounds"]
+    assert not any("constant gen" in b or "constant other" in b for b in bounds)  # fixed, not flagged
+
+
+def test_the_docs_headline_is_the_shipped_group_evaluation():
+    from pathlib import Path
+
+    from polytrace.compose.efficiency import load_priors
+
+    groups = load_priors()["groups"]
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "step-model.md").read_text()
+    assert F.markdown_table(groups).strip() in docs
+    assert F.spread_table(groups).strip() in docs

@@ -85,6 +85,8 @@ def _on_bounds(doc: dict) -> list[str]:
         elif s >= P.MAX_SLOWDOWN * (1 - BOUND_REL):
             out.append(f"{k} at the upper bound {P.MAX_SLOWDOWN:g}")
     for k, v in doc["constants_s"].items():
+        if k in doc.get("constants_fixed", {}):
+            continue
         if v <= 1e-6:
             out.append(f"constant {k} at 0 s")
         elif v >= P.MAX_CONSTANT_S * (1 - BOUND_REL):
@@ -95,8 +97,14 @@ def _on_bounds(doc: dict) -> list[str]:
 def _params(doc: dict) -> dict:
     out = {f"slowdown {k}": v["slowdown"] for k, v in doc["kinds"].items()
            if v["logs"] and "fixed" not in v and "fallback" not in v}
-    out.update({f"constant {k} s": v for k, v in doc["constants_s"].items()})
+    out.update({f"constant {k} s": v for k, v in doc["constants_s"].items() if k not in doc.get("constants_fixed", {})})
     return out
+
+
+def peak_share(doc: dict) -> float:
+    """The largest fraction of its peak any kernel family runs at under a fit's slowdowns
+    (``priors.fit_priors``' ``family_peak_share``): above 1 a fold prices work past the hardware."""
+    return max((x for v in doc["kinds"].values() for x in v.get("family_peak_share", {}).values()), default=0.0)
 
 
 def _baseline_scores(train: list, held: list) -> dict:
@@ -138,7 +146,7 @@ def leave_group_out(corpus: list, grouping: str, fit=None) -> dict:
         for c in held:
             per_log[c.name] = {**P.score(doc, c), "baselines": base[c.name], "group": g}
         folds[g] = {"held_out": [c.name for c in held], "fitted_on": [c.name for c in train],
-                    "params": _params(doc), "on_bounds": _on_bounds(doc)}
+                    "params": _params(doc), "on_bounds": _on_bounds(doc), "peak_share": peak_share(doc)}
     return {"grouping": grouping, "per_log": per_log, "folds": folds, "summary": summarise(per_log)}
 
 
@@ -182,7 +190,8 @@ def evaluate(corpus: list, groupings=tuple(GROUPINGS), fit=None) -> dict:
     """``leave_group_out`` for each grouping and the fitted numbers' ``spread`` over all folds."""
     results = {g: leave_group_out(corpus, g, fit) for g in groupings}
     return {"groupings": {g: {"summary": r["summary"], "per_log": r["per_log"],
-                              "folds": {k: {"held_out": f["held_out"], "on_bounds": f["on_bounds"]}
+                              "folds": {k: {"held_out": f["held_out"], "on_bounds": f["on_bounds"],
+                                            "peak_share": f["peak_share"]}
                                         for k, f in r["folds"].items()}}
                           for g, r in results.items()},
             "spread": spread(results)}
