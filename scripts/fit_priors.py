@@ -5,7 +5,8 @@
     python scripts/fit_priors.py ../shared --markdown # also prints the tables of docs/step-model.md
 
 reads the corpus under ``<shared>/validation-logs`` (``polytrace/calibrate/folds.py``: ``*.log``,
-``ladder/*.log``, ``more/*.log``; what it keeps out and why in ``folds.EXCLUDED``; each read, configured and priced as ``polytrace validate``
+``ladder/*.log``, ``more/*.log``; what it keeps out and why in ``folds.EXCLUDED``; each read,
+configured and priced as ``polytrace validate``
 does, on the GPU its publisher states in ``polytrace/data/corpus_gpus.json``, else on the GPU the
 log shows or an assumed A100 that no step beats, else the slowest preset none does), fits one slowdown per kind of work and engine setting and constant seconds per kind of stage
 (``polytrace/calibrate/priors.py``), scores every log with priors fitted on the others and every
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     folder = Path(args.shared) / "validation-logs"
     corpus = load_corpus(folder, folds.corpus_names(folder))
-    doc = build_document(corpus, "shared/validation-logs")
+    doc = build_document(corpus, "shared/validation-logs", groups=folds.evaluate(corpus))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -51,7 +52,8 @@ def main(argv=None) -> int:
         t = r["summary"]
         if t["logs"]:
             print(f"  one {g} held out: step median error {100 * t['step_median_error']:.1f}% (naive "
-                  f"{100 * t['naive_step_median_error']:.1f}%, roofline x scalar {100 * t['scalar_step_median_error']:.1f}%), "
+                  f"{100 * t['naive_step_median_error']:.1f}%, roofline x scalar "
+                  f"{100 * t['scalar_step_median_error']:.1f}%), "
                   f"worst {t['worst_step_ratio']:.2f}x, {t['logs_past_2x']} past 2x")
     print(f"  fitted numbers on a bound in {len(doc['groups']['spread']['on_bounds'])} fold(s)")
     if args.markdown:

@@ -289,13 +289,15 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
 def markdown_table(steps=range(2)) -> str:
     """The docs/step-model.md table of the runs and their zero-shot estimates (every row is in the
     development set, ``DEVELOPMENT_SET``; those a constant was derived from are marked *)."""
-    lines = ["| run (development set; * a constant derived from it) | table | GPUs | responses / step / optimizer step | avg / max sequence | layout | published s | "
+    lines = ["| run (development set; * a constant derived from it) | table | GPUs | responses / step / optimizer step "
+             "| avg / max sequence | layout | published s | "
              "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in RUNS:
         est = estimate_run(r, steps)["summary"]["mean_step_s"]
         layout = f"gen TP{r.rollout_tp}; train TP{r.train_tp} CP{r.train_cp} EP{r.train_ep} PP{r.train_pp}"
         ratio = est / r.step_s
-        lines.append(f"| {r.name}{' *' if r.name in DERIVED_FROM else ''} | {r.table} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | "
+        mark = " *" if r.name in DERIVED_FROM else ""
+        lines.append(f"| {r.name}{mark} | {r.table} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | "
                      f"{r.avg_seq} / {r.max_seq} | {layout} | {r.step_s:g} | {est:.0f} | {ratio:.2f} | "
                      f"{100 * (ratio - 1):+.0f}% |")
     return "\n".join(lines)

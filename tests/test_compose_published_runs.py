@@ -35,7 +35,8 @@ GB200_MOE = "the GB200 MoE runs' shortfall: the dense GB200 runs are within 17% 
 # factor fitted to the row.
 MISSES = {
     "qwen3-30b-a3b 1-step-off": (
-        "1.43x (217 s; 1.40x, 213 s, under the nine-log priors; generation-bound: 213 s on 8 TP2 engines of 256 responses each, where the published 152 s "
+        "1.43x (217 s; 1.40x, 213 s, under the nine-log priors; generation-bound: 213 s on 8 TP2 engines of 256 "
+        "responses each, where the published 152 s "
         "step bounds it): ~90 s of it is per-sequence host work at the corpus's price (109 us a sequence an "
         "iteration, fitted on vLLM 0.6-0.8 engines: V0 on the 0.5B logs, V1 0.8.x in eager mode on the 7B ones); "
         "NeMo RL v0.6 runs vLLM 0.17.1, which no corpus log measures (on-policy, 128 responses an engine: 1.17x); "
@@ -47,7 +48,8 @@ MISSES = {
         "work per sequence at 9.6x its base (7.3x before), fitted on vLLM 0.6-0.8 engines; the same run on-policy "
         "is at 1.17x and on DGX-H100 at 1.19x"),
     "gb200 deepseek-v3 on-policy 128": (
-        "0.63x (68 s against 108 s): as on the H100s (within 30% there under the 22-log priors, 0.68x before), and " + GB200_MOE),
+        "0.63x (68 s against 108 s): as on the H100s (within 30% there under the 22-log priors, 0.68x before), "
+        "and " + GB200_MOE),
     "gb200 deepseek-v3 on-policy 256": "0.59x (58 s against 98.7 s): as on 128 GB200s",
     "gb200 qwen3-235b on-policy 128": (
         "0.52x (180 s): the published step is slower on 128 GB200s than on 64 (345 against 286 "

@@ -50,7 +50,8 @@ def test_each_ladder_rung_reads_steps_1_to_40_and_its_identity(validation_logs, 
 def test_the_0p5b_rung_reads_its_first_step_verbatim(validation_logs):
     """step:1 of the 0.5B GSM8K rung: ``timing_s/update_actor:6.447 - timing_s/step:59.794 -
     perf/mfu/actor:0.045 ... perf/throughput:1175.609``."""
-    s = read_log(validation_logs / LADDER / "Qwen2.5-0.5B-bsz64_2-prompt512-resp1024-lorarank32-score0.543.log").steps[0]
+    name = "Qwen2.5-0.5B-bsz64_2-prompt512-resp1024-lorarank32-score0.543.log"
+    s = read_log(validation_logs / LADDER / name).steps[0]
     assert (s.timings["update_actor"], s.timings["step"]) == (6.447, 59.794)
     assert (s.metrics["perf/mfu/actor"], s.metrics["perf/throughput"]) == (0.045, 1175.609)
     assert s.metrics["perf/max_memory_allocated_gb"] == 26.377
@@ -124,5 +125,6 @@ def test_a_sibling_of_another_run_is_an_error_naming_both(tmp_path, validation_l
     log.write_bytes(src.read_bytes())
     (tmp_path / "run.config.yaml").write_text("data:\n  train_batch_size: 32\n")
     (tmp_path / "run.overrides.yaml").write_text("- data.train_batch_size=64\n")
-    with pytest.raises(PolytraceError, match=r"run.overrides.yaml: data.train_batch_size=64 but .*run.config.yaml has 32"):
+    with pytest.raises(PolytraceError,
+                       match=r"run.overrides.yaml: data.train_batch_size=64 but .*run.config.yaml has 32"):
         read_log(log)

@@ -349,7 +349,8 @@ _LOO = load_priors()["leave_one_out"]["summary"]
 @pytest.mark.xfail(_LOO["step_median_error"] > 0.25, strict=True,
                    reason=f"22-log corpus (the nine logs, the ladder, Megatron GPG, two OPD runs): leave-one-log-out "
                           f"step {100 * _LOO['step_median_error']:.1f}% (goal 25%; 20.9% on the nine logs alone); the "
-                          "rollout's slowdown sits on its decode floor (0.75: decode at the HBM peak) in 33 of 38 folds, "
+                          "rollout's slowdown sits on its decode floor (0.75: decode at the HBM peak) in 33 of 38 "
+                          "folds, "
                           "the generation it cannot price moves to the host kinds")
 def test_zero_shot_step_goal_leave_one_log_out():
     """Zero-shot over the leave-one-log-out corpus: median |pred/actual - 1| of the step <= 25%, and
@@ -360,7 +361,8 @@ def test_zero_shot_step_goal_leave_one_log_out():
 
 
 @pytest.mark.xfail(_LOO["gen_median_error"] > 0.30, strict=True,
-                   reason=f"generation leave-one-log-out {100 * _LOO['gen_median_error']:.1f}% (goal 30%) on the 22-log "
+                   reason=f"generation leave-one-log-out {100 * _LOO['gen_median_error']:.1f}% (goal 30%) on the "
+                          "22-log "
                           "corpus: see docs/step-model.md (group-held-out scores)")
 def test_zero_shot_generation_goal_leave_one_log_out():
     """Generation zero-shot within 30% (median over the leave-one-log-out corpus), well below the

@@ -208,7 +208,8 @@ def markdown_table(doc: dict) -> str:
             lines.append(f"| one {g} | - (the corpus has one {g}) | | | | | | |")
             continue
         gen = f"{100 * s['gen_median_error']:.0f}%" if s.get("gen_median_error") is not None else "-"
-        lines.append(f"| one {g} | {s['logs']} | **{100 * s['step_median_error']:.0f}%** | {s['worst_step_ratio']:.2f}x | "
+        lines.append(f"| one {g} | {s['logs']} | **{100 * s['step_median_error']:.0f}%** | "
+                     f"{s['worst_step_ratio']:.2f}x | "
                      f"{s['logs_past_2x']} | {gen} | {100 * s['naive_step_median_error']:.0f}% "
                      f"({s['naive_worst_step_ratio']:.2f}x) | {100 * s['scalar_step_median_error']:.0f}% "
                      f"({s['scalar_worst_step_ratio']:.2f}x) |")

@@ -44,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..provenance import file_sha256
-from ..compose.efficiency import CONSTANT_KIND, prior_kind, priced_share, roofline_share  # noqa: F401 (re-exported)
+from ..compose.efficiency import CONSTANT_KIND, priced_share, prior_kind, roofline_share  # noqa: F401 (re-exported)
 from ..errors import PolytraceError
+from ..provenance import file_sha256
 from .fit import MIN_SLOWDOWN, StepData
 from .gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, NOT_STATED
 from .gpuinfer import roofline_margin as gpu_roofline_margin
@@ -60,8 +60,10 @@ CONSTANTS = ("gen", "forward", "update", "other")
 # at most 1.3 and 1.5 s elsewhere; the per-call work of generation is in the host kinds, the
 # step outside its stages is timed by verl apart).
 FIXED_CONSTANTS = {
-    "gen": (0.0, "not identified: on its bound 0 s in 36 of 38 folds of a free fit of the 22-log corpus; fixed at 0 s"),
-    "other": (0.0, "not identified: on its bound 0 s in 35 of 38 folds of a free fit of the 22-log corpus; fixed at 0 s"),
+    "gen": (0.0, "not identified: on its bound 0 s in 36 of 38 folds of a free fit of the 22-log corpus; "
+                 "fixed at 0 s"),
+    "other": (0.0, "not identified: on its bound 0 s in 35 of 38 folds of a free fit of the 22-log corpus; "
+                   "fixed at 0 s"),
 }
 FITTED_CONSTANTS = tuple(k for k in CONSTANTS if k not in FIXED_CONSTANTS)
 # a kind with no corpus log takes this kind's slowdown
@@ -250,7 +252,7 @@ def fit_priors(corpus: list[Corpus]) -> dict:
     kinds = list(KINDS)
     mats = [(c, c.matrices(kinds, c.sample())) for c in corpus]
     seen = np.zeros(len(kinds), dtype=bool)
-    for _c, (x, b, _y, _o, _f) in mats:
+    for _c, (x, _b, _y, _o, _f) in mats:
         for s in x:
             seen |= x[s].sum(axis=0) > 0
     families = kind_families(corpus)
@@ -392,21 +394,21 @@ def summarise(per_log: dict) -> dict:
                       "gen_within_30pct": (med("gen", "median_error") or 1.0) <= 0.30}}
 
 
-def build_document(corpus: list[Corpus], folder: str, with_loo: bool = True) -> dict:
+def build_document(corpus: list[Corpus], folder: str, with_loo: bool = True, groups: dict | None = None) -> dict:
     """The priors file: the fit on the whole corpus, its leave-one-log-out evaluation and the
-    provenance (logs and their hashes, the commit, the date)."""
+    provenance (logs and their hashes, the commit, the date); ``groups``: the group-held-out
+    evaluation (``folds.evaluate``) to store, its leave-one-log-out grouping as ``leave_one_out``."""
     from .. import __version__
     from ..provenance import git_commit
 
-    from .folds import evaluate
-
     doc = {"format": "polytrace.priors", "version": 1, **fit_priors(corpus)}
-    if with_loo:
-        groups = evaluate(corpus)  # leave-one-log-out is its "log" grouping
+    if groups is not None:  # ``folds.evaluate(corpus)``: leave-one-log-out is its "log" grouping
         per_log = {k: {s: v for s, v in e.items() if s not in ("baselines", "group")}
                    for k, e in groups["groupings"]["log"]["per_log"].items()}
         doc["leave_one_out"] = {"per_log": per_log, "summary": summarise(per_log)}
         doc["groups"] = groups
+    elif with_loo:
+        doc["leave_one_out"] = leave_one_out(corpus)
     doc["provenance"] = {
         "logs": [{"name": c.name, "sha256": c.sha256, "steps": len(c.rows), "gpu": c.gpu, "gpu_source": c.gpu_source,
                   "roofline_margin": round(roofline_margin(c), 3)}

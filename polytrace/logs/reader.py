@@ -243,8 +243,8 @@ class _Steps:
         cut = [n for n in self.untimed if n in self.cut]
         if cut and "notes" in kw:
             kw["notes"].append(
-                f"{len(cut)} step line(s) cut at {WANDB_LINE_CHARS} characters (wandb's console capture keeps no more of "
-                f"a line) lost their timings and are left out: steps {_span(cut)}")
+                f"{len(cut)} step line(s) cut at {WANDB_LINE_CHARS} characters (wandb's console capture keeps no "
+                f"more of a line) lost their timings and are left out: steps {_span(cut)}")
         if not steps:
             raise PolytraceError(f"{path}: no training step lines with timings (expected 'step:N - "
                                  "timing_s/gen:... - ...' lines, or wandb CSV columns like timing_s/gen)")
