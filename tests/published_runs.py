@@ -253,6 +253,26 @@ RUNS = (
 )
 
 
+# **The development set.** Every row above shaped the model: 28 commits before issue 36 cite how
+# they moved these rows (the refit price was introduced to pull the MoE rows inside 2x; the
+# colocated switch, the TP all-reduce latency, the stream's mechanics each were checked on them),
+# so their agreement is in-sample, never validation of the model. Constants derived from a row:
+# ``Efficiency.refit_s_per_expert_tensor`` is the median of published refits three of which are
+# NeMo RL's own (``efficiency.REFIT_EXPERT_TENSOR_MEASUREMENTS``: the GB200/B200 MoE refits of pull
+# request #3294 and the DeepSeek-V3 NCCL benchmark, the same framework and systems as the table's
+# MoE rows); ``Efficiency.refit_s_per_expert_tensor_bucketed`` comes from verl's checkpoint-engine
+# ablation's Qwen3-30B-A3B row (4.38 s), which ``tests/test_compose_modes.py`` therefore no longer
+# tests it against. The logs the priors are fitted on (``calibrate/folds.py``) are the only held-out
+# evidence: their group-held-out scores (docs/step-model.md) are the model's accuracy.
+DEVELOPMENT_SET = frozenset(r.name for r in RUNS)
+# rows whose step carries a constant derived from NeMo RL's own measurements: the colocated MoE runs,
+# whose refit (in the step) is priced per expert tensor at a median that three NeMo RL refits set
+REFIT_SOURCED = "Efficiency.refit_s_per_expert_tensor: a median three of whose five refits are NeMo RL's own"
+DERIVED_FROM = {r.name: REFIT_SOURCED for r in RUNS
+                if r.framework == "nemo-rl" and r.mode == "sync" and r.model.startswith(("qwen3-30b", "qwen3-235b",
+                                                                                       "deepseek"))}
+
+
 def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
     """The zero-shot estimate of ``run`` (no calibration, no measured timings: the shared priors
     of ``polytrace.compose.efficiency`` through the estimate's defaults)."""
@@ -267,14 +287,17 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
 
 
 def markdown_table(steps=range(2)) -> str:
-    """The docs/step-model.md table of the runs and their zero-shot estimates."""
-    lines = ["| run | table | GPUs | responses / step / optimizer step | avg / max sequence | layout | published s | "
+    """The docs/step-model.md table of the runs and their zero-shot estimates (every row is in the
+    development set, ``DEVELOPMENT_SET``; those a constant was derived from are marked *)."""
+    lines = ["| run (development set; * a constant derived from it) | table | GPUs | responses / step / optimizer step "
+             "| avg / max sequence | layout | published s | "
              "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in RUNS:
         est = estimate_run(r, steps)["summary"]["mean_step_s"]
         layout = f"gen TP{r.rollout_tp}; train TP{r.train_tp} CP{r.train_cp} EP{r.train_ep} PP{r.train_pp}"
         ratio = est / r.step_s
-        lines.append(f"| {r.name} | {r.table} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | "
+        mark = " *" if r.name in DERIVED_FROM else ""
+        lines.append(f"| {r.name}{mark} | {r.table} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | "
                      f"{r.avg_seq} / {r.max_seq} | {layout} | {r.step_s:g} | {est:.0f} | {ratio:.2f} | "
                      f"{100 * (ratio - 1):+.0f}% |")
     return "\n".join(lines)

@@ -196,8 +196,9 @@ def test_pipeline_small_staleness_makes_the_trainer_wait_at_each_version():
 # verl recipe/fully_async_policy/README.md ("checkpoint-engine Ablation Experiment", H20, Megatron
 # trainer; read 2026-11), seconds per sync with the checkpoint engine on and off. Ours moves the
 # bf16 weights at the links' rates: it must fall between half the faster figure and the slower one.
-PUBLISHED_SYNC = [("qwen2.5-7b", 4, 4, 0.02, 0.12), ("qwen3-30b-a3b", 16, 16, 4.38, 15.76),
-                  ("qwen3-235b-a22b", 64, 64, 23.70, 58.57)]
+# The Qwen3-30B-A3B row (4.38 s on) is not tested here: ``Efficiency.refit_s_per_expert_tensor_bucketed``
+# is derived from it (issue 36: no constant tested against the row it came from).
+PUBLISHED_SYNC = [("qwen2.5-7b", 4, 4, 0.02, 0.12), ("qwen3-235b-a22b", 64, 64, 23.70, 58.57)]
 
 
 @pytest.mark.parametrize("model, train, roll, on_s, off_s", PUBLISHED_SYNC)
@@ -356,11 +357,18 @@ def test_nemo_rl_k_step_off_stream_trains_its_whole_batch_and_recomputes_log_pro
 
 # ---- verl's checkpoint engine: the sync's tensors in buckets -------------------------------------
 
-@pytest.mark.parametrize("model, train, roll, on_s",
-                         [("qwen3-30b-a3b", 16, 16, 4.38), ("qwen3-235b-a22b", 64, 64, 23.70)])
+def test_the_bucketed_price_is_derived_from_the_30b_row_and_reproduces_it():
+    """Not a validation: ``refit_s_per_expert_tensor_bucketed`` is the Qwen3-30B-A3B row's 4.38 s
+    less its bytes at our link rates (issue 36: the row a constant comes from cannot test it)."""
+    on = weight_sync_seconds(get_model("qwen3-30b-a3b"), get_gpu("h20"), 16, 16, 4, checkpoint_engine=True)
+    assert on["total"] == pytest.approx(4.38, rel=0.02), on
+
+
+@pytest.mark.parametrize("model, train, roll, on_s", [("qwen3-235b-a22b", 64, 64, 23.70)])
 def test_a_bucketed_sync_lands_near_the_published_checkpoint_engine_figure(model, train, roll, on_s):
-    """verl's fully-async README, checkpoint engine on (PUBLISHED_SYNC): the MoE syncs within 25%
-    once their expert tensors go in buckets, where one at a time they cost 9 and 18 s more."""
+    """verl's fully-async README, checkpoint engine on (PUBLISHED_SYNC), the row the price was not
+    derived from: the MoE sync within 25% once its expert tensors go in buckets, where one at a
+    time they cost 18 s more."""
     m, g = get_model(model), get_gpu("h20")
     on = weight_sync_seconds(m, g, train, roll, 4, checkpoint_engine=True)
     off = weight_sync_seconds(m, g, train, roll, 4)

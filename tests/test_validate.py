@@ -255,12 +255,9 @@ def _holdout(cal_rows, test_rows, stages, first_step, run, transfer=False):
 
 
 @pytest.mark.parametrize("start", [
-    pytest.param(30, marks=pytest.mark.xfail(strict=True, reason=(
-        "update 94.9% (goal 95; log-prob 95.6%, step 92.0%): steps 31-40 (flat lengths near 215) cannot split "
-        "the update's constant from its per-token cost, so the priors decide; refitted with the H100 runs on their "
-        "GPUs they put the update with recompute at 0.42 of the peak (0.97 when those runs were priced as A100s), "
-        "so more of this A100-priced run's update is per-token: predicted 1.8x from 215- to 630-token steps where "
-        "the run's grows 1.53x (125 -> 191 s); 96.7% with the earlier priors"))),
+    # 30: met under the 22-log priors (update at 94.9% under the nine-log priors, a strict xfail then:
+    # the priors decided the flat window's constant/per-token split and put more of it per token)
+    30,
     pytest.param(100, marks=pytest.mark.xfail(strict=True, reason=(
         "step 87.9% (goal 90; 89.9% before the rollout's per-sequence host work was priced apart): since decode prices the linear layers and attention as two kernels run one "
         "after the other (as vLLM runs them), predicted generation grows with response length where this "

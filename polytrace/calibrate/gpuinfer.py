@@ -8,6 +8,12 @@ the assumed A100's peak (a 7B PPO run on H100s does, at 0.57x its A100 peak seco
 naming what was rejected and why. Where none fits, the configuration read from the log is the
 likelier culprit (an unstated setting, a wrong model): the assumed GPU is kept, and the note says
 so. ``--gpu`` (or a GPU the log shows) is never second-guessed.
+
+Before that ladder, the log's own ``perf/mfu/actor`` is read (``mfu``): verl divides by the peak
+of the device it detected, so the log names its GPU's class itself (the play-verl logs read back
+870-983 TFLOP/s against the H100's 989). An assumed GPU is replaced by that class's preset when no
+step beats its roofline; a GPU that is given (``--gpu``, the publisher, the log) and contradicts the
+reading keeps being priced, with a note naming both.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import math
 
 from ..compose.efficiency import roofline_share
 from .logconfig import Overrides
+from .mfu import check_gpu, read_mfu
 
 # Presets tried, slowest first, when the assumed GPU is rejected for a log (a stage faster than its
 # peak roofline); the first one no step beats is taken: the slowest GPU the log allows.
@@ -48,14 +55,28 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
     slowest ``INFER_LADDER`` preset no step beats, its notes saying which and why."""
     log, run, notes, rows, split = prepared
     at = next((i for i, n in enumerate(notes) if n.startswith(ASSUMED_NOTE)), None)
+    reading = read_mfu(log, run)
     if at is None or (overrides is not None and overrides.gpu):
-        return prepared
+        check = check_gpu(reading, run.gpu)
+        return prepared if check is None else (log, run, [*notes, check], rows, split)
+    base = overrides if overrides is not None else Overrides()
+    if reading is not None and reading.choice is not None:
+        trial = prepare_on(path, dataclasses.replace(base, gpu=reading.choice))
+        t_log, t_run, t_notes, t_rows, t_split = trial
+        m = roofline_margin(t_rows)
+        if m >= 1.0:
+            others = [c for c in reading.candidates if c != t_run.gpu.slug]
+            note = (f"{INFERRED_NOTE} {t_run.gpu.slug} from the log's own MFU: {reading.say()}"
+                    + (f"; {', '.join(others)} share verl's peak and cannot be told apart by it" if others else "")
+                    + "; pass --gpu to choose")
+            return t_log, t_run, [note] + [n for n in t_notes if not n.startswith(ASSUMED_NOTE)], t_rows, t_split
+        notes = [*notes, f"GPU check: {reading.say()}, but some step beats {reading.choice}'s peak roofline "
+                         f"({m:.2f}x its seconds): the MFU reading is not taken"]
     margin = roofline_margin(rows)
     if margin >= 1.0:
-        return prepared
+        return prepared if notes is prepared[2] else (log, run, notes, rows, split)
     rejected = [f"{run.gpu.slug} ({margin:.2f}x its peak-roofline seconds)"]
     start = INFER_LADDER.index(run.gpu.slug) + 1 if run.gpu.slug in INFER_LADDER else 0
-    base = overrides if overrides is not None else Overrides()
     for slug in INFER_LADDER[start:]:
         trial = prepare_on(path, dataclasses.replace(base, gpu=slug))
         m = roofline_margin(trial[3])
@@ -63,7 +84,7 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
             t_log, t_run, t_notes, t_rows, t_split = trial
             note = (f"{INFERRED_NOTE} {t_run.gpu.slug}, the slowest of {', '.join(INFER_LADDER)} "
                     f"whose peak roofline no step beats (rejected: {'; '.join(rejected)}); pass --gpu to choose")
-            return t_log, t_run, [note] + t_notes, t_rows, t_split
+            return t_log, t_run, [note] + t_notes + notes[len(prepared[2]):], t_rows, t_split
         rejected.append(f"{slug} ({m:.2f}x)")
     notes = list(notes)
     notes[at] = (f"{notes[at]}; every preset of {', '.join(INFER_LADDER)} is beaten by some step "

@@ -178,6 +178,26 @@ def roofline_share(family: str, eff: Efficiency = DEFAULT) -> float:
     return float(shares.get(family, 0.0))
 
 
+def priced_share(family: str, eff: Efficiency = DEFAULT) -> float:
+    """The largest fraction of its peak roofline any part of ``family`` is priced at: a part
+    priced at the larger of a compute time at ``gemm`` and a memory time at ``decode_hbm`` runs at
+    0.75 of the HBM peak where memory bounds it. A slowdown ``s`` on a kind of work runs each of
+    its families at up to ``priced_share / s`` of the peak, so ``s >= priced_share`` of every
+    family the kind holds keeps all of them at or under the peak (``roofline_share`` is the
+    other side: the smallest fraction, for a bound on seconds that is never above the truth)."""
+    shares = {
+        "gemm": max(eff.gemm, eff.decode_hbm),  # decode GEMMs are memory-bound at decode_hbm
+        "attention": eff.attention,
+        "decode": max(eff.gemm, eff.decode_hbm),
+        "prefill": eff.prefill,
+        "logprob": max(eff.gemm, eff.elementwise_hbm),
+        "optimizer": 1.0,
+        "comm": eff.comm,
+        "offload": min(1.0, eff.pcie_gbps / PCIE_PEAK_GBPS),
+    }
+    return float(shares.get(family, 0.0))
+
+
 # ---- shared physical priors (``polytrace/data/priors.json``, fitted by scripts/fit_priors.py) ----
 
 PRIORS_PATH = Path(__file__).resolve().parents[1] / "data" / "priors.json"
@@ -207,8 +227,11 @@ def load_priors(path: str | None = None) -> dict:
 # families -- GEMMs, attention, decode, prefill, log-prob, optimizer -- share its slowdown). The
 # rollout's host work per running sequence is a kind of its own: fitted with the per-iteration
 # work, one factor cannot fit a 0.5B run (0.6x its generation) and a 7B run (1.9x) at once.
+# The optimizer is priced at the HBM peak itself (``training.optimizer_seconds``: ~32 bytes per
+# parameter): sharing the update's slowdown, any slowdown under 1 would run it past the peak, so it
+# is a kind of its own, not fitted (``priors.FIXED_KINDS``).
 SEPARATE_FAMILIES = {"host": "host", "seq_host": "seq_host", "packing": "host", "comm": "collectives",
-                     "offload": "offload"}
+                     "offload": "offload", "optimizer": "optimizer"}
 
 
 def prior_kind(group: str, family: str = "gemm", eager: bool = True, gradient_checkpointing: bool = False) -> str:

@@ -31,6 +31,12 @@ MAX_COMPANION_BYTES = 20_000_000
 RUN_LOGS = ("files/output.log", "output.log")
 RUN_COMPANIONS = ("files/wandb-metadata.json", "wandb-metadata.json", "files/config.yaml", "config.yaml",
                   ".hydra/overrides.yaml", ".hydra/config.yaml")
+# A run's files copied out of their folders keep its name as a prefix: ``<run>.output.log`` beside
+# ``<run>.wandb-metadata.json`` and ``<run>.overrides.yaml`` (a wandb run folder flattened), or
+# ``<run>_parsed_metrics.csv`` beside ``<run>.README.md`` (a repository's results and its README).
+# The log's suffix comes off (longest first) and these are looked for beside it.
+LOG_SUFFIXES = (".output.log", "_parsed_metrics.csv", ".log", ".csv", ".txt")
+SIBLING_SUFFIXES = (".wandb-metadata.json", ".config.yaml", ".overrides.yaml", ".README.md")
 
 
 @dataclass
@@ -179,6 +185,16 @@ def attach(log, companions: list[Companion]) -> None:
         if comp.host_gpus and log.host_gpus is None:
             log.host_gpus = (comp.host_gpus, comp.path)
         log.companion_files.append(comp.path)
+
+
+def siblings(path) -> list[Path]:
+    """The companion files named after a log (``LOG_SUFFIXES``, ``SIBLING_SUFFIXES``), in that order."""
+    path = Path(path)
+    name = path.name
+    stem = next((name[: -len(s)] for s in LOG_SUFFIXES if name.endswith(s) and len(name) > len(s)), None)
+    if stem is None:
+        return []
+    return [p for s in SIBLING_SUFFIXES if (p := path.with_name(stem + s)).is_file()]
 
 
 def run_folder(folder) -> tuple[Path, list[Path]]:

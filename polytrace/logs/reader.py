@@ -45,6 +45,9 @@ MAX_HEAD_LINES = 200_000
 _TAIL_CONFIG_LINES = 6000
 # ...and at most this many characters of them (a script and a printed config are ~100 kB).
 MAX_HEAD_CHARS = 50_000_000
+# wandb's ``output.log`` keeps the first 4096 characters of a console line: a step line that long
+# was cut, and the metrics past the cut (the timings come last) are lost.
+WANDB_LINE_CHARS = 4096
 # Keys longer than this are not metric names.
 _MAX_KEY_CHARS = 200
 
@@ -211,6 +214,8 @@ class _Steps:
         self.by_step: dict[int, dict] = {}
         self.first_line: dict[int, int] = {}
         self.key_line: dict[tuple[int, str], int] = {}
+        self.untimed: list[int] = []  # steps logged without a timing (validation-only or cut lines)
+        self.cut: set[int] = set()  # steps whose line ends at wandb's console capture limit
 
     def add(self, step: int, metrics: dict, line: int, what: str = "line") -> None:
         have = self.by_step.setdefault(step, {})
@@ -232,12 +237,24 @@ class _Steps:
             metrics = self.by_step[n]
             timings = _timings(metrics)
             if not timings:  # a validation-only line (e.g. step:0 before training)
+                self.untimed.append(n)
                 continue
             steps.append(StepRecord(step=n, metrics=metrics, timings=timings, line=self.first_line[n]))
+        cut = [n for n in self.untimed if n in self.cut]
+        if cut and "notes" in kw:
+            kw["notes"].append(
+                f"{len(cut)} step line(s) cut at {WANDB_LINE_CHARS} characters (wandb's console capture keeps no "
+                f"more of a line) lost their timings and are left out: steps {_span(cut)}")
         if not steps:
             raise PolytraceError(f"{path}: no training step lines with timings (expected 'step:N - "
                                  "timing_s/gen:... - ...' lines, or wandb CSV columns like timing_s/gen)")
         return TrainingLog(path=str(path), format=fmt, steps=steps, **kw)
+
+
+def _span(steps: list[int]) -> str:
+    """Step numbers as a short list: the first few and how many more."""
+    head = ", ".join(str(n) for n in steps[:8])
+    return head + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
 
 
 def _open_text(path: Path, what: str, newline: str = ""):
@@ -290,6 +307,8 @@ def read_console_log(path, lines=None, notes=()) -> TrainingLog:
                             metrics = _parse_metrics(line[m.end():])
                             if metrics:
                                 steps.add(int(m.group(1)), metrics, number)
+                                if len(raw) == WANDB_LINE_CHARS:
+                                    steps.cut.add(int(m.group(1)))
                                 first_step_line = first_step_line or number
                                 continue
                     if head_chars + len(line) > MAX_HEAD_CHARS:
@@ -392,8 +411,13 @@ def read_log(path, configs=()) -> TrainingLog:
                          f"{', '.join(str(p) for p in found) or '(none found)'}")
         return log
     log = _read_file(path)
-    if configs:
-        _companion.attach(log, [_companion.read_companion(c) for c in configs])
+    beside = _companion.siblings(path)
+    given = {Path(c).resolve() for c in configs}
+    beside = [p for p in beside if p.resolve() not in given]
+    if beside or configs:
+        _companion.attach(log, [_companion.read_companion(c) for c in [*beside, *configs]])
+    if beside:
+        log.notes.append(f"read the companion file(s) named after the log: {', '.join(p.name for p in beside)}")
     if any((a := agent_step(s.metrics)) is not None and a.multiturn for s in log.steps):
         # only a multi-turn run prices the split; single-turn runs log these tables too (MBs of JSON)
         log.generated = measure_generated_share(path.parent, log.notes)
