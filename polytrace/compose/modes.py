@@ -334,8 +334,6 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
         return res
     if amdahl is not None:
         raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
-    if isinstance(calibration, str) and calibration == PRIORS:  # the shared priors (estimate's default engine)
-        calibration = prior_scalars(eager=False, gradient_checkpointing=False)
     staleness = DEFAULT_STALENESS if staleness is None else float(staleness)
     partial = True if partial_rollout is None else bool(partial_rollout)
     chunks = DEFAULT_UPDATES_PER_SYNC if updates_per_sync is None else int(updates_per_sync)
@@ -348,6 +346,12 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     base = build_config(prof, model, gpu, gpus, rollout_tp=1,
                         **{k: v for k, v in config_kw.items() if k not in ("rollout_tp", "rollout_ep")})
     prof = with_group_size(prof, base.n)
+    if isinstance(calibration, str) and calibration == PRIORS:
+        # the shared priors under this run's engine and recompute settings, as the sync estimate
+        # applies them: recompute on prices the update's extra forward at the recompute kind's
+        # slowdown (Qwen2.5-7B, 16 H100, 8:8 one-step-off: update 6.61 s with recompute's forward
+        # at the no-recompute slowdown, 10.45 s in sync)
+        calibration = prior_scalars(eager=base.eager, gradient_checkpointing=base.gradient_checkpointing)
     timings, explicit = load_timings(base.gpu.slug, results, results_root)
     pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)
     batches, longest, biggest = sample_batches(prof, base, steps, seed)
