@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
+from ..run.spec import RunSpec
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
 from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
@@ -93,95 +94,76 @@ def _count(value, flag: str, lowest: int = 1) -> int | None:
     return int(value)
 
 
-def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = None, strategy: str = "fsdp",
-                 train_tp: int = 1, train_pp: int = 1, algorithm: str = "grpo", use_ref: bool = True,
-                 prompts: int | None = None, micro_batch_tokens: int | str | None = "auto",
-                 max_prompt_len: int | None = None, max_response_len: int | None = None,
-                 mem_fraction: float = 0.5, gradient_checkpointing: bool = True, n: int | None = None,
-                 lora_rank: int = 0, param_offload: bool = False, optimizer_offload: bool = False,
-                 ppo_mini_batch: int | None = None, responses_per_step: int | None = None,
-                 train_batch: int | None = None, run_fields: dict | None = None,
-                 rollout_precision: str = "bf16", train_precision: str = "bf16",
-                 cpu_optimizer: float = 0.0, cpu_optimizer_overlap: bool = False,
-                 generated_share: float | None = None, **layout_kw) -> RunConfig:
-    """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
-    ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
-    adapters of that rank train instead of the full model; ``param_offload`` /
-    ``optimizer_offload``: verl's actor FSDP offload between stages (priced); ``run_fields``:
-    ``RunConfig`` fields verl settings set that have no argument here (``--set``,
+def build_config(profile, model, gpu, gpus: int, *, run_fields: dict | None = None, **settings) -> RunConfig:
+    """The ``RunConfig`` of an estimate from keyword settings (``polytrace.run.spec``'s names):
+    the ``RunSpec`` they make, checked once, priced by ``configure``."""
+    return configure(profile, RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **settings)), run_fields)
+
+
+def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConfig:
+    """The ``RunConfig`` of a ``RunSpec`` (its settings already checked one by one, and those
+    between them that need no model, when it was built) for ``profile``'s workload: the checks
+    that need the model, the GPU or the profile, the profile's values for the settings left
+    unset, the automatic micro-batch budget and rollout TP. ``run_fields``: ``RunConfig`` fields
+    verl settings set that the RunSpec does not declare (``--set``,
     ``polytrace.calibrate.settings.estimate_arguments``).
 
     The batch as frameworks state it, in responses: ``responses_per_step`` (the generation batch,
     NeMo RL's ``num_prompts_per_step x num_generations_per_prompt``; prompts = it / n) and
     ``train_batch`` (responses per optimizer step, NeMo RL's ``train_global_batch_size``; verl's
-    mini-batch = it / n prompts). ``layout_kw``: expert, context and virtual-pipeline
-    parallelism (``parallel.py``). ``rollout_precision`` / ``train_precision``: "bf16" or "fp8";
-    ``cpu_optimizer`` / ``cpu_optimizer_overlap``: Megatron's CPU optimizer; ``generated_share``: a
-    multi-turn profile's share of response tokens the model generates, in place of its trace's
-    (``RunConfig``)."""
+    mini-batch = it / n prompts)."""
     from .parallel import check_layout
 
-    model = model if isinstance(model, ModelSpec) else get_model(str(model))
-    gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
-    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
-        raise PolytraceError(f"--gpus must be a positive integer, got {gpus!r}")
-    n = _count(n, "--n")
-    lora_rank = _count(lora_rank, "--lora-rank", lowest=0) or 0
-    if lora_rank > model.hidden:
-        raise PolytraceError(f"--lora-rank {lora_rank} exceeds {model.name}'s hidden size {model.hidden}: an adapter "
-                             f"of that rank is no low-rank adapter")
-    ppo_mini_batch = _count(ppo_mini_batch, "--ppo-mini-batch")
+    c, b, ln, ro, t = spec.cluster, spec.batch, spec.lengths, spec.rollout, spec.trainer
+    model = c.model if isinstance(c.model, ModelSpec) else get_model(str(c.model))
+    gpu = c.gpu if isinstance(c.gpu, GPU) else get_gpu(str(c.gpu))
+    if c.gpus is None:
+        raise PolytraceError("--gpus must be a positive integer, got None")
+    gpus = c.gpus
+    if t.lora_rank > model.hidden:
+        raise PolytraceError(f"--lora-rank {t.lora_rank} exceeds {model.name}'s hidden size {model.hidden}: an "
+                             f"adapter of that rank is no low-rank adapter")
     pc = profile.config
-    prompts, ppo_mini_batch = responses_as_prompts(prompts, ppo_mini_batch, responses_per_step, train_batch,
-                                                   n or pc.n)
+    n = int(b.n or pc.n)
+    prompts, ppo_mini_batch = responses_as_prompts(b.prompts, b.ppo_mini_batch, b.responses_per_step,
+                                                   b.train_batch, n)
     prompts = int(prompts or pc.prompts_per_step)
+    megatron = t.strategy == "megatron"
     # before anything that grows with the GPU count: --gpus 1000000 is refused at once
-    check_ranks_have_sequences(int(gpus), train_tp * train_pp if strategy == "megatron" else 1, prompts,
-                               int(n or pc.n))
-    max_prompt_len = int(max_prompt_len or pc.max_prompt_len)
-    max_response_len = int(max_response_len or pc.max_response_len)
+    check_ranks_have_sequences(gpus, t.train_tp * t.train_pp if megatron else 1, prompts, n)
+    max_prompt_len = int(ln.max_prompt_len or pc.max_prompt_len)
+    max_response_len = int(ln.max_response_len or pc.max_response_len)
+    micro_batch_tokens = b.micro_batch_tokens
     if micro_batch_tokens == "auto":
         micro_batch_tokens = auto_micro_batch_tokens(max_prompt_len, max_response_len)
-    if micro_batch_tokens is not None and (isinstance(micro_batch_tokens, (bool, str)) or micro_batch_tokens < 1):
-        raise PolytraceError(f"--micro-batch-tokens must be a positive integer, got {micro_batch_tokens!r}")
-    if not 0.05 <= float(mem_fraction) <= 0.99:
-        raise PolytraceError(f"--mem-fraction must be in [0.05, 0.99], got {mem_fraction}")
-    # Named after the flags here (RunConfig, shared with ``validate``, names its fields).
-    if rollout_tp is not None and (rollout_tp < 1 or int(gpus) % rollout_tp):
-        raise PolytraceError(f"--rollout-tp {rollout_tp} does not divide --gpus {gpus}: every inference "
-                             f"engine needs whole GPUs")
-    if strategy == "megatron" and int(gpus) % (train_tp * train_pp):
-        raise PolytraceError(f"--train-tp {train_tp} x --train-pp {train_pp} does not divide --gpus {gpus}")
-    if rollout_tp is not None:
-        check_rollout_tp(model, int(gpus), int(rollout_tp))
-    elif not valid_rollout_tps(model, int(gpus)):  # cannot happen (TP 1 always splits), kept as a guard
+    if ro.rollout_tp is not None:
+        check_rollout_tp(model, gpus, ro.rollout_tp)
+    elif not valid_rollout_tps(model, gpus):  # cannot happen (TP 1 always splits), kept as a guard
         raise PolytraceError(f"--gpus {gpus}: no rollout TP splits {model.name}'s heads")
-    for flag, value in (("--rollout-precision", rollout_precision), ("--train-precision", train_precision)):
-        if value not in PRECISIONS:
-            raise PolytraceError(f"{flag} must be one of {', '.join(PRECISIONS)}, got {value!r}")
-    if train_precision == "fp8" and not gpu.has_fp8:
+    if t.train_precision == "fp8" and not gpu.has_fp8:
         raise PolytraceError(f"--train-precision fp8: {gpu.slug} has no FP8 tensor cores (Transformer Engine's FP8 "
                              f"training needs Hopper or later); an FP8 rollout runs there weight-only")
-    engine = dataclasses.replace(model, weight_dtype=rollout_precision)  # as the engine holds it
-    tp = rollout_tp or default_rollout_tp(engine, gpu, int(gpus), mem_fraction,
-                                          need_tokens=max_prompt_len + max_response_len)
+    engine = dataclasses.replace(model, weight_dtype=ro.rollout_precision)  # as the engine holds it
+    tp = ro.rollout_tp or default_rollout_tp(engine, gpu, gpus, ro.mem_fraction,
+                                             need_tokens=max_prompt_len + max_response_len)
     if ppo_mini_batch is not None and prompts % ppo_mini_batch:
         raise PolytraceError(f"--ppo-mini-batch {ppo_mini_batch} does not divide the batch of {prompts} prompts "
                              f"(verl requires it); pass a divisor of {prompts}")
     mini_batches = max(1, prompts // ppo_mini_batch) if ppo_mini_batch else max(
         1, -(-prompts // DEFAULT_PPO_MINI_BATCH))
     fields = dict(
-        model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=prompts, n=int(n or pc.n),
+        model=model, gpu=gpu, n_gpus=gpus, prompts_per_step=prompts, n=n,
         max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
-        strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), algorithm=algorithm,
-        use_ref=bool(use_ref), micro_batch_tokens=micro_batch_tokens, remove_padding=True,
-        mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
-        max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
-        optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches,
-        rollout_precision=rollout_precision, train_precision=train_precision,
-        cpu_optimizer=cpu_optimizer, cpu_optimizer_overlap=bool(cpu_optimizer_overlap),
-        generated_share=_generated_share(generated_share, profile),
-        **check_layout(model, int(gpus), strategy, int(train_tp), int(train_pp), int(tp), **layout_kw))
+        strategy=t.strategy, train_tp=t.train_tp, train_pp=t.train_pp, algorithm=t.algorithm,
+        use_ref=t.use_ref, micro_batch_tokens=micro_batch_tokens, remove_padding=t.remove_padding,
+        mem_fraction=ro.mem_fraction, gradient_checkpointing=t.gradient_checkpointing,
+        max_num_seqs=ro.max_num_seqs, eager=ro.eager, lora_rank=t.lora_rank, param_offload=t.param_offload,
+        optimizer_offload=t.optimizer_offload, mini_batches=mini_batches,
+        rollout_precision=ro.rollout_precision, train_precision=t.train_precision,
+        cpu_optimizer=t.cpu_optimizer, cpu_optimizer_overlap=t.cpu_optimizer_overlap,
+        generated_share=_generated_share(ln.generated_share, profile),
+        **check_layout(model, gpus, t.strategy, t.train_tp, t.train_pp, int(tp), t.train_ep, t.train_cp,
+                       t.train_vpp, ro.rollout_ep))
     fields.update(run_fields or {})
     return RunConfig(**fields)
 
