@@ -4,7 +4,6 @@ KEY=VALUE``: verl settings in verl's own key names, the same flag in ``validate`
 
 from __future__ import annotations
 
-
 from ..run.spec import declarations
 from ._args import finite_float, nonneg_int, positive_int, share
 

@@ -7,10 +7,9 @@ import argparse
 import sys
 import textwrap
 
-from ._args import add_steps, share
+from ._args import add_steps
 from ._args import any_int as _int
 from ._args import finite_float as _float
-from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
 from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values

@@ -17,14 +17,14 @@ import numpy as np
 from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
-from ..run.spec import RunSpec
+from ..run.spec import RunSpec, verl_default
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
 from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
 from .rollout import tool_prefill_seconds
-from .stages import PRECISIONS, STAGES, Part, RunConfig, stage_costs
+from .stages import STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
 
 
@@ -49,7 +49,7 @@ def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: fl
 
 # verl's default ``ppo_max_token_len_per_gpu``; raised to the configured maximum sequence length
 # when that is longer, as verl requires (``max_token_len >= the longest sequence``).
-DEFAULT_MICRO_BATCH_TOKENS = 16384
+DEFAULT_MICRO_BATCH_TOKENS = verl_default("micro_batch_tokens")
 
 
 def auto_micro_batch_tokens(max_prompt_len: int, max_response_len: int) -> int:
@@ -82,7 +82,7 @@ TAIL_FIGURES_NOTE = (
     "(engines wait), as are trainer ranks waiting for the slowest rank (ranks wait).")
 
 # verl's default ``actor_rollout_ref.actor.ppo_mini_batch_size``: prompts per optimizer step.
-DEFAULT_PPO_MINI_BATCH = 256
+DEFAULT_PPO_MINI_BATCH = verl_default("ppo_mini_batch")
 
 
 def _count(value, flag: str, lowest: int = 1) -> int | None:

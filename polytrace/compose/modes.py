@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from ..errors import PolytraceError
+from ..run.spec import default
 from .efficiency import DEFAULT, PRIORS, prior_scalars
 from .estimate import (
     build_config,
@@ -127,7 +128,7 @@ class _Sides:
                  seq_lens, given: tuple[bool, bool]):
         kw = dict(config_kw)
         rollout_tp = kw.pop("rollout_tp", None)
-        mem = float(kw.get("mem_fraction", 0.5))
+        mem = float(kw.get("mem_fraction", default("mem_fraction")))
         self.trainer = build_config(prof, model, gpu, train_gpus, rollout_tp=1,
                                     **{k: v for k, v in kw.items() if k != "rollout_ep"})
         self.trainer.colocated = False
@@ -358,8 +359,7 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     if chunks > base.prompts_per_step * base.n:
         raise PolytraceError(f"--updates-per-sync {chunks} exceeds the batch's {base.prompts_per_step * base.n} "
                              f"samples: each local update needs at least one")
-    unit = config_kw.get("rollout_tp") or default_rollout_tp(base.engine_model, base.gpu, gpus,
-                                                             float(config_kw.get("mem_fraction", 0.5)),
+    unit = config_kw.get("rollout_tp") or default_rollout_tp(base.engine_model, base.gpu, gpus, base.mem_fraction,
                                                              need_tokens=base.max_prompt_len + base.max_response_len)
     given = (rollout_gpus is not None, train_gpus is not None)
     candidates = _split_candidates(int(gpus), int(unit), rollout_gpus, train_gpus)

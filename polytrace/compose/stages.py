@@ -18,11 +18,12 @@ import numpy as np
 from ..errors import PolytraceError
 from ..hardware import GPU
 from ..models import ModelSpec
+from ..run.spec import default
 from .efficiency import DEFAULT, Efficiency
 from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
-from .rollout import RolloutResult, simulate_rollout
 from .refit import colocated_refit_seconds
+from .rollout import RolloutResult, simulate_rollout
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
 STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
@@ -50,28 +51,28 @@ class RunConfig:
     max_prompt_len: int
     max_response_len: int
     rollout_tp: int = 1
-    strategy: str = "fsdp"
-    train_tp: int = 1
-    train_pp: int = 1
-    algorithm: str = "grpo"  # "grpo" (no critic) or "ppo" (critic)
-    use_ref: bool = True
+    strategy: str = default("strategy")
+    train_tp: int = default("train_tp")
+    train_pp: int = default("train_pp")
+    algorithm: str = default("algorithm")  # "grpo" (no critic) or "ppo" (critic)
+    use_ref: bool = default("use_ref")
     critic_model: ModelSpec | None = None
     # a reference policy other than the actor (``actor_rollout_ref.ref.model.path``: a teacher, a
     # distillation target); None: the actor's own weights
     ref_model: ModelSpec | None = None
     micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
     micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
-    remove_padding: bool = True
+    remove_padding: bool = default("remove_padding")
     # the critic's own ``critic.model.use_remove_padding`` where a log states it (None: as the
     # actor's); a padded critic costs the same every step whatever the lengths
     critic_remove_padding: bool | None = None
-    mem_fraction: float = 0.5  # gpu_memory_utilization of the inference engine
-    gradient_checkpointing: bool = True
-    max_num_seqs: int = 1024
+    mem_fraction: float = default("mem_fraction")  # gpu_memory_utilization of the inference engine
+    gradient_checkpointing: bool = default("gradient_checkpointing")
+    max_num_seqs: int = default("max_num_seqs")
     # a multi-turn run's share of response tokens the model generated, where its logs measure it
     # (``logs.generations``); None: the prior (``rollout.GENERATED_SHARE_PRIOR``)
     generated_share: float | None = None
-    eager: bool = False  # inference engine without CUDA graphs (verl's enforce_eager)
+    eager: bool = default("eager")  # inference engine without CUDA graphs (verl's enforce_eager)
     colocated: bool = True  # trainer and inference engine share the GPUs (verl's hybrid engine)
     balance_batch: bool = True  # verl's trainer.balance_batch: token-balanced ranks of equal counts
     old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
@@ -79,8 +80,8 @@ class RunConfig:
     # verl's actor FSDP ``param_offload`` / ``optimizer_offload``: the sharded fp32 parameters
     # (Adam moments) wait in CPU memory between the stages that use them and cross PCIe both ways
     # around every such stage (``offload_parts``)
-    param_offload: bool = False
-    optimizer_offload: bool = False
+    param_offload: bool = default("param_offload")
+    optimizer_offload: bool = default("optimizer_offload")
     # The colocated switch between trainer and engine, as the framework does it once a step
     # (``offload_parts``): ``engine_weights_offload``, vLLM's ``sleep(level=1)`` (NeMo RL's
     # colocated engines; verl with vLLM < 0.8.5 or under LoRA), backs the engine's weights up to
@@ -90,7 +91,7 @@ class RunConfig:
     # (``offload_after_refit``), both back before the passes that use them.
     engine_weights_offload: bool = False
     switch_offload: bool = False
-    lora_rank: int = 0  # LoRA adapter rank (``actor_rollout_ref.model.lora_rank``); 0: full fine-tuning
+    lora_rank: int = default("lora_rank")  # LoRA adapter rank; 0: full fine-tuning
     mini_batches: int = 1  # optimizer steps per update (train batch / mini-batch x epochs)
     # per-stage micro-batching where it differs from the defaults above: stage -> (sequences per
     # GPU or None, token budget per GPU or None); verl sets log-prob, ref and critic ones apart
@@ -98,24 +99,24 @@ class RunConfig:
     notes: list[str] = field(default_factory=list)
     # Megatron's expert, context and virtual-pipeline parallelism and vLLM's expert parallelism
     # (``parallel.py``: checked by ``parallel.check_layout``, priced in training.py and rollout.py)
-    train_ep: int = 1
-    train_cp: int = 1
-    train_vpp: int = 1
-    rollout_ep: int = 1
+    train_ep: int = default("train_ep")
+    train_cp: int = default("train_cp")
+    train_vpp: int = default("train_vpp")
+    rollout_ep: int = default("rollout_ep")
     # Precision of the engine's linear layers (vLLM's ``quantization="fp8"``: half the weight bytes
     # to read and hold, FP8 tensor cores where the GPU has them) and of the trainer's GEMMs
     # (Transformer Engine FP8, as NeMo RL's FP8 recipes train): "bf16" or "fp8". Each changes its
     # side's cost up to 2x, so neither is ever assumed: bf16 unless stated.
-    rollout_precision: str = "bf16"
-    train_precision: str = "bf16"
+    rollout_precision: str = default("rollout_precision")
+    train_precision: str = default("train_precision")
     # Megatron's HybridDeviceOptimizer (``optimizer_cpu_offload`` with ``optimizer_offload_fraction``,
     # as verl's and slime's recipes for 235B-671B models on 96 GB GPUs set it): this share of the
     # actor's optimizer (its fp32 master weights and Adam moments) lives in CPU memory for the whole
     # run and steps there; each optimizer step copies that share's gradients to the host and its
     # updated weights back (``cpu_optimizer_parts``). ``cpu_optimizer_overlap``: Megatron's
     # ``overlap_cpu_optimizer_d2h_h2d``, the copies and the CPU step pipelined per parameter.
-    cpu_optimizer: float = 0.0
-    cpu_optimizer_overlap: bool = False
+    cpu_optimizer: float = default("cpu_optimizer")
+    cpu_optimizer_overlap: bool = default("cpu_optimizer_overlap")
 
     def __post_init__(self):
         for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp",
