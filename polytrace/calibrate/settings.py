@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import PolytraceError
+from ..run.dialects import other_backend_keys, trainer_backend
 from ..run.spec import declarations
 
 
@@ -86,6 +87,7 @@ def offload_key(strategy: str, role: str, what: str) -> str:
 
 REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("remove_padding", cost_2x=True),
+    _declared("remove_padding", "megatron", cost_2x=True),
     Setting("critic.model.use_remove_padding", "bool", False, "as use_remove_padding, for the critic's passes",
             estimate="run:critic_remove_padding"),
     _declared("gradient_checkpointing", cost_2x=True),
@@ -234,16 +236,20 @@ def check_offload_keys(given: dict, strategy: str) -> None:
     error naming the key that ``strategy``'s workers read."""
     strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
     other = "fsdp" if strategy == "megatron" else "megatron"
-    for role, what, _effect, _target in OFFLOAD_SWITCHES:
-        wrong = offload_key(other, role, what)
+    pairs = {offload_key(other, role, what): offload_key(strategy, role, what)
+             for role, what, _effect, _target in OFFLOAD_SWITCHES}
+    pairs.update(other_backend_keys(strategy))  # e.g. padding removal: each trainer's own key
+    for wrong, right in pairs.items():
         if wrong in given:
             raise SettingError(f"--set {wrong}: this run's actor strategy is {strategy}, whose workers read "
-                               f"{offload_key(strategy, role, what)}")
+                               f"{right}")
 
 
 def _check_consistent(given: dict) -> None:
-    for role, what, _effect, _target in OFFLOAD_SWITCHES:
-        fsdp, meg = offload_key("fsdp", role, what), offload_key("megatron", role, what)
+    pairs = [(offload_key("fsdp", role, what), offload_key("megatron", role, what))
+             for role, what, _effect, _target in OFFLOAD_SWITCHES]
+    pairs += list(other_backend_keys("megatron").items())
+    for fsdp, meg in pairs:
         if fsdp in given and meg in given:
             raise SettingError(f"--set {fsdp} and --set {meg} name one switch (verl reads the one of the run's "
                                f"actor_rollout_ref.actor.strategy): give one")
@@ -289,7 +295,7 @@ def given_settings(log, overrides):
     if not given:
         return log
     _check_consistent(given)
-    check_offload_keys(given, str(log.config.get(f"{_A}.strategy") or "fsdp"))
+    check_offload_keys(given, trainer_backend(log.config, log.command)[0])
     check_flags(given, {k: (flag, getattr(overrides, attr, None)) for k, (flag, attr) in LOG_FLAGS.items()})
     return with_settings(log, given)
 
