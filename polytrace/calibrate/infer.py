@@ -33,6 +33,7 @@ from ..compose.rollout import kv_capacity_tokens, kv_slots
 from ..compose.stages import GROUPS, TRAIN_STAGES
 from ..errors import PolytraceError
 from ..run.dialects import dialect_key, trainer_backend
+from ..run.spec import verl_key
 from .settings import OFFLOAD_SWITCHES, REGISTRY, offload_key, stated
 
 ROOFLINE_FLOOR = 0.45
@@ -54,7 +55,7 @@ _STAGES = {"actor_rollout_ref.model.use_remove_padding": TRAIN_STAGES,
            f"{_A}.fsdp_config.param_offload": ("old_log_prob", "update_actor"),
            f"{_A}.fsdp_config.optimizer_offload": ("update_actor",),
            "actor_rollout_ref.ref.fsdp_config.param_offload": ("ref",)}
-_STAGES[dialect_key("actor_rollout_ref.model.use_remove_padding", "megatron")] = TRAIN_STAGES
+_STAGES[verl_key("remove_padding", "megatron")] = TRAIN_STAGES
 _STAGES.update({offload_key("megatron", role, what): _STAGES[offload_key("fsdp", role, what)]
                 for role, what, _effect, _target in OFFLOAD_SWITCHES})
 
