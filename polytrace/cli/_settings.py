@@ -4,6 +4,8 @@ KEY=VALUE``: verl settings in verl's own key names, the same flag in ``validate`
 
 from __future__ import annotations
 
+import argparse
+
 from ..run.spec import declarations
 from ._args import finite_float, nonneg_int, positive_int, share
 
@@ -13,16 +15,30 @@ _TYPES = {"count": positive_int, "nonneg": nonneg_int, "share": share, "fraction
           "float": finite_float}
 
 
+class _Once(argparse.Action):
+    """A run setting's flag: given twice with two values is a usage error naming both, not the
+    last one silently winning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_run_flags_seen", {})
+        value = self.const if self.nargs == 0 else values
+        if self.dest in seen and seen[self.dest] != value:
+            parser.error(f"{option_string} is given twice, as {seen[self.dest]} and {value}: keep one")
+        seen[self.dest] = value
+        setattr(namespace, self.dest, value)
+
+
 def add_run_flags(p, names, prefix: str = "") -> None:
     """A flag per run setting in ``names``, as declared (``prefix``: before each help text)."""
     decls = declarations()
     for name in names:
         d = decls[name]
-        kw = dict(dest=d.argument, help=prefix + d.help)
+        kw = dict(dest=d.argument, help=prefix + d.help, action=_Once)
         if d.metavar:
             kw["metavar"] = d.metavar
         if d.kind == "bool":
-            p.add_argument(d.flag, action="store_true", **kw)  # the default: off (--no-ref: the reference on)
+            # off unless given (--no-ref: the reference on)
+            p.add_argument(d.flag, nargs=0, const=True, default=False, **kw)
         elif d.kind == "choice":
             p.add_argument(d.flag, choices=d.choices, default=d.default, **kw)
         else:

@@ -204,11 +204,24 @@ def _calibrated_run(args) -> tuple[list[str], dict | None]:
     return differences, doc
 
 
+def _unused_flags(args) -> None:
+    """A flag the chosen output or mode does not use is an error naming it, not dropped unsaid."""
+    from ..errors import PolytraceError
+
+    given = getattr(args, "given", set())
+    if args.compare_modes and "mode" in given:
+        raise PolytraceError(f"--compare-modes prices sync, one-step-off and fully-async side by side: drop --mode "
+                             f"{args.mode} (or --compare-modes)")
+    if "amdahl" in given and not args.kernels:
+        raise PolytraceError("--amdahl sets the speedup of the Amdahl table --kernels prints: add --kernels")
+
+
 def _estimate(args) -> int:
     from ..calibrate.files import compare_calibrated, estimate_calibrated
     from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
 
+    _unused_flags(args)
     differences, cal_doc = _calibrated_run(args)
     for line in differences:  # on stderr, before any table
         print(f"note: differs from the calibrated run: {line}", file=sys.stderr)

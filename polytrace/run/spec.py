@@ -333,6 +333,14 @@ class RunSpec:
         if gpus is not None and t.strategy == "megatron" and gpus % (t.train_tp * t.train_pp):
             raise SpecError(f"{where('train_tp')} {t.train_tp} x {where('train_pp')} {t.train_pp} does not divide "
                             f"{where('gpus')} {gpus}")
+        if t.strategy != "megatron":
+            # verl's FSDP trainer shards every parameter over all GPUs: no tensor or pipeline split to
+            # price, so a Megatron layout given with it would be dropped unsaid
+            for name, what in (("train_tp", "tensor"), ("train_pp", "pipeline")):
+                value = getattr(t, name)
+                if value != default(name):
+                    raise SpecError(f"{where(name)} {value} is Megatron's {what} parallelism: add --strategy "
+                                    f"megatron (verl's FSDP trainer has none)")
         if t.cpu_optimizer and t.strategy != "megatron":
             raise SpecError("--cpu-optimizer is Megatron's HybridDeviceOptimizer: it needs --strategy megatron "
                             "(FSDP's CPU offload of the optimizer is --optimizer-offload)")
