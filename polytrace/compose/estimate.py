@@ -342,21 +342,53 @@ def sample_batches(prof, cfg: RunConfig, steps, seed: int) -> tuple[list, int, n
     return batches, longest, biggest
 
 
-def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calibration: dict | None = None,
-             results_root=None, results=None, providers: dict | None = None, speedups: dict | None = None,
-             amdahl: float | None = None, **config_kw) -> dict:
-    """Per-step stage estimates and their summary. ``profile`` is a name, path or ``Profile``.
+@dataclasses.dataclass(frozen=True)
+class PriceOptions:
+    """How a run is priced, apart from the run itself (its ``RunSpec``): the sampled ``steps`` and
+    ``seed``; ``calibration`` (scalars, ``efficiency.PRIORS`` or None: the base roofline); the
+    measured kernel timings (``results`` / ``results_root``, see ``load_timings``); the what-ifs
+    ``providers`` ({family: provider}) and ``speedups`` ({family: factor}), which the summary then
+    compares with the estimate without them; ``amdahl`` (a factor): the table of step time with
+    each family that much faster; ``run_fields``: ``RunConfig`` fields ``--set`` gives that the
+    RunSpec does not declare."""
 
-    Kernel families are priced from measured timings (``results``, see ``load_timings``) where
-    present, else at the roofline; ``providers`` ({family: provider}) and ``speedups`` ({family:
-    factor}) are what-ifs (the summary then compares with the estimate without them); ``amdahl``
-    (a factor) adds the table of step time with each family that much faster."""
+    steps: tuple = (0,)
+    seed: int = 0
+    calibration: object = None
+    results_root: object = None
+    results: object = None
+    providers: dict | None = None
+    speedups: dict | None = None
+    amdahl: float | None = None
+    run_fields: dict | None = None
+
+
+def run_and_options(model, gpu, gpus, kw: dict) -> tuple[RunSpec, PriceOptions]:
+    """Keyword arguments as (the RunSpec of the settings among them, the PriceOptions of the rest)."""
+    names = {f.name for f in dataclasses.fields(PriceOptions)}
+    options = PriceOptions(**{k: v for k, v in kw.items() if k in names})
+    spec = RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **{k: v for k, v in kw.items() if k not in names}))
+    return spec, options
+
+
+def estimate(profile, model, gpu, gpus: int, **kw) -> dict:
+    """Per-step stage estimates and their summary (``estimate_run``) of the run the keyword
+    settings make (``polytrace.run.spec`` names), priced as the ``PriceOptions`` keywords say.
+    ``profile`` is a name, path or ``Profile``."""
+    return estimate_run(profile, *run_and_options(model, gpu, gpus, kw))
+
+
+def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) -> dict:
+    """Per-step stage estimates of ``spec`` on ``profile``'s sampled steps, and their summary."""
     from ..profiles import get_profile
 
+    options = options or PriceOptions()
+    steps, seed, calibration = options.steps, options.seed, options.calibration
+    providers, speedups, amdahl = options.providers, options.speedups, options.amdahl
     prof = get_profile(profile)
-    cfg = build_config(prof, model, gpu, gpus, **config_kw)
+    cfg = configure(prof, spec, options.run_fields)
     prof = with_group_size(prof, cfg.n)
-    timings, explicit = load_timings(cfg.gpu.slug, results, results_root)
+    timings, explicit = load_timings(cfg.gpu.slug, options.results, options.results_root)
     if amdahl is not None and (not np.isfinite(amdahl) or amdahl <= 1.0):
         raise PolytraceError(f"--amdahl {amdahl}: the speedup factor must be a finite number above 1")
     speedups = check_speedups(speedups or {})  # factors as numbers (the CLI passes "1.5"): the table multiplies them
@@ -372,7 +404,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
     if with_priors:  # the shared physical priors under this run's engine settings
         calibration = prior_scalars(eager=cfg.eager, gradient_checkpointing=cfg.gradient_checkpointing)
     batches, longest, biggest = sample_batches(prof, cfg, steps, seed)
-    plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=config_kw.get("rollout_tp") is not None,
+    plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=spec.rollout.rollout_tp is not None,
                                        seq_lens=biggest)
 
     def mean_step(p: Pricer) -> float:

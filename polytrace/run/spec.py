@@ -79,7 +79,7 @@ class Decl:
         if value is None and self.kind != "bool":
             return None
         kind = self.kind
-        if kind == "bool":
+        if kind in ("bool", "switch"):  # a switch: on, off or None (the mode's default)
             if not isinstance(value, bool):
                 raise SpecError(f"{origin} must be true or false, got {value!r}")
             return value
@@ -107,6 +107,8 @@ class Decl:
             return "a non-negative integer"
         if self.kind == "share":
             return "a share in [0, 1]"
+        if self.hi == math.inf:
+            return f"a finite number >= {self.lo:g}"
         return f"in [{self.lo:g}, {self.hi:g}]"
 
 
@@ -286,6 +288,18 @@ class Mode:
     train_gpus: int | None = setting(None, "count", "GPUs of the trainer in the separated modes")
     framework: str = setting("verl", "choice", "the RL framework's mechanics where they change the cost",
                              choices=("verl", "nemo-rl"))
+    # the separated modes' settings (compose/modes.py); None: the mode's own default there
+    staleness: float | None = setting(None, "float", "fully-async: the share of a batch the rollout may generate "
+                                      "ahead on old weights (verl's staleness_threshold)", lo=0.0)
+    partial_rollout: bool | None = setting(None, "switch", "fully-async: resume the sequences in flight at a "
+                                           "weight sync")
+    updates_per_sync: int | None = setting(None, "count", "fully-async: local updates per batch before the "
+                                           "weights sync (verl's trigger_parameter_sync_step)")
+    in_flight_updates: bool | None = setting(None, "switch", "the rollout keeps decoding through the weight sync")
+    pipelined_sync: bool | None = setting(None, "switch", "the weight sync's gather and broadcast overlap")
+    checkpoint_engine: bool | None = setting(None, "switch", "the weight sync's tensors packed into buckets")
+    trainer_logprobs: bool | None = setting(None, "switch", "fully-async: the trainer runs the old-policy "
+                                            "log-prob pass (NeMo RL)", flag=None)
 
 
 SECTIONS = {"cluster": Cluster, "batch": Batch, "lengths": Lengths, "rollout": Rollout, "trainer": Trainer,
@@ -348,6 +362,16 @@ class RunSpec:
     def flat(self) -> dict:
         """Setting name -> value."""
         return {name: getattr(getattr(self, d.section), name) for name, d in declarations().items()}
+
+    def run_settings(self) -> dict:
+        """Setting name -> value of what one side of a run is priced from: all but the cluster
+        (model, GPU, count) and the execution mode."""
+        return {name: getattr(getattr(self, d.section), name) for name, d in declarations().items()
+                if d.section not in ("cluster", "mode")}
+
+    def with_mode(self, mode: str, **values) -> RunSpec:
+        """This run in ``mode``: the mode settings given in ``values``, the others unset."""
+        return dataclasses.replace(self, mode=Mode(mode=mode, framework=self.mode.framework, **values))
 
     def replace(self, **values) -> RunSpec:
         return RunSpec.build({**self.flat(), **values})
