@@ -97,7 +97,7 @@ def test_stage_costs_follow_algorithm():
 @pytest.mark.parametrize("kw, match", [
     ({"rollout_tp": 3}, "does not divide"),
     ({"strategy": "deepspeed"}, "strategy"),
-    ({"mem_fraction": 1.5}, "memory fraction"),
+    ({"mem_fraction": 1.5}, r"mem_fraction must be in \[0.05, 0.99\], got 1.5"),
     ({"n_gpus": 0}, "n_gpus"),
 ])
 def test_bad_run_config(kw, match):

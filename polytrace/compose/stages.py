@@ -18,7 +18,8 @@ import numpy as np
 from ..errors import PolytraceError
 from ..hardware import GPU
 from ..models import ModelSpec
-from ..run.spec import default
+from ..run.spec import PRECISIONS as SPEC_PRECISIONS
+from ..run.spec import RunSpec, declarations, default
 from .efficiency import DEFAULT, Efficiency
 from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
@@ -37,7 +38,7 @@ STAGE_GROUP = {"gen": "rollout", "old_log_prob": "forward", "ref": "forward", "v
 # pay per micro-batch whatever its tokens (kernel launches from Python or autograd, FSDP
 # all-gathers and reduce-scatters, parameter offload).
 GROUPS = ("rollout", "forward", "train", "forward_overhead", "train_overhead")
-PRECISIONS = ("bf16", "fp8")  # ``RunConfig.rollout_precision`` / ``train_precision``
+PRECISIONS = SPEC_PRECISIONS  # ``RunConfig.rollout_precision`` / ``train_precision`` (run/spec.py)
 TRAIN_STAGES = STAGES[1:]  # the trainer's stages: all but the rollout
 
 
@@ -119,40 +120,19 @@ class RunConfig:
     cpu_optimizer_overlap: bool = default("cpu_optimizer_overlap")
 
     def __post_init__(self):
-        for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp",
-                     "train_ep", "train_cp", "train_vpp", "rollout_ep"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise PolytraceError(f"{name} must be a positive integer, got {v!r}")
-        if self.n_gpus % self.rollout_tp:
-            raise PolytraceError(f"rollout tensor parallelism {self.rollout_tp} does not divide "
-                                 f"the GPU count {self.n_gpus}")
-        if self.strategy not in ("fsdp", "megatron"):
-            raise PolytraceError(f"strategy must be 'fsdp' or 'megatron', got {self.strategy!r}")
-        if self.strategy == "megatron" and self.n_gpus % (self.train_tp * self.train_pp):
-            raise PolytraceError(f"Megatron TP {self.train_tp} x PP {self.train_pp} does not divide "
-                                 f"the GPU count {self.n_gpus}")
-        for name in ("rollout_precision", "train_precision"):
-            if getattr(self, name) not in PRECISIONS:
-                raise PolytraceError(f"{name} must be one of {', '.join(PRECISIONS)}, got {getattr(self, name)!r}")
+        # each declared setting's type and bounds, and the layout checks between them, as the
+        # RunSpec checks them (run/spec.py), named by this type's fields
+        values = {name: getattr(self, name) for name in _DECLARED}
+        values.update(gpus=self.n_gpus, prompts=self.prompts_per_step)
+        if self.strategy != "megatron":  # FSDP ignores a Megatron layout a log may still print
+            values.pop("train_tp"), values.pop("train_pp")
+        RunSpec.build(values, origin=lambda name: _FIELD_OF.get(name, name))
         if self.train_precision == "fp8" and not self.gpu.has_fp8:
             raise PolytraceError(f"FP8 training needs FP8 tensor cores (Transformer Engine: Hopper or later); "
                                  f"{self.gpu.slug} has none")
-        if self.algorithm not in ("grpo", "ppo"):
-            raise PolytraceError(f"algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
-        share = self.cpu_optimizer
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-            raise PolytraceError(f"--cpu-optimizer must be a share in [0, 1], got {share!r}")
-        if share and self.strategy != "megatron":
-            raise PolytraceError("--cpu-optimizer is Megatron's HybridDeviceOptimizer: it needs --strategy megatron "
-                                 "(FSDP's CPU offload of the optimizer is --optimizer-offload)")
-        if not 0.05 <= self.mem_fraction <= 0.99:
-            raise PolytraceError(f"gpu memory fraction must be in [0.05, 0.99], got {self.mem_fraction}")
-        for name in ("lora_rank", "mini_batches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "lora_rank" else 1):
-                raise PolytraceError(f"{name} must be a {'non-negative' if name == 'lora_rank' else 'positive'} "
-                                     f"integer, got {v!r}")
+        v = self.mini_batches
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise PolytraceError(f"mini_batches must be a positive integer, got {v!r}")
 
     @property
     def engine_model(self) -> ModelSpec:
@@ -186,28 +166,28 @@ class RunConfig:
                else {}))
 
     def to_dict(self) -> dict:
-        return {
-            "model": self.model.name, "gpu": self.gpu.slug, "n_gpus": self.n_gpus,
-            "prompts_per_step": self.prompts_per_step, "n": self.n, "max_prompt_len": self.max_prompt_len,
-            "max_response_len": self.max_response_len, "rollout_tp": self.rollout_tp,
-            "strategy": self.strategy, "train_tp": self.train_tp, "train_pp": self.train_pp,
-            "algorithm": self.algorithm, "use_ref": self.use_ref,
-            "critic_model": (self.critic_model or self.model).name if self.use_critic else None,
-            "ref_model": (self.ref_model or self.model).name if self.use_ref else None,
-            "micro_batch_tokens": self.micro_batch_tokens, "micro_batch_seqs": self.micro_batch_seqs,
-            "remove_padding": self.remove_padding, "critic_remove_padding": self.critic_remove_padding,
-            "mem_fraction": self.mem_fraction,
-            "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
-            "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
-            "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
-            "engine_weights_offload": self.engine_weights_offload, "switch_offload": self.switch_offload,
-            "lora_rank": self.lora_rank, "mini_batches": self.mini_batches, "balance_batch": self.balance_batch,
-            "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
-            "train_ep": self.train_ep, "train_cp": self.train_cp, "train_vpp": self.train_vpp,
-            "rollout_ep": self.rollout_ep, "rollout_precision": self.rollout_precision,
-            "train_precision": self.train_precision, "cpu_optimizer": self.cpu_optimizer,
-            "cpu_optimizer_overlap": self.cpu_optimizer_overlap, "generated_share": self.generated_share,
-        }
+        """Every field as JSON (a calibration file's ``config``, ``--json``'s): the model and GPU by
+        name, the critic and reference by the model they run where the run has them."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "notes":
+                continue
+            if f.name in ("model", "gpu"):
+                value = value.name if f.name == "model" else value.slug
+            elif f.name in ("critic_model", "ref_model"):
+                used = self.use_critic if f.name == "critic_model" else self.use_ref
+                value = (value or self.model).name if used else None
+            elif f.name == "stage_micro_batches":
+                value = {k: list(v) for k, v in value.items()}
+            out[f.name] = value
+        return out
+
+
+# RunConfig's fields the RunSpec declares under the same name, and the two it names otherwise
+_FIELD_OF = {"gpus": "n_gpus", "prompts": "prompts_per_step"}
+_DECLARED = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name in declarations()
+                  and f.name not in ("model", "gpu"))
 
 
 @dataclass(frozen=True)
