@@ -266,9 +266,13 @@ def _estimate(args) -> int:
             print(f"note: {line}", file=sys.stderr)
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
+    from ..compose.result import EstimateResult
+
+    result = EstimateResult.from_dict(res)
     if args.json:
-        print_json(res)
+        print_json(result.to_json())  # docs/json-schema.md
         return 0
+    res = result.to_json()
     if lengths_line:
         print(lengths_line)
         for note in profile.notes:
@@ -341,8 +345,10 @@ def _print_comparison(cmp: dict, args) -> int:
         for w in res["warnings"]:
             print(f"warning: {name}: {w}", file=sys.stderr)
     if args.json:
-        print_json({"modes": cmp["modes"], "results": {k: {"config": v["config"], "summary": v["summary"]}
-                                                        for k, v in cmp["results"].items()}})
+        from ..compose.result import SCHEMA_VERSION
+
+        print_json({"schema_version": SCHEMA_VERSION, "modes": cmp["modes"],
+                    "results": {k: {"config": v["config"], "summary": v["summary"]} for k, v in cmp["results"].items()}})
         return 0
     from ..compose.modes_text import compare_table, stream_settings
 

@@ -230,13 +230,18 @@ def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, f
     return out
 
 
-def _sources(parts) -> dict[str, dict[str, str]]:
+def _sources(parts) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, list[str]]]]:
+    """Stage -> family -> its parts' sources joined, and -> their prices (``result.Price``)."""
     out: dict[str, dict[str, list[str]]] = {s: {} for s in STAGES}
+    prices: dict[str, dict[str, list[str]]] = {s: {} for s in STAGES}
     for p in parts:
         seen = out[p.stage].setdefault(p.family, [])
         if p.source not in seen:
             seen.append(p.source)
-    return {s: {f: " + ".join(v) for f, v in fams.items()} for s, fams in out.items()}
+        priced = prices[p.stage].setdefault(p.family, [])
+        if p.priced.value not in priced:
+            priced.append(p.priced.value)
+    return {s: {f: " + ".join(v) for f, v in fams.items()} for s, fams in out.items()}, prices
 
 
 def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibration: dict | None = None) -> dict:
@@ -285,7 +290,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
     tail = roll.tail_gpu_s * scale_gen
     r_imb = roll.imbalance_gpu_s * scale_gen
     t_imb = train.train_imbalance_gpu_s
-    sources = _sources(parts)
+    sources, prices = _sources(parts)
     for s in STAGES:  # the per-call constant seconds come from the calibration (or the priors), no kernel
         if "calibration" in kernels[s]:
             sources[s]["calibration"] = "calibration"
@@ -305,6 +310,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
                  "rank_imbalance_share": (r_imb + t_imb) / gpu_s if gpu_s else 0.0},
         "kernels": {**{s: kernels[s] for s in STAGES if kernels[s]}, "other": other},
         "kernel_sources": {s: v for s, v in sources.items() if v},
+        "kernel_prices": {s: v for s, v in prices.items() if v},
         "notes": notes,
     }
 

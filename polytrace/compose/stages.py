@@ -24,6 +24,7 @@ from .efficiency import DEFAULT, Efficiency
 from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
 from .refit import colocated_refit_seconds
+from .result import Price, price_of
 from .rollout import RolloutResult, simulate_rollout
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
@@ -199,6 +200,12 @@ class Part:
     group: str  # the kind of work (GROUPS) ``validate`` calibrates one slowdown for, or "tool"
     seconds: float
     source: str = ROOFLINE  # the result file(s) and provider, or "roofline"
+    # where the seconds come from, where the source text alone does not say (a model's host price)
+    price: Price | None = None
+
+    @property
+    def priced(self) -> Price:
+        return self.price or price_of(self.source)
 
 
 @dataclass
@@ -283,7 +290,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         if refit["tensors"]:  # host work, not a link: no measured collective rate scales it
             parts.append(Part("gen", "comm", "rollout", refit["tensors"],
                               f"{HOST_PRICE}refit: {cfg.model.expert_tensor_count} expert tensors x "
-                              f"{eff.refit_s_per_expert_tensor * 1e3:.2g} ms)"))
+                              f"{eff.refit_s_per_expert_tensor * 1e3:.2g} ms)", Price.ROOFLINE))
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model
@@ -381,7 +388,7 @@ def cpu_optimizer_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Price
     seconds = cfg.mini_batches * each * pricer.scale("offload")
     source = (f"{HOST_PRICE}CPU AdamW: {cfg.cpu_optimizer:g} of the optimizer, {eff.cpu_adam_bytes_per_param:g} B a "
               f"parameter at {eff.host_dram:g} x {cfg.gpu.host_memory_gbps:g} GB/s a GPU)")
-    return [Part("update_actor", "offload", "train_overhead", seconds, source)]
+    return [Part("update_actor", "offload", "train_overhead", seconds, source, Price.ROOFLINE)]
 
 
 def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float | None = None,
