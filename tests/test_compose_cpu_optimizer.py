@@ -110,7 +110,6 @@ def test_offload_around_the_stages_moves_only_what_the_gpu_holds():
 
 def test_the_cpu_optimizer_is_a_model_price_not_a_measurement():
     from polytrace.compose.breakdown import source_status
-
     from polytrace.compose.result import Price
 
     part = _cpu_part(_cfg(cpu_optimizer=1.0))
