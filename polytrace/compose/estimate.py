@@ -162,8 +162,7 @@ def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConf
         rollout_precision=ro.rollout_precision, train_precision=t.train_precision,
         cpu_optimizer=t.cpu_optimizer, cpu_optimizer_overlap=t.cpu_optimizer_overlap,
         generated_share=_generated_share(ln.generated_share, profile),
-        **check_layout(model, gpus, t.strategy, t.train_tp, t.train_pp, int(tp), t.train_ep, t.train_cp,
-                       t.train_vpp, ro.rollout_ep))
+        **check_layout(model, gpus, int(tp), t, ro.rollout_ep))
     fields.update(run_fields or {})
     return RunConfig(**fields)
 
