@@ -85,3 +85,10 @@ def test_a_calibration_field_that_is_invalid_names_the_file_and_key(capsys, tmp_
     bad.write_text(json.dumps(doc))
     err = _error(capsys, ["estimate", "--calibration", str(bad)])
     assert f"--calibration {bad}: {says}" in err
+
+
+def test_a_set_setting_is_named_by_its_key_not_a_flag_never_passed(capsys):
+    key = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    err = _error(capsys, RUN + ["--set", f"{key}=3"])
+    assert f"--set {key} 3 does not divide --gpus 8" in err and "--rollout-tp" not in err
+    assert "--rollout-tp 3 does not divide --gpus 8" in _error(capsys, RUN + ["--rollout-tp", "3"])

@@ -108,6 +108,10 @@ def estimate_settings(args, kw: dict) -> dict:
     if fields:
         out["run_fields"] = fields
     _check_cpu_optimizer_overlap(args, {**kw, **out})
+    # a check of these settings names the --set key the user gave, not a flag they never passed
+    from ..calibrate.settings import REGISTRY
+
+    out["origins"] = {REGISTRY[k].estimate: f"--set {k}" for k in given if REGISTRY[k].estimate in kwargs}
     return out
 
 

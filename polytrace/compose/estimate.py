@@ -94,10 +94,21 @@ def _count(value, flag: str, lowest: int = 1) -> int | None:
     return int(value)
 
 
-def build_config(profile, model, gpu, gpus: int, *, run_fields: dict | None = None, **settings) -> RunConfig:
+def build_config(profile, model, gpu, gpus: int, *, run_fields: dict | None = None, origins: dict | None = None,
+                 **settings) -> RunConfig:
     """The ``RunConfig`` of an estimate from keyword settings (``polytrace.run.spec``'s names):
-    the ``RunSpec`` they make, checked once, priced by ``configure``."""
-    return configure(profile, RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **settings)), run_fields)
+    the ``RunSpec`` they make, checked once (``origins``: setting -> how the user gave it, where
+    not by its flag), priced by ``configure``."""
+    spec = RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **settings), origin=_origin(origins))
+    return configure(profile, spec, run_fields)
+
+
+def _origin(origins: dict | None):
+    """A RunSpec origin function: the given spelling (a ``--set`` key), else the setting's flag."""
+    from ..run.spec import declarations
+
+    decls = declarations()
+    return lambda name: (origins or {}).get(name) or decls[name].flag or name
 
 
 def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConfig:
@@ -366,13 +377,15 @@ class PriceOptions:
     speedups: dict | None = None
     amdahl: float | None = None
     run_fields: dict | None = None
+    origins: dict | None = None  # setting -> how the user gave it, where not by its flag (a --set key)
 
 
 def run_and_options(model, gpu, gpus, kw: dict) -> tuple[RunSpec, PriceOptions]:
     """Keyword arguments as (the RunSpec of the settings among them, the PriceOptions of the rest)."""
     names = {f.name for f in dataclasses.fields(PriceOptions)}
     options = PriceOptions(**{k: v for k, v in kw.items() if k in names})
-    spec = RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **{k: v for k, v in kw.items() if k not in names}))
+    spec = RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **{k: v for k, v in kw.items() if k not in names}),
+                         origin=_origin(options.origins))
     return spec, options
 
 
