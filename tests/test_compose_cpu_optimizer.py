@@ -110,10 +110,13 @@ def test_offload_around_the_stages_moves_only_what_the_gpu_holds():
 
 def test_the_cpu_optimizer_is_a_model_price_not_a_measurement():
     from polytrace.compose.breakdown import source_status
+    from polytrace.compose.result import Price
 
     part = _cpu_part(_cfg(cpu_optimizer=1.0))
-    assert source_status(part.source) == "roofline"
-    assert source_status(f"roofline + {part.source}") == "roofline"
+    # the part says its price itself (a model price), not its source text's prefix
+    assert part.priced is Price.ROOFLINE
+    assert source_status(part.source, [part.priced]) == "roofline"
+    assert source_status(f"roofline + {part.source}", ["roofline", part.priced]) == "roofline"
     assert source_status("results/h100/gemm.json (torch) + roofline") == "partly measured"
 
 

@@ -288,7 +288,10 @@ def test_estimate_json_has_the_breakdown_under_summary_kernels(tmp_path, capsys)
     kernels = data["summary"]["kernels"]
     for stage in ("gen", "old_log_prob", "ref", "update_actor"):
         for fam, v in kernels[stage].items():
-            assert set(v) == {"s", "share", "source"} and v["s"] > 0 and math.isfinite(v["share"]), (stage, fam)
+            assert set(v) == {"s", "share", "source", "prices"} and v["s"] > 0 and math.isfinite(v["share"]), \
+                (stage, fam)
+            assert set(v["prices"]) <= {"roofline", "measured"}, (stage, fam)
+    assert kernels["update_actor"]["attention"]["prices"] == ["measured"]
     assert "base.json: ours" in kernels["update_actor"]["attention"]["source"]
     assert kernels["gen"]["decode"]["source"] == "roofline"
     assert "amdahl" not in data["summary"]  # only with --kernels

@@ -223,7 +223,8 @@ def test_weight_sync_crosses_nodes_slower_and_lora_moves_adapters_only():
 @pytest.mark.parametrize("model, extra, match", [
     ("qwen2.5-7b", ["--mode", "one-step-off", "--rollout-gpus", "4", "--train-gpus", "8"],
      "--rollout-gpus 4 + --train-gpus 8 = 12, not --gpus 16"),
-    ("qwen2.5-7b", ["--mode", "fully-async", "--staleness", "-0.5"], "--staleness -0.5"),
+    ("qwen2.5-7b", ["--mode", "fully-async", "--staleness", "-0.5"],
+     "--staleness must be a finite number >= 0, got -0.5"),
     ("qwen2.5-7b", ["--mode", "sync", "--staleness", "0.2"], "--staleness applies to --mode"),
     ("qwen2.5-7b", ["--mode", "one-step-off", "--partial-rollout"], "--partial-rollout applies to --mode fully-async"),
     ("qwen2.5-7b", ["--in-flight-updates"], "--in-flight-updates applies to --mode one-step-off or fully-async"),

@@ -252,7 +252,9 @@ def test_a_hand_edited_precision_in_a_calibration_is_one_line(capsys, tmp_path, 
     out.write_text(json.dumps(doc))
     assert main(["estimate", "--calibration", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"polytrace: error: --calibration {out}: config.{field} is {value!r}"
+    flag = "--" + field.replace("_", "-")
+    assert err == (f"polytrace: error: --calibration {out}: config.{field} is {value!r} (the setting {flag} must be "
+                   f"one of bf16, fp8)")
 
 
 def test_a_gemm_what_if_reaches_fp8_gemms_too(capsys):

@@ -63,6 +63,18 @@ MISSES = {
         "0.85x): the table's trainer layout (EP 16 on the 8 trainer GPUs) is not the recipe's (EP 8, priced); "
         + GB200_MOE),
 }
+# The one-step-off Llama-3.1-8B rows (recompute on, as their recipe sets it) since the separated
+# modes apply the priors of the run's recompute setting (issue 35; they applied recompute off's
+# whatever the run said, and these rows were generation-bound at 1.16x and 1.17x).
+_RECOMPUTE = ("the priors' recompute slowdown is fitted on verl FSDP logs; NeMo RL trains with Megatron's "
+              "activation checkpointing, which no corpus log measures")
+MISSES["llama3.1-8b 1-step-off"] = (
+    "1.37x (88.5 s against 64.8 s): trainer-bound in the model, 88 s of training on its 8 GPUs (update 60.7 s "
+    "at the recompute prior; 69.8 s of training at recompute off's) where the published step bounds it at "
+    "64.8 s; the same recipe on-policy on 16 GPUs is at 1.15x (update 30.8 s): " + _RECOMPUTE)
+MISSES["gb200 llama3.1-8b 1-step-off"] = (
+    "1.32x (93.6 s against 71.1 s): trainer-bound, 93.6 s of training on 4 GB200s (79.7 s at recompute off's "
+    "prior) where the published step bounds it; on-policy on 8 GB200s 1.10x: " + _RECOMPUTE)
 MISSES["verl deepseek-v3 on-policy 96"] = (
     "0.48x (808 s against 1,700 s under the 22-log priors; 0.35x, 603 s, under the nine-log priors, generation 338 s "
     "against the published 1,050 s, the rest 265 s against 650 s): "
@@ -128,8 +140,8 @@ def test_three_quarters_within_30pct_on_h100(estimates):
     assert len(H100) >= 12 and len(close) >= 0.75 * len(H100), close
 
 
-@pytest.mark.xfail(strict=True, reason="21 of 29 within 30% with the GB200 tables (7 of their 12 rows) and verl's "
-                   "DeepSeek-V3 run (0.35x): MISSES")
+@pytest.mark.xfail(strict=True, reason="19 of 29 within 30% with the GB200 tables (6 of their 12 rows), verl's "
+                   "DeepSeek-V3 run (0.35x) and the one-step-off Llama-3.1-8B rows at recompute's prior: MISSES")
 def test_three_quarters_within_30pct_every_table(estimates):
     close = [r.name for r in RUNS if abs(_ratio(estimates, r) - 1) <= WITHIN]
     assert len(close) >= 0.75 * len(RUNS), close

@@ -32,6 +32,8 @@ import numpy as np
 from ..compose.rollout import kv_capacity_tokens, kv_slots
 from ..compose.stages import GROUPS, TRAIN_STAGES
 from ..errors import PolytraceError
+from ..run.dialects import dialect_key, trainer_backend
+from ..run.spec import verl_key
 from .settings import OFFLOAD_SWITCHES, REGISTRY, offload_key, stated
 
 ROOFLINE_FLOOR = 0.45
@@ -53,17 +55,16 @@ _STAGES = {"actor_rollout_ref.model.use_remove_padding": TRAIN_STAGES,
            f"{_A}.fsdp_config.param_offload": ("old_log_prob", "update_actor"),
            f"{_A}.fsdp_config.optimizer_offload": ("update_actor",),
            "actor_rollout_ref.ref.fsdp_config.param_offload": ("ref",)}
+_STAGES[verl_key("remove_padding", "megatron")] = TRAIN_STAGES
 _STAGES.update({offload_key("megatron", role, what): _STAGES[offload_key("fsdp", role, what)]
                 for role, what, _effect, _target in OFFLOAD_SWITCHES})
 
 
 def _strategy_key(log, key: str) -> str:
-    """``key`` as the log's trainer names it: an FSDP offload switch becomes the Megatron one
-    (``actor_rollout_ref.actor.megatron.param_offload``) when the actor's strategy is Megatron."""
-    if ".fsdp_config." not in key:
-        return key
-    strategy = str(log.config.get("actor_rollout_ref.actor.strategy") or "fsdp")
-    return key.replace(".fsdp_config.", ".megatron.") if strategy.startswith("megatron") else key
+    """``key`` as the log's trainer names it (``run.dialects``): an FSDP offload switch becomes the
+    Megatron one (``actor_rollout_ref.actor.megatron.param_offload``), the model's padding switch
+    the Megatron actor's, when the trainer is Megatron."""
+    return dialect_key(key, trainer_backend(log.config, getattr(log, "command", ""))[0])
 
 
 _OVERHEAD_GROUPS = ("forward_overhead", "train_overhead")

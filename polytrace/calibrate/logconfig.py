@@ -31,6 +31,8 @@ from ..errors import PolytraceError
 from ..logs import TrainingLog, Unresolved
 from ..logs.companion import attach, read_companion
 from ..logs.timers import apply_stage_map
+from ..run.dialects import trainer_backend
+from ..run.spec import verl_default, verl_key
 from ..wording import counted
 from .identity import (  # noqa: F401
     DEFAULT_GPU,
@@ -293,8 +295,9 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     if n_gpus % tp:
         raise PolytraceError(f"{log.path}: rollout tensor parallelism {tp} does not divide the GPU count {n_gpus}; "
                              "pass --rollout-tp or --gpus")
-    strategy = v.text("actor_rollout_ref.actor.strategy", "fsdp")
-    strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
+    strategy, why = trainer_backend(log.config, log.command)
+    if strategy == "megatron" and not why.startswith("actor_rollout_ref"):
+        notes.append(f"trainer: verl's Megatron workers, from {why} (their own keys and defaults read)")
     train_tp = v.count("actor_rollout_ref.actor.megatron.tensor_model_parallel_size") or 1
     train_pp = v.count("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size") or 1
     if strategy == "megatron" and n_gpus % (train_tp * train_pp):
@@ -305,7 +308,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     mini = v.count("actor_rollout_ref.actor.ppo_mini_batch_size")
     epochs = v.count("actor_rollout_ref.actor.ppo_epochs") or 1
     mini_batches = max(1, prompts // mini) * epochs if mini else epochs
-    mem = v.fraction("actor_rollout_ref.rollout.gpu_memory_utilization") or 0.5
+    mem = v.fraction(verl_key("mem_fraction", strategy)) or verl_default("mem_fraction", strategy)
     if not 0.05 <= mem <= 0.99:
         notes.append(f"gpu_memory_utilization {mem} priced as {min(max(mem, 0.05), 0.99)}")
         mem = min(max(mem, 0.05), 0.99)
@@ -319,13 +322,15 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         algorithm="ppo" if has_critic else "grpo", use_ref="ref" in stages,
         critic_model=critic, ref_model=ref_model, micro_batch_tokens=mb_tokens or None,
         micro_batch_seqs=int(mb_seqs) if mb_seqs else None,
-        remove_padding=v.flag("actor_rollout_ref.model.use_remove_padding", False),
+        # each trainer's own key and default (run/dialects.py): a Megatron run's printed config may
+        # carry the FSDP key, which its workers never read
+        remove_padding=_setting(v, "remove_padding", strategy),
         critic_remove_padding=(v.flag("critic.model.use_remove_padding", False)
                                if has_critic and v.raw("critic.model.use_remove_padding")[0] else None),
         mem_fraction=float(mem),
-        gradient_checkpointing=v.flag("actor_rollout_ref.model.enable_gradient_checkpointing", False),
-        max_num_seqs=v.count("actor_rollout_ref.rollout.max_num_seqs") or 1024,
-        eager=v.flag("actor_rollout_ref.rollout.enforce_eager", True),
+        gradient_checkpointing=_setting(v, "gradient_checkpointing", strategy),
+        max_num_seqs=v.count(verl_key("max_num_seqs", strategy)) or verl_default("max_num_seqs", strategy),
+        eager=_setting(v, "eager", strategy),
         old_log_prob_in_gen="old_log_prob" not in stages,
         # the offload switches sit under the trainer's own config (fsdp_config or megatron)
         ref_offload=v.flag(offload_key(strategy, "ref", "param_offload"), False),
@@ -343,6 +348,11 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
+
+
+def _setting(v: _Values, name: str, backend: str) -> bool:
+    """A declared switch as ``backend``'s workers read it: their key, else verl's default."""
+    return v.flag(verl_key(name, backend), verl_default(name, backend))
 
 
 def _cpu_optimizer_share(v: _Values, strategy: str, notes: list[str]) -> float:

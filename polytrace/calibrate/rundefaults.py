@@ -8,46 +8,25 @@ from the run is listed. Constants the calibration did not time but copied from a
 
 from __future__ import annotations
 
-from ..compose.stages import PRECISIONS
 from ..errors import PolytraceError
+from ..run.spec import Decl, SpecError, declarations
 
-# estimate's argparse destination -> (the calibration file's config key, how it is turned into the flag)
-FIELDS = {
-    "model": ("model", str), "gpus": ("n_gpus", int), "prompts": ("prompts_per_step", int), "n": ("n", int),
-    "max_prompt_len": ("max_prompt_len", int), "max_response_len": ("max_response_len", int),
-    "rollout_tp": ("rollout_tp", int), "strategy": ("strategy", str), "train_tp": ("train_tp", int),
-    "train_pp": ("train_pp", int), "algo": ("algorithm", str), "no_ref": ("use_ref", lambda v: not v),
-    "lora_rank": ("lora_rank", int), "param_offload": ("param_offload", bool),
-    "optimizer_offload": ("optimizer_offload", bool), "micro_batch_tokens": ("micro_batch_tokens", int),
-    "mem_fraction": ("mem_fraction", float),
-    # the MoE and long-context layouts (a calibrated EP 8 run is not re-priced at EP 1)
-    "train_ep": ("train_ep", int), "train_cp": ("train_cp", int), "train_vpp": ("train_vpp", int),
-    "rollout_ep": ("rollout_ep", int),
-    # an FP8 engine or trainer (``RunConfig.rollout_precision``): half a stage's price or more
-    "rollout_precision": ("rollout_precision", str), "train_precision": ("train_precision", str),
-    # Megatron's CPU optimizer: the update's optimizer step in host memory
-    "cpu_optimizer": ("cpu_optimizer", float), "cpu_optimizer_overlap": ("cpu_optimizer_overlap", bool),
-}
-FLAG = {"no_ref": "--no-ref", "algo": "--algo"}
+
+def fields() -> dict[str, Decl]:
+    """estimate's argparse destination -> the declaration of the setting a calibration file's
+    ``config`` records (its ``config_key``): the MoE and long-context layouts (a calibrated EP 8
+    run is not re-priced at EP 1), the precisions (an FP8 engine or trainer: half a stage's price
+    or more) and Megatron's CPU optimizer among them."""
+    return {d.argument: d for d in declarations().values() if d.config_key}
 
 
 def flag_of(dest: str) -> str:
-    return FLAG.get(dest, "--" + dest.replace("_", "-"))
+    return next((d.flag for d in declarations().values() if d.argument == dest), "--" + dest.replace("_", "-"))
 
 
-def _valid(dest: str, convert, value) -> bool:
-    if dest in ("rollout_precision", "train_precision"):
-        return value in PRECISIONS
-    if dest == "cpu_optimizer":
-        return not isinstance(value, bool) and isinstance(value, (int, float)) and 0.0 <= value <= 1.0
-    if convert is str:
-        return isinstance(value, str) and bool(value)
-    if convert is bool or dest == "no_ref":
-        return isinstance(value, bool)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
-        return False
-    lowest = 0 if dest == "lora_rank" else 1e-9
-    return value >= lowest and value < 1e12 and (convert is float or value == int(value))
+def _flag_value(d: Decl, value):
+    """A checked config value as its flag holds it (``--no-ref``: the reference's absence)."""
+    return (not value) if d.inverted else value
 
 
 def run_defaults(doc: dict) -> dict:
@@ -58,13 +37,18 @@ def run_defaults(doc: dict) -> dict:
     if not isinstance(config, dict):
         raise PolytraceError(f"--calibration {where}: no config (the calibrated run's configuration)")
     out = {"gpu": doc["gpu"]}
-    for dest, (key, convert) in FIELDS.items():
-        value = config.get(key)
+    for dest, d in fields().items():
+        value = config.get(d.config_key)
         if value is None:
             continue
-        if not _valid(dest, convert, value):
-            raise PolytraceError(f"--calibration {where}: config.{key} is {value!r}")
-        out[dest] = convert(value)
+        try:
+            checked = d.check(value, d.config_key)
+        except SpecError:  # the file and its key, not a flag the user never passed
+            what = f"one of {', '.join(d.choices)}" if d.choices else "true or false" if d.kind == "bool" else (
+                "a name" if d.kind == "text" else d.bounds_text())
+            raise PolytraceError(f"--calibration {where}: config.{d.config_key} is {value!r} (the setting "
+                                 f"{d.flag or d.name} must be {what})") from None
+        out[dest] = _flag_value(d, checked)
     # the framework whose colocated switch the calibration priced (compose/frameworks.py): its
     # scalars were fitted with that traffic taken out, so the estimate prices it too
     switch = [config.get(k) for k in ("engine_weights_offload", "switch_offload")]

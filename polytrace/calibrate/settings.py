@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import PolytraceError
+from ..run.dialects import other_backend_keys, trainer_backend
+from ..run.spec import declarations
 
 
 class SettingError(PolytraceError):
@@ -63,6 +65,20 @@ OFFLOAD_SWITCHES = (
 )
 
 
+# a declared setting's kind (polytrace.run.spec) -> the registry's
+_KINDS = {"count": "int", "nonneg": "int", "fraction": "fraction", "share": "share", "bool": "bool"}
+
+
+def _declared(name: str, backend: str = "fsdp", *, cost_2x: bool = False) -> Setting:
+    """The registry entry of a RunSpec setting's verl key under ``backend``: its kind, bounds,
+    verl default and effect as the setting declares them; ``--set`` gives the setting itself."""
+    d = declarations()[name]
+    v = d.verl_key(backend)
+    hi = d.hi if d.hi is not None and d.hi != float("inf") else 1 << 20
+    return Setting(v.key, _KINDS[d.kind], v.default, v.effect, lo=0 if d.kind == "nonneg" else 1, hi=int(hi),
+                   estimate=name, cost_2x=cost_2x)
+
+
 def offload_key(strategy: str, role: str, what: str) -> str:
     """verl's key of an offload switch for the trainer ``strategy`` ("fsdp" or "megatron"):
     ``actor_rollout_ref.{role}.fsdp_config.{what}`` or ``actor_rollout_ref.{role}.megatron.{what}``."""
@@ -70,40 +86,27 @@ def offload_key(strategy: str, role: str, what: str) -> str:
 
 
 REGISTRY: dict[str, Setting] = {s.key: s for s in (
-    Setting("actor_rollout_ref.model.use_remove_padding", "bool", False,
-            "trainer passes run on the sequences' own tokens (on) or on every sequence padded to max prompt + "
-            "max response (off: cost constant in the lengths)", estimate="run:remove_padding", cost_2x=True),
+    _declared("remove_padding", cost_2x=True),
+    _declared("remove_padding", "megatron", cost_2x=True),
     Setting("critic.model.use_remove_padding", "bool", False, "as use_remove_padding, for the critic's passes",
             estimate="run:critic_remove_padding"),
-    Setting("actor_rollout_ref.model.enable_gradient_checkpointing", "bool", False,
-            "the update recomputes each layer's forward in the backward pass (+1 forward per update)",
-            estimate="run:gradient_checkpointing", cost_2x=True),
-    Setting("actor_rollout_ref.model.lora_rank", "int", 0, "LoRA adapters of this rank train instead of the model",
-            lo=0, hi=1 << 16, estimate="lora_rank"),
-    Setting(f"{_R}.enforce_eager", "bool", True,
-            "the inference engine launches every kernel of every decode step (on) or replays CUDA graphs (off)",
-            estimate="run:eager", cost_2x=True),
-    Setting(f"{_R}.gpu_memory_utilization", "fraction", 0.5,
-            "the engine's memory share: the KV cache it leaves bounds how many sequences decode at once",
-            estimate="mem_fraction", cost_2x=True),
-    Setting(f"{_R}.tensor_model_parallel_size", "int", 2,
-            "GPUs per inference engine: weights read per decode step and engines sharing the batch",
-            estimate="rollout_tp", cost_2x=True),
-    Setting(f"{_R}.max_num_seqs", "int", 1024, "most sequences one engine decodes at once",
-            estimate="run:max_num_seqs"),
+    _declared("gradient_checkpointing", cost_2x=True),
+    _declared("lora_rank"),
+    _declared("eager", cost_2x=True),
+    _declared("mem_fraction", cost_2x=True),
+    _declared("rollout_tp", cost_2x=True),
+    _declared("max_num_seqs"),
     Setting(f"{_R}.quantization", "quantization", None,
             "the engine's weights: fp8 (vLLM FP8: the linear layers one byte, FP8 tensor cores) or null (bf16); "
             "estimate's --rollout-precision", estimate="rollout_precision", cost_2x=True),
-    Setting(f"{_R}.n", "int", 1, "responses per prompt", estimate="n"),
+    _declared("n"),
     Setting(f"{_F}.model.path", "model", None,
             "a reference policy other than the actor (a teacher): the reference pass runs that model",
             estimate="run:ref_model", cost_2x=True),
-    Setting("data.train_batch_size", "int", None, "prompts per step", estimate="prompts"),
-    Setting("data.max_prompt_length", "int", None, "prompt cap (and the padded length with padding)",
-            estimate="max_prompt_len"),
-    Setting("data.max_response_length", "int", None, "response cap (and the padded length with padding)",
-            estimate="max_response_len"),
-    Setting(f"{_A}.ppo_mini_batch_size", "int", 256, "prompts per optimizer step", estimate="ppo_mini_batch"),
+    _declared("prompts"),
+    _declared("max_prompt_len"),
+    _declared("max_response_len"),
+    _declared("ppo_mini_batch"),
     Setting(f"{_A}.ppo_epochs", "int", 1, "passes of the update over the batch", hi=1000),
     # the offload switches, under the FSDP workers' fsdp_config and under verl's Megatron workers
     # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
@@ -112,18 +115,13 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     Setting(f"{CPU_OPTIMIZER}.optimizer_cpu_offload", "bool", False,
             "Megatron's HybridDeviceOptimizer: optimizer_offload_fraction of the optimizer lives in CPU memory "
             "and steps there (Megatron trainer; estimate's --cpu-optimizer)", estimate="run:cpu_optimizer_offload"),
-    Setting(f"{CPU_OPTIMIZER}.optimizer_offload_fraction", "share", 0.0,
-            "the share of the optimizer (fp32 master weights and Adam moments) the CPU holds and steps, with "
-            "optimizer_cpu_offload on", estimate="cpu_optimizer"),
-    Setting(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", "bool", False,
-            "the CPU optimizer's gradient and weight copies overlap its step (estimate's --cpu-optimizer-overlap)",
-            estimate="cpu_optimizer_overlap"),
+    _declared("cpu_optimizer", "megatron"),
+    _declared("cpu_optimizer_overlap", "megatron"),
     Setting(f"{_A}.use_dynamic_bsz", "bool", False,
             "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
             estimate="run:dynamic", cost_2x=True),
-    Setting(f"{_A}.ppo_max_token_len_per_gpu", "int", 16384, "token budget of an update micro-batch per GPU",
-            estimate="micro_batch_tokens", cost_2x=True),
+    _declared("micro_batch_tokens", cost_2x=True),
     Setting(f"{_A}.ppo_micro_batch_size_per_gpu", "int", None, "sequences per update micro-batch per GPU",
             estimate="run:micro_batch_seqs", cost_2x=True),
     Setting(f"{_R}.log_prob_use_dynamic_bsz", "bool", False, "dynamic batching of the old-policy log-prob pass"),
@@ -238,16 +236,20 @@ def check_offload_keys(given: dict, strategy: str) -> None:
     error naming the key that ``strategy``'s workers read."""
     strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
     other = "fsdp" if strategy == "megatron" else "megatron"
-    for role, what, _effect, _target in OFFLOAD_SWITCHES:
-        wrong = offload_key(other, role, what)
+    pairs = {offload_key(other, role, what): offload_key(strategy, role, what)
+             for role, what, _effect, _target in OFFLOAD_SWITCHES}
+    pairs.update(other_backend_keys(strategy))  # e.g. padding removal: each trainer's own key
+    for wrong, right in pairs.items():
         if wrong in given:
             raise SettingError(f"--set {wrong}: this run's actor strategy is {strategy}, whose workers read "
-                               f"{offload_key(strategy, role, what)}")
+                               f"{right}")
 
 
 def _check_consistent(given: dict) -> None:
-    for role, what, _effect, _target in OFFLOAD_SWITCHES:
-        fsdp, meg = offload_key("fsdp", role, what), offload_key("megatron", role, what)
+    pairs = [(offload_key("fsdp", role, what), offload_key("megatron", role, what))
+             for role, what, _effect, _target in OFFLOAD_SWITCHES]
+    pairs += list(other_backend_keys("megatron").items())
+    for fsdp, meg in pairs:
         if fsdp in given and meg in given:
             raise SettingError(f"--set {fsdp} and --set {meg} name one switch (verl reads the one of the run's "
                                f"actor_rollout_ref.actor.strategy): give one")
@@ -293,7 +295,7 @@ def given_settings(log, overrides):
     if not given:
         return log
     _check_consistent(given)
-    check_offload_keys(given, str(log.config.get(f"{_A}.strategy") or "fsdp"))
+    check_offload_keys(given, trainer_backend(log.config, log.command)[0])
     check_flags(given, {k: (flag, getattr(overrides, attr, None)) for k, (flag, attr) in LOG_FLAGS.items()})
     return with_settings(log, given)
 

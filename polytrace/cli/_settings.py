@@ -1,7 +1,71 @@
-"""``--set KEY=VALUE``: verl settings in verl's own key names, the same flag in ``validate``,
-``calibrate`` and ``estimate`` (the registry: ``polytrace.calibrate.settings``)."""
+"""The run's flags, generated from its declarations (``polytrace.run.spec``), and ``--set
+KEY=VALUE``: verl settings in verl's own key names, the same flag in ``validate``, ``calibrate`` and
+``estimate`` (the registry: ``polytrace.calibrate.settings``, itself read from the declarations)."""
 
 from __future__ import annotations
+
+import argparse
+
+from ..run.spec import declarations
+from ._args import finite_float, nonneg_int, positive_int, share
+
+# a declaration's kind -> the argparse type that reads it (bounds beyond the type's, e.g. a memory
+# fraction's [0.05, 0.99], are checked once when the RunSpec is built, naming the flag)
+_TYPES = {"count": positive_int, "nonneg": nonneg_int, "share": share, "fraction": finite_float,
+          "float": finite_float}
+
+
+class _Once(argparse.Action):
+    """A run setting's flag: given twice with two values is a usage error naming both, not the
+    last one silently winning."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        seen = namespace.__dict__.setdefault("_run_flags_seen", {})
+        value = self.const if self.nargs == 0 else values
+        if self.dest in seen and seen[self.dest] != value:
+            parser.error(f"{option_string} is given twice, as {seen[self.dest]} and {value}: keep one")
+        seen[self.dest] = value
+        setattr(namespace, self.dest, value)
+
+
+def add_run_flags(p, names, prefix: str = "") -> None:
+    """A flag per run setting in ``names``, as declared (``prefix``: before each help text)."""
+    decls = declarations()
+    for name in names:
+        d = decls[name]
+        kw = dict(dest=d.argument, help=prefix + d.help, action=_Once)
+        if d.metavar:
+            kw["metavar"] = d.metavar
+        if d.kind == "bool":
+            # off unless given (--no-ref: the reference on)
+            p.add_argument(d.flag, nargs=0, const=True, default=False, **kw)
+        elif d.kind == "choice":
+            p.add_argument(d.flag, choices=d.choices, default=d.default, **kw)
+        else:
+            # "auto" (micro_batch_tokens) is no count: left None here, made "auto" by run_values
+            p.add_argument(d.flag, type=_TYPES[d.kind], default=d.default if d.default != "auto" else None, **kw)
+
+
+def run_values(args, names) -> dict:
+    """Setting name -> value of the flags ``add_run_flags`` added for ``names``."""
+    decls = declarations()
+    out = {}
+    for name in names:
+        d = decls[name]
+        value = getattr(args, d.argument)
+        if d.inverted:
+            value = not value
+        if value is None and d.default == "auto":
+            value = "auto"
+        out[name] = value
+    return out
+
+
+def given_flags(args, names) -> list[str]:
+    """The flags of ``names`` the command line set explicitly."""
+    given = getattr(args, "given", set())
+    decls = declarations()
+    return [decls[n].flag for n in names if decls[n].argument in given]
 
 SET_HELP = ("a verl setting in verl's key name, e.g. --set actor_rollout_ref.model.use_remove_padding=true or "
             "--set actor_rollout_ref.rollout.gpu_memory_utilization=0.6 (repeatable; keys: docs/step-model.md, "
@@ -19,16 +83,6 @@ def parsed_settings(args) -> dict:
     return parse_settings(getattr(args, "settings", None))
 
 
-# estimate argument -> (its flag, the flag's default): a --set of the same quantity contradicts a
-# flag given with another value
-_ESTIMATE_FLAGS = {"rollout_tp": ("--rollout-tp", None), "mem_fraction": ("--mem-fraction", 0.5),
-                   "micro_batch_tokens": ("--micro-batch-tokens", "auto"), "n": ("--n", None),
-                   "prompts": ("--prompts", None), "max_prompt_len": ("--max-prompt-len", None),
-                   "max_response_len": ("--max-response-len", None), "ppo_mini_batch": ("--ppo-mini-batch", None),
-                   "lora_rank": ("--lora-rank", 0), "param_offload": ("--param-offload", False),
-                   "optimizer_offload": ("--optimizer-offload", False),
-                   "rollout_precision": ("--rollout-precision", "bf16"), "cpu_optimizer": ("--cpu-optimizer", 0.0),
-                   "cpu_optimizer_overlap": ("--cpu-optimizer-overlap", False)}
 
 
 def estimate_settings(args, kw: dict) -> dict:
@@ -43,8 +97,10 @@ def estimate_settings(args, kw: dict) -> dict:
         return {}
     check_offload_keys(given, kw.get("strategy") or "fsdp")
     kwargs, fields = estimate_arguments(given)
+    decls = declarations()
     for name, value in kwargs.items():
-        flag, default = _ESTIMATE_FLAGS.get(name, (None, None))
+        # a --set of the quantity a flag given with another value states contradicts it
+        flag, default = (decls[name].flag, decls[name].default) if name in decls else (None, None)
         have = kw.get(name, default)
         if flag and have != default and have != value:
             raise SettingError(f"--set {_key_of(given, name)}: contradicts {flag} {have}: give one")
@@ -52,6 +108,10 @@ def estimate_settings(args, kw: dict) -> dict:
     if fields:
         out["run_fields"] = fields
     _check_cpu_optimizer_overlap(args, {**kw, **out})
+    # a check of these settings names the --set key the user gave, not a flag they never passed
+    from ..calibrate.settings import REGISTRY
+
+    out["origins"] = {REGISTRY[k].estimate: f"--set {k}" for k in given if REGISTRY[k].estimate in kwargs}
     return out
 
 

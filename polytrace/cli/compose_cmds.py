@@ -7,13 +7,12 @@ import argparse
 import sys
 import textwrap
 
-from ._args import add_steps, share
+from ._args import add_steps
 from ._args import any_int as _int
 from ._args import finite_float as _float
-from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
-from ._settings import add_set_flag, estimate_settings
+from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values
 
 # polytrace.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
 # parser is built without importing the profiles (numpy) for every command
@@ -133,59 +132,24 @@ LENGTHS_HELP = ("response lengths stated by their mean: mean=M tokens, max=L the
                 "--profile, else the nearest built-in for the model's task)")
 
 
+# The run settings each group of flags states (their flags generated from polytrace.run.spec)
+RUN_SHAPE = ("rollout_tp", "strategy", "train_tp", "train_pp", "algorithm", "use_ref", "prompts",
+             "micro_batch_tokens", "max_prompt_len", "max_response_len", "mem_fraction", "n", "ppo_mini_batch",
+             "lora_rank", "param_offload", "optimizer_offload", "cpu_optimizer", "cpu_optimizer_overlap",
+             "generated_share")
+STATED_RUN = ("responses_per_step", "train_batch", "train_ep", "train_cp", "train_vpp", "rollout_ep",
+              "rollout_precision", "train_precision")
+
+
 def add_run_shape_flags(p) -> None:
     """The run's shape: layouts, batch, caps, memory share, LoRA and offload (``estimate``,
     ``impact``)."""
-    p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism (default: fit)")
-    p.add_argument("--strategy", choices=("fsdp", "megatron"), default="fsdp",
-                   help="trainer parallelism: fsdp (default) or megatron (with --train-tp / --train-pp)")
-    p.add_argument("--train-tp", type=_pos_int, default=1, help="Megatron tensor parallelism")
-    p.add_argument("--train-pp", type=_pos_int, default=1, help="Megatron pipeline parallelism")
-    p.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="ppo adds a critic")
-    p.add_argument("--no-ref", action="store_true", help="no reference model")
-    p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step (default: profile)")
-    p.add_argument("--micro-batch-tokens", type=_pos_int, default=None,
-                   help="token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
-                   "or max prompt + max response rounded up to 1024 when longer)")
-    p.add_argument("--max-prompt-len", type=_pos_int, default=None,
-                   help="prompt cap in tokens (default: the profile's)")
-    p.add_argument("--max-response-len", type=_pos_int, default=None,
-                   help="response cap in tokens; longer sampled responses are cut there (default: the profile's)")
-    p.add_argument("--mem-fraction", type=_float, default=0.5, help="GPU memory share of the inference engine")
-    p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt (default: the profile's)")
-    p.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
-                   help="prompts per optimizer step (verl's ppo_mini_batch_size; default 256 or the whole batch "
-                   "when smaller): each step waits for the slowest trainer rank")
-    p.add_argument("--lora-rank", type=_nonneg_int, default=0,
-                   help="train LoRA adapters of this rank instead of the full model (verl's "
-                   "actor_rollout_ref.model.lora_rank; default 0: full fine-tuning)")
-    p.add_argument("--param-offload", action="store_true",
-                   help="verl's actor FSDP param_offload: parameters wait in CPU memory between stages "
-                   "(priced: PCIe both ways around each actor stage)")
-    p.add_argument("--optimizer-offload", action="store_true",
-                   help="verl's actor FSDP optimizer_offload: Adam moments wait in CPU memory between updates "
-                   "(priced: PCIe both ways around the update)")
-    p.add_argument("--cpu-optimizer", type=share, default=0.0, metavar="SHARE",
-                   help="Megatron's CPU optimizer (optimizer_cpu_offload with optimizer_offload_fraction SHARE, "
-                   "0-1): that share of the fp32 master weights and Adam moments lives in CPU memory and steps "
-                   "there (priced: gradients to the host, AdamW at the host's DRAM bandwidth, weights back)")
-    p.add_argument("--cpu-optimizer-overlap", action="store_true",
-                   help="Megatron's overlap_cpu_optimizer_d2h_h2d: the CPU optimizer's copies overlap its step")
-    p.add_argument("--generated-share", type=share, default=None, metavar="SHARE",
-                   help="a multi-turn profile's share of response tokens the model generates (the rest is tool "
-                   "output, prefilled between turns), in place of its trace's: a code sandbox's short outputs "
-                   "leave ~0.95, a search engine's documents ~0.16 (default: the trace's own split)")
+    add_run_flags(p, RUN_SHAPE)
 
 
 def run_shape_kw(args) -> dict:
-    """The configuration keywords of the flags ``add_run_shape_flags`` adds."""
-    return dict(rollout_tp=args.rollout_tp, strategy=args.strategy, train_tp=args.train_tp, train_pp=args.train_pp,
-                algorithm=args.algo, use_ref=not args.no_ref, prompts=args.prompts,
-                micro_batch_tokens=args.micro_batch_tokens or "auto", max_prompt_len=args.max_prompt_len,
-                max_response_len=args.max_response_len, mem_fraction=args.mem_fraction, n=args.n,
-                ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
-                optimizer_offload=args.optimizer_offload, cpu_optimizer=args.cpu_optimizer,
-                cpu_optimizer_overlap=args.cpu_optimizer_overlap, generated_share=args.generated_share)
+    """The run settings of the flags ``add_run_shape_flags`` adds."""
+    return run_values(args, RUN_SHAPE)
 
 
 def add_stated_run_flags(p, prefix: str = "") -> None:
@@ -194,30 +158,12 @@ def add_stated_run_flags(p, prefix: str = "") -> None:
     g = p.add_argument_group("a run stated by its averages and layout")
     g.add_argument("--lengths", default=None, metavar=LENGTHS_SYNTAX,
                    help=prefix + LENGTHS_HELP)
-    g.add_argument("--responses-per-step", type=_pos_int, default=None, metavar="R",
-                   help=prefix + "generation batch in responses (prompts x --n; NeMo RL's G-GBS)")
-    g.add_argument("--train-batch", type=_pos_int, default=None, metavar="R",
-                   help=prefix + "responses per optimizer step (NeMo RL's train_global_batch_size; verl's "
-                   "ppo_mini_batch_size x n)")
-    g.add_argument("--train-ep", type=_pos_int, default=1, metavar="N", help=prefix + "Megatron expert parallelism (MoE)")
-    g.add_argument("--train-cp", type=_pos_int, default=1, metavar="N", help=prefix + "Megatron context parallelism")
-    g.add_argument("--train-vpp", type=_pos_int, default=1, metavar="N",
-                   help=prefix + "Megatron virtual pipeline chunks per stage (interleaved 1F1B: a smaller bubble)")
-    g.add_argument("--rollout-ep", type=_pos_int, default=1, metavar="N",
-                   help=prefix + "vLLM expert parallelism over each engine's GPUs (1 or the rollout TP)")
-    g.add_argument("--rollout-precision", choices=("bf16", "fp8"), default="bf16",
-                   help=prefix + "the engine's linear layers: bf16 (default) or fp8 (vLLM quantization=fp8: half "
-                   "the weight bytes, FP8 tensor cores where the GPU has them, weight-only on Ampere)")
-    g.add_argument("--train-precision", choices=("bf16", "fp8"), default="bf16",
-                   help=prefix + "the trainer's GEMMs: bf16 (default) or fp8 (Transformer Engine, Hopper or later)")
+    add_run_flags(g, STATED_RUN, prefix=prefix)
 
 
 def stated_run(args, model=None) -> tuple[object, dict]:
-    """(the profile, the config keywords) of the flags ``add_stated_run_flags`` adds."""
-    kw = dict(responses_per_step=args.responses_per_step, train_batch=args.train_batch, train_ep=args.train_ep,
-              train_cp=args.train_cp, train_vpp=args.train_vpp, rollout_ep=args.rollout_ep,
-              rollout_precision=args.rollout_precision, train_precision=args.train_precision)
-    return stated_profile(args, model), kw
+    """(the profile, the run settings) of the flags ``add_stated_run_flags`` adds."""
+    return stated_profile(args, model), run_values(args, STATED_RUN)
 
 
 def stated_profile(args, model=None):
@@ -258,11 +204,24 @@ def _calibrated_run(args) -> tuple[list[str], dict | None]:
     return differences, doc
 
 
+def _unused_flags(args) -> None:
+    """A flag the chosen output or mode does not use is an error naming it, not dropped unsaid."""
+    from ..errors import PolytraceError
+
+    given = getattr(args, "given", set())
+    if args.compare_modes and "mode" in given:
+        raise PolytraceError(f"--compare-modes prices sync, one-step-off and fully-async side by side: drop --mode "
+                             f"{args.mode} (or --compare-modes)")
+    if "amdahl" in given and not args.kernels:
+        raise PolytraceError("--amdahl sets the speedup of the Amdahl table --kernels prints: add --kernels")
+
+
 def _estimate(args) -> int:
     from ..calibrate.files import compare_calibrated, estimate_calibrated
     from ..compose.modes import compare_modes, mode_estimate
     from ..compose.pricing import parse_assignments
 
+    _unused_flags(args)
     differences, cal_doc = _calibrated_run(args)
     for line in differences:  # on stderr, before any table
         print(f"note: differs from the calibrated run: {line}", file=sys.stderr)
@@ -307,9 +266,13 @@ def _estimate(args) -> int:
             print(f"note: {line}", file=sys.stderr)
     for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
+    from ..compose.result import EstimateResult
+
+    result = EstimateResult.from_dict(res)
     if args.json:
-        print_json(res)
+        print_json(result.to_json())  # docs/json-schema.md
         return 0
+    res = result.to_json()
     if lengths_line:
         print(lengths_line)
         for note in profile.notes:
@@ -382,8 +345,10 @@ def _print_comparison(cmp: dict, args) -> int:
         for w in res["warnings"]:
             print(f"warning: {name}: {w}", file=sys.stderr)
     if args.json:
-        print_json({"modes": cmp["modes"], "results": {k: {"config": v["config"], "summary": v["summary"]}
-                                                        for k, v in cmp["results"].items()}})
+        from ..compose.result import SCHEMA_VERSION
+
+        print_json({"schema_version": SCHEMA_VERSION, "modes": cmp["modes"],
+                    "results": {k: {"config": v["config"], "summary": v["summary"]} for k, v in cmp["results"].items()}})
         return 0
     from ..compose.modes_text import compare_table, stream_settings
 

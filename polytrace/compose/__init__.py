@@ -13,7 +13,9 @@
 - ``memory.py``: per-GPU memory (trainer state, activations, rollout weights, KV cache) and the
   feasibility check ``estimate`` runs: errors for setups that cannot run, warnings for ones that
   need unpriced help (offload)
-- ``estimate.py``: ``estimate`` over sampled steps of a profile
+- ``estimate.py``: ``estimate_run`` prices a ``RunSpec`` (``polytrace/run/spec.py``) over sampled steps of a
+  profile (``estimate``: the same from keywords); ``result.py`` its typed pieces (``Price``,
+  ``EstimateResult``, the ``--json`` schema)
 - ``modes.py``: execution modes (colocated sync, one-step-off, fully async): the steady-state
   step of a rollout:trainer split, the weight sync, busy shares and idle GPU time by cause;
   ``streaming.py`` the physics under them (streaming rollout, drain, weight sync, the trainer
@@ -26,18 +28,20 @@
 
 from .efficiency import DEFAULT as DEFAULT_EFFICIENCY
 from .efficiency import Efficiency
-from .estimate import build_config, estimate, estimate_step
+from .estimate import PriceOptions, build_config, configure, estimate, estimate_run, estimate_step
 from .memory import MemoryPlan, check_feasibility, memory_plan
-from .modes import MODES, compare_modes, mode_estimate
+from .modes import MODES, compare_modes, estimate_mode, mode_estimate
 from .pricing import FAMILIES, MEASURED, Pricer
 from .report import plot_stage_breakdown, report_section
+from .result import EstimateResult, Price
 from .rollout import simulate_rollout
 from .stages import STAGES, Part, RunConfig, StageCosts, stage_costs, synthetic_lengths
 from .timings import Curve, KernelTimings
 
 __all__ = [
-    "DEFAULT_EFFICIENCY", "FAMILIES", "MEASURED", "MODES", "STAGES", "Curve", "Efficiency", "KernelTimings",
-    "MemoryPlan", "Part", "Pricer", "RunConfig", "StageCosts", "build_config", "check_feasibility", "compare_modes",
-    "estimate", "estimate_step", "memory_plan", "mode_estimate", "plot_stage_breakdown", "report_section",
-    "simulate_rollout", "stage_costs", "synthetic_lengths",
+    "DEFAULT_EFFICIENCY", "FAMILIES", "MEASURED", "MODES", "STAGES", "Curve", "Efficiency", "EstimateResult",
+    "KernelTimings", "MemoryPlan", "Part", "Price", "PriceOptions", "Pricer", "RunConfig", "StageCosts",
+    "build_config", "check_feasibility", "compare_modes", "configure", "estimate", "estimate_mode", "estimate_run",
+    "estimate_step", "memory_plan", "mode_estimate", "plot_stage_breakdown", "report_section", "simulate_rollout",
+    "stage_costs", "synthetic_lengths",
 ]

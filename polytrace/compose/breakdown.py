@@ -10,7 +10,8 @@ those of decoding at batch sizes the GEMM suite does not time at the roofline).
 
 from __future__ import annotations
 
-from .pricing import FAMILIES, HOST_PRICE, NOT_KERNELS, ROOFLINE
+from .pricing import FAMILIES, NOT_KERNELS, ROOFLINE
+from .result import Price, combined, price_of
 from .stages import STAGES
 
 BREAKDOWN_STAGES = (*STAGES, "other")  # "other": the step outside the stages (reward scoring)
@@ -21,18 +22,16 @@ def _family_key(family: str) -> tuple:
     return (_ORDER.get(family, len(_ORDER)), family)
 
 
-def source_status(source: str) -> str:
-    """``measured``, ``roofline`` or ``partly measured`` for a source string (pieces joined by " + ").
-    The model's own host prices (``pricing.HOST_PRICE``) count as the roofline: no result file
-    measured them."""
+def source_status(source: str, prices=None) -> str:
+    """``measured``, ``roofline``, ``partly measured`` or ``extrapolated`` (``result.Price``) of a
+    family whose parts were priced ``prices`` (their sources joined by " + " in ``source``). The
+    model's own host prices are ``Price.ROOFLINE`` parts: no result file measured them. Without
+    ``prices``, each piece of ``source`` is classified by its text (``result.price_of``)."""
     pieces = [p.strip() for p in source.replace(" | ", " + ").split(" + ") if p.strip()]
-    roof = [p.startswith((ROOFLINE, HOST_PRICE)) for p in pieces]
-    if all(roof):
-        return ROOFLINE
-    if any(roof):
-        return "partly measured"
+    if prices is None:
+        prices = [price_of(p) for p in pieces]
     # a timing asked far outside its measured sizes (pricing.EXTRAPOLATION_LIMIT) is no measurement
-    return "extrapolated" if any("(extrapolated x" in p for p in pieces) else "measured"
+    return combined(prices, pieces).value
 
 
 def kernel_summary(rows: list[dict]) -> dict:
@@ -42,6 +41,7 @@ def kernel_summary(rows: list[dict]) -> dict:
     step = sum(r["step_s"] for r in rows) / n
     acc: dict[str, dict[str, float]] = {}
     srcs: dict[str, dict[str, list[str]]] = {}
+    prices: dict[str, dict[str, list[str]]] = {}
     for row in rows:
         for stage, fams in row["kernels"].items():
             for fam, s in fams.items():
@@ -51,13 +51,17 @@ def kernel_summary(rows: list[dict]) -> dict:
                 seen = srcs.setdefault(stage, {}).setdefault(fam, [])
                 if src not in seen:
                     seen.append(src)
+                priced = prices.setdefault(stage, {}).setdefault(fam, [])
+                for p in row.get("kernel_prices", {}).get(stage, {}).get(fam, [price_of(src).value]):
+                    if p not in priced:
+                        priced.append(p)
     out: dict[str, dict] = {}
     for stage in BREAKDOWN_STAGES:
         fams = {f: s for f, s in acc.get(stage, {}).items() if s > 0}
         if fams:
             out[stage] = {f: {"s": s, "share": s / step if step > 0 else 0.0,
-                              "source": " | ".join(srcs[stage][f])} for f, s in sorted(fams.items(),
-                                                                                     key=lambda kv: _family_key(kv[0]))}
+                              "source": " | ".join(srcs[stage][f]), "prices": prices[stage][f]}
+                          for f, s in sorted(fams.items(), key=lambda kv: _family_key(kv[0]))}
     return out
 
 
@@ -69,6 +73,7 @@ def family_summary(kernels: dict, step_s: float) -> dict:
             d = out.setdefault(fam, {"s": 0.0, "share": 0.0, "sources": {}})
             d["s"] += v["s"]
             d["sources"][stage] = v["source"]
+            d.setdefault("_prices", {})[stage] = v.get("prices")
     for fam, d in out.items():
         d["share"] = d["s"] / step_s if step_s > 0 else 0.0
         if fam == "tool":
@@ -76,8 +81,9 @@ def family_summary(kernels: dict, step_s: float) -> dict:
         elif fam == "calibration":
             d["status"] = "calibration"
         else:
-            statuses = {source_status(s) for s in d["sources"].values()}
-            d["status"] = statuses.pop() if len(statuses) == 1 else "partly measured"
+            statuses = {source_status(s, d["_prices"][stage]) for stage, s in d["sources"].items()}
+            d["status"] = statuses.pop() if len(statuses) == 1 else Price.PARTLY_MEASURED.value
+        d.pop("_prices", None)
     return dict(sorted(out.items(), key=lambda kv: _family_key(kv[0])))
 
 

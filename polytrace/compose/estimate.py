@@ -17,13 +17,14 @@ import numpy as np
 from ..errors import PolytraceError
 from ..hardware import GPU, get_gpu
 from ..models import ModelSpec, get_model
+from ..run.spec import RunSpec, verl_default
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
 from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
 from .rollout import tool_prefill_seconds
-from .stages import PRECISIONS, STAGES, Part, RunConfig, stage_costs
+from .stages import STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
 
 
@@ -48,7 +49,7 @@ def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: fl
 
 # verl's default ``ppo_max_token_len_per_gpu``; raised to the configured maximum sequence length
 # when that is longer, as verl requires (``max_token_len >= the longest sequence``).
-DEFAULT_MICRO_BATCH_TOKENS = 16384
+DEFAULT_MICRO_BATCH_TOKENS = verl_default("micro_batch_tokens")
 
 
 def auto_micro_batch_tokens(max_prompt_len: int, max_response_len: int) -> int:
@@ -81,7 +82,7 @@ TAIL_FIGURES_NOTE = (
     "(engines wait), as are trainer ranks waiting for the slowest rank (ranks wait).")
 
 # verl's default ``actor_rollout_ref.actor.ppo_mini_batch_size``: prompts per optimizer step.
-DEFAULT_PPO_MINI_BATCH = 256
+DEFAULT_PPO_MINI_BATCH = verl_default("ppo_mini_batch")
 
 
 def _count(value, flag: str, lowest: int = 1) -> int | None:
@@ -93,95 +94,86 @@ def _count(value, flag: str, lowest: int = 1) -> int | None:
     return int(value)
 
 
-def build_config(profile, model, gpu, gpus: int, *, rollout_tp: int | None = None, strategy: str = "fsdp",
-                 train_tp: int = 1, train_pp: int = 1, algorithm: str = "grpo", use_ref: bool = True,
-                 prompts: int | None = None, micro_batch_tokens: int | str | None = "auto",
-                 max_prompt_len: int | None = None, max_response_len: int | None = None,
-                 mem_fraction: float = 0.5, gradient_checkpointing: bool = True, n: int | None = None,
-                 lora_rank: int = 0, param_offload: bool = False, optimizer_offload: bool = False,
-                 ppo_mini_batch: int | None = None, responses_per_step: int | None = None,
-                 train_batch: int | None = None, run_fields: dict | None = None,
-                 rollout_precision: str = "bf16", train_precision: str = "bf16",
-                 cpu_optimizer: float = 0.0, cpu_optimizer_overlap: bool = False,
-                 generated_share: float | None = None, **layout_kw) -> RunConfig:
-    """The ``RunConfig`` of an estimate. ``ppo_mini_batch``: prompts per optimizer step (verl's
-    ``ppo_mini_batch_size``; default 256, or the whole batch when smaller); ``lora_rank``: LoRA
-    adapters of that rank train instead of the full model; ``param_offload`` /
-    ``optimizer_offload``: verl's actor FSDP offload between stages (priced); ``run_fields``:
-    ``RunConfig`` fields verl settings set that have no argument here (``--set``,
+def build_config(profile, model, gpu, gpus: int, *, run_fields: dict | None = None, origins: dict | None = None,
+                 **settings) -> RunConfig:
+    """The ``RunConfig`` of an estimate from keyword settings (``polytrace.run.spec``'s names):
+    the ``RunSpec`` they make, checked once (``origins``: setting -> how the user gave it, where
+    not by its flag), priced by ``configure``."""
+    spec = RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **settings), origin=_origin(origins))
+    return configure(profile, spec, run_fields)
+
+
+def _origin(origins: dict | None):
+    """A RunSpec origin function: the given spelling (a ``--set`` key), else the setting's flag."""
+    from ..run.spec import declarations
+
+    decls = declarations()
+    return lambda name: (origins or {}).get(name) or decls[name].flag or name
+
+
+def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConfig:
+    """The ``RunConfig`` of a ``RunSpec`` (its settings already checked one by one, and those
+    between them that need no model, when it was built) for ``profile``'s workload: the checks
+    that need the model, the GPU or the profile, the profile's values for the settings left
+    unset, the automatic micro-batch budget and rollout TP. ``run_fields``: ``RunConfig`` fields
+    verl settings set that the RunSpec does not declare (``--set``,
     ``polytrace.calibrate.settings.estimate_arguments``).
 
     The batch as frameworks state it, in responses: ``responses_per_step`` (the generation batch,
     NeMo RL's ``num_prompts_per_step x num_generations_per_prompt``; prompts = it / n) and
     ``train_batch`` (responses per optimizer step, NeMo RL's ``train_global_batch_size``; verl's
-    mini-batch = it / n prompts). ``layout_kw``: expert, context and virtual-pipeline
-    parallelism (``parallel.py``). ``rollout_precision`` / ``train_precision``: "bf16" or "fp8";
-    ``cpu_optimizer`` / ``cpu_optimizer_overlap``: Megatron's CPU optimizer; ``generated_share``: a
-    multi-turn profile's share of response tokens the model generates, in place of its trace's
-    (``RunConfig``)."""
+    mini-batch = it / n prompts)."""
     from .parallel import check_layout
 
-    model = model if isinstance(model, ModelSpec) else get_model(str(model))
-    gpu = gpu if isinstance(gpu, GPU) else get_gpu(str(gpu))
-    if isinstance(gpus, bool) or not isinstance(gpus, (int, np.integer)) or gpus < 1:
-        raise PolytraceError(f"--gpus must be a positive integer, got {gpus!r}")
-    n = _count(n, "--n")
-    lora_rank = _count(lora_rank, "--lora-rank", lowest=0) or 0
-    if lora_rank > model.hidden:
-        raise PolytraceError(f"--lora-rank {lora_rank} exceeds {model.name}'s hidden size {model.hidden}: an adapter "
-                             f"of that rank is no low-rank adapter")
-    ppo_mini_batch = _count(ppo_mini_batch, "--ppo-mini-batch")
+    c, b, ln, ro, t = spec.cluster, spec.batch, spec.lengths, spec.rollout, spec.trainer
+    model = c.model if isinstance(c.model, ModelSpec) else get_model(str(c.model))
+    gpu = c.gpu if isinstance(c.gpu, GPU) else get_gpu(str(c.gpu))
+    if c.gpus is None:
+        raise PolytraceError("--gpus must be a positive integer, got None")
+    gpus = c.gpus
+    if t.lora_rank > model.hidden:
+        raise PolytraceError(f"--lora-rank {t.lora_rank} exceeds {model.name}'s hidden size {model.hidden}: an "
+                             f"adapter of that rank is no low-rank adapter")
     pc = profile.config
-    prompts, ppo_mini_batch = responses_as_prompts(prompts, ppo_mini_batch, responses_per_step, train_batch,
-                                                   n or pc.n)
+    n = int(b.n or pc.n)
+    prompts, ppo_mini_batch = responses_as_prompts(b.prompts, b.ppo_mini_batch, b.responses_per_step,
+                                                   b.train_batch, n)
     prompts = int(prompts or pc.prompts_per_step)
+    megatron = t.strategy == "megatron"
     # before anything that grows with the GPU count: --gpus 1000000 is refused at once
-    check_ranks_have_sequences(int(gpus), train_tp * train_pp if strategy == "megatron" else 1, prompts,
-                               int(n or pc.n))
-    max_prompt_len = int(max_prompt_len or pc.max_prompt_len)
-    max_response_len = int(max_response_len or pc.max_response_len)
+    check_ranks_have_sequences(gpus, t.train_tp * t.train_pp if megatron else 1, prompts, n)
+    max_prompt_len = int(ln.max_prompt_len or pc.max_prompt_len)
+    max_response_len = int(ln.max_response_len or pc.max_response_len)
+    micro_batch_tokens = b.micro_batch_tokens
     if micro_batch_tokens == "auto":
         micro_batch_tokens = auto_micro_batch_tokens(max_prompt_len, max_response_len)
-    if micro_batch_tokens is not None and (isinstance(micro_batch_tokens, (bool, str)) or micro_batch_tokens < 1):
-        raise PolytraceError(f"--micro-batch-tokens must be a positive integer, got {micro_batch_tokens!r}")
-    if not 0.05 <= float(mem_fraction) <= 0.99:
-        raise PolytraceError(f"--mem-fraction must be in [0.05, 0.99], got {mem_fraction}")
-    # Named after the flags here (RunConfig, shared with ``validate``, names its fields).
-    if rollout_tp is not None and (rollout_tp < 1 or int(gpus) % rollout_tp):
-        raise PolytraceError(f"--rollout-tp {rollout_tp} does not divide --gpus {gpus}: every inference "
-                             f"engine needs whole GPUs")
-    if strategy == "megatron" and int(gpus) % (train_tp * train_pp):
-        raise PolytraceError(f"--train-tp {train_tp} x --train-pp {train_pp} does not divide --gpus {gpus}")
-    if rollout_tp is not None:
-        check_rollout_tp(model, int(gpus), int(rollout_tp))
-    elif not valid_rollout_tps(model, int(gpus)):  # cannot happen (TP 1 always splits), kept as a guard
+    if ro.rollout_tp is not None:
+        check_rollout_tp(model, gpus, ro.rollout_tp)
+    elif not valid_rollout_tps(model, gpus):  # cannot happen (TP 1 always splits), kept as a guard
         raise PolytraceError(f"--gpus {gpus}: no rollout TP splits {model.name}'s heads")
-    for flag, value in (("--rollout-precision", rollout_precision), ("--train-precision", train_precision)):
-        if value not in PRECISIONS:
-            raise PolytraceError(f"{flag} must be one of {', '.join(PRECISIONS)}, got {value!r}")
-    if train_precision == "fp8" and not gpu.has_fp8:
+    if t.train_precision == "fp8" and not gpu.has_fp8:
         raise PolytraceError(f"--train-precision fp8: {gpu.slug} has no FP8 tensor cores (Transformer Engine's FP8 "
                              f"training needs Hopper or later); an FP8 rollout runs there weight-only")
-    engine = dataclasses.replace(model, weight_dtype=rollout_precision)  # as the engine holds it
-    tp = rollout_tp or default_rollout_tp(engine, gpu, int(gpus), mem_fraction,
-                                          need_tokens=max_prompt_len + max_response_len)
+    engine = dataclasses.replace(model, weight_dtype=ro.rollout_precision)  # as the engine holds it
+    tp = ro.rollout_tp or default_rollout_tp(engine, gpu, gpus, ro.mem_fraction,
+                                             need_tokens=max_prompt_len + max_response_len)
     if ppo_mini_batch is not None and prompts % ppo_mini_batch:
         raise PolytraceError(f"--ppo-mini-batch {ppo_mini_batch} does not divide the batch of {prompts} prompts "
                              f"(verl requires it); pass a divisor of {prompts}")
     mini_batches = max(1, prompts // ppo_mini_batch) if ppo_mini_batch else max(
         1, -(-prompts // DEFAULT_PPO_MINI_BATCH))
     fields = dict(
-        model=model, gpu=gpu, n_gpus=int(gpus), prompts_per_step=prompts, n=int(n or pc.n),
+        model=model, gpu=gpu, n_gpus=gpus, prompts_per_step=prompts, n=n,
         max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
-        strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), algorithm=algorithm,
-        use_ref=bool(use_ref), micro_batch_tokens=micro_batch_tokens, remove_padding=True,
-        mem_fraction=float(mem_fraction), gradient_checkpointing=gradient_checkpointing,
-        max_num_seqs=1024, eager=False, lora_rank=lora_rank, param_offload=bool(param_offload),
-        optimizer_offload=bool(optimizer_offload), mini_batches=mini_batches,
-        rollout_precision=rollout_precision, train_precision=train_precision,
-        cpu_optimizer=cpu_optimizer, cpu_optimizer_overlap=bool(cpu_optimizer_overlap),
-        generated_share=_generated_share(generated_share, profile),
-        **check_layout(model, int(gpus), strategy, int(train_tp), int(train_pp), int(tp), **layout_kw))
+        strategy=t.strategy, train_tp=t.train_tp, train_pp=t.train_pp, algorithm=t.algorithm,
+        use_ref=t.use_ref, micro_batch_tokens=micro_batch_tokens, remove_padding=t.remove_padding,
+        mem_fraction=ro.mem_fraction, gradient_checkpointing=t.gradient_checkpointing,
+        max_num_seqs=ro.max_num_seqs, eager=ro.eager, lora_rank=t.lora_rank, param_offload=t.param_offload,
+        optimizer_offload=t.optimizer_offload, mini_batches=mini_batches,
+        rollout_precision=ro.rollout_precision, train_precision=t.train_precision,
+        cpu_optimizer=t.cpu_optimizer, cpu_optimizer_overlap=t.cpu_optimizer_overlap,
+        generated_share=_generated_share(ln.generated_share, profile),
+        **check_layout(model, gpus, int(tp), t, ro.rollout_ep))
     fields.update(run_fields or {})
     return RunConfig(**fields)
 
@@ -248,13 +240,18 @@ def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, f
     return out
 
 
-def _sources(parts) -> dict[str, dict[str, str]]:
+def _sources(parts) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, list[str]]]]:
+    """Stage -> family -> its parts' sources joined, and -> their prices (``result.Price``)."""
     out: dict[str, dict[str, list[str]]] = {s: {} for s in STAGES}
+    prices: dict[str, dict[str, list[str]]] = {s: {} for s in STAGES}
     for p in parts:
         seen = out[p.stage].setdefault(p.family, [])
         if p.source not in seen:
             seen.append(p.source)
-    return {s: {f: " + ".join(v) for f, v in fams.items()} for s, fams in out.items()}
+        priced = prices[p.stage].setdefault(p.family, [])
+        if p.priced.value not in priced:
+            priced.append(p.priced.value)
+    return {s: {f: " + ".join(v) for f, v in fams.items()} for s, fams in out.items()}, prices
 
 
 def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibration: dict | None = None) -> dict:
@@ -303,7 +300,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
     tail = roll.tail_gpu_s * scale_gen
     r_imb = roll.imbalance_gpu_s * scale_gen
     t_imb = train.train_imbalance_gpu_s
-    sources = _sources(parts)
+    sources, prices = _sources(parts)
     for s in STAGES:  # the per-call constant seconds come from the calibration (or the priors), no kernel
         if "calibration" in kernels[s]:
             sources[s]["calibration"] = "calibration"
@@ -323,6 +320,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
                  "rank_imbalance_share": (r_imb + t_imb) / gpu_s if gpu_s else 0.0},
         "kernels": {**{s: kernels[s] for s in STAGES if kernels[s]}, "other": other},
         "kernel_sources": {s: v for s, v in sources.items() if v},
+        "kernel_prices": {s: v for s, v in prices.items() if v},
         "notes": notes,
     }
 
@@ -360,21 +358,55 @@ def sample_batches(prof, cfg: RunConfig, steps, seed: int) -> tuple[list, int, n
     return batches, longest, biggest
 
 
-def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calibration: dict | None = None,
-             results_root=None, results=None, providers: dict | None = None, speedups: dict | None = None,
-             amdahl: float | None = None, **config_kw) -> dict:
-    """Per-step stage estimates and their summary. ``profile`` is a name, path or ``Profile``.
+@dataclasses.dataclass(frozen=True)
+class PriceOptions:
+    """How a run is priced, apart from the run itself (its ``RunSpec``): the sampled ``steps`` and
+    ``seed``; ``calibration`` (scalars, ``efficiency.PRIORS`` or None: the base roofline); the
+    measured kernel timings (``results`` / ``results_root``, see ``load_timings``); the what-ifs
+    ``providers`` ({family: provider}) and ``speedups`` ({family: factor}), which the summary then
+    compares with the estimate without them; ``amdahl`` (a factor): the table of step time with
+    each family that much faster; ``run_fields``: ``RunConfig`` fields ``--set`` gives that the
+    RunSpec does not declare."""
 
-    Kernel families are priced from measured timings (``results``, see ``load_timings``) where
-    present, else at the roofline; ``providers`` ({family: provider}) and ``speedups`` ({family:
-    factor}) are what-ifs (the summary then compares with the estimate without them); ``amdahl``
-    (a factor) adds the table of step time with each family that much faster."""
+    steps: tuple = (0,)
+    seed: int = 0
+    calibration: object = None
+    results_root: object = None
+    results: object = None
+    providers: dict | None = None
+    speedups: dict | None = None
+    amdahl: float | None = None
+    run_fields: dict | None = None
+    origins: dict | None = None  # setting -> how the user gave it, where not by its flag (a --set key)
+
+
+def run_and_options(model, gpu, gpus, kw: dict) -> tuple[RunSpec, PriceOptions]:
+    """Keyword arguments as (the RunSpec of the settings among them, the PriceOptions of the rest)."""
+    names = {f.name for f in dataclasses.fields(PriceOptions)}
+    options = PriceOptions(**{k: v for k, v in kw.items() if k in names})
+    spec = RunSpec.build(dict(model=model, gpu=gpu, gpus=gpus, **{k: v for k, v in kw.items() if k not in names}),
+                         origin=_origin(options.origins))
+    return spec, options
+
+
+def estimate(profile, model, gpu, gpus: int, **kw) -> dict:
+    """Per-step stage estimates and their summary (``estimate_run``) of the run the keyword
+    settings make (``polytrace.run.spec`` names), priced as the ``PriceOptions`` keywords say.
+    ``profile`` is a name, path or ``Profile``."""
+    return estimate_run(profile, *run_and_options(model, gpu, gpus, kw))
+
+
+def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) -> dict:
+    """Per-step stage estimates of ``spec`` on ``profile``'s sampled steps, and their summary."""
     from ..profiles import get_profile
 
+    options = options or PriceOptions()
+    steps, seed, calibration = options.steps, options.seed, options.calibration
+    providers, speedups, amdahl = options.providers, options.speedups, options.amdahl
     prof = get_profile(profile)
-    cfg = build_config(prof, model, gpu, gpus, **config_kw)
+    cfg = configure(prof, spec, options.run_fields)
     prof = with_group_size(prof, cfg.n)
-    timings, explicit = load_timings(cfg.gpu.slug, results, results_root)
+    timings, explicit = load_timings(cfg.gpu.slug, options.results, options.results_root)
     if amdahl is not None and (not np.isfinite(amdahl) or amdahl <= 1.0):
         raise PolytraceError(f"--amdahl {amdahl}: the speedup factor must be a finite number above 1")
     speedups = check_speedups(speedups or {})  # factors as numbers (the CLI passes "1.5"): the table multiplies them
@@ -390,7 +422,7 @@ def estimate(profile, model, gpu, gpus: int, *, steps=(0,), seed: int = 0, calib
     if with_priors:  # the shared physical priors under this run's engine settings
         calibration = prior_scalars(eager=cfg.eager, gradient_checkpointing=cfg.gradient_checkpointing)
     batches, longest, biggest = sample_batches(prof, cfg, steps, seed)
-    plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=config_kw.get("rollout_tp") is not None,
+    plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=spec.rollout.rollout_tp is not None,
                                        seq_lens=biggest)
 
     def mean_step(p: Pricer) -> float:

@@ -36,18 +36,19 @@ and not calibrated.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..errors import PolytraceError
+from ..run.spec import Mode, RunSpec, default
 from .efficiency import DEFAULT, PRIORS, prior_scalars
 from .estimate import (
+    PriceOptions,
     build_config,
     calibrated_kernels,
     default_rollout_tp,
-    estimate,
+    estimate_run,
     load_timings,
+    run_and_options,
     sample_batches,
     with_group_size,
 )
@@ -64,9 +65,11 @@ DEFAULT_UPDATES_PER_SYNC = 4  # verl's ``trigger_parameter_sync_step``
 SPLIT_FRACTIONS = tuple(k / 8 for k in range(1, 8))
 
 
-def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, partial_rollout,
-                    updates_per_sync, in_flight_updates=None, pipelined_sync=None, checkpoint_engine=None) -> None:
+def check_mode_args(m: Mode, gpus: int) -> None:
     """One-line errors naming the flag for arguments a mode cannot take."""
+    mode, rollout_gpus, train_gpus, staleness = m.mode, m.rollout_gpus, m.train_gpus, m.staleness
+    partial_rollout, updates_per_sync, in_flight_updates = m.partial_rollout, m.updates_per_sync, m.in_flight_updates
+    pipelined_sync, checkpoint_engine = m.pipelined_sync, m.checkpoint_engine
     if mode not in MODES:
         raise PolytraceError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
     if in_flight_updates is not None and mode not in ("one-step-off", "fully-async"):
@@ -91,20 +94,13 @@ def check_mode_args(mode: str, gpus: int, rollout_gpus, train_gpus, staleness, p
     if gpus < 2:
         raise PolytraceError(f"--mode {mode} puts the rollout and the trainer on GPUs of their own: --gpus {gpus} "
                              f"is too few (at least 2)")
-    for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
-            raise PolytraceError(f"{flag} must be a positive integer, got {v!r}")
     if rollout_gpus is not None and train_gpus is not None and rollout_gpus + train_gpus != gpus:
         raise PolytraceError(f"--rollout-gpus {rollout_gpus} + --train-gpus {train_gpus} = "
                              f"{rollout_gpus + train_gpus}, not --gpus {gpus}")
     for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus)):
         if v is not None and v >= gpus:
             raise PolytraceError(f"{flag} {v} leaves no GPU for the other side of --gpus {gpus}")
-    if staleness is not None and (not math.isfinite(staleness) or staleness < 0):
-        raise PolytraceError(f"--staleness {staleness}: must be a finite number >= 0 (the share of a batch the "
-                             f"rollout may generate ahead on old weights; verl's staleness_threshold)")
-    if updates_per_sync is not None and (isinstance(updates_per_sync, bool) or updates_per_sync < 1):
-        raise PolytraceError(f"--updates-per-sync must be a positive integer, got {updates_per_sync!r}")
+    # each value's own type and bounds were checked when the RunSpec was built (run/spec.py)
 
 
 def _split_candidates(gpus: int, unit: int, rollout_gpus, train_gpus) -> list[tuple[int, int]]:
@@ -127,7 +123,7 @@ class _Sides:
                  seq_lens, given: tuple[bool, bool]):
         kw = dict(config_kw)
         rollout_tp = kw.pop("rollout_tp", None)
-        mem = float(kw.get("mem_fraction", 0.5))
+        mem = float(kw.get("mem_fraction", default("mem_fraction")))
         self.trainer = build_config(prof, model, gpu, train_gpus, rollout_tp=1,
                                     **{k: v for k, v in kw.items() if k != "rollout_ep"})
         self.trainer.colocated = False
@@ -310,19 +306,17 @@ def _sync_mode_block(res: dict) -> dict:
                     "bytes and links in gen (compose/refit.py), its host work held by gen's fixed seconds"}
 
 
-def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout_gpus: int | None = None,
-                  train_gpus: int | None = None, staleness: float | None = None,
-                  partial_rollout: bool | None = None, updates_per_sync: int | None = None,
-                  in_flight_updates: bool | None = None, pipelined_sync: bool | None = None,
-                  checkpoint_engine: bool | None = None, trainer_logprobs: bool | None = None,
-                  steps=(0,), seed: int = 0,
-                  calibration: dict | None = None, results_root=None, results=None,
-                  providers: dict | None = None, speedups: dict | None = None, amdahl: float | None = None,
-                  **config_kw) -> dict:
-    """The steady-state step of ``mode`` (``MODES``) on ``gpus`` GPUs: ``estimate``'s keys
-    (``summary.mean_step_s``, ``summary.mean_stages_s``, ``rows``, ``config``) plus
-    ``summary.mode``: the split, the weight sync, each side's busy share and the GPU time idle by
-    cause. Without ``rollout_gpus`` / ``train_gpus`` the split is the best of ``SPLIT_FRACTIONS``.
+def mode_estimate(profile, model, gpu, gpus: int, **kw) -> dict:
+    """The steady-state step of the run the keyword settings make (``polytrace.run.spec`` names,
+    ``mode`` among them) priced as the ``estimate.PriceOptions`` keywords say: ``estimate_mode``."""
+    return estimate_mode(profile, *run_and_options(model, gpu, gpus, kw))
+
+
+def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -> dict:
+    """The steady-state step of ``spec.mode.mode`` (``MODES``) on ``spec.cluster.gpus`` GPUs:
+    ``estimate``'s keys (``summary.mean_step_s``, ``summary.mean_stages_s``, ``rows``, ``config``)
+    plus ``summary.mode``: the split, the weight sync, each side's busy share and the GPU time idle
+    by cause. Without ``rollout_gpus`` / ``train_gpus`` the split is the best of ``SPLIT_FRACTIONS``.
     ``in_flight_updates`` (one-step-off, and fully-async's stream): the rollout keeps decoding
     through the weight sync (module docstring); default off, as verl's recipes stop it. ``pipelined_sync``
     (separated modes): the sync's gather and broadcast overlap (NeMo RL); default off (verl).
@@ -332,24 +326,29 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     (NeMo RL's async GRPO); default off, as verl's fully-async trainer uses the rollout's."""
     from ..profiles import get_profile
 
-    check_mode_args(mode, gpus, rollout_gpus, train_gpus, staleness, partial_rollout, updates_per_sync,
-                    in_flight_updates, pipelined_sync, checkpoint_engine)
-    if trainer_logprobs is not None and mode != "fully-async":
+    options = options or PriceOptions()
+    m, gpus = spec.mode, spec.cluster.gpus
+    mode, rollout_gpus, train_gpus = m.mode, m.rollout_gpus, m.train_gpus
+    steps, seed, calibration, amdahl = options.steps, options.seed, options.calibration, options.amdahl
+    check_mode_args(m, gpus)
+    if m.trainer_logprobs is not None and mode != "fully-async":
         raise PolytraceError(f"trainer_logprobs applies to --mode fully-async (the other modes' trainers always run "
                              f"the old-policy log-prob pass), not --mode {mode}")
-    in_flight, pipelined = bool(in_flight_updates), bool(pipelined_sync)
-    own_logprobs = bool(trainer_logprobs)
-    bucketed = mode == "fully-async" if checkpoint_engine is None else bool(checkpoint_engine)
+    in_flight, pipelined = bool(m.in_flight_updates), bool(m.pipelined_sync)
+    own_logprobs = bool(m.trainer_logprobs)
+    bucketed = mode == "fully-async" if m.checkpoint_engine is None else bool(m.checkpoint_engine)
     if mode == "sync":
-        res = estimate(profile, model, gpu, gpus, steps=steps, seed=seed, calibration=calibration,
-                       results_root=results_root, results=results, providers=providers, speedups=speedups,
-                       amdahl=amdahl, **config_kw)
+        res = estimate_run(profile, spec, options)
         res["summary"]["mode"] = _sync_mode_block(res)
         return res
     if amdahl is not None:
         raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
-    if isinstance(calibration, str) and calibration == PRIORS:  # the shared priors (estimate's default engine)
-        calibration = prior_scalars(eager=False, gradient_checkpointing=False)
+    staleness, partial_rollout, updates_per_sync = m.staleness, m.partial_rollout, m.updates_per_sync
+    model, gpu = spec.cluster.model, spec.cluster.gpu
+    # each side's configuration keywords (``_Sides``): the run's settings and the --set fields
+    config_kw = dict(spec.run_settings(), run_fields=options.run_fields)
+    results, results_root = options.results, options.results_root
+    providers, speedups = options.providers, options.speedups
     staleness = DEFAULT_STALENESS if staleness is None else float(staleness)
     partial = True if partial_rollout is None else bool(partial_rollout)
     chunks = DEFAULT_UPDATES_PER_SYNC if updates_per_sync is None else int(updates_per_sync)
@@ -362,14 +361,19 @@ def mode_estimate(profile, model, gpu, gpus: int, *, mode: str = "sync", rollout
     base = build_config(prof, model, gpu, gpus, rollout_tp=1,
                         **{k: v for k, v in config_kw.items() if k not in ("rollout_tp", "rollout_ep")})
     prof = with_group_size(prof, base.n)
+    if isinstance(calibration, str) and calibration == PRIORS:
+        # the shared priors under this run's engine and recompute settings, as the sync estimate
+        # applies them: recompute on prices the update's extra forward at the recompute kind's
+        # slowdown (Qwen2.5-7B, 16 H100, 8:8 one-step-off: update 6.61 s with recompute's forward
+        # at the no-recompute slowdown, 10.45 s in sync)
+        calibration = prior_scalars(eager=base.eager, gradient_checkpointing=base.gradient_checkpointing)
     timings, explicit = load_timings(base.gpu.slug, results, results_root)
     pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)
     batches, longest, biggest = sample_batches(prof, base, steps, seed)
     if chunks > base.prompts_per_step * base.n:
         raise PolytraceError(f"--updates-per-sync {chunks} exceeds the batch's {base.prompts_per_step * base.n} "
                              f"samples: each local update needs at least one")
-    unit = config_kw.get("rollout_tp") or default_rollout_tp(base.engine_model, base.gpu, gpus,
-                                                             float(config_kw.get("mem_fraction", 0.5)),
+    unit = config_kw.get("rollout_tp") or default_rollout_tp(base.engine_model, base.gpu, gpus, base.mem_fraction,
                                                              need_tokens=base.max_prompt_len + base.max_response_len)
     given = (rollout_gpus is not None, train_gpus is not None)
     candidates = _split_candidates(int(gpus), int(unit), rollout_gpus, train_gpus)
@@ -440,20 +444,18 @@ def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks
             "warnings": list(sides.warnings)}
 
 
-def compare_modes(profile, model, gpu, gpus: int, *, rollout_gpus=None, train_gpus=None, staleness=None,
-                  partial_rollout=None, updates_per_sync=None, in_flight_updates=None, pipelined_sync=None,
-                  checkpoint_engine=None, trainer_logprobs=None, **kw) -> dict:
+def compare_modes(profile, model, gpu, gpus: int, **kw) -> dict:
     """The three modes side by side on the same sampled steps ("what would async give me"):
-    the separated modes take the given split or their best one."""
-    out = {"sync": mode_estimate(profile, model, gpu, gpus, mode="sync", **kw)}
-    out["one-step-off"] = mode_estimate(profile, model, gpu, gpus, mode="one-step-off", rollout_gpus=rollout_gpus,
-                                        train_gpus=train_gpus, in_flight_updates=in_flight_updates,
-                                        pipelined_sync=pipelined_sync, checkpoint_engine=checkpoint_engine, **kw)
-    out["fully-async"] = mode_estimate(profile, model, gpu, gpus, mode="fully-async", rollout_gpus=rollout_gpus,
-                                       train_gpus=train_gpus, staleness=staleness, partial_rollout=partial_rollout,
-                                       updates_per_sync=updates_per_sync, in_flight_updates=in_flight_updates,
-                                       pipelined_sync=pipelined_sync, checkpoint_engine=checkpoint_engine,
-                                       trainer_logprobs=trainer_logprobs, **kw)
+    the separated modes take the given split or their best one (keywords as ``mode_estimate``'s)."""
+    spec, options = run_and_options(model, gpu, gpus, kw)
+    m = spec.mode
+    split = dict(rollout_gpus=m.rollout_gpus, train_gpus=m.train_gpus, in_flight_updates=m.in_flight_updates,
+                 pipelined_sync=m.pipelined_sync, checkpoint_engine=m.checkpoint_engine)
+    out = {"sync": estimate_mode(profile, spec.with_mode("sync"), options)}
+    out["one-step-off"] = estimate_mode(profile, spec.with_mode("one-step-off", **split), options)
+    out["fully-async"] = estimate_mode(profile, spec.with_mode(
+        "fully-async", staleness=m.staleness, partial_rollout=m.partial_rollout, updates_per_sync=m.updates_per_sync,
+        trainer_logprobs=m.trainer_logprobs, **split), options)
     sync_step = out["sync"]["summary"]["mean_step_s"]
     rows = []
     for name, res in out.items():

@@ -40,13 +40,13 @@ from .efficiency import DEFAULT, Efficiency
 BF16 = 2.0
 
 
-def check_layout(model: ModelSpec, gpus: int, strategy: str, train_tp: int, train_pp: int, rollout_tp: int,
-                 train_ep: int | None = 1, train_cp: int | None = 1, train_vpp: int | None = 1,
-                 rollout_ep: int | None = 1) -> dict:
-    """The ``RunConfig`` fields of the layout, or a one-line error naming the flag: EP must divide
-    the experts and the GPUs of a pipeline stage, CP the GPUs left by TP and PP; all three are
-    Megatron's (verl's FSDP trainer has none of them)."""
-    train_ep, train_cp, train_vpp, rollout_ep = (int(x or 1) for x in (train_ep, train_cp, train_vpp, rollout_ep))
+def check_layout(model: ModelSpec, gpus: int, rollout_tp: int, trainer, rollout_ep: int | None = 1) -> dict:
+    """The ``RunConfig`` fields of the layout (``trainer``: the RunSpec's trainer section), or a
+    one-line error naming the flag: EP must divide the experts and the GPUs of a pipeline stage,
+    CP the GPUs left by TP and PP; all three are Megatron's (verl's FSDP trainer has none of them)."""
+    strategy, train_tp, train_pp = trainer.strategy, trainer.train_tp, trainer.train_pp
+    train_ep, train_cp, train_vpp, rollout_ep = (int(x or 1) for x in (trainer.train_ep, trainer.train_cp,
+                                                                      trainer.train_vpp, rollout_ep))
     for flag, v in (("--train-ep", train_ep), ("--train-cp", train_cp), ("--train-vpp", train_vpp),
                     ("--rollout-ep", rollout_ep)):
         if v < 1:

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 from ..hardware import GPU
 from ..models import ModelSpec
+from ..run.spec import default
 from .efficiency import DEFAULT, Efficiency
 from .parallel import BF16, expert_params
 
 
-def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp: int, *, strategy: str = "fsdp",
+def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp: int, *,
+                            strategy: str = default("strategy"),
                             train_tp: int = 1, train_pp: int = 1, train_ep: int = 1, lora_rank: int = 0,
                             eff: Efficiency = DEFAULT) -> dict:
     """Seconds of one colocated refit by part (``pipeline``, ``gather``, ``stage``, ``tensors``), their

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..hardware import GPU
 from ..models import ModelSpec
+from ..run.spec import default
 from .efficiency import DEFAULT, Efficiency
 from .pricing import Pricer
 
@@ -112,14 +113,14 @@ def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
     return np.array(out, dtype=np.int64)
 
 
-def iteration_launch_seconds(model: ModelSpec, eff: Efficiency = DEFAULT, eager: bool = False) -> float:
+def iteration_launch_seconds(model: ModelSpec, eff: Efficiency = DEFAULT, eager: bool = default("eager")) -> float:
     """Host seconds to launch one decode iteration's kernels: every kernel of every layer in eager
     mode (12 a layer at ~8 us: 2.7 ms for a 28-layer model), one graph replay with CUDA graphs."""
     return model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
 
 
 def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency = DEFAULT,
-                            eager: bool = False) -> float:
+                            eager: bool = default("eager")) -> float:
     """The part of a decode iteration that does not depend on the running batch: reading the
     weights once (the launches run ahead of it, ``iteration_host_seconds``), the scheduler's
     per-step work and collective latencies."""
@@ -132,7 +133,7 @@ def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency
 
 
 def iteration_host_seconds(model: ModelSpec, active: np.ndarray, eff: Efficiency = DEFAULT,
-                           eager: bool = False, device_s=0.0) -> np.ndarray:
+                           eager: bool = default("eager"), device_s=0.0) -> np.ndarray:
     """Host-side seconds of decode iterations that the GPU waits for, whatever the running batch:
     the launches it does not hide (kernels are queued asynchronously, so they cost only where they
     take longer than the ``device_s`` of work they launch: a small model's iterations) and the
@@ -153,7 +154,8 @@ def iteration_seq_host_seconds(active: np.ndarray, eff: Efficiency = DEFAULT) ->
 
 
 def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
-                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None) -> np.ndarray:
+                    eff: Efficiency = DEFAULT, eager: bool = default("eager"),
+                    pricer: Pricer | None = None) -> np.ndarray:
     """Seconds per decode iteration for running-batch sizes ``active`` holding ``ctx`` context
     tokens in total (arrays of the same shape): device time plus the host time the GPU waits for
     (``iteration_host_seconds``, ``iteration_seq_host_seconds``)."""
@@ -162,7 +164,7 @@ def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx
 
 
 def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
-                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None, ep: int = 1
+                    eff: Efficiency = DEFAULT, eager: bool = default("eager"), pricer: Pricer | None = None, ep: int = 1
                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Seconds per decode iteration by kernel family (``gemm``, ``decode``, ``comm``, ``host`` per
     iteration, ``seq_host`` per running sequence) and where each came from. At the roofline the linear layers take the larger of their FLOPs
@@ -246,8 +248,9 @@ def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
 
 
 def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
-                    response_lens: np.ndarray, *, mem_fraction: float = 0.5, max_num_seqs: int = 1024,
-                    eff: Efficiency = DEFAULT, eager: bool = False, pricer: Pricer | None = None,
+                    response_lens: np.ndarray, *, mem_fraction: float = default("mem_fraction"),
+                    max_num_seqs: int = default("max_num_seqs"),
+                    eff: Efficiency = DEFAULT, eager: bool = default("eager"), pricer: Pricer | None = None,
                     slots: int | None = None, ep: int = 1) -> EngineResult:
     """One engine's continuous batching over its sequences. ``slots``: how many run at once when
     known (sequences already running, ``streaming.py``), else the KV cache's room for sequences
@@ -288,8 +291,9 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
 
 
 def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
-                     mem_fraction: float = 0.5, max_num_seqs: int = 1024, eff: Efficiency = DEFAULT,
-                     eager: bool = False, pricer: Pricer | None = None, ep: int = 1) -> RolloutResult:
+                     mem_fraction: float = default("mem_fraction"),
+                    max_num_seqs: int = default("max_num_seqs"), eff: Efficiency = DEFAULT,
+                     eager: bool = default("eager"), pricer: Pricer | None = None, ep: int = 1) -> RolloutResult:
     """The rollout of one step: the batch is split in contiguous slices over ``n_gpus // tp``
     engines, as verl does."""
     p = np.asarray(prompt_lens, dtype=np.int64)
@@ -334,8 +338,9 @@ def tool_prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens, respo
 
 
 def multiturn_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, generated_share: float,
-                      n_gpus: int, tp: int = 1, mem_fraction: float = 0.5, max_num_seqs: int = 1024,
-                      eff: Efficiency = DEFAULT, eager: bool = False,
+                      n_gpus: int, tp: int = 1, mem_fraction: float = default("mem_fraction"),
+                    max_num_seqs: int = default("max_num_seqs"),
+                      eff: Efficiency = DEFAULT, eager: bool = default("eager"),
                       pricer: Pricer | None = None) -> tuple[RolloutResult, float]:
     """A multi-turn rollout's engine work: the generated tokens decoded (``generated_share`` of
     each response, at least one) and the tool output prefilled between turns

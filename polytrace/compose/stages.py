@@ -18,11 +18,14 @@ import numpy as np
 from ..errors import PolytraceError
 from ..hardware import GPU
 from ..models import ModelSpec
+from ..run.spec import PRECISIONS as SPEC_PRECISIONS
+from ..run.spec import RunSpec, declarations, default
 from .efficiency import DEFAULT, Efficiency
 from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
-from .rollout import RolloutResult, simulate_rollout
 from .refit import colocated_refit_seconds
+from .result import Price, price_of
+from .rollout import RolloutResult, simulate_rollout
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
 STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
@@ -36,7 +39,7 @@ STAGE_GROUP = {"gen": "rollout", "old_log_prob": "forward", "ref": "forward", "v
 # pay per micro-batch whatever its tokens (kernel launches from Python or autograd, FSDP
 # all-gathers and reduce-scatters, parameter offload).
 GROUPS = ("rollout", "forward", "train", "forward_overhead", "train_overhead")
-PRECISIONS = ("bf16", "fp8")  # ``RunConfig.rollout_precision`` / ``train_precision``
+PRECISIONS = SPEC_PRECISIONS  # ``RunConfig.rollout_precision`` / ``train_precision`` (run/spec.py)
 TRAIN_STAGES = STAGES[1:]  # the trainer's stages: all but the rollout
 
 
@@ -50,28 +53,28 @@ class RunConfig:
     max_prompt_len: int
     max_response_len: int
     rollout_tp: int = 1
-    strategy: str = "fsdp"
-    train_tp: int = 1
-    train_pp: int = 1
-    algorithm: str = "grpo"  # "grpo" (no critic) or "ppo" (critic)
-    use_ref: bool = True
+    strategy: str = default("strategy")
+    train_tp: int = default("train_tp")
+    train_pp: int = default("train_pp")
+    algorithm: str = default("algorithm")  # "grpo" (no critic) or "ppo" (critic)
+    use_ref: bool = default("use_ref")
     critic_model: ModelSpec | None = None
     # a reference policy other than the actor (``actor_rollout_ref.ref.model.path``: a teacher, a
     # distillation target); None: the actor's own weights
     ref_model: ModelSpec | None = None
     micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
     micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
-    remove_padding: bool = True
+    remove_padding: bool = default("remove_padding")
     # the critic's own ``critic.model.use_remove_padding`` where a log states it (None: as the
     # actor's); a padded critic costs the same every step whatever the lengths
     critic_remove_padding: bool | None = None
-    mem_fraction: float = 0.5  # gpu_memory_utilization of the inference engine
-    gradient_checkpointing: bool = True
-    max_num_seqs: int = 1024
+    mem_fraction: float = default("mem_fraction")  # gpu_memory_utilization of the inference engine
+    gradient_checkpointing: bool = default("gradient_checkpointing")
+    max_num_seqs: int = default("max_num_seqs")
     # a multi-turn run's share of response tokens the model generated, where its logs measure it
     # (``logs.generations``); None: the prior (``rollout.GENERATED_SHARE_PRIOR``)
     generated_share: float | None = None
-    eager: bool = False  # inference engine without CUDA graphs (verl's enforce_eager)
+    eager: bool = default("eager")  # inference engine without CUDA graphs (verl's enforce_eager)
     colocated: bool = True  # trainer and inference engine share the GPUs (verl's hybrid engine)
     balance_batch: bool = True  # verl's trainer.balance_batch: token-balanced ranks of equal counts
     old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
@@ -79,8 +82,8 @@ class RunConfig:
     # verl's actor FSDP ``param_offload`` / ``optimizer_offload``: the sharded fp32 parameters
     # (Adam moments) wait in CPU memory between the stages that use them and cross PCIe both ways
     # around every such stage (``offload_parts``)
-    param_offload: bool = False
-    optimizer_offload: bool = False
+    param_offload: bool = default("param_offload")
+    optimizer_offload: bool = default("optimizer_offload")
     # The colocated switch between trainer and engine, as the framework does it once a step
     # (``offload_parts``): ``engine_weights_offload``, vLLM's ``sleep(level=1)`` (NeMo RL's
     # colocated engines; verl with vLLM < 0.8.5 or under LoRA), backs the engine's weights up to
@@ -90,7 +93,7 @@ class RunConfig:
     # (``offload_after_refit``), both back before the passes that use them.
     engine_weights_offload: bool = False
     switch_offload: bool = False
-    lora_rank: int = 0  # LoRA adapter rank (``actor_rollout_ref.model.lora_rank``); 0: full fine-tuning
+    lora_rank: int = default("lora_rank")  # LoRA adapter rank; 0: full fine-tuning
     mini_batches: int = 1  # optimizer steps per update (train batch / mini-batch x epochs)
     # per-stage micro-batching where it differs from the defaults above: stage -> (sequences per
     # GPU or None, token budget per GPU or None); verl sets log-prob, ref and critic ones apart
@@ -98,60 +101,39 @@ class RunConfig:
     notes: list[str] = field(default_factory=list)
     # Megatron's expert, context and virtual-pipeline parallelism and vLLM's expert parallelism
     # (``parallel.py``: checked by ``parallel.check_layout``, priced in training.py and rollout.py)
-    train_ep: int = 1
-    train_cp: int = 1
-    train_vpp: int = 1
-    rollout_ep: int = 1
+    train_ep: int = default("train_ep")
+    train_cp: int = default("train_cp")
+    train_vpp: int = default("train_vpp")
+    rollout_ep: int = default("rollout_ep")
     # Precision of the engine's linear layers (vLLM's ``quantization="fp8"``: half the weight bytes
     # to read and hold, FP8 tensor cores where the GPU has them) and of the trainer's GEMMs
     # (Transformer Engine FP8, as NeMo RL's FP8 recipes train): "bf16" or "fp8". Each changes its
     # side's cost up to 2x, so neither is ever assumed: bf16 unless stated.
-    rollout_precision: str = "bf16"
-    train_precision: str = "bf16"
+    rollout_precision: str = default("rollout_precision")
+    train_precision: str = default("train_precision")
     # Megatron's HybridDeviceOptimizer (``optimizer_cpu_offload`` with ``optimizer_offload_fraction``,
     # as verl's and slime's recipes for 235B-671B models on 96 GB GPUs set it): this share of the
     # actor's optimizer (its fp32 master weights and Adam moments) lives in CPU memory for the whole
     # run and steps there; each optimizer step copies that share's gradients to the host and its
     # updated weights back (``cpu_optimizer_parts``). ``cpu_optimizer_overlap``: Megatron's
     # ``overlap_cpu_optimizer_d2h_h2d``, the copies and the CPU step pipelined per parameter.
-    cpu_optimizer: float = 0.0
-    cpu_optimizer_overlap: bool = False
+    cpu_optimizer: float = default("cpu_optimizer")
+    cpu_optimizer_overlap: bool = default("cpu_optimizer_overlap")
 
     def __post_init__(self):
-        for name in ("n_gpus", "prompts_per_step", "n", "max_response_len", "rollout_tp", "train_tp", "train_pp",
-                     "train_ep", "train_cp", "train_vpp", "rollout_ep"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, np.integer)) or v < 1:
-                raise PolytraceError(f"{name} must be a positive integer, got {v!r}")
-        if self.n_gpus % self.rollout_tp:
-            raise PolytraceError(f"rollout tensor parallelism {self.rollout_tp} does not divide "
-                                 f"the GPU count {self.n_gpus}")
-        if self.strategy not in ("fsdp", "megatron"):
-            raise PolytraceError(f"strategy must be 'fsdp' or 'megatron', got {self.strategy!r}")
-        if self.strategy == "megatron" and self.n_gpus % (self.train_tp * self.train_pp):
-            raise PolytraceError(f"Megatron TP {self.train_tp} x PP {self.train_pp} does not divide "
-                                 f"the GPU count {self.n_gpus}")
-        for name in ("rollout_precision", "train_precision"):
-            if getattr(self, name) not in PRECISIONS:
-                raise PolytraceError(f"{name} must be one of {', '.join(PRECISIONS)}, got {getattr(self, name)!r}")
+        # each declared setting's type and bounds, and the layout checks between them, as the
+        # RunSpec checks them (run/spec.py), named by this type's fields
+        values = {name: getattr(self, name) for name in _DECLARED}
+        values.update(gpus=self.n_gpus, prompts=self.prompts_per_step)
+        if self.strategy != "megatron":  # FSDP ignores a Megatron layout a log may still print
+            values.pop("train_tp"), values.pop("train_pp")
+        RunSpec.build(values, origin=lambda name: _FIELD_OF.get(name, name))
         if self.train_precision == "fp8" and not self.gpu.has_fp8:
             raise PolytraceError(f"FP8 training needs FP8 tensor cores (Transformer Engine: Hopper or later); "
                                  f"{self.gpu.slug} has none")
-        if self.algorithm not in ("grpo", "ppo"):
-            raise PolytraceError(f"algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
-        share = self.cpu_optimizer
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
-            raise PolytraceError(f"--cpu-optimizer must be a share in [0, 1], got {share!r}")
-        if share and self.strategy != "megatron":
-            raise PolytraceError("--cpu-optimizer is Megatron's HybridDeviceOptimizer: it needs --strategy megatron "
-                                 "(FSDP's CPU offload of the optimizer is --optimizer-offload)")
-        if not 0.05 <= self.mem_fraction <= 0.99:
-            raise PolytraceError(f"gpu memory fraction must be in [0.05, 0.99], got {self.mem_fraction}")
-        for name in ("lora_rank", "mini_batches"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < (0 if name == "lora_rank" else 1):
-                raise PolytraceError(f"{name} must be a {'non-negative' if name == 'lora_rank' else 'positive'} "
-                                     f"integer, got {v!r}")
+        v = self.mini_batches
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise PolytraceError(f"mini_batches must be a positive integer, got {v!r}")
 
     @property
     def engine_model(self) -> ModelSpec:
@@ -185,28 +167,28 @@ class RunConfig:
                else {}))
 
     def to_dict(self) -> dict:
-        return {
-            "model": self.model.name, "gpu": self.gpu.slug, "n_gpus": self.n_gpus,
-            "prompts_per_step": self.prompts_per_step, "n": self.n, "max_prompt_len": self.max_prompt_len,
-            "max_response_len": self.max_response_len, "rollout_tp": self.rollout_tp,
-            "strategy": self.strategy, "train_tp": self.train_tp, "train_pp": self.train_pp,
-            "algorithm": self.algorithm, "use_ref": self.use_ref,
-            "critic_model": (self.critic_model or self.model).name if self.use_critic else None,
-            "ref_model": (self.ref_model or self.model).name if self.use_ref else None,
-            "micro_batch_tokens": self.micro_batch_tokens, "micro_batch_seqs": self.micro_batch_seqs,
-            "remove_padding": self.remove_padding, "critic_remove_padding": self.critic_remove_padding,
-            "mem_fraction": self.mem_fraction,
-            "gradient_checkpointing": self.gradient_checkpointing, "eager": self.eager,
-            "old_log_prob_in_gen": self.old_log_prob_in_gen, "ref_offload": self.ref_offload,
-            "param_offload": self.param_offload, "optimizer_offload": self.optimizer_offload,
-            "engine_weights_offload": self.engine_weights_offload, "switch_offload": self.switch_offload,
-            "lora_rank": self.lora_rank, "mini_batches": self.mini_batches, "balance_batch": self.balance_batch,
-            "stage_micro_batches": {k: list(v) for k, v in self.stage_micro_batches.items()},
-            "train_ep": self.train_ep, "train_cp": self.train_cp, "train_vpp": self.train_vpp,
-            "rollout_ep": self.rollout_ep, "rollout_precision": self.rollout_precision,
-            "train_precision": self.train_precision, "cpu_optimizer": self.cpu_optimizer,
-            "cpu_optimizer_overlap": self.cpu_optimizer_overlap, "generated_share": self.generated_share,
-        }
+        """Every field as JSON (a calibration file's ``config``, ``--json``'s): the model and GPU by
+        name, the critic and reference by the model they run where the run has them."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "notes":
+                continue
+            if f.name in ("model", "gpu"):
+                value = value.name if f.name == "model" else value.slug
+            elif f.name in ("critic_model", "ref_model"):
+                used = self.use_critic if f.name == "critic_model" else self.use_ref
+                value = (value or self.model).name if used else None
+            elif f.name == "stage_micro_batches":
+                value = {k: list(v) for k, v in value.items()}
+            out[f.name] = value
+        return out
+
+
+# RunConfig's fields the RunSpec declares under the same name, and the two it names otherwise
+_FIELD_OF = {"gpus": "n_gpus", "prompts": "prompts_per_step"}
+_DECLARED = tuple(f.name for f in dataclasses.fields(RunConfig) if f.name in declarations()
+                  and f.name not in ("model", "gpu"))
 
 
 @dataclass(frozen=True)
@@ -218,6 +200,12 @@ class Part:
     group: str  # the kind of work (GROUPS) ``validate`` calibrates one slowdown for, or "tool"
     seconds: float
     source: str = ROOFLINE  # the result file(s) and provider, or "roofline"
+    # where the seconds come from, where the source text alone does not say (a model's host price)
+    price: Price | None = None
+
+    @property
+    def priced(self) -> Price:
+        return self.price or price_of(self.source)
 
 
 @dataclass
@@ -302,7 +290,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
         if refit["tensors"]:  # host work, not a link: no measured collective rate scales it
             parts.append(Part("gen", "comm", "rollout", refit["tensors"],
                               f"{HOST_PRICE}refit: {cfg.model.expert_tensor_count} expert tensors x "
-                              f"{eff.refit_s_per_expert_tensor * 1e3:.2g} ms)"))
+                              f"{eff.refit_s_per_expert_tensor * 1e3:.2g} ms)", Price.ROOFLINE))
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model
@@ -400,7 +388,7 @@ def cpu_optimizer_parts(cfg: RunConfig, eff: Efficiency = DEFAULT, pricer: Price
     seconds = cfg.mini_batches * each * pricer.scale("offload")
     source = (f"{HOST_PRICE}CPU AdamW: {cfg.cpu_optimizer:g} of the optimizer, {eff.cpu_adam_bytes_per_param:g} B a "
               f"parameter at {eff.host_dram:g} x {cfg.gpu.host_memory_gbps:g} GB/s a GPU)")
-    return [Part("update_actor", "offload", "train_overhead", seconds, source)]
+    return [Part("update_actor", "offload", "train_overhead", seconds, source, Price.ROOFLINE)]
 
 
 def synthetic_lengths(n_seqs: int, mean: float, max_len: float, min_len: float | None = None,

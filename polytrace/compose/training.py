@@ -25,6 +25,7 @@ import numpy as np
 
 from ..hardware import GPU
 from ..models import ModelSpec
+from ..run.spec import default
 from .efficiency import DEFAULT, Efficiency
 from .families import Work, trainer_families
 from .parallel import all_to_all_seconds, expert_flops_share, pipeline_bubble, ring_kv_seconds, shard_params
@@ -34,14 +35,14 @@ from .pricing import Pricer
 @dataclass
 class TrainerLayout:
     n_gpus: int
-    strategy: str = "fsdp"  # "fsdp" or "megatron"
+    strategy: str = default("strategy")  # "fsdp" or "megatron"
     tp: int = 1
     pp: int = 1
     micro_batch_seqs: int | None = None  # sequences per micro-batch per GPU (fixed-size batching)
     micro_batch_tokens: int | None = None  # token budget per micro-batch per GPU (dynamic batching)
-    remove_padding: bool = True
+    remove_padding: bool = default("remove_padding")
     pad_to: int | None = None  # padded sequence length when remove_padding is False
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = default("gradient_checkpointing")
     mini_batches: int = 1  # optimizer steps per update pass, each waiting for the slowest rank
     balance: bool = True  # verl's trainer.balance_batch: equal-count, token-balanced ranks (``rank_indices``)
     lora_rank: int = 0  # LoRA adapters of this rank train; the base weights stay frozen

@@ -1,0 +1,1 @@
+"""The run: its settings declared once (``spec.RunSpec``)."""
