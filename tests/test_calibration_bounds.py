@@ -56,3 +56,13 @@ def test_the_fitted_constant_is_clipped_at_the_shortest_steps_room():
     assert cal.overhead_s["gen"] <= 0.5 + 1e-12
     assert cal.split["gen"]["constant_range_s"][1] == pytest.approx(0.5, rel=1e-12)
     assert np.isfinite(cal.deviation["rollout"])
+
+
+def test_a_stage_that_beats_its_bound_has_exactly_no_constant():
+    """A stage whose shortest step (1.8 s) is under its work's peak-roofline seconds (2 s), as on a
+    GPU the log contradicts: nothing is left for a constant, which is exactly 0 (issue 38 saw the
+    solver's 3.44e-29 s printed), and the work is never priced under the roofline."""
+    cal = fit(_flat_rows([3.0, 1.8, 2.5, 2.9, 2.2]), ["gen"], source="t")
+    assert cal.overhead_s["gen"] == 0.0
+    assert cal.split["gen"]["constant_range_s"] == [0.0, 0.0]
+    assert cal.deviation["rollout"] >= cal.min_deviation["rollout"] > 0
