@@ -75,7 +75,8 @@ def contradicted_note(path, base, slug: str, margin: float, flag: bool, reading,
     steps allow, and says what pricing on it does to the calibration. A ``--gpu`` the log's own
     FLOP count rules out (``impossible``) is refused."""
     how = "--gpu" if flag else "as the log states"
-    why = impossible(reading, next(g for g in GPUS.values() if g.slug == slug)) if flag else None
+    gpu = GPUS.get(slug)  # a preset: what --gpu takes
+    why = impossible(reading, gpu) if flag and gpu is not None else None
     if why:
         raise PolytraceError(f"{path}: --gpu {slug}: {why}; pass the GPU it ran on, or leave --gpu out to infer it")
     trial, rejected = slowest_allowed(path, base, slug, prepare_on)
