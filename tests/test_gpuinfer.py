@@ -11,7 +11,10 @@ import re
 import pytest
 
 from polytrace.calibrate.fit import StepData
-from polytrace.calibrate.gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, infer_gpu, roofline_margin
+from polytrace.calibrate.gpuinfer import (ASSUMED_NOTE, CONTRADICTED_NOTE, INFER_LADDER, INFERRED_NOTE, infer_gpu,
+                                          roofline_margin)
+from polytrace.calibrate.mfu import MfuReading
+from polytrace.errors import PolytraceError
 from polytrace.calibrate.logconfig import Overrides
 from polytrace.compose.efficiency import roofline_share
 
@@ -71,10 +74,65 @@ def test_a_stated_gpu_or_one_the_steps_allow_is_kept():
 
     fine = _prepared("a100-80g", 1.2, [f"{ASSUMED_NOTE} a100-80g (pass --gpu)"])
     assert infer_gpu("x.log", None, fine, never) is fine
-    beaten = _prepared("a100-80g", 0.5, ["GPU: a100-80g from the log"])  # no assumption: nothing to infer
-    assert infer_gpu("x.log", None, beaten, never) is beaten
-    given = _prepared("a100-80g", 0.5, [f"{ASSUMED_NOTE} a100-80g (pass --gpu)"])
+    stated = _prepared("a100-80g", 1.2, ["GPU: a100-80g from the log"])  # no assumption: nothing to infer
+    assert infer_gpu("x.log", None, stated, never) is stated
+    given = _prepared("a100-80g", 1.0, [f"{ASSUMED_NOTE} a100-80g (pass --gpu)"])
     assert infer_gpu("x.log", Overrides(gpu="a100-80g"), given, never) is given
+
+
+def _ladder(margins):
+    tried = []
+
+    def prepare_on(path, ov):
+        tried.append(ov.gpu)
+        return _prepared(ov.gpu, margins[ov.gpu], [])
+    return tried, prepare_on
+
+
+@pytest.mark.parametrize("overrides, how", [(Overrides(gpu="a100-80g"), "(--gpu)"), (None, "(as the log states)")])
+def test_a_given_gpu_the_steps_beat_is_kept_with_a_note_naming_both(overrides, how):
+    """Issue 38: ``validate LOG --gpu a100-80g`` on a log some step of which beats the A100's peak
+    roofline was priced silently (constants 3.44e-29 s). The GPU given or stated stays priced, and a
+    note names it, by how much a step beats it, and the slowest preset the steps allow."""
+    tried, prepare_on = _ladder({"h100-sxm": 0.8, "h200": 1.3, "b200": 2.0})
+    given = _prepared("a100-80g", 0.5, ["GPU: a100-80g"])
+    _log, run, notes, _rows, _split = infer_gpu("x.log", overrides, given, prepare_on)
+    assert run.gpu.slug == "a100-80g" and tried == ["h100-sxm", "h200"]
+    assert notes[0] == "GPU: a100-80g" and len(notes) == 2
+    assert notes[1].startswith(f"{CONTRADICTED_NOTE}a100-80g {how}, but some step beats its peak roofline "
+                               "(0.50x its seconds); the slowest of a100-80g, h100-sxm, h200, b200 no step beats "
+                               "is h200 (also beaten: h100-sxm (0.80x))"), notes[1]
+    _tried, beaten_all = _ladder({"h100-sxm": 0.8, "h200": 0.9, "b200": 0.95})
+    note = infer_gpu("x.log", overrides, given, beaten_all)[2][-1]
+    assert "every preset of a100-80g, h100-sxm, h200, b200 is beaten too" in note and "unstated settings" in note
+
+
+def _reading(achieved):
+    return MfuReading(983.0, (982.0, 985.0), 60, 989.0, ("h100-sxm", "h200"), achieved)
+
+
+def test_a_gpu_slower_than_the_logs_own_flop_rate_is_refused(monkeypatch):
+    """A ``--gpu`` whose bf16 peak (the A100's 312 TFLOP/s) is below the useful FLOP/s per GPU the
+    log's update ran at by verl's own count, on even its slower steps (10th percentile 320), cannot
+    be the GPU: refused, naming the file, the flag, both rates and the class the MFU reads. At a 10th
+    percentile of 300 TFLOP/s (some steps within the peak) it is priced with the note."""
+    import polytrace.calibrate.gpuinfer as gi
+
+    tried, prepare_on = _ladder({"h100-sxm": 1.3, "h200": 1.3, "b200": 2.0})
+    given = _prepared("a100-80g", 0.5, [])
+    monkeypatch.setattr(gi, "read_mfu", lambda log, run: _reading((320.0, 350.0)))
+    monkeypatch.setattr(gi, "check_gpu", lambda reading, gpu: None)
+    with pytest.raises(PolytraceError) as err:
+        infer_gpu("x.log", Overrides(gpu="a100-80g"), given, prepare_on)
+    msg = str(err.value)
+    assert msg.startswith("x.log: --gpu a100-80g: the log's update runs 320-350 TFLOP/s per GPU") and tried == []
+    assert "past a100-80g's 312 TFLOP/s bf16 peak" in msg and "989 TFLOP/s class (h100-sxm, h200)" in msg
+    monkeypatch.setattr(gi, "read_mfu", lambda log, run: _reading((300.0, 350.0)))
+    notes = infer_gpu("x.log", Overrides(gpu="a100-80g"), given, prepare_on)[2]
+    assert notes[-1].startswith(f"{CONTRADICTED_NOTE}a100-80g (--gpu)") and "is h100-sxm" in notes[-1]
+    # a GPU only stated by the log is never refused: the log is what it is
+    monkeypatch.setattr(gi, "read_mfu", lambda log, run: _reading((320.0, 350.0)))
+    assert infer_gpu("x.log", None, given, prepare_on)[1].gpu.slug == "a100-80g"
 
 
 def test_no_preset_fits_keeps_the_assumption_and_blames_the_configuration():
@@ -105,3 +163,21 @@ def test_validate_infers_the_publishers_h100_for_a_log_that_beats_an_a100(valida
     forced = validate(log, overrides=Overrides(gpu="a100-80g"))
     assert forced["config"]["gpu"] == "a100-80g" and not any(n.startswith(INFERRED_NOTE) for n in forced["notes"])
     assert any("held at the peak roofline" in n for n in forced["notes"])
+    note = next(n for n in forced["notes"] if n.startswith(CONTRADICTED_NOTE))
+    assert note.startswith(f"{CONTRADICTED_NOTE}a100-80g (--gpu), but some step beats its peak roofline (0.57x")
+    assert "no step beats is h100-sxm" in note
+    # the stages the A100 cannot hold keep exactly no constant seconds, never a solver's 1e-29
+    consts = {k: v for k, v in forced["calibration"]["scalars"].items() if k.endswith("_overhead_s")}
+    assert all(v == 0.0 or v >= 1e-3 for v in consts.values()), consts
+    assert consts["update_critic_overhead_s"] == 0.0 and consts["old_log_prob_overhead_s"] == 0.0, consts
+
+
+def test_validate_refuses_a_gpu_the_logs_flop_rate_rules_out(validation_logs, capsys):
+    """The same log's update runs 230-267 TFLOP/s per GPU by verl's count: an A40 (149.7) is refused
+    with one line and exit 2."""
+    from polytrace.cli import main
+
+    log = f"{validation_logs}/verl_qwen2-7b_ppo_8gpu_b1024x5.log"
+    assert main(["validate", log, "--gpu", "a40"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"polytrace: error: {log}: --gpu a40: the log's update runs 230-267")

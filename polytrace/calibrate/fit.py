@@ -428,7 +428,9 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     if not (np.all(np.isfinite(dev)) and np.all(np.isfinite(fixed))):
         raise PolytraceError(f"{source}: calibration gave non-finite scalars")
     dev = np.maximum(dev, floor)  # the solver's last ulp
-    fixed = np.clip(fixed, 0.0, hi_c)
+    # a stage whose shortest step leaves nothing past its work at the bound has no constant at all:
+    # exactly 0, not the solver's 1e-29 s inside the 1e-9 x mean s box least_squares needs
+    fixed = np.where((c_max > 0) & (fixed >= 1e-9 * yb), np.clip(fixed, 0.0, c_max), 0.0)
     cal = Calibration({g: float(dev[gi[g]] * prior.get(f"{g}_slowdown", 1.0)) for g in groups},
                       {s: float(fixed[j]) for j, s in enumerate(stages)},
                       [r.step for r in rows], source, list(left_out or []), overlapped=tuple(overlapped),

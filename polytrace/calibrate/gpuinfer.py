@@ -7,7 +7,12 @@ the assumed A100's peak (a 7B PPO run on H100s does, at 0.57x its A100 peak seco
 ``INFER_LADDER`` are tried slowest first and the first that no step beats is taken, with a note
 naming what was rejected and why. Where none fits, the configuration read from the log is the
 likelier culprit (an unstated setting, a wrong model): the assumed GPU is kept, and the note says
-so. ``--gpu`` (or a GPU the log shows) is never second-guessed.
+so. ``--gpu`` (or a GPU the log shows) is never replaced, but one that some step beats at its
+peak roofline gets a note naming it and the slowest preset the steps allow (``contradicted_note``),
+and a ``--gpu`` slower than what the log's own FLOP count shows its update ran at is refused
+(``impossible``): a log priced on a GPU it contradicts has its stages held at efficiency 1 and
+their constant seconds at 0, an accuracy that tests the GPU, not the model (issue 38: such a run
+printed ``old_log_prob=3.44e-29`` with no word why).
 
 Before that ladder, the log's own ``perf/mfu/actor`` is read (``mfu``): verl divides by the peak
 of the device it detected, so the log names its GPU's class itself (the play-verl logs read back
@@ -22,6 +27,8 @@ import dataclasses
 import math
 
 from ..compose.efficiency import roofline_share
+from ..errors import PolytraceError
+from ..hardware import GPUS
 from .logconfig import Overrides
 from .mfu import check_gpu, read_mfu
 
@@ -31,6 +38,56 @@ INFER_LADDER = ("a100-80g", "h100-sxm", "h200", "b200")
 NOT_STATED = "GPU not stated in the log: "
 ASSUMED_NOTE = NOT_STATED + "assumed"
 INFERRED_NOTE = NOT_STATED + "inferred"
+CONTRADICTED_NOTE = "GPU contradicted by the log: "
+
+
+def impossible(reading, gpu) -> str | None:
+    """Why the log's update cannot have run on ``gpu`` at all, or None: even its slower steps
+    (10th percentile) do more useful FLOP/s per GPU, by verl's own count (``mfu``: tokens and
+    seconds, no model of ours), than ``gpu``'s dense bf16 peak. The roofline test below depends on
+    the configuration read; this one does not."""
+    if reading is None or not reading.achieved[0] > gpu.bf16_tflops:
+        return None
+    lo, hi = reading.achieved
+    return (f"the log's update runs {lo:.0f}-{hi:.0f} TFLOP/s per GPU by verl's own FLOP count "
+            f"(perf/mfu/actor), past {gpu.slug}'s {gpu.bf16_tflops:g} TFLOP/s bf16 peak: it cannot have run on {gpu.slug}"
+            + (f"; its MFU reads verl's {reading.verl_class:g} TFLOP/s class ({', '.join(reading.candidates)})"
+               if reading.verl_class is not None else ""))
+
+
+def slowest_allowed(path, base, start: str, prepare_on) -> tuple[tuple | None, list[str]]:
+    """The log prepared on the slowest ``INFER_LADDER`` preset after ``start`` whose peak roofline
+    no step beats (None: every one is beaten), and the rejected ones with their margins."""
+    rejected = []
+    first = INFER_LADDER.index(start) + 1 if start in INFER_LADDER else 0
+    for slug in INFER_LADDER[first:]:
+        trial = prepare_on(path, dataclasses.replace(base, gpu=slug))
+        m = roofline_margin(trial[3])
+        if m >= 1.0:
+            return trial, rejected
+        rejected.append(f"{slug} ({m:.2f}x)")
+    return None, rejected
+
+
+def contradicted_note(path, base, slug: str, margin: float, flag: bool, reading, prepare_on) -> str:
+    """The note for a GPU that is given (``--gpu``, ``flag``) or stated by the log and that some
+    step beats at its peak roofline (``margin`` < 1): it names the GPU and the slowest one the
+    steps allow, and says what pricing on it does to the calibration. A ``--gpu`` the log's own
+    FLOP count rules out (``impossible``) is refused."""
+    how = "--gpu" if flag else "as the log states"
+    gpu = GPUS.get(slug)  # a preset: what --gpu takes
+    why = impossible(reading, gpu) if flag and gpu is not None else None
+    if why:
+        raise PolytraceError(f"{path}: --gpu {slug}: {why}; pass the GPU it ran on, or leave --gpu out to infer it")
+    trial, rejected = slowest_allowed(path, base, slug, prepare_on)
+    allowed = trial[1].gpu.slug if trial is not None else None
+    fits = (f"the slowest of {', '.join(INFER_LADDER)} no step beats is {allowed}"
+            + (f" (also beaten: {'; '.join(rejected)})" if rejected else "") if allowed else
+            f"every preset of {', '.join(INFER_LADDER)} is beaten too ({'; '.join(rejected)}): the configuration "
+            "read from the log is likelier wrong than the GPU (check unstated settings)")
+    return (f"{CONTRADICTED_NOTE}{slug} ({how}), but some step beats its peak roofline ({margin:.2f}x its seconds); "
+            f"{fits}. Priced on {slug} as {'given' if flag else 'stated'}: the kinds of work that beat it are held at "
+            "efficiency 1 and the constant seconds of their stages at 0, so the accuracy tests the GPU, not the model")
 
 
 def roofline_margin(rows, stages=None) -> float:
@@ -56,10 +113,14 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
     log, run, notes, rows, split = prepared
     at = next((i for i, n in enumerate(notes) if n.startswith(ASSUMED_NOTE)), None)
     reading = read_mfu(log, run)
-    if at is None or (overrides is not None and overrides.gpu):
-        check = check_gpu(reading, run.gpu)
-        return prepared if check is None else (log, run, [*notes, check], rows, split)
     base = overrides if overrides is not None else Overrides()
+    if at is None or base.gpu:
+        check = check_gpu(reading, run.gpu)
+        added = [] if check is None else [check]
+        margin = roofline_margin(rows)
+        if margin < 1.0:
+            added.append(contradicted_note(path, base, run.gpu.slug, margin, bool(base.gpu), reading, prepare_on))
+        return prepared if not added else (log, run, [*notes, *added], rows, split)
     if reading is not None and reading.choice is not None:
         trial = prepare_on(path, dataclasses.replace(base, gpu=reading.choice))
         t_log, t_run, t_notes, t_rows, t_split = trial
@@ -75,17 +136,13 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
     margin = roofline_margin(rows)
     if margin >= 1.0:
         return prepared if notes is prepared[2] else (log, run, notes, rows, split)
-    rejected = [f"{run.gpu.slug} ({margin:.2f}x its peak-roofline seconds)"]
-    start = INFER_LADDER.index(run.gpu.slug) + 1 if run.gpu.slug in INFER_LADDER else 0
-    for slug in INFER_LADDER[start:]:
-        trial = prepare_on(path, dataclasses.replace(base, gpu=slug))
-        m = roofline_margin(trial[3])
-        if m >= 1.0:
-            t_log, t_run, t_notes, t_rows, t_split = trial
-            note = (f"{INFERRED_NOTE} {t_run.gpu.slug}, the slowest of {', '.join(INFER_LADDER)} "
-                    f"whose peak roofline no step beats (rejected: {'; '.join(rejected)}); pass --gpu to choose")
-            return t_log, t_run, [note] + t_notes + notes[len(prepared[2]):], t_rows, t_split
-        rejected.append(f"{slug} ({m:.2f}x)")
+    trial, more = slowest_allowed(path, base, run.gpu.slug, prepare_on)
+    rejected = [f"{run.gpu.slug} ({margin:.2f}x its peak-roofline seconds)", *more]
+    if trial is not None:
+        t_log, t_run, t_notes, t_rows, t_split = trial
+        note = (f"{INFERRED_NOTE} {t_run.gpu.slug}, the slowest of {', '.join(INFER_LADDER)} "
+                f"whose peak roofline no step beats (rejected: {'; '.join(rejected)}); pass --gpu to choose")
+        return t_log, t_run, [note] + t_notes + notes[len(prepared[2]):], t_rows, t_split
     notes = list(notes)
     notes[at] = (f"{notes[at]}; every preset of {', '.join(INFER_LADDER)} is beaten by some step "
                  f"({'; '.join(rejected)}): the configuration read from the log is likelier wrong than the GPU "

@@ -67,6 +67,9 @@ class MfuReading:
     steps: int
     verl_class: float | None  # the peak of verl's table the reading falls on (None: none)
     candidates: tuple  # presets of that class
+    # the update's useful FLOP/s per GPU as verl counts them (``FLOPs / (t * world)``, no MFU in
+    # it), its 10th and 90th percentiles over steps: a device slower than this cannot have run it
+    achieved: tuple = (0.0, 0.0)
 
     @property
     def choice(self) -> str | None:
@@ -92,7 +95,7 @@ def read_mfu(log, run) -> MfuReading | None:
     epochs = float(log.config.get("actor_rollout_ref.actor.ppo_epochs", 1) or 1)
     world = run.n_gpus
     seqs = run.prompts_per_step * run.n
-    peaks = []
+    peaks, rates = [], []
     for s in log.steps:
         m = s.metrics
         mfu, t = m.get("perf/mfu/actor"), s.timings.get("update_actor")
@@ -104,6 +107,7 @@ def read_mfu(log, run) -> MfuReading | None:
             continue
         flops = verl_flops(model, tokens, seqs * length * length)
         peaks.append(flops * epochs / (t * mfu * world) / 1e12)
+        rates.append(flops * epochs / (t * world) / 1e12)
     if not peaks:
         return None
     peak = float(np.median(peaks))
@@ -113,7 +117,8 @@ def read_mfu(log, run) -> MfuReading | None:
     cands = ()
     if near is not None:
         cands = tuple(g.slug for g in GPUS.values() if verl_peak(g) == near)
-    return MfuReading(peak, spread, len(peaks), near, cands)
+    achieved = (float(np.percentile(rates, 10)), float(np.percentile(rates, 90)))
+    return MfuReading(peak, spread, len(peaks), near, cands, achieved)
 
 
 def check_gpu(reading: MfuReading | None, gpu) -> str | None:
