@@ -131,8 +131,8 @@ def _logprob(arch: int) -> list[Spec]:
         big = lf["BLOCK_T"] * lf["BLOCK_V"] >= 128 * 128  # the 128x128 tile: 1 CTA per SM by choice
         out.append(Spec(f"linear-fwd-{dt}", "logprob", K.linear_logprobs_fwd_kernel, lin_sig,
                         {"NSPLIT": lf["NSPLIT"], "SCALE": True, "RETURN_ENTROPY": True, "EVEN_K": True,
-                         "EVEN_V": V % lf["BLOCK_V"] == 0, "BLOCK_T": lf["BLOCK_T"], "BLOCK_V": lf["BLOCK_V"], "BLOCK_K": lf["BLOCK_K"],
-                         "DOT_PRECISION": prec},
+                         "EVEN_V": V % lf["BLOCK_V"] == 0, "BLOCK_T": lf["BLOCK_T"], "BLOCK_V": lf["BLOCK_V"],
+                         "BLOCK_K": lf["BLOCK_K"], "DOT_PRECISION": prec},
                         {"n_rows": T, "vocab_size": V, "hidden_size": H, "stride_h": H, "stride_w": H,
                          "vblocks_per_split": vblocks}, lf["num_warps"], lf["num_stages"], lf,
                         min_ctas=1 if big else 2, why_one_cta=LINEAR_FWD_ONE_CTA if big else "", anchor="cublas-gemm"))
