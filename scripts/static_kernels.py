@@ -77,6 +77,9 @@ def specialise(sig: dict, consts: dict, launch: dict) -> tuple[dict, dict, list]
 
 MATMUL_ONE_CTA = ("128x128 backward matmul tiles (d(logits), d(hidden)): 190-220 registers x 256 threads, "
                   "large-tile GEMMs run one CTA per SM as cuBLAS's do; the epilogue is a store")
+LINEAR_FWD_ONE_CTA = ("128x128x64 fused forward tile, 8 warps (logprob/configs.py's sm_90 bf16 default since the "
+                      "logprob merge): 220 registers x 256 threads; it moves 2/3 of the L2 bytes per flop of the "
+                      "64x128 tile that ran 2 CTAs per SM (15.1 against 22.6 TB/s at the bf16 peak)")
 ATTN_ONE_CTA = ("default (long-sequence) forward tile: 160-255 registers x 256 threads or 128 KB of K/V stages; "
                 "short sequences use short_fwd_config at >= 2 CTAs per SM")
 BWD_ONE_CTA = ("backward tiles hold their accumulators (dK and dV, or dQ) and the recomputed P in registers: "
@@ -100,36 +103,39 @@ def _logprob(arch: int) -> list[Spec]:
     bwd = C.default_logits_bwd_config(torch.bfloat16, cap)
     fwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
                "max_ptr": "*fp32", "logsum_ptr": "*fp32", "stride_row": "i32", "vocab_size": "i32",
-               "temperature": "fp32", "ignore_index": "i32"}
+               "temperature": "fp32", "softcap": "fp32", "ignore_index": "i32"}
     rows = {"stride_row": V, "vocab_size": V, "ignore_index": -100, "stride_grad_row": V}
     for ent in (True, False):
         out.append(Spec(f"logprob-fwd{'-entropy' if ent else ''}", "logprob", K.token_logprobs_fwd_kernel, fwd_sig,
-                        {"SCALE": True, "EXACT_DIV": False, "RETURN_ENTROPY": ent, "BLOCK_V": fwd["BLOCK_V"]},
+                        {"SCALE": True, "EXACT_DIV": False, "SOFTCAP": False, "RETURN_ENTROPY": ent,
+                         "BLOCK_V": fwd["BLOCK_V"]},
                         rows, fwd["num_warps"], fwd["num_stages"], fwd, elem_bytes=2, hbm_bytes=2, min_ctas=2,
                         anchor="copy"))
     bwd_sig = {"logits_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32", "logsum_ptr": "*fp32",
                "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32", "grad_logits_ptr": "*bf16",
                "stride_row": "i32", "stride_grad_row": "i32", "vocab_size": "i32", "temperature": "fp32",
-               "ignore_index": "i32"}
+               "softcap": "fp32", "ignore_index": "i32"}
     out.append(Spec("logprob-bwd", "logprob", K.token_logprobs_bwd_kernel, bwd_sig,
-                    {"SCALE": True, "EXACT_DIV": False, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True,
+                    {"SCALE": True, "EXACT_DIV": False, "SOFTCAP": False, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True,
                      "BLOCK_V": bwd["BLOCK_V"], "ROUND_BF16": False},
                     rows, bwd["num_warps"], bwd["num_stages"], bwd, elem_bytes=2, hbm_bytes=4, min_ctas=2,
                     anchor="copy"))
     for dt, tdt in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         lf, lb = C.default_linear_fwd_config(tdt, cap), C.default_linear_bwd_config(tdt, cap)
         prec = C.dot_precision(tdt)
-        lin_sig = {"hidden_ptr": f"*{dt}", "weight_ptr": f"*{dt}", "tokens_ptr": "*i64", "part_ptr": "*fp32",
+        lin_sig = {"hidden_ptr": f"*{dt}", "weight_ptr": f"*{dt}", "tokens_ptr": "*i64", "order_ptr": "*i64",
+                   "n_active_ptr": "*i32", "part_ptr": "*fp32",
                    "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32",
                    "inv_temperature": "fp32", "vblocks_per_split": "i32"}
         vblocks = -(-(-(-V // lf["BLOCK_V"])) // lf["NSPLIT"])
+        big = lf["BLOCK_T"] * lf["BLOCK_V"] >= 128 * 128  # the 128x128 tile: 1 CTA per SM by choice
         out.append(Spec(f"linear-fwd-{dt}", "logprob", K.linear_logprobs_fwd_kernel, lin_sig,
                         {"NSPLIT": lf["NSPLIT"], "SCALE": True, "RETURN_ENTROPY": True, "EVEN_K": True,
-                         "BLOCK_T": lf["BLOCK_T"], "BLOCK_V": lf["BLOCK_V"], "BLOCK_K": lf["BLOCK_K"],
-                         "DOT_PRECISION": prec},
+                         "EVEN_V": V % lf["BLOCK_V"] == 0, "BLOCK_T": lf["BLOCK_T"], "BLOCK_V": lf["BLOCK_V"],
+                         "BLOCK_K": lf["BLOCK_K"], "DOT_PRECISION": prec},
                         {"n_rows": T, "vocab_size": V, "hidden_size": H, "stride_h": H, "stride_w": H,
-                         "vblocks_per_split": vblocks}, lf["num_warps"], lf["num_stages"], lf, min_ctas=2,
-                        anchor="cublas-gemm"))
+                         "vblocks_per_split": vblocks}, lf["num_warps"], lf["num_stages"], lf,
+                        min_ctas=1 if big else 2, why_one_cta=LINEAR_FWD_ONE_CTA if big else "", anchor="cublas-gemm"))
         # the backward's vocabulary chunk (api.py: 512 MiB of d(logits) over T rows, a multiple of
         # BLOCK_V): v_start, chunk_cols and d(logits)' row stride are multiples of 16
         elem = 2 if dt == "bf16" else 4
@@ -225,7 +231,48 @@ def _attention(arch: int) -> list[Spec]:
                             strides, bwd["DQ_WARPS"], bwd["DQ_STAGES"],
                             {k: v for k, v in bwd.items() if k.startswith("DQ")}, why_one_cta=BWD_ONE_CTA,
                             anchor="fa3-bwd-16k"))
+    out += _attention_ext(arch, strides)
     out += _decode(arch)
+    return out
+
+
+def _attention_ext(arch: int, strides: dict) -> list[Spec]:
+    """The softcap + sliding-window kernels (``kernel_ext.py``) at D=128, causal, with the default
+    tiles: a Gemma-2-like launch (softcap 50, window 4096 keys to the left; right 0 when causal)."""
+    import torch
+
+    from polytrace_kernels.attention import api as A
+    from polytrace_kernels.attention import kernel_ext as KE
+
+    cap = (arch // 10, arch % 10)
+    p, i32, f32, d = "*bf16", "i32", "fp32", 128
+    ext_sig = {"softcap_in": f32, "softcap_out": f32, "win_left": i32, "win_right": i32}
+    launch = dict(strides, win_left=4096, win_right=0)
+    ext_c = {"HEAD_DIM": d, "BLOCK_D": A._block_d(d), "CAUSAL": True, "EVEN_D": True, "SOFTCAP": True, "WINDOW": True}
+    qkv = {s: i32 for s in ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh")}
+    fwd = A.default_fwd_config(d, torch.bfloat16, capability=cap)
+    bwd = A.default_bwd_config(d, torch.bfloat16, capability=cap)
+    sig = dict({"Q": p, "K": p, "V": p, "O": p, "LSE": "*fp32", "cu_seqlens_q": "*i32", "cu_seqlens_k": "*i32",
+                "work_seq": "*i32", "work_block": "*i32"}, **qkv, stride_ot=i32, stride_oh=i32, stride_lh=i32,
+               qk_scale_log2=f32, n_slots=i32, n_heads_q=i32, group=i32, **ext_sig)
+    out = [Spec("attn-fwd-ext-causal-d128", "attention", KE.varlen_fwd_ext_kernel, sig,
+                dict(ext_c, BLOCK_M=fwd["BLOCK_M"], BLOCK_N=fwd["BLOCK_N"], HEADS_INNER=True), launch,
+                fwd["num_warps"], fwd["num_stages"], fwd, why_one_cta=ATTN_ONE_CTA, anchor="fa3-fwd-16k")]
+    common = dict({"Q": p, "K": p, "V": p, "DO": p, "LSE": "*fp32", "DELTA": "*fp32", "cu_seqlens_q": "*i32",
+                   "cu_seqlens_k": "*i32", "work_seq": "*i32", "work_block": "*i32"}, **qkv, stride_dot=i32,
+                  stride_doh=i32)
+    tail = {"stride_lh": i32, "softmax_scale": f32, "qk_scale_log2": f32}
+    out.append(Spec("attn-dkdv-ext-causal-d128", "attention", KE.varlen_bwd_dkdv_ext_kernel,
+                    dict(common, DK=p, DV=p, stride_dkt=i32, stride_dkh=i32, stride_dvt=i32, stride_dvh=i32, **tail,
+                         n_heads_kv=i32, group=i32, **ext_sig),
+                    dict(ext_c, BLOCK_M=bwd["DKDV_BLOCK_M"], BLOCK_N=bwd["DKDV_BLOCK_N"]), launch,
+                    bwd["DKDV_WARPS"], bwd["DKDV_STAGES"], {k: v for k, v in bwd.items() if k.startswith("DKDV")},
+                    why_one_cta=BWD_ONE_CTA, anchor="fa3-bwd-16k"))
+    out.append(Spec("attn-dq-ext-causal-d128", "attention", KE.varlen_bwd_dq_ext_kernel,
+                    dict(common, DQ=p, stride_dqt=i32, stride_dqh=i32, **tail, n_heads_q=i32, group=i32, **ext_sig),
+                    dict(ext_c, BLOCK_M=fwd["BLOCK_M"], BLOCK_N=bwd["DQ_BLOCK_N"]), launch,
+                    bwd["DQ_WARPS"], bwd["DQ_STAGES"], {k: v for k, v in bwd.items() if k.startswith("DQ")},
+                    why_one_cta=BWD_ONE_CTA, anchor="fa3-bwd-16k"))
     return out
 
 

@@ -72,6 +72,10 @@ def measure(spec, arch: int) -> dict:
         # main-loop SASS instructions per score element a thread holds (BLOCK_M x BLOCK_N / threads)
         held = spec.consts["BLOCK_M"] * spec.consts["BLOCK_N"] / (32 * spec.num_warps)
         rec["instructions_per_score"] = round(rec["mma_loop_instructions"] / held, 2)
+    if spec.name.startswith("linear-fwd"):
+        # the fused LM-head forward's epilogue per logit a thread holds (BLOCK_T x BLOCK_V / threads)
+        held = spec.consts["BLOCK_T"] * spec.consts["BLOCK_V"] / (32 * spec.num_warps)
+        rec["epilogue_per_logit"] = round(S.epilogue_per_logit(instrs, held), 2)
     rec.update(S.ptx_facts(ck.asm["ptx"]))
     rec.update(S.ttgir_facts(ck.asm["ttgir"]))
     floors = {"max_spill_ops_in_loops": 0, "min_ctas_per_sm": spec.min_ctas}

@@ -190,13 +190,19 @@ def _is_global_load(op: str) -> bool:
     return op.startswith("LDG.") or op == "LDG" or op.startswith("LDGSTS")
 
 
+def branch_target(text: str) -> int | None:
+    """The target address of a ``BRA`` instruction (None for any other instruction)."""
+    m = re.match(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", text) or re.match(r"BRA\s+0x([0-9a-f]+)", text)
+    return int(m.group(1), 16) if m else None
+
+
 def loops(instrs: list[tuple[int, str]]) -> list[tuple[int, int]]:
     """(start, end) addresses of each backward branch: a loop body from its target to the branch."""
     found = []
     for addr, text in instrs:
-        m = re.match(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", text) or re.match(r"BRA\s+0x([0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < addr:
-            found.append((int(m.group(1), 16), addr))
+        target = branch_target(text)
+        if target is not None and target < addr:
+            found.append((target, addr))
     return found
 
 
@@ -266,6 +272,24 @@ def mma_flops(texts: list[str], num_warps: int) -> float:
         if m:
             flops += 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) * num_warps
     return flops
+
+
+def epilogue_per_logit(instrs: list[tuple[int, str]], logits_per_thread: float) -> float:
+    """The fused LM-head forward's epilogue: SASS instructions a vocabulary tile runs outside its
+    K-loop and outside the cold branch that selects the target logit (taken on the few tiles holding
+    a token), per logit of a thread (BLOCK_T x BLOCK_V / threads)."""
+    found = loops(instrs)
+    outer = max(found, key=lambda r: r[1] - r[0])
+    inner = [r for r in found if outer[0] <= r[0] and r[1] <= outer[1] and r != outer]
+    after = max(r[1] for r in inner)
+    skip = list(inner)
+    for addr, text in instrs:
+        target = branch_target(text)  # a forward branch after the K-loop: the target-select branch
+        if target is not None and after < addr < outer[1] and addr < target <= outer[1]:
+            skip.append((addr + 1, target - 1))
+    hot = [t for a, t in instrs if outer[0] <= a <= outer[1] and not t.startswith("NOP")
+           and not any(lo <= a <= hi for lo, hi in skip)]
+    return len(hot) / logits_per_thread
 
 
 def local_memory_in_loops(instrs: list[tuple[int, str]]) -> list[str]:

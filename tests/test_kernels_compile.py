@@ -2,7 +2,8 @@
 
 Same approach as ``tests/test_logprob_compile.py``: the CPU tests run the kernels in the Triton
 interpreter, which accepts code the compiler rejects (and the reverse), so every ``@triton.jit``
-kernel of ``kernels/attention/kernel.py`` and ``kernels/packing/kernel.py`` is lowered to PTX and
+kernel of ``kernels/attention/kernel.py`` (and the softcap + window kernels of ``kernel_ext.py``, D=128
+causal) and ``kernels/packing/kernel.py`` is lowered to PTX and
 cubin with ``triton.compile`` (ptxas ships in the triton wheel), with the configs the launchers in
 ``api.py`` choose on a GPU for D=128 bf16 (the backward also at D=64), causal and not, each arch
 with the tiles picked for its compute capability (``default_bwd_config(capability=...)``: the
@@ -23,6 +24,8 @@ Runs in a subprocess because ``tests/conftest.py`` switches this process to the 
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 import torch
 from _aot import run_compile_script
@@ -39,6 +42,7 @@ from _aot import compile_with_log, ptxas_facts
 from static_sass import local_memory_in_loops, parse_sass, sass_of
 
 from polytrace_kernels.attention import kernel as A
+from polytrace_kernels.attention import kernel_ext as AX
 from polytrace_kernels.attention import api as attn_api
 from polytrace_kernels.packing import kernel as P
 from polytrace_kernels.packing import api as pack_api
@@ -65,29 +69,36 @@ block_d = attn_api._block_d(D)
 p = f"*{DT}"
 i32 = "i32"
 strides_qkv = ["stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh"]
+# kernel_ext.py's softcap + sliding-window variants: their extra scalars and constexprs (both on)
+EXT_SIG = {"softcap_in": "fp32", "softcap_out": "fp32", "win_left": i32, "win_right": i32}
+EXT_C = {"SOFTCAP": True, "WINDOW": True}
 
-def build_bwd(tag, arch, D, bwd_cfg, cap):
-    """dK/dV and dQ kernels with the tiles ``bwd_cfg`` gives (dQ's query tile: the forward's)."""
+def build_bwd(tag, arch, D, bwd_cfg, cap, ext=False, causals=(True, False)):
+    """dK/dV and dQ kernels with the tiles ``bwd_cfg`` gives (dQ's query tile: the forward's); with
+    ``ext`` the softcap + window kernels of kernel_ext.py."""
     block_d = attn_api._block_d(D)
-    for causal in (True, False):
+    dkdv_fn, dq_fn = (AX.varlen_bwd_dkdv_ext_kernel, AX.varlen_bwd_dq_ext_kernel) if ext else (
+        A.varlen_bwd_dkdv_kernel, A.varlen_bwd_dq_kernel)
+    xs, xc = (EXT_SIG, EXT_C) if ext else ({}, {})
+    for causal in causals:
         ctag = ("causal" if causal else "full") + tag
         bwd_common = {"Q": p, "K": p, "V": p, "DO": p, "LSE": "*fp32", "DELTA": "*fp32",
                       "cu_seqlens_q": "*i32", "cu_seqlens_k": "*i32", "work_seq": "*i32", "work_block": "*i32",
                       "stride_dot": i32, "stride_doh": i32, "stride_lh": i32, "softmax_scale": "fp32",
                       "qk_scale_log2": "fp32", "group": i32}
-        bwd_common.update({s: i32 for s in strides_qkv})
+        bwd_common.update({s: i32 for s in strides_qkv}, **xs)
         aligned = ["Q", "K", "V", "DO", "LSE", "DELTA", "stride_dot", "stride_doh"] + strides_qkv
         sig = dict(bwd_common, DK=p, DV=p, stride_dkt=i32, stride_dkh=i32, stride_dvt=i32, stride_dvh=i32,
                    n_heads_kv=i32)
-        build(f"dkdv-{ctag}", A.varlen_bwd_dkdv_kernel, sig,
+        build(f"dkdv-{ctag}", dkdv_fn, sig,
               {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_M": bwd_cfg["DKDV_BLOCK_M"],
-               "BLOCK_N": bwd_cfg["DKDV_BLOCK_N"], "CAUSAL": causal, "EVEN_D": True},
+               "BLOCK_N": bwd_cfg["DKDV_BLOCK_N"], "CAUSAL": causal, "EVEN_D": True, **xc},
               aligned + ["DK", "DV", "stride_dkt", "stride_dkh", "stride_dvt", "stride_dvh"], arch,
               bwd_cfg["DKDV_WARPS"], bwd_cfg["DKDV_STAGES"], spill=True)
         sig = dict(bwd_common, DQ=p, stride_dqt=i32, stride_dqh=i32, n_heads_q=i32)
-        build(f"dq-{ctag}", A.varlen_bwd_dq_kernel, sig,
+        build(f"dq-{ctag}", dq_fn, sig,
               {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_M": attn_api.default_fwd_config(D, capability=cap)["BLOCK_M"],
-               "BLOCK_N": bwd_cfg["DQ_BLOCK_N"], "CAUSAL": causal, "EVEN_D": True},
+               "BLOCK_N": bwd_cfg["DQ_BLOCK_N"], "CAUSAL": causal, "EVEN_D": True, **xc},
               aligned + ["DQ", "stride_dqt", "stride_dqh"], arch, bwd_cfg["DQ_WARPS"], bwd_cfg["DQ_STAGES"],
               spill=True)
         out[f"dkdv-{ctag}@sm{arch}"]["cfg"] = [bwd_cfg[k] for k in ("DKDV_BLOCK_M", "DKDV_BLOCK_N", "DKDV_WARPS",
@@ -101,15 +112,18 @@ for arch in (90, 80):
     bwd_cfg = attn_api.default_bwd_config(D, torch.bfloat16, on_cuda=True, capability=cap)
     build_bwd("", arch, D, bwd_cfg, cap)
     build_bwd("-d64", arch, 64, attn_api.default_bwd_config(64, torch.bfloat16, on_cuda=True, capability=cap), cap)
-    for causal in (True, False):
-        tag = "causal" if causal else "full"
+    # softcap + window (kernel_ext.py): D=128 causal, the default tiles
+    build_bwd("-ext", arch, D, bwd_cfg, cap, ext=True, causals=(True,))
+    for causal, ext in ((True, False), (False, False), (True, True)):
+        tag = ("causal" if causal else "full") + ("-ext" if ext else "")
+        xs, xc = (EXT_SIG, EXT_C) if ext else ({}, {})
         sig = {"Q": p, "K": p, "V": p, "O": p, "LSE": "*fp32", "cu_seqlens_q": "*i32", "cu_seqlens_k": "*i32",
                "work_seq": "*i32", "work_block": "*i32", "qk_scale_log2": "fp32", "n_slots": i32,
-               "n_heads_q": i32, "group": i32}
+               "n_heads_q": i32, "group": i32, **xs}
         sig.update({s: i32 for s in strides_qkv + ["stride_ot", "stride_oh", "stride_lh"]})
-        build(f"fwd-{tag}", A.varlen_fwd_kernel, sig,
+        build(f"fwd-{tag}", AX.varlen_fwd_ext_kernel if ext else A.varlen_fwd_kernel, sig,
               {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_M": fwd_cfg["BLOCK_M"], "BLOCK_N": fwd_cfg["BLOCK_N"],
-               "CAUSAL": causal, "HEADS_INNER": True, "EVEN_D": True},
+               "CAUSAL": causal, "HEADS_INNER": True, "EVEN_D": True, **xc},
               ["Q", "K", "V", "O", "LSE"] + strides_qkv + ["stride_ot", "stride_oh"], arch,
               fwd_cfg["num_warps"], fwd_cfg["num_stages"], spill=True)
     # _bwd launches the preprocess with BLOCK_T=64 and the default 4 warps / 3 stages
@@ -169,8 +183,9 @@ def compiled() -> dict:
 
 
 ARCHS = (90, 80)
-BWD_TAGS = [f"{c}{d}" for c in ("causal", "full") for d in ("", "-d64")]
-MATMUL_KERNELS = [f"fwd-{c}" for c in ("causal", "full")] + [f"{k}-{t}" for k in ("dkdv", "dq") for t in BWD_TAGS] + [
+BWD_TAGS = [f"{c}{d}" for c in ("causal", "full") for d in ("", "-d64")] + ["causal-ext"]
+MATMUL_KERNELS = [f"fwd-{c}" for c in ("causal", "full", "causal-ext")] + [
+    f"{k}-{t}" for k in ("dkdv", "dq") for t in BWD_TAGS] + [
     "decode-split-contig", "decode-split-paged", "decode-split-contig-single"]
 
 
@@ -189,7 +204,7 @@ def test_matmul_kernels_use_tensor_cores(compiled, name, arch):
         assert rec["wgmma"] == 0  # sm_80 has no wgmma: its presence would mean a wrong target
 
 
-@pytest.mark.parametrize("causal", ["causal", "full"])
+@pytest.mark.parametrize("causal", ["causal", "full", "causal-ext"])
 def test_forward_uses_wgmma_on_hopper(compiled, causal):
     # 128-row tiles on 8 warps (two warpgroups of 64 rows): the Hopper MMA applies
     assert compiled[f"fwd-{causal}@sm90"]["wgmma"] > 0
@@ -198,7 +213,12 @@ def test_forward_uses_wgmma_on_hopper(compiled, causal):
 # Every matmul kernel on both archs, the backward with the tiles varlen_attention picks for the
 # arch (default_bwd_config's capability): on sm_80 the Hopper dK/dV tile (32x128, 8 warps, 3
 # stages) spilled 64 B (full) / 120 B (causal) at D=128 under triton 3.9 and 168 / 344 B under 3.6.
-SPILL_CHECKED = [(name, arch) for name in MATMUL_KERNELS for arch in ARCHS]
+# Known miss (reported, tests/test_static_report.py's KNOWN_FLOOR_MISSES): triton 3.6 spills the
+# softcap + window dK/dV tile inside its loop on sm_90a (144 B, 3 LDL); strict, so a fix shows.
+_TRITON_36 = importlib.metadata.version("triton").startswith("3.6.")
+SPILL_CHECKED = [pytest.param(name, arch, marks=pytest.mark.xfail(
+    _TRITON_36, reason="triton 3.6: 3 LDL in the softcap+window dK/dV loop", strict=True))
+    if (name, arch) == ("dkdv-causal-ext", 90) else (name, arch) for name in MATMUL_KERNELS for arch in ARCHS]
 
 
 @pytest.mark.parametrize(("name", "arch"), SPILL_CHECKED)

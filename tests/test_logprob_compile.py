@@ -33,30 +33,12 @@ from polytrace_kernels.logprob import configs as C
 out = {}
 
 
-def epilogue_per_logit(sass, logits_per_thread):
-    """SASS instructions a vocabulary tile runs outside its K-loop and outside the cold branch that
-    selects the target logit (taken on the few tiles holding a token), per logit of a thread."""
-    ins = S.parse_sass(sass)
-    found = S.loops(ins)
-    outer = max(found, key=lambda r: r[1] - r[0])
-    inner = [r for r in found if outer[0] <= r[0] and r[1] <= outer[1] and r != outer]
-    after = max(r[1] for r in inner)
-    skip = list(inner)
-    for addr, text in ins:
-        m = re.match(r"BRA\s+(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)", text)
-        if m and after < addr < outer[1] and addr < int(m.group(1), 16) <= outer[1]:
-            skip.append((addr + 1, int(m.group(1), 16) - 1))
-    hot = [t for a, t in ins if outer[0] <= a <= outer[1] and not t.startswith("NOP")
-           and not any(lo <= a <= hi for lo, hi in skip)]
-    return len(hot) / logits_per_thread
-
-
 def build(name, fn, sig, consts, aligned, arch, num_warps=8, num_stages=2, epilogue=None):
     ck = compile_kernel(fn, sig, consts, aligned, arch, num_warps, num_stages)
     ptx = ck.asm["ptx"]
     rec = {"v4_loads": ptx.count("ld.global.v4"), "mma": ptx.count("mma")}
     if epilogue:
-        rec["epilogue"] = epilogue_per_logit(S.sass_of(ck.asm["cubin"]), epilogue)
+        rec["epilogue"] = S.epilogue_per_logit(S.parse_sass(S.sass_of(ck.asm["cubin"])), epilogue)
     out[f"{name}@sm{arch}"] = rec
 
 
