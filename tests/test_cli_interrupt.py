@@ -20,10 +20,17 @@ LAUNCH = ("import sys; from polytrace.cli import main; print('started', flush=Tr
           "sys.exit(main(sys.argv[1:]))")
 
 
+def _sigint_as_in_a_terminal() -> None:
+    """SIGINT at its default in the child, as a terminal's Ctrl-C finds it: a test run started in
+    the background (``cmd &`` in a script, nohup) inherits SIGINT ignored, Python keeps an ignored
+    SIGINT ignored, and the child would then finish as if never interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(argv: list[str], after_s: float, cwd) -> tuple[int, str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_as_in_a_terminal)
     assert proc.stdout.readline() == "started\n"
     time.sleep(after_s)
     if proc.poll() is None:
