@@ -140,8 +140,8 @@ def test_three_quarters_within_30pct_on_h100(estimates):
     assert len(H100) >= 12 and len(close) >= 0.75 * len(H100), close
 
 
-@pytest.mark.xfail(strict=True, reason="19 of 29 within 30% with the GB200 tables (6 of their 12 rows), verl's "
-                   "DeepSeek-V3 run (0.35x) and the one-step-off Llama-3.1-8B rows at recompute's prior: MISSES")
+@pytest.mark.xfail(strict=True, reason="20 of 29 within 30% with the GB200 tables (7 of their 12 rows), verl's "
+                   "DeepSeek-V3 run (0.48x) and the one-step-off Llama-3.1-8B rows at recompute's prior: MISSES")
 def test_three_quarters_within_30pct_every_table(estimates):
     close = [r.name for r in RUNS if abs(_ratio(estimates, r) - 1) <= WITHIN]
     assert len(close) >= 0.75 * len(RUNS), close

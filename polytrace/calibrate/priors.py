@@ -47,6 +47,7 @@ import numpy as np
 from ..compose.efficiency import CONSTANT_KIND, priced_share, prior_kind, roofline_share  # noqa: F401 (re-exported)
 from ..errors import PolytraceError
 from ..provenance import file_sha256
+from ..run.spec import default
 from .fit import MIN_SLOWDOWN, StepData
 from .gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, NOT_STATED
 from .gpuinfer import roofline_margin as gpu_roofline_margin
@@ -103,12 +104,13 @@ class Corpus:
     """One log of the corpus: its rows (priced), stages and engine settings."""
 
     def __init__(self, name: str, rows: list[StepData], stages: list[str], eager: bool, ckpt: bool, sha256: str,
-                 overlapped: tuple = (), gpu: str = "", gpu_source: str = "", model: str = "", strategy: str = "fsdp",
-                 series: str = ""):
+                 overlapped: tuple = (), gpu: str = "", gpu_source: str = "", model: str = "",
+                 strategy: str | None = None, series: str = ""):
         self.name, self.rows, self.stages, self.eager, self.ckpt, self.sha256 = name, rows, stages, eager, ckpt, sha256
         self.overlapped = tuple(overlapped)  # stages off the step's critical path (async generation)
         self.gpu, self.gpu_source = gpu, gpu_source  # the preset priced; where it comes from
-        self.model, self.strategy = model, strategy  # the actor's preset and trainer backend (``folds``)
+        self.model = model  # the actor's preset (``folds``)
+        self.strategy = strategy or default("strategy")  # its trainer backend; unset: the RunSpec's default
         self.series = series  # logs of one publisher's recipe and cluster share one weight (``source_weight``)
 
     def kind(self, group: str, family: str) -> str:
