@@ -115,10 +115,9 @@ def test_softcap_and_window_at_fp32_precision(case):
     check_fp32_varlen(case, q, k, v, dout, _cu(lens_q), _cu(lens_k), causal, capability, softcap, window)
 
 
-@pytest.mark.parametrize("split_tokens", [64, 32, 16])
-@pytest.mark.parametrize("paged", [False, True])
-def test_decode_kernels_at_fp32_precision(split_tokens, paged):
-    """One split (the single-split path), and 2 or 3 splits merged by the combine kernel."""
+def check_fp32_decode(split_tokens, paged, softcap=0.0, window_size=(-1, -1)):
+    """The decode kernels on fp32 inputs (6 sequences of 0..40 tokens, GQA 2, d 32, 16-key blocks),
+    contiguous or paged (8-token pages), out and lse within the fp32 rule of their fp64 truth."""
     lens, lmax, hq, hkv, d, page = [40, 0, 1, 17, 32, 9], 48, 4, 2, 32, 8
     gen = torch.Generator().manual_seed(12)
     q = torch.randn(len(lens), hq, d, generator=gen) * 2
@@ -139,15 +138,43 @@ def test_decode_kernels_at_fp32_precision(split_tokens, paged):
         page_size = page
     cfg = api.default_decode_config(d, on_cuda=False)  # 16-key blocks
     scale = 1.0 / math.sqrt(d)
-    out, lse = api._decode(q, k_in, v_in, seqlens, table, lmax, page_size, scale, split_tokens, cfg)
+    ext = (softcap, window_size[0]) if softcap or window_size[0] >= 0 else None
+    out, lse = api._decode(q, k_in, v_in, seqlens, table, lmax, page_size, scale, split_tokens, cfg, ext)
     assert out.dtype == torch.float32
+    feats = dict(softcap=softcap, window_size=window_size)
     ref, ref_lse = decode_attention_reference(q.double(), kc.double(), vc.double(), seqlens, return_lse=True,
-                                              compute_dtype=torch.float64)
+                                              compute_dtype=torch.float64, **feats)
     # the decode is varlen attention with one query per sequence: the same error model
     packed_k = torch.cat([kc[b, :n] for b, n in enumerate(lens)])
     packed_v = torch.cat([vc[b, :n] for b, n in enumerate(lens)])
     scales = attention_fp32_scales(q, packed_k, packed_v, torch.zeros_like(q), _cu([1] * len(lens)), _cu(lens),
-                                   False, scale)
-    lse_scale, longest = decode_lse_scale(q, kc, seqlens, scale)
+                                   False, scale, **feats)
+    lse_scale, longest = decode_lse_scale(q, kc, seqlens, scale, **feats)
     expect(check_fp32("decode/out", out, ref, scale=scales["out"]),
            check_fp32("decode/lse", lse, ref_lse, terms=longest, scale=lse_scale))
+
+
+@pytest.mark.parametrize("split_tokens", [64, 32, 16])
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_kernels_at_fp32_precision(split_tokens, paged):
+    """One split (the single-split path), and 2 or 3 splits merged by the combine kernel."""
+    check_fp32_decode(split_tokens, paged)
+
+
+# (split_tokens, paged, softcap, window_size). Left 5 on the 40-token cache keeps keys 34..39: two
+# splits of 16 wholly left of the window (empty partials), the third's first tile masked at 32, 33;
+# left 0 keeps only the last key; left 20 spans three splits; right never masks one query token.
+DECODE_FEATURES = {
+    "softcap-single": (64, False, 5.0, (-1, -1)),
+    "softcap-paged-splits": (16, True, 5.0, (-1, -1)),
+    "window5-splits": (16, False, 0.0, (5, -1)),
+    "window5-paged-single": (64, True, 0.0, (5, 7)),
+    "window0-paged-splits": (16, True, 0.0, (0, -1)),
+    "window20-softcap-splits": (16, False, 5.0, (20, 0)),
+    "window20-softcap-paged": (32, True, 5.0, (20, 3)),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODE_FEATURES))
+def test_decode_softcap_and_window_at_fp32_precision(case):
+    check_fp32_decode(*DECODE_FEATURES[case])

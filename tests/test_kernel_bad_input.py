@@ -365,6 +365,10 @@ DECODE_ERRORS = {
                                                         block_table=BLOCK_TABLE.long()), "block_table"),
     "config-block-not-pow2": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, config={"BLOCK_N": 20}),
                               "config"),
+    "softcap-negative": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, softcap=-50.0), "softcap"),
+    "softcap-nan": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, softcap=math.nan), "softcap"),
+    "window-not-a-pair": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, window_size=4), "window_size"),
+    "window-float": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, window_size=(4.5, 0)), "window_size"),
 }
 
 

@@ -43,6 +43,7 @@ from .kernel import (
     varlen_bwd_dq_kernel,
     varlen_fwd_kernel,
 )
+from .kernel_decode import decode_split_ext_kernel
 from .kernel_ext import varlen_bwd_dkdv_ext_kernel, varlen_bwd_dq_ext_kernel, varlen_fwd_ext_kernel
 from .schedule import SCHEDULES, VarlenPlan, _cached_plan, _cdiv
 from .schedule import build_work_list as build_work_list
@@ -285,7 +286,7 @@ def decode_chunk_pages(page_size: int, block_n: int) -> int:
 
 def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, block_table=None,
                      num_splits: int | None = None, return_lse: bool = False, config: dict | None = None,
-                     check_inputs: bool = True):
+                     check_inputs: bool = True, softcap: float = 0.0, window_size=(-1, -1)):
     """One query token per sequence against its own KV length, split over the KV axis.
 
     q ``[B, Hq, D]`` (or ``[B, 1, Hq, D]``); contiguous cache ``k_cache``/``v_cache``
@@ -297,6 +298,11 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     ``check_inputs=False`` (or unchecked) such a sequence gets NaN output and lse and reads nothing.
     Returns ``out`` shaped like q (and lse ``[B, Hq]`` fp32 with ``return_lse``). ``num_splits``
     overrides the split count chosen from (B, Hkv, Lmax, SMs).
+
+    ``softcap`` c > 0 (Gemma 2: 50): scores c tanh(s / c). ``window_size=(left, right)``
+    (flash-attn's): the query, at position L - 1 of a sequence of L cached tokens, sees keys
+    L - 1 - left .. L - 1 (left < 0: all); ``right`` masks nothing for one query token. Either runs
+    ``decode_split_ext_kernel``; the defaults launch the plain kernel.
     """
     squeeze = False
     if isinstance(q, torch.Tensor) and q.dim() == 4:
@@ -339,6 +345,11 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     hkv = k_cache.shape[2]
     group = hq // hkv
     scale = _check_scale(softmax_scale, d)
+    softcap, window = _check_softcap(softcap), _check_window(window_size)
+    ext = None
+    if softcap or (window is not None and window[0] >= 0):
+        left = min(window[0], max(max_len, 1)) if window is not None and window[0] >= 0 else -1
+        ext = (softcap, left)
     cfg = _resolve(DECODE_KERNEL, f"d{d}-g{group}-{'paged' if paged else 'contig'}",
                    default_decode_config(d, capability=device_capability(q.device)), config, q.device)
     block_n = cfg["BLOCK_N"]
@@ -349,16 +360,17 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     else:
         split_tokens = choose_split_tokens(batch, hkv, max_len, block_n, _num_sms(q.device))
     out, lse = _decode(_contig(q), _contig(k_cache), _contig(v_cache), cache_seqlens, block_table, max_len,
-                       page_size, scale, split_tokens, cfg)
+                       page_size, scale, split_tokens, cfg, ext)
     if squeeze:
         out = out[:, None]
     return (out, lse) if return_lse else out
 
 
 def _decode(q, k_cache, v_cache, cache_seqlens, block_table, max_len: int, page_size: int, scale: float,
-            split_tokens: int, cfg: dict):
+            split_tokens: int, cfg: dict, ext=None):
     """The decode launches on validated, contiguous-last-dim inputs: split kernel, then the combine
-    when there is more than one split. Returns (out like q, lse [B, Hq] fp32)."""
+    when there is more than one split. ``ext`` = (softcap, window left or -1) launches the
+    softcap / window kernel. Returns (out like q, lse [B, Hq] fp32)."""
     batch, hq, d = q.shape
     hkv = k_cache.shape[2]
     group = hq // hkv
@@ -382,12 +394,18 @@ def _decode(q, k_cache, v_cache, cache_seqlens, block_table, max_len: int, page_
         part_strides = (o_part.stride(0), o_part.stride(1), o_part.stride(2))
         lse_strides = (lse_part.stride(0), lse_part.stride(1))
     bt = block_table if paged else cache_seqlens  # placeholder pointer when not paged
-    decode_split_kernel[(n_splits, batch * hkv)](
+    kernel, extra, extra_c = decode_split_kernel, (), {}
+    if ext is not None:
+        softcap, left = ext
+        kernel = decode_split_ext_kernel
+        extra = (scale / softcap if softcap else 0.0, softcap * LOG2E, max(left, 0))
+        extra_c = {"SOFTCAP": bool(softcap), "WINDOW": left >= 0}
+    kernel[(n_splits, batch * hkv)](
         q, k_cache, v_cache, cache_seqlens, bt, out, o_part, lse_part,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         *part_strides, *lse_strides, block_table.stride(0) if paged else 0,
-        scale * LOG2E, hkv, group, split_tokens, max_len,
+        scale * LOG2E, hkv, group, split_tokens, max_len, *extra, **extra_c,
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g, BLOCK_N=block_n, PAGE_SIZE=page_size, PAGED=paged,
         SINGLE_SPLIT=single, EVEN_D=block_d == d, CHUNK_PAGES=decode_chunk_pages(page_size, block_n) if paged else 1,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])

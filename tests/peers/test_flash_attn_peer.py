@@ -26,7 +26,6 @@ Peer parameters not run, and why (each skipped case says which):
 - kvcache ``seqlen_q > 1``: decode_attention takes one query token per sequence.
 - kvcache ``new_kv=True`` (k/v append into the cache), ``rotary_fraction > 0`` (rotary applied
   in the kernel), ``has_leftpad`` (cache_leftpad), ``alibi``: not offered by decode_attention.
-- kvcache ``local=True``: a window in decode needs a decode-kernel change (not made here).
 - kvcache_paged_block_table_bounds ``append_knew=True``: k/v append is not offered.
 """
 
@@ -59,7 +58,6 @@ SKIP = {
     "multi-query-decode": "decode_attention takes one query token per sequence",
     "append": "k/v append into the cache is not offered",
     "leftpad": "cache_leftpad is not offered",
-    "decode-window": "a window in decode needs a decode-kernel change",
 }
 
 
@@ -247,6 +245,8 @@ KVCACHE_CPU = [
     (1, 339, 32, "mqa", False, False, 0, 256),
     (1, 128, 59, "mha", True, False, 1, 256),
     (1, 339, 32, "gqa", False, True, 0, None),
+    (1, 339, 59, "mqa", True, True, 1, 256),
+    (1, 128, 32, "mha", False, True, 0, 256),
     (3, 128, 32, "mha", True, False, 0, None),
 ]
 
@@ -261,14 +261,12 @@ def test_flash_attn_kvcache(seqlen_q, seqlen_k, d, mha_type, causal, local, num_
     the module docstring); has_batch_idx is False in the peer's grid too."""
     if seqlen_q > 1:
         pytest.skip(SKIP["multi-query-decode"])
-    if local:
-        pytest.skip(SKIP["decode-window"])
     device, dtype = DEVICE, torch.float16
     torch.random.manual_seed(0)
     batch_size = 2
     nheads = 6
     nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else 3)
-    window_size = (-1, -1)
+    window_size = (-1, -1) if not local else torch.randint(0, seqlen_k, (2,))
     q = torch.randn(batch_size, seqlen_q, nheads, d, device=device, dtype=dtype)
     if paged_kv_block_size is None:
         k_cache = torch.randn(batch_size, seqlen_k, nheads_k, d, device=device, dtype=dtype)
