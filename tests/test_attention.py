@@ -303,6 +303,38 @@ def test_decode_softcap_and_window(case):
     assert torch.isfinite(out).all()
 
 
+# (Sq, causal, window_size, num_splits, page): several query tokens per sequence, the last Sq
+# positions of each cache; the 1-token and empty caches leave queries that see no key (out 0).
+DECODE_MULTI = {
+    "sq4-causal-paged": (4, True, (-1, -1), None, 16),
+    "sq7-full-single": (7, False, (-1, -1), 1, None),
+    "sq6-causal-window": (6, True, (5, -1), None, None),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODE_MULTI))
+def test_decode_multi_token_query(case):
+    sq, causal, window, num_splits, page = DECODE_MULTI[case]
+    lens, lmax = [45, 7, 30, 0, 1], 48
+    q, kc, vc, sl = _decode_inputs(lens, lmax, 4 * sq, 2, 32, seed=10)
+    q = q.reshape(len(lens), sq, 4, 32)
+    packed_k = torch.cat([kc[b, :n] for b, n in enumerate(lens)])  # the lse's scale as varlen attention's
+    kw = {"block_table": None}
+    if page:
+        kc, vc, kw["block_table"] = _paged(kc, vc, page, seed=4)
+    feats = dict(causal=causal, window_size=window, **kw)
+    out, lse = decode_attention(q, kc, vc, sl, return_lse=True, num_splits=num_splits, **feats)
+    assert out.shape == q.shape and lse.shape == (len(lens), 4, sq)
+    ref, ref_lse = decode_attention_reference(q.double(), kc.double(), vc.double(), sl, return_lse=True,
+                                              compute_dtype=torch.float64, **feats)
+    same = decode_attention_reference(q, kc, vc, sl, compute_dtype=q.dtype, **feats)
+    cu_q, cu_k = _cu([sq] * len(lens)), _cu(lens)
+    lse_scale, longest = attention_lse_scale(q.reshape(-1, 4, 32), packed_k, cu_q, cu_k, causal,
+                                             1.0 / math.sqrt(32), window_size=window)
+    expect(check_fp32("decode/lse", lse.transpose(1, 2).reshape(-1, 4), ref_lse.transpose(1, 2).reshape(-1, 4),
+                      terms=longest, scale=lse_scale.t()), *sixteen_bit_checks("decode/out", out, same, ref))
+
+
 # ------------------------------------------------------------------------------------- bad input
 
 
@@ -410,3 +442,20 @@ def test_gpu_decode_softcap_window(dtype, softcap, window, page):
     if page:
         kc, vc, kw["block_table"] = _paged(kc, vc, page, seed=5)
     check_decode(q * 30 if softcap else q, kc, vc, sl, softcap=softcap, window_size=window, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("sq,group,page", [(4, 8, 16), (16, 8, 256), (5, 4, None)])
+def test_gpu_decode_multi_token(dtype, sq, group, page):
+    lens = [8000, 12, 900, 1, 0, 3000, 77, 250]
+    q, kc, vc, sl = _decode_inputs(lens, 8192, 4 * group * sq, 4, 128, dtype=dtype)
+    q = q.reshape(len(lens), sq, 4 * group, 128)
+    kw = {"block_table": None}
+    if page:
+        kc, vc, kw["block_table"] = _paged(kc, vc, page, seed=6)
+    out = decode_attention(q, kc, vc, sl, causal=True, **kw)
+    ref = decode_attention_reference(q.double(), kc.double(), vc.double(), sl, compute_dtype=torch.float64,
+                                     causal=True, **kw)
+    same = decode_attention_reference(q, kc, vc, sl, compute_dtype=q.dtype, causal=True, **kw)
+    expect(*sixteen_bit_checks("decode/out", out, same, ref))

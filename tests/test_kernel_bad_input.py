@@ -353,7 +353,7 @@ DECODE_ERRORS = {
     "gqa-not-multiple": (lambda: attn.decode_attention(DQ[:, :3], DK, DV, DECODE_LENS), "k_cache"),
     "cache-batch": (lambda: attn.decode_attention(DQ, DK[:2], DV[:2], DECODE_LENS), "k_cache"),
     "v-cache-shape": (lambda: attn.decode_attention(DQ, DK, DV[:, :30], DECODE_LENS), "v_cache"),
-    "q-4d-not-1": (lambda: attn.decode_attention(DQ[:, None].expand(-1, 2, -1, -1), DK, DV, DECODE_LENS), "q"),
+    "q-4d-no-tokens": (lambda: attn.decode_attention(DQ[:, None][:, :0], DK, DV, DECODE_LENS), "q"),
     "cache_seqlens-int64": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS.long()), "cache_seqlens"),
     "cache_seqlens-length": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS[:2]), "cache_seqlens"),
     "cache_seqlens-meta": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS.to("meta")), "cache_seqlens"),

@@ -136,11 +136,12 @@ for arch in (90, 80):
               ["Q", "K", "V", "O", "O_PART", "stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh",
                "stride_vb", "stride_vt", "stride_vh", "stride_ob", "stride_oh", "stride_pb", "stride_ph"],
               arch, dec_cfg["num_warps"], dec_cfg["num_stages"], spill=True)
-    # the softcap / window decode (a separate binary: the default one above has both compiled out)
+    # the softcap / window / multi-token decode (a separate binary: the default one above has them
+    # compiled out), every feature on, 32 (token, head) rows
     build("decode-split-ext-paged", AD.decode_split_ext_kernel,
-          dict(sig, softcap_in="fp32", softcap_out="fp32", win_left=i32),
-          {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_G": 16, "BLOCK_N": dec_cfg["BLOCK_N"], "PAGE_SIZE": 16,
-           "PAGED": True, "SINGLE_SPLIT": False, "EVEN_D": True, "SOFTCAP": True, "WINDOW": True,
+          dict(sig, softcap_in="fp32", softcap_out="fp32", win_left=i32, win_right=i32, seqlen_q=i32),
+          {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_G": 32, "BLOCK_N": dec_cfg["BLOCK_N"], "PAGE_SIZE": 16,
+           "PAGED": True, "SINGLE_SPLIT": False, "EVEN_D": True, "SOFTCAP": True, "WINDOW": True, "MULTI": True,
            "CHUNK_PAGES": attn_api.decode_chunk_pages(16, dec_cfg["BLOCK_N"])},
           ["Q", "K", "V", "O", "O_PART", "stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh",
            "stride_vb", "stride_vt", "stride_vh", "stride_ob", "stride_oh", "stride_pb", "stride_ph"],
