@@ -150,8 +150,10 @@ def attention_lse_scale(q, k, cu_q, cu_k, causal: bool, softmax_scale: float, so
     return out, most
 
 
-def decode_lse_scale(q, k_cache, cache_seqlens, softmax_scale: float, block_table=None):
-    """[B, Hq] fp64 scale of the decode log-sum-exp, and the longest cache."""
+def decode_lse_scale(q, k_cache, cache_seqlens, softmax_scale: float, block_table=None, softcap=0.0,
+                     window_size=(-1, -1)):
+    """[B, Hq] fp64 scale of the decode log-sum-exp, and the longest cache. A softcap c adds 2c (as
+    ``attention_lse_scale``); a window's left side keeps the last ``left + 1`` keys."""
     lens = [int(n) for n in cache_seqlens.tolist()]
     b_, hq = q.shape[0], q.shape[1]
     out = torch.zeros(b_, hq, dtype=torch.float64)
@@ -164,8 +166,10 @@ def decode_lse_scale(q, k_cache, cache_seqlens, softmax_scale: float, block_tabl
             page = k_cache.shape[1]
             pages = block_table[b, : (n + page - 1) // page].long()
             kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n]
+        if window_size[0] >= 0:
+            kb = kb[max(0, n - 1 - window_size[0]):]
         ka = kb.detach().double().abs().transpose(0, 1).repeat_interleave(hq // kb.shape[1], 0)  # [Hq, n, D]
-        out[b] = (ka @ q[b].detach().double().abs()[:, :, None])[..., 0].amax(-1) * abs(softmax_scale)
+        out[b] = (ka @ q[b].detach().double().abs()[:, :, None])[..., 0].amax(-1) * abs(softmax_scale) + 2.0 * softcap
     return out, max([1, *lens])
 
 

@@ -224,14 +224,15 @@ def _decode_inputs(lens, lmax, hq, hkv, d, dtype=torch.float16, seed=0):
     return q, kc, vc, torch.tensor(lens, dtype=torch.int32, device=DEVICE)
 
 
-def check_decode(q, kc, vc, seqlens, **kw):
+def check_decode(q, kc, vc, seqlens, softcap=0.0, window_size=(-1, -1), **kw):
     """decode_attention's out (2x torch fp16/bf16, no scale bias) and lse (fp32 rule) against fp64."""
-    out, lse = decode_attention(q, kc, vc, seqlens, return_lse=True, **kw)
+    feats = dict(softcap=softcap, window_size=window_size)
+    out, lse = decode_attention(q, kc, vc, seqlens, return_lse=True, **feats, **kw)
     bt = kw.get("block_table")
     ref, ref_lse = decode_attention_reference(q.double(), kc.double(), vc.double(), seqlens, block_table=bt,
-                                              return_lse=True, compute_dtype=torch.float64)
-    same = decode_attention_reference(q, kc, vc, seqlens, block_table=bt, compute_dtype=q.dtype)
-    lse_scale, longest = decode_lse_scale(q, kc, seqlens, 1.0 / math.sqrt(q.shape[-1]), block_table=bt)
+                                              return_lse=True, compute_dtype=torch.float64, **feats)
+    same = decode_attention_reference(q, kc, vc, seqlens, block_table=bt, compute_dtype=q.dtype, **feats)
+    lse_scale, longest = decode_lse_scale(q, kc, seqlens, 1.0 / math.sqrt(q.shape[-1]), block_table=bt, **feats)
     expect(check_fp32("decode/lse", lse, ref_lse, terms=longest, scale=lse_scale),
            *sixteen_bit_checks("decode/out", out, same, ref))
     return out
@@ -256,19 +257,82 @@ def test_decode_gqa7_skewed_splits_and_4d_query():
     assert out4.shape == (6, 1, 7, 64) and torch.equal(out4[:, 0], out)
 
 
+def _paged(kc, vc, page, seed):
+    """The contiguous cache [B, L, Hkv, D] as shuffled pages [B * L / page, page, Hkv, D] and its table."""
+    b, lmax = kc.shape[:2]
+    per_seq = lmax // page
+    table = torch.randperm(b * per_seq, generator=torch.Generator().manual_seed(seed))
+    table = table.reshape(b, per_seq).to(torch.int32).to(DEVICE)
+    kp = torch.empty(b * per_seq, page, *kc.shape[2:], dtype=kc.dtype, device=DEVICE)
+    vp = torch.empty_like(kp)
+    for i, j in itertools.product(range(b), range(per_seq)):
+        kp[table[i, j]] = kc[i, j * page:(j + 1) * page]
+        vp[table[i, j]] = vc[i, j * page:(j + 1) * page]
+    return kp, vp, table
+
+
 def test_decode_paged_cache_matches_contiguous():
     lens, lmax, page = [45, 7, 30], 48, 16
     q, kc, vc, sl = _decode_inputs(lens, lmax, 4, 2, 32, seed=6)
-    pages_per_seq = lmax // page
-    perm = torch.randperm(len(lens) * pages_per_seq, generator=torch.Generator().manual_seed(0))
-    table = perm.reshape(len(lens), pages_per_seq).to(torch.int32).to(DEVICE)
-    kp = torch.empty(len(lens) * pages_per_seq, page, 2, 32, dtype=kc.dtype, device=DEVICE)
-    vp = torch.empty_like(kp)
-    for b, j in itertools.product(range(len(lens)), range(pages_per_seq)):
-        kp[table[b, j]] = kc[b, j * page:(j + 1) * page]
-        vp[table[b, j]] = vc[b, j * page:(j + 1) * page]
+    kp, vp, table = _paged(kc, vc, page, seed=0)
     paged = check_decode(q, kp, vp, sl, block_table=table)
     assert torch.equal(paged, decode_attention(q, kc, vc, sl))
+
+
+# (softcap, window_size, num_splits, page): Gemma 2's softcap 50 (q scaled x30 so scores reach its
+# curved range) and left windows of 0, 9 and 30 keys, over split and single-split launches.
+DECODE_FEATURES = {
+    "softcap50-splits": (50.0, (-1, -1), None, None),
+    "window9-splits": (0.0, (9, -1), None, None),
+    "window0-paged": (0.0, (0, 0), None, 16),
+    "window30-softcap-paged-single": (50.0, (30, 4), 1, 16),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODE_FEATURES))
+def test_decode_softcap_and_window(case):
+    softcap, window, num_splits, page = DECODE_FEATURES[case]
+    lens, lmax = [45, 7, 30, 0, 1], 48
+    q, kc, vc, sl = _decode_inputs(lens, lmax, 4, 2, 32, seed=9)
+    if softcap:
+        q = q * 30
+    kw = {}
+    if page:
+        kc, vc, kw["block_table"] = _paged(kc, vc, page, seed=3)
+    out = check_decode(q, kc, vc, sl, softcap=softcap, window_size=window, num_splits=num_splits, **kw)
+    assert torch.isfinite(out).all()
+
+
+# (Sq, causal, window_size, num_splits, page): several query tokens per sequence, the last Sq
+# positions of each cache; the 1-token and empty caches leave queries that see no key (out 0).
+DECODE_MULTI = {
+    "sq4-causal-paged": (4, True, (-1, -1), None, 16),
+    "sq7-full-single": (7, False, (-1, -1), 1, None),
+    "sq6-causal-window": (6, True, (5, -1), None, None),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODE_MULTI))
+def test_decode_multi_token_query(case):
+    sq, causal, window, num_splits, page = DECODE_MULTI[case]
+    lens, lmax = [45, 7, 30, 0, 1], 48
+    q, kc, vc, sl = _decode_inputs(lens, lmax, 4 * sq, 2, 32, seed=10)
+    q = q.reshape(len(lens), sq, 4, 32)
+    packed_k = torch.cat([kc[b, :n] for b, n in enumerate(lens)])  # the lse's scale as varlen attention's
+    kw = {"block_table": None}
+    if page:
+        kc, vc, kw["block_table"] = _paged(kc, vc, page, seed=4)
+    feats = dict(causal=causal, window_size=window, **kw)
+    out, lse = decode_attention(q, kc, vc, sl, return_lse=True, num_splits=num_splits, **feats)
+    assert out.shape == q.shape and lse.shape == (len(lens), 4, sq)
+    ref, ref_lse = decode_attention_reference(q.double(), kc.double(), vc.double(), sl, return_lse=True,
+                                              compute_dtype=torch.float64, **feats)
+    same = decode_attention_reference(q, kc, vc, sl, compute_dtype=q.dtype, **feats)
+    cu_q, cu_k = _cu([sq] * len(lens)), _cu(lens)
+    lse_scale, longest = attention_lse_scale(q.reshape(-1, 4, 32), packed_k, cu_q, cu_k, causal,
+                                             1.0 / math.sqrt(32), window_size=window)
+    expect(check_fp32("decode/lse", lse.transpose(1, 2).reshape(-1, 4), ref_lse.transpose(1, 2).reshape(-1, 4),
+                      terms=longest, scale=lse_scale.t()), *sixteen_bit_checks("decode/out", out, same, ref))
 
 
 # ------------------------------------------------------------------------------------- bad input
@@ -366,3 +430,32 @@ def test_gpu_decode_skewed_bf16(dtype):
     lens = [16000, 12, 900, 1, 0, 3000, 77, 250]
     q, kc, vc, sl = _decode_inputs(lens, 16384, 28, 4, 128, dtype=dtype)
     check_decode(q, kc, vc, sl)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("softcap,window,page", [(50.0, (-1, -1), None), (0.0, (4096, -1), 256), (50.0, (700, 0), 16)])
+def test_gpu_decode_softcap_window(dtype, softcap, window, page):
+    lens = [8000, 12, 900, 1, 0, 3000, 77, 250]
+    q, kc, vc, sl = _decode_inputs(lens, 8192, 32, 8, 128, dtype=dtype)
+    kw = {}
+    if page:
+        kc, vc, kw["block_table"] = _paged(kc, vc, page, seed=5)
+    check_decode(q * 30 if softcap else q, kc, vc, sl, softcap=softcap, window_size=window, **kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("sq,group,page", [(4, 8, 16), (16, 8, 256), (5, 4, None)])
+def test_gpu_decode_multi_token(dtype, sq, group, page):
+    lens = [8000, 12, 900, 1, 0, 3000, 77, 250]
+    q, kc, vc, sl = _decode_inputs(lens, 8192, 4 * group * sq, 4, 128, dtype=dtype)
+    q = q.reshape(len(lens), sq, 4 * group, 128)
+    kw = {"block_table": None}
+    if page:
+        kc, vc, kw["block_table"] = _paged(kc, vc, page, seed=6)
+    out = decode_attention(q, kc, vc, sl, causal=True, **kw)
+    ref = decode_attention_reference(q.double(), kc.double(), vc.double(), sl, compute_dtype=torch.float64,
+                                     causal=True, **kw)
+    same = decode_attention_reference(q, kc, vc, sl, compute_dtype=q.dtype, causal=True, **kw)
+    expect(*sixteen_bit_checks("decode/out", out, same, ref))

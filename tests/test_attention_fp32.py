@@ -115,13 +115,13 @@ def test_softcap_and_window_at_fp32_precision(case):
     check_fp32_varlen(case, q, k, v, dout, _cu(lens_q), _cu(lens_k), causal, capability, softcap, window)
 
 
-@pytest.mark.parametrize("split_tokens", [64, 32, 16])
-@pytest.mark.parametrize("paged", [False, True])
-def test_decode_kernels_at_fp32_precision(split_tokens, paged):
-    """One split (the single-split path), and 2 or 3 splits merged by the combine kernel."""
+def check_fp32_decode(split_tokens, paged, softcap=0.0, window_size=(-1, -1), sq=0, causal=False):
+    """The decode kernels on fp32 inputs (6 sequences of 0..40 tokens, GQA 2, d 32, 16-key blocks),
+    contiguous or paged (8-token pages), q [B, Hq, D] or (sq > 0) [B, sq, Hq, D], out and lse
+    within the fp32 rule of their fp64 truth."""
     lens, lmax, hq, hkv, d, page = [40, 0, 1, 17, 32, 9], 48, 4, 2, 32, 8
     gen = torch.Generator().manual_seed(12)
-    q = torch.randn(len(lens), hq, d, generator=gen) * 2
+    q = torch.randn(len(lens), *([sq] if sq else []), hq, d, generator=gen) * 2
     kc = torch.randn(len(lens), lmax, hkv, d, generator=gen) * 2
     vc = torch.randn(len(lens), lmax, hkv, d, generator=gen)
     seqlens = torch.tensor(lens, dtype=torch.int32)
@@ -139,15 +139,70 @@ def test_decode_kernels_at_fp32_precision(split_tokens, paged):
         page_size = page
     cfg = api.default_decode_config(d, on_cuda=False)  # 16-key blocks
     scale = 1.0 / math.sqrt(d)
-    out, lse = api._decode(q, k_in, v_in, seqlens, table, lmax, page_size, scale, split_tokens, cfg)
+    right = (0 if causal else window_size[1]) if sq else -1  # one query token: nothing right of it
+    ext = (softcap, window_size[0], right) if softcap or window_size[0] >= 0 or right >= 0 or sq else None
+    out, lse = api._decode(q, k_in, v_in, seqlens, table, lmax, page_size, scale, split_tokens, cfg, ext)
     assert out.dtype == torch.float32
+    feats = dict(softcap=softcap, window_size=window_size)
     ref, ref_lse = decode_attention_reference(q.double(), kc.double(), vc.double(), seqlens, return_lse=True,
-                                              compute_dtype=torch.float64)
-    # the decode is varlen attention with one query per sequence: the same error model
+                                              compute_dtype=torch.float64, causal=causal, **feats)
+    # the decode is varlen attention with sq (or one) queries per sequence: the same error model
     packed_k = torch.cat([kc[b, :n] for b, n in enumerate(lens)])
     packed_v = torch.cat([vc[b, :n] for b, n in enumerate(lens)])
-    scales = attention_fp32_scales(q, packed_k, packed_v, torch.zeros_like(q), _cu([1] * len(lens)), _cu(lens),
-                                   False, scale)
-    lse_scale, longest = decode_lse_scale(q, kc, seqlens, scale)
+    packed_q = q.reshape(-1, hq, d)
+    cu_q = _cu([max(sq, 1)] * len(lens))
+    scales = attention_fp32_scales(packed_q, packed_k, packed_v, torch.zeros_like(packed_q), cu_q, _cu(lens),
+                                   causal, scale, **feats)
+    if sq:
+        out, ref = out.reshape(-1, hq, d), ref.reshape(-1, hq, d)
+        lse, ref_lse = lse.reshape(-1, hq), ref_lse.transpose(1, 2).reshape(-1, hq)
+        lse_scale, longest = attention_lse_scale(packed_q, packed_k, cu_q, _cu(lens), causal, scale, **feats)
+        lse_scale = lse_scale.t()
+    else:
+        lse_scale, longest = decode_lse_scale(q, kc, seqlens, scale, **feats)
     expect(check_fp32("decode/out", out, ref, scale=scales["out"]),
            check_fp32("decode/lse", lse, ref_lse, terms=longest, scale=lse_scale))
+
+
+@pytest.mark.parametrize("split_tokens", [64, 32, 16])
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_kernels_at_fp32_precision(split_tokens, paged):
+    """One split (the single-split path), and 2 or 3 splits merged by the combine kernel."""
+    check_fp32_decode(split_tokens, paged)
+
+
+# (split_tokens, paged, softcap, window_size). Left 5 on the 40-token cache keeps keys 34..39: two
+# splits of 16 wholly left of the window (empty partials), the third's first tile masked at 32, 33;
+# left 0 keeps only the last key; left 20 spans three splits; right never masks one query token.
+DECODE_FEATURES = {
+    "softcap-single": (64, False, 5.0, (-1, -1)),
+    "softcap-paged-splits": (16, True, 5.0, (-1, -1)),
+    "window5-splits": (16, False, 0.0, (5, -1)),
+    "window5-paged-single": (64, True, 0.0, (5, 7)),
+    "window0-paged-splits": (16, True, 0.0, (0, -1)),
+    "window20-softcap-splits": (16, False, 5.0, (20, 0)),
+    "window20-softcap-paged": (32, True, 5.0, (20, 3)),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODE_FEATURES))
+def test_decode_softcap_and_window_at_fp32_precision(case):
+    check_fp32_decode(*DECODE_FEATURES[case])
+
+
+# (split_tokens, paged, softcap, window_size, sq, causal): several query tokens per sequence (the
+# last sq positions; queries of the 1-token cache before its start see no key: out 0, lse +inf),
+# causal bottom-right or not, over single and split launches; 3 tokens x GQA 2 = 6 rows of a 16-row
+# block, 40 tokens = 80 rows over three row blocks of 32.
+DECODE_MULTI = {
+    "sq3-causal-paged-splits": (16, True, 0.0, (-1, -1), 3, True),
+    "sq3-full-single": (64, False, 0.0, (-1, -1), 3, False),
+    "sq5-window-causal-splits": (16, False, 0.0, (6, -1), 5, True),
+    "sq4-window-both-softcap-paged": (32, True, 5.0, (4, 2), 4, False),
+    "sq40-causal-paged-splits": (16, True, 0.0, (-1, -1), 40, True),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODE_MULTI))
+def test_decode_multi_token_at_fp32_precision(case):
+    check_fp32_decode(*DECODE_MULTI[case])

@@ -353,7 +353,7 @@ DECODE_ERRORS = {
     "gqa-not-multiple": (lambda: attn.decode_attention(DQ[:, :3], DK, DV, DECODE_LENS), "k_cache"),
     "cache-batch": (lambda: attn.decode_attention(DQ, DK[:2], DV[:2], DECODE_LENS), "k_cache"),
     "v-cache-shape": (lambda: attn.decode_attention(DQ, DK, DV[:, :30], DECODE_LENS), "v_cache"),
-    "q-4d-not-1": (lambda: attn.decode_attention(DQ[:, None].expand(-1, 2, -1, -1), DK, DV, DECODE_LENS), "q"),
+    "q-4d-no-tokens": (lambda: attn.decode_attention(DQ[:, None][:, :0], DK, DV, DECODE_LENS), "q"),
     "cache_seqlens-int64": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS.long()), "cache_seqlens"),
     "cache_seqlens-length": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS[:2]), "cache_seqlens"),
     "cache_seqlens-meta": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS.to("meta")), "cache_seqlens"),
@@ -365,6 +365,10 @@ DECODE_ERRORS = {
                                                         block_table=BLOCK_TABLE.long()), "block_table"),
     "config-block-not-pow2": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, config={"BLOCK_N": 20}),
                               "config"),
+    "softcap-negative": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, softcap=-50.0), "softcap"),
+    "softcap-nan": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, softcap=math.nan), "softcap"),
+    "window-not-a-pair": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, window_size=4), "window_size"),
+    "window-float": (lambda: attn.decode_attention(DQ, DK, DV, DECODE_LENS, window_size=(4.5, 0)), "window_size"),
 }
 
 

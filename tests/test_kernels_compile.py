@@ -44,6 +44,7 @@ from static_sass import local_memory_in_loops, parse_sass, sass_of
 from polytrace_kernels.attention import kernel as A
 from polytrace_kernels.attention import kernel_ext as AX
 from polytrace_kernels.attention import api as attn_api
+from polytrace_kernels.attention import kernel_decode as AD
 from polytrace_kernels.packing import kernel as P
 from polytrace_kernels.packing import api as pack_api
 
@@ -149,6 +150,16 @@ for arch in (90, 80):
               ["Q", "K", "V", "O", "O_PART", "stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh",
                "stride_vb", "stride_vt", "stride_vh", "stride_ob", "stride_oh", "stride_pb", "stride_ph"],
               arch, dec_cfg["num_warps"], dec_cfg["num_stages"], spill=True)
+    # the softcap / window / multi-token decode (a separate binary: the default one above has them
+    # compiled out), every feature on, 32 (token, head) rows
+    build("decode-split-ext-paged", AD.decode_split_ext_kernel,
+          dict(sig, softcap_in="fp32", softcap_out="fp32", win_left=i32, win_right=i32, seqlen_q=i32),
+          {"HEAD_DIM": D, "BLOCK_D": block_d, "BLOCK_G": 32, "BLOCK_N": dec_cfg["BLOCK_N"], "PAGE_SIZE": 16,
+           "PAGED": True, "SINGLE_SPLIT": False, "EVEN_D": True, "SOFTCAP": True, "WINDOW": True, "MULTI": True,
+           "CHUNK_PAGES": attn_api.decode_chunk_pages(16, dec_cfg["BLOCK_N"])},
+          ["Q", "K", "V", "O", "O_PART", "stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh",
+           "stride_vb", "stride_vt", "stride_vh", "stride_ob", "stride_oh", "stride_pb", "stride_ph"],
+          arch, dec_cfg["num_warps"], dec_cfg["num_stages"], spill=True)
     build("decode-combine", A.decode_combine_kernel,
           {"O_PART": "*fp32", "LSE_PART": "*fp32", "SEQLENS": "*i32", "O": p, "LSE": "*fp32",
            "stride_pb": i32, "stride_ph": i32, "stride_ps": i32, "stride_lb": i32, "stride_lh": i32,
@@ -186,7 +197,7 @@ ARCHS = (90, 80)
 BWD_TAGS = [f"{c}{d}" for c in ("causal", "full") for d in ("", "-d64")] + ["causal-ext"]
 MATMUL_KERNELS = [f"fwd-{c}" for c in ("causal", "full", "causal-ext")] + [
     f"{k}-{t}" for k in ("dkdv", "dq") for t in BWD_TAGS] + [
-    "decode-split-contig", "decode-split-paged", "decode-split-contig-single"]
+    "decode-split-contig", "decode-split-paged", "decode-split-contig-single", "decode-split-ext-paged"]
 
 
 def test_every_kernel_compiles(compiled):

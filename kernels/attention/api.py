@@ -2,7 +2,7 @@
 
 ``varlen_attention``  packed variable-length attention (flash-attn's ``flash_attn_varlen_func``
                       layout), forward + FA2-style backward, GQA, causal bottom-right.
-``decode_attention``  one query token per sequence against its KV cache, split over KV.
+``decode_attention``  one (or Sq) query tokens per sequence against its KV cache, split over KV.
 ``varlen_plan``       the device-built, longest-first work list; built once per ``cu_seqlens``
                       tensor object and reused (by every layer of a model, and by the backward).
 
@@ -43,6 +43,7 @@ from .kernel import (
     varlen_bwd_dq_kernel,
     varlen_fwd_kernel,
 )
+from .kernel_decode import decode_split_ext_kernel
 from .kernel_ext import varlen_bwd_dkdv_ext_kernel, varlen_bwd_dq_ext_kernel, varlen_fwd_ext_kernel
 from .schedule import SCHEDULES, VarlenPlan, _cached_plan, _cdiv
 from .schedule import build_work_list as build_work_list
@@ -285,23 +286,34 @@ def decode_chunk_pages(page_size: int, block_n: int) -> int:
 
 def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, block_table=None,
                      num_splits: int | None = None, return_lse: bool = False, config: dict | None = None,
-                     check_inputs: bool = True):
-    """One query token per sequence against its own KV length, split over the KV axis.
+                     check_inputs: bool = True, softcap: float = 0.0, window_size=(-1, -1), causal: bool = False):
+    """Query tokens of each sequence against its own KV length, split over the KV axis.
 
-    q ``[B, Hq, D]`` (or ``[B, 1, Hq, D]``); contiguous cache ``k_cache``/``v_cache``
+    q ``[B, Hq, D]`` (or ``[B, Sq, Hq, D]``: Sq query tokens per sequence, the last Sq positions of
+    its L cached tokens, as flash-attn's ``flash_attn_with_kvcache``: chunked prefill, a shared
+    prefix, speculative decoding; ``causal`` masks bottom-right inside them); contiguous cache ``k_cache``/``v_cache``
     ``[B, Lmax, Hkv, D]``, or a paged cache ``[num_pages, page_size, Hkv, D]`` with
     ``block_table`` int32 ``[B, max_pages]``; ``cache_seqlens`` int32 ``[B]`` (0..Lmax, or
     0..max_pages * page_size when paged). ``check_inputs`` (the default) raises ``ValueError``
     for a length outside that range; the check is a sync, paid once per ``cache_seqlens`` object
     and in-place version (not per layer), and skipped inside a CUDA-graph capture; with
     ``check_inputs=False`` (or unchecked) such a sequence gets NaN output and lse and reads nothing.
-    Returns ``out`` shaped like q (and lse ``[B, Hq]`` fp32 with ``return_lse``). ``num_splits``
+    Returns ``out`` shaped like q (and lse ``[B, Hq]`` fp32 with ``return_lse``, ``[B, Hq, Sq]``
+    when Sq > 1; a query that sees no key gets out 0 and lse +inf). ``num_splits``
     overrides the split count chosen from (B, Hkv, Lmax, SMs).
+
+    ``softcap`` c > 0 (Gemma 2: 50): scores c tanh(s / c). ``window_size=(left, right)``
+    (flash-attn's): the query at position p sees keys p - left .. p + right (a negative side
+    unbounded, right 0 when causal); the last query is at L - 1, so ``right`` and ``causal`` mask
+    nothing for one query token. Softcap, a window and Sq > 1 run ``decode_split_ext_kernel``; the
+    defaults launch the plain kernel.
     """
-    squeeze = False
+    squeeze, q_tokens = False, None
     if isinstance(q, torch.Tensor) and q.dim() == 4:
-        if q.shape[1] != 1:
-            raise ValueError(f"q must be [B, Hq, D] or [B, 1, Hq, D], got shape {tuple(q.shape)}")
+        if q.shape[1] < 1:
+            raise ValueError(f"q must be [B, Hq, D] or [B, Sq >= 1, Hq, D], got shape {tuple(q.shape)}")
+        if q.shape[1] > 1:
+            q_tokens = q
         squeeze = True
         q = q[:, 0]
     _check_qkv(q, k_cache, v_cache, names=("q", "k_cache", "v_cache"), ndim=3, kv_ndim=4)
@@ -339,6 +351,15 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     hkv = k_cache.shape[2]
     group = hq // hkv
     scale = _check_scale(softmax_scale, d)
+    softcap, window = _check_softcap(softcap), _check_window(window_size)
+    left, right = window if window is not None else (-1, -1)
+    if causal:
+        right = 0
+    if q_tokens is None:
+        right = -1  # the one query is the last position: no key right of it
+    else:
+        q = q_tokens
+    ext = (softcap, left, right) if softcap or left >= 0 or right >= 0 or q_tokens is not None else None
     cfg = _resolve(DECODE_KERNEL, f"d{d}-g{group}-{'paged' if paged else 'contig'}",
                    default_decode_config(d, capability=device_capability(q.device)), config, q.device)
     block_n = cfg["BLOCK_N"]
@@ -349,26 +370,34 @@ def decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale=None, *, 
     else:
         split_tokens = choose_split_tokens(batch, hkv, max_len, block_n, _num_sms(q.device))
     out, lse = _decode(_contig(q), _contig(k_cache), _contig(v_cache), cache_seqlens, block_table, max_len,
-                       page_size, scale, split_tokens, cfg)
-    if squeeze:
+                       page_size, scale, split_tokens, cfg, ext)
+    if q_tokens is not None:
+        lse = lse.transpose(1, 2)  # flash-attn's [B, Hq, Sq]
+    elif squeeze:
         out = out[:, None]
     return (out, lse) if return_lse else out
 
 
 def _decode(q, k_cache, v_cache, cache_seqlens, block_table, max_len: int, page_size: int, scale: float,
-            split_tokens: int, cfg: dict):
+            split_tokens: int, cfg: dict, ext=None):
     """The decode launches on validated, contiguous-last-dim inputs: split kernel, then the combine
-    when there is more than one split. Returns (out like q, lse [B, Hq] fp32)."""
-    batch, hq, d = q.shape
+    when there is more than one split. ``ext`` = (softcap, window left, right; -1: unbounded)
+    launches decode_split_ext_kernel, as does q ``[B, Sq, Hq, D]``. Returns (out like q, lse
+    [B, Hq] fp32, [B, Sq, Hq] for a 4-d q)."""
+    q_shape = q.shape
+    batch = cache_seqlens.numel()
+    sq = q.shape[1] if q.dim() == 4 else 1
+    q = q.reshape(batch * sq, *q.shape[-2:])  # rows t of sequence b at b * sq + t
+    _, hq, d = q.shape
     hkv = k_cache.shape[2]
     group = hq // hkv
     paged = block_table is not None
     block_n = cfg["BLOCK_N"]
     n_splits = max(1, _cdiv(max_len, split_tokens))
     out = torch.empty_like(q)
-    lse = torch.empty((batch, hq), device=q.device, dtype=torch.float32)
+    lse = torch.empty((batch * sq, hq), device=q.device, dtype=torch.float32)
     if batch == 0:
-        return out, lse
+        return out.reshape(q_shape), lse.reshape(*q_shape[:-2], hq)
     block_d = _block_d(d)
     block_g = max(16, 1 << (group - 1).bit_length())
     single = n_splits == 1
@@ -377,25 +406,37 @@ def _decode(q, k_cache, v_cache, cache_seqlens, block_table, max_len: int, page_
         part_strides = (0, 0, 0)
         lse_strides = (lse.stride(0), lse.stride(1))
     else:
-        o_part = torch.empty((batch, hq, n_splits, d), device=q.device, dtype=torch.float32)
-        lse_part = torch.empty((batch, hq, n_splits), device=q.device, dtype=torch.float32)
+        o_part = torch.empty((batch * sq, hq, n_splits, d), device=q.device, dtype=torch.float32)
+        lse_part = torch.empty((batch * sq, hq, n_splits), device=q.device, dtype=torch.float32)
         part_strides = (o_part.stride(0), o_part.stride(1), o_part.stride(2))
         lse_strides = (lse_part.stride(0), lse_part.stride(1))
     bt = block_table if paged else cache_seqlens  # placeholder pointer when not paged
-    decode_split_kernel[(n_splits, batch * hkv)](
+    kernel, extra, extra_c, grid = decode_split_kernel, (), {}, (n_splits, batch * hkv)
+    if ext is not None:
+        softcap, left, right = ext
+        unbounded = max(max_len, 1)  # no key is further away: int32-safe in the kernel's sums
+        kernel = decode_split_ext_kernel
+        extra = (scale / softcap if softcap else 0.0, softcap * LOG2E, min(left, unbounded) if left >= 0 else unbounded,
+                 min(right, unbounded) if right >= 0 else unbounded, sq)
+        extra_c = {"SOFTCAP": bool(softcap), "WINDOW": left >= 0 or right >= 0, "MULTI": sq > 1}
+        if sq > 1:  # (token, head) rows in blocks of <= 32: at 64, D=128 spilled 440 B in the loop on sm_80
+            block_g = max(16, min(32, 1 << (sq * group - 1).bit_length()))
+            grid = grid + (_cdiv(sq * group, block_g),)
+    kernel[grid](
         q, k_cache, v_cache, cache_seqlens, bt, out, o_part, lse_part,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         *part_strides, *lse_strides, block_table.stride(0) if paged else 0,
-        scale * LOG2E, hkv, group, split_tokens, max_len,
+        scale * LOG2E, hkv, group, split_tokens, max_len, *extra, **extra_c,
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_G=block_g, BLOCK_N=block_n, PAGE_SIZE=page_size, PAGED=paged,
         SINGLE_SPLIT=single, EVEN_D=block_d == d, CHUNK_PAGES=decode_chunk_pages(page_size, block_n) if paged else 1,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     if not single:
         pow2 = 1 << (n_splits - 1).bit_length()
-        decode_combine_kernel[(batch * hq,)](
-            o_part, lse_part, cache_seqlens, out, lse,
+        row_lens = cache_seqlens if sq == 1 else cache_seqlens.repeat_interleave(sq)  # the combine's rows
+        decode_combine_kernel[(batch * sq * hq,)](
+            o_part, lse_part, row_lens, out, lse,
             o_part.stride(0), o_part.stride(1), o_part.stride(2), lse_part.stride(0), lse_part.stride(1),
             out.stride(0), out.stride(1), lse.stride(0), hq, split_tokens, max_len,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=min(16, pow2), N_SPLITS_POW2=pow2, num_warps=4)
-    return out, lse
+    return out.reshape(q_shape), lse.reshape(*q_shape[:-2], hq)

@@ -68,9 +68,13 @@ def varlen_attention_reference(q, k, v, cu_seqlens_q, cu_seqlens_k, causal: bool
 
 
 def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, softmax_scale: float | None = None,
-                               compute_dtype=torch.float32, block_table=None, return_lse: bool = False):
-    """One query token per sequence (q [B, Hq, D]) against its own first ``cache_seqlens[b]``
-    cached tokens (k_cache [B, Lmax, Hkv, D], or pages [N, page, Hkv, D] with ``block_table``)."""
+                               compute_dtype=torch.float32, block_table=None, return_lse: bool = False,
+                               softcap: float = 0.0, window_size=(-1, -1), causal: bool = False):
+    """One query token per sequence (q [B, Hq, D]), or Sq (q [B, Sq, Hq, D]: the last Sq positions,
+    ``causal`` bottom-right), against its own first ``cache_seqlens[b]`` cached tokens (k_cache
+    [B, Lmax, Hkv, D], or pages [N, page, Hkv, D] with ``block_table``). ``softcap`` and
+    ``window_size`` as ``varlen_attention_reference``'s. lse [B, Hq], or [B, Hq, Sq] for a 4-d q."""
+    multi = q.dim() == 4
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     lens = [int(x) for x in cache_seqlens.tolist()]
     outs, lses = [], []
@@ -82,7 +86,12 @@ def decode_attention_reference(q, k_cache, v_cache, cache_seqlens, softmax_scale
             pages = block_table[b, : (n + page - 1) // page].long()
             kb = k_cache[pages].reshape(-1, *k_cache.shape[2:])[:n]
             vb = v_cache[pages].reshape(-1, *v_cache.shape[2:])[:n]
-        out, lse = _attend(q[b : b + 1], kb, vb, scale, False, compute_dtype)
+        if multi:
+            out, lse = _attend(q[b], kb, vb, scale, causal, compute_dtype, softcap, window_size)
+            outs.append(out)
+            lses.append(lse)
+            continue
+        out, lse = _attend(q[b : b + 1], kb, vb, scale, False, compute_dtype, softcap, window_size)
         outs.append(out[0])
         lses.append(lse[:, 0])
     out = torch.stack(outs, 0)

@@ -160,12 +160,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
-    """One query token per sequence (``causal`` is then a no-op: bottom-right, it sees every cached
-    key); ``num_splits=0`` is the automatic choice, as the peer's."""
-    unsupported = {"more than one query token": q.shape[1] != 1, "k/v append": k is not None or v is not None,
+    """q ``[B, Sq, Hq, D]``: the last Sq positions of each cache, ``causal`` bottom-right, as the
+    peer's; ``num_splits=0`` is the automatic choice, as the peer's. ``window_size``, ``softcap``
+    and ``causal`` pass through to decode_attention."""
+    unsupported = {"k/v append": k is not None or v is not None,
                    "rotary": rotary_cos is not None, "cache_batch_idx": cache_batch_idx is not None,
-                   "cache_leftpad": cache_leftpad is not None, "alibi": alibi_slopes is not None,
-                   "window": tuple(_window(window_size)) != (-1, -1), "softcap": softcap > 0}
+                   "cache_leftpad": cache_leftpad is not None, "alibi": alibi_slopes is not None}
     missing = [name for name, used in unsupported.items() if used]
     if missing:
         raise NotImplementedError(f"decode_attention does not offer: {', '.join(missing)}")
@@ -173,7 +173,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     try:
         out, lse = decode_attention(q, k_cache, v_cache, cache_seqlens, softmax_scale, block_table=block_table,
-                                    num_splits=num_splits or None, return_lse=True)
+                                    num_splits=num_splits or None, return_lse=True,
+                                    window_size=_window(window_size), softcap=float(softcap), causal=causal)
     except ValueError as err:
         raise RuntimeError(str(err)) from err
     return (out, lse) if return_softmax_lse else out

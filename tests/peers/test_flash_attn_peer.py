@@ -23,10 +23,8 @@ Peer parameters not run, and why (each skipped case says which):
 - ``deterministic=True``: the same call as False; our backward is always deterministic (no atomics).
 - ``kvpacked=True`` runs (the shim unbinds kv); the qkvpacked / non-varlen tests are not adapted.
 - varlen_causal ``paged_kv_block_size=256/512``: varlen attention over a paged K/V is not offered.
-- kvcache ``seqlen_q > 1``: decode_attention takes one query token per sequence.
 - kvcache ``new_kv=True`` (k/v append into the cache), ``rotary_fraction > 0`` (rotary applied
   in the kernel), ``has_leftpad`` (cache_leftpad), ``alibi``: not offered by decode_attention.
-- kvcache ``local=True``: a window in decode needs a decode-kernel change (not made here).
 - kvcache_paged_block_table_bounds ``append_knew=True``: k/v append is not offered.
 """
 
@@ -56,10 +54,8 @@ SKIP = {
     "dropout": "dropout is not offered",
     "alibi": "ALiBi is not offered",
     "paged-varlen": "varlen attention over a paged K/V is not offered",
-    "multi-query-decode": "decode_attention takes one query token per sequence",
     "append": "k/v append into the cache is not offered",
     "leftpad": "cache_leftpad is not offered",
-    "decode-window": "a window in decode needs a decode-kernel change",
 }
 
 
@@ -247,7 +243,12 @@ KVCACHE_CPU = [
     (1, 339, 32, "mqa", False, False, 0, 256),
     (1, 128, 59, "mha", True, False, 1, 256),
     (1, 339, 32, "gqa", False, True, 0, None),
+    (1, 339, 59, "mqa", True, True, 1, 256),
+    (1, 128, 32, "mha", False, True, 0, 256),
     (3, 128, 32, "mha", True, False, 0, None),
+    (3, 339, 59, "gqa", False, False, 0, 256),
+    (16, 339, 32, "mqa", True, True, 0, 256),
+    (64, 256, 32, "gqa", True, False, 1, None),
 ]
 
 
@@ -259,16 +260,12 @@ def test_flash_attn_kvcache(seqlen_q, seqlen_k, d, mha_type, causal, local, num_
                             rotary_fraction, has_leftpad, alibi):
     """The peer's grid over new_kv, rotary, leftpad and alibi is pinned to the values we offer (see
     the module docstring); has_batch_idx is False in the peer's grid too."""
-    if seqlen_q > 1:
-        pytest.skip(SKIP["multi-query-decode"])
-    if local:
-        pytest.skip(SKIP["decode-window"])
     device, dtype = DEVICE, torch.float16
     torch.random.manual_seed(0)
     batch_size = 2
     nheads = 6
     nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else 3)
-    window_size = (-1, -1)
+    window_size = (-1, -1) if not local else torch.randint(0, seqlen_k, (2,))
     q = torch.randn(batch_size, seqlen_q, nheads, d, device=device, dtype=dtype)
     if paged_kv_block_size is None:
         k_cache = torch.randn(batch_size, seqlen_k, nheads_k, d, device=device, dtype=dtype)
