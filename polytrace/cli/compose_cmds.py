@@ -284,7 +284,8 @@ def _estimate(args) -> int:
         return 0
     from tabulate import tabulate
 
-    from ..compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table, what_if_lines
+    from ..compose.breakdown import (amdahl_lines, grouped_source_lines, kernel_table, priors_constant_named,
+                                     what_if_lines)
     from ..compose.estimate import TAIL_FIGURES_NOTE
     from ..compose.modes_text import idle_lines
 
@@ -321,7 +322,7 @@ def _estimate(args) -> int:
     for line in what_if_lines(res["summary"]):
         print(line)
     if args.kernels:
-        summary = res["summary"]
+        summary = priors_constant_named(res["summary"])  # the text only: --json keeps the family's key
         print(f"\nkernel families (estimated, mean over {summary['steps']} sampled steps):")
         print(kernel_table(summary))
         print("\nwhere each family's time comes from:")
