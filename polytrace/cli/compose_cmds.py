@@ -315,7 +315,10 @@ def _estimate(args) -> int:
         lo, hi = res["range"]["step_s"]
         why = (f" (the window could not split constant from per-token cost in {', '.join(res['range']['unidentified'])})"
                if res["range"]["unidentified"] else "")
-        print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}")
+        guarded = res.get("guarded") or {}
+        toward = (f"; toward the priors where the range is past 2x: {guarded['step_s']:.1f} s"
+                  if guarded.get("notes") else "")  # calibrate/ranges.guard; the calibrated step stands
+        print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}{toward}")
     print("\n".join(idle_lines(res["summary"])))
     if args.explain:
         print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
