@@ -129,3 +129,12 @@ def test_a_range_past_2x_is_guarded_toward_the_priors(cal, capsys):
     code, res, err = _estimate(capsys, "--calibration", str(cal), "--step", "0")
     assert code == 0, err
     assert not (res.get("guarded") or {}).get("notes") and "toward the priors" not in err
+
+
+def test_a_model_of_another_family_is_the_refusal_alone(cal, capsys):
+    """--model differs from the calibrated run's and is of another family: the one-line error
+    naming the file and both models, without a "differs" note before it (nothing was estimated)."""
+    code, res, err = _estimate(capsys, "--calibration", str(cal), "--model", "llama-3.1-8b", "--step", "0")
+    assert code == 2 and res is None
+    assert err.startswith("polytrace: error: ") and err.count("\n") == 1, err
+    assert str(cal) in err and "qwen2-7b" in err and "llama-3.1-8b" in err and "note:" not in err

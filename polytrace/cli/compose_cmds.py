@@ -223,8 +223,9 @@ def _estimate(args) -> int:
 
     _unused_flags(args)
     differences, cal_doc = _calibrated_run(args)
-    for line in differences:  # on stderr, before any table
-        print(f"note: differs from the calibrated run: {line}", file=sys.stderr)
+    # said once the estimate stands (on stderr, before any table): a refusal (--model of another
+    # family than the calibration's) is then its one-line error alone
+    notes = [f"note: differs from the calibrated run: {line}" for line in differences]
     profile, stated_kw = stated_run(args)
     kw = dict(steps=args.steps, seed=args.seed, **run_shape_kw(args), results=args.results,
               providers=parse_assignments(args.provider, "--provider"),
@@ -250,9 +251,13 @@ def _estimate(args) -> int:
             print(lengths_line)
         cmp = (compare_calibrated(args.calibration, *where, **split, **kw) if args.calibration
                else compare_modes(*where, **split, **kw))
+        for line in notes:
+            print(line, file=sys.stderr)
         return _print_comparison(cmp, args)
     kw.update(split, mode=args.mode, amdahl=args.amdahl if args.kernels else None)
     res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
+    for line in notes:
+        print(line, file=sys.stderr)
     if lengths_line:
         res.setdefault("lengths", {**profile.summary(), "line": lengths_line})
     res["framework"] = framework.name
