@@ -315,6 +315,9 @@ def read_config_file(p: Path) -> ModelSpec:
 def get_model(name_or_path: str) -> ModelSpec:
     """A preset by name, alias or HF repo id, a HF ``config.json`` (file or folder holding one),
     or a Hub repo id whose ``config.json`` is in a local hub cache."""
+    if not str(name_or_path).strip():  # Path("") is ".", whose "folder holds no config.json" named no flag
+        raise PolytraceError(f"--model {name_or_path!r}: empty; give a preset (polytrace presets models), "
+                             "a Hugging Face repo id or a config.json")
     p = Path(name_or_path).expanduser()
     if p.is_dir() and (p / "config.json").is_file():
         p = p / "config.json"

@@ -210,9 +210,9 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int, explain: bo
 def _render_kernels(summary: dict) -> dict:
     """The kernel breakdown (seconds of each family per stage, share, measured or roofline) and
     the Amdahl table, as text and Markdown."""
-    from .compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table
+    from .compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table, priors_constant_named
 
-    summary = _priors_constant_named(summary)
+    summary = priors_constant_named(summary)
     factor = summary["amdahl"][0]["factor"] if summary.get("amdahl") else 2.0
     amdahl_head = (f"Amdahl: the step with one kernel family {factor:g}x faster "
                    f"(its share is the most any speedup of it can save)")
@@ -227,29 +227,6 @@ def _render_kernels(summary: dict) -> dict:
                           *[f"- {line}" for line in grouped_source_lines(summary)], "",
                           f"### {amdahl_head}", "", amdahl_lines(summary, tablefmt="github")])
     return {"text": text, "markdown": markdown}
-
-
-# The family the estimate files the priors' fixed per-stage seconds under; in a table of kernel
-# families it read as a kernel (6.8% of the default step, issue 38): it is a constant of the priors.
-PRIORS_CONSTANT = "priors constant"
-
-
-def _priors_constant_named(summary: dict) -> dict:
-    """``summary`` with the priors' per-stage constants (family "calibration" whose source is the
-    priors) listed as "priors constant"; a fitted calibration's constants keep their name."""
-    fam = summary.get("families", {}).get("calibration")
-    if not fam or fam.get("status") != "priors":
-        return summary
-
-    def renamed(d: dict) -> dict:
-        return {PRIORS_CONSTANT if k == "calibration" else k: v for k, v in d.items()}
-
-    out = dict(summary, families=renamed(summary["families"]),
-               kernels={stage: renamed(fams) for stage, fams in summary["kernels"].items()})
-    if summary.get("amdahl"):
-        out["amdahl"] = [dict(a, family=PRIORS_CONSTANT) if a.get("family") == "calibration" else a
-                         for a in summary["amdahl"]]
-    return out
 
 
 def lengths_figure(profile, steps, seed):

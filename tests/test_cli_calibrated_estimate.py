@@ -106,3 +106,35 @@ def test_a_hand_edited_stated_profile_is_a_one_line_error(cal, tmp_path, capsys)
     bad.write_text(json.dumps(doc))
     code, _, err = _estimate(capsys, "--calibration", str(bad), "--step", "0")
     assert code == 2 and str(bad) in err and "source.profile" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_range_past_2x_is_guarded_toward_the_priors(cal, capsys):
+    """4 prompts instead of the run's 1024: generation's range is past 2x (the window could not
+    split its constant), so the estimate carries "guarded" (calibrate/ranges.guard against the
+    zero-shot estimate of the same configuration) and says its step; the calibrated step stands."""
+    code, res, err = _estimate(capsys, "--calibration", str(cal), "--prompts", "4", "--step", "0")
+    assert code == 0, err
+    g = res["guarded"]
+    lo, hi = res["range"]["stages_s"]["gen"]
+    assert hi / lo > 2.0 and 0 < g["weights"]["gen"] < 1.0
+    cal_gen, moved = res["summary"]["mean_stages_s"]["gen"], g["stages_s"]["gen"]
+    assert lo <= moved < cal_gen  # the priors' generation is shorter: moved down, inside the range
+    assert g["step_s"] == pytest.approx(res["summary"]["mean_step_s"] + moved - cal_gen, rel=1e-12)
+    assert g["notes"] and g["notes"][0] in res["warnings"] and f"warning: {g['notes'][0]}" in err
+    assert main(["estimate", "--calibration", str(cal), "--prompts", "4", "--step", "0"]) == 0
+    out = capsys.readouterr().out
+    assert (f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range" in out
+            and f"; toward the priors where the range is past 2x: {g['step_s']:.1f} s" in out), out
+    # within 2x (the run itself) nothing is guarded
+    code, res, err = _estimate(capsys, "--calibration", str(cal), "--step", "0")
+    assert code == 0, err
+    assert not (res.get("guarded") or {}).get("notes") and "toward the priors" not in err
+
+
+def test_a_model_of_another_family_is_the_refusal_alone(cal, capsys):
+    """--model differs from the calibrated run's and is of another family: the one-line error
+    naming the file and both models, without a "differs" note before it (nothing was estimated)."""
+    code, res, err = _estimate(capsys, "--calibration", str(cal), "--model", "llama-3.1-8b", "--step", "0")
+    assert code == 2 and res is None
+    assert err.startswith("polytrace: error: ") and err.count("\n") == 1, err
+    assert str(cal) in err and "qwen2-7b" in err and "llama-3.1-8b" in err and "note:" not in err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 from _compose_results import family_benches, result_file, write
@@ -268,6 +269,8 @@ def test_estimate_kernels_prints_the_breakdown_sources_and_amdahl(tmp_path, caps
     roofline = [ln for ln in out.splitlines() if ln.strip().startswith("roofline (")]
     assert len(roofline) == 1 and "prefill" in roofline[0] and "logprob" not in roofline[0], roofline
     assert "Amdahl: the step with one kernel family 1.5x faster" in out and "step faster by" in out
+    # the priors' fixed seconds are no kernel family: named as the report names them (issue 38)
+    assert re.search(r"^priors constant\s+[\d.]", out, re.M) and not re.search(r"^calibration\s", out, re.M), out
     assert main([*SMALL_CLI, "--results", files[0], "--speedup", "decode=2"]) == 0
     assert "what-if (decode 2x faster): step" in capsys.readouterr().out
 

@@ -333,7 +333,13 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) 
                           "scalars": doc["scalars"]}
     res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
     if doc.get("split") and res.get("summary", {}).get("mean_stages_s"):  # files before the split have none
-        from .ranges import estimate_range
+        from ..compose.efficiency import PRIORS
+        from .ranges import estimate_range, guard_estimate
 
-        res["range"] = estimate_range(res["summary"], doc["split"], tuple(doc.get("overlapped") or ()))
+        overlapped = tuple(doc.get("overlapped") or ())
+        res["range"] = estimate_range(res["summary"], doc["split"], overlapped)
+        # a range past 2x moves toward the zero-shot estimate of the same configuration (issue 36 item
+        # 6): the priors' one, as `estimate` without --calibration prices it (no Amdahl table needed)
+        zero_shot = mode_estimate(profile, spec, gpu, gpus, **{**kw, "calibration": PRIORS, "amdahl": None})
+        guard_estimate(res, zero_shot, overlapped)
     return res

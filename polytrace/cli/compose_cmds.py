@@ -223,8 +223,9 @@ def _estimate(args) -> int:
 
     _unused_flags(args)
     differences, cal_doc = _calibrated_run(args)
-    for line in differences:  # on stderr, before any table
-        print(f"note: differs from the calibrated run: {line}", file=sys.stderr)
+    # said once the estimate stands (on stderr, before any table): a refusal (--model of another
+    # family than the calibration's) is then its one-line error alone
+    notes = [f"note: differs from the calibrated run: {line}" for line in differences]
     profile, stated_kw = stated_run(args)
     kw = dict(steps=args.steps, seed=args.seed, **run_shape_kw(args), results=args.results,
               providers=parse_assignments(args.provider, "--provider"),
@@ -250,9 +251,13 @@ def _estimate(args) -> int:
             print(lengths_line)
         cmp = (compare_calibrated(args.calibration, *where, **split, **kw) if args.calibration
                else compare_modes(*where, **split, **kw))
+        for line in notes:
+            print(line, file=sys.stderr)
         return _print_comparison(cmp, args)
     kw.update(split, mode=args.mode, amdahl=args.amdahl if args.kernels else None)
     res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
+    for line in notes:
+        print(line, file=sys.stderr)
     if lengths_line:
         res.setdefault("lengths", {**profile.summary(), "line": lengths_line})
     res["framework"] = framework.name
@@ -284,7 +289,8 @@ def _estimate(args) -> int:
         return 0
     from tabulate import tabulate
 
-    from ..compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table, what_if_lines
+    from ..compose.breakdown import (amdahl_lines, grouped_source_lines, kernel_table, priors_constant_named,
+                                     what_if_lines)
     from ..compose.estimate import TAIL_FIGURES_NOTE
     from ..compose.modes_text import idle_lines
 
@@ -314,14 +320,17 @@ def _estimate(args) -> int:
         lo, hi = res["range"]["step_s"]
         why = (f" (the window could not split constant from per-token cost in {', '.join(res['range']['unidentified'])})"
                if res["range"]["unidentified"] else "")
-        print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}")
+        guarded = res.get("guarded") or {}
+        toward = (f"; toward the priors where the range is past 2x: {guarded['step_s']:.1f} s"
+                  if guarded.get("notes") else "")  # calibrate/ranges.guard; the calibrated step stands
+        print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}{toward}")
     print("\n".join(idle_lines(res["summary"])))
     if args.explain:
         print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
     for line in what_if_lines(res["summary"]):
         print(line)
     if args.kernels:
-        summary = res["summary"]
+        summary = priors_constant_named(res["summary"])  # the text only: --json keeps the family's key
         print(f"\nkernel families (estimated, mean over {summary['steps']} sampled steps):")
         print(kernel_table(summary))
         print("\nwhere each family's time comes from:")

@@ -116,6 +116,29 @@ def amdahl_table(families: dict, step_s: float, factor: float, reprice) -> list[
     return rows
 
 
+# The family the estimate files the priors' fixed per-stage seconds under; in a table of kernel
+# families it read as a kernel (6.8% of the default step, issue 38): it is a constant of the priors.
+PRIORS_CONSTANT = "priors constant"
+
+
+def priors_constant_named(summary: dict) -> dict:
+    """``summary`` with the priors' per-stage constants (family "calibration" whose source is the
+    priors) listed as "priors constant"; a fitted calibration's constants keep their name."""
+    fam = summary.get("families", {}).get("calibration")
+    if not fam or fam.get("status") != "priors":
+        return summary
+
+    def renamed(d: dict) -> dict:
+        return {PRIORS_CONSTANT if k == "calibration" else k: v for k, v in d.items()}
+
+    out = dict(summary, families=renamed(summary["families"]),
+               kernels={stage: renamed(fams) for stage, fams in summary["kernels"].items()})
+    if summary.get("amdahl"):
+        out["amdahl"] = [dict(a, family=PRIORS_CONSTANT) if a.get("family") == "calibration" else a
+                         for a in summary["amdahl"]]
+    return out
+
+
 # ---------------------------------------------------------------------------------- tables
 def _stages_present(kernels: dict) -> list[str]:
     return [s for s in BREAKDOWN_STAGES if s in kernels]
