@@ -11,14 +11,28 @@ import re
 import pytest
 
 from polytrace.calibrate.fit import StepData
-from polytrace.calibrate.gpuinfer import (ASSUMED_NOTE, CONTRADICTED_NOTE, INFER_LADDER, INFERRED_NOTE, infer_gpu,
-                                          roofline_margin)
+from polytrace.calibrate.gpuinfer import ASSUMED_NOTE, CONTRADICTED_NOTE, INFER_LADDER, INFERRED_NOTE
+from polytrace.calibrate.gpuinfer import infer_gpu as gpu_search
+from polytrace.calibrate.gpuinfer import roofline_margin
 from polytrace.calibrate.mfu import MfuReading
 from polytrace.errors import PolytraceError
 from polytrace.calibrate.logconfig import Overrides
 from polytrace.compose.efficiency import roofline_share
 
 pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def infer_gpu(path, overrides, prepared, prepare_on):
+    """gpuinfer's decision, its requests acted on as ``validate.prepare`` does: each ``Overrides``
+    it yields is priced by ``prepare_on`` and sent back; its return value is the decision."""
+    search, trial = gpu_search(path, overrides, prepared), None
+    while True:
+        try:
+            ask = search.send(trial)
+        except StopIteration as done:
+            return done.value
+        assert isinstance(ask, Overrides) and ask.gpu in INFER_LADDER, ask
+        trial = prepare_on(path, ask)
 
 
 def _row(step, actual, fams):
@@ -145,7 +159,7 @@ def test_no_preset_fits_keeps_the_assumption_and_blames_the_configuration():
     assert "every preset of " + ", ".join(INFER_LADDER) in notes[0] and "unstated settings" in notes[0]
 
 
-def test_validate_infers_the_publishers_h100_for_a_log_that_beats_an_a100(validation_logs):
+def test_validate_infers_the_publishers_h100_for_a_log_that_beats_an_a100(validation_logs, monkeypatch):
     """The 8-GPU Qwen2-7B PPO log states no GPU; its publisher's README says H100s. Priced on an
     assumed A100 its trainer passes need stages under their peak roofline (and the calibration
     scored the step at 52.7%); the log's own MFU names the H100's class (verl's 989 TFLOP/s), and
@@ -153,8 +167,17 @@ def test_validate_infers_the_publishers_h100_for_a_log_that_beats_an_a100(valida
     from polytrace.calibrate.gpuinfer import roofline_margin
     from polytrace.calibrate.validate import prepare, validate
 
+    import polytrace.calibrate.validate as v
+
     log = f"{validation_logs}/verl_qwen2-7b_ppo_8gpu_b1024x5.log"
+    reads, priced = [], []
+    real_read, real_prepare_on = v.read_log, v._prepare_on
+    monkeypatch.setattr(v, "read_log", lambda p: reads.append(p) or real_read(p))
+    monkeypatch.setattr(v, "_prepare_on", lambda lg, ov, w: priced.append(ov and ov.gpu) or real_prepare_on(lg, ov, w))
     res = validate(log)
+    # read once, priced on the assumed A100 and then on the H100 the MFU names (issue 35: it was read twice)
+    assert reads == [log] and priced == [None, "h100-sxm"], (reads, priced)
+    monkeypatch.undo()
     assert res["config"]["gpu"] == "h100-sxm"
     note = next(n for n in res["notes"] if n.startswith(INFERRED_NOTE))
     assert "from the log's own MFU" in note and "989 TFLOP/s class" in note, note

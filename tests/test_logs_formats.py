@@ -11,9 +11,9 @@ import pytest
 from _verl_logs import Run, step_line, step_records, write_log
 
 from polytrace.calibrate.logconfig import Overrides, config_from_log
-from polytrace.logs import read_log
-from polytrace.logs.reader import _parse_metrics
 from polytrace.calibrate.validate import prepare, validate
+from polytrace.logs import read_log
+from polytrace.logs.console import _parse_metrics
 
 SMALL = dict(steps=24, prompts=32, n=4, max_response=256, max_prompt=256, micro_per_gpu=4, mini_batch=16,
              test_freq=5, save_freq=10)

@@ -96,3 +96,65 @@ def test_a_set_in_the_other_trainers_key_is_one_line(tmp_path):
     assert run.remove_padding is False
     with pytest.raises(SettingError, match="name one switch"):
         parse_settings([f"{FSDP_PAD}=true", f"{MEG_PAD}=true"])
+
+
+# A NeMo RL configuration (the shape of NVIDIA-NeMo/RL's examples/configs/grpo_*.yaml), flattened
+_NEMO = {
+    "grpo.num_prompts_per_step": 256, "grpo.num_generations_per_prompt": 5,
+    "policy.model_name": "Qwen/Qwen2.5-0.5B-Instruct", "policy.train_global_batch_size": 320,
+    "policy.generation.max_new_tokens": 1024, "policy.generation.vllm_cfg.tensor_parallel_size": 2,
+    "policy.generation.vllm_cfg.gpu_memory_utilization": 0.6, "policy.generation.vllm_cfg.enforce_eager": False,
+    "policy.dtensor_cfg.enabled": True, "policy.dtensor_cfg.activation_checkpointing": False,
+    "policy.megatron_cfg.enabled": False, "policy.megatron_cfg.activation_checkpointing": True,
+    "policy.megatron_cfg.tensor_model_parallel_size": 4, "policy.sequence_packing.enabled": True,
+    "cluster.gpus_per_node": 8, "cluster.num_nodes": 1,
+}
+
+
+def test_nemo_rl_is_a_dialect_of_its_own_mapped_into_the_runspec():
+    from polytrace.run.dialects import NEMO_RL, nemo_rl_as_verl, nemo_rl_settings, trainer_dialect
+    from polytrace.run.spec import SpecError
+
+    assert trainer_dialect(_NEMO) == NEMO_RL and trainer_dialect({"data.train_batch_size": 8}) == "verl"
+    got = nemo_rl_settings(_NEMO)
+    # the DTensor trainer is enabled: the Megatron section's recompute and TP are not read
+    assert got == {"strategy": "fsdp", "framework": "nemo-rl", "prompts": 256, "n": 5, "train_batch": 320,
+                   "max_response_len": 1024, "rollout_tp": 2, "mem_fraction": 0.6, "eager": False,
+                   "remove_padding": True, "gradient_checkpointing": False}
+    meg = nemo_rl_settings({**_NEMO, "policy.megatron_cfg.enabled": True, "grpo.async_grpo.enabled": True})
+    assert (meg["strategy"], meg["train_tp"], meg["gradient_checkpointing"], meg["mode"]) == (
+        "megatron", 4, True, "fully-async")
+    verl = nemo_rl_as_verl(_NEMO)
+    assert verl[verl_key("prompts")] == 256 and verl[verl_key("n")] == 5 and verl[verl_key("rollout_tp")] == 2
+    assert verl[verl_key("gradient_checkpointing")] is False and verl[FSDP_PAD] is True
+    # 320 responses per optimizer step of 5 per prompt: verl's mini-batch of 64 prompts
+    assert verl["actor_rollout_ref.actor.ppo_mini_batch_size"] == 64
+    assert verl["actor_rollout_ref.model.path"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert (verl["trainer.nnodes"], verl["trainer.n_gpus_per_node"]) == (1, 8)
+    assert nemo_rl_as_verl({**_NEMO, "policy.megatron_cfg.enabled": True})[MEG_PAD] is True
+    with pytest.raises(SpecError, match=r"NeMo RL's policy.generation.vllm_cfg.gpu_memory_utilization must be"):
+        nemo_rl_settings({**_NEMO, "policy.generation.vllm_cfg.gpu_memory_utilization": 1.5})
+
+
+def test_a_nemo_rl_config_file_configures_validate(tmp_path):
+    """A console log with no launch line, given its NeMo RL config (``--config``): the run is read
+    from NeMo RL's keys through the dialect."""
+    import yaml
+
+    run = Run(steps=14, rollout_tp=2)
+    path = write_log(tmp_path / "run.log", run, header="")
+    nested: dict = {}
+    for key, value in _NEMO.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    cfg = tmp_path / "nemo.yaml"
+    cfg.write_text(yaml.safe_dump(nested))
+    conf, notes = config_from_log(read_log(path), Overrides(gpu="h100", configs=(str(cfg),)))
+    assert "read through its dialect" in " ".join(notes)
+    got = conf.to_dict()
+    assert (got["model"], got["n_gpus"], got["prompts_per_step"], got["n"], got["rollout_tp"]) == (
+        "qwen2.5-0.5b", 8, 256, 5, 2), got
+    assert (got["max_response_len"], got["mem_fraction"], got["gradient_checkpointing"]) == (1024, 0.6, False), got

@@ -19,6 +19,11 @@ of the device it detected, so the log names its GPU's class itself (the play-ver
 870-983 TFLOP/s against the H100's 989). An assumed GPU is replaced by that class's preset when no
 step beats its roofline; a GPU that is given (``--gpu``, the publisher, the log) and contradicts the
 reading keeps being priced, with a note naming both.
+
+This module prices nothing itself: ``infer_gpu`` is a generator that yields each GPU hypothesis it
+wants priced (``Overrides`` naming the preset) and is sent back the log priced on it; its return
+value is the decision. ``validate.prepare`` reads the log once and acts on each request, so no
+function of ``validate`` is handed down here and called back (a loop the import graph did not show).
 """
 
 from __future__ import annotations
@@ -55,13 +60,14 @@ def impossible(reading, gpu) -> str | None:
                if reading.verl_class is not None else ""))
 
 
-def slowest_allowed(path, base, start: str, prepare_on) -> tuple[tuple | None, list[str]]:
-    """The log prepared on the slowest ``INFER_LADDER`` preset after ``start`` whose peak roofline
-    no step beats (None: every one is beaten), and the rejected ones with their margins."""
+def slowest_allowed(base, start: str):
+    """Asks for the log priced on each ``INFER_LADDER`` preset after ``start`` in turn (yields the
+    ``Overrides``; sent the prepared tuple) and returns the first whose peak roofline no step beats
+    (None: every one is beaten), and the rejected ones with their margins."""
     rejected = []
     first = INFER_LADDER.index(start) + 1 if start in INFER_LADDER else 0
     for slug in INFER_LADDER[first:]:
-        trial = prepare_on(path, dataclasses.replace(base, gpu=slug))
+        trial = yield dataclasses.replace(base, gpu=slug)
         m = roofline_margin(trial[3])
         if m >= 1.0:
             return trial, rejected
@@ -69,17 +75,17 @@ def slowest_allowed(path, base, start: str, prepare_on) -> tuple[tuple | None, l
     return None, rejected
 
 
-def contradicted_note(path, base, slug: str, margin: float, flag: bool, reading, prepare_on) -> str:
+def contradicted_note(path, base, slug: str, margin: float, flag: bool, reading):
     """The note for a GPU that is given (``--gpu``, ``flag``) or stated by the log and that some
     step beats at its peak roofline (``margin`` < 1): it names the GPU and the slowest one the
-    steps allow, and says what pricing on it does to the calibration. A ``--gpu`` the log's own
-    FLOP count rules out (``impossible``) is refused."""
+    steps allow (asked for as ``slowest_allowed`` does), and says what pricing on it does to the
+    calibration. A ``--gpu`` the log's own FLOP count rules out (``impossible``) is refused."""
     how = "--gpu" if flag else "as the log states"
     gpu = GPUS.get(slug)  # a preset: what --gpu takes
     why = impossible(reading, gpu) if flag and gpu is not None else None
     if why:
         raise PolytraceError(f"{path}: --gpu {slug}: {why}; pass the GPU it ran on, or leave --gpu out to infer it")
-    trial, rejected = slowest_allowed(path, base, slug, prepare_on)
+    trial, rejected = yield from slowest_allowed(base, slug)
     allowed = trial[1].gpu.slug if trial is not None else None
     fits = (f"the slowest of {', '.join(INFER_LADDER)} no step beats is {allowed}"
             + (f" (also beaten: {'; '.join(rejected)})" if rejected else "") if allowed else
@@ -106,10 +112,11 @@ def roofline_margin(rows, stages=None) -> float:
     return worst
 
 
-def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
-    """``prepared`` (``validate.prepare``'s tuple: log, run, notes, rows, split) as it is when its
-    GPU was stated or survives the test, else re-prepared (``prepare_on(path, overrides)``) on the
-    slowest ``INFER_LADDER`` preset no step beats, its notes saying which and why."""
+def infer_gpu(path, overrides, prepared: tuple):
+    """A generator: ``prepared`` (``validate.prepare``'s tuple: log, run, notes, rows, split) as it
+    is when its GPU was stated or survives the test, else the log priced on the slowest
+    ``INFER_LADDER`` preset no step beats, its notes saying which and why, as its return value.
+    Each GPU to try is yielded as ``Overrides``, and the log priced on it is sent back."""
     log, run, notes, rows, split = prepared
     at = next((i for i, n in enumerate(notes) if n.startswith(ASSUMED_NOTE)), None)
     reading = read_mfu(log, run)
@@ -119,10 +126,10 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
         added = [] if check is None else [check]
         margin = roofline_margin(rows)
         if margin < 1.0:
-            added.append(contradicted_note(path, base, run.gpu.slug, margin, bool(base.gpu), reading, prepare_on))
+            added.append((yield from contradicted_note(path, base, run.gpu.slug, margin, bool(base.gpu), reading)))
         return prepared if not added else (log, run, [*notes, *added], rows, split)
     if reading is not None and reading.choice is not None:
-        trial = prepare_on(path, dataclasses.replace(base, gpu=reading.choice))
+        trial = yield dataclasses.replace(base, gpu=reading.choice)
         t_log, t_run, t_notes, t_rows, t_split = trial
         m = roofline_margin(t_rows)
         if m >= 1.0:
@@ -136,7 +143,7 @@ def infer_gpu(path, overrides, prepared: tuple, prepare_on) -> tuple:
     margin = roofline_margin(rows)
     if margin >= 1.0:
         return prepared if notes is prepared[2] else (log, run, notes, rows, split)
-    trial, more = slowest_allowed(path, base, run.gpu.slug, prepare_on)
+    trial, more = yield from slowest_allowed(base, run.gpu.slug)
     rejected = [f"{run.gpu.slug} ({margin:.2f}x its peak-roofline seconds)", *more]
     if trial is not None:
         t_log, t_run, t_notes, t_rows, t_split = trial

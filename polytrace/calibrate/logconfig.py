@@ -21,6 +21,7 @@ inferred value is reported with its source:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ from ..errors import PolytraceError
 from ..logs import TrainingLog, Unresolved
 from ..logs.companion import attach, read_companion
 from ..logs.timers import apply_stage_map
-from ..run.dialects import trainer_backend
+from ..run.dialects import NEMO_RL, nemo_rl_as_verl, trainer_backend, trainer_dialect
 from ..run.spec import verl_default, verl_key
 from ..wording import counted
 from .identity import (  # noqa: F401
@@ -244,6 +245,19 @@ def _observed_max(log: TrainingLog, key: str) -> int | None:
 # --- the configuration -------------------------------------------------------------------------
 
 
+def _in_verl_keys(log: TrainingLog, notes: list) -> TrainingLog:
+    """A NeMo RL run's configuration read under verl's keys too (``dialects.nemo_rl_as_verl``),
+    where the log does not state them itself; the notes say so once."""
+    config = log.config
+    if trainer_dialect(config) != NEMO_RL:
+        return log
+    added = {k: v for k, v in nemo_rl_as_verl(config).items() if config.get(k) is None}
+    notes.append(f"NeMo RL configuration: {len(added)} setting(s) read through its dialect (run/dialects.py)")
+    return dataclasses.replace(log, companion={**log.companion, **added},
+                               companion_sources={**log.companion_sources,
+                                                  **{k: "the NeMo RL configuration" for k in added}})
+
+
 def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunConfig, list[str]]:
     """The run's configuration; notes list what was assumed or inferred rather than read."""
     ov = ov or Overrides()
@@ -252,6 +266,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         attach(log, [read_companion(c) for c in ov.configs])
     apply_stage_map(log, ov.stage_map, notes)
     log = given_settings(log, ov)  # --set wins over the log and its companion files
+    log = _in_verl_keys(log, notes)
     v = _Values(log)
     stages = set(log.stages())
     model = resolve_model(log, ov.model, notes)

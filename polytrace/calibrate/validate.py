@@ -271,13 +271,20 @@ def prepare(path, overrides: Overrides | None = None, window: int = 10):
     """A log read, configured, checked and priced: (log, run, notes, rows, split). Settings the
     log leaves unstated are inferred on its first ``window`` usable steps (``infer``); an assumed
     GPU that some step beats at its peak roofline is replaced by the slowest one none does
-    (``gpuinfer``)."""
-    prepared = _prepare_on(path, overrides, window)
-    return infer_gpu(path, overrides, prepared, lambda p, ov: _prepare_on(p, ov, window))
-
-
-def _prepare_on(path, overrides: Overrides | None, window: int):
+    (``gpuinfer``). The file is read once: each GPU hypothesis ``gpuinfer`` asks for is priced
+    on a working copy of the same record."""
     log = read_log(path)
+    search = infer_gpu(path, overrides, _prepare_on(log.working_copy(), overrides, window))
+    trial = None
+    while True:
+        try:
+            ask = search.send(trial)  # the GPU hypothesis to price next
+        except StopIteration as done:  # the decision: the log as priced on the GPU kept
+            return done.value
+        trial = _prepare_on(log.working_copy(), ask, window)
+
+
+def _prepare_on(log: TrainingLog, overrides: Overrides | None, window: int):
     run, notes = config_from_log(log, overrides)
     split = execution_split(log)
     left: list[str] = []

@@ -7,6 +7,7 @@ import contextlib
 import re
 from pathlib import Path
 
+from ..run.spec import LOG_OVERRIDES, declarations
 from ..wording import counted
 from ._args import add_out
 from ._args import nonneg_int as _nonneg_int
@@ -14,18 +15,22 @@ from ._args import positive_int as _pos_int
 from ._io import print_json
 from ._settings import add_set_flag, estimate_settings, parsed_settings
 
+# a declaration's kind -> the type of its LOG override flag (always optional: the log may state it)
+_LOG_TYPES = {"text": str, "count": _pos_int}
+# what the flag says beyond its declaration's help, for validate and calibrate LOG
+# estimate's "(default: the profile's)": a log's own value is the default here
+_DEFAULT_SAID = re.compile(r"\s*\(default:[^)]{0,80}\)")
+_LOG_HELP = {"gpu": "; checked against the device names the log shows (none shown: a100-80g, with a note)"}
+
 
 def _log_config_flags(p) -> None:
-    """The flags that state what a log does not (shared by validate and calibrate LOG)."""
-    p.add_argument("--model", default=None, help="model preset or HF config.json, when the log does not name it")
-    p.add_argument("--gpu", default=None, help="GPU preset, checked against the device names the log shows "
-                   "(none shown: a100-80g, with a note)")
-    p.add_argument("--gpus", type=_pos_int, default=None, help="GPU count, when the log does not state it")
-    p.add_argument("--prompts", type=_pos_int, default=None, help="prompts per step, when not stated")
-    p.add_argument("--n", type=_pos_int, default=None, help="responses per prompt, when not stated")
-    p.add_argument("--max-prompt-len", type=_pos_int, default=None, help="prompt length cap, when not stated")
-    p.add_argument("--max-response-len", type=_pos_int, default=None, help="response length cap, when not stated")
-    p.add_argument("--rollout-tp", type=_pos_int, default=None, help="rollout tensor parallelism, when not stated")
+    """The flags that state what a log does not (shared by validate and calibrate LOG): the LOG
+    overrides generated from their RunSpec declarations, then the companion files and timers."""
+    decls = declarations()
+    for name in LOG_OVERRIDES:
+        d = decls[name]
+        p.add_argument(d.flag, dest=d.argument, type=_LOG_TYPES[d.kind], default=None, metavar=d.metavar,
+                       help=f"{_DEFAULT_SAID.sub('', d.help)}, when the log does not state it{_LOG_HELP.get(name, '')}")
     # companion files and timer names (a run's wandb/Hydra files, a custom rollout timer)
     p.add_argument("--config", action="append", default=[], metavar="FILE",
                    help="companion file of the run, repeatable: wandb config.yaml / wandb-metadata.json, Hydra "
@@ -152,9 +157,9 @@ def _overrides(args):
 
     check_companions(args.config, args.log)
 
-    return Overrides(model=args.model, gpu=args.gpu, gpus=args.gpus, prompts=args.prompts, n=args.n,
-                     max_prompt_len=args.max_prompt_len, max_response_len=args.max_response_len,
-                     rollout_tp=args.rollout_tp, configs=tuple(args.config), stage_map=parse_stage_map(args.stage),
+    decls = declarations()
+    return Overrides(**{n: getattr(args, decls[n].argument) for n in LOG_OVERRIDES},
+                     configs=tuple(args.config), stage_map=parse_stage_map(args.stage),
                      settings=parsed_settings(args))
 
 

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from ..errors import PolytraceError
+from .console import read_console_log
 
 _STEP_LINE = re.compile(r"(?:^|[\s)\]])step:\d{1,9}\s{1,8}-\s{1,8}\S")
 # a notebook is JSON; a console log big enough to matter is never one object with "cells"
@@ -81,3 +82,16 @@ def read_notebook_lines(path: Path) -> tuple[list[str], str]:
         note += (f"; the notebook's Colab metadata names gpuType {colab['gpuType'][:40]!r}, not read as "
                  "the GPU that ran the cell")
     return lines, note
+
+
+NAME = "notebook"
+
+
+def sniff(path: Path, head: str) -> bool:
+    return looks_like_notebook(path, head)
+
+
+def read(path: Path):
+    """The chosen cell read as a verl console log (``console``), its line numbers the cell's."""
+    lines, note = read_notebook_lines(path)
+    return read_console_log(path, lines=lines, notes=[note])

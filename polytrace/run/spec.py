@@ -427,3 +427,8 @@ OWN_FLAGS = ("cluster", "mode")
 def flag_settings() -> list[Decl]:
     """The declarations whose flags are generated (``polytrace.cli._settings.add_run_flags``)."""
     return [d for d in declarations().values() if d.flag and d.section not in OWN_FLAGS]
+
+
+# The settings a log may leave unstated that validate and calibrate LOG take as flags (their
+# ``Overrides``, ``calibrate.logconfig``): the flags are generated from these declarations.
+LOG_OVERRIDES = ("model", "gpu", "gpus", "prompts", "n", "max_prompt_len", "max_response_len", "rollout_tp")
