@@ -57,7 +57,17 @@ from .stats import (
     rounds_needed,
 )
 from .validation import MAX_ROUND_S, MIN_ROUND_S
-from .verdict import classify, robust_spread, sample_size, shift_interval
+from .verdict import (
+    change_interval,
+    classify,
+    classify_speedup,
+    fail_line,
+    inconclusive_line,
+    regressions_found,
+    robust_spread,
+    sample_size,
+    shift_interval,
+)
 
 __all__ = ["Aggregate", "Comparison", "GateReport", "WEIGHT_BASIS", "aggregate_weights", "compare", "min_p_value"]
 
@@ -190,24 +200,18 @@ class GateReport:
     @property
     def verdict(self) -> str:
         code = self.exit_code
-        n = len(self.gated_regressions)
-        found = [counted(n, "regression")] if n else []
-        if self.aggregate_regressions:
-            found.append(counted(len(self.aggregate_regressions), "weighted-mean regression"))
-        errors = counted(len(self.errors), "error")
+        found = regressions_found(len(self.gated_regressions), len(self.aggregate_regressions))
         if code == 2:
+            errors = counted(len(self.errors), "error")
             return "REFUSED" + (f" ({errors})" if self.errors and not (self.refusals and not self.forced) else "")
         if code == 1:
             if not found:
                 found.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
-            return "FAIL: " + ", ".join(found) + (f"; also {errors}" if self.errors else "")
+            return fail_line(found, len(self.errors))
         if code == 3:
-            what = [counted(len(self.inconclusive), "benchmark")] if self.inconclusive else []
-            if self.aggregate_inconclusive:
-                what.append(counted(len(self.aggregate_inconclusive), "weighted mean"))
             need = self.rounds_advice
-            return ("INCONCLUSIVE: " + " and ".join(what) + " undecided"
-                    + (f"; rerun with at least {need} rounds each ({MORE_ROUNDS})" if need else ""))
+            return inconclusive_line(len(self.inconclusive), "benchmark", len(self.aggregate_inconclusive),
+                                     f"rerun with at least {need} rounds each ({MORE_ROUNDS})" if need else "")
         return "PASS" + (" (forced past refusals)" if self.refusals else "")
 
     def to_dict(self) -> dict:
@@ -309,8 +313,7 @@ def _compare_one(b: BenchResult, c: BenchResult, is_gated: bool, threshold: floa
     comp.change = change_of(lr)
     comp.p_value = mann_whitney_p(b.rounds, c.rounds)
     lo, hi = shift_interval(b.rounds, c.rounds, alpha)
-    comp.ci_low = change_of(lo) if math.isfinite(lo) else None
-    comp.ci_high = change_of(hi) if math.isfinite(hi) else None
+    comp.ci_low, comp.ci_high = change_interval(lo, hi)
     comp.status = classify(lr, comp.p_value, lo, hi, threshold, alpha)
     if comp.status == "inconclusive":
         variance = robust_spread(np.log(b.rounds)) ** 2 + robust_spread(np.log(c.rounds)) ** 2
@@ -429,16 +432,7 @@ def _aggregate(report: GateReport, key, comps: list[Comparison], base: dict[str,
         resampled = sum(wi * boot[c.id] for c, wi in zip([c for c, t in zip(comps, tested) if t], wt))
         lo, hi = np.quantile(resampled, [report.alpha / 2, 1 - report.alpha / 2])
         ci_low, ci_high = float(math.exp(lo)), float(math.exp(hi))
-        # the three-way rule of polytrace.results.verdict on the speedup's log: p < alpha is the
-        # interval excluding 0; "unchanged" is the interval within +-threshold
-        t = math.log1p(report.threshold)
-        status = "inconclusive"
-        if -center > t and hi < 0:
-            status = "regression"
-        elif center > t and lo > 0:
-            status = "improvement"
-        elif -t < lo and hi < t:
-            status = "unchanged"
+        status = classify_speedup(center, lo, hi, report.threshold)
         if not tested.all():
             note = (f"{int((~tested).sum())} member(s) (weight {float(w[~tested].sum()):.1%}) with fewer than "
                     f"{MIN_BOOTSTRAP_ROUNDS} rounds left out, judged on their own")
