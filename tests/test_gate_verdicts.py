@@ -21,7 +21,7 @@ from test_gate_holes import entry, gate
 from test_results_synth import SHAPES, cli_main, make_result, write
 
 from polytrace.ab import paired
-from polytrace.results import compare, load_result
+from polytrace.results import Rule, compare, load_result
 from polytrace.results.render import format_p
 from polytrace.results.stats import mann_whitney_p
 from polytrace.results.verdict import classify, paired_interval, sample_size, shift_interval
@@ -117,7 +117,7 @@ def test_the_gate_aggregate_interval_has_tails_of_alpha_over_two(alpha):
     (1.28 at alpha 0.2, 1.96 at 0.05); tails of alpha would give 0.84 and 1.64."""
     base = [entry("tokens=1", 1e-3 * np.exp(_quantile_rounds(0.01)), weight=1.0)]
     cand = [entry("tokens=1", 1e-3 * np.exp(_quantile_rounds(0.01, 7)), weight=1.0)]
-    (agg,) = gate(base, cand, alpha=alpha).aggregates
+    (agg,) = gate(base, cand, rule=Rule(alpha=alpha)).aggregates
     half = (math.log(agg.ci_high) - math.log(agg.ci_low)) / 2
     z = half / (math.sqrt(2) * 1.2533 * 0.01 / math.sqrt(N_QUANTILE))
     assert abs(z - norm.ppf(1 - alpha / 2)) < 0.12, z

@@ -58,6 +58,7 @@ from .stats import (
 )
 from .validation import MAX_ROUND_S, MIN_ROUND_S
 from .verdict import (
+    Rule,
     change_interval,
     classify,
     classify_speedup,
@@ -69,7 +70,8 @@ from .verdict import (
     shift_interval,
 )
 
-__all__ = ["Aggregate", "Comparison", "GateReport", "WEIGHT_BASIS", "aggregate_weights", "compare", "min_p_value"]
+__all__ = ["Aggregate", "Comparison", "GatePolicy", "GateReport", "Rule", "WEIGHT_BASIS", "aggregate_weights",
+           "compare", "min_p_value"]
 
 GATED_KINDS = ("ours", "")
 VERSION_KEYS = ("torch_version", "triton_version", "cuda_version", "driver_version")
@@ -232,10 +234,25 @@ def _summary(r: ResultFile) -> dict:
     return out
 
 
-def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0.05, alpha: float = 0.002,
-            force: bool = False, gate_all: bool = False, fail_on_missing: bool = False,
-            n_boot: int | None = None, seed: int = 0, allow_cpu: bool = False) -> GateReport:
-    """Compare two result files (or merged folders); see the module docstring for the rules."""
+@dataclass(frozen=True)
+class GatePolicy:
+    """What the gate vouches for and what it lets past: ``force`` compares refused inputs,
+    ``allow_cpu`` compares interpreter (CPU) files, ``gate_all`` gates every provider kind (not only
+    ours), ``fail_on_missing`` fails when a gated benchmark of the baseline is missing."""
+
+    force: bool = False
+    allow_cpu: bool = False
+    gate_all: bool = False
+    fail_on_missing: bool = False
+
+
+def compare(baseline: ResultFile, candidate: ResultFile, *, rule: Rule | None = None,
+            policy: GatePolicy = GatePolicy(), n_boot: int | None = None, seed: int = 0) -> GateReport:
+    """Compare two result files (or merged folders); see the module docstring for the rules
+    (``rule``: the default 5% at alpha 0.002 when None)."""
+    rule = rule or Rule()
+    threshold, alpha = rule.threshold, rule.alpha
+    force, gate_all, allow_cpu = policy.force, policy.gate_all, policy.allow_cpu
     if not (0 < threshold < 10):
         raise ValueError(f"threshold must be a fraction in (0, 10), got {threshold}")
     if not (0 < alpha < 1):
@@ -243,7 +260,7 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
     if n_boot is None:
         n_boot = n_boot_for(alpha)
     report = GateReport(_summary(baseline), _summary(candidate), threshold, alpha, [], [], forced=force,
-                        fail_on_missing=fail_on_missing)
+                        fail_on_missing=policy.fail_on_missing)
     _check_machines(baseline, candidate, report, allow_cpu)
 
     base, cand = baseline.by_id(), candidate.by_id()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -55,6 +56,16 @@ MAX_WALSH_PAIRS = 2000  # beyond: 2M Walsh averages; the sign test's median inte
 MAX_INTERVAL_ROUNDS = 2000  # per side; more rounds are subsampled (seeded), which only widens it
 MAX_ADVICE = 100_000  # rounds/pairs advice is capped here ("more than" beyond)
 DECIDED = ("regression", "improvement", "unchanged")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The rule's two settings, one type for the gate and ``ab``: the relative change that matters
+    (``threshold``, 5%) and the false-alarm rate (``alpha``, 0.002: 1 in 500 unchanged benchmarks
+    flagged by chance)."""
+
+    threshold: float = 0.05
+    alpha: float = 0.002
 
 
 def classify(log_change: float, p_value: float, lo: float, hi: float, threshold: float, alpha: float) -> str:
