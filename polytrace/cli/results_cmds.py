@@ -301,10 +301,10 @@ def _tune(args) -> int:
     if args.allow_cpu and not args.ray:
         _interpret_on_cpu(getattr(args, "from_command_line", False))
 
-    session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
-                               root=args.out, model=args.model, max_buckets=args.max_buckets,
-                               progress=not args.quiet, ray=args.ray, workers=args.workers,
-                               allow_cpu=args.allow_cpu, max_retries=args.max_retries)
+    session = tune.run_session(args.kernel, target=tune.TuneTarget(args.profile, args.model, args.seed,
+                                                                   args.max_buckets),
+                               budget_s=args.budget_s, root=args.out, progress=not args.quiet,
+                               cluster=tune.ClusterSpec(args.ray, args.workers, args.allow_cpu, args.max_retries))
     if args.json:
         from ._io import print_json
 
