@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -49,12 +50,24 @@ def md_link(path: str) -> str:
     return quote(str(path).replace(os.sep, "/"), safe="/.-_~")
 
 
-def build_report(profile=None, model=None, gpu=None, gpus=None, steps=None, seed: int = 0,
+@dataclass(frozen=True)
+class ReportRun:
+    """The run a report prices: a profile (None: the default one) with its model and GPU count
+    unless given, on ``gpu`` (None: the default GPU)."""
+
+    profile: str | None = None
+    model: str | None = None
+    gpu: str | None = None
+    gpus: int | None = None
+
+
+def build_report(run: ReportRun = ReportRun(), steps=None, seed: int = 0,
                  output_dir: str | os.PathLike = "polytrace-report", explain: bool = False,
                  roofline: bool = False, write: bool = True) -> dict:
     """The report: workload statistics and the step estimate, priced as ``polytrace estimate``
     prices it by default, with the shared physical priors (``roofline``: the base prices alone).
     ``write=False``: nothing is written (no folder, no files); the text and data are returned."""
+    profile, model, gpu, gpus = run.profile, run.model, run.gpu, run.gpus
     from .describe import describe, format_describe
 
     out = Path(output_dir)

@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from polytrace.bench import run_bench  # noqa: E402
+from polytrace.bench.cluster import ClusterSpec  # noqa: E402
+from polytrace.bench.run import BenchCases, ShardPlan  # noqa: E402
 
 
 def _ids(run: Path, suite: str) -> list[str]:
@@ -61,11 +63,11 @@ def main() -> int:
                             *[f"suites/test_{s}.py" for s in args.suites], f"--benchmark-json={tmp}/plain{i}.json"],
                            cwd=ROOT, check=True, capture_output=True)
             plain_s = time.monotonic() - t0
-            serial = run_bench(Path(tmp) / f"serial{i}", suites=args.suites)
-            clustered = run_bench(Path(tmp) / f"ray{i}", suites=args.suites, ray="local", allow_cpu=True,
-                                  workers=args.workers)
-            balanced = run_bench(Path(tmp) / f"balanced{i}", suites=args.suites, ray="local", allow_cpu=True,
-                                 workers=args.workers, balance_from=Path(tmp) / f"serial{i}")
+            cases, local = BenchCases(args.suites), ClusterSpec("local", args.workers, allow_cpu=True)
+            serial = run_bench(Path(tmp) / f"serial{i}", cases=cases)
+            clustered = run_bench(Path(tmp) / f"ray{i}", cases=cases, cluster=local)
+            balanced = run_bench(Path(tmp) / f"balanced{i}", cases=cases, cluster=local,
+                                 shards=ShardPlan(balance_from=Path(tmp) / f"serial{i}"))
             assert not ray.is_initialized()
             same = all(_ids(Path(tmp) / f"serial{i}", s) == _ids(Path(tmp) / f"ray{i}", s) for s in args.suites)
             serial_cpu = serial.collect_cpu_s + sum(r["polytrace_shard"]["cpu_s"] for r in serial.records)

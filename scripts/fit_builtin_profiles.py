@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from polytrace.profiles.drift import drift_from_series  # noqa: E402
-from polytrace.profiles.fit import fit_profile  # noqa: E402
+from polytrace.profiles.fit import StatedBatch, fit_profile  # noqa: E402
 from polytrace.profiles.profile import BatchConfig, Profile  # noqa: E402
 from polytrace.trace import load_trace  # noqa: E402
 
@@ -46,7 +46,7 @@ def fit_traces(data: Path) -> None:
     for name, (folder, load_kw, cfg_kw, desc) in TRACES.items():
         trace = load_trace(data / folder, **load_kw)
         profile = fit_profile(trace, name=name, description=desc,
-                              source=f"fitted from PolyTrace {folder} ({PT})", **cfg_kw)
+                              source=f"fitted from PolyTrace {folder} ({PT})", batch=StatedBatch(**cfg_kw))
         (OUT / f"{name}.json").write_text(profile.dumps())
         print(f"{name}: {profile.fit_stats} config={profile.config}")
 

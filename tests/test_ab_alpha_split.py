@@ -55,14 +55,15 @@ def test_run_ab_until_decided_keeps_the_split_to_the_last_judgement(tmp_path, mo
     repo = make_repo(tmp_path / "repo")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
-    def fake_run_pair(result, *args, more=None, **kw):
+    def fake_run_pair(result, base, cand, pairing):
         _fill(result)
-        while more is not None and more(result) is not None:
+        while pairing.more is not None and pairing.more(result) is not None:
             pass
 
     monkeypatch.setattr(runner.measure, "run_pair", fake_run_pair)
-    rep = runner.run_ab("base", "base", repo=str(repo), suites=["packing"], keyword="pack and not unpack and r1m0",
-                        threshold=0.05, alpha=ALPHA, force=True, until_decided=True, max_pairs=PAIRS)
+    rep = runner.run_ab("base", "base", cases=runner.CaseSource(str(repo), ["packing"], "pack and not unpack and r1m0"),
+                        rule=runner.Rule(0.05, ALPHA), force=True, pairs=runner.PairPlan(until_decided=True,
+                                                                                          max_pairs=PAIRS))
     assert len(rep.cases) == 1 and rep.judged_alpha == pytest.approx(ALPHA / 2)
     case = rep.cases[0]
     assert case.status == "inconclusive" and ALPHA / 2 < case.p_value < ALPHA, (case.status, case.p_value)

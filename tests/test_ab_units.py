@@ -280,7 +280,7 @@ def _run(base_case, cand_case, rounds=12, seed=0) -> CaseResult:
     base, cand = _revisions()
     c = CaseResult(id=cand_case.id, suite="packing", family="packing", kernel="toy", provider="ours", mode="fwd",
                    shape_id="n=6", shape={"n": 6}, profile="", seed=None, step=None, weight=1.0)
-    measure.run_pair(c, base_case, cand_case, base, cand, rounds=rounds, seed=seed)
+    measure.run_pair(c, measure.Side(base_case, base), measure.Side(cand_case, cand), measure.Pairing(rounds, seed))
     if c.base_rounds:
         judge(c, 0.05, 0.002)
     return c

@@ -16,6 +16,8 @@ import pytest
 from _bench_fakes import merged_ids, plain_pytest_ids, run_counts, shard_records, write_suites
 
 from polytrace.bench import ledger, merge_dir, run_bench
+from polytrace.bench.cluster import ClusterSpec
+from polytrace.bench.run import BenchCases, ShardPlan
 from polytrace.errors import PolytraceError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,8 +96,9 @@ def test_serial_run_writes_the_ids_and_order_of_plain_pytest(suites, tmp_path, c
     """Shards of two cases each, merged: per suite, exactly the benchmark ids of one plain
     `pytest --benchmark-json` run, in its order, readable by the results store."""
     out = tmp_path / "run"
-    report = run_bench(out, suites_dir=suites, max_shard_cases=4, k="not fail and not ctrl",  # 4+4+2 cases
-                       pytest_args=["--benchmark-disable-gc"])
+    report = run_bench(out, cases=BenchCases(k="not fail and not ctrl", suites_dir=suites,
+                                             pytest_args=["--benchmark-disable-gc"]),
+                       shards=ShardPlan(max_cases=4))  # 4+4+2 cases
     assert report.exit_code == 0 and report.problems == [] and report.pending == 0
     records = shard_records(out)
     assert len(records) == len(report.records) == 3  # 10 cases in shards of at most 4
@@ -162,7 +165,7 @@ def test_a_failing_shard_is_one_line_and_the_others_are_kept(suites, tmp_path, c
 
 def test_merge_alone_rewrites_the_merged_files(suites, tmp_path):
     out = tmp_path / "run"
-    run_bench(out, suites_dir=suites, k="a1 or a2 or b0", max_shard_cases=2)
+    run_bench(out, cases=BenchCases(k="a1 or a2 or b0", suites_dir=suites), shards=ShardPlan(max_cases=2))
     assert ledger.recorded_seconds(out).keys() == {"test_alpha.py::test_case[a1]", "test_alpha.py::test_case[a2]",
                                                    "test_beta.py::test_case[b0]"}
     before = (out / "cpu" / "alpha.json").read_text()
@@ -191,7 +194,7 @@ def test_a_damaged_shard_record_is_one_line_naming_it(suites, tmp_path, capsys):
     from polytrace.cli import main
 
     good = tmp_path / "run"
-    run_bench(good, suites_dir=suites, k="a1 or a2")
+    run_bench(good, cases=BenchCases(k="a1 or a2", suites_dir=suites))
     for i, (edit, message) in enumerate(DAMAGE):
         out = shutil.copytree(good, tmp_path / f"damaged{i}")
         path = sorted((out / "shards").glob("*.json"))[0]
@@ -208,9 +211,9 @@ def test_a_damaged_shard_record_is_one_line_naming_it(suites, tmp_path, capsys):
 def test_gpu_models_never_share_a_file_and_other_code_is_refused(suites, tmp_path, monkeypatch):
     out = tmp_path / "run"
     monkeypatch.setenv("POLYTRACE_FAKE_SLUG", "h100")
-    run_bench(out, suites_dir=suites, k="a0 or a1")
+    run_bench(out, cases=BenchCases(k="a0 or a1", suites_dir=suites))
     monkeypatch.setenv("POLYTRACE_FAKE_SLUG", "h200")
-    run_bench(out, suites_dir=suites, k="a2")
+    run_bench(out, cases=BenchCases(k="a2", suites_dir=suites))
     assert merged_ids(out / "h100" / "alpha.json") == ["alpha/k/ours/fwd/a0", "alpha/k/ours/fwd/a1"]
     assert merged_ids(out / "h200" / "alpha.json") == ["alpha/k/ours/fwd/a2"]
     # a shard from other code in the folder: the merge refuses to mix them, naming both shards
@@ -227,15 +230,15 @@ def test_gpu_models_never_share_a_file_and_other_code_is_refused(suites, tmp_pat
     # resuming with another commit is refused before anything runs
     monkeypatch.setenv("POLYTRACE_COMMIT", "0123456789ab")
     with pytest.raises(PolytraceError, match="holds shards of commit .* this checkout is 0123456789ab"):
-        run_bench(out, suites_dir=suites)
+        run_bench(out, cases=BenchCases(suites_dir=suites))
 
 
 def test_a_spent_budget_leaves_cases_pending_for_the_rerun(suites, tmp_path):
     out = tmp_path / "run"
-    report = run_bench(out, suites_dir=suites, k="b0", budget_s=1e-6)
+    report = run_bench(out, cases=BenchCases(k="b0", suites_dir=suites), budget_s=1e-6)
     assert report.pending == 1 and report.exit_code == 1
     assert shard_records(out)[0]["polytrace_shard"]["status"] == "not-started"
-    report = run_bench(out, suites_dir=suites, k="b0")
+    report = run_bench(out, cases=BenchCases(k="b0", suites_dir=suites))
     assert report.pending == 0 and report.exit_code == 0 and report.finished_before == 0
 
 
@@ -284,7 +287,8 @@ def test_a_suite_that_cannot_be_collected_is_one_line(tmp_path, capsys):
 def test_without_ray_installed_ray_says_how_to_install(suites, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(PolytraceError, match=r"Ray is not installed; pip install 'polytrace\[cluster\]'"):
-        run_bench(tmp_path / "o", suites_dir=suites, ray="local", allow_cpu=True)
+        run_bench(tmp_path / "o", cases=BenchCases(suites_dir=suites),
+                  cluster=ClusterSpec(address="local", allow_cpu=True))
 
 
 

@@ -18,10 +18,13 @@ from _bench_fakes import merged_ids, run_counts, shard_records, write_suites  # 
 
 from polytrace.tuning import session as tune  # noqa: E402
 from polytrace.bench import run_bench  # noqa: E402
-from polytrace.bench.cluster import connect  # noqa: E402
+from polytrace.bench.cluster import ClusterSpec, connect  # noqa: E402
+from polytrace.bench.run import BenchCases, ShardPlan  # noqa: E402
 from polytrace.errors import PolytraceError  # noqa: E402
 
 CASES = ["a0", "a1", "kill", "a3", "a4", "a5", "a6"]
+
+LOCAL = ClusterSpec("local", allow_cpu=True)  # the tests' one Ray instance, workers in the interpreter
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +42,8 @@ def test_merged_ids_of_two_workers_are_the_serial_runs(local_ray, tmp_path):
     """The real attention and logprob suites in the interpreter, the cases that take milliseconds
     there: two shards on two workers give exactly the ids, and order, of the serial run."""
     k = "sdpa-padded or torch-eager"
-    serial = run_bench(tmp_path / "serial", suites=["attention", "logprob"], k=k)
-    ray_run = run_bench(tmp_path / "ray", suites=["attention", "logprob"], k=k, ray="local", allow_cpu=True)
+    serial = run_bench(tmp_path / "serial", cases=BenchCases(suites=["attention", "logprob"], k=k))
+    ray_run = run_bench(tmp_path / "ray", cases=BenchCases(suites=["attention", "logprob"], k=k), cluster=LOCAL)
     assert serial.exit_code == 0 and ray_run.exit_code == 0, ray_run.problems
     assert len(serial.records) == 1 and len(ray_run.records) == 2 and ray_run.slots == 2
     for suite in ("attention", "logprob"):
@@ -54,7 +57,8 @@ def test_a_killed_worker_is_retried_and_nothing_is_lost(local_ray, tmp_path, mon
     runlog = tmp_path / "runlog.txt"
     monkeypatch.setenv("POLYTRACE_FAKE_KILL", str(tmp_path / "kill.marker"))
     monkeypatch.setenv("POLYTRACE_FAKE_RUNLOG", str(runlog))
-    report = run_bench(tmp_path / "run", suites_dir=suites, ray="local", allow_cpu=True, max_shard_cases=2)
+    report = run_bench(tmp_path / "run", cases=BenchCases(suites_dir=suites), cluster=LOCAL,
+                       shards=ShardPlan(max_cases=2))
     assert (tmp_path / "kill.marker").exists()  # the worker was killed mid-shard
     assert report.exit_code == 0 and report.problems == [] and report.pending == 0
     assert merged_ids(tmp_path / "run" / "cpu" / "alpha.json") == [f"alpha/k/ours/fwd/{c}" for c in CASES]
@@ -70,7 +74,8 @@ def test_a_shard_lost_for_good_is_one_line_and_the_rest_is_kept(local_ray, tmp_p
     suites = write_suites(tmp_path / "suites", {"alpha": CASES})
     monkeypatch.setenv("POLYTRACE_FAKE_KILL", str(tmp_path / "kill.marker"))
     out = tmp_path / "run"
-    report = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True, max_shard_cases=2, max_retries=0)
+    report = run_bench(out, cases=BenchCases(suites_dir=suites),
+                       cluster=ClusterSpec("local", allow_cpu=True, max_retries=0), shards=ShardPlan(max_cases=2))
     assert report.exit_code == 1 and len(report.problems) == 1
     lost = [r["polytrace_shard"] for r in shard_records(out) if r["polytrace_shard"]["status"] == "lost"]
     # the line names the shard and the node it was lost on (from where it started)
@@ -79,7 +84,7 @@ def test_a_shard_lost_for_good_is_one_line_and_the_rest_is_kept(local_ray, tmp_p
     lost_cases = {c["nodeid"] for c in lost[0]["cases"]}
     kept = merged_ids(out / "cpu" / "alpha.json")
     assert "alpha/k/ours/fwd/kill" not in kept and len(kept) == len(CASES) - sum("[" in n for n in lost_cases)
-    again = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True)
+    again = run_bench(out, cases=BenchCases(suites_dir=suites), cluster=LOCAL)
     assert again.exit_code == 0 and again.collected - again.finished_before == len(lost_cases)
     assert merged_ids(out / "cpu" / "alpha.json") == [f"alpha/k/ours/fwd/{c}" for c in CASES]
 
@@ -87,16 +92,16 @@ def test_a_shard_lost_for_good_is_one_line_and_the_rest_is_kept(local_ray, tmp_p
 def test_each_gpu_model_runs_every_case_into_its_own_file(local_ray, tmp_path):
     suites = write_suites(tmp_path / "suites", {"alpha": ["a0", "a1", "a2"]})
     out = tmp_path / "run"
-    report = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True, each_gpu_type=True)
+    report = run_bench(out, cases=BenchCases(suites_dir=suites), cluster=LOCAL, shards=ShardPlan(each_gpu_type=True))
     assert report.exit_code == 0 and report.collected == 2 * 4  # 3 benchmarks + 1 plain test, per model
     want = [f"alpha/k/ours/fwd/{c}" for c in ("a0", "a1", "a2")]
     assert merged_ids(out / "fakea" / "alpha.json") == want and merged_ids(out / "fakeb" / "alpha.json") == want
     targets = {r["polytrace_shard"]["target"] for r in shard_records(out)}
     assert targets == {"accelerator_type:FAKEA", "accelerator_type:FAKEB"}
-    again = run_bench(out, suites_dir=suites, ray="local", allow_cpu=True, each_gpu_type=True)
+    again = run_bench(out, cases=BenchCases(suites_dir=suites), cluster=LOCAL, shards=ShardPlan(each_gpu_type=True))
     assert again.finished_before == again.collected == 8 and again.records == []  # resumed per model
     with pytest.raises(PolytraceError, match="--each-gpu-type: only with --ray"):
-        run_bench(out, suites_dir=suites, each_gpu_type=True)
+        run_bench(out, cases=BenchCases(suites_dir=suites), shards=ShardPlan(each_gpu_type=True))
 
 
 def test_a_gpu_run_on_a_cluster_without_gpus_is_refused_naming_the_nodes(local_ray):
@@ -138,9 +143,9 @@ def _fake_timer(fn) -> float:
 def test_tune_on_ray_picks_the_serial_sessions_best_per_bucket(local_ray, tmp_path):
     toy = tune.Tunable("toy_kernel", "packing", "toy", "polytrace_kernels.packing.api", _toy_shapes,
                        fixed_space=SPACE)
-    kw = {"profile": "deepcoder-14b", "budget_s": 600, "progress": False, "timer": _fake_timer}
+    kw = {"target": tune.TuneTarget("deepcoder-14b"), "budget_s": 600, "progress": False, "timer": _fake_timer}
     serial = tune.run_session(toy, root=tmp_path / "serial", **kw)
-    clustered = tune.run_session(toy, root=tmp_path / "ray", ray="local", allow_cpu=True, **kw)
+    clustered = tune.run_session(toy, root=tmp_path / "ray", cluster=tune.ClusterSpec("local", allow_cpu=True), **kw)
     assert clustered.data["workers"] == 2 and serial.data["workers"] == 1
     assert clustered.data["configs"] == serial.data["configs"]
     assert (clustered.tried, clustered.failed) == (serial.tried, serial.failed) == (24, 6)

@@ -154,9 +154,9 @@ def test_idle_figures_are_named_by_cause():
 
 
 def test_report_names_the_idle_figures(tmp_path):
-    from polytrace.report import build_report
+    from polytrace.report import ReportRun, build_report
 
-    out = build_report("search-r1-7b", gpus=8, steps=[0], output_dir=tmp_path / "r")
+    out = build_report(ReportRun("search-r1-7b", gpus=8), steps=[0], output_dir=tmp_path / "r")
     text = out["text"]
     assert "rollout engines waiting for the slowest engine" in text
     assert "trainer ranks waiting for the slowest rank" in text

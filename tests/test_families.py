@@ -167,7 +167,7 @@ test_double = registry.make_test(registry.suite_cases("toy"), "test_double")
 
 
 def test_the_toy_family_is_benchmarked_by_the_suites_and_compared_by_the_gate(tmp_path):
-    from polytrace.results.gate import compare
+    from polytrace.results.gate import GatePolicy, compare
     from polytrace.results.schema import load_result
 
     (tmp_path / "test_toysuite.py").write_text(SESSION)
@@ -195,7 +195,7 @@ def test_the_toy_family_is_benchmarked_by_the_suites_and_compared_by_the_gate(tm
             b["stats"]["median"] *= 1.3
     cand = tmp_path / "cand.json"
     cand.write_text(json.dumps(slow))
-    report = compare(load_result(out), load_result(cand), allow_cpu=True)
+    report = compare(load_result(out), load_result(cand), policy=GatePolicy(allow_cpu=True))
     got = {(c.family, c.kernel, c.provider, c.shape_id.split(",")[0]): c for c in report.comparisons}
     assert sorted(got) == [("toy", "double", p, f"T={t}") for p in ("ours", "torch") for t in (256, 64)]
     slowed = got[("toy", "double", "ours", "T=256")]

@@ -10,7 +10,7 @@ import pytest
 from test_results_synth import SHAPES, make_result, write
 from test_results_synth import cli_main as main
 
-from polytrace.results import compare, format_markdown, format_text, load_result
+from polytrace.results import GatePolicy, Rule, compare, format_markdown, format_text, load_result
 from polytrace.results.gate import min_p_value
 
 TAIL = SHAPES[4][0]  # weight 0.02
@@ -52,7 +52,7 @@ def test_significant_but_small_shift_is_not_a_regression(tmp_path):
     assert all(x.p_value < 0.002 for x in report.comparisons if x.provider == "triton")
     assert report.exit_code == 0
     # but a 1% threshold catches it
-    assert compare(load_result(b), load_result(c), threshold=0.01).exit_code == 1
+    assert compare(load_result(b), load_result(c), rule=Rule(threshold=0.01)).exit_code == 1
 
 
 def test_large_noisy_shift_is_not_significant_with_few_rounds(tmp_path):
@@ -90,7 +90,7 @@ def test_weights_are_normalised_over_matched_benchmarks(tmp_path):
     assert sum(ws) == pytest.approx(1.0)
     assert ws[0] == pytest.approx(0.40 / 0.70)
     assert len(report.of("missing")) == 6 and report.exit_code == 0
-    assert compare(load_result(b), load_result(c), fail_on_missing=True).exit_code == 1
+    assert compare(load_result(b), load_result(c), policy=GatePolicy(fail_on_missing=True)).exit_code == 1
 
 
 def test_new_benchmarks_are_listed(tmp_path):
@@ -105,14 +105,14 @@ def test_control_provider_drift_warns_but_does_not_fail(tmp_path):
     assert report.exit_code == 0
     assert any("control provider logprob/token_logprobs/fwd/torch" in w for w in report.warnings)
     assert [x.status for x in report.comparisons if x.provider == "torch"] == ["regression"] * len(SHAPES)
-    assert compare(load_result(b), load_result(c), gate_all=True).exit_code == 1
+    assert compare(load_result(b), load_result(c), policy=GatePolicy(gate_all=True)).exit_code == 1
 
 
 def test_refuses_different_gpus_unless_forced(tmp_path):
     b, c = _pair(tmp_path, cand_kw={"gpu": "NVIDIA H100 80GB HBM3", "slowdown": {TAIL: 1.1}})
     report = compare(load_result(b), load_result(c))
     assert report.exit_code == 2 and "different GPUs" in report.refusals[0]
-    assert compare(load_result(b), load_result(c), force=True).exit_code == 1
+    assert compare(load_result(b), load_result(c), policy=GatePolicy(force=True)).exit_code == 1
 
 
 def test_refuses_cpu_interpreter_timings(tmp_path):
@@ -120,7 +120,7 @@ def test_refuses_cpu_interpreter_timings(tmp_path):
                  {"measured_on": "cpu-interpreter", "gpu": "cpu"})
     report = compare(load_result(b), load_result(c))
     assert report.exit_code == 2 and "CPU-interpreter" in report.refusals[0]
-    assert compare(load_result(b), load_result(c), force=True).exit_code == 0
+    assert compare(load_result(b), load_result(c), policy=GatePolicy(force=True)).exit_code == 0
 
 
 def test_refuses_a_changed_workload_definition(tmp_path):
@@ -158,7 +158,8 @@ def test_refuses_files_without_raw_rounds(tmp_path):
         p.write_text(json.dumps(obj))
     report = compare(load_result(b), load_result(c))
     assert report.exit_code == 2 and any("--benchmark-save-data" in e for e in report.errors)
-    assert compare(load_result(b), load_result(c), force=True).exit_code == 2  # --force never passes it
+    # --force never passes it
+    assert compare(load_result(b), load_result(c), policy=GatePolicy(force=True)).exit_code == 2
 
 
 def test_cli_exit_codes_and_outputs(tmp_path, capsys):

@@ -13,7 +13,7 @@ import pytest
 from scipy.stats import norm
 from test_results_synth import cli_main, make_result, write
 
-from polytrace.results import compare, format_markdown, format_text, parse_result
+from polytrace.results import GatePolicy, Rule, compare, format_markdown, format_text, parse_result
 from polytrace.results.gate import min_p_value
 
 N_ROUNDS = 30
@@ -86,7 +86,7 @@ def test_alpha_is_the_one_passed(tmp_path, capsys):
     default = gate(base, cand)
     assert default.alpha == 0.002 and default.exit_code == 3  # not significant, not bounded within 5%
     assert default.comparisons[0].status == "inconclusive" and 0.015 < default.comparisons[0].p_value < 0.025
-    loose = gate(base, cand, alpha=0.05)
+    loose = gate(base, cand, rule=Rule(alpha=0.05))
     assert loose.alpha == 0.05 and loose.exit_code == 1 and loose.comparisons[0].status == "regression"
     # the aggregate's interval is at 1 - alpha too: narrower at 0.05 than at 0.002
     assert loose.aggregates[0].ci_high < default.aggregates[0].ci_high
@@ -154,7 +154,8 @@ def test_underpowered_planner_slowdown_is_inconclusive_not_a_pass(capsys, tmp_pa
                                                                "with at least ")
     assert "POLYTRACE_BENCH_ROUNDS=N" in report.verdict and "--benchmark-min-rounds=N" in report.verdict
     assert all(c.rounds_to_decide >= 7 for c in report.comparisons if c.mode == "plan")
-    assert gate(base, cand, force=True).exit_code == 3  # --force overrides machine refusals, not this
+    # --force overrides machine refusals, not this
+    assert gate(base, cand, policy=GatePolicy(force=True)).exit_code == 3
     assert "#### Inconclusive" in format_markdown(report)
     assert format_markdown(report).startswith("### polytrace gate: **INCONCLUSIVE** (3 benchmarks undecided")
     # a regression found beside an undecided benchmark is a failure (1)
@@ -174,7 +175,7 @@ def test_only_controls_in_common_is_an_error():
     members = token_members(provider="torch", kind="baseline", spread=0.02)
     report = gate(members, members)
     assert report.exit_code == 2 and "only controls" in report.errors[0]
-    assert gate(members, members, gate_all=True).exit_code == 0
+    assert gate(members, members, policy=GatePolicy(gate_all=True)).exit_code == 0
 
 
 def test_impact_lines_sit_under_the_verdict():

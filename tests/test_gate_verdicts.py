@@ -21,7 +21,7 @@ from test_gate_holes import entry, gate
 from test_results_synth import SHAPES, cli_main, make_result, write
 
 from polytrace.ab import paired
-from polytrace.results import compare, load_result
+from polytrace.results import Rule, compare, load_result
 from polytrace.results.render import format_p
 from polytrace.results.stats import mann_whitney_p
 from polytrace.results.verdict import classify, paired_interval, sample_size, shift_interval
@@ -117,7 +117,7 @@ def test_the_gate_aggregate_interval_has_tails_of_alpha_over_two(alpha):
     (1.28 at alpha 0.2, 1.96 at 0.05); tails of alpha would give 0.84 and 1.64."""
     base = [entry("tokens=1", 1e-3 * np.exp(_quantile_rounds(0.01)), weight=1.0)]
     cand = [entry("tokens=1", 1e-3 * np.exp(_quantile_rounds(0.01, 7)), weight=1.0)]
-    (agg,) = gate(base, cand, alpha=alpha).aggregates
+    (agg,) = gate(base, cand, rule=Rule(alpha=alpha)).aggregates
     half = (math.log(agg.ci_high) - math.log(agg.ci_low)) / 2
     z = half / (math.sqrt(2) * 1.2533 * 0.01 / math.sqrt(N_QUANTILE))
     assert abs(z - norm.ppf(1 - alpha / 2)) < 0.12, z
@@ -158,3 +158,36 @@ def test_p_values_print_the_digits_that_compare_with_alpha():
     assert format_p(1.2e-9) == "1.2e-09" and format_p(1.0) == "1"
     assert format_p(0.0019996, 0.002) == "0.0019996"  # would print as 0.002, beside "p < 0.002"
     assert format_p(0.002, 0.002) == "0.002" and format_p(0.0020004, 0.002) == "0.0020004"
+
+
+def test_the_shared_core_judges_a_weighted_mean_and_words_verdicts_alike_for_gate_and_ab():
+    """The pieces gate and ab share (results/verdict.py, results/render.py) on known answers:
+    at a 5% threshold t = log(1.05) = 0.0488; a speedup's log below -t with its interval below 0 is
+    a regression, the interval inside (-t, t) unchanged, anything else inconclusive."""
+    from polytrace.results.render import markdown_title
+    from polytrace.results.verdict import (
+        change_interval,
+        classify_speedup,
+        fail_line,
+        inconclusive_line,
+        regressions_found,
+    )
+
+    assert classify_speedup(-0.10, -0.15, -0.05, 0.05) == "regression"
+    assert classify_speedup(-0.10, -0.15, 0.01, 0.05) == "inconclusive"  # the interval reaches 0: not significant
+    assert classify_speedup(-0.04, -0.045, -0.035, 0.05) == "unchanged"  # significant, but within the threshold
+    assert classify_speedup(0.10, 0.05, 0.15, 0.05) == "improvement"
+    assert classify_speedup(0.0, -0.04, 0.04, 0.05) == "unchanged"
+    assert classify_speedup(0.0, -0.05, 0.04, 0.05) == "inconclusive"  # -0.05 < -0.0488: beyond the threshold
+    lo, hi = change_interval(-math.inf, math.log(1.1))
+    assert lo is None and hi == pytest.approx(0.1, rel=1e-12)
+    assert change_interval(math.log(0.9), math.inf) == (pytest.approx(-0.1, rel=1e-12), None)
+    assert regressions_found(2, 1) == ["2 regressions", "1 weighted-mean regression"] and regressions_found(0, 0) == []
+    assert fail_line(["1 regression"], 2) == "FAIL: 1 regression; also 2 errors"
+    assert fail_line(["1 regression"], 0) == "FAIL: 1 regression"
+    assert inconclusive_line(0, "case", 1, "") == "INCONCLUSIVE: 1 weighted mean undecided"
+    assert inconclusive_line(3, "benchmark", 2, "rerun") == \
+        "INCONCLUSIVE: 3 benchmarks and 2 weighted means undecided; rerun"
+    assert markdown_title("gate", "REFUSED", "REFUSED (1 error)") == "### polytrace gate: **REFUSED** (1 error)"
+    assert markdown_title("ab", "FAIL", "FAIL: 2 regressions") == "### polytrace ab: **FAIL** (2 regressions)"
+    assert markdown_title("ab", "PASS", "PASS") == "### polytrace ab: **PASS**"

@@ -216,21 +216,21 @@ def test_fit_file_refuses_to_write_what_does_not_read_back(tmp_path, monkeypatch
 
 def test_fit_says_where_the_cap_came_from(polytrace_data, tmp_path):
     """Before: the DAPO trace's observed maximum (10,112) silently became the cap (the run's: 32,768)."""
-    from polytrace.profiles import fit_file
+    from polytrace.profiles import StatedBatch, fit_file
 
     dapo = polytrace_data / "verl/profile/packed_length_log/20260610_092349"
     guessed = fit_file(dapo, tmp_path / "a.json")
     assert guessed.profile.config.max_response_len == 10112 and guessed.profile.fit_stats["cap_source"] == "longest"
     assert "max response 10,112 (the longest response: no pile-up" in guessed.summary()
     assert "--max-response-len" in guessed.summary()
-    stated = fit_file(dapo, tmp_path / "b.json", max_response_len=32768)
+    stated = fit_file(dapo, tmp_path / "b.json", batch=StatedBatch(max_response_len=32768))
     assert stated.profile.config.max_response_len == 32768 and stated.profile.fit_stats["cap_source"] == "stated"
     assert "max response 32,768 (stated by the caller" in stated.summary()
     coder = fit_file(polytrace_data / "rllm/profile/packed_length_log", tmp_path / "c.json")
     assert coder.profile.fit_stats["cap_source"] == "pile-up" and coder.profile.config.max_response_len == 16000
     assert "inferred from responses piling up at the maximum" in coder.summary()
     with pytest.raises(PolytraceError, match="exceeds the stated max_response_len=8000"):
-        fit_file(dapo, tmp_path / "d.json", max_response_len=8000)
+        fit_file(dapo, tmp_path / "d.json", batch=StatedBatch(max_response_len=8000))
 
 
 @pytest.mark.parametrize("edit,match", [

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_results_synth import SHAPES, cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import compare, format_markdown, format_text, load_result, parse_result, validation
+from polytrace.results import GatePolicy, compare, format_markdown, format_text, load_result, parse_result, validation
 from polytrace.results.stats import bootstrap_log_medians, median_of
 
 TAIL = SHAPES[4][0]
@@ -249,7 +249,7 @@ def _clean_error_or_valid_report(text: str, base_obj: dict):
     except PolytraceError as exc:
         assert "\n" not in str(exc) and str(exc).startswith("cand.json")
         return
-    report = compare(parse_result(base_obj, "base.json"), cand, force=True)
+    report = compare(parse_result(base_obj, "base.json"), cand, policy=GatePolicy(force=True))
     assert report.exit_code in (0, 1, 2, 3)
     _assert_all_finite(report.to_dict())
     format_text(report, show_all=True), format_markdown(report)  # renders without an exception

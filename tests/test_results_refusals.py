@@ -8,7 +8,7 @@ import pytest
 from test_results_synth import cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import compare, format_show, load_result, set_baseline, store_result
+from polytrace.results import GatePolicy, compare, format_show, load_result, set_baseline, store_result
 from polytrace.results.store import format_brief
 
 REASON = "SM clock sat at 1500 MHz (median of 12 samples after the timed rounds), below 90% of its max 1980 MHz"
@@ -74,7 +74,7 @@ def test_gate_refuses_a_throttled_run_unless_forced(tmp_path, capsys):
     report = compare(base, hot)
     assert report.exit_code == 2 and any("candidate run is marked throttled" in r for r in report.refusals)
     assert compare(hot, base).exit_code == 2
-    assert compare(base, hot, force=True).exit_code == 0
+    assert compare(base, hot, policy=GatePolicy(force=True)).exit_code == 0
     assert cli_main(["gate", str(tmp_path / "base.json"), str(tmp_path / "hot.json")]) == 2
     assert cli_main(["gate", str(tmp_path / "base.json"), str(tmp_path / "hot.json"), "--force"]) == 0
     capsys.readouterr()

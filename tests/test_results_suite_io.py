@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_results_synth import cli_main
 
-from polytrace.results import compare, format_show, load_result
+from polytrace.results import GatePolicy, compare, format_show, load_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,7 @@ def test_gate_on_suite_output(toy_run, capsys):
     r = load_result(toy_run)
     report = compare(r, r)
     assert report.exit_code == 2  # CPU-interpreter timings are refused ...
-    forced = compare(r, r, force=True)
+    forced = compare(r, r, policy=GatePolicy(force=True))
     # 6 CPU rounds a side: unchanged where the spread is small enough to bound, inconclusive elsewhere
     assert forced.exit_code in (0, 3) and all(c.status in ("unchanged", "inconclusive") for c in forced.comparisons)
     assert cli_main(["gate", str(toy_run), str(toy_run), "--force"]) == forced.exit_code

@@ -29,7 +29,8 @@ def test_pack_session_writes_configs_the_kernel_reads(tuning_dir):
     from polytrace_kernels import _tuning
     from polytrace_kernels.packing import api
 
-    session = tune.run_session("pack", profile="deepcoder-14b", budget_s=1.5, root=tuning_dir, progress=False)
+    session = tune.run_session("pack", target=tune.TuneTarget("deepcoder-14b"), budget_s=1.5, root=tuning_dir,
+                               progress=False)
     path = tuning_dir / "cpu" / "pack.json"
     assert session.path == path and path.is_file()
     data = json.loads(path.read_text())
@@ -63,7 +64,8 @@ def test_wrong_outputs_are_never_chosen(tmp_path):
 
     toy = tune.Tunable("toy_kernel", "packing", "toy", "polytrace_kernels.packing.api", shapes,
                        fixed_space={"X": [1, 2, 3]})
-    session = tune.run_session(toy, profile="deepcoder-14b", budget_s=30, root=tmp_path, progress=False)
+    session = tune.run_session(toy, target=tune.TuneTarget("deepcoder-14b"), budget_s=30, root=tmp_path,
+                               progress=False)
     assert session.failed == 1 and session.tried == 3
     assert session.data["configs"]["b0"].get("X") in (None, 1, 3)
 
@@ -73,18 +75,19 @@ def test_merges_with_buckets_tuned_before(tmp_path):
     path = tmp_path / "cpu" / "pack.json"
     path.parent.mkdir()
     path.write_text(json.dumps({"kernel": "pack", "device_name": "cpu", "configs": {"F9999-old": {"BLOCK_T": 4}}}))
-    tune.run_session("pack", profile="deepcoder-14b", budget_s=0.5, root=tmp_path, progress=False, max_buckets=1)
+    tune.run_session("pack", target=tune.TuneTarget("deepcoder-14b", max_buckets=1), budget_s=0.5, root=tmp_path,
+                     progress=False)
     configs = json.loads(path.read_text())["configs"]
     assert configs["F9999-old"] == {"BLOCK_T": 4} and len(configs) == 2
 
 
 def test_bad_arguments_name_themselves(tmp_path):
     with pytest.raises(PolytraceError, match="tunable kernel"):
-        tune.run_session("nope", profile="deepcoder-14b", budget_s=1, root=tmp_path)
+        tune.run_session("nope", target=tune.TuneTarget("deepcoder-14b"), budget_s=1, root=tmp_path)
     with pytest.raises(PolytraceError, match="--budget-s"):
-        tune.run_session("pack", profile="deepcoder-14b", budget_s=0, root=tmp_path)
+        tune.run_session("pack", target=tune.TuneTarget("deepcoder-14b"), budget_s=0, root=tmp_path)
     with pytest.raises(PolytraceError, match="profile"):
-        tune.run_session("pack", profile="no-such-profile", budget_s=1, root=tmp_path)
+        tune.run_session("pack", target=tune.TuneTarget("no-such-profile"), budget_s=1, root=tmp_path)
 
 
 def test_candidates_cover_the_space_in_seeded_order():
@@ -117,8 +120,8 @@ def test_every_registered_kernel_tunes_in_the_interpreter(name, tmp_path):
 
     t = tune.get_tunable(name)
     module = importlib.import_module(t.module)
-    session = tune.run_session(name, profile="search-r1-7b", budget_s=0.3, root=tmp_path, progress=False,
-                               max_buckets=1)
+    session = tune.run_session(name, target=tune.TuneTarget("search-r1-7b", max_buckets=1), budget_s=0.3,
+                               root=tmp_path, progress=False)
     data = json.loads(session.path.read_text())
     assert data["kernel"] == name and data["family"] == t.family and len(data["configs"]) == 1
     (bucket, entry), = data["configs"].items()
@@ -134,8 +137,8 @@ def test_gpu_session_writes_configs_the_launcher_reads(tuning_dir):
     launcher's lookup returns the tuned config for the bucket."""
     from polytrace_kernels import _tuning
 
-    session = tune.run_session("pack", profile="deepcoder-14b", budget_s=8, root=tuning_dir, progress=False,
-                               max_buckets=1)
+    session = tune.run_session("pack", target=tune.TuneTarget("deepcoder-14b", max_buckets=1), budget_s=8,
+                               root=tuning_dir, progress=False)
     data = json.loads(session.path.read_text())
     name = torch.cuda.get_device_name()
     assert data["device_name"] == name and data["measured_on"] == "cuda" and session.failed == 0

@@ -28,6 +28,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -116,19 +117,39 @@ def _sync(rev: LoadedRevision) -> None:
     rev.registry.harness.sync()
 
 
-def run_pair(result: CaseResult, base_case, cand_case, base: LoadedRevision, cand: LoadedRevision, *,
-             rounds: int, seed: int, input_seed: int = 0,
-             more: Callable[[CaseResult], int | None] | None = None) -> None:
-    """Fill ``result`` for one case (status left for ``report.judge`` when timed; ``more``: see the
-    module docstring). Raises nothing for a revision's failure: it becomes the case's ``error``
-    status with its message."""
+@dataclass(frozen=True)
+class Side:
+    """One revision's half of a case: the case as that revision's suites define it, and the loaded
+    revision (its kernels and registry) that runs it."""
+
+    case: object
+    rev: LoadedRevision
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """How one case's pairs are drawn: the pairs of the first (or only) look, the seed of the
+    per-pair order, the seed of the inputs, and ``more`` (see the module docstring; None: a fixed
+    count)."""
+
+    rounds: int
+    seed: int
+    input_seed: int = 0
+    more: Callable[[CaseResult], int | None] | None = None
+
+
+def run_pair(result: CaseResult, base: Side, cand: Side, pairing: Pairing) -> None:
+    """Fill ``result`` for one case (status left for ``report.judge`` when timed). Raises nothing
+    for a revision's failure: it becomes the case's ``error`` status with its message."""
     try:
-        _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed, more)
+        _run(result, base, cand, pairing)
     except CaseError as exc:
         result.status, result.note = "error", str(exc)
 
 
-def _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed, more=None) -> None:
+def _run(result: CaseResult, base_side: Side, cand_side: Side, pairing: Pairing) -> None:
+    (base_case, base), (cand_case, cand) = (base_side.case, base_side.rev), (cand_side.case, cand_side.rev)
+    input_seed = pairing.input_seed
     reg = cand.registry
     dev = reg.harness.device()
     inputs = _guard("CAND", "make_inputs", lambda: cand_case.make_inputs(dev, input_seed))
@@ -164,8 +185,9 @@ def _run(result, base_case, cand_case, base, cand, rounds, seed, input_seed, mor
         result.outputs = "identical" if result.output_diff == 0.0 else "within bounds"
     out_bytes_b, out_bytes_c = reg.timing.tensor_bytes(out_b), reg.timing.tensor_bytes(out_c)
     del out_b, out_c, truth
-    _time(result, base_case, cand_case, base, cand, (bound_b, out_bytes_b), (bound_c, out_bytes_c), inputs,
-          rounds, seed, more)
+    prep_b = reg.Prepared(inputs, bound_b, {}, out_bytes_b, None)
+    prep_c = reg.Prepared(inputs, bound_c, {}, out_bytes_c, None)
+    _time(result, base_side, cand_side, (prep_b, prep_c), pairing)
 
 
 def _timers(reg, base_case, cand_case, base, cand, prep_b, prep_c):
@@ -191,10 +213,12 @@ def _round(timer) -> float:
     return (time.process_time() - start) / timer.plan.launches
 
 
-def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, rounds, seed, more=None) -> None:
+def _time(result: CaseResult, base_side: Side, cand_side: Side, prepared: tuple, pairing: Pairing) -> None:
+    """Time the pairs of ``result``: ``prepared`` holds BASE's and CAND's bound calls on the same inputs."""
+    (base_case, base), (cand_case, cand) = (base_side.case, base_side.rev), (cand_side.case, cand_side.rev)
     reg = cand.registry
-    prep_b = reg.Prepared(inputs, bound_b[0], {}, bound_b[1], None)
-    prep_c = reg.Prepared(inputs, bound_c[0], {}, bound_c[1], None)
+    prep_b, prep_c = prepared
+    rounds, seed, more = pairing.rounds, pairing.seed, pairing.more
     tb, tc = _timers(reg, base_case, cand_case, base, cand, prep_b, prep_c)
     try:
         if tb.plan.mode != tc.plan.mode:  # BASE fell back (e.g. no graph capture): time both alike
@@ -231,4 +255,4 @@ def _time(result, base_case, cand_case, base, cand, bound_b, bound_c, inputs, ro
         tc.close()
 
 
-__all__ = ["CaseError", "WARMUP_PAIRS", "output_difference", "run_pair"]
+__all__ = ["CaseError", "Pairing", "Side", "WARMUP_PAIRS", "output_difference", "run_pair"]

@@ -1,10 +1,21 @@
-"""Text and Markdown (fit for a pull-request comment) renderings of an ``ab`` report."""
+"""Text and Markdown (fit for a pull-request comment) renderings of an ``ab`` report, built from the
+gate's rendering pieces (``polytrace.results.render``): the same cells, tables, order and sections."""
 
 from __future__ import annotations
 
-from ..results.render import format_change, format_interval, format_p
-from ..results.schema import natural_key
-from ..results.store import format_time
+from ..results.render import (
+    by_status,
+    counts_line,
+    details,
+    escape_cell,
+    format_weight,
+    markdown_title,
+    speedup_cells,
+    status_sections,
+    table,
+    text_tables,
+    timing_cells,
+)
 from .report import STATUSES, AbReport, CaseResult
 
 _HEAD = ["case", "status", "weight", "BASE", "CAND", "change", "CI", "p", "pairs", "outputs", "note"]
@@ -22,24 +33,18 @@ def _outputs(c: CaseResult) -> str:
 
 
 def _sorted(report: AbReport, statuses=STATUSES) -> list[CaseResult]:
-    return sorted((c for c in report.cases if c.status in statuses),
-                  key=lambda c: (STATUSES.index(c.status), c.family, c.kernel, c.mode, c.provider,
-                                 natural_key(c.shape_id)))
+    return by_status(report.cases, STATUSES, statuses)
 
 
 def _rows(cases: list[CaseResult], md: bool, alpha: float | None = None) -> list[list[str]]:
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ") if md else s
-
-    return [[esc(c.id), c.status, "-" if c.share is None else f"{c.share:.3f}", format_time(c.base_median_s),
-             format_time(c.cand_median_s), format_change(c.change),
-             "-" if c.change is None else format_interval(c.ci_low, c.ci_high), format_p(c.p_value, alpha),
-             str(c.pairs), esc(_outputs(c)), esc(c.note)] for c in cases]
+    return [[escape_cell(c.id, md, newlines=True), c.status, format_weight(c.share), *timing_cells(c, alpha),
+             str(c.pairs), escape_cell(_outputs(c), md, newlines=True), escape_cell(c.note, md, newlines=True)]
+            for c in cases]
 
 
 def _agg_rows(report: AbReport) -> list[list[str]]:
-    return [[f"{a.family}/{a.kernel}", a.mode, a.provider, str(a.n), a.weight_basis, f"{a.speedup:.3f}x",
-             f"{a.ci_low:.3f}-{a.ci_high:.3f}", a.status] for a in report.aggregates]
+    return [[f"{a.family}/{a.kernel}", a.mode, a.provider, str(a.n), a.weight_basis, *speedup_cells(a), a.status]
+            for a in report.aggregates]
 
 
 def _pairs(report: AbReport) -> str:
@@ -64,24 +69,18 @@ def _rev(r: dict) -> str:
 
 
 def format_text(report: AbReport, show_all: bool = False) -> str:
-    from tabulate import tabulate
-
     d = report.device
-    counts = {s: len(report.of(s)) for s in STATUSES}
     lines = [f"polytrace ab: {report.verdict}", *report.impact,
              f"BASE {_rev(report.base)}  vs  CAND {_rev(report.cand)}",
              f"on {d['gpu_name']} ({d['measured_on']}), torch {d['torch_version']}, triton {d['triton_version']}",
              _rule(report),
-             "counts: " + (", ".join(f"{k} {v}" for k, v in counts.items() if v) or "none")]
+             counts_line(report.of, STATUSES, none="none")]
     lines += [f"ERROR: {e}" for e in report.errors] + [f"warning: {w}" for w in report.warnings]
     lines += [f"note: {n}" for n in report.notes]
-    shown = STATUSES if show_all else tuple(s for s in STATUSES if s != "unchanged")
-    cases = _sorted(report, shown)
-    if cases:
-        lines += ["", tabulate(_rows(cases, False, report.judged_alpha), headers=_HEAD, disable_numparse=True)]
-    if report.aggregates:
-        lines += ["", "weighted geometric-mean speedup per kernel, mode and provider (BASE time / CAND time; "
-                  ">1 = CAND faster):", tabulate(_agg_rows(report), headers=_AGG_HEAD, disable_numparse=True)]
+    lines += text_tables(STATUSES, lambda st: _sorted(report, st),
+                         lambda cases: _rows(cases, False, report.judged_alpha), _HEAD, show_all,
+                         ("weighted geometric-mean speedup per kernel, mode and provider (BASE time / CAND time; "
+                          ">1 = CAND faster):", _agg_rows(report), _AGG_HEAD))
     for what, ids in (("only in CAND (not compared)", report.only_cand), ("only in BASE (not compared)",
                                                                           report.only_base)):
         if ids:
@@ -90,13 +89,8 @@ def format_text(report: AbReport, show_all: bool = False) -> str:
 
 
 def format_markdown(report: AbReport) -> str:
-    from tabulate import tabulate
-
-    mark = MARKS[report.exit_code]
-    detail = report.verdict.removeprefix(mark).removeprefix(": ").strip()
-    detail = detail[1:-1] if detail.startswith("(") else detail
     d = report.device
-    out = [f"### polytrace ab: **{mark}**" + (f" ({detail})" if detail else ""), "",
+    out = [markdown_title("ab", MARKS[report.exit_code], report.verdict), "",
            *[f"**{line}**" for line in report.impact], "",
            f"BASE **{_rev(report.base)}** vs CAND **{_rev(report.cand)}**, timed in one process on **{d['gpu_name']}** "
            f"({d['measured_on']}; torch {d['torch_version']}, triton {d['triton_version']}). Each case runs "
@@ -112,21 +106,18 @@ def format_markdown(report: AbReport) -> str:
     if report.errors:
         out.append("**Errors** (could not compare; never a pass):")
         out += [f"- {e}" for e in report.errors] + [""]
-    for title, status in (("Outputs changed (CAND fails the output check BASE passes)", "outputs-changed"),
-                          ("Regressions", "regression"), ("Could not compare", "error"),
-                          ("Inconclusive (more pairs would decide)", "inconclusive"),
-                          ("Improvements", "improvement"),
-                          ("BASE's output fails its own check (not timed)", "base-wrong")):
-        cases = _sorted(report, (status,))
-        if cases:
-            out += [f"#### {title} ({len(cases)})", "",
-                    tabulate(_rows(cases, True, report.judged_alpha), headers=_HEAD, tablefmt="github",
-                             disable_numparse=True), ""]
+    out += status_sections((("Outputs changed (CAND fails the output check BASE passes)", "outputs-changed"),
+                            ("Regressions", "regression"), ("Could not compare", "error"),
+                            ("Inconclusive (more pairs would decide)", "inconclusive"),
+                            ("Improvements", "improvement"),
+                            ("BASE's output fails its own check (not timed)", "base-wrong")),
+                           lambda st: _sorted(report, st), lambda cases: _rows(cases, True, report.judged_alpha),
+                           _HEAD)
     if report.aggregates:
         out += ["#### Weighted geometric-mean speedup per kernel, mode and provider", "",
                 f"BASE time / CAND time (>1 = CAND faster), weights: each shape's share of the workload's tokens "
                 f"(sequences for the planner); CI: {1 - report.judged_alpha:.2%} bootstrap interval over pairs.", "",
-                tabulate(_agg_rows(report), headers=_AGG_HEAD, tablefmt="github", disable_numparse=True), ""]
+                table(_agg_rows(report), _AGG_HEAD, md=True), ""]
     if report.only_cand or report.only_base:
         out.append(f"#### Cases in one revision only ({len(report.only_cand)} in CAND, {len(report.only_base)} "
                    "in BASE; not compared)")
@@ -142,13 +133,8 @@ def format_markdown(report: AbReport) -> str:
     for f in sorted(set(report.base["kernel_hashes"]) | set(report.cand["kernel_hashes"])):
         b, c = report.base["kernel_hashes"].get(f, "-"), report.cand["kernel_hashes"].get(f, "-")
         env.append([f"kernels/{f} hash", b, c + ("" if b == c else " (changed)")])
-    out += [tabulate(env, headers=["", "BASE", "CAND"], tablefmt="github", disable_numparse=True), ""]
-    allc = _sorted(report)
-    if allc:
-        out += [f"<details><summary>All {len(allc)} compared cases</summary>", "",
-                tabulate(_rows(allc, True, report.judged_alpha), headers=_HEAD, tablefmt="github",
-                         disable_numparse=True), "",
-                "</details>", ""]
+    out += [table(env, ["", "BASE", "CAND"], md=True), ""]
+    out += details("compared cases", _rows(_sorted(report), True, report.judged_alpha), _HEAD)
     return "\n".join(out)
 
 

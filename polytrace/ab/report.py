@@ -39,7 +39,15 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..results.gate import Aggregate, aggregate_weights
-from ..results.verdict import classify, paired_interval
+from ..results.verdict import (
+    change_interval,
+    classify,
+    classify_speedup,
+    fail_line,
+    inconclusive_line,
+    paired_interval,
+    regressions_found,
+)
 from ..wording import counted
 from . import paired
 
@@ -149,29 +157,22 @@ class AbReport:
 
     @property
     def verdict(self) -> str:
-        found = []
-        n, k, m = len(self.of("regression")), len(self.aggregate_regressions), len(self.of("outputs-changed"))
-        if n:
-            found.append(counted(n, "regression"))
-        if k:
-            found.append(counted(k, "weighted-mean regression"))
+        found = regressions_found(len(self.of("regression")), len(self.aggregate_regressions))
+        m = len(self.of("outputs-changed"))
         if m:
             found.append(f"{counted(m, 'case')} with changed outputs")
         n_err = len(self.of("error")) + len(self.errors)
-        errors = counted(n_err, "error")
         code = self.exit_code
         if code == 1:
-            return "FAIL: " + ", ".join(found) + (f"; also {errors}" if n_err else "")
+            return fail_line(found, n_err)
         if code == 2:
-            return f"ERROR ({errors})"
+            return f"ERROR ({counted(n_err, 'error')})"
         if code == 3:
             undecided = self.of("inconclusive")
-            what = [counted(len(undecided), "case")] if undecided else []
-            if self.aggregate_inconclusive:
-                what.append(counted(len(self.aggregate_inconclusive), "weighted mean"))
             need = max((c.pairs_to_decide or 0 for c in undecided), default=0)
-            return ("INCONCLUSIVE: " + " and ".join(what) + " undecided"
-                    + (f"; about {need} pairs would decide (--rounds {need}, or --until-decided)" if need else ""))
+            return inconclusive_line(len(undecided), "case", len(self.aggregate_inconclusive),
+                                     f"about {need} pairs would decide (--rounds {need}, or --until-decided)"
+                                     if need else "")
         return "PASS"
 
     def to_dict(self) -> dict:
@@ -203,8 +204,7 @@ def judge(case: CaseResult, threshold: float, alpha: float) -> None:
     case.change = paired.median_change(r)
     lr = math.log1p(case.change)
     lo, hi = paired_interval(r, alpha)
-    case.ci_low = math.expm1(lo) if math.isfinite(lo) else None
-    case.ci_high = math.expm1(hi) if math.isfinite(hi) else None
+    case.ci_low, case.ci_high = change_interval(lo, hi)
     case.status = classify(lr, case.p_value, lo, hi, threshold, alpha)
     case.pairs_to_decide = case.pairs_to_detect = None
     case.note = ""
@@ -238,14 +238,7 @@ def aggregate(report: AbReport, seed: int = 0) -> None:
             c.share = float(wi)
         ratios = [paired.log_ratios(np.array(c.base_rounds), np.array(c.cand_rounds)) for c in members]
         speedup, lo, hi = paired.weighted_speedup(ratios, w, report.judged_alpha, rng)
-        t = math.log1p(report.threshold)  # the three-way rule on the speedup's log, as the gate
-        status = "inconclusive"
-        if math.log(speedup) < -t and hi < 1:
-            status = "regression"
-        elif math.log(speedup) > t and lo > 1:
-            status = "improvement"
-        elif -t < math.log(lo) and math.log(hi) < t:
-            status = "unchanged"
+        status = classify_speedup(math.log(speedup), math.log(lo), math.log(hi), report.threshold)
         report.aggregates.append(Aggregate(family=key[0], kernel=key[1], mode=key[2], provider=key[3],
                                            provider_kind="ours", n=len(members), speedup=speedup, ci_low=lo,
                                            ci_high=hi, status=status, gated=True, weight_basis=basis,

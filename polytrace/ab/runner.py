@@ -17,11 +17,13 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PolytraceError
 from ..results.gate import GATED_KINDS
 from ..results.select import keyword_matcher
+from ..results.verdict import Rule
 from ..wording import counted, first_few
 from . import loader, measure, paired, revisions, sequential
 from .report import AbReport, CaseResult, aggregate, judge, result_json
@@ -112,17 +114,42 @@ def check_rounds(rounds: int | None, alpha: float, cuda: bool) -> int:
     return rounds
 
 
-def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | None = None,
-           suites: list[str] | None = None, keyword: str | None = None, rounds: int | None = None,
-           threshold: float = 0.05, alpha: float = 0.002, seed: int = 0, force: bool = False,
-           out_dir: str | Path | None = None, progress: Callable[[str], None] | None = None,
-           until_decided: bool = False, max_pairs: int | None = None, budget_s: float | None = None) -> AbReport:
-    """Time BASE against CAND (None: the working tree); see the package docstring for the rules."""
+@dataclass(frozen=True)
+class CaseSource:
+    """Which cases ``ab`` compares: the git repository (None: the one around the working
+    directory), its suites (None: the default ones) and a ``-k`` expression over case ids."""
+
+    repo: str | Path | None = None
+    suites: list[str] | None = None
+    keyword: str | None = None
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """How many pairs each case gets: ``rounds`` (None: the default for the device) and the seed of
+    the per-pair order, or, with ``until_decided``, looks up to ``max_pairs`` within ``budget_s``."""
+
+    rounds: int | None = None
+    seed: int = 0
+    until_decided: bool = False
+    max_pairs: int | None = None
+    budget_s: float | None = None
+
+
+def run_ab(base_rev: str, cand_rev: str | None = None, *, cases: CaseSource = CaseSource(), rule: Rule | None = None,
+           pairs: PairPlan = PairPlan(), force: bool = False, out_dir: str | Path | None = None,
+           progress: Callable[[str], None] | None = None) -> AbReport:
+    """Time BASE against CAND (None: the working tree); see the package docstring for the rules
+    (``rule``: the default 5% at alpha 0.002 when None)."""
+    rule = rule or Rule()
+    repo, suites, keyword = cases.repo, cases.suites, cases.keyword
+    threshold, alpha = rule.threshold, rule.alpha
+    rounds, seed = pairs.rounds, pairs.seed
     if not 0 < threshold < 10:
         raise PolytraceError(f"--threshold must be a fraction in (0, 10), got {threshold}")
     if not 0 < alpha < 1:
         raise PolytraceError(f"--alpha must be in (0, 1), got {alpha}")
-    plan = _plan(until_decided, rounds, max_pairs, budget_s, alpha)
+    plan = _plan(pairs, alpha)
     match = keyword_matcher(keyword)
     out_path = _out_dir(out_dir)
     if rounds is not None:
@@ -161,8 +188,8 @@ def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | Non
             result = _result(cand_cases[case_id])
             say(f"[{k}/{len(common)}] {case_id}")
             _definition_note(result, base_cases[case_id], report)
-            measure.run_pair(result, base_cases[case_id], cand_cases[case_id], base, cand, rounds=n_pairs, seed=seed,
-                             more=sequencer.for_case(result) if sequencer else None)
+            measure.run_pair(result, measure.Side(base_cases[case_id], base), measure.Side(cand_cases[case_id], cand),
+                             measure.Pairing(n_pairs, seed, more=sequencer.for_case(result) if sequencer else None))
             if result.base_rounds:
                 judge(result, threshold, report.judged_alpha)
             if sequencer:
@@ -180,8 +207,9 @@ def run_ab(base_rev: str, cand_rev: str | None = None, *, repo: str | Path | Non
     return report
 
 
-def _plan(until_decided: bool, rounds: int | None, max_pairs: int | None, budget_s: float | None,
-          alpha: float) -> sequential.Plan | None:
+def _plan(pairs: PairPlan, alpha: float) -> sequential.Plan | None:
+    rounds, max_pairs, budget_s = pairs.rounds, pairs.max_pairs, pairs.budget_s
+    until_decided = pairs.until_decided
     if not until_decided:
         for flag, value in (("--max-pairs", max_pairs), ("--budget-s", budget_s)):
             if value is not None:
@@ -318,4 +346,4 @@ def stderr_progress(msg: str) -> None:
     print(f"polytrace ab: {msg}", file=sys.stderr, flush=True)
 
 
-__all__ = ["GPU_ROUNDS", "check_rounds", "run_ab", "stderr_progress", "write_outputs"]
+__all__ = ["GPU_ROUNDS", "CaseSource", "PairPlan", "Rule", "check_rounds", "run_ab", "stderr_progress", "write_outputs"]

@@ -182,6 +182,20 @@ def _nodes(ray) -> list[dict]:
     return out
 
 
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Where ``bench`` and ``tune`` run their work: ``address`` (``local``, ``auto`` or a Ray
+    address; None: serially in this process), at most ``workers`` workers, ``allow_cpu`` (no GPU:
+    the Triton interpreter), a lost worker's task retried ``max_retries`` times, and ``ship_code``
+    (``bench`` only: this checkout uploaded to every worker)."""
+
+    address: str | None = None
+    workers: int | None = None
+    allow_cpu: bool = False
+    max_retries: int = 3
+    ship_code: bool = False
+
+
 def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, ship_code: str | None = None) -> Cluster:
     """Join or start Ray and decide the workers: one per GPU on a GPU cluster; with
     ``allow_cpu`` and no GPU anywhere, one per CPU (or ``workers``), with the GPU requirement

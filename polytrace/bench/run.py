@@ -12,6 +12,7 @@ from pathlib import Path
 from ..atomic_write import first_missing, remove_if_empty
 from ..errors import PolytraceError
 from . import ledger
+from .cluster import ClusterSpec
 from .merge import MergedFile, merge_dir
 from .worker import node_label
 
@@ -128,12 +129,34 @@ def run_bench(out: str | Path, **kw) -> BenchReport:
     return report
 
 
-def _run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | None = None, ray: str | None = None,
-              workers: int | None = None, allow_cpu: bool = False, budget_s: float | None = None,
-              max_retries: int = 3, max_shard_cases: int = ledger.MAX_SHARD_CASES,
-              suites_dir: str | Path | None = None, ship_code: bool = False, each_gpu_type: bool = False,
-              pytest_args: list[str] | None = None, balance_from: str | Path | None = None,
-              on_event: Callable[[str], None] | None = None) -> BenchReport:
+@dataclass(frozen=True)
+class BenchCases:
+    """Which cases a bench run times: the suites named (None: all) in ``suites_dir`` (None: the
+    checkout's ``suites/``), a ``-k`` expression, and extra arguments for each shard's pytest."""
+
+    suites: list[str] | None = None
+    k: str | None = None
+    suites_dir: str | Path | None = None
+    pytest_args: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """How the cases are cut: at most ``max_cases`` per shard, one pass per GPU type with
+    ``each_gpu_type``, and shards balanced on an earlier run's measured times (``balance_from``)."""
+
+    max_cases: int = ledger.MAX_SHARD_CASES
+    each_gpu_type: bool = False
+    balance_from: str | Path | None = None
+
+
+def _run_bench(out: str | Path, *, cases: BenchCases = BenchCases(), cluster: ClusterSpec | None = None,
+               shards: ShardPlan = ShardPlan(), budget_s: float | None = None,
+               on_event: Callable[[str], None] | None = None) -> BenchReport:
+    cluster = cluster or ClusterSpec()  # None: serially, in this process
+    suites, k, suites_dir, pytest_args = cases.suites, cases.k, cases.suites_dir, cases.pytest_args
+    ray, max_retries, ship_code = cluster.address, cluster.max_retries, cluster.ship_code
+    max_shard_cases, each_gpu_type, balance_from = shards.max_cases, shards.each_gpu_type, shards.balance_from
     from ..provenance import git_commit
 
     say = on_event or (lambda _msg: None)
@@ -160,7 +183,7 @@ def _run_bench(out: str | Path, *, suites: list[str] | None = None, k: str | Non
     deadline = time.time() + budget_s if budget_s else None
     seconds = ledger.recorded_seconds(Path(balance_from)) if balance_from else None
 
-    executor = _executor(ray, workers, allow_cpu, max_retries, ship_code)
+    executor = _executor(cluster)
     report = BenchReport(out, executor.label, executor.slots, start_s=executor.start_s)
     if ray:
         say(executor.cluster.describe())
@@ -228,17 +251,18 @@ def _collect(executor, spec: dict, files: list[str], k: str | None, report: Benc
     return nodeids, collected.get("costs") or {}
 
 
-def _executor(ray: str | None, workers: int | None, allow_cpu: bool, max_retries: int, ship_code: bool):
+def _executor(spec: ClusterSpec):
     from .executors import RayExecutor, SerialExecutor
 
-    if not ray:
-        if workers not in (None, 1):
+    if not spec.address:
+        if spec.workers not in (None, 1):
             raise PolytraceError("--workers: only with --ray (a serial run has one worker)")
         return SerialExecutor()
     from .cluster import connect
 
-    cluster = connect(ray, workers=workers, allow_cpu=allow_cpu, ship_code=str(REPO_ROOT) if ship_code else None)
-    return RayExecutor(cluster, max_retries=max_retries)
+    cluster = connect(spec.address, workers=spec.workers, allow_cpu=spec.allow_cpu,
+                      ship_code=str(REPO_ROOT) if spec.ship_code else None)
+    return RayExecutor(cluster, max_retries=spec.max_retries)
 
 
 def _record(out: Path, shard: ledger.Shard, result: dict, report: BenchReport, say) -> None:

@@ -80,12 +80,13 @@ def register(sub) -> None:
 
 def _ab(args) -> int:
     from ..ab import format_markdown, format_text, run_ab, stderr_progress
+    from ..ab.runner import CaseSource, PairPlan, Rule
 
-    report = run_ab(args.base, args.cand, repo=args.repo, suites=args.suites, keyword=args.keyword,
-                    rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, seed=args.seed,
+    report = run_ab(args.base, args.cand, cases=CaseSource(args.repo, args.suites, args.keyword),
+                    rule=Rule(args.threshold, args.alpha),
+                    pairs=PairPlan(args.rounds, args.seed, args.until_decided, args.max_pairs, args.budget_s),
                     force=args.allow_cpu, out_dir=args.out,
-                    progress=None if args.quiet else stderr_progress,  # one line per case, in logs too
-                    until_decided=args.until_decided, max_pairs=args.max_pairs, budget_s=args.budget_s)
+                    progress=None if args.quiet else stderr_progress)  # one line per case, in logs too
     if args.json:
         from ._io import print_json
 

@@ -82,17 +82,18 @@ def _bench(args) -> int:
     if not args.ray and not args.allow_cpu:
         _need_a_gpu_here()
     from ..bench import run_bench
+    from ..bench.cluster import ClusterSpec
     from ..bench.ledger import MAX_SHARD_CASES
+    from ..bench.run import BenchCases, ShardPlan
 
     def say(message: str) -> None:
         if not args.quiet:
             print(message, file=sys.stderr, flush=True)
 
-    report = run_bench(args.out, suites=args.suites, k=args.k, ray=args.ray, workers=args.workers,
-                       allow_cpu=args.allow_cpu, budget_s=args.budget_s, max_retries=args.max_retries,
-                       max_shard_cases=args.shard_size or MAX_SHARD_CASES, suites_dir=args.suites_dir,
-                       ship_code=args.ship_code, each_gpu_type=args.each_gpu_type,
-                       pytest_args=args.pytest_arg, balance_from=args.balance_from, on_event=say)
+    report = run_bench(args.out, cases=BenchCases(args.suites, args.k, args.suites_dir, args.pytest_arg),
+                       cluster=ClusterSpec(args.ray, args.workers, args.allow_cpu, args.max_retries, args.ship_code),
+                       shards=ShardPlan(args.shard_size or MAX_SHARD_CASES, args.each_gpu_type, args.balance_from),
+                       budget_s=args.budget_s, on_event=say)
     for line in report.problems:
         print(f"polytrace: error: {line}", file=sys.stderr)
     print(report.summary())

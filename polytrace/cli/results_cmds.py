@@ -211,15 +211,16 @@ def _history(args) -> int:
 
 def _gate(args) -> int:
     from ..results import compare, load_result
+    from ..results.gate import GatePolicy, Rule
 
     if args.out:  # a bad -o fails before the report is printed, not after
         from ..results.plots import check_output_dir
 
         check_output_dir(args.out, "-o")
     baseline, candidate = load_result(args.baseline), load_result(args.candidate)
-    report = compare(baseline, candidate, threshold=args.threshold,
-                     alpha=args.alpha, force=args.force, allow_cpu=args.allow_cpu, gate_all=args.gate_all,
-                     fail_on_missing=args.fail_on_missing)
+    report = compare(baseline, candidate, rule=Rule(args.threshold, args.alpha),
+                     policy=GatePolicy(force=args.force, allow_cpu=args.allow_cpu, gate_all=args.gate_all,
+                                       fail_on_missing=args.fail_on_missing))
     if report.refusals and not report.forced:
         # the reason first, on stderr, one line (56 lines of table on stdout hid it on line 6);
         # JSON and Markdown stay whole on stdout for the CI that reads them
@@ -300,10 +301,10 @@ def _tune(args) -> int:
     if args.allow_cpu and not args.ray:
         _interpret_on_cpu(getattr(args, "from_command_line", False))
 
-    session = tune.run_session(args.kernel, profile=args.profile, budget_s=args.budget_s, seed=args.seed,
-                               root=args.out, model=args.model, max_buckets=args.max_buckets,
-                               progress=not args.quiet, ray=args.ray, workers=args.workers,
-                               allow_cpu=args.allow_cpu, max_retries=args.max_retries)
+    session = tune.run_session(args.kernel, target=tune.TuneTarget(args.profile, args.model, args.seed,
+                                                                   args.max_buckets),
+                               budget_s=args.budget_s, root=args.out, progress=not args.quiet,
+                               cluster=tune.ClusterSpec(args.ray, args.workers, args.allow_cpu, args.max_retries))
     if args.json:
         from ._io import print_json
 

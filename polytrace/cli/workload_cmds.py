@@ -185,7 +185,7 @@ def cmd_fidelity(args) -> int:
 
 
 def cmd_fit(args) -> int:
-    from ..profiles import fit_file
+    from ..profiles import StatedBatch, fit_file
 
     if not args.out:
         raise PolytraceError("fit: -o/--out PROFILE_JSON is required (the profile file to write)")
@@ -194,16 +194,16 @@ def cmd_fit(args) -> int:
     trace = Path(args.trace)
     name = args.name or (trace.name if trace.is_dir() else trace.name.split(".")[0]) or None
     result = fit_file(args.trace, args.out, name=name, description=args.description,
-                      prompts_per_step=args.prompts_per_step, n=args.n, max_prompt_len=args.max_prompt_len,
-                      max_response_len=args.max_response_len, drift=args.drift)
+                      batch=StatedBatch(args.prompts_per_step, args.n, args.max_prompt_len, args.max_response_len),
+                      drift=args.drift)
     print(result.summary())
     return 0
 
 
 def cmd_report(args) -> int:
-    from ..report import build_report
+    from ..report import ReportRun, build_report
 
-    result = build_report(profile=args.profile, model=args.model, gpu=args.gpu, gpus=args.gpus, steps=args.steps,
+    result = build_report(ReportRun(args.profile, args.model, args.gpu, args.gpus), steps=args.steps,
                           seed=args.seed, output_dir=args.out, explain=args.explain, roofline=args.roofline,
                           write=not args.json)
     if args.json:

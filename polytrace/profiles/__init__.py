@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import PolytraceError, unknown_name
 from .drift import DriftCurve, drift_presets, get_drift
-from .fit import FitResult, fit_file, fit_profile
+from .fit import FitResult, StatedBatch, fit_file, fit_profile
 from .profile import BatchConfig, Profile
 
 BUILTIN = ("dapo-math-32b", "deepcoder-14b", "video-vl-7b", "search-r1-7b", "model-b-math", "model-b-tooluse")
@@ -50,6 +50,7 @@ def get_profile(name_or_path, drift: str | DriftCurve | None = None) -> Profile:
     return profile
 
 
-__all__ = ["BUILTIN", "DEFAULT_PROFILE", "BatchConfig", "DriftCurve", "FitResult", "Profile", "drift_presets",
+__all__ = ["BUILTIN", "DEFAULT_PROFILE", "BatchConfig", "DriftCurve", "FitResult", "Profile", "StatedBatch",
+           "drift_presets",
            "fit_file", "fit_profile",
            "get_drift", "get_profile", "list_profiles"]

@@ -17,14 +17,26 @@ from .quantiles import QuantileTable, normal_scores
 TURN_DECILES = 10
 
 
+@dataclass(frozen=True)
+class StatedBatch:
+    """The batch settings a fit was told (``polytrace fit --prompts-per-step/--n/--max-prompt-len/
+    --max-response-len``); None: read off the trace (see ``fit_profile``)."""
+
+    prompts_per_step: int | None = None
+    n: int | None = None
+    max_prompt_len: int | None = None
+    max_response_len: int | None = None
+
+
 def fit_profile(trace: Trace, name: str | None = None, description: str = "", *,
-                prompts_per_step: int | None = None, n: int | None = None,
-                max_prompt_len: int | None = None, max_response_len: int | None = None,
-                drift: DriftCurve | None = None, source: str | None = None) -> Profile:
+                batch: StatedBatch = StatedBatch(), drift: DriftCurve | None = None,
+                source: str | None = None) -> Profile:
     """Fit response and prompt quantile tables, the within-group correlation and, for multi-turn
     traces, the turn model. Unstated batch settings are read off the trace: prompts per step and
     n are the most common values, the caps the trace's cap and the longest prompt rounded up to a
     power of two."""
+    prompts_per_step, n = batch.prompts_per_step, batch.n
+    max_prompt_len, max_response_len = batch.max_prompt_len, batch.max_response_len
     pooled = trace.pooled()
     where = trace.source or trace.name or "trace"
     if len(pooled) == 0:
@@ -189,8 +201,7 @@ class FitResult:
 
 
 def fit_file(trace_path, output, *, name: str | None = None, description: str = "",
-             prompts_per_step: int | None = None, n: int | None = None, max_prompt_len: int | None = None,
-             max_response_len: int | None = None, drift: str | DriftCurve | None = None) -> FitResult:
+             batch: StatedBatch = StatedBatch(), drift: str | DriftCurve | None = None) -> FitResult:
     """``polytrace fit``: read a trace, fit a profile and write it to ``output``, atomically and only
     once the written text has been read back into the same profile (a file ``describe`` or
     ``get_profile`` would refuse is never written)."""
@@ -198,9 +209,8 @@ def fit_file(trace_path, output, *, name: str | None = None, description: str = 
     from ..trace.readers import load_trace
 
     out = Path(output)
-    trace = load_trace(trace_path, max_response_len=max_response_len)
-    profile = fit_profile(trace, name=name or out.stem, description=description, prompts_per_step=prompts_per_step,
-                          n=n, max_prompt_len=max_prompt_len, max_response_len=max_response_len,
+    trace = load_trace(trace_path, max_response_len=batch.max_response_len)
+    profile = fit_profile(trace, name=name or out.stem, description=description, batch=batch,
                           drift=get_drift(drift) if isinstance(drift, str) else drift)
     text = profile.dumps()
     try:

@@ -15,7 +15,7 @@ matplotlib, scipy and tabulate are imported on first use.
 
 from __future__ import annotations
 
-from .gate import Aggregate, Comparison, GateReport, compare
+from .gate import Aggregate, Comparison, GatePolicy, GateReport, compare
 from .plots import plot_files, plot_gate, plot_throughput, report_links
 from .render import format_markdown, format_text
 from .schema import BenchResult, ResultFile, load_result, merge, parse_result
@@ -30,9 +30,11 @@ from .store import (
     show_rows,
     store_result,
 )
+from .verdict import Rule
 
 __all__ = [
-    "Aggregate", "BenchResult", "Comparison", "GateReport", "ResultFile", "baseline_path", "compare",
+    "Aggregate", "BenchResult", "Comparison", "GatePolicy", "GateReport", "ResultFile", "Rule", "baseline_path",
+    "compare",
     "default_root", "format_listing", "format_markdown", "format_show", "format_text", "list_results",
     "load_result", "merge", "parse_result", "plot_files", "plot_gate", "plot_throughput", "report_links", "result_path",
     "set_baseline", "show_rows", "store_result",

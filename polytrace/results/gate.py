@@ -57,9 +57,21 @@ from .stats import (
     rounds_needed,
 )
 from .validation import MAX_ROUND_S, MIN_ROUND_S
-from .verdict import classify, robust_spread, sample_size, shift_interval
+from .verdict import (
+    Rule,
+    change_interval,
+    classify,
+    classify_speedup,
+    fail_line,
+    inconclusive_line,
+    regressions_found,
+    robust_spread,
+    sample_size,
+    shift_interval,
+)
 
-__all__ = ["Aggregate", "Comparison", "GateReport", "WEIGHT_BASIS", "aggregate_weights", "compare", "min_p_value"]
+__all__ = ["Aggregate", "Comparison", "GatePolicy", "GateReport", "Rule", "WEIGHT_BASIS", "aggregate_weights",
+           "compare", "min_p_value"]
 
 GATED_KINDS = ("ours", "")
 VERSION_KEYS = ("torch_version", "triton_version", "cuda_version", "driver_version")
@@ -190,24 +202,18 @@ class GateReport:
     @property
     def verdict(self) -> str:
         code = self.exit_code
-        n = len(self.gated_regressions)
-        found = [counted(n, "regression")] if n else []
-        if self.aggregate_regressions:
-            found.append(counted(len(self.aggregate_regressions), "weighted-mean regression"))
-        errors = counted(len(self.errors), "error")
+        found = regressions_found(len(self.gated_regressions), len(self.aggregate_regressions))
         if code == 2:
+            errors = counted(len(self.errors), "error")
             return "REFUSED" + (f" ({errors})" if self.errors and not (self.refusals and not self.forced) else "")
         if code == 1:
             if not found:
                 found.append(f"{len([c for c in self.of('missing') if c.gated])} missing benchmark(s)")
-            return "FAIL: " + ", ".join(found) + (f"; also {errors}" if self.errors else "")
+            return fail_line(found, len(self.errors))
         if code == 3:
-            what = [counted(len(self.inconclusive), "benchmark")] if self.inconclusive else []
-            if self.aggregate_inconclusive:
-                what.append(counted(len(self.aggregate_inconclusive), "weighted mean"))
             need = self.rounds_advice
-            return ("INCONCLUSIVE: " + " and ".join(what) + " undecided"
-                    + (f"; rerun with at least {need} rounds each ({MORE_ROUNDS})" if need else ""))
+            return inconclusive_line(len(self.inconclusive), "benchmark", len(self.aggregate_inconclusive),
+                                     f"rerun with at least {need} rounds each ({MORE_ROUNDS})" if need else "")
         return "PASS" + (" (forced past refusals)" if self.refusals else "")
 
     def to_dict(self) -> dict:
@@ -228,10 +234,25 @@ def _summary(r: ResultFile) -> dict:
     return out
 
 
-def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0.05, alpha: float = 0.002,
-            force: bool = False, gate_all: bool = False, fail_on_missing: bool = False,
-            n_boot: int | None = None, seed: int = 0, allow_cpu: bool = False) -> GateReport:
-    """Compare two result files (or merged folders); see the module docstring for the rules."""
+@dataclass(frozen=True)
+class GatePolicy:
+    """What the gate vouches for and what it lets past: ``force`` compares refused inputs,
+    ``allow_cpu`` compares interpreter (CPU) files, ``gate_all`` gates every provider kind (not only
+    ours), ``fail_on_missing`` fails when a gated benchmark of the baseline is missing."""
+
+    force: bool = False
+    allow_cpu: bool = False
+    gate_all: bool = False
+    fail_on_missing: bool = False
+
+
+def compare(baseline: ResultFile, candidate: ResultFile, *, rule: Rule | None = None,
+            policy: GatePolicy = GatePolicy(), n_boot: int | None = None, seed: int = 0) -> GateReport:
+    """Compare two result files (or merged folders); see the module docstring for the rules
+    (``rule``: the default 5% at alpha 0.002 when None)."""
+    rule = rule or Rule()
+    threshold, alpha = rule.threshold, rule.alpha
+    force, gate_all, allow_cpu = policy.force, policy.gate_all, policy.allow_cpu
     if not (0 < threshold < 10):
         raise ValueError(f"threshold must be a fraction in (0, 10), got {threshold}")
     if not (0 < alpha < 1):
@@ -239,7 +260,7 @@ def compare(baseline: ResultFile, candidate: ResultFile, *, threshold: float = 0
     if n_boot is None:
         n_boot = n_boot_for(alpha)
     report = GateReport(_summary(baseline), _summary(candidate), threshold, alpha, [], [], forced=force,
-                        fail_on_missing=fail_on_missing)
+                        fail_on_missing=policy.fail_on_missing)
     _check_machines(baseline, candidate, report, allow_cpu)
 
     base, cand = baseline.by_id(), candidate.by_id()
@@ -309,8 +330,7 @@ def _compare_one(b: BenchResult, c: BenchResult, is_gated: bool, threshold: floa
     comp.change = change_of(lr)
     comp.p_value = mann_whitney_p(b.rounds, c.rounds)
     lo, hi = shift_interval(b.rounds, c.rounds, alpha)
-    comp.ci_low = change_of(lo) if math.isfinite(lo) else None
-    comp.ci_high = change_of(hi) if math.isfinite(hi) else None
+    comp.ci_low, comp.ci_high = change_interval(lo, hi)
     comp.status = classify(lr, comp.p_value, lo, hi, threshold, alpha)
     if comp.status == "inconclusive":
         variance = robust_spread(np.log(b.rounds)) ** 2 + robust_spread(np.log(c.rounds)) ** 2
@@ -429,16 +449,7 @@ def _aggregate(report: GateReport, key, comps: list[Comparison], base: dict[str,
         resampled = sum(wi * boot[c.id] for c, wi in zip([c for c, t in zip(comps, tested) if t], wt))
         lo, hi = np.quantile(resampled, [report.alpha / 2, 1 - report.alpha / 2])
         ci_low, ci_high = float(math.exp(lo)), float(math.exp(hi))
-        # the three-way rule of polytrace.results.verdict on the speedup's log: p < alpha is the
-        # interval excluding 0; "unchanged" is the interval within +-threshold
-        t = math.log1p(report.threshold)
-        status = "inconclusive"
-        if -center > t and hi < 0:
-            status = "regression"
-        elif center > t and lo > 0:
-            status = "improvement"
-        elif -t < lo and hi < t:
-            status = "unchanged"
+        status = classify_speedup(center, lo, hi, report.threshold)
         if not tested.all():
             note = (f"{int((~tested).sum())} member(s) (weight {float(w[~tested].sum()):.1%}) with fewer than "
                     f"{MIN_BOOTSTRAP_ROUNDS} rounds left out, judged on their own")

@@ -318,7 +318,7 @@ def plot_files(sources: list[str | Path], out_dir: str | Path, baseline: str | P
     """``polytrace plot``: the throughput plots of every result file (or folder), and with
     ``baseline`` each one's gate-ratio plot against it. Every input is read and checked first,
     and the PNGs replace earlier ones only once all of them rendered."""
-    from .gate import compare
+    from .gate import GatePolicy, compare
     from .schema import load_result
 
     base = load_result(baseline) if baseline is not None else None
@@ -329,7 +329,8 @@ def plot_files(sources: list[str | Path], out_dir: str | Path, baseline: str | P
         for src, result in loaded:
             _render_throughput(result, stage)
             if base is not None:
-                _render_gate(compare(base, result, force=True), stage, plot_file_name("gate", Path(src).stem))
+                _render_gate(compare(base, result, policy=GatePolicy(force=True)), stage,
+                             plot_file_name("gate", Path(src).stem))
     return [stage.dest / n for n in stage.names]
 
 

@@ -1,4 +1,6 @@
-"""Text and Markdown renderings of a gate report (Markdown fit for a pull-request comment)."""
+"""Text and Markdown renderings of a gate report (Markdown fit for a pull-request comment), and the
+pieces both comparison reports render with (``ab``'s ``render`` uses them too): the status-ordered
+rows, a timed comparison's cells, the tables, the Markdown title, sections and details block."""
 
 from __future__ import annotations
 
@@ -35,18 +37,91 @@ def format_interval(lo: float | None, hi: float | None) -> str:
     return ("?" if lo is None else f"{lo:+.1%}") + ".." + ("?" if hi is None else f"{hi:+.1%}")
 
 
-def _w(x: float | None) -> str:
+def format_weight(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def _rows(comps: list[Comparison], md: bool, alpha: float | None = None) -> list[list[str]]:
-    def esc(s: str) -> str:
-        return s.replace("|", "\\|") if md else s
+def escape_cell(s: str, md: bool, newlines: bool = False) -> str:
+    """A free-text cell: Markdown tables break on "|" (and, where ``newlines``, on a line break)."""
+    if not md:
+        return s
+    s = s.replace("|", "\\|")
+    return s.replace("\n", " ") if newlines else s
 
-    return [[esc(c.id), c.status + ("" if c.gated else " (control)"), _w(c.weight), format_time(c.base_median_s),
-             format_time(c.cand_median_s), format_change(c.change),
-             "-" if c.change is None else format_interval(c.ci_low, c.ci_high), format_p(c.p_value, alpha),
-             f"{c.n_base}/{c.n_cand}", esc(c.note)] for c in comps]
+
+def timing_cells(c, alpha: float | None) -> list[str]:
+    """baseline, candidate, change, CI and p of a compared case (a gate ``Comparison`` or an ``ab``
+    ``CaseResult``: both carry medians, change, interval and p-value)."""
+    return [format_time(c.base_median_s), format_time(c.cand_median_s), format_change(c.change),
+            "-" if c.change is None else format_interval(c.ci_low, c.ci_high), format_p(c.p_value, alpha)]
+
+
+def speedup_cells(a) -> list[str]:
+    """An aggregate's weighted geometric-mean speedup and its interval ("-" when untested)."""
+    return [f"{a.speedup:.3f}x", "-" if a.ci_low is None else f"{a.ci_low:.3f}-{a.ci_high:.3f}"]
+
+
+def by_status(items, order: tuple[str, ...], statuses, first=lambda x: ()) -> list:
+    """The ``items`` whose status is in ``statuses``, in ``order``, then by ``first(item)`` and the
+    case's family, kernel, mode, provider and shape (shapes in natural order)."""
+    return sorted((x for x in items if x.status in statuses),
+                  key=lambda x: (order.index(x.status), *first(x), x.family, x.kernel, x.mode, x.provider,
+                                 natural_key(x.shape_id)))
+
+
+def table(rows: list[list[str]], head: list[str], md: bool) -> str:
+    from tabulate import tabulate
+
+    if md:
+        return tabulate(rows, headers=head, tablefmt="github", disable_numparse=True)
+    return tabulate(rows, headers=head, disable_numparse=True)
+
+
+def counts_line(of, order: tuple[str, ...], none: str = "") -> str:
+    """"counts: regression 1, unchanged 9": each status with items (``of(status)``), in ``order``."""
+    return "counts: " + (", ".join(f"{k} {n}" for k in order if (n := len(of(k)))) or none)
+
+
+def text_tables(order: tuple[str, ...], select, rows, head: list[str], show_all: bool,
+                aggregates: tuple[str, list[list[str]], list[str]]) -> list[str]:
+    """The plain-text tables: the items (``unchanged`` ones only with ``show_all``), then the
+    aggregates ((caption, rows, head); nothing without rows)."""
+    items = select(order if show_all else tuple(x for x in order if x != "unchanged"))
+    out = ["", table(rows(items), head, md=False)] if items else []
+    caption, agg_rows, agg_head = aggregates
+    return out + (["", caption, table(agg_rows, agg_head, md=False)] if agg_rows else [])
+
+
+def markdown_title(tool: str, mark: str, verdict: str) -> str:
+    """``### polytrace gate: **FAIL** (2 regressions)``: the mark bold, the verdict's rest in brackets
+    ("FAIL: 2 regressions", "REFUSED (1 error)", "PASS" -> "2 regressions", "1 error", nothing)."""
+    detail = verdict.removeprefix(mark)
+    detail = detail[2:] if detail.startswith(": ") else detail[2:-1] if detail.startswith(" (") else detail
+    return f"### polytrace {tool}: **{mark}**" + (f" ({detail})" if detail else "")
+
+
+def status_sections(sections, select, rows, head: list[str]) -> list[str]:
+    """One Markdown section per (title, status) with items: ``select((status,))`` picks them in
+    order, ``rows(items)`` gives the table's rows."""
+    out = []
+    for title, status in sections:
+        items = select((status,))
+        if items:
+            out += [f"#### {title} ({len(items)})", "", table(rows(items), head, md=True), ""]
+    return out
+
+
+def details(label: str, rows: list[list[str]], head: list[str]) -> list[str]:
+    """Every compared item in a folded Markdown block ("All 12 benchmarks")."""
+    if not rows:
+        return []
+    return [f"<details><summary>All {len(rows)} {label}</summary>", "", table(rows, head, md=True), "",
+            "</details>", ""]
+
+
+def _rows(comps: list[Comparison], md: bool, alpha: float | None = None) -> list[list[str]]:
+    return [[escape_cell(c.id, md), c.status + ("" if c.gated else " (control)"), format_weight(c.weight),
+             *timing_cells(c, alpha), f"{c.n_base}/{c.n_cand}", escape_cell(c.note, md)] for c in comps]
 
 
 _HEAD = ["benchmark", "status", "weight", "baseline", "candidate", "change", "CI", "p", "rounds", "note"]
@@ -55,10 +130,9 @@ _HEAD = ["benchmark", "status", "weight", "baseline", "candidate", "change", "CI
 def _agg_rows(report: GateReport) -> list[list[str]]:
     rows = []
     for a in report.aggregates:
-        ci = "-" if a.ci_low is None else f"{a.ci_low:.3f}-{a.ci_high:.3f}"
         n = str(a.n) if a.n_tested == a.n else f"{a.n_tested} of {a.n}"
         rows.append([f"{a.family}/{a.kernel}" if a.kernel else a.family, a.mode or "-", a.provider,
-                     a.provider_kind or "?", n, a.weight_basis, f"{a.speedup:.3f}x", ci,
+                     a.provider_kind or "?", n, a.weight_basis, *speedup_cells(a),
                      a.status + ("" if a.gated else " (control)")])
     return rows
 
@@ -67,14 +141,10 @@ _AGG_HEAD = ["kernel", "mode", "provider", "kind", "n", "weights", "weighted geo
 
 
 def _sorted(report: GateReport, statuses) -> list[Comparison]:
-    return sorted((c for c in report.comparisons if c.status in statuses),
-                  key=lambda c: (_ORDER.index(c.status), not c.gated, c.family, c.kernel, c.mode, c.provider,
-                                 natural_key(c.shape_id)))
+    return by_status(report.comparisons, _ORDER, statuses, first=lambda c: (not c.gated,))
 
 
 def format_text(report: GateReport, show_all: bool = False) -> str:
-    from tabulate import tabulate
-
     b, c = report.baseline, report.candidate
     lines = [f"polytrace gate: {report.verdict}", *report.impact,
              f"baseline  {b['path']} ({b['gpu_name']}, {b['measured_on']}, commit {b['commit']})",
@@ -82,8 +152,7 @@ def format_text(report: GateReport, show_all: bool = False) -> str:
              f"rule: regression = Mann-Whitney U (two-sided) p < {report.alpha:g} on raw rounds AND median change "
              f"beyond {report.threshold:.1%}; unchanged = the change's {1 - report.alpha:.1%} interval within "
              f"+-{report.threshold:.1%}; otherwise inconclusive"]
-    counts = {s: len(report.of(s)) for s in _ORDER}
-    lines.append("counts: " + ", ".join(f"{k} {v}" for k, v in counts.items() if v))
+    lines.append(counts_line(report.of, _ORDER))
     for e in report.errors:
         lines.append(f"ERROR: {e}")
     for r in report.refusals:
@@ -92,26 +161,16 @@ def format_text(report: GateReport, show_all: bool = False) -> str:
         lines.append(f"warning: {w}")
     for n in report.notes:
         lines.append(f"note: {n}")
-    statuses = _ORDER if show_all else tuple(x for x in _ORDER if x != "unchanged")
-    comps = _sorted(report, statuses)
-    if comps:
-        lines += ["", tabulate(_rows(comps, False, report.alpha), headers=_HEAD, disable_numparse=True)]
-    if report.aggregates:
-        lines += ["", "weighted geometric-mean speedup per kernel, mode and provider (baseline time / candidate "
-                  "time; >1 = faster):",
-                  tabulate(_agg_rows(report), headers=_AGG_HEAD, disable_numparse=True)]
+    lines += text_tables(_ORDER, lambda st: _sorted(report, st), lambda comps: _rows(comps, False, report.alpha),
+                         _HEAD, show_all, ("weighted geometric-mean speedup per kernel, mode and provider (baseline "
+                                           "time / candidate time; >1 = faster):", _agg_rows(report), _AGG_HEAD))
     return "\n".join(lines)
 
 
 def format_markdown(report: GateReport) -> str:
-    from tabulate import tabulate
-
     b, c = report.baseline, report.candidate
-    mark = MARKS[report.exit_code]
-    detail = report.verdict.removeprefix(mark)  # "FAIL: 2 regressions", "REFUSED (1 error)" -> the rest
-    detail = detail[2:] if detail.startswith(": ") else detail[2:-1] if detail.startswith(" (") else detail
-    title = f"### polytrace gate: **{mark}**" + (f" ({detail})" if detail else "")
-    out = [title, "", *[f"**{line}**" for line in report.impact], *([""] if report.impact else []),
+    out = [markdown_title("gate", MARKS[report.exit_code], report.verdict), "",
+           *[f"**{line}**" for line in report.impact], *([""] if report.impact else []),
            f"On **{c['gpu_name']}** ({c['measured_on']}). A benchmark regresses when a two-sided Mann-Whitney U "
            f"test on the raw rounds gives p < {report.alpha:g} **and** its median time grows by more than "
            f"{report.threshold:.1%}; it is unchanged when the change's {1 - report.alpha:.1%} interval lies within "
@@ -124,27 +183,23 @@ def format_markdown(report: GateReport) -> str:
     families = sorted(set(b["kernel_hashes"]) | set(c["kernel_hashes"]))
     for f in families:
         env.append([f"kernels/{f} hash", b["kernel_hashes"].get(f, "-"), c["kernel_hashes"].get(f, "-")])
-    out += [tabulate(env, headers=["", "baseline", "candidate"], tablefmt="github", disable_numparse=True), ""]
+    out += [table(env, ["", "baseline", "candidate"], md=True), ""]
     if report.errors:
         out.append("**Errors** (the gate cannot vouch for these; `--force` does not override them):")
         out += [f"- {e}" for e in report.errors] + [""]
     if report.refusals:
         out.append("**Refused:**" + (" (overridden with `--force`)" if report.forced else ""))
         out += [f"- {r}" for r in report.refusals] + [""]
-    for title, status in (("Untestable (no usable rounds)", "error"), ("Regressions", "regression"),
-                          ("Inconclusive (too few rounds or too much spread to decide)", "inconclusive"),
-                          ("Improvements", "improvement")):
-        comps = _sorted(report, (status,))
-        if comps:
-            out += [f"#### {title} ({len(comps)})", "",
-                    tabulate(_rows(comps, True, report.alpha), headers=_HEAD, tablefmt="github",
-                             disable_numparse=True), ""]
+    out += status_sections((("Untestable (no usable rounds)", "error"), ("Regressions", "regression"),
+                            ("Inconclusive (too few rounds or too much spread to decide)", "inconclusive"),
+                            ("Improvements", "improvement")), lambda st: _sorted(report, st),
+                           lambda comps: _rows(comps, True, report.alpha), _HEAD)
     if report.aggregates:
         out += ["#### Weighted geometric-mean speedup per kernel, mode and provider", "",
                 "Baseline time / candidate time, weighted by each shape's share of the workload; "
                 f"CI: {1 - report.alpha:.1%} bootstrap interval over rounds; n: members with enough rounds "
                 "to test, of all compared.", "",
-                tabulate(_agg_rows(report), headers=_AGG_HEAD, tablefmt="github", disable_numparse=True), ""]
+                table(_agg_rows(report), _AGG_HEAD, md=True), ""]
     new, missing = report.of("new"), report.of("missing")
     if new or missing:
         out.append(f"#### New ({len(new)}) and missing ({len(missing)}) benchmarks")
@@ -155,10 +210,5 @@ def format_markdown(report: GateReport) -> str:
     if report.warnings or report.notes:
         out += ["#### Notes"] + [f"- :warning: {w}" for w in report.warnings] + [f"- {n}" for n in report.notes]
         out.append("")
-    allc = _sorted(report, _ORDER)
-    if allc:
-        out += [f"<details><summary>All {len(allc)} benchmarks</summary>", "",
-                tabulate(_rows(allc, True, report.alpha), headers=_HEAD, tablefmt="github",
-                         disable_numparse=True), "",
-                "</details>", ""]
+    out += details("benchmarks", _rows(_sorted(report, _ORDER), True, report.alpha), _HEAD)
     return "\n".join(out)

@@ -40,8 +40,12 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
+
+from ..wording import counted
+from .stats import change_of
 
 POWER = 0.8
 ARE = 3.0 / math.pi  # Wilcoxon / Mann-Whitney against the t-test on normal data: 0.955
@@ -54,6 +58,16 @@ MAX_ADVICE = 100_000  # rounds/pairs advice is capped here ("more than" beyond)
 DECIDED = ("regression", "improvement", "unchanged")
 
 
+@dataclass(frozen=True)
+class Rule:
+    """The rule's two settings, one type for the gate and ``ab``: the relative change that matters
+    (``threshold``, 5%) and the false-alarm rate (``alpha``, 0.002: 1 in 500 unchanged benchmarks
+    flagged by chance)."""
+
+    threshold: float = 0.05
+    alpha: float = 0.002
+
+
 def classify(log_change: float, p_value: float, lo: float, hi: float, threshold: float, alpha: float) -> str:
     """The three-way rule of the module docstring (``lo``/``hi`` may be infinite)."""
     t = math.log1p(threshold)
@@ -64,6 +78,46 @@ def classify(log_change: float, p_value: float, lo: float, hi: float, threshold:
     if -t < lo and hi < t:
         return "unchanged"
     return "inconclusive"
+
+
+def classify_speedup(log_speedup: float, lo: float, hi: float, threshold: float) -> str:
+    """The same rule for an aggregate: ``log_speedup`` is log(baseline time / candidate time) (the
+    opposite sign of a change), ``[lo, hi]`` its bootstrap interval; "significant" is the interval
+    excluding 0 (the gate's and ``ab``'s weighted means both use it)."""
+    t = math.log1p(threshold)
+    if -log_speedup > t and hi < 0:
+        return "regression"
+    if log_speedup > t and lo > 0:
+        return "improvement"
+    if -t < lo and hi < t:
+        return "unchanged"
+    return "inconclusive"
+
+
+def change_interval(lo: float, hi: float) -> tuple[float | None, float | None]:
+    """A log-change interval as relative changes; an infinite end (too few rounds or pairs for the
+    test's own interval) is None, which the renderers print as "?"."""
+    return (change_of(lo) if math.isfinite(lo) else None, change_of(hi) if math.isfinite(hi) else None)
+
+
+def regressions_found(n_items: int, n_means: int) -> list[str]:
+    """["2 regressions", "1 weighted-mean regression"], each only when non-zero."""
+    return ([counted(n_items, "regression")] if n_items else []) + \
+        ([counted(n_means, "weighted-mean regression")] if n_means else [])
+
+
+def fail_line(found: list[str], n_errors: int) -> str:
+    """The FAIL verdict of a gate or ``ab`` report: what was found, then the errors beside it."""
+    return "FAIL: " + ", ".join(found) + (f"; also {counted(n_errors, 'error')}" if n_errors else "")
+
+
+def inconclusive_line(undecided: int, noun: str, means: int, advice: str) -> str:
+    """The INCONCLUSIVE verdict: ``undecided`` items (``noun``: benchmark, case) and ``means``
+    weighted means undecided, then how to decide them (``advice``, "" when unknown)."""
+    what = [counted(undecided, noun)] if undecided else []
+    if means:
+        what.append(counted(means, "weighted mean"))
+    return "INCONCLUSIVE: " + " and ".join(what) + " undecided" + (f"; {advice}" if advice else "")
 
 
 def _z(q: float) -> float:

@@ -137,6 +137,17 @@ def default_config_scope():
             _tuning.clear_cache()
 
 
+@dataclass(frozen=True)
+class TuneTarget:
+    """The shapes a session tunes for: those ``profile``'s sampled steps (``seed``) give ``model``
+    (None: the profile's own), the first ``max_buckets`` buckets of them (None: all)."""
+
+    profile: str = "dapo-math-32b"
+    model: str | None = None
+    seed: int = 0
+    max_buckets: int | None = None
+
+
 @dataclass
 class Workload:
     """A profile's tuning buckets as built on one device."""

@@ -20,13 +20,14 @@ import os
 import socket
 import time
 
-from ..bench.cluster import await_start, connect, one_line_error
+from ..bench.cluster import ClusterSpec, await_start, connect, one_line_error
 from ..errors import PolytraceError
 from .tunables import Tunable
 from .measure import (
     BucketRunner,
     Search,
     Timer,
+    TuneTarget,
     bucket_entry,
     build_workload,
     candidate_configs,
@@ -76,19 +77,18 @@ class TuneWorker:
         return self._runner(bucket).trial(cfg)
 
 
-def search_on_ray(tunable: Tunable, *, profile: str, model: str | None, seed: int, budget_s: float,
-                  max_buckets: int | None, progress: bool, ray: str, workers: int | None, allow_cpu: bool,
-                  max_retries: int = 3, timer: Timer | None = None) -> Search:
-    cluster = connect(ray, workers=workers, allow_cpu=allow_cpu)
+def search_on_ray(tunable: Tunable, target: TuneTarget, budget_s: float, progress: bool, spec: ClusterSpec,
+                  timer: Timer | None = None) -> Search:
+    cluster = connect(spec.address, workers=spec.workers, allow_cpu=spec.allow_cpu)
     try:
-        return _search(cluster, tunable, profile=profile, model=model, seed=seed, budget_s=budget_s,
-                       max_buckets=max_buckets, progress=progress, max_retries=max_retries, timer=timer)
+        return _search(cluster, tunable, target, budget_s, progress, spec.max_retries, timer)
     finally:
         cluster.shutdown()
 
 
-def _search(cluster, tunable: Tunable, *, profile: str, model: str | None, seed: int, budget_s: float,
-            max_buckets: int | None, progress: bool, max_retries: int, timer: Timer | None) -> Search:
+def _search(cluster, tunable: Tunable, target: TuneTarget, budget_s: float, progress: bool, max_retries: int,
+            timer: Timer | None) -> Search:
+    profile, model, seed, max_buckets = target.profile, target.model, target.seed, target.max_buckets
     ray = cluster.ray
     options = {"num_gpus": cluster.num_gpus, "num_cpus": cluster.num_cpus, "max_restarts": max_retries,
                "max_task_retries": max_retries}

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..bench.cluster import ClusterSpec
 from ..errors import PolytraceError
 from .tunables import Tunable as Tunable
 from .tunables import TuneShape as TuneShape
@@ -40,6 +41,7 @@ from .measure import (
     BucketRunner,
     Search,
     Timer,
+    TuneTarget,
     bucket_entry,
     build_workload,
     choose_best,
@@ -80,36 +82,35 @@ class Session:
         return f"{head}\n{table}\nwrote {self.path}"
 
 
-def run_session(kernel: str | Tunable, *, profile: str = "dapo-math-32b", budget_s: float = 120.0, seed: int = 0,
-                root: str | Path | None = None, model: str | None = None, max_buckets: int | None = None,
-                progress: bool = True, ray: str | None = None, workers: int | None = None, allow_cpu: bool = False,
-                max_retries: int = 3, timer: Timer | None = None) -> Session:
-    """Tune ``kernel`` for the shapes of ``profile`` within ``budget_s`` seconds; write and return
-    the session (see the module docstring). With ``ray`` (``local``, ``auto`` or an address) the
-    trials (bucket, config) run on every GPU of the cluster (``ray_search``); the winner per bucket is
-    chosen from the same trials by the same rule. ``timer`` replaces the device timer (tests)."""
+def run_session(kernel: str | Tunable, *, target: TuneTarget | None = None, budget_s: float = 120.0,
+                root: str | Path | None = None, progress: bool = True, cluster: ClusterSpec | None = None,
+                timer: Timer | None = None) -> Session:
+    """Tune ``kernel`` for the shapes of ``target`` within ``budget_s`` seconds; write and return
+    the session (see the module docstring). With ``cluster.address`` (``local``, ``auto`` or an
+    address) the trials (bucket, config) run on every GPU of the cluster (``ray_search``); the winner
+    per bucket is chosen from the same trials by the same rule. ``timer`` replaces the device timer
+    (tests). None: the default target (dapo-math-32b) and no cluster."""
+    target, cluster = target or TuneTarget(), cluster or ClusterSpec()
     tunable = kernel if isinstance(kernel, Tunable) else get_tunable(kernel)
     if not budget_s or budget_s <= 0:
         raise PolytraceError(f"--budget-s: must be > 0, got {budget_s}")
-    if max_buckets is not None and max_buckets < 1:
-        raise PolytraceError(f"--max-buckets: must be >= 1, got {max_buckets}")
-    if ray:
+    if target.max_buckets is not None and target.max_buckets < 1:
+        raise PolytraceError(f"--max-buckets: must be >= 1, got {target.max_buckets}")
+    if cluster.address:
         from .ray_search import search_on_ray
 
-        search = search_on_ray(tunable, profile=profile, model=model, seed=seed, budget_s=budget_s,
-                               max_buckets=max_buckets, progress=progress, ray=ray, workers=workers,
-                               allow_cpu=allow_cpu, max_retries=max_retries, timer=timer)
+        search = search_on_ray(tunable, target, budget_s, progress, cluster, timer)
     else:
-        if workers not in (None, 1):
+        if cluster.workers not in (None, 1):
             raise PolytraceError("--workers: only with --ray (a serial session has one worker)")
-        search = _search_here(tunable, profile=profile, model=model, seed=seed, budget_s=budget_s,
-                              max_buckets=max_buckets, progress=progress, timer=timer)
-    data = _write(tunable, search, root, budget_s, seed)
+        search = _search_here(tunable, target, budget_s, progress, timer)
+    data = _write(tunable, search, root, budget_s, target.seed)
     return Session(data["__path__"], {k: v for k, v in data.items() if k != "__path__"}, search.tried, search.failed)
 
 
-def _search_here(tunable: Tunable, *, profile: str, model: str | None, seed: int, budget_s: float,
-                 max_buckets: int | None, progress: bool, timer: Timer | None) -> Search:
+def _search_here(tunable: Tunable, target: TuneTarget, budget_s: float, progress: bool,
+                 timer: Timer | None) -> Search:
+    profile, model, seed, max_buckets = target.profile, target.model, target.seed, target.max_buckets
     import torch
 
     on_gpu = bool(torch.cuda.is_available())
