@@ -18,6 +18,7 @@ from polytrace.compose.training import TrainerLayout, pass_cost
 from polytrace.errors import PolytraceError
 from polytrace.hardware import get_gpu
 from polytrace.models import get_model
+from polytrace.run.spec import Rollout
 
 M7 = get_model("qwen2.5-7b")
 H100 = get_gpu("h100")
@@ -48,8 +49,8 @@ def test_long_tail_sets_rollout_time():
 def test_kv_capacity_limits_concurrency():
     p = np.full(2048, 1000)
     r = np.full(2048, 4000)
-    roomy = simulate_rollout(M7, H100, p, r, n_gpus=1, mem_fraction=0.9)
-    tight = simulate_rollout(M7, H100, p, r, n_gpus=1, mem_fraction=0.3)
+    roomy = simulate_rollout(M7, H100, p, r, n_gpus=1, engine=Rollout(rollout_tp=1, mem_fraction=0.9))
+    tight = simulate_rollout(M7, H100, p, r, n_gpus=1, engine=Rollout(rollout_tp=1, mem_fraction=0.3))
     assert tight.engines[0].concurrency < roomy.engines[0].concurrency
     assert tight.time_s > roomy.time_s
 
@@ -57,7 +58,7 @@ def test_kv_capacity_limits_concurrency():
 def test_engines_split_batch_and_report_imbalance():
     p = np.full(64, 100)
     r = np.concatenate([np.full(32, 100), np.full(32, 2000)])
-    res = simulate_rollout(M7, H100, p, r, n_gpus=2, tp=1)
+    res = simulate_rollout(M7, H100, p, r, n_gpus=2, engine=Rollout(rollout_tp=1))
     assert len(res.engines) == 2
     assert res.imbalance_gpu_s == pytest.approx(abs(res.engines[0].time_s - res.engines[1].time_s), rel=1e-9)
 

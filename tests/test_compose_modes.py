@@ -12,7 +12,13 @@ from polytrace.cli import main
 from polytrace.compose import estimate
 from polytrace.compose.efficiency import refit_expert_tensor_median
 from polytrace.compose.modes import compare_modes, mode_estimate
-from polytrace.compose.streaming import StreamRollout, trainer_pipeline, weight_sync_seconds
+from polytrace.compose.streaming import (
+    StreamRollout,
+    SyncTransport,
+    VersionPolicy,
+    trainer_pipeline,
+    weight_sync_seconds,
+)
 from polytrace.errors import PolytraceError
 from polytrace.hardware import get_gpu
 from polytrace.models import get_model
@@ -79,7 +85,7 @@ def test_in_flight_updates_let_the_rollout_decode_through_the_sync():
 def test_a_pipelined_sync_takes_the_longer_of_gather_and_broadcast():
     m, g = get_model("qwen3-30b-a3b"), get_gpu("h100")
     serial = weight_sync_seconds(m, g, 16, 16, 2)
-    piped = weight_sync_seconds(m, g, 16, 16, 2, pipelined=True)
+    piped = weight_sync_seconds(m, g, 16, 16, 2, transport=SyncTransport(pipelined=True))
     host = serial["tensors"]
     # per expert tensor, never overlapped
     assert host == pytest.approx(18_432 * PER_EXPERT_TENSOR_S) and piped["tensors"] == host
@@ -127,10 +133,10 @@ STREAM = StreamRollout(batch_s=100.0, drain_s=30.0, drain_lost_s=20.0, concurren
 
 def test_pipeline_staleness_zero_waits_for_the_last_sample():
     ready = np.linspace(0.0, 300.0, 1000)  # the batch's samples arrive over 300 s, tail included
-    p = trainer_pipeline(1000, 4, 100.0, 2.0, ready_s=ready)
+    p = trainer_pipeline(1000, 100.0, 2.0, VersionPolicy(chunks=4), ready_s=ready)
     assert p.step_s == pytest.approx(300.0 + 25.0 + 2.0)  # the last update starts after the last sample
     assert p.trainer_wait_s == pytest.approx(300.0 + 25.0 - 100.0)
-    instant = trainer_pipeline(1000, 4, 100.0, 2.0, ready_s=np.zeros(1000))
+    instant = trainer_pipeline(1000, 100.0, 2.0, VersionPolicy(chunks=4), ready_s=np.zeros(1000))
     assert instant.step_s == pytest.approx(102.0) and instant.trainer_wait_s == pytest.approx(0.0)
 
 
@@ -147,8 +153,8 @@ def test_at_staleness_zero_a_group_reaches_the_trainer_with_its_longest_response
     assert ready.tolist() == [100.0] * 8
     assert group_ready_s(np.array([3.0, 1.0, 2.0]), np.array([1, 0, 1])).tolist() == [1.0, 3.0]
     assert len(group_ready_s(np.zeros(0), np.zeros(0, dtype=np.int64))) == 0
-    by_group = trainer_pipeline(len(ready), 4, 40.0, 0.0, ready_s=ready)
-    by_sequence = trainer_pipeline(32, 4, 40.0, 0.0, ready_s=finish)
+    by_group = trainer_pipeline(len(ready), 40.0, 0.0, VersionPolicy(chunks=4), ready_s=ready)
+    by_sequence = trainer_pipeline(32, 40.0, 0.0, VersionPolicy(chunks=4), ready_s=finish)
     assert by_group.step_s == pytest.approx(100.0 + 40.0)  # every update after the last group
     assert by_sequence.step_s == pytest.approx(100.0 + 10.0)  # three updates before the tail
 
@@ -156,13 +162,14 @@ def test_at_staleness_zero_a_group_reaches_the_trainer_with_its_longest_response
 def test_pipeline_streaming_is_bound_by_the_slower_side():
     # trainer-bound: the rollout makes a batch in 100 s, the trainer needs 300 s; a staleness of
     # 0.5 keeps more than one update's samples ready, so the trainer never waits
-    fast = trainer_pipeline(1000, 4, 300.0, 2.0, rate=1000 / 100.0, staleness=0.5, stream=STREAM)
+    fast = trainer_pipeline(1000, 300.0, 2.0, VersionPolicy(chunks=4, staleness=0.5), rate=1000 / 100.0, stream=STREAM)
     assert fast.step_s == pytest.approx(302.0) and fast.trainer_wait_s == pytest.approx(0.0)
     # rollout-bound: 400 s per batch against 100 s of training: the step is the rollout's pace
-    slow = trainer_pipeline(1000, 4, 100.0, 2.0, rate=1000 / 400.0, staleness=0.5, stream=STREAM)
+    slow = trainer_pipeline(1000, 100.0, 2.0, VersionPolicy(chunks=4, staleness=0.5), rate=1000 / 400.0, stream=STREAM)
     assert 400.0 <= slow.step_s <= 400.0 + 25.0 + 2.0 + 1e-9
     # without partial rollout the sync waits for the sequences in flight to finish
-    drained = trainer_pipeline(1000, 4, 100.0, 2.0, rate=1000 / 400.0, staleness=0.5, stream=STREAM, partial=False)
+    drained = trainer_pipeline(1000, 100.0, 2.0, VersionPolicy(chunks=4, staleness=0.5, partial=False),
+                               rate=1000 / 400.0, stream=STREAM)
     assert drained.sync_wait_s == pytest.approx(STREAM.drain_s) and drained.step_s > slow.step_s
 
 
@@ -171,24 +178,27 @@ def test_pipeline_in_flight_updates_keep_the_stream_decoding_through_the_sync():
     run's step is the rollout's pace alone, where verl's interrupted stream also pays the sync
     each version; nothing is drained even without partial rollout."""
     sync = 20.0
-    interrupted = trainer_pipeline(1000, 1, 100.0, sync, rate=1000 / 400.0, staleness=7, stream=STREAM)
-    through = trainer_pipeline(1000, 1, 100.0, sync, rate=1000 / 400.0, staleness=7, stream=STREAM, in_flight=True)
+    interrupted = trainer_pipeline(1000, 100.0, sync, VersionPolicy(staleness=7), rate=1000 / 400.0, stream=STREAM)
+    through = trainer_pipeline(1000, 100.0, sync, VersionPolicy(staleness=7, in_flight=True), rate=1000 / 400.0,
+                               stream=STREAM)
     assert interrupted.step_s == pytest.approx(400.0 + sync, rel=1e-6)
     assert through.step_s == pytest.approx(400.0, rel=1e-6) and through.rollout_busy_s == pytest.approx(400.0)
-    undrained = trainer_pipeline(1000, 1, 100.0, sync, rate=1000 / 400.0, staleness=7, stream=STREAM,
-                                 partial=False, in_flight=True)
+    undrained = trainer_pipeline(1000, 100.0, sync, VersionPolicy(staleness=7, partial=False, in_flight=True),
+                                 rate=1000 / 400.0, stream=STREAM)
     assert undrained.sync_wait_s == 0.0 and undrained.step_s == pytest.approx(through.step_s)
     # trainer-bound, the trainer still pays its sync: 300 s + 20 s either way
-    busy = trainer_pipeline(1000, 1, 300.0, sync, rate=1000 / 100.0, staleness=7, stream=STREAM, in_flight=True)
+    busy = trainer_pipeline(1000, 300.0, sync, VersionPolicy(staleness=7, in_flight=True), rate=1000 / 100.0,
+                            stream=STREAM)
     assert busy.step_s == pytest.approx(320.0)
 
 
 def test_pipeline_small_staleness_makes_the_trainer_wait_at_each_version():
     # 4 updates of 250 samples; carrying only 0.1 x 1000 = 100 samples, the first update of each
     # version waits for 150 more at 10 samples/s
-    p = trainer_pipeline(1000, 4, 300.0, 0.0, rate=10.0, staleness=0.1, stream=STREAM)
+    p = trainer_pipeline(1000, 300.0, 0.0, VersionPolicy(chunks=4, staleness=0.1), rate=10.0, stream=STREAM)
     assert p.trainer_wait_s == pytest.approx(15.0)
-    assert trainer_pipeline(1000, 4, 300.0, 0.0, rate=10.0, staleness=0.3, stream=STREAM).trainer_wait_s == 0.0
+    roomy = trainer_pipeline(1000, 300.0, 0.0, VersionPolicy(chunks=4, staleness=0.3), rate=10.0, stream=STREAM)
+    assert roomy.trainer_wait_s == 0.0
 
 
 # ---- the weight sync --------------------------------------------------------------------------
@@ -361,7 +371,8 @@ def test_nemo_rl_k_step_off_stream_trains_its_whole_batch_and_recomputes_log_pro
 def test_the_bucketed_price_is_derived_from_the_30b_row_and_reproduces_it():
     """Not a validation: ``refit_s_per_expert_tensor_bucketed`` is the Qwen3-30B-A3B row's 4.38 s
     less its bytes at our link rates (issue 36: the row a constant comes from cannot test it)."""
-    on = weight_sync_seconds(get_model("qwen3-30b-a3b"), get_gpu("h20"), 16, 16, 4, checkpoint_engine=True)
+    on = weight_sync_seconds(get_model("qwen3-30b-a3b"), get_gpu("h20"), 16, 16, 4,
+                             transport=SyncTransport(checkpoint_engine=True))
     assert on["total"] == pytest.approx(4.38, rel=0.02), on
 
 
@@ -371,7 +382,7 @@ def test_a_bucketed_sync_lands_near_the_published_checkpoint_engine_figure(model
     derived from: the MoE sync within 25% once its expert tensors go in buckets, where one at a
     time they cost 18 s more."""
     m, g = get_model(model), get_gpu("h20")
-    on = weight_sync_seconds(m, g, train, roll, 4, checkpoint_engine=True)
+    on = weight_sync_seconds(m, g, train, roll, 4, transport=SyncTransport(checkpoint_engine=True))
     off = weight_sync_seconds(m, g, train, roll, 4)
     assert on["checkpoint_engine"] is True and off["checkpoint_engine"] is False
     assert abs(on["total"] / on_s - 1) <= 0.25, on

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from polytrace.compose import estimate, simulate_rollout
-from polytrace.compose.rollout import iteration_costs
+from polytrace.compose.rollout import ONE_GPU_ENGINE, iteration_costs
 from polytrace.compose.training import TrainerLayout, lora_params, pass_cost
 from polytrace.hardware import get_gpu
 from polytrace.models import get_model
@@ -136,7 +136,7 @@ def test_rollout_tail_stops_the_step_from_falling():
     r = _tail_lengths(2048)
     times = [simulate_rollout(M7, H100, p, r, n_gpus=n).time_s for n in (8, 16, 32, 64, 128)]
     assert all(a >= b for a, b in zip(times, times[1:]))  # never slower with more GPUs
-    floor = r.max() * float(iteration_costs(M7, H100, 1, np.array([1.0]), np.array([300.0]))[0])
+    floor = r.max() * float(iteration_costs(M7, H100, ONE_GPU_ENGINE, np.array([1.0]), np.array([300.0]))[0])
     assert min(times) >= floor  # the longest response at batch-1 latency
     assert times[-1] < 1.25 * floor  # at 128 engines the tail is nearly all of it
     assert times[0] / times[1] > times[-2] / times[-1]  # doubling GPUs buys less and less

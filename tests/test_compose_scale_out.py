@@ -16,11 +16,13 @@ from polytrace.compose.refit import colocated_refit_seconds
 from polytrace.compose.rollout import iteration_comm_seconds, iteration_fixed_seconds, simulate_rollout
 from polytrace.hardware import get_gpu
 from polytrace.models import get_model
+from polytrace.run.spec import Rollout, Trainer
 
 PER_EXPERT_TENSOR_S = refit_expert_tensor_median()  # 0.525 ms, the median of the published refits
 
 H100 = get_gpu("h100")
 QWEN3_235B = get_model("qwen3-235b-a22b")
+TP16 = Rollout(rollout_tp=16, mem_fraction=0.6)  # one engine over two 8-GPU nodes
 
 
 def test_allreduce_latency_within_a_node_and_across_nodes():
@@ -72,8 +74,8 @@ def test_the_latency_does_not_shrink_with_the_engines_batch():
     r = rng.integers(200, 2000, size=64)
     p = np.full(64, 150)
     for n in (64, 32):
-        roll = simulate_rollout(QWEN3_235B, H100, p[:n], r[:n], n_gpus=16, tp=16, mem_fraction=0.6)
-        no_net = simulate_rollout(QWEN3_235B, H100, p[:n], r[:n], n_gpus=16, tp=16, mem_fraction=0.6,
+        roll = simulate_rollout(QWEN3_235B, H100, p[:n], r[:n], n_gpus=16, engine=TP16)
+        no_net = simulate_rollout(QWEN3_235B, H100, p[:n], r[:n], n_gpus=16, engine=TP16,
                                   eff=with_overrides(nccl_net_hop_s=0.0))
         gap = roll.kernels["comm"] - no_net.kernels["comm"]
         assert gap == pytest.approx(roll.iterations * QWEN3_235B.layers * 2 * 2 * DEFAULT.nccl_net_hop_s, rel=1e-6)
@@ -93,7 +95,7 @@ def test_megatron_refit_from_bytes_and_link_rates():
     experts = _expert_bytes(m)
     dense = total - experts
     assert 0.9 < experts / total < 1.0  # routed experts: most of the 470 GB
-    got = colocated_refit_seconds(m, H100, 128, 16, strategy="megatron", train_tp=2, train_pp=8, train_ep=16)
+    got = colocated_refit_seconds(m, H100, 128, 16, Trainer(strategy="megatron", train_tp=2, train_pp=8, train_ep=16))
     nic, ring8, nvlink = 50e9 * eff.comm, 8 * 50e9 * eff.comm, 450e9 * eff.comm
     assert got["pipeline"] == pytest.approx((dense / 2 + experts / 16) * 7 / 8 / nic, rel=1e-9)
     assert got["gather"] == pytest.approx(dense / 2 / nvlink + experts * 15 / 16 / ring8, rel=1e-9)
@@ -104,11 +106,11 @@ def test_megatron_refit_from_bytes_and_link_rates():
     assert got["bytes"] == total and 2.0 < got["total"] - got["tensors"] < 4.0
     # what a GPU receives is the model less its share: the same on twice the GPUs (more data
     # parallelism, the same TP / PP / EP)
-    assert colocated_refit_seconds(m, H100, 256, 16, strategy="megatron", train_tp=2, train_pp=8,
-                                   train_ep=16) == got
+    assert colocated_refit_seconds(m, H100, 256, 16, Trainer(strategy="megatron", train_tp=2, train_pp=8,
+                                                             train_ep=16)) == got
     # one node: the pipeline broadcast runs over NVLink, not the NIC
     small = get_model("qwen3-30b-a3b")
-    one_node = colocated_refit_seconds(small, H100, 8, 2, strategy="megatron", train_pp=2, train_ep=4)
+    one_node = colocated_refit_seconds(small, H100, 8, 2, Trainer(strategy="megatron", train_pp=2, train_ep=4))
     ex = _expert_bytes(small)
     assert one_node["pipeline"] == pytest.approx(((small.weight_bytes() - ex) + ex / 4) / 2 / nvlink, rel=1e-9)
 
@@ -123,7 +125,7 @@ def test_fsdp_refit_gathers_everything_over_the_gpus():
     # under LoRA only the bf16 adapters move
     from polytrace.compose.training import lora_params
     adapters = 2.0 * lora_params(m, 64)
-    lora = colocated_refit_seconds(m, H100, 8, 2, lora_rank=64)
+    lora = colocated_refit_seconds(m, H100, 8, 2, Trainer(lora_rank=64))
     assert lora["bytes"] == adapters and lora["gather"] == pytest.approx(adapters * 7 / 8 / (450e9 * DEFAULT.comm))
     assert lora["total"] < got["total"] / 20
     # two nodes: the ring runs over the 8 NICs of a node
@@ -152,8 +154,8 @@ def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
     cfg = build_config(prof, "qwen3-30b-a3b", "h100", 16, rollout_tp=2, strategy="megatron", train_pp=2,
                        train_ep=8, n=8, responses_per_step=64, train_batch=64)
     p, r = np.full(64, 150), np.full(64, 900)
-    got = colocated_refit_seconds(cfg.model, cfg.gpu, 16, 2, strategy="megatron", train_tp=1, train_pp=2,
-                                  train_ep=8)
+    got = colocated_refit_seconds(cfg.model, cfg.gpu, 16, 2,
+                                  Trainer(strategy="megatron", train_tp=1, train_pp=2, train_ep=8))
     refit, host = got["total"], got["tensors"]
     costs = stage_costs(cfg, p, r)
     priced = [x for x in costs.parts if x.source == "roofline (refit)"]

@@ -157,8 +157,10 @@ def test_extrapolation_factor_is_the_distance_outside_the_measured_sizes():
 def _decode_attention(model: str, tp: int, pricer=None) -> float:
     """One decode iteration's attention seconds per GPU: 64 running sequences of 4K context."""
     from polytrace.compose.rollout import iteration_parts
+    from polytrace.run.spec import Rollout
 
-    parts, _ = iteration_parts(get_model(model), H200, tp, np.array([64.0]), np.array([64 * 4096.0]), pricer=pricer)
+    parts, _ = iteration_parts(get_model(model), H200, Rollout(rollout_tp=tp), np.array([64.0]),
+                               np.array([64 * 4096.0]), pricer=pricer)
     return float(parts["decode"][0])
 
 

@@ -195,8 +195,7 @@ def test_a_code_tool_run_is_priced_with_its_measured_share(tmp_path):
     row, row_prior = rows[5], rows_prior[5]
     p, r = step_batch(run, row.stats)
     roll, prefill = multiturn_rollout(run.engine_model, run.gpu, p, r, generated_share=0.9, n_gpus=run.n_gpus,
-                                      tp=run.rollout_tp, mem_fraction=run.mem_fraction,
-                                      max_num_seqs=run.max_num_seqs, eager=run.eager)
+                                      engine=run.rollout_settings)
     assert row.x["gen"]["rollout"] == pytest.approx(roll.time_s + prefill, rel=1e-9)
     assert row.x["gen"]["rollout"] > 2.0 * row_prior.x["gen"]["rollout"]
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..atomic_write import atomic_write_text
 from ..provenance import file_sha256
-from .fit import FIXED_FALLBACK, Calibration, StepData, by_family, fit, prior_for, roofline_bounds
+from .fit import FIXED_FALLBACK, Calibration, FitOptions, StepData, by_family, fit, prior_for, roofline_bounds
 from ..compose.stages import GROUPS, STAGES, stage_costs
 from ..errors import PolytraceError
 from .logconfig import model_family
@@ -254,7 +254,8 @@ def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[
         raise PolytraceError(f"--stage-times: step={actual['step']:g} s is not more than the stages' sum "
                              f"{sum(times[s] for s in stages):g} s")
     row = StepData(0, {}, actual, {}, x=x, other_s=float(np.mean(other)), bound=bounds, families=fams)
-    cal = fit([row], stages, source="--stage-times", noise={s: 0.01 for s in stages}, prior=prior_for(run))
+    cal = fit([row], stages, source="--stage-times",
+              options=FitOptions(noise={s: 0.01 for s in stages}, prior=prior_for(run)))
     return cal, steps
 
 

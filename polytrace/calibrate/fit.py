@@ -326,16 +326,29 @@ def _identified(X: np.ndarray, sd: float) -> tuple[bool, float]:
     return cv >= max(IDENT_NOISE_RATIO * sd, IDENT_MIN_SPREAD), cv
 
 
+@dataclass(frozen=True)
+class FitOptions:
+    """What a fit assumes beyond its rows (``fit``): ``noise`` overrides the per-stage relative
+    noise (``--stage-times`` averages are taken as exact to 1%); ``overlapped``: stages off the
+    step's critical path (async generation); ``transfer``: the calibration is for another run
+    (``FIXED_PRIOR_SHARE_TRANSFER``); ``prior``: the priors' scalars
+    (``compose.efficiency.prior_scalars``; None: the shipped priors, eager engine)."""
+
+    noise: dict[str, float] | None = None
+    overlapped: tuple = ()
+    transfer: bool = False
+    prior: dict[str, float] | None = None
+
+
 def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: list[LeftOut] | None = None,
-        noise: dict[str, float] | None = None, overlapped: tuple = (), transfer: bool = False,
-        prior: dict[str, float] | None = None, bound_rows: list[StepData] | None = None) -> Calibration:
+        options: FitOptions = FitOptions(), bound_rows: list[StepData] | None = None) -> Calibration:
     """This run's deviation from the priors per kind of work, a fixed cost per stage and the
     step's time outside the stages, fitted on relative errors with a soft-L1 loss, each deviation
-    shrunk toward 1 and bounded by the peak roofline (module docstring). ``noise`` overrides the
-    per-stage relative noise (``--stage-times`` averages are taken as exact to 1%); ``transfer``:
-    the calibration is for another run (``FIXED_PRIOR_SHARE_TRANSFER``); ``prior``: the priors'
-    scalars (``compose.efficiency.prior_scalars``; default the shipped priors, eager engine)."""
+    shrunk toward 1 and bounded by the peak roofline (module docstring), under ``options``
+    (``FitOptions``)."""
     from scipy.optimize import least_squares
+
+    noise, overlapped, transfer, prior = options.noise, options.overlapped, options.transfer, options.prior
 
     if not rows:
         raise PolytraceError(f"{source or 'calibration'}: no steps left to calibrate on")
@@ -496,4 +509,5 @@ def calibrate(rows: list[StepData], stages: list[str], source: str = "", first_s
     window = rows
     if screen_outliers:
         rows, left = screen(rows, stages, first_step, overlapped=overlapped)
-    return fit(rows, stages, source, left, overlapped=overlapped, transfer=transfer, prior=prior, bound_rows=window)
+    return fit(rows, stages, source, left, FitOptions(overlapped=overlapped, transfer=transfer, prior=prior),
+               bound_rows=window)

@@ -12,7 +12,8 @@ it has them (``logs.generations``, ``RunConfig.generated_share``), else ``GENERA
 
 from __future__ import annotations
 
-from ..compose.efficiency import DEFAULT
+import dataclasses
+
 from ..compose.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout
 from ..logs.agent import agent_step
 
@@ -23,10 +24,11 @@ def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
     if step is None or not step.multiturn:
         return False
     share = GENERATED_SHARE_PRIOR if run.generated_share is None else run.generated_share
+    # without vLLM's expert parallelism, as this re-pricing always has (rollout_ep 1): kept so the
+    # signature change (issue 35) moves no number
+    engine = dataclasses.replace(run.rollout_settings, rollout_ep=1)
     roll, prefill = multiturn_rollout(run.engine_model, run.gpu, prompt_lens, response_lens,
-                                      generated_share=share, n_gpus=run.n_gpus, tp=run.rollout_tp,
-                                      mem_fraction=run.mem_fraction, max_num_seqs=run.max_num_seqs, eff=DEFAULT,
-                                      eager=run.eager)
+                                      generated_share=share, n_gpus=run.n_gpus, engine=engine)
     gen = dict(row.x.get("gen", {}))
     before = gen.get("rollout", 0.0)
     gen["rollout"] = roll.time_s + prefill

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -100,18 +101,28 @@ MAX_SLOWDOWN = 100.0
 CORPUS_GPUS_PATH = Path(__file__).resolve().parents[1] / "data" / "corpus_gpus.json"
 
 
+@dataclass(frozen=True)
+class LogFacts:
+    """What a corpus log ran on, as the priors file records it and the folds group the logs by."""
+
+    gpu: str = ""  # the preset priced
+    gpu_source: str = ""  # where that GPU comes from (the publisher, the log, an inference)
+    model: str = ""  # the actor's preset (``folds``)
+    strategy: str | None = None  # its trainer backend; unset: the RunSpec's default
+    series: str = ""  # logs of one publisher's recipe and cluster share one weight (``source_weight``)
+
+
 class Corpus:
     """One log of the corpus: its rows (priced), stages and engine settings."""
 
     def __init__(self, name: str, rows: list[StepData], stages: list[str], eager: bool, ckpt: bool, sha256: str,
-                 overlapped: tuple = (), gpu: str = "", gpu_source: str = "", model: str = "",
-                 strategy: str | None = None, series: str = ""):
+                 overlapped: tuple = (), facts: LogFacts = LogFacts()):
         self.name, self.rows, self.stages, self.eager, self.ckpt, self.sha256 = name, rows, stages, eager, ckpt, sha256
         self.overlapped = tuple(overlapped)  # stages off the step's critical path (async generation)
-        self.gpu, self.gpu_source = gpu, gpu_source  # the preset priced; where it comes from
-        self.model = model  # the actor's preset (``folds``)
-        self.strategy = strategy or default("strategy")  # its trainer backend; unset: the RunSpec's default
-        self.series = series  # logs of one publisher's recipe and cluster share one weight (``source_weight``)
+        self.gpu, self.gpu_source = facts.gpu, facts.gpu_source  # the preset priced; where it comes from
+        self.model = facts.model  # the actor's preset (``folds``)
+        self.strategy = facts.strategy or default("strategy")  # its trainer backend; unset: the RunSpec's default
+        self.series = facts.series  # logs of one publisher's recipe and cluster share one weight (``source_weight``)
 
     def kind(self, group: str, family: str) -> str:
         return prior_kind(group, family, self.eager, self.ckpt)
@@ -198,8 +209,8 @@ def load_corpus(folder, names: list[str] | None = None, gpus: dict | None = None
         else:
             source = "the log's own evidence"
         c = Corpus(path.name, rows, stages, run.eager, run.gradient_checkpointing, sha, _overlapped(split),
-                   gpu=run.gpu.slug, gpu_source=source, model=run.model.name, strategy=run.strategy,
-                   series=series_of(path, root))
+                   LogFacts(gpu=run.gpu.slug, gpu_source=source, model=run.model.name, strategy=run.strategy,
+                            series=series_of(path, root)))
         margin = roofline_margin(c)
         if margin < 1.0 and (assumed or inferred):
             raise PolytraceError(f"{path}: every GPU of {', '.join(INFER_LADDER)} is beaten by some step "

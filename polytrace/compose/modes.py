@@ -36,6 +36,9 @@ and not calibrated.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import PolytraceError
@@ -56,7 +59,7 @@ from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
 from .pricing import Pricer
 from .rollout import simulate_rollout
 from .stages import STAGES, TRAIN_STAGES, Part, stage_costs
-from .streaming import stream_rollout, trainer_pipeline, weight_sync_seconds
+from .streaming import SyncTransport, VersionPolicy, stream_rollout, trainer_pipeline, weight_sync_seconds
 
 MODES = ("sync", "one-step-off", "fully-async")
 DEFAULT_STALENESS = 0.1  # verl's fully_async_ppo_trainer.yaml ``staleness_threshold``
@@ -103,6 +106,27 @@ def check_mode_args(m: Mode, gpus: int) -> None:
     # each value's own type and bounds were checked when the RunSpec was built (run/spec.py)
 
 
+@dataclass(frozen=True)
+class Separated:
+    """A separated mode's settings as priced: the run's ``Mode`` section with the mode's defaults
+    applied (``estimate_mode``), where the section keeps None for "the mode's default"."""
+
+    mode: str  # "one-step-off" or "fully-async"
+    policy: VersionPolicy  # how the trainer takes each weight version's batch
+    transport: SyncTransport  # how the weights travel at a sync
+    trainer_logprobs: bool = False  # fully-async: the trainer runs the old-policy log-prob pass (NeMo RL)
+
+
+@dataclass(frozen=True)
+class Split:
+    """A separated cluster's rollout:trainer GPU split, and which of the two the user gave
+    (``given``: (rollout_gpus, train_gpus); an infeasible side's error names that flag)."""
+
+    rollout_gpus: int
+    train_gpus: int
+    given: tuple[bool, bool] = (False, False)
+
+
 def _split_candidates(gpus: int, unit: int, rollout_gpus, train_gpus) -> list[tuple[int, int]]:
     if rollout_gpus is not None:
         return [(int(rollout_gpus), gpus - int(rollout_gpus))]
@@ -119,8 +143,9 @@ def _split_candidates(gpus: int, unit: int, rollout_gpus, train_gpus) -> list[tu
 class _Sides:
     """The two configurations of a separated cluster and their feasibility checks."""
 
-    def __init__(self, prof, model, gpu, rollout_gpus: int, train_gpus: int, config_kw: dict, longest: int,
-                 seq_lens, given: tuple[bool, bool]):
+    def __init__(self, prof, model, gpu, split: Split, config_kw: dict, longest: int, seq_lens):
+        rollout_gpus, train_gpus, given = split.rollout_gpus, split.train_gpus, split.given
+        self.split = split
         kw = dict(config_kw)
         rollout_tp = kw.pop("rollout_tp", None)
         mem = float(kw.get("mem_fraction", default("mem_fraction")))
@@ -195,18 +220,17 @@ def _priced_ratio(rc, p, r, pricer: Pricer, calibration: dict | None) -> float:
     sequence included, 6.7x and 14.7x in the priors), as the colocated estimate prices its gen.
     Scaling a stream by ``rollout_slowdown`` alone priced its host work at the roofline: the
     README's 16-GPU example generated on 6 GPUs in 7.1 s against 34.8 s on all 16."""
-    whole = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
-                             mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs, eff=DEFAULT,
-                             eager=rc.eager, pricer=pricer, ep=rc.rollout_ep)
+    whole = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
+                             eff=DEFAULT, pricer=pricer)
     parts = [Part("gen", fam, "rollout", v) for fam, v in whole.kernels.items()]
     priced = _side_seconds(parts, _separated(calibration))["gen"]
     return priced / whole.time_s if whole.time_s > 0 else 1.0
 
 
-def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: dict | None, staleness: float,
-                partial: bool, chunks: int, in_flight: bool = False, pipelined: bool = False,
-                checkpoint_engine: bool = False, trainer_logprobs: bool = False) -> dict:
+def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibration: dict | None) -> dict:
     """One sampled batch's steady-state step in a separated mode."""
+    mode, trainer_logprobs, policy = sep.mode, sep.trainer_logprobs, sep.policy
+    staleness, in_flight = policy.staleness, policy.in_flight
     rc, tc = sides.rollout, sides.trainer
     cal = calibration or {}
     p = np.asarray(batch.prompt_lens, dtype=np.int64)
@@ -220,14 +244,13 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
     other = trainer.other_s + float(cal.get("other_overhead_s", 0.0))
     train_s = sum(stages[s] for s in TRAIN_STAGES) + other
     sync = weight_sync_seconds(tc.model, tc.gpu, tc.n_gpus, rc.n_gpus, rc.rollout_tp, tc.lora_rank,
-                               pipelined=pipelined, checkpoint_engine=checkpoint_engine)
+                               transport=sep.transport)
     w = sync["total"]
     n_seq = len(r)
     roll = None
     if mode == "one-step-off" or staleness == 0:
-        roll = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
-                                mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs, eff=DEFAULT,
-                                eager=rc.eager, pricer=pricer, ep=rc.rollout_ep)
+        roll = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
+                                eff=DEFAULT, pricer=pricer)
         gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
         gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
         scale = gen / roll.time_s if roll.time_s > 0 else 1.0
@@ -246,18 +269,18 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
             # a sample reaches the trainer as a whole group (GRPO's advantage needs all n responses
             # of a prompt): ready when its longest response is, and local updates count groups
             ready = group_ready_s(roll.finish_s * scale, batch.group_ids)
-            pipe = trainer_pipeline(len(ready), chunks, train_s, w, ready_s=ready)
+            pipe = trainer_pipeline(len(ready), train_s, w, policy, ready_s=ready)
             detail = {"rollout": "one batch per weight version, long tail included (staleness 0)"}
         else:
-            stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
-                                    mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs,
-                                    in_flight_cap=(1.0 + staleness) * n_seq, eff=DEFAULT, eager=rc.eager,
-                                    pricer=pricer)
+            # the stream prices its engines without vLLM's expert parallelism, as it always has
+            # (rollout_ep 1; the batch rollout above prices it): kept so this signature change moves no number
+            engine = dataclasses.replace(rc.rollout_settings, rollout_ep=1)
+            stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=engine,
+                                    in_flight_cap=(1.0 + staleness) * n_seq, pricer=pricer)
             slow = _priced_ratio(rc, p, r, pricer, calibration)
             for key in ("batch_s", "drain_s", "drain_lost_s"):
                 setattr(stream, key, getattr(stream, key) * slow)
-            pipe = trainer_pipeline(n_seq, chunks, train_s, w, rate=n_seq / stream.batch_s, staleness=staleness,
-                                    stream=stream, partial=partial, in_flight=in_flight)
+            pipe = trainer_pipeline(n_seq, train_s, w, policy, rate=n_seq / stream.batch_s, stream=stream)
             gen = stream.batch_s
             detail = {"stream": stream.to_dict(), "carry_samples": pipe.carry}
         step = pipe.step_s
@@ -377,17 +400,18 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
                                                              need_tokens=base.max_prompt_len + base.max_response_len)
     given = (rollout_gpus is not None, train_gpus is not None)
     candidates = _split_candidates(int(gpus), int(unit), rollout_gpus, train_gpus)
+    sep = Separated(mode, VersionPolicy(chunks, staleness, partial, in_flight), SyncTransport(pipelined, bucketed),
+                    own_logprobs)
     tried, best, errors = [], None, []
     for r_gpus, t_gpus in candidates:
         try:
-            sides = _Sides(prof, base.model, base.gpu, r_gpus, t_gpus, config_kw, longest, biggest, given)
+            sides = _Sides(prof, base.model, base.gpu, Split(r_gpus, t_gpus, given), config_kw, longest, biggest)
         except PolytraceError as exc:
             if len(candidates) == 1:
                 raise
             errors.append(str(exc))
             continue
-        probe = _async_step(mode, sides, batches[0], pricer, calibration, staleness, partial, chunks, in_flight,
-                            pipelined, bucketed, own_logprobs)
+        probe = _async_step(sep, sides, batches[0], pricer, calibration)
         tried.append({"rollout_gpus": r_gpus, "train_gpus": t_gpus, "step_s": probe["step_s"]})
         if best is None or probe["step_s"] < best[1]:
             best = (sides, probe["step_s"])
@@ -395,17 +419,14 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
         raise PolytraceError(f"--gpus {gpus}: no rollout:trainer split of the GPUs is feasible for --mode {mode} "
                              f"({errors[0] if errors else 'no split tried'})")
     sides = best[0]
-    rows = [_async_step(mode, sides, b, pricer, calibration, staleness, partial, chunks, in_flight, pipelined,
-                        bucketed, own_logprobs)
-            for b in batches]
-    res = _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
-                     timings, seed)
+    rows = [_async_step(sep, sides, b, pricer, calibration) for b in batches]
+    res = _summarise(sep, prof, sides, rows, tried, calibration, pricer, seed)
     res["summary"]["mode"]["in_flight_updates"] = in_flight
     return res
 
 
-def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer, timings,
-               seed) -> dict:
+def _summarise(sep: Separated, prof, sides: _Sides, rows, tried, calibration, pricer: Pricer, seed) -> dict:
+    mode, policy, given = sep.mode, sep.policy, sides.split.given
     rc, tc = sides.rollout, sides.trainer
     step = float(np.mean([r["step_s"] for r in rows]))
     mean_stages = {s: float(np.mean([r["stages_s"][s] for r in rows])) for s in STAGES}
@@ -416,7 +437,8 @@ def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks
     block = {
         "mode": mode, "rollout_gpus": rc.n_gpus, "train_gpus": tc.n_gpus, "rollout_tp": rc.rollout_tp,
         "split": "given" if any(given) else "best of the splits tried", "splits_tried": tried,
-        "staleness": staleness, "partial_rollout": partial, "updates_per_sync": chunks, "step_s": step,
+        "staleness": policy.staleness, "partial_rollout": policy.partial, "updates_per_sync": policy.chunks,
+        "step_s": step,
         "train_s": float(np.mean([r["train_s"] for r in rows])),
         "weight_sync_s": float(np.mean([r["weight_sync_s"] for r in rows])), "weight_sync": rows[0]["weight_sync"],
         "busy": {side: float(np.mean([r["busy"][side] for r in rows])) for side in ("rollout", "trainer")},

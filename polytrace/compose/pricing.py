@@ -252,15 +252,16 @@ class Pricer:
                 out[(layer, mode)] = self._curve("gemm", kernel, mode, model=model.name, layer=layer)
         return out, ""
 
-    def gemm(self, model: ModelSpec, tokens: float, launches: float, *, tp: int = 1, fwd_passes: int = 1,
-             backward: bool = False, weight_grads: bool = True, roofline_s: float,
-             fp8: bool = False) -> tuple[float, str]:
+    def gemm(self, model: ModelSpec, tokens: float, launches: float, layout, *,
+             fwd_passes: int = 1, backward: bool = False, roofline_s: float) -> tuple[float, str]:
         """The decoder layers' linear layers over ``launches`` (micro-batch x layer) launches of
-        ``tokens`` tokens each: ``fwd_passes`` forwards (2 with activation checkpointing) and, for
-        an update, the backward's two gradient matmuls (the suite's ``bwd``), or only the input
-        gradient when the weights are frozen (``weight_grads=False``, LoRA: half the suite's
-        ``bwd``, whose two matmuls have equal FLOPs). ``fp8``: Transformer Engine's FP8 GEMMs, at
-        the roofline (``FP8_UNMEASURED``)."""
+        ``tokens`` tokens each on ``layout``'s GPUs (a ``training.TrainerLayout``, unannotated:
+        training.py imports this module; its ``tp`` shards each layer): ``fwd_passes`` forwards
+        (2 with activation checkpointing) and, for an update, the backward's two gradient matmuls
+        (the suite's ``bwd``), or only the input gradient when the weights are frozen
+        (``layout.lora_rank`` > 0: half the suite's ``bwd``, whose two matmuls have equal FLOPs).
+        ``layout.fp8``: Transformer Engine's FP8 GEMMs, at the roofline (``FP8_UNMEASURED``)."""
+        tp, fp8, weight_grads = layout.tp, layout.fp8, layout.lora_rank == 0
         scale = self.scale("gemm")
         if fp8:
             return roofline_s * scale, _roofline(f"FP8 GEMMs; {FP8_UNMEASURED}")

@@ -34,20 +34,24 @@ from __future__ import annotations
 
 from ..hardware import GPU
 from ..models import ModelSpec
-from ..run.spec import default
+from ..run.spec import Trainer
 from .efficiency import DEFAULT, Efficiency
 from .parallel import BF16, expert_params
 
+DEFAULT_TRAINER = Trainer()  # the RunSpec's defaults: verl's FSDP trainer, full fine-tuning
 
-def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp: int, *,
-                            strategy: str = default("strategy"),
-                            train_tp: int = 1, train_pp: int = 1, train_ep: int = 1, lora_rank: int = 0,
-                            eff: Efficiency = DEFAULT) -> dict:
+
+def colocated_refit_seconds(model: ModelSpec, gpu: GPU, n_gpus: int, rollout_tp: int,
+                            trainer: Trainer = DEFAULT_TRAINER, *, eff: Efficiency = DEFAULT) -> dict:
     """Seconds of one colocated refit by part (``pipeline``, ``gather``, ``stage``, ``tensors``), their
-    ``total`` and the ``bytes`` of the full bf16 model every GPU ends up holding. Under LoRA only
-    the adapters move (bf16), sharded like the dense weights."""
+    ``total`` and the ``bytes`` of the full bf16 model every GPU ends up holding. ``trainer``: its
+    backend (``strategy``), Megatron layout (``train_tp`` / ``train_pp`` / ``train_ep``) and
+    ``lora_rank`` are priced (default FSDP, no LoRA). Under LoRA only the adapters move (bf16),
+    sharded like the dense weights."""
     from .training import synced_weight_bytes
 
+    strategy, lora_rank = trainer.strategy, trainer.lora_rank
+    train_tp, train_pp, train_ep = trainer.train_tp, trainer.train_pp, trainer.train_ep
     total = synced_weight_bytes(model, lora_rank)
     experts = BF16 * expert_params(model) if strategy == "megatron" and train_ep > 1 and not lora_rank else 0.0
     dense = total - experts

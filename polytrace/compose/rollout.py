@@ -24,9 +24,23 @@ import numpy as np
 
 from ..hardware import GPU
 from ..models import ModelSpec
-from ..run.spec import default
+from ..run.spec import Rollout, default
 from .efficiency import DEFAULT, Efficiency
 from .pricing import Pricer
+
+# The engine settings of a rollout of single-GPU engines at the run's defaults: what the rollout
+# functions price when no ``engine`` is given (a ``RunSpec`` ``Rollout`` section with its TP resolved:
+# ``RunConfig.rollout_settings`` gives a run's). ``rollout_precision`` is the engine model's own
+# (``RunConfig.engine_model``): the functions read the model's weight dtype, not this field.
+ONE_GPU_ENGINE = Rollout(rollout_tp=1)
+
+
+def engine_tp(engine: Rollout) -> int:
+    """GPUs per engine of ``engine``: its rollout TP, which the caller resolves first
+    (``estimate.default_rollout_tp``; None there means "fit", which only ``configure`` does)."""
+    if engine.rollout_tp is None:
+        raise ValueError("rollout: engine.rollout_tp is unset: resolve it (estimate.default_rollout_tp) first")
+    return int(engine.rollout_tp)
 
 
 @dataclass
@@ -153,22 +167,23 @@ def iteration_seq_host_seconds(active: np.ndarray, eff: Efficiency = DEFAULT) ->
     return eff.host_s_per_seq_iter * np.asarray(active, dtype=np.float64)
 
 
-def iteration_costs(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
-                    eff: Efficiency = DEFAULT, eager: bool = default("eager"),
-                    pricer: Pricer | None = None) -> np.ndarray:
+def iteration_costs(model: ModelSpec, gpu: GPU, engine: Rollout, active: np.ndarray, ctx: np.ndarray,
+                    eff: Efficiency = DEFAULT, pricer: Pricer | None = None) -> np.ndarray:
     """Seconds per decode iteration for running-batch sizes ``active`` holding ``ctx`` context
     tokens in total (arrays of the same shape): device time plus the host time the GPU waits for
     (``iteration_host_seconds``, ``iteration_seq_host_seconds``)."""
-    parts, _ = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer)
+    parts, _ = iteration_parts(model, gpu, engine, active, ctx, eff, pricer)
     return sum(parts.values())
 
 
-def iteration_parts(model: ModelSpec, gpu: GPU, tp: int, active: np.ndarray, ctx: np.ndarray,
-                    eff: Efficiency = DEFAULT, eager: bool = default("eager"), pricer: Pricer | None = None, ep: int = 1
+def iteration_parts(model: ModelSpec, gpu: GPU, engine: Rollout, active: np.ndarray, ctx: np.ndarray,
+                    eff: Efficiency = DEFAULT, pricer: Pricer | None = None
                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Seconds per decode iteration by kernel family (``gemm``, ``decode``, ``comm``, ``host`` per
     iteration, ``seq_host`` per running sequence) and where each came from. At the roofline the linear layers take the larger of their FLOPs
-    and weight reads (``decode_weight_bytes``), attention the larger of its FLOPs and KV reads."""
+    and weight reads (``decode_weight_bytes``), attention the larger of its FLOPs and KV reads.
+    ``engine``: its TP, expert parallelism and CUDA graphs (``eager``) are priced."""
+    tp, ep, eager = engine_tp(engine), engine.rollout_ep, engine.eager
     pricer = pricer or Pricer(gpu, eff)
     active = np.asarray(active, dtype=np.float64)
     ctx = np.asarray(ctx, dtype=np.float64)
@@ -247,14 +262,14 @@ def prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     return float(flops / (tp * engine_gemm_rate(gpu, model) * eff.prefill))
 
 
-def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray,
-                    response_lens: np.ndarray, *, mem_fraction: float = default("mem_fraction"),
-                    max_num_seqs: int = default("max_num_seqs"),
-                    eff: Efficiency = DEFAULT, eager: bool = default("eager"), pricer: Pricer | None = None,
-                    slots: int | None = None, ep: int = 1) -> EngineResult:
+def simulate_engine(model: ModelSpec, gpu: GPU, prompt_lens: np.ndarray, response_lens: np.ndarray, *,
+                    engine: Rollout = ONE_GPU_ENGINE, eff: Efficiency = DEFAULT, pricer: Pricer | None = None,
+                    slots: int | None = None) -> EngineResult:
     """One engine's continuous batching over its sequences. ``slots``: how many run at once when
     known (sequences already running, ``streaming.py``), else the KV cache's room for sequences
-    of the mean length, at most ``max_num_seqs``."""
+    of the mean length, at most ``engine.max_num_seqs``."""
+    tp, eager = engine_tp(engine), engine.eager
+    mem_fraction, max_num_seqs = engine.mem_fraction, engine.max_num_seqs
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.maximum(np.asarray(response_lens, dtype=np.int64), 1)
     if len(r) == 0:
@@ -276,7 +291,7 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
     t = np.arange(horizon, dtype=np.float64)
     ctx = np.cumsum(d_base)[:horizon] + t * active
     pricer = pricer or Pricer(gpu, eff)
-    parts, sources = iteration_parts(model, gpu, tp, active, ctx, eff, eager, pricer, ep)
+    parts, sources = iteration_parts(model, gpu, engine, active, ctx, eff, pricer)
     per_iter = sum(parts.values())
     decode = float(per_iter.sum())
     done_at = np.cumsum(per_iter)  # seconds of decode when iteration t is over
@@ -290,19 +305,18 @@ def simulate_engine(model: ModelSpec, gpu: GPU, tp: int, prompt_lens: np.ndarray
                         kernels["comm"], kernels, sources, prefill + done_at[ends - 1])
 
 
-def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, tp: int = 1,
-                     mem_fraction: float = default("mem_fraction"),
-                    max_num_seqs: int = default("max_num_seqs"), eff: Efficiency = DEFAULT,
-                     eager: bool = default("eager"), pricer: Pricer | None = None, ep: int = 1) -> RolloutResult:
+def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int,
+                     engine: Rollout = ONE_GPU_ENGINE, eff: Efficiency = DEFAULT,
+                     pricer: Pricer | None = None) -> RolloutResult:
     """The rollout of one step: the batch is split in contiguous slices over ``n_gpus // tp``
-    engines, as verl does."""
+    engines (``engine.rollout_tp``), as verl does."""
+    tp = engine_tp(engine)
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.asarray(response_lens, dtype=np.int64)
     engines_n = max(1, n_gpus // max(1, tp))
     bounds = np.linspace(0, len(r), engines_n + 1).round().astype(int)
     pricer = pricer or Pricer(gpu, eff)
-    results = [simulate_engine(model, gpu, tp, p[a:b], r[a:b], mem_fraction=mem_fraction,
-                               max_num_seqs=max_num_seqs, eff=eff, eager=eager, pricer=pricer, ep=ep)
+    results = [simulate_engine(model, gpu, p[a:b], r[a:b], engine=engine, eff=eff, pricer=pricer)
                for a, b in zip(bounds[:-1], bounds[1:])]
     slowest = max(results, key=lambda e: e.time_s)
     imbalance = sum(slowest.time_s - e.time_s for e in results) * tp
@@ -338,19 +352,19 @@ def tool_prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens, respo
 
 
 def multiturn_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, generated_share: float,
-                      n_gpus: int, tp: int = 1, mem_fraction: float = default("mem_fraction"),
-                    max_num_seqs: int = default("max_num_seqs"),
-                      eff: Efficiency = DEFAULT, eager: bool = default("eager"),
+                      n_gpus: int, engine: Rollout = ONE_GPU_ENGINE,
                       pricer: Pricer | None = None) -> tuple[RolloutResult, float]:
     """A multi-turn rollout's engine work: the generated tokens decoded (``generated_share`` of
     each response, at least one) and the tool output prefilled between turns
-    (``tool_prefill_seconds``). Tool waits are not engine work: the caller adds them."""
+    (``tool_prefill_seconds``). Tool waits are not engine work: the caller adds them. Priced at
+    ``pricer``'s efficiencies (default: the roofline at ``efficiency.DEFAULT``)."""
+    pricer = pricer or Pricer(gpu, DEFAULT)
+    eff, tp = pricer.eff, engine_tp(engine)
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.asarray(response_lens, dtype=np.int64)
     share = float(min(max(generated_share, 0.0), 1.0))
     decoded = np.maximum(np.round(r * share).astype(np.int64), 1)
-    roll = simulate_rollout(model, gpu, p, decoded, n_gpus=n_gpus, tp=tp, mem_fraction=mem_fraction,
-                            max_num_seqs=max_num_seqs, eff=eff, eager=eager, pricer=pricer)
-    scale = (pricer or Pricer(gpu, eff)).scale("prefill")
+    roll = simulate_rollout(model, gpu, p, decoded, n_gpus=n_gpus, engine=engine, eff=eff, pricer=pricer)
+    scale = pricer.scale("prefill")
     prefill = tool_prefill_seconds(model, gpu, tp, p, r, np.maximum(r - decoded, 0), n_gpus, eff) * scale
     return roll, prefill

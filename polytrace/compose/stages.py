@@ -19,7 +19,7 @@ from ..errors import PolytraceError
 from ..hardware import GPU
 from ..models import ModelSpec
 from ..run.spec import PRECISIONS as SPEC_PRECISIONS
-from ..run.spec import RunSpec, declarations, default
+from ..run.spec import Rollout, RunSpec, Trainer, declarations, default
 from .efficiency import DEFAULT, Efficiency
 from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
@@ -144,6 +144,17 @@ class RunConfig:
         return dataclasses.replace(self.model, weight_dtype=self.rollout_precision)
 
     @property
+    def rollout_settings(self) -> Rollout:
+        """The engine's settings as ``RunSpec``'s ``Rollout`` section, its TP resolved (what the
+        rollout functions take: ``rollout.simulate_rollout``)."""
+        return _section(self, Rollout)
+
+    @property
+    def trainer_settings(self) -> Trainer:
+        """The trainer's settings as ``RunSpec``'s ``Trainer`` section (``refit.colocated_refit_seconds``)."""
+        return _section(self, Trainer)
+
+    @property
     def use_critic(self) -> bool:
         return self.algorithm == "ppo"
 
@@ -183,6 +194,11 @@ class RunConfig:
                 value = {k: list(v) for k, v in value.items()}
             out[f.name] = value
         return out
+
+
+def _section(cfg: RunConfig, section: type):
+    """``cfg``'s values of a ``RunSpec`` section: every field of it is a ``RunConfig`` field of the same name."""
+    return section(**{f.name: getattr(cfg, f.name) for f in dataclasses.fields(section)})
 
 
 # RunConfig's fields the RunSpec declares under the same name, and the two it names otherwise
@@ -264,9 +280,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     r = np.asarray(response_lens, dtype=np.int64)
     seq = p + r
     if rollout:
-        roll = simulate_rollout(cfg.engine_model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
-                                mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
-                                eager=cfg.eager, pricer=pricer, ep=cfg.rollout_ep)
+        roll = simulate_rollout(cfg.engine_model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, engine=cfg.rollout_settings,
+                                eff=eff, pricer=pricer)
     else:
         roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
     critic = cfg.critic_model or cfg.model
@@ -282,9 +297,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     parts = [Part("gen", fam, "rollout", v, roll.sources.get(fam, ROOFLINE)) for fam, v in roll.kernels.items()]
     refit = None
     if rollout and cfg.colocated:  # the updated weights into the engine on the same GPUs, once a step
-        refit = colocated_refit_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.rollout_tp, strategy=cfg.strategy,
-                                        train_tp=cfg.train_tp, train_pp=cfg.train_pp, train_ep=cfg.train_ep,
-                                        lora_rank=cfg.lora_rank, eff=eff)
+        refit = colocated_refit_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.rollout_tp, cfg.trainer_settings, eff=eff)
         moved = refit["total"] - refit["tensors"]
         parts.append(Part("gen", "comm", "rollout", moved * pricer.scale("comm"), "roofline (refit)"))
         if refit["tensors"]:  # host work, not a link: no measured collective rate scales it

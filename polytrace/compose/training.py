@@ -300,8 +300,8 @@ def _rank_costs(model: ModelSpec, gpu: GPU, chunks: list[np.ndarray], layout: Tr
         per_mb = tokens / safe_micro
         launches = n_micro * layers
         fam["gemm"], src["gemm"] = pricer.gemm(
-            model, per_mb / cp, launches, tp=layout.tp, fwd_passes=fwd_passes, backward=backward,
-            weight_grads=not lora, roofline_s=body_flops * tokens * mult / (rate * model_shards), fp8=layout.fp8)
+            model, per_mb / cp, launches, layout, fwd_passes=fwd_passes, backward=backward,
+            roofline_s=body_flops * tokens * mult / (rate * model_shards))
         if layout.ep > 1:  # the busiest expert-parallel rank's experts set the time
             fam["gemm"] = fam["gemm"] * (1.0 + expert_flops_share(model) * (eff.moe_load_imbalance - 1.0))
         if lora:  # rank-r matmuls: far below any measured GEMM shape, at the roofline (and labelled so)
