@@ -46,10 +46,6 @@ def outer():
                                          "m.py:10 inner (10)"]
 
 
-@pytest.mark.xfail(strict=True, reason="13 functions in polytrace/ take more than 8 parameters on branch cparams "
-                                       "(bench, ab, tuning, results, report, profiles and compose/impact.py: the "
-                                       "'measure' and 'types' engineers' halves of issue 35); the lead flips this "
-                                       "once they land")
 def test_at_most_three_functions_take_more_than_eight_parameters():
     found = [hit for path in sorted(PACKAGE.rglob("*.py"))
              for hit in offenders(path.read_text(), str(path.relative_to(PACKAGE.parent)))]
