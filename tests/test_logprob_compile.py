@@ -28,6 +28,7 @@ import static_sass as S
 import torch
 
 from polytrace_kernels.logprob import kernel as K
+from polytrace_kernels.logprob import kernel_bwd as KB
 from polytrace_kernels.logprob import configs as C
 
 out = {}
@@ -63,7 +64,7 @@ for arch in (90, 80):
                "stride_row": "i32", "stride_grad_row": "i32", "vocab_size": "i32", "temperature": "fp32",
                "softcap": "fp32", "ignore_index": "i32"}
     for cap in (False, True):
-        build(f"bwd-softcap{int(cap)}", K.token_logprobs_bwd_kernel, bwd_sig,
+        build(f"bwd-softcap{int(cap)}", KB.token_logprobs_bwd_kernel, bwd_sig,
               {"SCALE": True, "EXACT_DIV": False, "SOFTCAP": cap, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True,
                "BLOCK_V": bwd_cfg["BLOCK_V"], "ROUND_BF16": False},
               ["logits_ptr", "grad_logits_ptr", "stride_row", "stride_grad_row", "vocab_size"], arch,
@@ -84,7 +85,7 @@ for arch in (90, 80):
           {"part_ptr": "*fp32", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
            "max_ptr": "*fp32", "logsum_ptr": "*fp32", "n_rows": "i32", "vocab_size": "i32", "ignore_index": "i32"},
           {"NSPLIT": lfwd["NSPLIT"], "RETURN_ENTROPY": True, "BLOCK_T": 128}, [], arch, num_warps=4)
-    build("dlogits", K.linear_dlogits_kernel,
+    build("dlogits", KB.linear_dlogits_kernel,
           {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32",
            "logsum_ptr": "*fp32", "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32",
            "dlogits_ptr": "*bf16", "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "v_start": "i32",
@@ -97,7 +98,7 @@ for arch in (90, 80):
         # _linear_backward launches it with the backward config's tiles (BLOCK_M, BLOCK_N, BLOCK_K =
         # BLOCK_T, BLOCK_V, BLOCK_K) of that dtype
         acc = lbwd if dt == "bf16" else C.default_linear_bwd_config(torch.float32, cap)
-        build(f"accumulate-{dt}", K.matmul_accumulate_kernel,
+        build(f"accumulate-{dt}", KB.matmul_accumulate_kernel,
               {"a_ptr": f"*{dt}", "b_ptr": f"*{dt}", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
                "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"},
               {"stride_ak": 1, "stride_bn": 1, "BLOCK_M": acc["BLOCK_T"], "BLOCK_N": acc["BLOCK_V"],

@@ -20,6 +20,7 @@ import torch
 import triton
 
 from . import kernel as K
+from . import kernel_bwd as KB
 from .configs import (
     LINEAR_TUNING_KERNEL,
     TUNING_KERNEL,
@@ -104,7 +105,7 @@ def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, i
     has_lp, has_ent = g_lp is not None, g_ent is not None
     g_lp = g_lp.contiguous() if has_lp else stats[0]
     g_ent = g_ent.contiguous() if has_ent else stats[0]
-    K.token_logprobs_bwd_kernel[(n_rows,)](
+    KB.token_logprobs_bwd_kernel[(n_rows,)](
         logits, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, grad,
         logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab, temperature, softcap or 1.0, ignore_index,
         SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, SOFTCAP=softcap is not None,
@@ -274,7 +275,7 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
         cols = min(chunk, vocab - v0)
         d = dlogits[:, :cols]
         grid = (triton.cdiv(n_rows, bt) * triton.cdiv(cols, bv),)
-        K.linear_dlogits_kernel[grid](
+        KB.linear_dlogits_kernel[grid](
             hidden, weight, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, d,
             n_rows, vocab, hidden_size, v0, cols, hidden.stride(0) if n_rows > 1 else hidden_size,
             weight.stride(0) if vocab > 1 else hidden_size, d.stride(0), 1.0 / temperature,
@@ -289,7 +290,7 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
                 torch.mm(d, w_chunk, out=grad_hidden)
             else:
                 grid = (triton.cdiv(n_rows, bt) * triton.cdiv(hidden_size, bv),)
-                K.matmul_accumulate_kernel[grid](
+                KB.matmul_accumulate_kernel[grid](
                     d, w_chunk, acc_hidden, n_rows, hidden_size, cols,
                     d.stride(0), 1, w_chunk.stride(0), 1, acc_hidden.stride(0),
                     BLOCK_M=bt, BLOCK_N=bv, BLOCK_K=bk, GROUP_M=cfg["GROUP"], DOT_PRECISION=precision,
