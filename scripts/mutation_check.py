@@ -42,12 +42,13 @@ FP = "tests/test_kernel_footprint.py::"
 # instead of corrupting memory in a value test (a crash still counts as killed, but says less).
 FAMILY_TESTS = {
     "packing": [FP + "test_pack_and_unpack_programs_write_their_own_rows", "tests/test_packing_kernels.py",
-                "tests/test_kernel_bad_input.py"],
+                "tests/test_kernel_bad_input_packing.py"],
     "logprob": [FP + "test_logits_programs_write_their_own_rows", FP + "test_fused_programs_write_their_own_tiles",
-                "tests/test_logprob.py", "tests/test_logprob_configs.py", "tests/test_kernel_bad_input.py"],
+                "tests/test_logprob.py", "tests/test_logprob_configs.py",
+                "tests/test_kernel_bad_input_logprob.py"],
     "attention": [FP + "test_attention_programs_write_their_own_tiles", FP + "test_decode_programs_write_their_own_partials",
                   "tests/test_attention_fp32.py", "tests/test_attention.py", "tests/test_attention_configs.py",
-                  "tests/test_attention_masked.py", "tests/test_kernel_bad_input.py"],
+                  "tests/test_attention_masked.py", "tests/test_kernel_bad_input_attention.py"],
 }
 PACK = "kernels/packing/kernel.py"
 LOGPROB = "kernels/logprob/kernel.py"
