@@ -127,13 +127,13 @@ def _logprob(arch: int) -> list[Spec]:
         lin_sig = {"hidden_ptr": f"*{dt}", "weight_ptr": f"*{dt}", "tokens_ptr": "*i64", "order_ptr": "*i64",
                    "n_active_ptr": "*i32", "part_ptr": "*fp32",
                    "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32",
-                   "inv_temperature": "fp32", "vblocks_per_split": "i32"}
+                   "inv_temperature": "fp32", "softcap": "fp32", "vblocks_per_split": "i32"}
         vblocks = -(-(-(-V // lf["BLOCK_V"])) // lf["NSPLIT"])
         big = lf["BLOCK_T"] * lf["BLOCK_V"] >= 128 * 128  # the 128x128 tile: 1 CTA per SM by choice
         out.append(Spec(f"linear-fwd-{dt}", "logprob", K.linear_logprobs_fwd_kernel, lin_sig,
-                        {"NSPLIT": lf["NSPLIT"], "SCALE": True, "RETURN_ENTROPY": True, "EVEN_K": True,
-                         "EVEN_V": V % lf["BLOCK_V"] == 0, "BLOCK_T": lf["BLOCK_T"], "BLOCK_V": lf["BLOCK_V"],
-                         "BLOCK_K": lf["BLOCK_K"], "DOT_PRECISION": prec},
+                        {"NSPLIT": lf["NSPLIT"], "SCALE": True, "SOFTCAP": False, "RETURN_ENTROPY": True,
+                         "EVEN_K": True, "EVEN_V": V % lf["BLOCK_V"] == 0, "BLOCK_T": lf["BLOCK_T"],
+                         "BLOCK_V": lf["BLOCK_V"], "BLOCK_K": lf["BLOCK_K"], "DOT_PRECISION": prec},
                         {"n_rows": T, "vocab_size": V, "hidden_size": H, "stride_h": H, "stride_w": H,
                          "vblocks_per_split": vblocks}, lf["num_warps"], lf["num_stages"], lf,
                         min_ctas=1 if big else 2, why_one_cta=LINEAR_FWD_ONE_CTA if big else "", anchor="cublas-gemm"))
@@ -146,10 +146,11 @@ def _logprob(arch: int) -> list[Spec]:
                          "logsum_ptr": "*fp32", "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32",
                          "grad_ent_ptr": "*fp32", "dlogits_ptr": f"*{dt}", "n_rows": "i32", "vocab_size": "i32",
                          "hidden_size": "i32", "v_start": "i32", "chunk_cols": "i32", "stride_h": "i32",
-                         "stride_w": "i32", "stride_d": "i32", "inv_temperature": "fp32"},
-                        {"SCALE": True, "HAS_GRAD_ENT": True, "EVEN_K": True, "BLOCK_T": lb["BLOCK_T"],
-                         "BLOCK_V": lb["BLOCK_V"], "BLOCK_K": lb["BLOCK_K"], "GROUP_T": lb["GROUP"],
-                         "DOT_PRECISION": prec},
+                         "stride_w": "i32", "stride_d": "i32", "inv_temperature": "fp32",
+                         "softcap": "fp32"},
+                        {"SCALE": True, "SOFTCAP": False, "HAS_GRAD_ENT": True, "EVEN_K": True,
+                         "BLOCK_T": lb["BLOCK_T"], "BLOCK_V": lb["BLOCK_V"], "BLOCK_K": lb["BLOCK_K"],
+                         "GROUP_T": lb["GROUP"], "DOT_PRECISION": prec},
                         {"n_rows": T, "vocab_size": V, "hidden_size": H, "v_start": chunk, "chunk_cols": chunk,
                          "stride_h": H, "stride_w": H, "stride_d": chunk},
                         lb["num_warps"], lb["num_stages"], lb, why_one_cta=MATMUL_ONE_CTA, anchor="cublas-gemm"))

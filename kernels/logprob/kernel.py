@@ -209,9 +209,10 @@ def _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_s
 
 @triton.jit(do_not_specialize=["n_rows"])
 def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, order_ptr, n_active_ptr, part_ptr,
-                               n_rows, vocab_size, hidden_size, stride_h, stride_w, inv_temperature,
+                               n_rows, vocab_size, hidden_size, stride_h, stride_w, inv_temperature, softcap,
                                vblocks_per_split,
-                               NSPLIT: tl.constexpr, SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
+                               NSPLIT: tl.constexpr, SCALE: tl.constexpr, SOFTCAP: tl.constexpr,
+                               RETURN_ENTROPY: tl.constexpr,
                                EVEN_K: tl.constexpr, EVEN_V: tl.constexpr, BLOCK_T: tl.constexpr,
                                BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Partial statistics of one (token block, vocabulary split): running max, sum and weighted sum
@@ -262,8 +263,12 @@ def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, order_ptr, n_
             col_mask = cols < vocab_size
             z = _logit_tile(hidden_ptr, weight_ptr, rows, None, cols, col_mask, hidden_size, stride_h,
                             stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, False, True, DOT_PRECISION)
+        if SOFTCAP:  # Gemma 2's final-logit cap, before the temperature (as HF, verl and Liger apply it)
+            z = softcap * _tanh(z * (1.0 / softcap))[0]
+        if not EVEN_V:  # after the cap, which maps a masked column's 0 to 0, not -inf
             z = tl.where(col_mask[None, :], z, float("-inf"))
-        # The statistics run on the raw logits z (the maximum commutes with 1/T > 0); m is in raw units.
+        # The statistics run on the (capped) logits z before 1/T (the maximum commutes with 1/T > 0):
+        # m is in those units.
         m_new = tl.maximum(m, tl.max(z, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row of only -inf so far: no NaN
         e = tl.math.exp2(z * c - (m_safe * c)[:, None])

@@ -137,8 +137,9 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entro
 @triton.jit
 def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
                           grad_ent_ptr, dlogits_ptr, n_rows, vocab_size, hidden_size, v_start, chunk_cols,
-                          stride_h, stride_w, stride_d, inv_temperature,
-                          SCALE: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, EVEN_K: tl.constexpr,
+                          stride_h, stride_w, stride_d, inv_temperature, softcap,
+                          SCALE: tl.constexpr, SOFTCAP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr,
+                          EVEN_K: tl.constexpr,
                           BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
                           GROUP_T: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """d(loss)/d(hidden @ weight.T) for vocabulary columns [v_start, v_start + chunk_cols), written
@@ -160,6 +161,9 @@ def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_pt
     col_mask = local < chunk_cols
     z = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
                     BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, True, True, DOT_PRECISION)
+    if SOFTCAP:  # z -> softcap * tanh(z / softcap): its derivative 1 - tanh^2 multiplies d(logits) below
+        t, dcap = _tanh(z * (1.0 / softcap))
+        z = softcap * t
     if SCALE:
         z = z * inv_temperature
     m = tl.load(max_ptr + rows, mask=row_mask, other=0.0)
@@ -175,6 +179,8 @@ def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_pt
         dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)
     if SCALE:
         dz = dz * inv_temperature
+    if SOFTCAP:
+        dz = dz * dcap
     out_ptrs = dlogits_ptr + rows.to(tl.int64)[:, None] * stride_d + local[None, :]
     tl.store(out_ptrs, dz.to(dlogits_ptr.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
 
