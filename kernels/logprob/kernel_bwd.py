@@ -135,6 +135,16 @@ def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entro
 
 
 @triton.jit
+def _grouped_tile(n_a, n_b, GROUP: tl.constexpr):
+    """(block along a, block along b) of this program in grouped order: GROUP consecutive a-blocks
+    run over each b-block in turn, so the GROUP programs resident together share one b tile in L2."""
+    pid = tl.program_id(0)
+    first = pid // (GROUP * n_b) * GROUP
+    group_size = tl.minimum(n_a - first, GROUP)
+    return first + (pid % (GROUP * n_b)) % group_size, (pid % (GROUP * n_b)) // group_size
+
+
+@triton.jit
 def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
                           grad_ent_ptr, dlogits_ptr, n_rows, vocab_size, hidden_size, v_start, chunk_cols,
                           stride_h, stride_w, stride_d, inv_temperature, softcap,
@@ -145,14 +155,7 @@ def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_pt
     """d(loss)/d(hidden @ weight.T) for vocabulary columns [v_start, v_start + chunk_cols), written
     to ``dlogits[T, chunk_cols]`` in the input dtype. The upstream gradients arrive already zeroed
     on ignored rows. Grouped tile order (GROUP_T token blocks share a weight tile in L2)."""
-    pid = tl.program_id(0)
-    n_t = tl.cdiv(n_rows, BLOCK_T)
-    n_v = tl.cdiv(chunk_cols, BLOCK_V)
-    group = pid // (GROUP_T * n_v)
-    first_t = group * GROUP_T
-    group_size = tl.minimum(n_t - first_t, GROUP_T)
-    pid_t = first_t + (pid % (GROUP_T * n_v)) % group_size
-    pid_v = (pid % (GROUP_T * n_v)) // group_size
+    pid_t, pid_v = _grouped_tile(tl.cdiv(n_rows, BLOCK_T), tl.cdiv(chunk_cols, BLOCK_V), GROUP_T)
 
     rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
     row_mask = rows < n_rows
@@ -191,14 +194,7 @@ def matmul_accumulate_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak,
                              GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """C[M, N] (fp32) += A[M, K] @ B[K, N]: d(hidden) summed over vocabulary chunks without
     rounding each chunk's share to bf16."""
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BLOCK_M)
-    n_n = tl.cdiv(N, BLOCK_N)
-    group = pid // (GROUP_M * n_n)
-    first_m = group * GROUP_M
-    group_size = tl.minimum(n_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * n_n)) % group_size
-    pid_n = (pid % (GROUP_M * n_n)) // group_size
+    pid_m, pid_n = _grouped_tile(tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
