@@ -15,7 +15,7 @@
 #    compile inside their budgets, and records what the compiled code says (registers, spills,
 #    CTAs per SM) in the log;
 # 1. runs every kernel test file (tests/test_logprob.py, test_attention.py, test_packing_kernels.py,
-#    test_kernel_bad_input.py, and test_kernel_launch.py / test_tolerance.py where present) on the
+#    test_kernel_bad_input_*.py, and test_kernel_launch.py / test_tolerance.py where present) on the
 #    GPU, then the other `gpu`-marked tests, under their own cap (--tests-budget-s);
 # 1b. probes the kernel decisions made from compiled code (scripts/device_probe.py, cap 90 s,
 #    --skip-probe skips it): log-prob block size and its rate against a copy, fused LM head vs
@@ -64,7 +64,7 @@ set -uo pipefail
 BUDGET_S=210
 TESTS_BUDGET_S=120
 SUITES="logprob attention gemm packing workload"
-KERNEL_TESTS="tests/test_logprob.py tests/test_attention.py tests/test_packing_kernels.py tests/test_kernel_bad_input.py tests/test_kernel_launch.py tests/test_tolerance.py"
+KERNEL_TESTS="tests/test_logprob.py tests/test_attention.py tests/test_packing_kernels.py tests/test_kernel_bad_input_*.py tests/test_kernel_launch.py tests/test_tolerance.py"
 # One representative micro-batch per profile keeps the attention suite inside a short lease;
 # export POLYTRACE_ATTENTION_BATCHES=2 or more for a full run.
 export POLYTRACE_ATTENTION_BATCHES="${POLYTRACE_ATTENTION_BATCHES:-1}"

@@ -42,15 +42,17 @@ FP = "tests/test_kernel_footprint.py::"
 # instead of corrupting memory in a value test (a crash still counts as killed, but says less).
 FAMILY_TESTS = {
     "packing": [FP + "test_pack_and_unpack_programs_write_their_own_rows", "tests/test_packing_kernels.py",
-                "tests/test_kernel_bad_input.py"],
+                "tests/test_kernel_bad_input_packing.py"],
     "logprob": [FP + "test_logits_programs_write_their_own_rows", FP + "test_fused_programs_write_their_own_tiles",
-                "tests/test_logprob.py", "tests/test_logprob_configs.py", "tests/test_kernel_bad_input.py"],
+                "tests/test_logprob.py", "tests/test_logprob_configs.py",
+                "tests/test_kernel_bad_input_logprob.py", "tests/test_logprob_features.py"],
     "attention": [FP + "test_attention_programs_write_their_own_tiles", FP + "test_decode_programs_write_their_own_partials",
                   "tests/test_attention_fp32.py", "tests/test_attention.py", "tests/test_attention_configs.py",
-                  "tests/test_attention_masked.py", "tests/test_kernel_bad_input.py"],
+                  "tests/test_attention_masked.py", "tests/test_kernel_bad_input_attention.py"],
 }
 PACK = "kernels/packing/kernel.py"
 LOGPROB = "kernels/logprob/kernel.py"
+LOGPROB_BWD = "kernels/logprob/kernel_bwd.py"
 ATTN = "kernels/attention/kernel.py"
 ATTN_API = "kernels/attention/api.py"
 ATTN_DECODE = "kernels/attention/kernel_decode.py"
@@ -91,12 +93,12 @@ MUTATIONS = [
              "x = tl.load(row_ptr + cols, mask=cols <= v_end,", "the tail block reads one logit past the row"),
     # (the backward after the logprob merge: 1/T folded into the per-row factors for 16-bit inputs,
     # applied per element for fp32 (EXACT_DIV, the interpreter tests' dtype); one-hot stored apart)
-    Mutation("logits-bwd-dropped-temperature", "logprob", LOGPROB,
+    Mutation("logits-bwd-dropped-temperature", "logprob", LOGPROB_BWD,
              "        g = _scale(g, temperature, SCALE, EXACT_DIV)\n", "        g = g\n",
              "fp32 backward drops the 1/temperature scaling of the softmax term"),
-    Mutation("logits-bwd-scale", "logprob", LOGPROB, "    return g, dcap\n", "    return g * 1.0003, dcap\n",
+    Mutation("logits-bwd-scale", "logprob", LOGPROB_BWD, "    return g, dcap\n", "    return g * 1.0003, dcap\n",
              "logits gradient's softmax term scaled by 1.0003 (every column, the target's too)"),
-    Mutation("logits-bwd-store-mask", "logprob", LOGPROB,
+    Mutation("logits-bwd-store-mask", "logprob", LOGPROB_BWD,
              "_store_grad(grad_row + cols, -g, cols < vocab_size, ROUND_BF16)",
              "_store_grad(grad_row + cols, -g, cols <= vocab_size, ROUND_BF16)",
              "backward writes one gradient past each row (the next row's first: a race)"),
@@ -110,15 +112,20 @@ MUTATIONS = [
     Mutation("fused-split-end", "logprob", LOGPROB, "    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size)\n",
              "    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size - 1)\n",
              "the last vocabulary split stops one column early"),
-    Mutation("fused-dlogits-scale", "logprob", LOGPROB, "    if SCALE:\n        dz = dz * inv_temperature\n",
+    Mutation("fused-dlogits-scale", "logprob", LOGPROB_BWD, "    if SCALE:\n        dz = dz * inv_temperature\n",
              "    if SCALE:\n        dz = dz * inv_temperature * 1.0003\n", "fused d(logits) scaled by 1.0003"),
-    Mutation("fused-dlogits-store-mask", "logprob", LOGPROB, "    col_mask = local < chunk_cols\n",
+    Mutation("fused-dlogits-store-mask", "logprob", LOGPROB_BWD, "    col_mask = local < chunk_cols\n",
              "    col_mask = local <= chunk_cols\n", "fused backward writes one column past its chunk"),
-    Mutation("fused-dlogits-dropped-entropy", "logprob", LOGPROB,
+    Mutation("fused-dlogits-dropped-entropy", "logprob", LOGPROB_BWD,
              "        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)\n", "",
              "fused backward drops the entropy gradient"),
-    Mutation("fused-accumulate-k-mask", "logprob", LOGPROB, "        k_mask = (k0 + offs_k) < K\n",
+    Mutation("fused-accumulate-k-mask", "logprob", LOGPROB_BWD, "        k_mask = (k0 + offs_k) < K\n",
              "        k_mask = (k0 + offs_k) <= K\n", "d(hidden) matmul reads one vocabulary column past the chunk"),
+    Mutation("fused-softcap-scale", "logprob", LOGPROB, "            z = softcap * _tanh(z * (1.0 / softcap))[0]\n",
+             "            z = softcap * 1.0003 * _tanh(z * (1.0 / softcap))[0]\n",
+             "fused forward's capped logits scaled by 1.0003"),
+    Mutation("fused-dlogits-softcap-derivative", "logprob", LOGPROB_BWD, "        dz = dz * dcap\n",
+             "        dz = dz * dcap * 1.0003\n", "fused backward's softcap derivative scaled by 1.0003"),
     Mutation("logits-exp2-base", "logprob", LOGPROB, "LOG2E = tl.constexpr(1.4426950408889634)",
              "LOG2E = tl.constexpr(1.4431)", "exp2's base constant 3e-4 off (every exp of the log-prob kernels)"),
     # ---- decode splits

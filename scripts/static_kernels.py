@@ -95,6 +95,7 @@ def _logprob(arch: int) -> list[Spec]:
 
     from polytrace_kernels.logprob import configs as C
     from polytrace_kernels.logprob import kernel as K
+    from polytrace_kernels.logprob import kernel_bwd as KB
 
     cap = (arch // 10, arch % 10)
     V, H, T = MODEL["vocab"], MODEL["hidden"], MODEL["tokens"]
@@ -115,7 +116,7 @@ def _logprob(arch: int) -> list[Spec]:
                "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32", "grad_logits_ptr": "*bf16",
                "stride_row": "i32", "stride_grad_row": "i32", "vocab_size": "i32", "temperature": "fp32",
                "softcap": "fp32", "ignore_index": "i32"}
-    out.append(Spec("logprob-bwd", "logprob", K.token_logprobs_bwd_kernel, bwd_sig,
+    out.append(Spec("logprob-bwd", "logprob", KB.token_logprobs_bwd_kernel, bwd_sig,
                     {"SCALE": True, "EXACT_DIV": False, "SOFTCAP": False, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True,
                      "BLOCK_V": bwd["BLOCK_V"], "ROUND_BF16": False},
                     rows, bwd["num_warps"], bwd["num_stages"], bwd, elem_bytes=2, hbm_bytes=4, min_ctas=2,
@@ -126,13 +127,13 @@ def _logprob(arch: int) -> list[Spec]:
         lin_sig = {"hidden_ptr": f"*{dt}", "weight_ptr": f"*{dt}", "tokens_ptr": "*i64", "order_ptr": "*i64",
                    "n_active_ptr": "*i32", "part_ptr": "*fp32",
                    "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32",
-                   "inv_temperature": "fp32", "vblocks_per_split": "i32"}
+                   "inv_temperature": "fp32", "softcap": "fp32", "vblocks_per_split": "i32"}
         vblocks = -(-(-(-V // lf["BLOCK_V"])) // lf["NSPLIT"])
         big = lf["BLOCK_T"] * lf["BLOCK_V"] >= 128 * 128  # the 128x128 tile: 1 CTA per SM by choice
         out.append(Spec(f"linear-fwd-{dt}", "logprob", K.linear_logprobs_fwd_kernel, lin_sig,
-                        {"NSPLIT": lf["NSPLIT"], "SCALE": True, "RETURN_ENTROPY": True, "EVEN_K": True,
-                         "EVEN_V": V % lf["BLOCK_V"] == 0, "BLOCK_T": lf["BLOCK_T"], "BLOCK_V": lf["BLOCK_V"],
-                         "BLOCK_K": lf["BLOCK_K"], "DOT_PRECISION": prec},
+                        {"NSPLIT": lf["NSPLIT"], "SCALE": True, "SOFTCAP": False, "RETURN_ENTROPY": True,
+                         "EVEN_K": True, "EVEN_V": V % lf["BLOCK_V"] == 0, "BLOCK_T": lf["BLOCK_T"],
+                         "BLOCK_V": lf["BLOCK_V"], "BLOCK_K": lf["BLOCK_K"], "DOT_PRECISION": prec},
                         {"n_rows": T, "vocab_size": V, "hidden_size": H, "stride_h": H, "stride_w": H,
                          "vblocks_per_split": vblocks}, lf["num_warps"], lf["num_stages"], lf,
                         min_ctas=1 if big else 2, why_one_cta=LINEAR_FWD_ONE_CTA if big else "", anchor="cublas-gemm"))
@@ -140,19 +141,20 @@ def _logprob(arch: int) -> list[Spec]:
         # BLOCK_V): v_start, chunk_cols and d(logits)' row stride are multiples of 16
         elem = 2 if dt == "bf16" else 4
         chunk = min(V, max(lb["BLOCK_V"], (512 << 20) // (T * elem) // lb["BLOCK_V"] * lb["BLOCK_V"]))
-        out.append(Spec(f"linear-dlogits-{dt}", "logprob", K.linear_dlogits_kernel,
+        out.append(Spec(f"linear-dlogits-{dt}", "logprob", KB.linear_dlogits_kernel,
                         {"hidden_ptr": f"*{dt}", "weight_ptr": f"*{dt}", "tokens_ptr": "*i64", "max_ptr": "*fp32",
                          "logsum_ptr": "*fp32", "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32",
                          "grad_ent_ptr": "*fp32", "dlogits_ptr": f"*{dt}", "n_rows": "i32", "vocab_size": "i32",
                          "hidden_size": "i32", "v_start": "i32", "chunk_cols": "i32", "stride_h": "i32",
-                         "stride_w": "i32", "stride_d": "i32", "inv_temperature": "fp32"},
-                        {"SCALE": True, "HAS_GRAD_ENT": True, "EVEN_K": True, "BLOCK_T": lb["BLOCK_T"],
-                         "BLOCK_V": lb["BLOCK_V"], "BLOCK_K": lb["BLOCK_K"], "GROUP_T": lb["GROUP"],
-                         "DOT_PRECISION": prec},
+                         "stride_w": "i32", "stride_d": "i32", "inv_temperature": "fp32",
+                         "softcap": "fp32"},
+                        {"SCALE": True, "SOFTCAP": False, "HAS_GRAD_ENT": True, "EVEN_K": True,
+                         "BLOCK_T": lb["BLOCK_T"], "BLOCK_V": lb["BLOCK_V"], "BLOCK_K": lb["BLOCK_K"],
+                         "GROUP_T": lb["GROUP"], "DOT_PRECISION": prec},
                         {"n_rows": T, "vocab_size": V, "hidden_size": H, "v_start": chunk, "chunk_cols": chunk,
                          "stride_h": H, "stride_w": H, "stride_d": chunk},
                         lb["num_warps"], lb["num_stages"], lb, why_one_cta=MATMUL_ONE_CTA, anchor="cublas-gemm"))
-        out.append(Spec(f"linear-accumulate-{dt}", "logprob", K.matmul_accumulate_kernel,
+        out.append(Spec(f"linear-accumulate-{dt}", "logprob", KB.matmul_accumulate_kernel,
                         {"a_ptr": f"*{dt}", "b_ptr": f"*{dt}", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
                          "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"},
                         {"stride_ak": 1, "stride_bn": 1, "BLOCK_M": lb["BLOCK_T"], "BLOCK_N": lb["BLOCK_V"],

@@ -75,27 +75,40 @@ def logits_checks(name, x, tokens, temperature, ours, torch_same, truth, upstrea
     return checks
 
 
-def linear_checks(name, h, w, tokens, temperature, ours, torch_same, truth, upstream, ignore_index=-100) -> list:
-    """Checks for (logprob, entropy, d hidden, d weight) of ``linear_token_logprobs``."""
+def linear_checks(name, h, w, tokens, temperature, ours, torch_same, truth, upstream, ignore_index=-100,
+                  softcap=None) -> list:
+    """Checks for (logprob, entropy, d hidden, d weight) of ``linear_token_logprobs``. With
+    ``softcap`` (logits z -> c tanh(z / c)): a capped logit carries the dot product's error times
+    1 - tanh^2 <= 1 plus the tanh's own few ulps of c, so the row scale grows by c / T; d(logits)
+    is multiplied by 1 - tanh^2, whose relative error is 2 |tanh| |dy| + 8 ulps (the tanh check of
+    ``test_logprob_features.py``) with |dy| <= (sum_k |h_k w_vk| / c + |y|) ulps for y = z / c."""
     vocab, n_rows = w.shape[0], h.shape[0]
     h64, w64 = h.detach().double(), w.detach().double()
     reach = (h64.abs() @ w64.abs().t()) / temperature  # sum_k |h_k w_vk| / T per logit
     row_scale = reach.amax(1) if n_rows else torch.zeros(0, dtype=torch.float64)
+    z64 = h64 @ w64.t()
+    dcap = torch.ones_like(z64)
+    if softcap is not None:
+        y = z64 / softcap
+        tanh = torch.tanh(y)
+        dcap_cond = 2.0 * (reach * temperature / softcap + y.abs()) + 8.0
+        z64, dcap = softcap * tanh, 1.0 - tanh * tanh
+        row_scale = row_scale + softcap / temperature
     checks = [check_fp32(f"{name}/logprob", ours[0], truth[0], terms=vocab, scale=row_scale),
               check_fp32(f"{name}/entropy", ours[1], truth[1], terms=vocab, scale=row_scale)]
     if len(ours) <= 2:
         return checks
     ignored = tokens == ignore_index
     g_lp, g_ent = (g.double().masked_fill(ignored, 0.0) for g in upstream)
-    logp = torch.log_softmax(h64 @ w64.t() / temperature, -1)
+    logp = torch.log_softmax(z64 / temperature, -1)
     entropy = truth[1].double()
     p = logp.exp()
     onehot = torch.zeros_like(p)
     keep = ~ignored
     onehot[keep.nonzero()[:, 0], tokens[keep].long()] = 1.0
-    dz = (g_lp[:, None] * (onehot - p) - g_ent[:, None] * p * (logp + entropy[:, None])) / temperature
-    err_dz = _grad_weight(logp, entropy, g_lp, g_ent) * (row_scale[:, None] + math.log2(vocab)) / temperature
-    err_dz = err_dz + dz.abs()
+    dz = (g_lp[:, None] * (onehot - p) - g_ent[:, None] * p * (logp + entropy[:, None])) / temperature * dcap
+    err_dz = _grad_weight(logp, entropy, g_lp, g_ent) * (row_scale[:, None] + math.log2(vocab)) / temperature * dcap
+    err_dz = err_dz + dz.abs() * (dcap_cond if softcap is not None else 1.0)
     # The 16-bit backward materialises d(logits) in the input dtype (by design: half the memory).
     # That rounding flushes probabilities below the 16-bit range, which shifts the gradients by a
     # few 1e-4 relative (2.5e-4 measured at V=3996, fp16; torch's fp16 path 4-7e-4) although every

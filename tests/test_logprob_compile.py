@@ -28,6 +28,7 @@ import static_sass as S
 import torch
 
 from polytrace_kernels.logprob import kernel as K
+from polytrace_kernels.logprob import kernel_bwd as KB
 from polytrace_kernels.logprob import configs as C
 
 out = {}
@@ -63,7 +64,7 @@ for arch in (90, 80):
                "stride_row": "i32", "stride_grad_row": "i32", "vocab_size": "i32", "temperature": "fp32",
                "softcap": "fp32", "ignore_index": "i32"}
     for cap in (False, True):
-        build(f"bwd-softcap{int(cap)}", K.token_logprobs_bwd_kernel, bwd_sig,
+        build(f"bwd-softcap{int(cap)}", KB.token_logprobs_bwd_kernel, bwd_sig,
               {"SCALE": True, "EXACT_DIV": False, "SOFTCAP": cap, "HAS_GRAD_LP": True, "HAS_GRAD_ENT": True,
                "BLOCK_V": bwd_cfg["BLOCK_V"], "ROUND_BF16": False},
               ["logits_ptr", "grad_logits_ptr", "stride_row", "stride_grad_row", "vocab_size"], arch,
@@ -71,11 +72,11 @@ for arch in (90, 80):
     lin_sig = {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "order_ptr": "*i64",
                "n_active_ptr": "*i32", "part_ptr": "*fp32", "n_rows": "i32", "vocab_size": "i32",
                "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32", "inv_temperature": "fp32",
-               "vblocks_per_split": "i32"}
-    for ent in (True, False):
+               "softcap": "fp32", "vblocks_per_split": "i32"}
+    for ent, softcap in ((True, False), (False, False), (True, True)):
         # V = 152064 or 128256 (a multiple of BLOCK_V 128): EVEN_V, as launched
-        build(f"linear-fwd-ent{int(ent)}", K.linear_logprobs_fwd_kernel, lin_sig,
-              {"NSPLIT": lfwd["NSPLIT"], "SCALE": True, "RETURN_ENTROPY": ent, "EVEN_K": True,
+        build(f"linear-fwd-ent{int(ent)}" + ("-softcap" if softcap else ""), K.linear_logprobs_fwd_kernel, lin_sig,
+              {"NSPLIT": lfwd["NSPLIT"], "SCALE": True, "SOFTCAP": softcap, "RETURN_ENTROPY": ent, "EVEN_K": True,
                "EVEN_V": lfwd["BLOCK_V"] == 128, "BLOCK_T": lfwd["BLOCK_T"], "BLOCK_V": lfwd["BLOCK_V"],
                "BLOCK_K": lfwd["BLOCK_K"], "DOT_PRECISION": None},
               ["hidden_ptr", "weight_ptr", "hidden_size", "stride_h", "stride_w"], arch, lfwd["num_warps"],
@@ -84,20 +85,23 @@ for arch in (90, 80):
           {"part_ptr": "*fp32", "tokens_ptr": "*i64", "logprob_ptr": "*fp32", "entropy_ptr": "*fp32",
            "max_ptr": "*fp32", "logsum_ptr": "*fp32", "n_rows": "i32", "vocab_size": "i32", "ignore_index": "i32"},
           {"NSPLIT": lfwd["NSPLIT"], "RETURN_ENTROPY": True, "BLOCK_T": 128}, [], arch, num_warps=4)
-    build("dlogits", K.linear_dlogits_kernel,
-          {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32",
-           "logsum_ptr": "*fp32", "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32",
-           "dlogits_ptr": "*bf16", "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "v_start": "i32",
-           "chunk_cols": "i32", "stride_h": "i32", "stride_w": "i32", "stride_d": "i32", "inv_temperature": "fp32"},
-          {"SCALE": True, "HAS_GRAD_ENT": True, "EVEN_K": True, "BLOCK_T": lbwd["BLOCK_T"], "BLOCK_V": lbwd["BLOCK_V"],
-           "BLOCK_K": lbwd["BLOCK_K"], "GROUP_T": lbwd["GROUP"], "DOT_PRECISION": None},
-          ["hidden_ptr", "weight_ptr", "dlogits_ptr", "hidden_size", "stride_h", "stride_w", "stride_d"], arch,
-          lbwd["num_warps"], lbwd["num_stages"])
+    for softcap in (False, True):
+        build("dlogits" + ("-softcap" if softcap else ""), KB.linear_dlogits_kernel,
+              {"hidden_ptr": "*bf16", "weight_ptr": "*bf16", "tokens_ptr": "*i64", "max_ptr": "*fp32",
+               "logsum_ptr": "*fp32", "entropy_ptr": "*fp32", "grad_lp_ptr": "*fp32", "grad_ent_ptr": "*fp32",
+               "dlogits_ptr": "*bf16", "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32",
+               "v_start": "i32", "chunk_cols": "i32", "stride_h": "i32", "stride_w": "i32", "stride_d": "i32",
+               "inv_temperature": "fp32", "softcap": "fp32"},
+              {"SCALE": True, "SOFTCAP": softcap, "HAS_GRAD_ENT": True, "EVEN_K": True, "BLOCK_T": lbwd["BLOCK_T"],
+               "BLOCK_V": lbwd["BLOCK_V"], "BLOCK_K": lbwd["BLOCK_K"], "GROUP_T": lbwd["GROUP"],
+               "DOT_PRECISION": None},
+              ["hidden_ptr", "weight_ptr", "dlogits_ptr", "hidden_size", "stride_h", "stride_w", "stride_d"], arch,
+              lbwd["num_warps"], lbwd["num_stages"])
     for dt, prec in (("bf16", None), ("fp32", "ieee")):
         # _linear_backward launches it with the backward config's tiles (BLOCK_M, BLOCK_N, BLOCK_K =
         # BLOCK_T, BLOCK_V, BLOCK_K) of that dtype
         acc = lbwd if dt == "bf16" else C.default_linear_bwd_config(torch.float32, cap)
-        build(f"accumulate-{dt}", K.matmul_accumulate_kernel,
+        build(f"accumulate-{dt}", KB.matmul_accumulate_kernel,
               {"a_ptr": f"*{dt}", "b_ptr": f"*{dt}", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
                "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"},
               {"stride_ak": 1, "stride_bn": 1, "BLOCK_M": acc["BLOCK_T"], "BLOCK_N": acc["BLOCK_V"],
@@ -127,13 +131,14 @@ def test_kernels_compile_for_gpu():
                 "generic forward vectorised: its layout could depend on a row's alignment"
         for cap in (0, 1):  # with the softcap too (the fwd's scale1 variants carry it)
             assert res[f"bwd-softcap{cap}@sm{arch}"]["v4_loads"] > 0
-        for name in ("linear-fwd-ent1", "dlogits", "accumulate-bf16"):
+        for name in ("linear-fwd-ent1", "linear-fwd-ent1-softcap", "dlogits", "dlogits-softcap", "accumulate-bf16"):
             assert res[f"{name}@sm{arch}"]["mma"] > 0, f"{name} does not use tensor cores on sm{arch}"
 
 
 def test_fused_forward_epilogue_within_budget():
     """The fused LM-head forward's epilogue on sm_90a: <= 12 SASS instructions per logit with the
-    entropy (issue 37; it was 20.6 with a 64-bit token compare and a column mask on every tile)."""
+    entropy (issue 37; it was 20.6 with a 64-bit token compare and a column mask on every tile), with
+    the softcap off (a constexpr: no instruction of the cap's tanh in the launch without it)."""
     res = _compile_all()
     assert res["linear-fwd-ent1@sm90"]["epilogue"] <= 12.0, res["linear-fwd-ent1@sm90"]
     assert res["linear-fwd-ent0@sm90"]["epilogue"] <= 9.0, res["linear-fwd-ent0@sm90"]

@@ -133,3 +133,92 @@ def test_vocab_parallel_single_process_is_the_whole_vocabulary():
             vocab_parallel_token_logprobs(x, tok, bad)
     with pytest.raises(ValueError, match="owned by 0 ranks"):
         vocab_parallel_token_logprobs(x, torch.where(tok == IGNORE, tok, tok + 1000), 0)
+
+
+# ------------------------------------------------------------------ fused LM head with the softcap
+
+def _linear_softcap_triplet(h, w, tok, temperature, cap, up, **kw):
+    from polytrace_kernels.logprob import linear_token_logprobs, linear_token_logprobs_reference
+
+    out = {}
+    for name in ("ours", "torch", "truth"):
+        dt = torch.float64 if name == "truth" else h.dtype
+        hl, wl = h.to(dt).clone().requires_grad_(), w.to(dt).clone().requires_grad_()
+        if name == "ours":
+            lp, ent = linear_token_logprobs(hl, wl, tok, temperature, True, softcap=cap, **kw)
+        else:
+            lp, ent = linear_token_logprobs_reference(hl, wl, tok, temperature, True, IGNORE, compute_dtype=None,
+                                                      softcap=cap)
+        torch.autograd.backward([lp, ent], [up[0].to(lp.dtype), up[1].to(ent.dtype)])
+        out[name] = (lp.detach(), ent.detach(), hl.grad, wl.grad)
+    return out
+
+
+LINEAR_SOFTCAP_CASES = {
+    # name: (T, V, H, weight scale, cap, dtype, config): logits of std ~ 2.5 x the weight scale
+    # cap 5, logits std ~ 12: saturated columns; V 515 leaves a 3-column tail tile (masked after the cap)
+    "fp32-cap5-V515-tail": (13, 515, 40, 2.0, 5.0, torch.float32, {"BLOCK_T": 16, "BLOCK_V": 64, "NSPLIT": 4}),
+    # cap 30 (Gemma 2) on logits of std ~ 40, V a multiple of the tile (the EVEN_V path)
+    "fp32-cap30-V512-even": (11, 512, 32, 16.0, 30.0, torch.float32, {"BLOCK_T": 16, "BLOCK_V": 64, "NSPLIT": 2}),
+    "fp16-cap5-V515": (13, 515, 40, 2.0, 5.0, torch.float16, None),
+}
+
+
+def _linear_softcap_case(name):
+    n_rows, vocab, hidden, wscale, cap, dtype, config = LINEAR_SOFTCAP_CASES[name]
+    gen = torch.Generator().manual_seed(71)
+    h = torch.randn(n_rows, hidden, generator=gen).to(dtype)
+    w = (torch.randn(vocab, hidden, generator=gen) * (wscale / hidden ** 0.5)).to(dtype)
+    tok = torch.randint(0, vocab, (n_rows,), generator=gen)
+    tok[3] = IGNORE
+    tok[4] = vocab - 1  # a target in the tail tile
+    up = (torch.randn(n_rows, generator=gen), torch.randn(n_rows, generator=gen))
+    kw = {"fp32_precision": "ieee"} if dtype == torch.float32 else {}  # fp32 held to the fp32 bound
+    if config is not None:
+        kw.update(config=config, backward_config={"BLOCK_T": 16, "BLOCK_V": 64, "BLOCK_K": 16, "GROUP": 4,
+                                                  "num_warps": 4, "num_stages": 1})
+    return h, w, tok, cap, up, kw
+
+
+@pytest.mark.parametrize("name", list(LINEAR_SOFTCAP_CASES))
+def test_linear_softcap_against_fp64(name):
+    """The fused LM head with Gemma 2's final-logit cap (Liger's ``softcap``): log-prob, entropy,
+    d(hidden) and d(weight) against fp64 on the same rounded inputs (``linear_checks``)."""
+    from _bounds import linear_checks
+
+    from polytrace_kernels.logprob import linear_token_logprobs
+
+    h, w, tok, cap, up, kw = _linear_softcap_case(name)
+    res = _linear_softcap_triplet(h, w, tok, 0.8, cap, up, **kw)
+    ours = res["ours"]
+    for i in range(4):
+        assert torch.isfinite(ours[i]).all()
+    expect(*linear_checks(name, h, w, tok, 0.8, ours, res["torch"], res["truth"], up, IGNORE, softcap=cap))
+    plain = linear_token_logprobs(h, w, tok, 0.8, **{k: v for k, v in kw.items() if k != "backward_config"})
+    assert (plain - ours[0]).abs().max() > 0.1, "the cap changed nothing: not applied"
+    assert (ours[0][tok == IGNORE] == 0).all() and (ours[2][tok == IGNORE] == 0).all()
+
+
+@pytest.mark.parametrize("part", ["forward", "backward"])
+def test_linear_softcap_scale_error_is_caught(part):
+    """A cap off by 3e-4 (a planted scale error: c (1 + 3e-4) tanh(z / c) in the forward, or the
+    backward's d(logits) from the wrong cap) fails the fp64 checks of the passing test above."""
+    from _bounds import linear_checks
+
+    import polytrace_kernels.logprob.api as api
+
+    name = "fp32-cap5-V515-tail"
+    h, w, tok, cap, up, kw = _linear_softcap_case(name)
+    truth = _linear_softcap_triplet(h, w, tok, 0.8, cap, up, **kw)["truth"]
+    real = api._linear_forward if part == "forward" else api._linear_backward
+
+    def planted(*args):  # the kernels' softcap argument is the last one of both launchers
+        return real(*args[:-1], args[-1] * (1 + 3e-4))
+
+    setattr(api, real.__name__, planted)
+    try:
+        ours = _linear_softcap_triplet(h, w, tok, 0.8, cap, up, **kw)["ours"]
+    finally:
+        setattr(api, real.__name__, real)
+    failed = [c for c in linear_checks(name, h, w, tok, 0.8, ours, None, truth, up, IGNORE, softcap=cap) if not c.ok]
+    assert failed, "a softcap 3e-4 off passed every check"

@@ -20,6 +20,7 @@ import torch
 import triton
 
 from . import kernel as K
+from . import kernel_bwd as KB
 from .configs import (
     LINEAR_TUNING_KERNEL,
     TUNING_KERNEL,
@@ -46,6 +47,7 @@ from .validation import (
     _check_logits_call,
     _check_matrix,
     _check_scalars,
+    _check_softcap,
     _check_token_range,
     _check_tokens,
 )
@@ -104,7 +106,7 @@ def _logits_backward(logits, tokens, stats, entropy, g_lp, g_ent, temperature, i
     has_lp, has_ent = g_lp is not None, g_ent is not None
     g_lp = g_lp.contiguous() if has_lp else stats[0]
     g_ent = g_ent.contiguous() if has_ent else stats[0]
-    K.token_logprobs_bwd_kernel[(n_rows,)](
+    KB.token_logprobs_bwd_kernel[(n_rows,)](
         logits, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, grad,
         logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab, temperature, softcap or 1.0, ignore_index,
         SCALE=temperature != 1.0, EXACT_DIV=logits.dtype == torch.float32, SOFTCAP=softcap is not None,
@@ -201,7 +203,8 @@ def _dot_precision(dtype, fp32_precision: str = "tf32") -> str | None:
     return dot_precision(dtype, fp32_precision)
 
 
-def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_index, config, fp32_precision="tf32"):
+def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_index, config, fp32_precision="tf32",
+                    softcap=None):
     n_rows, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
@@ -228,8 +231,9 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
     K.linear_logprobs_fwd_kernel[grid](
         hidden, weight, tokens, order, n_active, part, n_rows, vocab, hidden_size,
         hidden.stride(0) if n_rows > 1 else hidden_size, weight.stride(0) if vocab > 1 else hidden_size,
-        1.0 / temperature, vblocks_per_split,
-        NSPLIT=nsplit, SCALE=temperature != 1.0, RETURN_ENTROPY=return_entropy, EVEN_K=hidden_size % bk == 0,
+        1.0 / temperature, softcap or 1.0, vblocks_per_split,
+        NSPLIT=nsplit, SCALE=temperature != 1.0, SOFTCAP=softcap is not None, RETURN_ENTROPY=return_entropy,
+        EVEN_K=hidden_size % bk == 0,
         EVEN_V=vocab % bv == 0, BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk,
         DOT_PRECISION=_dot_precision(hidden.dtype, fp32_precision),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
@@ -241,7 +245,7 @@ def _linear_forward(hidden, weight, tokens, temperature, return_entropy, ignore_
 
 
 def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temperature, ignore_index,
-                     need_hidden, need_weight, backward_config, chunk_bytes, fp32_precision="tf32"):
+                     need_hidden, need_weight, backward_config, chunk_bytes, fp32_precision="tf32", softcap=None):
     n_rows, hidden_size = hidden.shape
     vocab = weight.shape[0]
     dev = hidden.device
@@ -274,11 +278,11 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
         cols = min(chunk, vocab - v0)
         d = dlogits[:, :cols]
         grid = (triton.cdiv(n_rows, bt) * triton.cdiv(cols, bv),)
-        K.linear_dlogits_kernel[grid](
+        KB.linear_dlogits_kernel[grid](
             hidden, weight, tokens, stats[0], stats[1], entropy if has_ent else stats[0], g_lp, g_ent, d,
             n_rows, vocab, hidden_size, v0, cols, hidden.stride(0) if n_rows > 1 else hidden_size,
-            weight.stride(0) if vocab > 1 else hidden_size, d.stride(0), 1.0 / temperature,
-            SCALE=temperature != 1.0, HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0,
+            weight.stride(0) if vocab > 1 else hidden_size, d.stride(0), 1.0 / temperature, softcap or 1.0,
+            SCALE=temperature != 1.0, SOFTCAP=softcap is not None, HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0,
             BLOCK_T=bt, BLOCK_V=bv, BLOCK_K=bk, GROUP_T=cfg["GROUP"], DOT_PRECISION=precision,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         w_chunk = weight[v0:v0 + cols]
@@ -289,7 +293,7 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
                 torch.mm(d, w_chunk, out=grad_hidden)
             else:
                 grid = (triton.cdiv(n_rows, bt) * triton.cdiv(hidden_size, bv),)
-                K.matmul_accumulate_kernel[grid](
+                KB.matmul_accumulate_kernel[grid](
                     d, w_chunk, acc_hidden, n_rows, hidden_size, cols,
                     d.stride(0), 1, w_chunk.stride(0), 1, acc_hidden.stride(0),
                     BLOCK_M=bt, BLOCK_N=bv, BLOCK_K=bk, GROUP_M=cfg["GROUP"], DOT_PRECISION=precision,
@@ -302,11 +306,12 @@ def _linear_backward(hidden, weight, tokens, stats, entropy, g_lp, g_ent, temper
 class _LinearTokenLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, tokens, temperature, return_entropy, ignore_index, config,
-                backward_config, chunk_bytes, fp32_precision):
+                backward_config, chunk_bytes, fp32_precision, softcap):
         logprob, entropy, stats = _linear_forward(hidden, weight, tokens, temperature, return_entropy,
-                                                  ignore_index, config, fp32_precision)
+                                                  ignore_index, config, fp32_precision, softcap)
         ctx.save_for_backward(hidden, weight, tokens, stats, entropy)
         ctx.temperature, ctx.ignore_index, ctx.fp32_precision = temperature, ignore_index, fp32_precision
+        ctx.softcap = softcap
         ctx.backward_config, ctx.chunk_bytes = backward_config, chunk_bytes
         ctx.set_materialize_grads(False)
         if not return_entropy:
@@ -318,18 +323,18 @@ class _LinearTokenLogprobs(torch.autograd.Function):
         hidden, weight, tokens, stats, entropy = ctx.saved_tensors
         need_hidden, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if (g_lp is None and g_ent is None) or not (need_hidden or need_weight):
-            return (None,) * 10
+            return (None,) * 11
         grad_hidden, grad_weight = _linear_backward(
             hidden, weight, tokens, stats, entropy, g_lp, g_ent, ctx.temperature, ctx.ignore_index,
-            need_hidden, need_weight, ctx.backward_config, ctx.chunk_bytes, ctx.fp32_precision)
-        return grad_hidden, grad_weight, None, None, None, None, None, None, None, None
+            need_hidden, need_weight, ctx.backward_config, ctx.chunk_bytes, ctx.fp32_precision, ctx.softcap)
+        return (grad_hidden, grad_weight) + (None,) * 9
 
 
 def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor,
                           temperature: float = 1.0, return_entropy: bool = False, ignore_index: int = -100,
                           *, config: dict | None = None, backward_config: dict | None = None,
                           chunk_bytes: int | None = None, check_tokens: bool = True,
-                          fp32_precision: str = "tf32"):
+                          fp32_precision: str = "tf32", softcap: float | None = None):
     """Log-probabilities (and entropies) of ``tokens`` under ``softmax(hidden @ weight.T / T)``
     without materialising the [T, V] logits.
 
@@ -344,6 +349,9 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: to
             processed in chunks of ``chunk_bytes / (T * itemsize)`` columns.
         fp32_precision: fp32 inputs only: "tf32" (default: tensor cores, inputs rounded to 10
             mantissa bits) or "ieee" (exact fp32 products on the FP32 pipe, ~8-15x slower).
+        softcap: as ``token_logprobs`` (the name Liger's fused linear cross-entropy gives it): each
+            logit ``hidden @ weight.T`` becomes ``softcap * tanh(logit / softcap)`` before the
+            temperature (Gemma 2: 30); None, the default, compiles the kernels without it.
 
     Forward: one matmul with an online log-sum-exp epilogue, fp32 accumulation; memory beyond the
     outputs is 16 bytes per token and split. Backward: recomputes the logits tile by tile and
@@ -363,6 +371,7 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: to
         raise ValueError(f"weight must have at least one row and column, got shape {tuple(weight.shape)}")
     _check_tokens(tokens, hidden.shape[0], hidden, "hidden")
     temperature, ignore_index = _check_scalars(temperature, ignore_index)
+    softcap = _check_softcap(softcap)
     if chunk_bytes is None:
         chunk_bytes = _DEFAULT_CHUNK_BYTES
     elif isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes <= 0:
@@ -374,5 +383,5 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: to
     tokens = tokens.contiguous()
     logprob, entropy = _LinearTokenLogprobs.apply(hidden, weight, tokens, temperature, bool(return_entropy),
                                                   ignore_index, config, backward_config, chunk_bytes,
-                                                  fp32_precision)
+                                                  fp32_precision, softcap)
     return (logprob, entropy) if return_entropy else logprob

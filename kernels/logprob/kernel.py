@@ -13,6 +13,8 @@ Two families:
   The backward recomputes logit tiles, writes d(logits) for one vocabulary chunk at a time and
   accumulates d(hidden) in fp32.
 
+The backward kernels of both families are in ``kernel_bwd.py``.
+
 Online statistics per row, for logits x (already divided by the temperature) and a running
 maximum m: ``s = sum exp(x - m)`` and ``w = sum exp(x - m) * (x - m)``. Then
 ``log-prob = (x_t - m) - log s`` (torch's own association: forming ``lse = m + log s`` first
@@ -168,125 +170,6 @@ def token_logprobs_fwd_kernel_generic(logits_ptr, tokens_ptr, logprob_ptr, entro
                             SCALE, EXACT_DIV, SOFTCAP, RETURN_ENTROPY, BLOCK_V)
 
 
-@triton.jit
-def _round_bf16(x):
-    """fp32 -> bf16 with round-to-nearest-even done in integer ops. Only used under the Triton
-    interpreter, whose fp32 -> bf16 cast truncates (triton 3.9); compiled code uses the hardware
-    conversion (already round-to-nearest-even)."""
-    bits = x.to(tl.uint32, bitcast=True)
-    bits += 0x7FFF + ((bits >> 16) & 1)
-    return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
-
-
-@triton.jit
-def _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE: tl.constexpr,
-                             EXACT_DIV: tl.constexpr, SOFTCAP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr):
-    """-(d logprob_t / d x_i) without the one-hot term, for every column i:
-    ``a * p_i`` (+ ``b * p_i * (log p_i + entropy)``), a = g_lp and b = g_ent, already divided by
-    the temperature for 16-bit inputs (fp32: the division is exact, per element, as before).
-    With SOFTCAP, also the cap's derivative 1 - tanh^2 (returned; 1 without the cap)."""
-    if SOFTCAP:
-        t, dcap = _tanh(x * (1.0 / softcap))
-        x = softcap * t
-    else:
-        dcap = 1.0
-    x = _scale(x, temperature, SCALE, EXACT_DIV)
-    logp = (x - m) - log_s
-    p = tl.math.exp2(logp * LOG2E)
-    g = a * p
-    if HAS_GRAD_ENT:
-        # d entropy / d x_i = -p_i (log p_i + entropy). A masked column (x = -inf) has p = 0 and
-        # log p = -inf: clamping log p (one FMNMX) gives 0 exactly where a compare-and-select did,
-        # and changes nothing where p > 0 (log p > -104 there)
-        g += b * p * (tl.maximum(logp, -3.0e38) + entropy)
-    if EXACT_DIV:
-        g = _scale(g, temperature, SCALE, EXACT_DIV)
-    if SOFTCAP:
-        g = g * dcap
-    return g, dcap
-
-
-@triton.jit
-def _store_grad(ptr, dz, mask, ROUND_BF16: tl.constexpr):
-    if ROUND_BF16:
-        out = _round_bf16(dz)
-    else:
-        out = dz.to(ptr.dtype.element_ty)
-    tl.store(ptr, out, mask=mask)
-
-
-@triton.jit
-def token_logprobs_bwd_kernel(logits_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
-                              grad_ent_ptr, grad_logits_ptr, stride_row, stride_grad_row, vocab_size,
-                              temperature, softcap, ignore_index, SCALE: tl.constexpr, EXACT_DIV: tl.constexpr,
-                              SOFTCAP: tl.constexpr, HAS_GRAD_LP: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, BLOCK_V: tl.constexpr,
-                              ROUND_BF16: tl.constexpr):
-    """One read of the logits and one write of the gradient per row; no reductions. The loop writes
-    -(a p_i + ...) everywhere; the target column's one-hot term is added by one store after a
-    barrier (no per-logit token compare). An ignored row reads nothing and stores zeros."""
-    row = tl.program_id(0).to(tl.int64)
-    tok = tl.load(tokens_ptr + row).to(tl.int64)
-    ignored = tok == ignore_index
-    grad_row = grad_logits_ptr + row * stride_grad_row
-    offs = tl.arange(0, BLOCK_V)
-    n_full = (vocab_size // BLOCK_V) * BLOCK_V
-    if ignored:
-        zero = tl.zeros([BLOCK_V], dtype=tl.float32)
-        for start in range(0, n_full, BLOCK_V):
-            _store_grad(grad_row + start + offs, zero, None, ROUND_BF16)
-        if n_full < vocab_size:
-            _store_grad(grad_row + n_full + offs, zero, n_full + offs < vocab_size, ROUND_BF16)
-    else:
-        m = tl.load(max_ptr + row)
-        log_s = tl.load(logsum_ptr + row)
-        if HAS_GRAD_LP:
-            g_lp = tl.load(grad_lp_ptr + row).to(tl.float32)
-        else:
-            g_lp = tl.zeros([], dtype=tl.float32)
-        if HAS_GRAD_ENT:
-            g_ent = tl.load(grad_ent_ptr + row).to(tl.float32)
-            entropy = tl.load(entropy_ptr + row)
-        else:
-            g_ent = tl.zeros([], dtype=tl.float32)
-            entropy = tl.zeros([], dtype=tl.float32)
-        a = g_lp
-        b = g_ent
-        if SCALE:
-            if not EXACT_DIV:  # 16-bit inputs: 1/T folded into the two per-row factors
-                a = g_lp * (1.0 / temperature)
-                b = g_ent * (1.0 / temperature)
-        logits_row = logits_ptr + row * stride_row
-        for start in range(0, n_full, BLOCK_V):
-            x = tl.load(logits_row + start + offs).to(tl.float32)
-            g, _ = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
-                                           SOFTCAP, HAS_GRAD_ENT)
-            _store_grad(grad_row + start + offs, -g, None, ROUND_BF16)
-        if n_full < vocab_size:
-            cols = n_full + offs
-            x = tl.load(logits_row + cols, mask=cols < vocab_size, other=float("-inf")).to(tl.float32)
-            g, _ = _token_logprobs_bwd_grad(x, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
-                                           SOFTCAP, HAS_GRAD_ENT)
-            _store_grad(grad_row + cols, -g, cols < vocab_size, ROUND_BF16)
-        # the target column: a - (a p_t + ...) (the same arithmetic as a one-hot select in the loop
-        # would give), stored after every thread's loop stores (an out-of-range token stores nothing)
-        in_range = (tok >= 0) & (tok < vocab_size)
-        t = tl.where(in_range, tok, 0)
-        x_t = tl.load(logits_row + t).to(tl.float32)
-        g_t, dcap_t = _token_logprobs_bwd_grad(x_t, m, log_s, entropy, a, b, temperature, softcap, SCALE, EXACT_DIV,
-                                               SOFTCAP, HAS_GRAD_ENT)
-        if EXACT_DIV:
-            if SCALE:
-                one_hot = g_lp / temperature
-            else:
-                one_hot = g_lp
-        else:
-            one_hot = a
-        tl.debug_barrier()
-        if SOFTCAP:
-            one_hot = one_hot * dcap_t
-        _store_grad(grad_row + t, one_hot - g_t, in_range, ROUND_BF16)
-
-
 # ---------------------------------------------------------------------------------------------
 # Fused LM-head kernels
 # ---------------------------------------------------------------------------------------------
@@ -326,9 +209,10 @@ def _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_s
 
 @triton.jit(do_not_specialize=["n_rows"])
 def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, order_ptr, n_active_ptr, part_ptr,
-                               n_rows, vocab_size, hidden_size, stride_h, stride_w, inv_temperature,
+                               n_rows, vocab_size, hidden_size, stride_h, stride_w, inv_temperature, softcap,
                                vblocks_per_split,
-                               NSPLIT: tl.constexpr, SCALE: tl.constexpr, RETURN_ENTROPY: tl.constexpr,
+                               NSPLIT: tl.constexpr, SCALE: tl.constexpr, SOFTCAP: tl.constexpr,
+                               RETURN_ENTROPY: tl.constexpr,
                                EVEN_K: tl.constexpr, EVEN_V: tl.constexpr, BLOCK_T: tl.constexpr,
                                BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Partial statistics of one (token block, vocabulary split): running max, sum and weighted sum
@@ -379,8 +263,12 @@ def linear_logprobs_fwd_kernel(hidden_ptr, weight_ptr, tokens_ptr, order_ptr, n_
             col_mask = cols < vocab_size
             z = _logit_tile(hidden_ptr, weight_ptr, rows, None, cols, col_mask, hidden_size, stride_h,
                             stride_w, BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, False, True, DOT_PRECISION)
+        if SOFTCAP:  # Gemma 2's final-logit cap, before the temperature (as HF, verl and Liger apply it)
+            z = softcap * _tanh(z * (1.0 / softcap))[0]
+        if not EVEN_V:  # after the cap, which maps a masked column's 0 to 0, not -inf
             z = tl.where(col_mask[None, :], z, float("-inf"))
-        # The statistics run on the raw logits z (the maximum commutes with 1/T > 0); m is in raw units.
+        # The statistics run on the (capped) logits z before 1/T (the maximum commutes with 1/T > 0):
+        # m is in those units.
         m_new = tl.maximum(m, tl.max(z, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row of only -inf so far: no NaN
         e = tl.math.exp2(z * c - (m_safe * c)[:, None])
@@ -452,82 +340,3 @@ def linear_logprobs_combine_kernel(part_ptr, tokens_ptr, logprob_ptr, entropy_pt
     if RETURN_ENTROPY:
         entropy = log_s - w_all / s_all
         tl.store(entropy_ptr + rows, tl.where(ignored, 0.0, entropy), mask=row_mask)
-
-
-@triton.jit
-def linear_dlogits_kernel(hidden_ptr, weight_ptr, tokens_ptr, max_ptr, logsum_ptr, entropy_ptr, grad_lp_ptr,
-                          grad_ent_ptr, dlogits_ptr, n_rows, vocab_size, hidden_size, v_start, chunk_cols,
-                          stride_h, stride_w, stride_d, inv_temperature,
-                          SCALE: tl.constexpr, HAS_GRAD_ENT: tl.constexpr, EVEN_K: tl.constexpr,
-                          BLOCK_T: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_K: tl.constexpr,
-                          GROUP_T: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """d(loss)/d(hidden @ weight.T) for vocabulary columns [v_start, v_start + chunk_cols), written
-    to ``dlogits[T, chunk_cols]`` in the input dtype. The upstream gradients arrive already zeroed
-    on ignored rows. Grouped tile order (GROUP_T token blocks share a weight tile in L2)."""
-    pid = tl.program_id(0)
-    n_t = tl.cdiv(n_rows, BLOCK_T)
-    n_v = tl.cdiv(chunk_cols, BLOCK_V)
-    group = pid // (GROUP_T * n_v)
-    first_t = group * GROUP_T
-    group_size = tl.minimum(n_t - first_t, GROUP_T)
-    pid_t = first_t + (pid % (GROUP_T * n_v)) % group_size
-    pid_v = (pid % (GROUP_T * n_v)) // group_size
-
-    rows = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
-    row_mask = rows < n_rows
-    local = pid_v * BLOCK_V + tl.arange(0, BLOCK_V)
-    cols = v_start + local
-    col_mask = local < chunk_cols
-    z = _logit_tile(hidden_ptr, weight_ptr, rows, row_mask, cols, col_mask, hidden_size, stride_h, stride_w,
-                    BLOCK_T, BLOCK_V, BLOCK_K, EVEN_K, True, True, DOT_PRECISION)
-    if SCALE:
-        z = z * inv_temperature
-    m = tl.load(max_ptr + rows, mask=row_mask, other=0.0)
-    log_s = tl.load(logsum_ptr + rows, mask=row_mask, other=0.0)
-    g_lp = tl.load(grad_lp_ptr + rows, mask=row_mask, other=0.0)
-    tok = tl.load(tokens_ptr + rows, mask=row_mask, other=-1).to(tl.int64)
-    logp = (z - m[:, None]) - log_s[:, None]
-    p = tl.math.exp2(logp * LOG2E)
-    dz = tl.where(cols[None, :] == tok[:, None], g_lp[:, None], 0.0) - g_lp[:, None] * p
-    if HAS_GRAD_ENT:
-        g_ent = tl.load(grad_ent_ptr + rows, mask=row_mask, other=0.0)
-        entropy = tl.load(entropy_ptr + rows, mask=row_mask, other=0.0)
-        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)
-    if SCALE:
-        dz = dz * inv_temperature
-    out_ptrs = dlogits_ptr + rows.to(tl.int64)[:, None] * stride_d + local[None, :]
-    tl.store(out_ptrs, dz.to(dlogits_ptr.dtype.element_ty), mask=row_mask[:, None] & col_mask[None, :])
-
-
-@triton.jit
-def matmul_accumulate_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                             stride_cm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                             GROUP_M: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """C[M, N] (fp32) += A[M, K] @ B[K, N]: d(hidden) summed over vocabulary chunks without
-    rounding each chunk's share to bf16."""
-    pid = tl.program_id(0)
-    n_m = tl.cdiv(M, BLOCK_M)
-    n_n = tl.cdiv(N, BLOCK_N)
-    group = pid // (GROUP_M * n_n)
-    first_m = group * GROUP_M
-    group_size = tl.minimum(n_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % (GROUP_M * n_n)) % group_size
-    pid_n = (pid % (GROUP_M * n_n)) // group_size
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
-    a_ptrs = a_ptr + offs_m.to(tl.int64)[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k.to(tl.int64)[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k_mask = (k0 + offs_k) < K
-        a = tl.load(a_ptrs, mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_mask[:, None] & n_mask[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    c_ptrs = c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm + offs_n[None, :]
-    c_mask = m_mask[:, None] & n_mask[None, :]
-    tl.store(c_ptrs, tl.load(c_ptrs, mask=c_mask, other=0.0) + acc, mask=c_mask)

@@ -43,11 +43,12 @@ def linear_token_logprobs_reference(hidden: torch.Tensor, weight: torch.Tensor, 
                                     temperature: float = 1.0, return_entropy: bool = False,
                                     ignore_index: int = -100,
                                     compute_dtype: torch.dtype | None = torch.float32,
-                                    matmul_dtype: torch.dtype | None = None):
+                                    matmul_dtype: torch.dtype | None = None, softcap: float | None = None):
     """The same from hidden states and the LM-head weight [V, H]. The logits ``hidden @ weight.T``
     are computed in ``matmul_dtype`` (default: the input dtype, as a model's lm_head does; fp64
-    for ground truth), then the softmax runs in ``compute_dtype`` as above."""
+    for ground truth), then capped (``softcap``) and the softmax run in ``compute_dtype`` as above."""
     if matmul_dtype is not None:
         hidden, weight = hidden.to(matmul_dtype), weight.to(matmul_dtype)
     logits = hidden @ weight.t()
-    return token_logprobs_reference(logits, tokens, temperature, return_entropy, ignore_index, compute_dtype)
+    return token_logprobs_reference(logits, tokens, temperature, return_entropy, ignore_index, compute_dtype,
+                                    softcap)

@@ -68,10 +68,10 @@ def fused_inputs(hidden, weight):
     return hidden, weight, "ieee" if hidden.dtype == torch.float32 else "tf32"
 
 
-def fused_logprobs(hidden, weight, target, ignore_index=-100, temperature=1.0, return_entropy=False):
+def fused_logprobs(hidden, weight, target, ignore_index=-100, temperature=1.0, return_entropy=False, softcap=None):
     h, w, precision = fused_inputs(hidden, weight)
     return _as_assertion(lambda: linear_token_logprobs(h, w, target, temperature, return_entropy, ignore_index,
-                                                       fp32_precision=precision))
+                                                       fp32_precision=precision, softcap=softcap))
 
 
 def assert_close_like_liger(t1: torch.Tensor, t2: torch.Tensor, rtol: float = 1e-5, atol: float = 1e-8) -> None:
@@ -85,15 +85,17 @@ def assert_close_like_liger(t1: torch.Tensor, t2: torch.Tensor, rtol: float = 1e
 
 
 class LogprobLMHeadCE(torch.nn.Module):
-    """Liger's ``LigerLMHeadCE`` test module (a bias-free Linear + fused CE) on our fused log-prob."""
+    """Liger's ``LigerLMHeadCE`` test module (a bias-free Linear + fused CE, with its ``softcap``) on
+    our fused log-prob."""
 
-    def __init__(self, H: int, V: int, dtype: torch.dtype, ignore_index: int = -100, reduction: str = "mean"):
+    def __init__(self, H: int, V: int, dtype: torch.dtype, ignore_index: int = -100, reduction: str = "mean",
+                 softcap: float | None = None):
         super().__init__()
         self.lin = torch.nn.Linear(in_features=H, out_features=V, bias=False, dtype=dtype)
-        self.ignore_index, self.reduction = ignore_index, reduction
+        self.ignore_index, self.reduction, self.softcap = ignore_index, reduction, softcap
 
     def forward(self, x, y):
-        lp = fused_logprobs(x, self.lin.weight, y, self.ignore_index)
+        lp = fused_logprobs(x, self.lin.weight, y, self.ignore_index, softcap=self.softcap)
         return reduce_loss(-lp, y, self.ignore_index, self.reduction).to(x.dtype)
 
 
