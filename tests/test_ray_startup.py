@@ -110,7 +110,8 @@ def test_a_crash_in_a_workers_own_err_log_is_the_cause(tmp_path, monkeypatch):
     (tmp_path / "worker-abc-01000000-4242.err").write_text(
         ":job_id:01000000\n:task_name:noop\n")  # Ray's markers of a healthy worker: no cause
     (tmp_path / "worker-abd-01000000-4243.err").write_text(
-        ":job_id:01000000\nTraceback (most recent call last):\n  File \"x.py\", line 1\nModuleNotFoundError: No module named 'ray'\n")
+        ":job_id:01000000\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+        "ModuleNotFoundError: No module named 'ray'\n")
     msg, took = _wait(_cluster(_FakeRay()), str(tmp_path), monkeypatch, start_limit_s=100.0)
     assert msg == ("tune --ray: the Ray workers could not start: ModuleNotFoundError: No module named 'ray' "
                    f"(from {tmp_path / 'worker-abd-01000000-4243.err'})")
@@ -131,3 +132,38 @@ def test_a_started_worker_is_waited_for_until_the_answer_limit(tmp_path, monkeyp
 def test_an_answer_returns_at_once(tmp_path, monkeypatch):
     monkeypatch.setattr(cluster_mod, "_logs_dir", lambda ray: str(tmp_path))
     await_start(_cluster(_FakeRay()), [_Ref(True)], "tune --ray", start_limit_s=0.0, limit_s=0.0, poll_s=0.005)
+
+
+# ----- --ship-code from an interpreter under a path with a space (no Ray needed) -----
+
+class _RayWithPyExecutable:
+    __version__ = "2.60.0"
+
+    class runtime_env:  # noqa: N801 - Ray's module name
+        class RuntimeEnv:
+            known_fields = {"working_dir", "excludes", "py_executable"}
+
+
+def test_ship_code_quotes_a_spaced_interpreter_for_the_workers_shell(monkeypatch):
+    monkeypatch.setattr(cluster_mod.sys, "executable", "/home/u/new user/venv/bin/python")
+    env = cluster_mod.ship_env(_RayWithPyExecutable, "/home/u/new user/polytrace", local=True)
+    assert env == {"working_dir": "/home/u/new user/polytrace", "excludes": cluster_mod.SHIP_EXCLUDES,
+                   "py_executable": "'/home/u/new user/venv/bin/python'"}
+    # another node's Ray runs its own interpreter: nothing of this machine's is imposed on it
+    assert "py_executable" not in cluster_mod.ship_env(_RayWithPyExecutable, "/x", local=False)
+
+
+def test_ship_code_leaves_a_plain_interpreter_path_to_ray(monkeypatch):
+    monkeypatch.setattr(cluster_mod.sys, "executable", "/home/u/venv/bin/python")
+    assert cluster_mod.ship_env(_RayWithPyExecutable, "/home/u/new user/polytrace", local=True) == \
+        {"working_dir": "/home/u/new user/polytrace", "excludes": cluster_mod.SHIP_EXCLUDES}
+
+
+def test_a_ray_without_py_executable_is_one_line_not_minutes_of_retries(monkeypatch):
+    class OldRay:
+        __version__ = "2.9.0"
+
+    monkeypatch.setattr(cluster_mod.sys, "executable", "/home/u/new user/venv/bin/python")
+    with pytest.raises(PolytraceError, match=r"^--ship-code: this Ray \(2\.9\.0\) starts its workers through a "
+                       r"shell that splits the interpreter's path '/home/u/new user/venv/bin/python' at its space"):
+        cluster_mod.ship_env(OldRay, "/x", local=True)

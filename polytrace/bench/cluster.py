@@ -14,7 +14,9 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -236,6 +238,26 @@ def _nodes(ray) -> list[dict]:
     return out
 
 
+def ship_env(ray, ship_code: str, *, local: bool) -> dict:
+    """Ray's job-level runtime_env of ``--ship-code``. Ray starts every worker of a job with a
+    runtime_env through ``bash -c`` with the interpreter's path unquoted (ray/_private/runtime_env/
+    context.py): a venv in "new user" splits at the space and no worker starts. Ray's
+    ``py_executable`` is a shell word, so it takes the path quoted: set for ``--ray local`` (its
+    workers run this interpreter; another node's Ray runs its own, whose path only it knows). The
+    shipped folder itself is zipped by Python, not a shell: a space there needs nothing."""
+    env = {"working_dir": ship_code, "excludes": SHIP_EXCLUDES}
+    quoted = shlex.quote(sys.executable)
+    if local and quoted != sys.executable:
+        known = getattr(getattr(getattr(ray, "runtime_env", None), "RuntimeEnv", None), "known_fields", ())
+        if "py_executable" not in known:
+            raise PolytraceError(f"--ship-code: this Ray ({getattr(ray, '__version__', '?')}) starts its workers "
+                                 f"through a shell that splits the interpreter's path {sys.executable!r} at its "
+                                 "space; use a Ray whose runtime_env has py_executable, or a venv whose path has "
+                                 "no space")
+        env["py_executable"] = quoted
+    return env
+
+
 def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, ship_code: str | None = None) -> Cluster:
     """Join or start Ray and decide the workers: one per GPU on a GPU cluster; with
     ``allow_cpu`` and no GPU anywhere, one per CPU (or ``workers``), with the GPU requirement
@@ -256,7 +278,7 @@ def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, s
         opts = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
                 "configure_logging": True}
         if ship_code:
-            opts["runtime_env"] = {"working_dir": str(ship_code), "excludes": SHIP_EXCLUDES}
+            opts["runtime_env"] = ship_env(ray, str(ship_code), local=mode == "local")
         if mode == "local":
             address = "local"
             ray.init(num_cpus=workers or os.cpu_count() or 1, **opts)
