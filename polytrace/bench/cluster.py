@@ -14,7 +14,9 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -33,10 +35,15 @@ SHIP_EXCLUDES = [".git", "results", "out", "polytrace-report", "*.egg-info", "__
 CONNECT_TIMEOUT_S = 5.0
 # A worker that cannot start (a bad interpreter path, a crash at import) is retried by the raylet
 # for minutes (373 s measured in a folder named "new user"); its cause is in raylet.err within the
-# first try (~2 s), so the first wait polls that file every POLL_S and stops at the first error line.
+# first try (~2 s), so the first wait polls that file (and the workers' own *.err logs) every POLL_S
+# and stops at the first error line. Where Ray leaves no such line (a remote node's logs, a Ray
+# Client, another Ray's file names), a no-op probe task of the same job tells a worker that cannot
+# start from one that is slow to answer: no probe answer within START_LIMIT_S (the raylet's own
+# worker_register_timeout_seconds is 60) is one line naming what is known (resources, logs).
 # A worker that starts but has not answered after STARTUP_LIMIT_S (building a profile's buckets
 # takes ~10 s on a loaded 2-core machine) is reported as not started.
 POLL_S = 2.0
+START_LIMIT_S = 60.0
 STARTUP_LIMIT_S = 600.0
 
 
@@ -68,6 +75,7 @@ def _logs_dir(ray) -> str | None:
 _RAY_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ ([A-Z]) \d+ \d+\] (?:\(\w+\) )?(?:\S+:\d+: )?")
 _PY_QUIET = re.compile(r"\s(?:WARNING|INFO|DEBUG)\s")  # Python logging lines Ray's own code writes there
 _NOISE = ("*** SIGTERM", "PC: @", "@ 0x", "[state-dump]", "- ", "The raylet fate shares")
+_RAY_MARKER = re.compile(r"^:\w+:")  # :job_id:01000000, :task_name:run: what a worker's *.err starts with
 
 
 def startup_cause(text: str) -> str | None:
@@ -78,7 +86,7 @@ def startup_cause(text: str) -> str | None:
     own, ray_errors = [], []
     for line in text.splitlines():
         line = line.strip()
-        if not line or line.startswith(_NOISE) or _PY_QUIET.search(line):
+        if not line or line.startswith(_NOISE) or _PY_QUIET.search(line) or _RAY_MARKER.match(line):
             continue
         m = _RAY_PREFIX.match(line)
         if m is None:
@@ -89,31 +97,79 @@ def startup_cause(text: str) -> str | None:
     return " ".join(picked.split())[:300] if picked else None
 
 
-def await_start(cluster: Cluster, refs: list, what: str, limit_s: float | None = None) -> None:
+def _log_cause(logs: str | None, raylet_offset: int, since: float | None) -> tuple[str | None, str | None]:
+    """(the cause, the file) of a start-up failure in this session's logs: raylet.err past what it
+    held at connect, else a worker's own ``worker-*.err`` written since ``since`` (None: not read;
+    a crash before the worker registered lands there when the interpreter started)."""
+    if not logs or not os.path.isdir(logs):
+        return None, None
+    err = os.path.join(logs, "raylet.err")
+    files = [(err, raylet_offset)] if os.path.isfile(err) else []
+    with contextlib.suppress(OSError):
+        files += [] if since is None else [(e.path, 0) for e in sorted(os.scandir(logs), key=lambda e: e.name)
+                  if e.name.startswith("worker-") and e.name.endswith(".err") and e.stat().st_mtime >= since]
+    for path, offset in files:
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            f.seek(offset)
+            cause = startup_cause(f.read().decode("utf-8", "replace"))
+            if cause:
+                return cause, path
+    return None, None
+
+
+def _resource_shortfall(cluster: Cluster) -> str | None:
+    """What a worker asks for that no free resource of the cluster holds (another job holding them
+    leaves the workers pending forever, with no error anywhere)."""
+    try:
+        free = cluster.ray.available_resources()
+    except Exception:  # noqa: BLE001 - a lost connection: said by the caller's own line
+        return None
+    for name, need in (("GPU", cluster.num_gpus), ("CPU", cluster.num_cpus)):
+        if need and free.get(name, 0) < need:
+            return f"each worker needs {need:g} {name} and the cluster has {free.get(name, 0):g} free"
+    return None
+
+
+def await_start(cluster: Cluster, refs: list, what: str, limit_s: float | None = None,
+                start_limit_s: float | None = None, poll_s: float | None = None) -> None:
     """Wait for the first answers of freshly started workers; raise one line naming the cause as
-    soon as this session's raylet.err shows a worker failing to start (or after ``limit_s``)."""
+    soon as this session's logs show a worker failing to start, when no worker of the job can start
+    (a probe task) within ``start_limit_s``, or when nothing answered after ``limit_s``."""
     ray = cluster.ray
     logs = _logs_dir(ray)
-    err = os.path.join(logs, "raylet.err") if logs else None
-    offset = cluster.raylet_err_offset
     limit_s = STARTUP_LIMIT_S if limit_s is None else limit_s
-    deadline = time.monotonic() + limit_s
+    start_limit_s = START_LIMIT_S if start_limit_s is None else start_limit_s
+    poll_s = POLL_S if poll_s is None else poll_s
+    t0 = time.monotonic()
+    since = time.time() - 1.0  # a worker log written from now on (1 s: file times' granularity)
+
+    def noop() -> int:  # defined here: shipped by value, a worker without polytrace runs it too
+        return 0
+
+    # the probe asks for nothing: it starts a worker even while the real work waits for resources;
+    # an error it raises still proves a worker started
+    probe = [ray.remote(noop).options(num_cpus=0, num_gpus=0).remote()]
     pending = list(refs)
     while pending:
-        _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=poll_s)
         if not pending:
             return
-        cause = None
-        if err and os.path.isfile(err):
-            with open(err, "rb") as f:
-                f.seek(offset)
-                cause = startup_cause(f.read().decode("utf-8", "replace"))
+        if probe:
+            _, probe = ray.wait(probe, num_returns=1, timeout=0)
+        # the workers' own stderr only while none has started: a running suite's warnings are no cause
+        cause, path = _log_cause(logs, cluster.raylet_err_offset, since if probe else None)
         if cause:
-            raise PolytraceError(f"{what}: the Ray workers could not start: {cause} (from {err})")
-        if time.monotonic() > deadline:
-            where = f" ({err})" if err else ""
-            raise PolytraceError(f"{what}: no Ray worker answered within {limit_s:.0f} s and raylet.err names "
-                                 f"no cause{where}")
+            raise PolytraceError(f"{what}: the Ray workers could not start: {cause} (from {path})")
+        waited = time.monotonic() - t0
+        if probe and waited > start_limit_s:
+            why = "Ray wrote no error " + (f"in {logs}" if logs else "on this machine (a remote node or Ray "
+                                                                     "Client: see the workers' node's raylet.err)")
+            short = _resource_shortfall(cluster)
+            why += f"; {short}" if short else ""
+            raise PolytraceError(f"{what}: no Ray worker started within {start_limit_s:.0f} s: {why}")
+        if waited > limit_s:
+            raise PolytraceError(f"{what}: the Ray workers started but none answered within {limit_s:.0f} s, and "
+                                 f"Ray's logs name no cause" + (f" ({logs})" if logs else ""))
 
 
 @dataclass
@@ -196,6 +252,26 @@ class ClusterSpec:
     ship_code: bool = False
 
 
+def ship_env(ray, ship_code: str, *, local: bool) -> dict:
+    """Ray's job-level runtime_env of ``--ship-code``. Ray starts every worker of a job with a
+    runtime_env through ``bash -c`` with the interpreter's path unquoted (ray/_private/runtime_env/
+    context.py): a venv in "new user" splits at the space and no worker starts. Ray's
+    ``py_executable`` is a shell word, so it takes the path quoted: set for ``--ray local`` (its
+    workers run this interpreter; another node's Ray runs its own, whose path only it knows). The
+    shipped folder itself is zipped by Python, not a shell: a space there needs nothing."""
+    env = {"working_dir": ship_code, "excludes": SHIP_EXCLUDES}
+    quoted = shlex.quote(sys.executable)
+    if local and quoted != sys.executable:
+        known = getattr(getattr(getattr(ray, "runtime_env", None), "RuntimeEnv", None), "known_fields", ())
+        if "py_executable" not in known:
+            raise PolytraceError(f"--ship-code: this Ray ({getattr(ray, '__version__', '?')}) starts its workers "
+                                 f"through a shell that splits the interpreter's path {sys.executable!r} at its "
+                                 "space; use a Ray whose runtime_env has py_executable, or a venv whose path has "
+                                 "no space")
+        env["py_executable"] = quoted
+    return env
+
+
 def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, ship_code: str | None = None) -> Cluster:
     """Join or start Ray and decide the workers: one per GPU on a GPU cluster; with
     ``allow_cpu`` and no GPU anywhere, one per CPU (or ``workers``), with the GPU requirement
@@ -216,7 +292,7 @@ def connect(mode: str, *, workers: int | None = None, allow_cpu: bool = False, s
         opts = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
                 "configure_logging": True}
         if ship_code:
-            opts["runtime_env"] = {"working_dir": str(ship_code), "excludes": SHIP_EXCLUDES}
+            opts["runtime_env"] = ship_env(ray, str(ship_code), local=mode == "local")
         if mode == "local":
             address = "local"
             ray.init(num_cpus=workers or os.cpu_count() or 1, **opts)

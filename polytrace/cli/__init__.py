@@ -12,6 +12,7 @@ import signal
 import sys
 
 from ..errors import PolytraceError
+from ._args import ShortHelpParser, add_help_all
 
 # Order = order in ``polytrace --help``. Imported when the parser is built, inside ``main``'s
 # Ctrl-C handling: an interrupt during those imports (the first ~1.5 s) is then one line too.
@@ -26,7 +27,7 @@ def command_modules() -> tuple:
     return tuple(importlib.import_module(f".{name}", __name__) for name in COMMAND_MODULE_NAMES)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(ShortHelpParser):
     """Usage mistakes (bad value, missing argument, unknown choice) as one line
     ``polytrace: error: <subcommand>: <message>`` and exit 2, like every other user error; the full
     usage stays one ``--help`` away instead of being dumped above the message."""
@@ -50,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module in command_modules():
         module.register(sub)
+    for command in sub.choices.values():
+        add_help_all(command)
     return parser
 
 

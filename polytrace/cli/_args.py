@@ -195,3 +195,72 @@ def add_out(parser, *, old: tuple[str, ...] = (), **kw) -> None:
     parser.add_argument("-o", "--out", dest="out", **kw)
     for spelling in old:
         deprecated(parser, spelling, use="-o/--out", dest="out", metavar=kw.get("metavar"))
+
+
+# ----- --help (the main settings) and --help-all (every flag) -----
+
+HELP_ALL = "--help-all"
+
+
+def advanced(action):
+    """Mark a hand-written flag as one a first run leaves alone: ``--help-all`` lists it, ``--help``
+    does not (a run setting's flag is marked by its declaration, ``polytrace.run.spec``)."""
+    action.advanced = True
+    return action
+
+
+def is_advanced(action) -> bool:
+    """Marked by ``advanced`` or ``add_run_flags``, or a hand-written flag of a setting whose
+    declaration says so (``--rollout-gpus``: the declaration is the one place it is marked)."""
+    marked = getattr(action, "advanced", None)
+    if marked is not None:
+        return bool(marked)
+    from ..run.spec import declarations
+
+    for d in declarations().values():
+        if d.flag in action.option_strings and d.argument == action.dest:
+            return d.advanced
+    return False
+
+
+class _HelpAll(argparse.Action):
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(parser.format_help(everything=True), sys.stdout)
+        parser.exit()
+
+
+class ShortHelpParser(argparse.ArgumentParser):
+    """``--help``: the flags a first run sets, grouped by the run's sections, and one closing line
+    naming ``--help-all``; ``--help-all``: every flag (``add_help_all``)."""
+
+    def format_help(self, everything: bool = False) -> str:
+        has_all = any(HELP_ALL in a.option_strings for a in self._actions)
+        hidden = [] if everything or not has_all else \
+            [a for a in self._actions if a.help is not argparse.SUPPRESS and is_advanced(a)]
+        saved = [(a, a.help) for a in hidden]
+        usage = self.usage
+        for a in hidden:
+            a.help = argparse.SUPPRESS
+        if hidden and usage is None:
+            # the options are listed below: a usage line of them all was 11 of estimate's 78 lines
+            positionals = [a for a in self._actions if not a.option_strings and a.help is not argparse.SUPPRESS]
+            shown = self._get_formatter()._format_usage(None, positionals, [], "").strip()
+            self.usage = shown.replace(self.prog, f"{self.prog} [options]", 1).replace(self.prog, "%(prog)s", 1)
+        try:
+            text = super().format_help()
+        finally:
+            self.usage = usage
+            for a, text_of in saved:
+                a.help = text_of
+        if hidden:
+            text += f"\n{len(hidden)} more options: '{self.prog} {HELP_ALL}' lists every option\n"
+        return text
+
+
+def add_help_all(parser) -> None:
+    """``--help-all`` on a command with flags marked advanced (none: ``--help`` already lists all)."""
+    if any(is_advanced(a) for a in parser._actions):
+        parser.add_argument(HELP_ALL, action=_HelpAll, help="list every option (--help: the main ones)")

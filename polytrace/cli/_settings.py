@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..run.spec import declarations
-from ._args import finite_float, nonneg_int, positive_int, share
+from ._args import advanced, finite_float, nonneg_int, positive_int, share
 
 # a declaration's kind -> the argparse type that reads it (bounds beyond the type's, e.g. a memory
 # fraction's [0.05, 0.99], are checked once when the RunSpec is built, naming the flag)
@@ -28,22 +28,38 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, value)
 
 
+# the heading of each RunSpec section's flags in --help
+SECTION_TITLES = {"cluster": "the model and cluster", "batch": "the batch", "lengths": "lengths",
+                  "rollout": "the rollout", "trainer": "the trainer"}
+
+
 def add_run_flags(p, names, prefix: str = "") -> None:
-    """A flag per run setting in ``names``, as declared (``prefix``: before each help text)."""
+    """A flag per run setting in ``names``, as declared (``prefix``: before each help text), under
+    its section's heading when ``p`` is a parser (a group given: in that group)."""
     decls = declarations()
     for name in names:
         d = decls[name]
+        g = section_group(p, d.section) if isinstance(p, argparse.ArgumentParser) else p
         kw = dict(dest=d.argument, help=prefix + d.help, action=_Once)
         if d.metavar:
             kw["metavar"] = d.metavar
         if d.kind == "bool":
             # off unless given (--no-ref: the reference on)
-            p.add_argument(d.flag, nargs=0, const=True, default=False, **kw)
+            action = g.add_argument(d.flag, nargs=0, const=True, default=False, **kw)
         elif d.kind == "choice":
-            p.add_argument(d.flag, choices=d.choices, default=d.default, **kw)
+            action = g.add_argument(d.flag, choices=d.choices, default=d.default, **kw)
         else:
             # "auto" (micro_batch_tokens) is no count: left None here, made "auto" by run_values
-            p.add_argument(d.flag, type=_TYPES[d.kind], default=d.default if d.default != "auto" else None, **kw)
+            action = g.add_argument(d.flag, type=_TYPES[d.kind], default=d.default if d.default != "auto" else None,
+                                    **kw)
+        action.advanced = d.advanced
+
+
+def section_group(parser, section: str):
+    """The parser's argument group of ``section`` (made on first use)."""
+    title = SECTION_TITLES.get(section, section)
+    have = next((g for g in parser._action_groups if g.title == title), None)
+    return have or parser.add_argument_group(title)
 
 
 def run_values(args, names) -> dict:
@@ -74,7 +90,8 @@ SET_HELP = ("a verl setting in verl's key name, e.g. --set actor_rollout_ref.mod
 
 
 def add_set_flag(p) -> None:
-    p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", dest="settings", help=SET_HELP)
+    advanced(p.add_argument("--set", action="append", default=None, metavar="KEY=VALUE", dest="settings",
+                            help=SET_HELP))
 
 
 def parsed_settings(args) -> dict:

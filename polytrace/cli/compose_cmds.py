@@ -7,12 +7,12 @@ import argparse
 import sys
 import textwrap
 
-from ._args import add_steps
+from ._args import add_steps, advanced
 from ._args import any_int as _int
 from ._args import finite_float as _float
 from ._args import positive_int as _pos_int
 from ._io import print_json
-from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values
+from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values, section_group
 
 # polytrace.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
 # parser is built without importing the profiles (numpy) for every command
@@ -26,15 +26,16 @@ def register(sub) -> None:
                        "families (gemm, attention, decode, prefill, logprob, packing, optimizer, comm, host), "
                        "each priced from measured kernel timings on that GPU (results/<gpu>/, or --results) "
                        "where present, else at the roofline at assumed efficiencies.")
-    p.add_argument("--model", help="model preset (e.g. qwen2.5-7b) or a HF config.json (required unless "
+    c = section_group(p, "cluster")
+    c.add_argument("--model", help="model preset (e.g. qwen2.5-7b) or a HF config.json (required unless "
                    "--calibration gives it)")
-    p.add_argument("--gpu", help="GPU preset (e.g. h100, a100-80g, h200; required unless --calibration gives it)")
-    p.add_argument("--gpus", type=_pos_int, help="GPU count (required unless --calibration gives it)")
+    c.add_argument("--gpu", help="GPU preset (e.g. h100, a100-80g, h200; required unless --calibration gives it)")
+    c.add_argument("--gpus", type=_pos_int, help="GPU count (required unless --calibration gives it)")
     p.add_argument("--profile", default=None, help="workload profile (default dapo-math-32b; with --lengths: the "
                    "shape, default the nearest built-in for the model's task)")
     add_steps(p, default=[0], what="sampled steps to estimate", count_note=True)
-    p.add_argument("--seed", type=_int, default=0,
-                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
+    advanced(p.add_argument("--seed", type=_int, default=0,
+                   help="seed of the sampled batches (default 0; same seed, same batches on any machine)"))
     add_run_shape_flags(p)
     m = p.add_argument_group("execution modes")
     m.add_argument("--mode", choices=("sync", "one-step-off", "fully-async"), default="sync",
@@ -76,27 +77,27 @@ def register(sub) -> None:
     p.add_argument("--kernels", action="store_true",
                    help="print per stage the seconds of each kernel family, its share of the step and where it "
                    "came from (result file and provider, or roofline), and the Amdahl table")
-    p.add_argument("--results", action="append", metavar="PATH", default=None,
+    advanced(p.add_argument("--results", action="append", metavar="PATH", default=None,
                    help="price measured families from these result files or folders, all of the --gpu "
-                   "(repeatable; default: results/<gpu>/, each benchmark's latest run)")
-    p.add_argument("--provider", action="append", metavar="FAMILY=NAME", default=None,
+                   "(repeatable; default: results/<gpu>/, each benchmark's latest run)"))
+    advanced(p.add_argument("--provider", action="append", metavar="FAMILY=NAME", default=None,
                    help="what-if: price a measured family (gemm, attention, decode, logprob, packing) with "
-                   "another provider's timings, e.g. --provider logprob=torch-eager (repeatable)")
-    p.add_argument("--speedup", action="append", metavar="FAMILY=X", default=None,
+                   "another provider's timings, e.g. --provider logprob=torch-eager (repeatable)"))
+    advanced(p.add_argument("--speedup", action="append", metavar="FAMILY=X", default=None,
                    help="what-if: make a kernel family X times faster (X > 0; 0.5 = twice as slow), "
-                   "e.g. --speedup logprob=1.5 (repeatable)")
-    p.add_argument("--amdahl", type=_float, default=2.0, metavar="X",
-                   help="the speedup of each family in the Amdahl table of --kernels (default 2)")
+                   "e.g. --speedup logprob=1.5 (repeatable)"))
+    advanced(p.add_argument("--amdahl", type=_float, default=2.0, metavar="X",
+                   help="the speedup of each family in the Amdahl table of --kernels (default 2)"))
     add_set_flag(p)
     p.add_argument("--calibration", default=None, metavar="CAL_JSON",
                    help="scale the stage costs by the scalars of a calibration file (polytrace calibrate), "
                    "refused for another model family; the calibrated run's configuration (model, GPU, GPU count, "
                    "batch, n, TP, lengths) is the default of every flag not given, and each flag that differs "
                    "from it is listed")
-    p.add_argument("--roofline", action="store_true",
+    advanced(p.add_argument("--roofline", action="store_true",
                    help="price at the base roofline alone, without the shared physical priors the estimate applies "
-                   "by default (polytrace/data/priors.json)")
-    p.add_argument("--explain", action="store_true", help="also print what the two tail figures answer")
+                   "by default (polytrace/data/priors.json)"))
+    advanced(p.add_argument("--explain", action="store_true", help="also print what the two tail figures answer"))
     p.add_argument("--json", action="store_true", help="print JSON (the breakdown is under summary.kernels)")
     p.set_defaults(func=_estimate)
 
@@ -112,13 +113,13 @@ def register(sub) -> None:
     i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
     add_steps(i, default=list(range(8)), what="sampled steps to price", count_note=True)
-    i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)")
+    advanced(i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)"))
     add_run_shape_flags(i)
     add_stated_run_flags(i)
     add_set_flag(i)
-    i.add_argument("--roofline", action="store_true",
+    advanced(i.add_argument("--roofline", action="store_true",
                    help="price the step at the base roofline alone, without the shared priors (a shorter step: "
-                   "each kernel a larger share of it)")
+                   "each kernel a larger share of it)"))
     out = i.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print JSON")
     out.add_argument("--markdown", action="store_true", help="print Markdown for a pull-request comment")

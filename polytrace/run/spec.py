@@ -66,6 +66,9 @@ class Decl:
     inverted: bool = False  # a store_true flag that sets the setting False (--no-ref)
     verl: tuple = ()  # ((backend, Verl), ...)
     config_key: str | None = None  # its key in a calibration file's ``config`` (RunConfig.to_dict)
+    # a flag a first run leaves at its default: listed by ``--help-all``, not ``--help`` (estimate's
+    # --help was 223 lines; the main settings alone fit a screen)
+    advanced: bool = False
 
     @property
     def argument(self) -> str:
@@ -159,18 +162,19 @@ class Batch:
     ppo_mini_batch: int | None = setting(
         None, "count", "prompts per optimizer step (verl's ppo_mini_batch_size; default 256 or the whole batch "
         "when smaller): each step waits for the slowest trainer rank", unit="prompts", metavar="PROMPTS",
-        **_both(f"{_A}.ppo_mini_batch_size", 256, "prompts per optimizer step"))
+        **_both(f"{_A}.ppo_mini_batch_size", 256, "prompts per optimizer step"), advanced=True)
     responses_per_step: int | None = setting(None, "count", "generation batch in responses (prompts x --n; NeMo "
-                                             "RL's G-GBS)", unit="responses", metavar="R")
+                                             "RL's G-GBS)", unit="responses", metavar="R", advanced=True)
     train_batch: int | None = setting(None, "count", "responses per optimizer step (NeMo RL's "
                                       "train_global_batch_size; verl's ppo_mini_batch_size x n)",
-                                      unit="responses", metavar="R")
+                                      unit="responses", metavar="R", advanced=True)
     # "auto": 16384, or max prompt + max response rounded up to 1024 when longer (estimate's
     # auto_micro_batch_tokens); None: fixed-size micro-batches (a --set micro-batch size)
     micro_batch_tokens: object = setting(
         "auto", "count", "token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
         "or max prompt + max response rounded up to 1024 when longer)", unit="tokens", config_key="micro_batch_tokens",
-        **_both(f"{_A}.ppo_max_token_len_per_gpu", 16384, "token budget of an update micro-batch per GPU"))
+        **_both(f"{_A}.ppo_max_token_len_per_gpu", 16384, "token budget of an update micro-batch per GPU"),
+        advanced=True)
 
 
 @dataclass(frozen=True)
@@ -186,7 +190,8 @@ class Lengths:
     generated_share: float | None = setting(
         None, "share", "a multi-turn profile's share of response tokens the model generates (the rest is tool "
         "output, prefilled between turns), in place of its trace's: a code sandbox's short outputs leave ~0.95, a "
-        "search engine's documents ~0.16 (default: the trace's own split)", metavar="SHARE", lo=0.0, hi=1.0)
+        "search engine's documents ~0.16 (default: the trace's own split)", metavar="SHARE", lo=0.0, hi=1.0,
+        advanced=True)
 
 
 @dataclass(frozen=True)
@@ -195,18 +200,18 @@ class Rollout:
                                      config_key="rollout_tp",
                                      **_both(f"{_R}.tensor_model_parallel_size", 2,
                                              "GPUs per inference engine: weights read per decode step and engines "
-                                             "sharing the batch"))
+                                             "sharing the batch"), advanced=True)
     rollout_ep: int = setting(1, "count", "vLLM expert parallelism over each engine's GPUs (1 or the rollout TP)",
-                              metavar="N", config_key="rollout_ep")
+                              metavar="N", config_key="rollout_ep", advanced=True)
     mem_fraction: float = setting(0.5, "fraction", "GPU memory share of the inference engine", unit="share",
                                   config_key="mem_fraction",
                                   **_both(f"{_R}.gpu_memory_utilization", 0.5,
                                           "the engine's memory share: the KV cache it leaves bounds how many "
-                                          "sequences decode at once"))
+                                          "sequences decode at once"), advanced=True)
     rollout_precision: str = setting(
         "bf16", "choice", "the engine's linear layers: bf16 (default) or fp8 (vLLM quantization=fp8: half the weight "
         "bytes, FP8 tensor cores where the GPU has them, weight-only on Ampere)", choices=PRECISIONS,
-        config_key="rollout_precision")
+        config_key="rollout_precision", advanced=True)
     # not flags: a --set key or the log's config says them (estimate assumes CUDA graphs: vLLM's
     # default, where verl's own enforce_eager default is True)
     eager: bool = setting(False, "bool", "the inference engine launches every kernel of every decode step (on) "
@@ -220,33 +225,37 @@ class Rollout:
 @dataclass(frozen=True)
 class Trainer:
     strategy: str = setting("fsdp", "choice", "trainer parallelism: fsdp (default) or megatron (with --train-tp / "
-                            "--train-pp)", choices=BACKENDS, config_key="strategy")
-    train_tp: int = setting(1, "count", "Megatron tensor parallelism", config_key="train_tp")
-    train_pp: int = setting(1, "count", "Megatron pipeline parallelism", config_key="train_pp")
-    train_ep: int = setting(1, "count", "Megatron expert parallelism (MoE)", metavar="N", config_key="train_ep")
-    train_cp: int = setting(1, "count", "Megatron context parallelism", metavar="N", config_key="train_cp")
+                            "--train-pp)", choices=BACKENDS, config_key="strategy", advanced=True)
+    train_tp: int = setting(1, "count", "Megatron tensor parallelism", config_key="train_tp", advanced=True)
+    train_pp: int = setting(1, "count", "Megatron pipeline parallelism", config_key="train_pp", advanced=True)
+    train_ep: int = setting(1, "count", "Megatron expert parallelism (MoE)", metavar="N", config_key="train_ep",
+                            advanced=True)
+    train_cp: int = setting(1, "count", "Megatron context parallelism", metavar="N", config_key="train_cp",
+                            advanced=True)
     train_vpp: int = setting(1, "count", "Megatron virtual pipeline chunks per stage (interleaved 1F1B: a "
-                             "smaller bubble)", metavar="N", config_key="train_vpp")
+                             "smaller bubble)", metavar="N", config_key="train_vpp", advanced=True)
     train_precision: str = setting("bf16", "choice", "the trainer's GEMMs: bf16 (default) or fp8 (Transformer "
-                                   "Engine, Hopper or later)", choices=PRECISIONS, config_key="train_precision")
+                                   "Engine, Hopper or later)", choices=PRECISIONS, config_key="train_precision",
+                                   advanced=True)
     algorithm: str = setting("grpo", "choice", "ppo adds a critic", choices=("grpo", "ppo"), flag="--algo",
-                             dest="algo", config_key="algorithm")
+                             dest="algo", config_key="algorithm", advanced=True)
     use_ref: bool = setting(True, "bool", "no reference model", flag="--no-ref", dest="no_ref", inverted=True,
-                            config_key="use_ref")
+                            config_key="use_ref", advanced=True)
     lora_rank: int = setting(0, "nonneg", "train LoRA adapters of this rank instead of the full model (verl's "
                              "actor_rollout_ref.model.lora_rank; default 0: full fine-tuning)", hi=1 << 16,
                              config_key="lora_rank",
-                             **_both(f"{_M}.lora_rank", 0, "LoRA adapters of this rank train instead of the model"))
+                             **_both(f"{_M}.lora_rank", 0, "LoRA adapters of this rank train instead of the model"),
+                             advanced=True)
     param_offload: bool = setting(False, "bool", "verl's actor FSDP param_offload: parameters wait in CPU memory "
                                   "between stages (priced: PCIe both ways around each actor stage)",
                                   config_key="param_offload",
                                   **_offload("actor", "param_offload", "the actor's parameters wait in CPU memory "
-                                             "and cross PCIe around each actor stage"))
+                                             "and cross PCIe around each actor stage"), advanced=True)
     optimizer_offload: bool = setting(False, "bool", "verl's actor FSDP optimizer_offload: Adam moments wait in CPU "
                                       "memory between updates (priced: PCIe both ways around the update)",
                                       config_key="optimizer_offload",
                                       **_offload("actor", "optimizer_offload", "the optimizer state waits in CPU "
-                                                 "memory and crosses PCIe around each update"))
+                                                 "memory and crosses PCIe around each update"), advanced=True)
     cpu_optimizer: float = setting(
         0.0, "share", "Megatron's CPU optimizer (optimizer_cpu_offload with optimizer_offload_fraction SHARE, 0-1): "
         "that share of the fp32 master weights and Adam moments lives in CPU memory and steps there (priced: "
@@ -254,13 +263,13 @@ class Trainer:
         config_key="cpu_optimizer",
         megatron=Verl(f"{CPU_OPTIMIZER}.optimizer_offload_fraction", 0.0,
                       "the share of the optimizer (fp32 master weights and Adam moments) the CPU holds and steps, "
-                      "with optimizer_cpu_offload on"))
+                      "with optimizer_cpu_offload on"), advanced=True)
     cpu_optimizer_overlap: bool = setting(
         False, "bool", "Megatron's overlap_cpu_optimizer_d2h_h2d: the CPU optimizer's copies overlap its step",
         config_key="cpu_optimizer_overlap",
         megatron=Verl(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", False,
                       "the CPU optimizer's gradient and weight copies overlap its step (estimate's "
-                      "--cpu-optimizer-overlap)"))
+                      "--cpu-optimizer-overlap)"), advanced=True)
     # not flags: a --set key or the log's config says them. estimate assumes recompute on and
     # padding removed (what verl's example scripts set), where verl's own defaults are off.
     gradient_checkpointing: bool = setting(
@@ -284,20 +293,23 @@ class Mode:
                         "one-step-off: the rollout generates batch k+1 on its own GPUs while the trainer trains on "
                         "batch k; fully-async: the rollout streams samples to the trainer under a staleness bound",
                         choices=("sync", "one-step-off", "fully-async"))
-    rollout_gpus: int | None = setting(None, "count", "GPUs of the rollout in the separated modes")
-    train_gpus: int | None = setting(None, "count", "GPUs of the trainer in the separated modes")
+    rollout_gpus: int | None = setting(None, "count", "GPUs of the rollout in the separated modes", advanced=True)
+    train_gpus: int | None = setting(None, "count", "GPUs of the trainer in the separated modes", advanced=True)
     framework: str = setting("verl", "choice", "the RL framework's mechanics where they change the cost",
-                             choices=("verl", "nemo-rl"))
+                             choices=("verl", "nemo-rl"), advanced=True)
     # the separated modes' settings (compose/modes.py); None: the mode's own default there
     staleness: float | None = setting(None, "float", "fully-async: the share of a batch the rollout may generate "
-                                      "ahead on old weights (verl's staleness_threshold)", lo=0.0)
+                                      "ahead on old weights (verl's staleness_threshold)", lo=0.0, advanced=True)
     partial_rollout: bool | None = setting(None, "switch", "fully-async: resume the sequences in flight at a "
-                                           "weight sync")
+                                           "weight sync", advanced=True)
     updates_per_sync: int | None = setting(None, "count", "fully-async: local updates per batch before the "
-                                           "weights sync (verl's trigger_parameter_sync_step)")
-    in_flight_updates: bool | None = setting(None, "switch", "the rollout keeps decoding through the weight sync")
-    pipelined_sync: bool | None = setting(None, "switch", "the weight sync's gather and broadcast overlap")
-    checkpoint_engine: bool | None = setting(None, "switch", "the weight sync's tensors packed into buckets")
+                                           "weights sync (verl's trigger_parameter_sync_step)", advanced=True)
+    in_flight_updates: bool | None = setting(None, "switch", "the rollout keeps decoding through the weight sync",
+                                             advanced=True)
+    pipelined_sync: bool | None = setting(None, "switch", "the weight sync's gather and broadcast overlap",
+                                          advanced=True)
+    checkpoint_engine: bool | None = setting(None, "switch", "the weight sync's tensors packed into buckets",
+                                             advanced=True)
     trainer_logprobs: bool | None = setting(None, "switch", "fully-async: the trainer runs the old-policy "
                                             "log-prob pass (NeMo RL)", flag=None)
 
