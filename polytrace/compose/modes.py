@@ -41,6 +41,7 @@ import numpy as np
 from ..errors import PolytraceError
 from ..run.spec import Mode, RunSpec, default
 from .efficiency import DEFAULT, PRIORS, prior_scalars
+from .engines import rollout_efficiency
 from .estimate import (
     PriceOptions,
     build_config,
@@ -196,7 +197,8 @@ def _priced_ratio(rc, p, r, pricer: Pricer, calibration: dict | None) -> float:
     Scaling a stream by ``rollout_slowdown`` alone priced its host work at the roofline: the
     README's 16-GPU example generated on 6 GPUs in 7.1 s against 34.8 s on all 16."""
     whole = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
-                             mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs, eff=DEFAULT,
+                             mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs,
+                             eff=rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank),
                              eager=rc.eager, pricer=pricer, ep=rc.rollout_ep)
     parts = [Part("gen", fam, "rollout", v) for fam, v in whole.kernels.items()]
     priced = _side_seconds(parts, _separated(calibration))["gen"]
@@ -226,7 +228,8 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
     roll = None
     if mode == "one-step-off" or staleness == 0:
         roll = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
-                                mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs, eff=DEFAULT,
+                                mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs,
+                                eff=rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank),
                                 eager=rc.eager, pricer=pricer, ep=rc.rollout_ep)
         gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
         gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
@@ -251,7 +254,9 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
         else:
             stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, tp=rc.rollout_tp,
                                     mem_fraction=rc.mem_fraction, max_num_seqs=rc.max_num_seqs,
-                                    in_flight_cap=(1.0 + staleness) * n_seq, eff=DEFAULT, eager=rc.eager,
+                                    in_flight_cap=(1.0 + staleness) * n_seq,
+                                    eff=rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank),
+                                    eager=rc.eager,
                                     pricer=pricer)
             slow = _priced_ratio(rc, p, r, pricer, calibration)
             for key in ("batch_s", "drain_s", "drain_lost_s"):

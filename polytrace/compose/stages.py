@@ -21,6 +21,7 @@ from ..models import ModelSpec
 from ..run.spec import PRECISIONS as SPEC_PRECISIONS
 from ..run.spec import RunSpec, declarations, default
 from .efficiency import DEFAULT, Efficiency
+from .engines import rollout_efficiency
 from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
 from .refit import colocated_refit_seconds
@@ -265,7 +266,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     seq = p + r
     if rollout:
         roll = simulate_rollout(cfg.engine_model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, tp=cfg.rollout_tp,
-                                mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs, eff=eff,
+                                mem_fraction=cfg.mem_fraction, max_num_seqs=cfg.max_num_seqs,
+                                eff=rollout_efficiency(eff, cfg.engine_model, lora_rank=cfg.lora_rank),
                                 eager=cfg.eager, pricer=pricer, ep=cfg.rollout_ep)
     else:
         roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
