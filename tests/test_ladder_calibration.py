@@ -6,7 +6,8 @@ pred/actual. Goal (issue 36): median error <= 20% over the 40 ordered pairs of a
 Measured at the commit adding this file (CPU, the 22-log priors, which the ladder is part of):
 median 19.6% over 40 pairs (GSM8K 14.0%, MATH 23.5%), 20 within 20%, worst 1.98x (calibrated on
 MATH 32B predicting 0.5B: the 8-GPU 32B run's per-call costs, taken per micro-batch, do not carry
-to the 2-GPU runs). The printed range's coverage (issue 36's second goal) is not measured here."""
+to the 2-GPU runs). Under the priors refit at ef0b374 (vLLM's LoRA launches priced): median 12.1%
+(GSM8K 8.3%, MATH 13.4%), 29 within 20%, worst 1.68x. The printed range's coverage (issue 36's second goal) is not measured here."""
 
 from __future__ import annotations
 

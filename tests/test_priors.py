@@ -248,10 +248,12 @@ def test_calibrated_estimate_prints_a_range_wider_when_unidentified(tmp_path, ca
         widths[name] = (hi - lo) / point
         assert main(args) == 0
         assert re.search(r"calibrated step: [\d.]+ s, range [\d.]+-[\d.]+ s", capsys.readouterr().out)
-    # under the 22-log priors: flat 46%, growing 31% of the step (2x apart under the nine-log priors,
-    # whose rollout host kinds were 0.5x and 6.9x against 6.7x and 14.7x now: more of the growing
-    # window's generation sits in host work its lengths cannot split from the rest)
-    assert widths["flat"] > 1.4 * widths["grow"] and widths["flat"] > 0.05, widths
+    # under the 22-log priors with vLLM's LoRA launches priced (ef0b374): flat 40%, growing 32% of the
+    # step, 1.24x (46% and 31% before, when the per-iteration host kind was 5.1x against 3.7x now; 2x
+    # apart under the nine-log priors, whose rollout host kinds were 0.5x and 6.9x: the more of the
+    # growing window's generation sits in host work its lengths cannot split from the rest, the
+    # closer the two widths)
+    assert widths["flat"] > 1.2 * widths["grow"] and widths["flat"] > 0.05, widths
 
 
 # ---- validate --zero-shot -------------------------------------------------------------------------
@@ -348,10 +350,8 @@ _LOO = load_priors()["leave_one_out"]["summary"]
 
 @pytest.mark.xfail(_LOO["step_median_error"] > 0.25, strict=True,
                    reason=f"22-log corpus (the nine logs, the ladder, Megatron GPG, two OPD runs): leave-one-log-out "
-                          f"step {100 * _LOO['step_median_error']:.1f}% (goal 25%; 20.9% on the nine logs alone); the "
-                          "rollout's slowdown sits on its decode floor (0.75: decode at the HBM peak) in 33 of 38 "
-                          "folds, "
-                          "the generation it cannot price moves to the host kinds")
+                          f"step {100 * _LOO['step_median_error']:.1f}% (goal 25%; 34.8% before vLLM's LoRA launches "
+                          "were priced at ef0b374, 20.9% on the nine logs alone)")
 def test_zero_shot_step_goal_leave_one_log_out():
     """Zero-shot over the leave-one-log-out corpus: median |pred/actual - 1| of the step <= 25%, and
     well below the base roofline's."""

@@ -78,6 +78,9 @@ class Efficiency:
     launch_s_per_kernel: float = 8e-6
     kernels_per_layer: int = 12
     graph_replay_s: float = 3e-4
+    # Per decoder layer, the launches an engine setting adds to an eager iteration (LoRA's Triton
+    # shrink and expand kernels: ``compose/engines.py``, which sets it; 0 without an adapter).
+    adapter_launch_s_per_layer: float = 0.0
     # Training passes in eager PyTorch: ~25 kernels per decoder layer forward (two norms, four
     # projections, rotary, flash-attention, MLP matmuls and activation, residual adds; FSDP's
     # per-layer hooks cost about as much again on the host), the backward about twice as many;

@@ -44,6 +44,7 @@ import numpy as np
 from ..errors import PolytraceError
 from ..run.spec import Mode, RunSpec, default
 from .efficiency import DEFAULT, PRIORS, prior_scalars
+from .engines import rollout_efficiency
 from .estimate import (
     PriceOptions,
     build_config,
@@ -221,7 +222,8 @@ def _priced_ratio(rc, p, r, pricer: Pricer, calibration: dict | None) -> float:
     Scaling a stream by ``rollout_slowdown`` alone priced its host work at the roofline: the
     README's 16-GPU example generated on 6 GPUs in 7.1 s against 34.8 s on all 16."""
     whole = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
-                             eff=DEFAULT, pricer=pricer)
+                             eff=rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank),
+                             pricer=pricer)
     parts = [Part("gen", fam, "rollout", v) for fam, v in whole.kernels.items()]
     priced = _side_seconds(parts, _separated(calibration))["gen"]
     return priced / whole.time_s if whole.time_s > 0 else 1.0
@@ -250,7 +252,8 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
     roll = None
     if mode == "one-step-off" or staleness == 0:
         roll = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
-                                eff=DEFAULT, pricer=pricer)
+                                eff=rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank),
+                                pricer=pricer)
         gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
         gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
         scale = gen / roll.time_s if roll.time_s > 0 else 1.0
@@ -275,8 +278,10 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
             # the stream prices its engines without vLLM's expert parallelism, as it always has
             # (rollout_ep 1; the batch rollout above prices it): kept so this signature change moves no number
             engine = dataclasses.replace(rc.rollout_settings, rollout_ep=1)
+            stream_pricer = (pricer or Pricer(rc.gpu, DEFAULT)).with_efficiency(
+                rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank))
             stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=engine,
-                                    in_flight_cap=(1.0 + staleness) * n_seq, pricer=pricer)
+                                    in_flight_cap=(1.0 + staleness) * n_seq, pricer=stream_pricer)
             slow = _priced_ratio(rc, p, r, pricer, calibration)
             for key in ("batch_s", "drain_s", "drain_lost_s"):
                 setattr(stream, key, getattr(stream, key) * slow)

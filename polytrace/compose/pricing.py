@@ -41,6 +41,7 @@ method of its own here (docs/adding-a-kernel-family.md).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,6 +199,16 @@ class Pricer:
                                      f"({'/'.join(spec.kernels)}) on {gpu.slug} in {where}; "
                                      f"measured providers: {listed}")
             self.chosen[family] = provider
+
+    def with_efficiency(self, eff: Efficiency) -> Pricer:
+        """This pricer at other efficiencies (an engine setting's own costs, ``engines.py``): the same
+        timings, providers and speedups; the curves it prices count in the same ``used`` set (the
+        memo holds GEMM curves, which do not depend on the efficiencies)."""
+        if eff == self.eff:
+            return self
+        twin = copy.copy(self)
+        twin.eff = eff
+        return twin
 
     # ------------------------------------------------------------------------------- helpers
     def scale(self, family: str) -> float:

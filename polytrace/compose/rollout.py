@@ -129,8 +129,10 @@ def _schedule(lengths: np.ndarray, slots: int) -> np.ndarray:
 
 def iteration_launch_seconds(model: ModelSpec, eff: Efficiency = DEFAULT, eager: bool = default("eager")) -> float:
     """Host seconds to launch one decode iteration's kernels: every kernel of every layer in eager
-    mode (12 a layer at ~8 us: 2.7 ms for a 28-layer model), one graph replay with CUDA graphs."""
-    return model.layers * eff.kernels_per_layer * eff.launch_s_per_kernel if eager else eff.graph_replay_s
+    mode (12 a layer at ~8 us: 2.7 ms for a 28-layer model, plus an adapter's, ``engines.py``), one
+    graph replay with CUDA graphs."""
+    per_layer = eff.kernels_per_layer * eff.launch_s_per_kernel + eff.adapter_launch_s_per_layer
+    return model.layers * per_layer if eager else eff.graph_replay_s
 
 
 def iteration_fixed_seconds(model: ModelSpec, gpu: GPU, tp: int, eff: Efficiency = DEFAULT,

@@ -21,6 +21,7 @@ from ..models import ModelSpec
 from ..run.spec import PRECISIONS as SPEC_PRECISIONS
 from ..run.spec import Rollout, RunSpec, Trainer, declarations, default
 from .efficiency import DEFAULT, Efficiency
+from .engines import rollout_efficiency
 from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
 from .refit import colocated_refit_seconds
@@ -281,7 +282,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     seq = p + r
     if rollout:
         roll = simulate_rollout(cfg.engine_model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, engine=cfg.rollout_settings,
-                                eff=eff, pricer=pricer)
+                                eff=rollout_efficiency(eff, cfg.engine_model, lora_rank=cfg.lora_rank),
+                                pricer=pricer)
     else:
         roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
     critic = cfg.critic_model or cfg.model
