@@ -311,12 +311,12 @@ def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     cmp = compare_modes(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
     for res in cmp["results"].values():
-        res["warnings"] = warnings + res["warnings"]
-        res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+        res.warnings = warnings + res.warnings
+        res.source += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
     return cmp
 
 
-def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw):
     """``polytrace estimate ... --calibration cal.json``: the estimate with the file's scalars,
     refused for another model family, with a warning for another GPU or model size; ``mode``
     and the split flags as ``compose.modes.mode_estimate`` takes them."""
@@ -324,20 +324,21 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) 
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     res = mode_estimate(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
-    if res.get("timings_used"):
+    if res.timings_used:
         warnings.append(f"--calibration {doc['path']} was fitted on roofline prices; measured kernel timings price "
                         "part of this estimate, so the slowdowns may over- or under-correct those families")
-    res["warnings"] = warnings + res["warnings"]
-    res["calibration"] = {"path": doc["path"], "model": doc["model"]["name"], "gpu": doc["gpu"],
+    res.warnings = warnings + res.warnings
+    res.calibration = {"path": doc["path"], "model": doc["model"]["name"], "gpu": doc["gpu"],
                           "mode": doc.get("mode"), "source": (doc.get("source") or {}).get("kind"),
                           "scalars": doc["scalars"]}
-    res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
-    if doc.get("split") and res.get("summary", {}).get("mean_stages_s"):  # files before the split have none
+    res.source += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+    if doc.get("split") and res.summary.get("mean_stages_s"):  # files before the split have none
         from ..compose.efficiency import PRIORS
+        from ..compose.result import StepRange
         from .ranges import estimate_range, guard_estimate
 
         overlapped = tuple(doc.get("overlapped") or ())
-        res["range"] = estimate_range(res["summary"], doc["split"], overlapped)
+        res.range = StepRange.from_json(estimate_range(res.summary, doc["split"], overlapped))
         # a range past 2x moves toward the zero-shot estimate of the same configuration (issue 36 item
         # 6): the priors' one, as `estimate` without --calibration prices it (no Amdahl table needed)
         zero_shot = mode_estimate(profile, spec, gpu, gpus, **{**kw, "calibration": PRIORS, "amdahl": None})

@@ -23,6 +23,7 @@ from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_head
 from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
+from .result import EstimateResult
 from .rollout import tool_prefill_seconds
 from .stages import STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
@@ -389,14 +390,14 @@ def run_and_options(model, gpu, gpus, kw: dict) -> tuple[RunSpec, PriceOptions]:
     return spec, options
 
 
-def estimate(profile, model, gpu, gpus: int, **kw) -> dict:
+def estimate(profile, model, gpu, gpus: int, **kw) -> EstimateResult:
     """Per-step stage estimates and their summary (``estimate_run``) of the run the keyword
     settings make (``polytrace.run.spec`` names), priced as the ``PriceOptions`` keywords say.
     ``profile`` is a name, path or ``Profile``."""
     return estimate_run(profile, *run_and_options(model, gpu, gpus, kw))
 
 
-def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) -> dict:
+def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) -> EstimateResult:
     """Per-step stage estimates of ``spec`` on ``profile``'s sampled steps, and their summary."""
     from ..profiles import get_profile
 
@@ -463,17 +464,18 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
     if with_priors and measured:
         warnings = warnings + [f"the shared priors were fitted on roofline prices; measured timings price "
                                f"{', '.join(measured)}, which the priors' slowdowns also scale"]
-    out = {"profile": prof.name, "config": cfg.to_dict(), "model": cfg.model.to_dict(),
-            "gpu": {"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
-            "seed": seed, "source": source, "rows": rows, "summary": summary,
-            "providers": {f: pricer.provider(f) for f in MEASURED},
-            "timings_used": sorted("/".join(k) for k in pricer.used),
-            "memory": {**plan.to_dict(), "longest_sequence": longest,
-                       "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
-                                 "gradients and Adam moments, activations, KV cache)"},
-            "warnings": warnings}
+    lengths = None
     if hasattr(prof, "stated"):  # lengths stated by their mean and cap (profiles/stated.py)
         from ..profiles.stated import describe
 
-        out["lengths"] = {**prof.summary(), "line": describe(prof)}
-    return out
+        lengths = {**prof.summary(), "line": describe(prof)}
+    return EstimateResult(
+        profile=prof.name, config=cfg.to_dict(), model=cfg.model.to_dict(),
+        gpu={"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
+        seed=seed, source=source, rows=rows, summary=summary,
+        providers={f: pricer.provider(f) for f in MEASURED},
+        timings_used=sorted("/".join(k) for k in pricer.used),
+        memory={**plan.to_dict(), "longest_sequence": longest,
+                "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
+                          "gradients and Adam moments, activations, KV cache)"},
+        warnings=warnings, lengths=lengths)

@@ -54,6 +54,7 @@ from .estimate import (
 )
 from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
 from .pricing import Pricer
+from .result import EstimateResult
 from .rollout import simulate_rollout
 from .stages import STAGES, TRAIN_STAGES, Part, stage_costs
 from .streaming import stream_rollout, trainer_pipeline, weight_sync_seconds
@@ -285,12 +286,12 @@ def _async_step(mode: str, sides: _Sides, batch, pricer: Pricer, calibration: di
             "idle": idle, "detail": detail}
 
 
-def _sync_mode_block(res: dict) -> dict:
+def _sync_mode_block(res: EstimateResult) -> dict:
     """Utilisation and idle causes of the colocated estimate (numbers unchanged)."""
-    rows = res["rows"]
-    n = res["config"]["n_gpus"]
-    step = res["summary"]["mean_step_s"]
-    gen = res["summary"]["mean_stages_s"]["gen"]
+    rows = res.rows
+    n = res.config["n_gpus"]
+    step = res.summary["mean_step_s"]
+    gen = res.summary["mean_stages_s"]["gen"]
     idle = {"rollout_tail_gpu_s": float(np.mean([r["idle"]["rollout_tail_gpu_s"] for r in rows])),
             "rollout_engines_waiting_for_slowest_gpu_s": float(np.mean([r["idle"]["rollout_imbalance_gpu_s"]
                                                                           for r in rows])),
@@ -306,13 +307,13 @@ def _sync_mode_block(res: dict) -> dict:
                     "bytes and links in gen (compose/refit.py), its host work held by gen's fixed seconds"}
 
 
-def mode_estimate(profile, model, gpu, gpus: int, **kw) -> dict:
+def mode_estimate(profile, model, gpu, gpus: int, **kw) -> EstimateResult:
     """The steady-state step of the run the keyword settings make (``polytrace.run.spec`` names,
     ``mode`` among them) priced as the ``estimate.PriceOptions`` keywords say: ``estimate_mode``."""
     return estimate_mode(profile, *run_and_options(model, gpu, gpus, kw))
 
 
-def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -> dict:
+def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -> EstimateResult:
     """The steady-state step of ``spec.mode.mode`` (``MODES``) on ``spec.cluster.gpus`` GPUs:
     ``estimate``'s keys (``summary.mean_step_s``, ``summary.mean_stages_s``, ``rows``, ``config``)
     plus ``summary.mode``: the split, the weight sync, each side's busy share and the GPU time idle
@@ -339,7 +340,7 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
     bucketed = mode == "fully-async" if m.checkpoint_engine is None else bool(m.checkpoint_engine)
     if mode == "sync":
         res = estimate_run(profile, spec, options)
-        res["summary"]["mode"] = _sync_mode_block(res)
+        res.summary["mode"] = _sync_mode_block(res)
         return res
     if amdahl is not None:
         raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
@@ -400,12 +401,12 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
             for b in batches]
     res = _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer,
                      timings, seed)
-    res["summary"]["mode"]["in_flight_updates"] = in_flight
+    res.summary["mode"]["in_flight_updates"] = in_flight
     return res
 
 
 def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks, calibration, pricer, timings,
-               seed) -> dict:
+               seed) -> EstimateResult:
     rc, tc = sides.rollout, sides.trainer
     step = float(np.mean([r["step_s"] for r in rows]))
     mean_stages = {s: float(np.mean([r["stages_s"][s] for r in rows])) for s in STAGES}
@@ -437,11 +438,11 @@ def _summarise(mode, prof, sides, rows, tried, given, staleness, partial, chunks
                                                                      else ""))
     config = tc.to_dict()
     config.update(n_gpus=n, rollout_tp=rc.rollout_tp, mode=mode, rollout_gpus=rc.n_gpus, train_gpus=tc.n_gpus)
-    return {"profile": prof.name, "config": config, "model": tc.model.to_dict(),
-            "gpu": {"slug": tc.gpu.slug, "name": tc.gpu.name, "source": tc.gpu.source}, "seed": seed,
-            "source": source, "rows": rows, "summary": summary, "memory": sides.memory["trainer"],
-            "memory_sides": sides.memory, "timings_used": sorted("/".join(k) for k in pricer.used),
-            "warnings": list(sides.warnings)}
+    return EstimateResult(profile=prof.name, config=config, model=tc.model.to_dict(),
+                          gpu={"slug": tc.gpu.slug, "name": tc.gpu.name, "source": tc.gpu.source}, seed=seed,
+                          source=source, rows=rows, summary=summary, memory=sides.memory["trainer"],
+                          memory_sides=sides.memory, timings_used=sorted("/".join(k) for k in pricer.used),
+                          warnings=list(sides.warnings))
 
 
 def compare_modes(profile, model, gpu, gpus: int, **kw) -> dict:
@@ -456,10 +457,10 @@ def compare_modes(profile, model, gpu, gpus: int, **kw) -> dict:
     out["fully-async"] = estimate_mode(profile, spec.with_mode(
         "fully-async", staleness=m.staleness, partial_rollout=m.partial_rollout, updates_per_sync=m.updates_per_sync,
         trainer_logprobs=m.trainer_logprobs, **split), options)
-    sync_step = out["sync"]["summary"]["mean_step_s"]
+    sync_step = out["sync"].summary["mean_step_s"]
     rows = []
     for name, res in out.items():
-        s, m = res["summary"], res["summary"]["mode"]
+        s, m = res.summary, res.summary["mode"]
         rows.append({"mode": name, "split": f"{m['rollout_gpus']}:{m['train_gpus']}" if name != "sync"
                      else f"{m['rollout_gpus']} colocated", "step_s": s["mean_step_s"],
                      "speedup": sync_step / s["mean_step_s"] if s["mean_step_s"] else 0.0,
