@@ -14,9 +14,10 @@ from polytrace.compose import estimate, mode_estimate
 from polytrace.compose.result import EstimateResult, FamilyCost, Price, StageTime, StepRow
 
 CLI = Path(__file__).resolve().parents[1] / "polytrace" / "cli"
-# what returns an estimate result; a name bound to their call, or a parameter annotated
-# ``EstimateResult``, is one
-PRODUCERS = {"estimate", "estimate_run", "mode_estimate", "estimate_mode", "estimate_calibrated"}
+# what returns a typed result (estimate's, validate's, impact's); a name bound to their call, or a
+# parameter annotated with one of TYPES, is one
+PRODUCERS = {"estimate", "estimate_run", "mode_estimate", "estimate_mode", "estimate_calibrated", "validate", "impact"}
+TYPES = ("EstimateResult", "ValidationResult", "ImpactResult")
 SMALL = dict(steps=[0], prompts=16, results_root="/nonexistent")
 
 
@@ -32,6 +33,17 @@ def _root(node):
     return node
 
 
+def _own_nodes(scope):
+    """The nodes of a function (nested ones included), or of a module outside its functions:
+    a name means one thing per function."""
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        n = todo.pop()
+        yield n
+        if not (isinstance(scope, ast.Module) and isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            todo.extend(ast.iter_child_nodes(n))
+
+
 def string_indexing(source: str) -> list[str]:
     """``line: text`` of each string subscript (``res["summary"]``, ``res.summary["x"]``) or
     ``.get("...")`` on an estimate result in ``source``."""
@@ -41,8 +53,8 @@ def string_indexing(source: str) -> list[str]:
         results = set()
         if not isinstance(fn, ast.Module):
             results |= {a.arg for a in fn.args.args + fn.args.kwonlyargs
-                        if a.annotation is not None and "EstimateResult" in ast.unparse(a.annotation)}
-        for n in ast.walk(fn):
+                        if a.annotation is not None and any(t in ast.unparse(a.annotation) for t in TYPES)}
+        for n in _own_nodes(fn):
             if isinstance(n, ast.Assign) and _called(n.value) in PRODUCERS:
                 results |= {t.id for t in n.targets if isinstance(t, ast.Name)}
 
@@ -50,7 +62,7 @@ def string_indexing(source: str) -> list[str]:
             node = _root(node)
             return (isinstance(node, ast.Name) and node.id in results) or _called(node) in PRODUCERS
 
-        for n in ast.walk(fn):
+        for n in _own_nodes(fn):
             keyed = (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant)
                      and isinstance(n.slice.value, str) and is_result(n.value))
             got = (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"
@@ -66,10 +78,14 @@ def test_the_scan_finds_a_planted_string_index():
     assert string_indexing(planted) == ["3: res.summary['mean_step_s']", "3: res['summary']",
                                         "5: estimate(1)['rows']", "5: result.get('range')"]
     assert string_indexing("def f(doc):\n    return doc['summary']\n") == []  # a plain dict is no result
+    # a name is a result only in the function that bound it
+    assert string_indexing("def f(a):\n    res = validate(a)\ndef g(res):\n    return res['x']\n") == []
+    assert string_indexing("def f(a):\n    return validate(a)['accuracy'], impact(a).get('line')\n") == [
+        "2: impact(a).get('line')", "2: validate(a)['accuracy']"]
 
 
 @pytest.mark.parametrize("path", sorted(CLI.glob("*.py")), ids=lambda p: p.name)
-def test_the_cli_never_indexes_an_estimate_result_by_string(path):
+def test_the_cli_never_indexes_a_typed_result_by_string(path):
     assert string_indexing(path.read_text(encoding="utf-8")) == []
 
 

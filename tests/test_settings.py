@@ -286,9 +286,9 @@ def test_a_window_no_value_fits_keeps_the_default_and_stays_finite(tmp_path):
     # stage times far below any hypothesis' roofline: every value is rejected
     path = model_log(tmp_path / "run.log", dict(SETTINGS), hide=(RP,), steps=14, slowdown=0.05)
     res = validate(path, calibrate_steps=6, overrides=Overrides(gpu="a100-80g"))
-    assert "no value fits within the physical bounds" in setting_note(res["notes"], RP)
-    assert res["config"]["remove_padding"] is False
-    assert all(math.isfinite(v) for a in res["accuracy"].values() for v in a.values() if v is not None)
+    assert "no value fits within the physical bounds" in setting_note(res.notes, RP)
+    assert res.config["remove_padding"] is False
+    assert all(math.isfinite(v) for a in res.accuracy.values() for v in a.values() if v is not None)
 
 
 def test_stage_misfit_bounds():

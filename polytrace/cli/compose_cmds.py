@@ -405,7 +405,7 @@ def _impact(args) -> int:
     if not args.json and _lengths_line(profile):
         print(_lengths_line(profile))
     if args.json:
-        print_json(res)
+        print_json(res.to_json())
     else:
         print(format_impact(res, markdown=args.markdown))
     return 0
