@@ -247,9 +247,9 @@ def _estimate(args) -> int:
     where = (profile, args.model, args.gpu, args.gpus)
     lengths_line = _lengths_line(profile)
     if not args.calibration and not args.roofline:
-        from ..compose.efficiency import PRIORS
+        from ..compose.scalars import Scalars
 
-        kw["calibration"] = PRIORS  # the shared physical priors (polytrace/data/priors.json)
+        kw["calibration"] = Scalars.priors()  # the shared physical priors (polytrace/data/priors.json)
     if args.compare_modes:
         if lengths_line and not args.json:
             print(lengths_line)

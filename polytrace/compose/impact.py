@@ -21,9 +21,9 @@ from pathlib import Path
 from ..errors import PolytraceError
 from ..hardware import get_gpu
 from ..wording import counted
-from .efficiency import PRIORS
 from .estimate import estimate
 from .pricing import MEASURED
+from .scalars import Scalars
 from .timings import KernelTimings, paired
 from .workloads import DEFAULT_STEPS, default_workload
 
@@ -111,7 +111,7 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
     providers = {fam: "ours" for fam, spec in MEASURED.items()
                  if spec.default_provider not in ("ours", "torch")
                  and all("ours" in t.providers(spec.results_family, spec.kernels) for t in (pb, pc))}
-    kw = dict(steps=steps, seed=seed, providers=providers or None, calibration=None if roofline else PRIORS,
+    kw = dict(steps=steps, seed=seed, providers=providers or None, calibration=None if roofline else Scalars.priors(),
               **config_kw)
     eb = estimate(prof, model, slug, n_gpus, results=pb, **kw)
     ec = estimate(prof, model, slug, n_gpus, results=pc, **kw)

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import PolytraceError
 from ..run.spec import Mode, RunSpec, default
-from .efficiency import DEFAULT, PRIORS, prior_scalars
+from .efficiency import DEFAULT
 from .estimate import (
     PriceOptions,
     build_config,
@@ -56,6 +56,7 @@ from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
 from .pricing import Pricer
 from .result import EstimateResult
 from .rollout import simulate_rollout
+from .scalars import as_scalars
 from .stages import STAGES, TRAIN_STAGES, Part, stage_costs
 from .streaming import stream_rollout, trainer_pipeline, weight_sync_seconds
 
@@ -362,12 +363,13 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
     base = build_config(prof, model, gpu, gpus, rollout_tp=1,
                         **{k: v for k, v in config_kw.items() if k not in ("rollout_tp", "rollout_ep")})
     prof = with_group_size(prof, base.n)
-    if isinstance(calibration, str) and calibration == PRIORS:
-        # the shared priors under this run's engine and recompute settings, as the sync estimate
-        # applies them: recompute on prices the update's extra forward at the recompute kind's
-        # slowdown (Qwen2.5-7B, 16 H100, 8:8 one-step-off: update 6.61 s with recompute's forward
-        # at the no-recompute slowdown, 10.45 s in sync)
-        calibration = prior_scalars(eager=base.eager, gradient_checkpointing=base.gradient_checkpointing)
+    scalars = as_scalars(calibration)
+    if scalars is not None:
+        # a calibration's numbers as fitted; the shared priors under this run's engine and
+        # recompute settings, as the sync estimate applies them: recompute on prices the update's
+        # extra forward at the recompute kind's slowdown (Qwen2.5-7B, 16 H100, 8:8 one-step-off:
+        # update 6.61 s with recompute's forward at the no-recompute slowdown, 10.45 s in sync)
+        calibration = scalars.for_run(base.eager, base.gradient_checkpointing)
     timings, explicit = load_timings(base.gpu.slug, results, results_root)
     pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)
     batches, longest, biggest = sample_batches(prof, base, steps, seed)
