@@ -293,7 +293,7 @@ def markdown_table(steps=range(2)) -> str:
              "| avg / max sequence | layout | published s | "
              "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in RUNS:
-        est = estimate_run(r, steps)["summary"]["mean_step_s"]
+        est = estimate_run(r, steps).summary["mean_step_s"]
         layout = f"gen TP{r.rollout_tp}; train TP{r.train_tp} CP{r.train_cp} EP{r.train_ep} PP{r.train_pp}"
         ratio = est / r.step_s
         mark = " *" if r.name in DERIVED_FROM else ""

@@ -21,8 +21,8 @@ SPLIT = dict(rollout_gpus=8, train_gpus=8)
 def test_one_step_off_update_is_the_sync_update_on_its_trainer_gpus(recompute):
     # the trainer side of an 8:8 split is an 8-GPU trainer: its update is sync's on 8 GPUs
     kw = dict(SMALL, calibration=PRIORS, gradient_checkpointing=recompute)
-    sync = estimate(*ARGS, 8, **kw)["summary"]["mean_stages_s"]["update_actor"]
-    off = mode_estimate(*ARGS, 16, mode="one-step-off", **SPLIT, **kw)["summary"]["mean_stages_s"]["update_actor"]
+    sync = estimate(*ARGS, 8, **kw).summary["mean_stages_s"]["update_actor"]
+    off = mode_estimate(*ARGS, 16, mode="one-step-off", **SPLIT, **kw).summary["mean_stages_s"]["update_actor"]
     assert off == pytest.approx(sync, rel=1e-12)
 
 
@@ -32,5 +32,5 @@ def test_separated_modes_apply_the_runs_priors(mode, eager, recompute):
     kw = dict(SMALL, **SPLIT, mode=mode, gradient_checkpointing=recompute, run_fields={"eager": eager})
     shared = mode_estimate(*ARGS, 16, calibration=PRIORS, **kw)
     own = mode_estimate(*ARGS, 16, calibration=prior_scalars(eager=eager, gradient_checkpointing=recompute), **kw)
-    assert shared["summary"]["mean_stages_s"] == own["summary"]["mean_stages_s"]
-    assert shared["summary"]["mean_step_s"] == own["summary"]["mean_step_s"]
+    assert shared.summary["mean_stages_s"] == own.summary["mean_stages_s"]
+    assert shared.summary["mean_step_s"] == own.summary["mean_step_s"]

@@ -36,15 +36,15 @@ def grpo_result(grpo_log):
 def test_only_gpu_given_goals_met(grpo_result):
     """The goal on logs of other sources, with no flag but --gpu, calibrated on the first 10
     steps: step >= 95%, generation, log-prob, reference and actor update >= 90% each."""
-    acc = grpo_result["accuracy"]
+    acc = grpo_result.accuracy
     assert acc["step"]["accuracy"] >= 95.0, acc["step"]
     for s in ("gen", "old_log_prob", "ref", "update_actor"):
         assert acc[s]["accuracy"] >= 90.0, (s, acc[s])
-    assert all(grpo_result["goals"].values()), grpo_result["goals"]
+    assert all(grpo_result.goals.values()), grpo_result.goals
 
 
 def test_warm_up_left_out_and_named(grpo_result):
-    left = grpo_result["calibration"]["left_out"]
+    left = grpo_result.calibration["left_out"]
     assert [(lo["step"], lo["reason"]) for lo in left] == [(1, "warm-up")]
     assert "x its usual time for its lengths" in left[0]["detail"]
 
@@ -53,7 +53,7 @@ def test_stall_and_spike_after_validation_are_left_out(tmp_path):
     run = Run(steps=30, prompts=64, n=4, max_response=512, test_freq=4, stalls={7: ("update_actor", 2.5)},
               truth=Truth(after_validation_gen=1.6))
     res = validate(write_log(tmp_path / "s.log", run), overrides=MI300X)
-    reasons = {lo["step"]: lo["reason"] for lo in res["calibration"]["left_out"]}
+    reasons = {lo["step"]: lo["reason"] for lo in res.calibration["left_out"]}
     assert reasons == {1: "warm-up", 5: "after validation/checkpoint", 7: "stall", 9: "after validation/checkpoint"}
 
 
@@ -97,9 +97,9 @@ def test_fixed_stage_cost_is_recovered_when_lengths_vary(tmp_path):
     run = Run(steps=60, prompts=64, n=4, max_response=1024, resp_start=500, resp_floor=150, resp_growth=8.0,
               truth=Truth(ref_reload=1.5))
     res = validate(write_log(tmp_path / "f.log", run), overrides=MI300X)
-    fixed = res["calibration"]["scalars"]["ref_overhead_s"] - res["calibration"]["scalars"]["old_log_prob_overhead_s"]
-    assert 1.0 < fixed < 2.0, res["calibration"]["scalars"]
-    assert res["accuracy"]["ref"]["accuracy"] >= 93.0, res["accuracy"]["ref"]
+    fixed = res.calibration["scalars"]["ref_overhead_s"] - res.calibration["scalars"]["old_log_prob_overhead_s"]
+    assert 1.0 < fixed < 2.0, res.calibration["scalars"]
+    assert res.accuracy["ref"]["accuracy"] >= 93.0, res.accuracy["ref"]
 
 
 def test_fit_refuses_non_finite_times():
@@ -135,14 +135,14 @@ def test_cross_run_grpo_to_ppo(tmp_path):
     ppo = write_log(tmp_path / "ppo.log", Run(steps=30, prompts=2048, n=1, max_response=256, algo="ppo", seed=5,
                                               micro_per_gpu=4, mini_batch=512, truth=MEASURED_SPLIT))
     res = validate(ppo, calibrate_on=grpo, overrides=MI300X)
-    assert res["stages"] == ["gen", "old_log_prob", "ref", "values", "update_critic", "update_actor"]
-    assert res["accuracy"]["step"]["accuracy"] >= 90.0, res["accuracy"]
-    assert res["accuracy"]["values"]["naive_accuracy"] is None  # the GRPO run has no values timer
-    assert any("values, update_critic not timed in" in n for n in res["notes"])
-    assert any("per micro-batch, not per call" in n for n in res["notes"])
+    assert res.stages == ["gen", "old_log_prob", "ref", "values", "update_critic", "update_actor"]
+    assert res.accuracy["step"]["accuracy"] >= 90.0, res.accuracy
+    assert res.accuracy["values"]["naive_accuracy"] is None  # the GRPO run has no values timer
+    assert any("values, update_critic not timed in" in n for n in res.notes)
+    assert any("per micro-batch, not per call" in n for n in res.notes)
     # the GRPO run's constant update seconds went to its micro-batches, not to a cost per call
-    grpo_update = validate(grpo, overrides=MI300X)["accuracy"]["update_actor"]["mean_actual_s"]
-    assert res["calibration"]["scalars"]["update_actor_overhead_s"] < 0.1 * grpo_update, res["calibration"]
+    grpo_update = validate(grpo, overrides=MI300X).accuracy["update_actor"]["mean_actual_s"]
+    assert res.calibration["scalars"]["update_actor_overhead_s"] < 0.1 * grpo_update, res.calibration
     llama = write_log(tmp_path / "llama.log", Run(steps=20, model_path="meta-llama/Llama-3.1-8B-Instruct"))
     with pytest.raises(PolytraceError, match="another model family"):
         validate(ppo, calibrate_on=llama, overrides=MI300X)
@@ -301,6 +301,6 @@ def test_one_step_off_log(tmp_path):
               "data.train_batch_size=64 actor_rollout_ref.rollout.n=5 data.max_response_length=512 "
               "data.max_prompt_length=512 trainer.n_gpus_per_node=6 rollout.n_gpus_per_node=2\n")
     res = validate(write_log(tmp_path / "osp.log", run, header=header, records=recs), overrides=MI300X)
-    assert res["mode"] == "one-step-off" and res["config"]["n_gpus"] == 8
-    assert res["stages"][0] == "gen"
-    assert res["accuracy"]["step"]["accuracy"] >= 95.0, res["accuracy"]["step"]
+    assert res.mode == "one-step-off" and res.config["n_gpus"] == 8
+    assert res.stages[0] == "gen"
+    assert res.accuracy["step"]["accuracy"] >= 95.0, res.accuracy["step"]

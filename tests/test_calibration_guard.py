@@ -11,6 +11,7 @@ import pytest
 
 from polytrace.calibrate.fit import StepData, fit
 from polytrace.calibrate.ranges import WIDE_RANGE, estimate_range, guard, guard_estimate, toward_priors
+from polytrace.compose.result import EstimateResult, StepRange
 
 
 def test_a_range_within_2x_leaves_the_calibration_alone():
@@ -93,10 +94,16 @@ def test_a_flat_window_calibration_for_other_lengths_is_guarded():
 
 
 def test_guard_estimate_adds_the_guarded_answer_and_its_notes_to_an_estimate():
-    res = {"summary": {"mean_step_s": 30.0, "mean_stages_s": {"gen": 16.0}}, "warnings": ["w"],
-           "range": {"step_s": [19.0, 34.0], "stages_s": {"gen": [5.0, 20.0]}, "unidentified": ["gen"]}}
-    out = guard_estimate(res, {"summary": {"mean_step_s": 20.0, "mean_stages_s": {"gen": 8.0}}})
-    assert out["guarded"]["step_s"] == pytest.approx(30.0 - 16.0 + math.sqrt(128.0), rel=1e-12)
-    assert out["warnings"][0] == "w" and out["warnings"][1].startswith("calibrated gen ranges 5-20 s (4.0x")
-    bare = {"summary": {"mean_step_s": 30.0, "mean_stages_s": {"gen": 16.0}}}
-    assert "guarded" not in guard_estimate(bare, {"summary": {"mean_stages_s": {"gen": 8.0}}})
+    def result(summary, **kw):
+        return EstimateResult(profile="p", config={}, model={}, gpu={}, seed=0, source="", rows=[],
+                              summary=summary, memory={}, **kw)
+
+    rng = StepRange.from_json({"step_s": [19.0, 34.0], "stages_s": {"gen": [5.0, 20.0]}, "unidentified": ["gen"]})
+    res = result({"mean_step_s": 30.0, "mean_stages_s": {"gen": 16.0}}, warnings=["w"], range=rng)
+    out = guard_estimate(res, result({"mean_step_s": 20.0, "mean_stages_s": {"gen": 8.0}}))
+    assert out.guarded.step_s == pytest.approx(30.0 - 16.0 + math.sqrt(128.0), rel=1e-12)
+    assert out.warnings[0] == "w" and out.warnings[1].startswith("calibrated gen ranges 5-20 s (4.0x")
+    assert out.to_json()["guarded"]["step_s"] == out.guarded.step_s  # a field, serialised under its old key
+    bare = result({"mean_step_s": 30.0, "mean_stages_s": {"gen": 16.0}})
+    assert guard_estimate(bare, result({"mean_stages_s": {"gen": 8.0}})).guarded is None
+    assert "guarded" not in bare.to_json()

@@ -10,6 +10,7 @@ import json
 import pytest
 
 from polytrace.cli import main
+from polytrace.compose.result import EstimateResult
 
 # a GRPO run without a reference pass: 1024 prompts x 5, rollout TP 2, 8 GPUs
 LOG = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
@@ -121,6 +122,9 @@ def test_a_range_past_2x_is_guarded_toward_the_priors(cal, capsys):
     assert lo <= moved < cal_gen  # the priors' generation is shorter: moved down, inside the range
     assert g["step_s"] == pytest.approx(res["summary"]["mean_step_s"] + moved - cal_gen, rel=1e-12)
     assert g["notes"] and g["notes"][0] in res["warnings"] and f"warning: {g['notes'][0]}" in err
+    typed = EstimateResult.from_json(res)  # the range and the guarded step are typed fields
+    assert typed.to_json() == res and typed.guarded.step_s == g["step_s"] and typed.range.step_s == tuple(
+        res["range"]["step_s"]) and typed.calibration["differs_from_run"] == ["--prompts 4 (the calibrated run: 1024)"]
     assert main(["estimate", "--calibration", str(cal), "--prompts", "4", "--step", "0"]) == 0
     out = capsys.readouterr().out
     assert (f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range" in out

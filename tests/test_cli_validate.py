@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from polytrace.calibrate.validate import ValidationResult, below_naive
 from polytrace.cli import main
-from polytrace.cli.validate_cmds import below_naive
 
 # a steady PPO log whose goals are met; and one where goals are missed
 BELOW = "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
@@ -25,7 +25,7 @@ def step_below_naive(monkeypatch):
 
     def fake(*args, **kwargs):
         res = real(*args, **kwargs)
-        step = res["accuracy"]["step"]
+        step = res.accuracy["step"]
         step["naive_accuracy"] = step["accuracy"] + 0.3
         return res
 
@@ -46,6 +46,8 @@ def test_a_goal_met_below_the_naive_predictor_says_so(capsys, validation_logs, s
     assert data["below_naive"]["step"] == {"accuracy": step["accuracy"], "naive_accuracy": step["naive_accuracy"]}
     assert set(data["below_naive"]) == {k for k, a in data["accuracy"].items()
                                         if a["naive_accuracy"] is not None and a["accuracy"] < a["naive_accuracy"]}
+    typed = ValidationResult.from_json(data)  # the --json document is the type's, key for key and in order
+    assert typed.to_json() == data and list(typed.to_json()) == list(data) and typed.below_naive == data["below_naive"]
     assert main(["validate", str(validation_logs / BELOW)]) == 0
     out = capsys.readouterr().out
     goals = next(ln for ln in out.splitlines() if ln.startswith("goals: "))

@@ -110,15 +110,15 @@ def test_bad_run_config(kw, match):
 
 def test_estimate_profile_end_to_end():
     res = estimate("search-r1-7b", "qwen2.5-7b", "h100", 8, steps=range(2), prompts=32)
-    assert res["source"].startswith("estimated")
-    assert len(res["rows"]) == 2
-    for row in res["rows"]:
+    assert res.source.startswith("estimated")
+    assert len(res.rows) == 2
+    for row in res.rows:
         assert row["other_s"] == pytest.approx(row["sequences"] * 3e-4)  # reward scoring per response
         assert row["step_s"] == pytest.approx(sum(row["stages_s"].values()) + row["other_s"], rel=1e-9)
         assert row["tokens_per_s_per_gpu"] == pytest.approx(row["tokens"] / row["step_s"] / 8, rel=1e-9)
         assert 0 <= row["idle"]["rollout_tail_share"] < 1
     more = estimate("search-r1-7b", "qwen2.5-7b", "h100", 16, steps=[0], prompts=32)
-    assert more["rows"][0]["stages_s"]["update_actor"] < res["rows"][0]["stages_s"]["update_actor"]
+    assert more.rows[0]["stages_s"]["update_actor"] < res.rows[0]["stages_s"]["update_actor"]
 
 
 def test_estimate_bad_names():

@@ -76,7 +76,7 @@ def test_training_state_beyond_memory_is_an_error_naming_the_gpus_where_it_fits(
     with pytest.raises(PolytraceError, match="training state"):
         estimate("dapo-math-32b", "qwen2.5-32b", "a100-80g", 6)
     res = estimate("dapo-math-32b", "qwen2.5-32b", "a100-80g", 8)
-    assert res["memory"]["training_state_total"] < 80
+    assert res.memory["training_state_total"] < 80
 
 
 def test_warnings_come_before_the_report_tables(tmp_path, capsys):

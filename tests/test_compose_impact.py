@@ -12,7 +12,7 @@ from _compose_results import all_benches, family_benches, result_file, write
 from polytrace.cli import main
 from polytrace.compose import MEASURED, estimate
 from polytrace.compose.efficiency import PRIORS
-from polytrace.compose.impact import impact, step_time_line
+from polytrace.compose.impact import ImpactResult, impact, step_time_line
 from polytrace.results import load_result
 
 GEMM_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
@@ -31,7 +31,7 @@ def shares(baseline):
     which ``impact`` prices too."""
     res = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(8), results=[str(baseline)],
                    calibration=PRIORS)
-    return {f: d["share"] for f, d in res["summary"]["families"].items()}
+    return {f: d["share"] for f, d in res.summary["families"].items()}
 
 
 @pytest.mark.parametrize("family", list(MEASURED))
@@ -42,13 +42,13 @@ def test_a_family_10pct_slower_costs_10pct_of_its_share_of_the_step(tmp_path, ba
     not here)."""
     cand = write(tmp_path / "cand.json", result_file(all_benches(gemm_tokens=GEMM_TOKENS, factors={family: 1.1})))
     res = impact(str(baseline), str(cand))
-    assert abs(res["step_change"] - 0.1 * shares[family]) <= 0.00005 / 100, (res["step_change"], shares[family])
-    assert res["step_change"] > 0
-    assert res["line"].startswith(LINE) and res["line"].endswith("%")
-    assert res["kernels"] and {k["family"] for k in res["kernels"]} == {family}
-    assert sum(k["change_s"] for k in res["kernels"]) == pytest.approx(
-        res["candidate"]["step_s"] - res["baseline"]["step_s"], rel=1e-9)
-    moved = {b["id"].split("/")[0] for b in res["benchmarks"]}
+    assert abs(res.step_change - 0.1 * shares[family]) <= 0.00005 / 100, (res.step_change, shares[family])
+    assert res.step_change > 0
+    assert res.line.startswith(LINE) and res.line.endswith("%")
+    assert res.kernels and {k["family"] for k in res.kernels} == {family}
+    assert sum(k["change_s"] for k in res.kernels) == pytest.approx(
+        res.candidate["step_s"] - res.baseline["step_s"], rel=1e-9)
+    moved = {b["id"].split("/")[0] for b in res.benchmarks}
     assert moved == {MEASURED[family].results_family}
 
 
@@ -59,14 +59,14 @@ def test_the_step_is_priced_with_the_priors_unless_roofline_is_asked(tmp_path, b
     cand = write(tmp_path / "cand.json", result_file(all_benches(gemm_tokens=GEMM_TOKENS, factors={"gemm": 1.1})))
     priced = impact(str(baseline), str(cand))
     bare = impact(str(baseline), str(cand), roofline=True)
-    assert priced["workload"]["priced"] == "shared priors" and bare["workload"]["priced"] == "roofline"
-    assert bare["baseline"]["step_s"] < priced["baseline"]["step_s"]
+    assert priced.workload["priced"] == "shared priors" and bare.workload["priced"] == "roofline"
+    assert bare.baseline["step_s"] < priced.baseline["step_s"]
     for res, cal in ((priced, PRIORS), (bare, None)):
         est = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(8), results=[str(baseline)],
                        calibration=cal)
-        assert res["baseline"]["step_s"] == pytest.approx(est["summary"]["mean_step_s"], rel=1e-12)
-        gemm = est["summary"]["families"]["gemm"]["share"]
-        assert res["step_change"] == pytest.approx(0.1 * gemm, abs=5e-7)
+        assert res.baseline_step_s == pytest.approx(est.summary["mean_step_s"], rel=1e-12)
+        gemm = est.summary["families"]["gemm"]["share"]
+        assert res.step_change == pytest.approx(0.1 * gemm, abs=5e-7)
 
 
 def test_a_one_suite_candidate_changes_only_its_kernels(tmp_path, baseline):
@@ -74,17 +74,17 @@ def test_a_one_suite_candidate_changes_only_its_kernels(tmp_path, baseline):
     cand = [b for b in family_benches("logprob", factor=1.2) if b["extra_info"]["kernel"] == "token_logprobs"]
     cand += [b for b in family_benches("logprob", factor=1.5) if b["extra_info"]["kernel"] != "token_logprobs"]
     res = impact(str(baseline), str(write(tmp_path / "logprob.json", result_file(cand))))
-    assert {k["family"] for k in res["kernels"]} == {"logprob"}
-    assert {k["stage"] for k in res["kernels"]} == {"old_log_prob", "ref", "update_actor"}
-    assert res["stages"]["gen"]["change_s"] == 0.0
-    on_path = {b["id"].split("/")[1] for b in res["benchmarks"] if b["on_path"]}
-    off_path = {b["id"].split("/")[1] for b in res["benchmarks"] if not b["on_path"]}
+    assert {k["family"] for k in res.kernels} == {"logprob"}
+    assert {k["stage"] for k in res.kernels} == {"old_log_prob", "ref", "update_actor"}
+    assert res.stages["gen"]["change_s"] == 0.0
+    on_path = {b["id"].split("/")[1] for b in res.benchmarks if b["on_path"]}
+    off_path = {b["id"].split("/")[1] for b in res.benchmarks if not b["on_path"]}
     assert on_path == {"token_logprobs"} and off_path == {"linear_token_logprobs"}
-    assert res["benchmarks"][0]["on_path"]  # the ones that cost step time first
+    assert res.benchmarks[0]["on_path"]  # the ones that cost step time first
     # and a candidate identical to the baseline moves nothing
     same = impact(str(baseline), str(baseline))
-    assert same["step_change"] == 0.0 and not same["kernels"] and not same["benchmarks"]
-    assert same["line"] == LINE + "+0.00%"
+    assert same.step_change == 0.0 and not same.kernels and not same.benchmarks
+    assert same.line == LINE + "+0.00%"
 
 
 def test_impact_cli_text_markdown_json(tmp_path, baseline, capsys):
@@ -102,6 +102,8 @@ def test_impact_cli_text_markdown_json(tmp_path, baseline, capsys):
     assert data["workload"] == {"profile": "search-r1-7b", "model": "qwen2.5-32b", "gpus": 8, "gpu": "h200",
                                 "steps": [0, 1], "seed": 0, "priced": "shared priors"}
     assert data["step_change"] > 0 and data["stages"]["gen"]["change_s"] > 0
+    typed = ImpactResult.from_json(data)  # the --json document is the type's, key for key and in order
+    assert typed.to_json() == data and list(typed.to_json()) == list(data) and typed.line == data["line"]
 
 
 def _one_line_error(capsys, argv) -> str:
@@ -166,12 +168,12 @@ def test_our_log_prob_kernel_moves_the_step_though_a_stock_run_prices_eager_torc
     base = write(tmp_path / "base.json", result_file(eager + ours))
     cand = write(tmp_path / "cand.json", result_file(eager + faster))
     res = impact(str(base), str(cand), model="qwen2.5-7b", gpus=8, steps=[0])
-    assert res["providers"] == {"logprob": "ours"}
-    assert res["step_change"] < 0 and {k["family"] for k in res["kernels"]} == {"logprob"}
+    assert res.providers == {"logprob": "ours"}
+    assert res.step_change < 0 and {k["family"] for k in res.kernels} == {"logprob"}
     # eager torch alone measured: priced as the stock run, our kernel is not on the path
     only_eager = write(tmp_path / "eager.json", result_file(eager))
     res = impact(str(only_eager), str(only_eager), model="qwen2.5-7b", gpus=8, steps=[0])
-    assert res["providers"] == {} and res["step_change"] == 0.0
+    assert res.providers == {} and res.step_change == 0.0
 
 
 def test_impact_cli_roofline_flag(tmp_path, baseline, capsys):

@@ -34,20 +34,20 @@ def _est(**kw):
 
 
 def _family_s(res, family):
-    return {s: fams[family]["s"] for s, fams in res["summary"]["kernels"].items() if family in fams}
+    return {s: fams[family]["s"] for s, fams in res.summary["kernels"].items() if family in fams}
 
 
 @pytest.mark.parametrize("profile", ["dapo-math-32b", "search-r1-7b"])
 def test_breakdown_adds_up_to_every_stage_and_the_step(profile):
     res = _est(profile=profile, steps=[0, 1], results_root="/nonexistent")
-    summary = res["summary"]
+    summary = res.summary
     kernels = summary["kernels"]
     total = sum(v["s"] for fams in kernels.values() for v in fams.values())
     assert total == pytest.approx(summary["mean_step_s"], rel=1e-9)
     for stage, secs in summary["mean_stages_s"].items():
         assert sum(v["s"] for v in kernels.get(stage, {}).values()) == pytest.approx(secs, rel=1e-9, abs=1e-12)
     assert sum(v["share"] for fams in kernels.values() for v in fams.values()) == pytest.approx(1.0, rel=1e-9)
-    for row in res["rows"]:
+    for row in res.rows:
         assert sum(sum(f.values()) for f in row["kernels"].values()) == pytest.approx(row["step_s"], rel=1e-9)
     assert {"gemm", "attention", "decode", "prefill", "logprob", "packing", "host"} <= set(summary["families"])
     assert {v["status"] for f, v in summary["families"].items() if f != "tool"} == {"roofline"}
@@ -58,7 +58,7 @@ def test_breakdown_adds_up_to_every_stage_and_the_step(profile):
 def test_measured_families_come_from_the_files_and_say_so(tmp_path):
     files = _files(tmp_path)
     res = _est(results=files)
-    fams = res["summary"]["families"]
+    fams = res.summary["families"]
     # what the GPU goal asks of the report after the runbook: these five all measured
     for family in MEASURED:
         # the packing suite times hidden-wide rows (4096 features); the trainer packs 1-column id
@@ -69,14 +69,14 @@ def test_measured_families_come_from_the_files_and_say_so(tmp_path):
         assert all(f"base.json: {provider}" in src for src in fams[family]["sources"].values())
     for family in ("prefill", "comm", "host", "optimizer"):
         assert fams.get(family, {"status": "roofline"})["status"] == "roofline"
-    assert "measured kernel timings for attention, decode, gemm, logprob, packing" in res["source"]
-    assert res["timings_used"] and all(k.count("/") == 3 for k in res["timings_used"])
+    assert "measured kernel timings for attention, decode, gemm, logprob, packing" in res.source
+    assert res.timings_used and all(k.count("/") == 3 for k in res.timings_used)
 
 
 def test_an_unmeasured_family_falls_back_to_the_roofline_and_says_so(tmp_path):
     only_logprob = _est(results=_files(tmp_path, families=("logprob",)))
     roofline = _est(results_root=str(tmp_path / "none"))
-    fams = only_logprob["summary"]["families"]
+    fams = only_logprob.summary["families"]
     assert fams["logprob"]["status"] == "measured"
     for family in ("attention", "decode", "packing", "gemm"):
         assert fams[family]["status"] == "roofline"
@@ -95,7 +95,7 @@ def test_timings_at_the_rooflines_own_rates_reproduce_the_roofline(tmp_path):
     files = _files(tmp_path, families=("gemm", "attention"), latency=0.0,
                    rates={"gemm": peak * DEFAULT.gemm, "attention": peak * DEFAULT.attention})
     measured, roofline = _est(results=files), _est(results_root="/nonexistent")
-    assert measured["summary"]["families"]["gemm"]["sources"]["update_actor"].startswith(files[0])
+    assert measured.summary["families"]["gemm"]["sources"]["update_actor"].startswith(files[0])
     for family in ("gemm", "attention"):
         m, r = _family_s(measured, family), _family_s(roofline, family)
         for stage in ("old_log_prob", "ref", "update_actor"):
@@ -114,8 +114,8 @@ def test_a_family_made_2x_slower_moves_the_step_by_exactly_its_share(tmp_path, f
     for other in MEASURED:
         if other != family:
             assert _family_s(slow, other) == pytest.approx(_family_s(base, other), rel=1e-12)
-    share = base["summary"]["families"][family]["share"]
-    change = slow["summary"]["mean_step_s"] / base["summary"]["mean_step_s"] - 1
+    share = base.summary["families"][family]["share"]
+    change = slow.summary["mean_step_s"] / base.summary["mean_step_s"] - 1
     assert share > 0 and change == pytest.approx(share, rel=1e-9)
 
 
@@ -150,11 +150,11 @@ def test_speedups_divide_a_family_and_the_amdahl_table_follows_amdahls_law(tmp_p
     plain = _est(results=files)
     fast, slow = _family_s(res, "logprob"), _family_s(plain, "logprob")
     assert fast == pytest.approx({s: v / 1.5 for s, v in slow.items()}, rel=1e-12)
-    what_if = res["summary"]["what_if"]
-    assert what_if["reference_step_s"] == pytest.approx(plain["summary"]["mean_step_s"], rel=1e-12)
+    what_if = res.summary["what_if"]
+    assert what_if["reference_step_s"] == pytest.approx(plain.summary["mean_step_s"], rel=1e-12)
     assert what_if["speedups"] == {"logprob": 1.5} and what_if["step_change"] < 0
-    rows = {r["family"]: r for r in res["summary"]["amdahl"]}
-    assert set(rows) == {f for f, v in res["summary"]["families"].items() if v["s"] > 0 and f != "reward"}
+    rows = {r["family"]: r for r in res.summary["amdahl"]}
+    assert set(rows) == {f for f, v in res.summary["families"].items() if v["s"] > 0 and f != "reward"}
     for fam, r in rows.items():  # one rank and one engine: the law holds exactly
         assert r["step_faster"] == pytest.approx(r["share"] * (1 - 1 / 2.0), rel=1e-9, abs=1e-15), fam
 
@@ -172,23 +172,23 @@ def test_provider_what_if_prices_a_family_with_that_providers_timings(tmp_path):
                                                       rel=1e-9)
     assert _family_s(res, "attention") == pytest.approx({s: v / 2 for s, v in _family_s(ours, "attention").items()},
                                                         rel=1e-9)
-    assert all("peers.json: ours" in s for s in res["summary"]["families"]["logprob"]["sources"].values())
-    assert ours["providers"]["logprob"] == "torch-eager"
-    assert res["providers"]["logprob"] == "ours" and res["providers"]["gemm"] == "torch"
-    assert res["summary"]["what_if"]["reference_step_s"] == pytest.approx(ours["summary"]["mean_step_s"], rel=1e-12)
+    assert all("peers.json: ours" in s for s in res.summary["families"]["logprob"]["sources"].values())
+    assert ours.providers["logprob"] == "torch-eager"
+    assert res.providers["logprob"] == "ours" and res.providers["gemm"] == "torch"
+    assert res.summary["what_if"]["reference_step_s"] == pytest.approx(ours.summary["mean_step_s"], rel=1e-12)
 
 
 def test_calibration_scales_each_kind_of_work_and_adds_its_fixed_seconds():
     cal = {"rollout_slowdown": 2.0, "train_slowdown": 1.5, "gen_overhead_s": 1.0, "other_overhead_s": 0.5}
     raw = _est(results_root="/nonexistent")
     res = _est(results_root="/nonexistent", calibration=cal)
-    kr, kc = raw["rows"][0]["kernels"], res["rows"][0]["kernels"]
+    kr, kc = raw.rows[0]["kernels"], res.rows[0]["kernels"]
     for fam, s in kr["gen"].items():
         assert kc["gen"][fam] == pytest.approx(2.0 * s, rel=1e-12)
     assert kc["gen"]["calibration"] == 1.0 and kc["other"]["calibration"] == 0.5
     assert kc["update_actor"]["optimizer"] == pytest.approx(1.5 * kr["update_actor"]["optimizer"], rel=1e-12)
-    assert res["rows"][0]["stages_s"]["gen"] == pytest.approx(2.0 * raw["rows"][0]["stages_s"]["gen"] + 1.0)
-    assert res["rows"][0]["step_s"] == pytest.approx(sum(sum(f.values()) for f in kc.values()), rel=1e-12)
+    assert res.rows[0]["stages_s"]["gen"] == pytest.approx(2.0 * raw.rows[0]["stages_s"]["gen"] + 1.0)
+    assert res.rows[0]["step_s"] == pytest.approx(sum(sum(f.values()) for f in kc.values()), rel=1e-12)
 
 
 def test_estimate_step_defaults_to_the_roofline():
@@ -245,10 +245,10 @@ def test_results_of_another_gpu_or_model_are_refused(tmp_path, capsys, monkeypat
     write(tmp_path / "store" / "h200" / "2026-11-02_abc_gemm.json", json.loads(open(files[0]).read()))
     monkeypatch.setenv("POLYTRACE_RESULTS_DIR", str(tmp_path / "store"))
     res = estimate(**{**SMALL, "model": "qwen2.5-3b"})
-    assert res["summary"]["families"]["gemm"]["status"] == "roofline"
-    sources = res["summary"]["families"]["gemm"]["sources"].values()
+    assert res.summary["families"]["gemm"]["status"] == "roofline"
+    sources = res.summary["families"]["gemm"]["sources"].values()
     assert all("gemm measured for qwen2.5-1.5b only" in s for s in sources)
-    assert estimate(**SMALL)["summary"]["families"]["gemm"]["status"] == "measured"
+    assert estimate(**SMALL).summary["families"]["gemm"]["status"] == "measured"
 
 
 def test_library_refuses_the_same(tmp_path):
@@ -279,7 +279,7 @@ def test_a_speedup_given_as_text_compounds_with_the_amdahl_table(tmp_path, capsy
     files = _files(tmp_path)
     as_text = _est(results=files, speedups={"logprob": "1.5"}, amdahl=2.0)  # what the CLI passes
     as_number = _est(results=files, speedups={"logprob": 1.5}, amdahl=2.0)
-    assert as_text["summary"]["amdahl"] == as_number["summary"]["amdahl"]
+    assert as_text.summary["amdahl"] == as_number.summary["amdahl"]
     assert main([*SMALL_CLI, "--results", files[0], "--speedup", "logprob=1.5", "--kernels"]) == 0
     out = capsys.readouterr().out
     assert "what-if (logprob 1.5x faster)" in out and "Amdahl: the step with one kernel family 2x faster" in out

@@ -33,11 +33,11 @@ ARGS = ("search-r1-7b", "qwen2.5-7b", "h100", 16)
 def test_sync_mode_is_todays_estimate():
     plain = estimate(*ARGS, **SMALL)
     sync = mode_estimate(*ARGS, mode="sync", **SMALL)
-    assert sync["summary"]["mean_step_s"] == plain["summary"]["mean_step_s"]
-    assert sync["summary"]["mean_stages_s"] == plain["summary"]["mean_stages_s"]
-    m = sync["summary"]["mode"]
+    assert sync.summary["mean_step_s"] == plain.summary["mean_step_s"]
+    assert sync.summary["mean_stages_s"] == plain.summary["mean_stages_s"]
+    m = sync.summary["mode"]
     # the colocated refit (priced in gen: refit.colocated_refit_seconds) is the mode's weight sync
-    refit = [r["refit_s"] for r in sync["rows"]]
+    refit = [r["refit_s"] for r in sync.rows]
     assert m["mode"] == "sync" and min(refit) > 0 and m["weight_sync_s"] == pytest.approx(sum(refit) / len(refit))
     assert m["idle_gpu_s"]["weight_sync_gpu_s"] == pytest.approx(m["weight_sync_s"] * m["rollout_gpus"])
     assert m["busy"]["rollout"] + m["busy"]["trainer"] == pytest.approx(1.0)
@@ -45,15 +45,15 @@ def test_sync_mode_is_todays_estimate():
 
 def test_one_step_off_overlaps_generation_with_training():
     res = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, **SMALL)
-    row = res["rows"][0]
+    row = res.rows[0]
     gen, train, w = row["stages_s"]["gen"], row["train_s"], row["weight_sync_s"]
     assert row["step_s"] == pytest.approx(w + max(gen, train), rel=1e-12)
     assert row["detail"]["wait_prev_gen_s"] == pytest.approx(max(0.0, gen - train), rel=1e-12)
-    m = res["summary"]["mode"]
+    m = res.summary["mode"]
     assert (m["rollout_gpus"], m["train_gpus"], m["split"]) == (4, 12, "given")
     # the trainer keeps the old-policy log-prob pass; it runs on 12 GPUs, not 16
-    sync = estimate(*ARGS, **SMALL)["summary"]["mean_stages_s"]
-    assert res["summary"]["mean_stages_s"]["old_log_prob"] > sync["old_log_prob"]
+    sync = estimate(*ARGS, **SMALL).summary["mean_stages_s"]
+    assert res.summary["mean_stages_s"]["old_log_prob"] > sync["old_log_prob"]
     # idle time by cause: the side that finishes first waits for the other
     idle = m["idle_gpu_s"]
     if gen > train:
@@ -68,18 +68,18 @@ def test_in_flight_updates_let_the_rollout_decode_through_the_sync():
     max(gen, training + sync), never more than the stalled one-step-off's."""
     stalled = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, **SMALL)
     res = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, in_flight_updates=True, **SMALL)
-    row = res["rows"][0]
+    row = res.rows[0]
     gen, train, w = row["stages_s"]["gen"], row["train_s"], row["weight_sync_s"]
     assert w > 0 and row["step_s"] == pytest.approx(max(gen, train + w), rel=1e-12)
     assert row["detail"]["wait_prev_gen_s"] == pytest.approx(max(0.0, gen - train - w), rel=1e-12)
-    assert row["step_s"] <= stalled["rows"][0]["step_s"] and res["summary"]["mode"]["in_flight_updates"] is True
+    assert row["step_s"] <= stalled.rows[0]["step_s"] and res.summary["mode"]["in_flight_updates"] is True
     # the same work on both sides; only who waits for the sync changes
-    assert gen == pytest.approx(stalled["rows"][0]["stages_s"]["gen"]) and train == pytest.approx(
-        stalled["rows"][0]["train_s"])
-    idle = res["summary"]["mode"]["idle_gpu_s"]
+    assert gen == pytest.approx(stalled.rows[0]["stages_s"]["gen"]) and train == pytest.approx(
+        stalled.rows[0]["train_s"])
+    idle = res.summary["mode"]["idle_gpu_s"]
     assert idle["weight_sync_gpu_s"] == pytest.approx(w * 12)  # the trainer's GPUs only
-    assert stalled["summary"]["mode"]["idle_gpu_s"]["weight_sync_gpu_s"] == pytest.approx(
-        stalled["rows"][0]["weight_sync_s"] * 16)
+    assert stalled.summary["mode"]["idle_gpu_s"]["weight_sync_gpu_s"] == pytest.approx(
+        stalled.rows[0]["weight_sync_s"] * 16)
 
 
 def test_a_pipelined_sync_takes_the_longer_of_gather_and_broadcast():
@@ -93,12 +93,12 @@ def test_a_pipelined_sync_takes_the_longer_of_gather_and_broadcast():
     assert piped["total"] == pytest.approx(max(piped["gather"], piped["broadcast"]) + piped["load"] + host)
     assert piped["gather"] == serial["gather"] and piped["total"] < serial["total"]
     res = mode_estimate(*ARGS, mode="one-step-off", rollout_gpus=4, pipelined_sync=True, **SMALL)
-    assert res["summary"]["mode"]["weight_sync"]["pipelined"] is True
+    assert res.summary["mode"]["weight_sync"]["pipelined"] is True
 
 
 def test_fully_async_drops_old_log_prob_and_reports_both_sides():
     res = mode_estimate(*ARGS, mode="fully-async", rollout_gpus=8, **SMALL)
-    s, m = res["summary"], res["summary"]["mode"]
+    s, m = res.summary, res.summary["mode"]
     assert s["mean_stages_s"]["old_log_prob"] == 0  # verl trains on the rollout's log-probs
     assert s["mean_stages_s"]["update_actor"] > 0 and s["mean_stages_s"]["gen"] > 0
     assert (m["staleness"], m["partial_rollout"], m["updates_per_sync"]) == (0.1, True, 4)  # verl's defaults
@@ -109,7 +109,7 @@ def test_fully_async_drops_old_log_prob_and_reports_both_sides():
 
 def test_best_split_is_the_fastest_tried():
     res = mode_estimate(*ARGS, mode="one-step-off", **SMALL)
-    m = res["summary"]["mode"]
+    m = res.summary["mode"]
     assert m["split"] == "best of the splits tried" and len(m["splits_tried"]) >= 3
     best = min(m["splits_tried"], key=lambda t: t["step_s"])
     assert (m["rollout_gpus"], m["train_gpus"]) == (best["rollout_gpus"], best["train_gpus"])
@@ -353,7 +353,7 @@ def test_nemo_rl_k_step_off_stream_trains_its_whole_batch_and_recomputes_log_pro
     with pytest.raises(PolytraceError, match="trainer_logprobs applies to --mode fully-async"):
         mode_estimate(*ARGS, mode="one-step-off", trainer_logprobs=True, **SMALL)
     cmp = compare_modes(*ARGS, trainer_logprobs=True, updates_per_sync=1, **SMALL)
-    assert cmp["results"]["fully-async"]["summary"]["mean_stages_s"]["old_log_prob"] > 0
+    assert cmp["results"]["fully-async"].summary["mean_stages_s"]["old_log_prob"] > 0
     # NeMo RL states its stream by K, whose default (1) is one-step-off: no verl staleness is assumed
     # for it; the comparison prices its smallest stream, K = 2, and says so
     bare = base[:base.index("--staleness")] + ["--framework", "nemo-rl"]
@@ -392,13 +392,13 @@ def test_a_bucketed_sync_lands_near_the_published_checkpoint_engine_figure(model
 def test_the_checkpoint_engine_is_on_in_fully_async_and_off_in_one_step_off():
     args = ("search-r1-7b", "qwen3-30b-a3b", "h100", 16)
     kw = dict(prompts=16, steps=[0], rollout_gpus=8)
-    fully = mode_estimate(*args, mode="fully-async", **kw)["summary"]["mode"]["weight_sync"]
-    one = mode_estimate(*args, mode="one-step-off", **kw)["summary"]["mode"]["weight_sync"]
+    fully = mode_estimate(*args, mode="fully-async", **kw).summary["mode"]["weight_sync"]
+    one = mode_estimate(*args, mode="one-step-off", **kw).summary["mode"]["weight_sync"]
     assert fully["checkpoint_engine"] is True and one["checkpoint_engine"] is False
     assert fully["tensors"] < one["tensors"] / 5
-    off = mode_estimate(*args, mode="fully-async", checkpoint_engine=False, **kw)["summary"]["mode"]["weight_sync"]
+    off = mode_estimate(*args, mode="fully-async", checkpoint_engine=False, **kw).summary["mode"]["weight_sync"]
     assert off["tensors"] == pytest.approx(one["tensors"])
-    on = mode_estimate(*args, mode="one-step-off", checkpoint_engine=True, **kw)["summary"]["mode"]["weight_sync"]
+    on = mode_estimate(*args, mode="one-step-off", checkpoint_engine=True, **kw).summary["mode"]["weight_sync"]
     assert on["tensors"] == pytest.approx(fully["tensors"])
 
 

@@ -83,7 +83,7 @@ def _calibration(tmp_path, gpus, times, **config):
 
 def _step(gpus, mode, cal, **kw):
     return mode_estimate(PROFILE, MODEL, GPU, gpus, mode=mode, calibration=cal, steps=range(2),
-                         **{**CONFIG_7B, **kw})["summary"]["mean_step_s"]
+                         **{**CONFIG_7B, **kw}).summary["mean_step_s"]
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def one_step_off(tmp_path_factory):
     sync = mode_estimate(PROFILE, MODEL, GPU, 16, mode="sync", calibration=cal, steps=range(2), **config)
     res = mode_estimate(PROFILE, MODEL, GPU, 16, mode="one-step-off", rollout_gpus=ONE_STEP_OFF[0], calibration=cal,
                         steps=range(2), **config)
-    return sync["summary"]["mean_step_s"], res["summary"]
+    return sync.summary["mean_step_s"], res.summary
 
 
 def test_one_step_off_within_20pct(one_step_off):
@@ -251,7 +251,7 @@ def transfer_ranges(tmp_path_factory):
         which, model, config = (("1off", MODEL, config_1off) if name.startswith("one-step") else
                                 ("30b", MODEL_30B, CONFIG_30B) if name.startswith("30b") else ("fully", MODEL, CONFIG_7B))
         res = estimate_calibrated(cals[which], PROFILE, model, GPU, gpus, steps=range(2), **kw, **config)
-        out[name] = (res["range"]["step_s"], res["summary"]["mean_step_s"], real)
+        out[name] = (res.range.step_s, res.summary["mean_step_s"], real)
     return out
 
 

@@ -100,10 +100,10 @@ def test_lora_trains_adapters_only():
     assert 0.6 < lora.kernels["gemm"] / full.kernels["gemm"] < 0.75
     base = estimate("search-r1-7b", "qwen2.5-7b", "h100", 8, prompts=32)
     adapt = estimate("search-r1-7b", "qwen2.5-7b", "h100", 8, prompts=32, lora_rank=64)
-    assert adapt["summary"]["mean_stages_s"]["update_actor"] < base["summary"]["mean_stages_s"]["update_actor"]
-    opt = adapt["summary"]["kernels"]["update_actor"]["optimizer"]["s"]
-    assert opt < 0.05 * base["summary"]["kernels"]["update_actor"]["optimizer"]["s"]
-    mem, mem0 = adapt["memory"], base["memory"]
+    assert adapt.summary["mean_stages_s"]["update_actor"] < base.summary["mean_stages_s"]["update_actor"]
+    opt = adapt.summary["kernels"]["update_actor"]["optimizer"]["s"]
+    assert opt < 0.05 * base.summary["kernels"]["update_actor"]["optimizer"]["s"]
+    mem, mem0 = adapt.memory, base.memory
     assert "ref_weights_bf16" not in mem["training_state"]  # the reference is the base model
     assert mem["training_state"]["actor_adam_moments"] == pytest.approx(8 * 161_480_704 / 8 / GB, rel=1e-9)
     assert mem["training_state_total"] < 0.5 * mem0["training_state_total"]
@@ -116,17 +116,17 @@ def test_offload_is_priced_per_stage_and_frees_the_rollout():
     p = get_model("qwen2.5-32b").params_total
     pcie = 20e9
     move = 2 * 4.0 * p / 8 / pcie  # the fp32 shards to the GPU and back
-    k = params["summary"]["kernels"]
+    k = params.summary["kernels"]
     for stage in ("gen", "old_log_prob", "update_actor"):
         assert k[stage]["offload"]["s"] == pytest.approx(move, rel=1e-9), stage
     assert "offload" not in k["ref"] or k["ref"]["offload"]["s"] != pytest.approx(move)
     moments = 2 * 8.0 * p / 8 / pcie
-    assert both["summary"]["kernels"]["update_actor"]["offload"]["s"] == pytest.approx(move + moments, rel=1e-9)
-    assert both["summary"]["mean_step_s"] > params["summary"]["mean_step_s"] > plain["summary"]["mean_step_s"]
+    assert both.summary["kernels"]["update_actor"]["offload"]["s"] == pytest.approx(move + moments, rel=1e-9)
+    assert both.summary["mean_step_s"] > params.summary["mean_step_s"] > plain.summary["mean_step_s"]
     # the rollout no longer holds the parked state: the rollout warning clears
-    assert any("rollout needs" in w for w in plain["warnings"])
-    assert not any("rollout needs" in w for w in both["warnings"])
-    assert both["memory"]["rollout_resident"] < 0.2 * plain["memory"]["rollout_resident"]
+    assert any("rollout needs" in w for w in plain.warnings)
+    assert not any("rollout needs" in w for w in both.warnings)
+    assert both.memory["rollout_resident"] < 0.2 * plain.memory["rollout_resident"]
 
 
 def test_rollout_tail_stops_the_step_from_falling():
@@ -144,12 +144,12 @@ def test_rollout_tail_stops_the_step_from_falling():
 
 def test_idle_figures_are_named_by_cause():
     res = estimate("dapo-math-32b", "qwen2.5-7b", "h100", 16, steps=[0])
-    s = res["summary"]
+    s = res.summary
     assert s["rank_imbalance_share"] == pytest.approx(s["rollout_engine_wait_share"] + s["trainer_rank_wait_share"])
     # in an RL step the rank-imbalance figure is mostly rollout engines waiting for the slowest one
     assert s["rollout_engine_wait_share"] > s["trainer_rank_wait_share"]
-    row = res["rows"][0]["idle"]
-    gpu_s = res["rows"][0]["step_s"] * 16
+    row = res.rows[0]["idle"]
+    gpu_s = res.rows[0]["step_s"] * 16
     assert row["rollout_engine_wait_share"] == pytest.approx(row["rollout_imbalance_gpu_s"] / gpu_s)
 
 

@@ -98,7 +98,7 @@ def estimates():
 
 
 def _ratio(estimates, run) -> float:
-    return estimates[run.name]["summary"]["mean_step_s"] / run.step_s
+    return estimates[run.name].summary["mean_step_s"] / run.step_s
 
 
 def _case(run):
@@ -151,7 +151,7 @@ def test_the_layouts_reach_the_estimate(estimates):
     """What the table states is what was priced: batch, layout and lengths."""
     for run in RUNS:
         res = estimates[run.name]
-        c = res["config"]
+        c = res.config
         assert c["prompts_per_step"] * c["n"] == run.responses_per_step
         assert c["mini_batches"] == run.responses_per_step // run.train_batch
         assert (c["train_tp"], c["train_pp"], c["train_cp"], c["train_ep"]) == (
@@ -159,25 +159,25 @@ def test_the_layouts_reach_the_estimate(estimates):
         assert c["rollout_tp"] == run.rollout_tp
         # the recipe's gpu_memory_utilization sizes the KV cache (0.88 against 0.8 decides whether the
         # 235B one-step-off engines decode their 32 responses in one wave or two)
-        assert c["mem_fraction"] == run.gen_memory and c["gpu"] == res["gpu"]["slug"]
-        assert res["gpu"]["slug"] == {"gb200": "gb200", "h100": "h100-sxm", "h20": "h20"}[run.gpu]
+        assert c["mem_fraction"] == run.gen_memory and c["gpu"] == res.gpu["slug"]
+        assert res.gpu["slug"] == {"gb200": "gb200", "h100": "h100-sxm", "h20": "h20"}[run.gpu]
         # the FP8 tables' runs generate and train in FP8, the others in bf16
         want = "fp8" if run.fp8 else "bf16"
         assert c["rollout_precision"] == c["train_precision"] == want, run.name
         if run.mode == "sync":  # the colocated rows carry the sampled batch's token counts
-            tokens = sum(r["response_tokens"] for r in res["rows"]) / sum(r["sequences"] for r in res["rows"])
+            tokens = sum(r["response_tokens"] for r in res.rows) / sum(r["sequences"] for r in res.rows)
             assert abs(tokens / run.response_mean - 1) <= 0.10, (run.name, tokens)
         elif run.mode == "one-step-off":  # NeMo RL's async GRPO: the rollout decodes through the sync, pipelined
-            m = res["summary"]["mode"]
+            m = res.summary["mode"]
             assert m["in_flight_updates"] is True and m["weight_sync"]["pipelined"] is True
             assert c["n"] == run.n and run.n in (16, 32)
         else:  # its K-step-off stream (K = 8): staleness K - 1, decoding through the sync, the step's whole
             # batch trained between syncs, the old policy's log-probs recomputed by the trainer
-            m = res["summary"]["mode"]
+            m = res.summary["mode"]
             assert (m["mode"], m["staleness"], m["in_flight_updates"], m["updates_per_sync"]) == (
                 "fully-async", 7.0, True, 1)
             assert (m["rollout_gpus"], m["train_gpus"]) == (64, 128) and m["weight_sync"]["pipelined"] is True
-            assert res["summary"]["mean_stages_s"]["old_log_prob"] > 0
+            assert res.summary["mean_stages_s"]["old_log_prob"] > 0
 
 
 def test_the_verl_run_is_priced_with_its_scripts_settings(estimates):
@@ -185,7 +185,7 @@ def test_the_verl_run_is_priced_with_its_scripts_settings(estimates):
     offloads, the CPU optimizer), and its lengths are the table's mean response under the
     script's response cap."""
     run = next(r for r in RUNS if r.framework == "verl")
-    c = estimates[run.name]["config"]
+    c = estimates[run.name].config
     assert c["eager"] is True and c["param_offload"] and c["optimizer_offload"] and c["ref_offload"]
     assert c["cpu_optimizer"] == 1.0 and c["cpu_optimizer_overlap"] is True
     assert c["max_response_len"] == 9632 and c["max_prompt_len"] == 2048 and c["micro_batch_tokens"] == 11680

@@ -183,12 +183,12 @@ def test_the_refits_tensor_price_is_no_measurement():
     prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen3-30b-a3b")
     res = estimate(prof, "qwen3-30b-a3b", "h100", 16, steps=range(1), results_root="/nonexistent", rollout_tp=2,
                    strategy="megatron", train_pp=2, train_ep=8, n=8, responses_per_step=64, train_batch=64)
-    comm = res["summary"]["kernels"]["gen"]["comm"]
+    comm = res.summary["kernels"]["gen"]["comm"]
     assert "host (refit: 18432 expert tensors" in comm["source"]
     assert comm["prices"] == ["roofline"]  # the host price is a model price, said by its part
     assert source_status(comm["source"], comm["prices"]) == "roofline"
-    assert res["summary"]["families"]["comm"]["status"] == "roofline"
-    assert "measured" not in res["source"] and not any("measured" in w for w in res["warnings"])
+    assert res.summary["families"]["comm"]["status"] == "roofline"
+    assert "measured" not in res.source and not any("measured" in w for w in res.warnings)
     assert source_status("results/h100/gemm.json (torch) + host (refit: 1 expert tensors x 0.5 ms)",
                          ["measured", "roofline"]) == "partly measured"
 

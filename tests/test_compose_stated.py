@@ -113,21 +113,21 @@ def test_doubling_the_mean_at_a_fixed_cap_doubles_decode_work_and_the_trainers_t
     kw = dict(steps=[0, 1], results_root="/nonexistent", prompts=64)
     runs = {m: estimate(stated_lengths_profile(f"mean={m},max=16384,prompt=100"), "qwen2.5-7b", "h100", 8, **kw)
             for m in (1500, 3000)}
-    rows = {m: r["rows"] for m, r in runs.items()}
+    rows = {m: r.rows for m, r in runs.items()}
     decoded = {m: sum(x["response_tokens"] for x in rows[m]) for m in rows}
     trained = {m: sum(x["tokens"] for x in rows[m]) for m in rows}
     assert 1.9 <= decoded[3000] / decoded[1500] <= 2.1, decoded
     # the trainer sees prompts (~100 tokens) and responses: (100 + 3000) / (100 + 1500) = 1.94
     assert 1.85 <= trained[3000] / trained[1500] <= 2.05, trained
     # and prices them: the forward passes grow with the tokens (attention a little faster)
-    olp = {m: r["summary"]["mean_stages_s"]["old_log_prob"] for m, r in runs.items()}
+    olp = {m: r.summary["mean_stages_s"]["old_log_prob"] for m, r in runs.items()}
     assert 1.7 <= olp[3000] / olp[1500] <= 2.6, olp
     # decoding reads each running sequence's KV cache every iteration: twice the tokens over
     # contexts twice as long, ~4x the reads; the weight reads per iteration follow the longest
     # response (near the fixed cap in both), so generation grows by less than 2x
-    kv = {m: r["summary"]["kernels"]["gen"]["decode"]["s"] for m, r in runs.items()}
+    kv = {m: r.summary["kernels"]["gen"]["decode"]["s"] for m, r in runs.items()}
     assert 3.0 <= kv[3000] / kv[1500] <= 4.5, kv
-    gen = {m: r["summary"]["mean_stages_s"]["gen"] for m, r in runs.items()}
+    gen = {m: r.summary["mean_stages_s"]["gen"] for m, r in runs.items()}
     assert 1.2 <= gen[3000] / gen[1500] < 2.0, gen
 
 
@@ -287,12 +287,12 @@ def test_expert_parallelism_adds_all_to_all_and_splits_the_experts_memory():
     assert float(all_to_all_seconds(m, g, 4096.0, 8, 8, 3.0)) == pytest.approx(m.layers * one_layer * 3, rel=1e-12)
     assert float(all_to_all_seconds(m, g, 4096.0, 1, 1, 3.0)) == 0.0
     one, ep8 = _moe(), _moe(train_ep=8)
-    gemm = {k: r["summary"]["kernels"]["update_actor"]["gemm"]["s"] for k, r in (("1", one), ("8", ep8))}
+    gemm = {k: r.summary["kernels"]["update_actor"]["gemm"]["s"] for k, r in (("1", one), ("8", ep8))}
     # the busiest EP rank's experts: the routed share of the decoder's FLOPs x the load imbalance
     # (the LM head, also in this family, is not routed: the ratio is a little under that)
     want = 1 + expert_flops_share(m) * (DEFAULT.moe_load_imbalance - 1)
     assert want > 1.1 and 1 + 0.8 * (want - 1) < gemm["8"] / gemm["1"] < want, (gemm, want)
-    w1, w8 = one["memory"]["training_state"]["actor_weights_bf16"], ep8["memory"]["training_state"][
+    w1, w8 = one.memory["training_state"]["actor_weights_bf16"], ep8.memory["training_state"][
         "actor_weights_bf16"]
     assert w8 < w1 / 4, (w1, w8)  # 30B of the 30.5B are experts: split 8 ways instead of kept whole
 
@@ -303,11 +303,11 @@ def test_context_parallelism_splits_sequences_and_prices_the_ring():
     from polytrace.models import get_model
 
     one, cp2 = (estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8, **{**MOE, "train_cp": c}) for c in (1, 2))
-    a1 = one["summary"]["kernels"]["update_actor"]["attention"]["s"]
-    a2 = cp2["summary"]["kernels"]["update_actor"]["attention"]["s"]
+    a1 = one.summary["kernels"]["update_actor"]["attention"]["s"]
+    a2 = cp2.summary["kernels"]["update_actor"]["attention"]["s"]
     # each GPU holds half of every sequence, and the data-parallel ranks halve: the same attention per GPU
     assert a2 == pytest.approx(a1, rel=0.15)
-    assert cp2["memory"]["activations"] < one["memory"]["activations"]
+    assert cp2.memory["activations"] < one.memory["activations"]
     m, g = get_model("qwen2.5-7b"), get_gpu("h100")
     ring = ring_kv_seconds(m, g, 8192.0, 2, 1, backward=False)
     # one layer: 8192 tokens' K and V (2 x 4 KV heads x 128 x 2 bytes) from the one other chunk
@@ -321,8 +321,8 @@ def test_virtual_pipeline_shrinks_the_bubble():
     assert float(pipeline_bubble(4, 4, 1)) == pytest.approx(7 / 4)
     assert float(pipeline_bubble(4, 4, 2)) == pytest.approx(5.5 / 4)
     kw = dict(strategy="megatron", train_pp=2, results_root="/nonexistent", steps=[0], prompts=16)
-    plain = estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8, **kw)["summary"]["mean_stages_s"]["update_actor"]
-    vpp = estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8, train_vpp=2, **kw)["summary"]["mean_stages_s"][
+    plain = estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8, **kw).summary["mean_stages_s"]["update_actor"]
+    vpp = estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8, train_vpp=2, **kw).summary["mean_stages_s"][
         "update_actor"]
     assert vpp < plain
 
@@ -331,9 +331,9 @@ def test_rollout_expert_parallelism_replaces_the_moe_all_reduce():
     kw = dict(results_root="/nonexistent", steps=[0], prompts=16, rollout_tp=4)
     tp = estimate("dapo-math-32b", "qwen3-30b-a3b", "h100", 8, **kw)
     ep = estimate("dapo-math-32b", "qwen3-30b-a3b", "h100", 8, rollout_ep=4, **kw)
-    c_tp, c_ep = (r["summary"]["kernels"]["gen"]["comm"]["s"] for r in (tp, ep))
+    c_tp, c_ep = (r.summary["kernels"]["gen"]["comm"]["s"] for r in (tp, ep))
     assert c_tp != pytest.approx(c_ep, rel=1e-3)
-    assert ep["config"]["rollout_ep"] == 4
+    assert ep.config["rollout_ep"] == 4
 
 
 def test_batch_in_responses_maps_to_prompts_and_optimizer_steps():

@@ -200,5 +200,5 @@ def test_any_field_values_give_a_clean_error_or_a_finite_estimate(entries):
     except PolytraceError as exc:
         assert "\n" not in str(exc)
         return
-    numbers = [res["summary"]["mean_step_s"], *(v["s"] for f in res["summary"]["kernels"].values() for v in f.values())]
+    numbers = [res.summary["mean_step_s"], *(v["s"] for f in res.summary["kernels"].values() for v in f.values())]
     assert all(math.isfinite(x) and x >= 0 for x in numbers)

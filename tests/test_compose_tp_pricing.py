@@ -101,17 +101,17 @@ def _est(tp: int, **kw):
 def test_timings_on_the_rooflines_rates_return_the_roofline_at_every_tp(roofline_files, tp):
     measured = _est(tp, results=roofline_files)
     roofline = _est(tp, results_root="/nonexistent")
-    fams = measured["summary"]["families"]
+    fams = measured.summary["families"]
     for family in MEASURED:  # the comparison is of measured prices, not the roofline with itself
         assert fams[family]["status"] == "measured", (family, fams[family])
-    m, r = measured["summary"]["mean_stages_s"], roofline["summary"]["mean_stages_s"]
+    m, r = measured.summary["mean_stages_s"], roofline.summary["mean_stages_s"]
     assert set(s for s, v in r.items() if v > 0) == {"gen", "old_log_prob", "ref", "values", "update_critic",
                                                     "update_actor"}
     for stage in r:
         # left over: the suites' causal L^2/2 against the roofline's L(L+1)/2 pairs, the decode
         # kernel's query bytes beside the KV cache, the qkv bias (each under 0.5%)
         assert m[stage] == pytest.approx(r[stage], rel=5e-3), (tp, stage, m[stage], r[stage])
-    mk, rk = measured["summary"]["kernels"]["gen"], roofline["summary"]["kernels"]["gen"]
+    mk, rk = measured.summary["kernels"]["gen"], roofline.summary["kernels"]["gen"]
     # the roofline also reads the embedding rows of the running sequences (a gather, under 1e-4 of it)
     assert mk["gemm"]["s"] == pytest.approx(rk["gemm"]["s"], rel=1e-4), tp
 
@@ -121,7 +121,7 @@ def test_a_shard_reads_a_tp_th_of_the_weights(roofline_files):
     ~160-token crossover, so every decode GEMM is weight-read bound. The iterations are the same
     at any TP (the longest response sets them) and each GPU reads 1/tp of the weights per
     iteration: the rollout's GEMM seconds are TP 1's divided by tp."""
-    gemm = {tp: _est(tp, results=roofline_files)["summary"]["kernels"]["gen"]["gemm"]["s"] for tp in (1, 2, 4, 8)}
+    gemm = {tp: _est(tp, results=roofline_files).summary["kernels"]["gen"]["gemm"]["s"] for tp in (1, 2, 4, 8)}
     for tp in (2, 4, 8):
         assert gemm[tp] == pytest.approx(gemm[1] / tp, rel=1e-3), gemm
 
@@ -132,7 +132,7 @@ def test_labels_say_extrapolated_or_roofline_where_timings_do_not_cover(tmp_path
     # packing measured on 4096-feature rows, asked for 1-column id rows: hundreds of x below
     files = [str(write(tmp_path / "pack.json", result_file(family_benches("packing", model="qwen2.5-1.5b"))))]
     res = estimate("dapo-math-32b", "qwen2.5-1.5b", GPU, 1, steps=[0], prompts=8, results=files)
-    src = res["summary"]["families"]["packing"]["sources"]["update_actor"]
+    src = res.summary["families"]["packing"]["sources"]["update_actor"]
     assert "extrapolated x" in src, src
     factor = float(src.split("extrapolated x")[1].split()[0])
     assert factor > 100, src
@@ -140,7 +140,7 @@ def test_labels_say_extrapolated_or_roofline_where_timings_do_not_cover(tmp_path
     files = [str(write(tmp_path / "gemm.json", result_file(family_benches("gemm", model="qwen2.5-1.5b",
                                                                          gemm_tokens=(4096, 16384, 65536)))))]
     res = estimate("dapo-math-32b", "qwen2.5-1.5b", GPU, 1, steps=[0], prompts=8, results=files)
-    gen = res["summary"]["families"]["gemm"]["sources"]["gen"]
+    gen = res.summary["families"]["gemm"]["sources"]["gen"]
     assert gen.startswith("roofline (decode batches below"), gen
 
 

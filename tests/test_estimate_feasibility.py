@@ -49,16 +49,16 @@ def test_rollout_tp_without_kv_room_is_an_error_naming_the_fix(capsys):
     line = _error(capsys, OVERSIZED + ["--rollout-tp", "1"])
     assert line.startswith("polytrace: error: --rollout-tp 1:") and "use --rollout-tp 2 or more" in line
     # the default TP is chosen to fit, so the same setup without the flag runs
-    assert estimate("dapo-math-32b", "qwen2.5-32b", "h100", 8)["config"]["rollout_tp"] >= 2
+    assert estimate("dapo-math-32b", "qwen2.5-32b", "h100", 8).config["rollout_tp"] >= 2
 
 
 def test_micro_batch_budget_boundary_is_the_longest_sequence():
     res = estimate("deepcoder-14b", "deepcoder-14b", "h200", 8, prompts=4)
-    longest = res["memory"]["longest_sequence"]
+    longest = res.memory["longest_sequence"]
     assert longest > 16384  # the sampled batch holds a sequence longer than verl's default budget
     # the default budget rises to max prompt + max response (2048 + 16000, rounded up to 1024)
-    assert res["config"]["micro_batch_tokens"] == 18432 >= longest
-    assert estimate("deepcoder-14b", "deepcoder-14b", "h200", 8, prompts=4, micro_batch_tokens=longest)["rows"]
+    assert res.config["micro_batch_tokens"] == 18432 >= longest
+    assert estimate("deepcoder-14b", "deepcoder-14b", "h200", 8, prompts=4, micro_batch_tokens=longest).rows
     from polytrace.errors import PolytraceError
 
     with pytest.raises(PolytraceError, match=f"--micro-batch-tokens {longest - 1} is smaller"):
@@ -71,8 +71,8 @@ def test_feasible_default_has_no_warnings_and_reports_memory(capsys):
     assert err == ""
     assert "memory per GPU (estimated, GB of 80)" in out and "KV capacity" in out and "step s" in out
     res = estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8)
-    assert res["warnings"] == []
-    mem = res["memory"]
+    assert res.warnings == []
+    mem = res.memory
     assert mem["train_peak"] < 80 and mem["rollout_peak"] < 80 and mem["kv_capacity_tokens"] > 0
 
 
@@ -95,8 +95,8 @@ def test_oversized_training_state_warns_and_still_estimates(capsys):
 def test_lower_mem_fraction_clears_the_rollout_warning():
     # the same 32B setup with a 20% engine share: 57 GB kept + 16 GB share < 80 GB
     res = estimate("dapo-math-32b", "qwen2.5-32b", "h100", 8, mem_fraction=0.2, rollout_tp=8)
-    assert not any("rollout needs" in w for w in res["warnings"])
-    assert any("training needs" in w for w in res["warnings"])
+    assert not any("rollout needs" in w for w in res.warnings)
+    assert any("training needs" in w for w in res.warnings)
 
 
 def test_report_section_carries_warnings_and_keeps_its_keys():
@@ -115,7 +115,7 @@ def test_memory_breakdown_matches_hand_computation():
     assert params == 493_988_864  # the published 0.49B
     gpus, tokens, gb = 2, 8192, 1e9
     res = estimate("search-r1-7b", "qwen2.5-0.5b", "h100", gpus, prompts=8, micro_batch_tokens=tokens)
-    mem = res["memory"]
+    mem = res.memory
     state = mem["training_state"]
     # FSDP: fp32 master, fp32 grads, two fp32 Adam moments sharded over 2 GPUs; two gathered bf16 layers
     assert state["actor_master_fp32"] == pytest.approx(4 * params / gpus / gb)
@@ -129,7 +129,7 @@ def test_memory_breakdown_matches_hand_computation():
     assert mem["activations"] == pytest.approx(tokens * per_token / gb)
     assert mem["activation_tokens"] == tokens
     # rollout at TP 1: bf16 weights, 2 GB reserve, the rest of 0.5 x 80 GB is KV cache
-    assert res["config"]["rollout_tp"] == 1
+    assert res.config["rollout_tp"] == 1
     assert mem["rollout_weights"] == pytest.approx(2 * params / gb)
     kv = 0.5 * 80e9 - 2 * params - 2e9
     assert mem["kv_cache"] == pytest.approx(kv / gb)
@@ -137,7 +137,7 @@ def test_memory_breakdown_matches_hand_computation():
     assert mem["kv_bytes_per_token"] == kv_per_token
     assert mem["kv_capacity_tokens"] == int(kv // kv_per_token)
     assert mem["rollout_resident"] == pytest.approx((12 * params / gpus + 2 * params / gpus) / gb)
-    assert res["warnings"] == []
+    assert res.warnings == []
 
 
 def test_everything_offloaded_leaves_nothing_resident_and_prints(capsys):

@@ -147,13 +147,13 @@ def test_the_toy_family_is_a_part_of_every_trainer_stage_of_an_estimate():
     kw = dict(profile="dapo-math-32b", model="qwen2.5-1.5b", gpu="h200", gpus=1, steps=[0], prompts=8)
     with families.registered(TOY):
         res = estimate(**kw)
-    kernels = res["summary"]["kernels"]
+    kernels = res.summary["kernels"]
     toy = {stage: fams["toy"]["s"] for stage, fams in kernels.items() if "toy" in fams}
     assert sorted(toy) == ["old_log_prob", "ref", "update_actor"]  # trainer passes; not the rollout
     assert all(t > 0 for t in toy.values())
-    summary = res["summary"]["families"]["toy"]
+    summary = res.summary["families"]["toy"]
     assert summary["status"] == "roofline" and summary["s"] == pytest.approx(sum(toy.values()), rel=1e-9)
-    assert "toy" not in estimate(**kw)["summary"]["families"]
+    assert "toy" not in estimate(**kw).summary["families"]
 
 
 # --- benchmarked and gated -----------------------------------------------------------------------

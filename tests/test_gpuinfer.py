@@ -178,19 +178,19 @@ def test_validate_infers_the_publishers_h100_for_a_log_that_beats_an_a100(valida
     # read once, priced on the assumed A100 and then on the H100 the MFU names (issue 35: it was read twice)
     assert reads == [log] and priced == [None, "h100-sxm"], (reads, priced)
     monkeypatch.undo()
-    assert res["config"]["gpu"] == "h100-sxm"
-    note = next(n for n in res["notes"] if n.startswith(INFERRED_NOTE))
+    assert res.config["gpu"] == "h100-sxm"
+    note = next(n for n in res.notes if n.startswith(INFERRED_NOTE))
     assert "from the log's own MFU" in note and "989 TFLOP/s class" in note, note
     assert roofline_margin(prepare(log, Overrides(gpu="a100-80g"))[3]) < 1.0
-    assert res["accuracy"]["step"]["accuracy"] >= 95.0, res["accuracy"]["step"]
+    assert res.accuracy["step"]["accuracy"] >= 95.0, res.accuracy["step"]
     forced = validate(log, overrides=Overrides(gpu="a100-80g"))
-    assert forced["config"]["gpu"] == "a100-80g" and not any(n.startswith(INFERRED_NOTE) for n in forced["notes"])
-    assert any("held at the peak roofline" in n for n in forced["notes"])
-    note = next(n for n in forced["notes"] if n.startswith(CONTRADICTED_NOTE))
+    assert forced.config["gpu"] == "a100-80g" and not any(n.startswith(INFERRED_NOTE) for n in forced.notes)
+    assert any("held at the peak roofline" in n for n in forced.notes)
+    note = next(n for n in forced.notes if n.startswith(CONTRADICTED_NOTE))
     assert note.startswith(f"{CONTRADICTED_NOTE}a100-80g (--gpu), but some step beats its peak roofline (0.57x")
     assert "no step beats is h100-sxm" in note
     # the stages the A100 cannot hold keep exactly no constant seconds, never a solver's 1e-29
-    consts = {k: v for k, v in forced["calibration"]["scalars"].items() if k.endswith("_overhead_s")}
+    consts = {k: v for k, v in forced.calibration["scalars"].items() if k.endswith("_overhead_s")}
     assert all(v == 0.0 or v >= 1e-3 for v in consts.values()), consts
     assert consts["update_critic_overhead_s"] == 0.0 and consts["old_log_prob_overhead_s"] == 0.0, consts
 

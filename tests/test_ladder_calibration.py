@@ -24,7 +24,7 @@ def _rungs(folder, math: bool):
 
 
 def _ratio(src, dst) -> float:
-    a = validate(dst, calibrate_on=str(src))["accuracy"]["step"]
+    a = validate(dst, calibrate_on=str(src)).accuracy["step"]
     return a["mean_predicted_s"] / a["mean_actual_s"]
 
 

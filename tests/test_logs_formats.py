@@ -45,7 +45,7 @@ def test_step_timer_that_leaves_validation_out_is_used_as_logged(tmp_path):
         assert r.actual["step"] == pytest.approx(logged[r.step], abs=1e-3), r.step  # logged to 3 decimals
     assert any("leaves validation and checkpoint seconds out on 4 step(s)" in n for n in notes), notes
     res = validate(path, overrides=Overrides(gpu="mi300x"))
-    assert res["accuracy"]["step"]["accuracy"] > 95.0, res["accuracy"]["step"]
+    assert res.accuracy["step"]["accuracy"] > 95.0, res.accuracy["step"]
 
 
 def test_step_timer_that_holds_validation_still_has_it_taken_out(tmp_path):

@@ -219,10 +219,10 @@ def test_unusable_step_values_are_left_out_and_named(tmp_path):
     with no_hang():
         res = validate(write_log(tmp_path / "v.log", run, records=recs), overrides=Overrides(gpu="mi300x"),
                        calibrate_steps=5)
-    note = next(n for n in res["notes"] if n.startswith("left out"))
+    note = next(n for n in res.notes if n.startswith("left out"))
     assert "5 step(s)" in note and "timing gen is nan" in note and "timing update_actor is 0" in note
     assert "response_length/max 1e+09 is above the response cap 256" in note
-    used = set(res["calibration"]["steps"]) | {lo["step"] for lo in res["calibration"]["left_out"]}
+    used = set(res.calibration["steps"]) | {lo["step"] for lo in res.calibration["left_out"]}
     assert used == {1, 7, 8, 9, 10}  # the first five usable steps: 2-6 never reach the fit
     for r in recs:
         r["metrics"]["timing_s/gen"] = float("nan")

@@ -22,7 +22,7 @@ EXAMPLE = ("dapo-math-32b", "qwen2.5-7b", "h100", 16)
 @functools.cache
 def _gen(mode: str, rollout_gpus: int, priced: bool) -> float:
     res = mode_estimate(*EXAMPLE, mode=mode, rollout_gpus=rollout_gpus, calibration=PRIORS if priced else None)
-    return res["summary"]["mean_stages_s"]["gen"]
+    return res.summary["mean_stages_s"]["gen"]
 
 
 @pytest.mark.parametrize("rollout_gpus", [4, 8])
@@ -52,5 +52,5 @@ def test_fewer_rollout_gpus_never_generate_faster(mode):
     "waiting on the tail lose to 6 streaming ones; whether a 0.1 staleness bound lets the tail hide that much is "
     "not checked against a published run here (fully-async 3.36x sync in this example, 4.08x before the refit)"))
 def test_the_readme_example_generates_no_faster_on_6_gpus_than_on_16():
-    sync = mode_estimate(*EXAMPLE, mode="sync", calibration=PRIORS)["summary"]["mean_stages_s"]["gen"]
+    sync = mode_estimate(*EXAMPLE, mode="sync", calibration=PRIORS).summary["mean_stages_s"]["gen"]
     assert _gen("fully-async", 6, True) >= sync

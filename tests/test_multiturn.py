@@ -59,15 +59,15 @@ def test_fit_takes_tool_waits_as_priced():
     assert cal.slowdown["rollout"] == pytest.approx(2.0, rel=0.1)
 
 
-def _late_accuracy(res: dict, path) -> dict:
+def _late_accuracy(res, path) -> dict:
     from polytrace.logs import read_log
 
     mean_r = {s.step: s.metrics["response_length/mean"] for s in read_log(path).steps}
-    window = np.mean([mean_r[s] for s in res["calibration"]["steps"]])
-    late = [r for r in res["per_step"] if mean_r[r["step"]] >= 2 * window]
+    window = np.mean([mean_r[s] for s in res.calibration["steps"]])
+    late = [r for r in res.per_step if mean_r[r["step"]] >= 2 * window]
     assert len(late) >= 10
     out = {}
-    for k in res["stages"] + ["step"]:
+    for k in res.stages + ["step"]:
         a = np.array([r["actual"][k] for r in late])
         p = np.array([r["predicted"][k] for r in late])
         out[k] = float(100 - 100 * np.mean(np.abs(p - a) / a))
@@ -84,8 +84,8 @@ def multiturn_run(tmp_path_factory):
 def test_multiturn_run_calibrated_early_predicts_late_steps(multiturn_run):
     path, res = multiturn_run
     assert mean_response(40, 40) / mean_response(1, 40) > 4
-    assert res["config"]["remove_padding"] is True  # unstated in the log, inferred from the window
-    assert any(n.startswith("multi-turn:") and "slowest trajectory" in n for n in res["notes"])
+    assert res.config["remove_padding"] is True  # unstated in the log, inferred from the window
+    assert any(n.startswith("multi-turn:") and "slowest trajectory" in n for n in res.notes)
     late = _late_accuracy(res, path)
     assert min(late.values()) >= 90.0, late
 

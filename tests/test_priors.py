@@ -467,7 +467,7 @@ def test_validate_reports_calibrate_early_predict_late(tmp_path, capsys):
     res = validate(log, calibrate_steps=10)
     window = float(np.mean(means[:10]))
     late = [i + 1 for i, m in enumerate(means) if i >= 10 and m >= 2 * window]
-    d = res["drift"]
+    d = res.drift
     assert d["steps"] == len(late) > 0 and d["first_step"] == late[0]
     assert d["accuracy"]["step"]["accuracy"] > d["accuracy"]["step"]["naive_accuracy"]
     assert main(["validate", log]) == 0

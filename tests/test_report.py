@@ -95,11 +95,11 @@ def test_tokens_per_s_per_gpu_is_total_tokens_over_total_time():
     from polytrace.compose import estimate
 
     res = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(4))
-    rows = res["rows"]
+    rows = res.rows
     total = sum(r["tokens"] for r in rows) / sum(r["step_s"] for r in rows) / 32
     mean_of_ratios = sum(r["tokens_per_s_per_gpu"] for r in rows) / len(rows)
     assert abs(total - mean_of_ratios) > 1e-6 * total  # the steps differ, so the two definitions do
-    assert res["summary"]["tokens_per_s_per_gpu"] == pytest.approx(total, rel=1e-12)
+    assert res.summary["tokens_per_s_per_gpu"] == pytest.approx(total, rel=1e-12)
 
 
 def test_stage_breakdown_legend_hides_no_bar():

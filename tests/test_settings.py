@@ -122,16 +122,16 @@ def base_estimate():
 
 def test_set_padding_scales_the_trainer_by_the_padded_tokens(base_estimate):
     padded = _with([f"{RP}=false"])
-    base = base_estimate["rows"][0]
-    cfg = base_estimate["config"]
+    base = base_estimate.rows[0]
+    cfg = base_estimate.config
     tokens = base["tokens"]
     pad_tokens = base["sequences"] * (cfg["max_prompt_len"] + cfg["max_response_len"])
-    ratio = padded["rows"][0]["stages_s"]["update_actor"] / base["stages_s"]["update_actor"]
+    ratio = padded.rows[0]["stages_s"]["update_actor"] / base["stages_s"]["update_actor"]
     # linear layers scale with the tokens, attention with their squares: between the two ratios
     assert pad_tokens / tokens * 0.9 <= ratio
     pad_to = cfg["max_prompt_len"] + cfg["max_response_len"]
     assert ratio <= pad_tokens / tokens * pad_to / (tokens / base["sequences"])
-    assert padded["rows"][0]["stages_s"]["gen"] == pytest.approx(base["stages_s"]["gen"], rel=1e-12)
+    assert padded.rows[0]["stages_s"]["gen"] == pytest.approx(base["stages_s"]["gen"], rel=1e-12)
 
 
 def test_set_eager_adds_launches_per_decode_iteration(base_estimate):
@@ -139,27 +139,27 @@ def test_set_eager_adds_launches_per_decode_iteration(base_estimate):
     from polytrace.models import get_model
 
     eager = _with([f"{EAGER}=true"])
-    base = base_estimate["rows"][0]
+    base = base_estimate.rows[0]
     layers = get_model("qwen2.5-1.5b").layers
     per_iter = layers * DEFAULT.kernels_per_layer * DEFAULT.launch_s_per_kernel - DEFAULT.graph_replay_s
-    delta = eager["rows"][0]["stages_s"]["gen"] - base["stages_s"]["gen"]
+    delta = eager.rows[0]["stages_s"]["gen"] - base["stages_s"]["gen"]
     # launches are queued asynchronously: an iteration pays the part of them its device work
     # (GEMMs, attention, collectives) does not hide, so the added seconds lie between every
     # launch paid and every launch less all the device time of the rollout
     iters = base["rollout_iterations"]
-    kernels = base_estimate["summary"]["kernels"]["gen"]
+    kernels = base_estimate.summary["kernels"]["gen"]
     device = sum(kernels[f]["s"] for f in ("gemm", "decode", "comm") if f in kernels)
     assert 0 < delta <= iters * per_iter * 1.02, (delta, iters * per_iter)
     assert delta >= (iters * per_iter - device) * 0.98 and iters * per_iter > device, (delta, iters * per_iter, device)
-    assert eager["summary"]["kernels"]["gen"]["host"]["s"] - kernels["host"]["s"] == pytest.approx(delta, rel=0.02)
-    assert eager["rows"][0]["stages_s"]["update_actor"] == pytest.approx(base["stages_s"]["update_actor"], rel=1e-12)
+    assert eager.summary["kernels"]["gen"]["host"]["s"] - kernels["host"]["s"] == pytest.approx(delta, rel=0.02)
+    assert eager.rows[0]["stages_s"]["update_actor"] == pytest.approx(base["stages_s"]["update_actor"], rel=1e-12)
 
 
 def test_set_memory_share_and_micro_batches_move_the_right_stages(base_estimate):
-    base = base_estimate["rows"][0]["stages_s"]
-    tight = _with([f"{MEM}=0.1"])["rows"][0]["stages_s"]
+    base = base_estimate.rows[0]["stages_s"]
+    tight = _with([f"{MEM}=0.1"]).rows[0]["stages_s"]
     assert tight["gen"] > base["gen"] and tight["update_actor"] == pytest.approx(base["update_actor"], rel=1e-12)
-    fixed = _with([f"{MICRO}=1"])["rows"][0]["stages_s"]  # one sequence per micro-batch: more launches
+    fixed = _with([f"{MICRO}=1"]).rows[0]["stages_s"]  # one sequence per micro-batch: more launches
     assert fixed["update_actor"] > base["update_actor"] and fixed["gen"] == pytest.approx(base["gen"], rel=1e-12)
 
 
@@ -286,9 +286,9 @@ def test_a_window_no_value_fits_keeps_the_default_and_stays_finite(tmp_path):
     # stage times far below any hypothesis' roofline: every value is rejected
     path = model_log(tmp_path / "run.log", dict(SETTINGS), hide=(RP,), steps=14, slowdown=0.05)
     res = validate(path, calibrate_steps=6, overrides=Overrides(gpu="a100-80g"))
-    assert "no value fits within the physical bounds" in setting_note(res["notes"], RP)
-    assert res["config"]["remove_padding"] is False
-    assert all(math.isfinite(v) for a in res["accuracy"].values() for v in a.values() if v is not None)
+    assert "no value fits within the physical bounds" in setting_note(res.notes, RP)
+    assert res.config["remove_padding"] is False
+    assert all(math.isfinite(v) for a in res.accuracy.values() for v in a.values() if v is not None)
 
 
 def test_stage_misfit_bounds():
@@ -375,12 +375,12 @@ def test_set_reference_model_prices_the_reference_pass_on_it(base_estimate):
     from polytrace.models import get_model
 
     other = _with([f"{REF_MODEL}=qwen2.5-7b"])
-    base = base_estimate["rows"][0]["stages_s"]
-    got = other["rows"][0]["stages_s"]
+    base = base_estimate.rows[0]["stages_s"]
+    got = other.rows[0]["stages_s"]
     assert got["old_log_prob"] == pytest.approx(base["old_log_prob"], rel=1e-12)
     ratio = get_model("qwen2.5-7b").params_total / get_model("qwen2.5-1.5b").params_total
     assert 0.6 * ratio < got["ref"] / base["ref"] < 1.2 * ratio  # a forward pass scales with the parameters
-    assert other["config"]["ref_model"] == "qwen2.5-7b"
+    assert other.config["ref_model"] == "qwen2.5-7b"
 
 
 def test_reference_model_read_from_a_log(tmp_path):

@@ -59,7 +59,7 @@ def test_gpu_run_of_the_suites_prices_every_family_as_measured(gpu_cases, tmp_pa
                                                                "gpu_slug": "h200", "commit": "synthetic"}},
                                 "benchmarks": benches, "datetime": "2026-12-01T00:00:00+00:00"}))
     est = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(1), results=[str(path)])
-    lines = {line.split(":")[0]: line for line in source_lines(est["summary"])}
+    lines = {line.split(":")[0]: line for line in source_lines(est.summary)}
     for family in MEASURED_FAMILIES:
         # the packing suite times hidden-wide rows; the trainer packs 1-column id rows ~1,000x
         # smaller: priced from those timings, and labelled extrapolated with the factor

@@ -58,7 +58,7 @@ def test_every_measured_family_is_priced_from_a_real_suite_run(tmp_path):
     path = _suite_run_as_h200(tmp_path)
     model = from_hf_config(CPU_TINY, name="cpu-tiny")
     res = estimate("dapo-math-32b", model, "h200", 1, steps=[0], prompts=8, results=[str(path)])
-    fams = res["summary"]["families"]
+    fams = res.summary["families"]
     for family, spec in MEASURED.items():
         sources = fams[family]["sources"]
         assert all(f"{path}: {spec.default_provider}" in src for src in sources.values()), (family, sources)
@@ -76,6 +76,6 @@ def test_every_measured_family_is_priced_from_a_real_suite_run(tmp_path):
     # back to the roofline for gemm alone, saying why
     other = estimate("dapo-math-32b", "qwen2.5-7b", "h200", 1, steps=[0], prompts=8,
                      results_root=str(tmp_path / "results"))
-    fams = other["summary"]["families"]
+    fams = other.summary["families"]
     assert fams["gemm"]["status"] == "roofline"
     assert all(fams[f]["status"] == "extrapolated" for f in MEASURED if f != "gemm"), fams

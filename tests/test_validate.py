@@ -60,26 +60,26 @@ def _write_log(path, n_steps=60, launch=LAUNCH, noise=0.01, seed=0, with_gen=Tru
 
 def test_synthetic_log_is_predicted_and_beats_naive(tmp_path):
     res = validate(_write_log(tmp_path / "a.log"), calibrate_steps=10)
-    acc = res["accuracy"]
-    assert res["stages"] == ["gen", "old_log_prob", "update_actor"]
-    assert res["step_time_variation"] > 0.2
+    acc = res.accuracy
+    assert res.stages == ["gen", "old_log_prob", "update_actor"]
+    assert res.step_time_variation > 0.2
     for k in ("gen", "old_log_prob", "update_actor", "step"):
         assert acc[k]["accuracy"] > 97.0, (k, acc[k])
         assert acc[k]["mape"] < 0.5 * acc[k]["naive_mape"], (k, acc[k])
-    assert res["excluded_s"]["testing"] == pytest.approx(50.0 * 6)
-    assert all(res["goals"].values())
-    scalars = res["calibration"]["scalars"]
+    assert res.excluded_s["testing"] == pytest.approx(50.0 * 6)
+    assert all(res.goals.values())
+    scalars = res.calibration["scalars"]
     assert {f"{k}_slowdown" for k in TRUE_SLOWDOWN} <= set(scalars), scalars
-    assert {k for k in scalars if k.endswith("_overhead_s")} == {f"{s}_overhead_s" for s in res["stages"] + ["other"]}
+    assert {k for k in scalars if k.endswith("_overhead_s")} == {f"{s}_overhead_s" for s in res.stages + ["other"]}
     # the rollout's deviation from the priors is pinned by gen alone; the trainer's four share two
     # stages and a prior
-    assert res["calibration_deviation"]["rollout"] == pytest.approx(TRUE_SLOWDOWN["rollout"], rel=0.10)
+    assert res.calibration_deviation["rollout"] == pytest.approx(TRUE_SLOWDOWN["rollout"], rel=0.10)
     # these stage times have no fixed part and their lengths grow 13x: the data must override the
     # prior (half the trainer stages, 15% of generation) down to under 15% of each stage (at the
     # priors' prices the trainer's per-micro-batch host work, which does not grow with the lengths,
     # is a larger share of each stage, so the window tells the constant apart less sharply: 12.4%
     # on the log-prob pass)
-    for s in res["stages"]:
+    for s in res.stages:
         assert scalars[f"{s}_overhead_s"] < 0.15 * acc[s]["mean_actual_s"], (s, scalars)
 
 
@@ -87,15 +87,15 @@ def test_calibrate_on_another_log(tmp_path):
     a = _write_log(tmp_path / "a.log", seed=1)
     b = _write_log(tmp_path / "b.log", seed=2)
     res = validate(b, calibrate_on=str(a))
-    assert res["predicted_steps"] == 60
-    assert res["accuracy"]["step"]["accuracy"] > 97.0
+    assert res.predicted_steps == 60
+    assert res.accuracy["step"]["accuracy"] > 97.0
 
 
 def test_bad_inputs_name_the_flag(tmp_path):
     no_gpus = LAUNCH.replace("trainer.n_gpus_per_node=4 ", "")
     with pytest.raises(PolytraceError, match="--gpus"):
         validate(_write_log(tmp_path / "a.log", launch=no_gpus))
-    assert validate(_write_log(tmp_path / "a.log", launch=no_gpus), overrides=Overrides(gpus=4))["steps"] == 60
+    assert validate(_write_log(tmp_path / "a.log", launch=no_gpus), overrides=Overrides(gpus=4)).steps == 60
     no_model = LAUNCH.replace("Qwen/Qwen2.5-1.5B-Instruct", "/ckpt/step_100")
     with pytest.raises(PolytraceError, match="--model"):
         validate(_write_log(tmp_path / "b.log", launch=no_model))
@@ -158,10 +158,10 @@ def _cases():
 def test_shared_log_accuracy_goal(validation_logs, name, stage, goal):
     res = _result(str(validation_logs), name)
     stages = ["old_log_prob", "ref"] if stage == "log_prob" else [stage]
-    stages = [s for s in stages if s in res["accuracy"]]
+    stages = [s for s in stages if s in res.accuracy]
     assert stages, f"{name}: no {stage} timing"
     for s in stages:
-        assert res["accuracy"][s]["accuracy"] >= goal, (name, s, res["accuracy"][s])
+        assert res.accuracy[s]["accuracy"] >= goal, (name, s, res.accuracy[s])
 
 
 # The table in docs/step-model.md (ours), per log and stage: asserted to within 0.3 points, so the
@@ -189,7 +189,7 @@ README_TABLE = {
 
 @pytest.mark.parametrize("name", LOGS)
 def test_shared_log_matches_readme_table(validation_logs, name):
-    acc = _result(str(validation_logs), name)["accuracy"]
+    acc = _result(str(validation_logs), name).accuracy
     got = {k: round(acc[k]["accuracy"], 1) for k in README_TABLE[name]}
     assert all(got[k] >= v - 0.3 for k, v in README_TABLE[name].items()), (got, README_TABLE[name])
 
@@ -199,7 +199,7 @@ def test_shared_log_calibrates_named_scalars(validation_logs, name):
     """At most five slowdowns (one per kind of work), one fixed cost per timed stage and one for
     the step outside the stages: nothing per step, nothing unnamed."""
     res = _result(str(validation_logs), name)
-    scalars = res["calibration"]["scalars"]
+    scalars = res.calibration["scalars"]
     from polytrace.compose.efficiency import SEPARATE_FAMILIES
     from polytrace.compose.stages import GROUPS
 
@@ -213,8 +213,8 @@ def test_shared_log_calibrates_named_scalars(validation_logs, name):
         assert fams, k
         fam = max(fams, key=len)  # "seq_host" before "host"
         assert stem.removesuffix(f"_{fam}") in GROUPS, k
-    assert set(scalars) - set(slowdowns) == {f"{s}_overhead_s" for s in res["stages"] + ["other"]}, scalars
-    assert set(res["calibration_deviation"]) == {k.removesuffix("_slowdown") for k in kinds}
+    assert set(scalars) - set(slowdowns) == {f"{s}_overhead_s" for s in res.stages + ["other"]}, scalars
+    assert set(res.calibration_deviation) == {k.removesuffix("_slowdown") for k in kinds}
 
 
 def _naive_case(name):
@@ -228,8 +228,8 @@ def _naive_case(name):
 @pytest.mark.parametrize("name", [_naive_case(n) for n in LOGS])
 def test_shared_log_beats_naive_where_step_time_varies(validation_logs, name):
     res = _result(str(validation_logs), name)
-    step = res["accuracy"]["step"]
-    if res["step_time_variation"] > 0.20:
+    step = res.accuracy["step"]
+    if res.step_time_variation > 0.20:
         assert step["mape"] <= 0.5 * step["naive_mape"], step
     else:  # steady runs: at least as good as repeating the mean, within noise
         assert step["mape"] <= step["naive_mape"] + 0.5, step
@@ -288,7 +288,7 @@ def test_real_grpo_to_ppo_pair(validation_logs):
     assert stated[ppo]["gpu"] == stated[grpo]["gpu"]  # the same cluster
     res = validate(f"{validation_logs}/{ppo}", calibrate_on=f"{validation_logs}/{grpo}",
                    overrides=Overrides(gpu=stated[ppo]["gpu"]))
-    assert res["accuracy"]["step"]["accuracy"] >= 90.0, res["accuracy"]
+    assert res.accuracy["step"]["accuracy"] >= 90.0, res.accuracy
 
 
 @pytest.mark.xfail(strict=True, reason="Qwen2.5-0.5B p1024/r512 -> p512/r256 (both 1 GPU, GPU type unstated): "

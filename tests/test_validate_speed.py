@@ -121,9 +121,9 @@ def test_long_log_work_per_step_is_bounded(tmp_path, monkeypatch):
 def test_long_log_validates_with_the_figures_of_the_slow_path(tmp_path, monkeypatch):
     """The same accuracy figures with the fast quantiles as with scipy's (a 40-step log)."""
     path = write_log(tmp_path / "log.log", Run(steps=40, prompts=512, n=4, max_response=1024))
-    fast = validate(path, overrides=Overrides(gpu="mi300x"))["accuracy"]
+    fast = validate(path, overrides=Overrides(gpu="mi300x")).accuracy
     monkeypatch.setattr(stages, "midpoint_quantiles",
                         lambda n, a, b, polish=False: (special.betaincinv(a, b, (np.arange(n) + 0.5) / n), 0.0))
-    slow = validate(path, overrides=Overrides(gpu="mi300x"))["accuracy"]
+    slow = validate(path, overrides=Overrides(gpu="mi300x")).accuracy
     for k in fast:
         assert fast[k]["accuracy"] == pytest.approx(slow[k]["accuracy"], abs=1e-9), k

@@ -294,6 +294,18 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
     return doc
 
 
+def scalars_of(doc: dict):
+    """A loaded calibration file's scalars with their provenance (``compose.scalars.Scalars``):
+    fitted, from the file, on the window its source names."""
+    from ..compose.scalars import Scalars
+
+    src = doc.get("source") or {}
+    steps = src.get("calibration_steps")
+    n = len(steps) if isinstance(steps, (list, tuple)) else steps
+    window = f"{src.get('kind', 'unknown source')}" + (f", {n} calibration steps" if n else "")
+    return Scalars.fitted(doc["scalars"], doc["path"], window)
+
+
 def _applicable(calibration_path, model, gpu):
     from ..hardware import get_gpu
     from ..models import get_model
@@ -310,37 +322,38 @@ def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -
     from ..compose.modes import compare_modes
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
-    cmp = compare_modes(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
+    cmp = compare_modes(profile, spec, gpu, gpus, calibration=scalars_of(doc), **kw)
     for res in cmp["results"].values():
-        res["warnings"] = warnings + res["warnings"]
-        res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+        res.warnings = warnings + res.warnings
+        res.source += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
     return cmp
 
 
-def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw):
     """``polytrace estimate ... --calibration cal.json``: the estimate with the file's scalars,
     refused for another model family, with a warning for another GPU or model size; ``mode``
     and the split flags as ``compose.modes.mode_estimate`` takes them."""
     from ..compose.modes import mode_estimate
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
-    res = mode_estimate(profile, spec, gpu, gpus, calibration=doc["scalars"], **kw)
-    if res.get("timings_used"):
+    res = mode_estimate(profile, spec, gpu, gpus, calibration=scalars_of(doc), **kw)
+    if res.timings_used:
         warnings.append(f"--calibration {doc['path']} was fitted on roofline prices; measured kernel timings price "
                         "part of this estimate, so the slowdowns may over- or under-correct those families")
-    res["warnings"] = warnings + res["warnings"]
-    res["calibration"] = {"path": doc["path"], "model": doc["model"]["name"], "gpu": doc["gpu"],
+    res.warnings = warnings + res.warnings
+    res.calibration = {"path": doc["path"], "model": doc["model"]["name"], "gpu": doc["gpu"],
                           "mode": doc.get("mode"), "source": (doc.get("source") or {}).get("kind"),
                           "scalars": doc["scalars"]}
-    res["source"] += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
-    if doc.get("split") and res.get("summary", {}).get("mean_stages_s"):  # files before the split have none
-        from ..compose.efficiency import PRIORS
+    res.source += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
+    if doc.get("split") and res.summary.get("mean_stages_s"):  # files before the split have none
+        from ..compose.result import StepRange
+        from ..compose.scalars import Scalars
         from .ranges import estimate_range, guard_estimate
 
         overlapped = tuple(doc.get("overlapped") or ())
-        res["range"] = estimate_range(res["summary"], doc["split"], overlapped)
+        res.range = StepRange.from_json(estimate_range(res.summary, doc["split"], overlapped))
         # a range past 2x moves toward the zero-shot estimate of the same configuration (issue 36 item
         # 6): the priors' one, as `estimate` without --calibration prices it (no Amdahl table needed)
-        zero_shot = mode_estimate(profile, spec, gpu, gpus, **{**kw, "calibration": PRIORS, "amdahl": None})
+        zero_shot = mode_estimate(profile, spec, gpu, gpus, **{**kw, "calibration": Scalars.priors(), "amdahl": None})
         guard_estimate(res, zero_shot, overlapped)
     return res

@@ -142,14 +142,17 @@ def guard(summary: dict, prior_summary: dict, rng: dict, overlapped=()) -> dict:
     return {"step_s": step, "stages_s": stages, "weights": weights, "notes": notes}
 
 
-def guard_estimate(res: dict, prior_res: dict, overlapped=()) -> dict:
-    """``estimate --calibration``'s result (``res``, holding ``range`` from ``estimate_range``)
-    guarded against the zero-shot estimate of the same configuration (``prior_res``: the same
-    call without the calibration): ``res["guarded"]`` holds ``guard``'s answer and its notes join
-    ``res["warnings"]``; a result without a range is returned as it was."""
-    if not res.get("range") or not prior_res.get("summary", {}).get("mean_stages_s"):
+def guard_estimate(res, prior_res, overlapped=()):
+    """``estimate --calibration``'s result (an ``EstimateResult`` whose ``range`` came from
+    ``estimate_range``) guarded against the zero-shot estimate of the same configuration
+    (``prior_res``: the same call without the calibration): ``res.guarded`` holds ``guard``'s
+    answer (a ``compose.result.Guarded``) and its notes join ``res.warnings``; a result without a
+    range is returned as it was."""
+    from ..compose.result import Guarded
+
+    if res.range is None or not prior_res.summary.get("mean_stages_s"):
         return res
-    g = guard(res["summary"], prior_res["summary"], res["range"], overlapped)
-    res["guarded"] = g
-    res["warnings"] = list(res.get("warnings", [])) + g["notes"]
+    g = guard(res.summary, prior_res.summary, res.range.to_json(), overlapped)
+    res.guarded = Guarded.from_json(g)
+    res.warnings = list(res.warnings) + g["notes"]
     return res

@@ -323,8 +323,63 @@ def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | Non
     return {"log": log, "run": run, "notes": notes, "stages": stages, "calibration": cal, "split": split}
 
 
+def below_naive(accuracy: dict) -> dict:
+    """The stages (and ``step``) of a validation's ``accuracy`` whose prediction is less accurate
+    than repeating the calibration steps' mean: a model that does not beat that has not earned a
+    goal without saying so."""
+    return {k: {"accuracy": a["accuracy"], "naive_accuracy": a["naive_accuracy"]} for k, a in accuracy.items()
+            if a.get("naive_accuracy") is not None and a["accuracy"] < a["naive_accuracy"]}
+
+
+@dataclasses.dataclass
+class ValidationResult:
+    """``polytrace validate``: the ``log`` read (its ``format``, execution ``mode``, usable
+    ``steps``, ``predicted_steps`` after the calibration window), the ``calibration`` fitted
+    (source, steps, scalars, left out, fit error; ``calibration_split`` and
+    ``calibration_deviation`` from the shared priors), the run's ``config``, ``notes``, the timed
+    ``stages``, per stage and step the ``accuracy`` against the naive predictor, the step-time
+    spread, the ``goals``, the seconds ``excluded_s`` from the step, the late steps' ``drift`` and
+    each predicted step (``per_step``). ``to_json()`` is the ``--json`` document: these keys in
+    this order, then ``below_naive``."""
+
+    log: str
+    format: str
+    mode: str
+    steps: int
+    predicted_steps: int
+    calibration: dict
+    config: dict
+    notes: list
+    stages: list
+    accuracy: dict
+    step_time_variation: float
+    goals: dict
+    excluded_s: dict
+    drift: dict
+    calibration_split: dict
+    calibration_deviation: dict
+    per_step: list
+
+    @property
+    def below_naive(self) -> dict:
+        return below_naive(self.accuracy)
+
+    @property
+    def missed_goals(self) -> list[str]:
+        return [k for k, ok in self.goals.items() if not ok]
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ValidationResult:
+        return cls(**{f.name: doc[f.name] for f in dataclasses.fields(cls)})
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["below_naive"] = self.below_naive
+        return out
+
+
 def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None,
-             overrides: Overrides | None = None) -> dict:
+             overrides: Overrides | None = None) -> ValidationResult:
     log, run, notes, rows, split, stages = _prepare_window(path, overrides, calibrate_steps)
     if calibrate_on:
         source_ov = Overrides(gpu=overrides.gpu if overrides else None)
@@ -384,18 +439,15 @@ def validate(path, *, calibrate_steps: int = 10, calibrate_on: str | None = None
     }
     if variation > 0.20 and per_stage["step"]["naive_mape"] is not None:
         goals["step_error_le_half_naive"] = per_stage["step"]["mape"] <= 0.5 * per_stage["step"]["naive_mape"]
-    return {
-        "log": str(path), "format": log.format, "mode": split.mode, "steps": len(rows),
-        "predicted_steps": len(test_rows),
-        "calibration": {"source": cal.source, "steps": cal.steps, "scalars": cal.scalars(),
-                        "left_out": [lo.to_dict() for lo in cal.left_out], "fit_error_pct": cal.fit_error_pct},
-        "config": run.to_dict(), "notes": notes, "stages": stages,
-        "accuracy": per_stage, "step_time_variation": variation, "goals": goals,
-        "excluded_s": {k: float(sum(r.extra.get(k, 0.0) for r in rows)) for k in EXTRA_STAGES},
-        "drift": drift_scores(cal_rows, test_rows, preds, keys),
-        "calibration_split": cal.split, "calibration_deviation": cal.deviation,
-        "per_step": [{"step": r.step, "actual": r.actual, "predicted": p} for r, p in zip(test_rows, preds)],
-    }
+    return ValidationResult(
+        log=str(path), format=log.format, mode=split.mode, steps=len(rows), predicted_steps=len(test_rows),
+        calibration={"source": cal.source, "steps": cal.steps, "scalars": cal.scalars(),
+                     "left_out": [lo.to_dict() for lo in cal.left_out], "fit_error_pct": cal.fit_error_pct},
+        config=run.to_dict(), notes=notes, stages=stages, accuracy=per_stage, step_time_variation=variation,
+        goals=goals, excluded_s={k: float(sum(r.extra.get(k, 0.0) for r in rows)) for k in EXTRA_STAGES},
+        drift=drift_scores(cal_rows, test_rows, preds, keys), calibration_split=cal.split,
+        calibration_deviation=cal.deviation,
+        per_step=[{"step": r.step, "actual": r.actual, "predicted": p} for r, p in zip(test_rows, preds)])
 
 
 def _overlapped(split: Split) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
 from ._args import add_steps, advanced
 from ._args import any_int as _int
@@ -13,6 +14,9 @@ from ._args import finite_float as _float
 from ._args import positive_int as _pos_int
 from ._io import print_json
 from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values, section_group
+
+if TYPE_CHECKING:  # the parser is built without importing compose (numpy) for every command
+    from ..compose.result import EstimateResult
 
 # polytrace.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
 # parser is built without importing the profiles (numpy) for every command
@@ -244,9 +248,9 @@ def _estimate(args) -> int:
     where = (profile, args.model, args.gpu, args.gpus)
     lengths_line = _lengths_line(profile)
     if not args.calibration and not args.roofline:
-        from ..compose.efficiency import PRIORS
+        from ..compose.scalars import Scalars
 
-        kw["calibration"] = PRIORS  # the shared physical priors (polytrace/data/priors.json)
+        kw["calibration"] = Scalars.priors()  # the shared physical priors (polytrace/data/priors.json)
     if args.compare_modes:
         if lengths_line and not args.json:
             print(lengths_line)
@@ -256,29 +260,26 @@ def _estimate(args) -> int:
             print(line, file=sys.stderr)
         return _print_comparison(cmp, args)
     kw.update(split, mode=args.mode, amdahl=args.amdahl if args.kernels else None)
-    res = estimate_calibrated(args.calibration, *where, **kw) if args.calibration else mode_estimate(*where, **kw)
+    result = (estimate_calibrated(args.calibration, *where, **kw) if args.calibration
+              else mode_estimate(*where, **kw))
     for line in notes:
         print(line, file=sys.stderr)
-    if lengths_line:
-        res.setdefault("lengths", {**profile.summary(), "line": lengths_line})
-    res["framework"] = framework.name
+    if lengths_line and result.lengths is None:
+        result.lengths = {**profile.summary(), "line": lengths_line}
+    result.framework = framework.name
     if cal_doc is not None:
         from ..calibrate.rundefaults import copied_constants
 
-        used = {s for r in res.get("rows", []) for s, v in r.get("stages_s", {}).items() if v > 0}
-        res["calibration"]["differs_from_run"] = differences
-        res["calibration"]["copied_constants"] = copied_constants(cal_doc, used)
-        for line in res["calibration"]["copied_constants"]:
+        used = {st.name for st in result.stages}
+        copied = copied_constants(cal_doc, used)
+        result.calibration = {**result.calibration, "differs_from_run": differences, "copied_constants": copied}
+        for line in copied:
             print(f"note: {line}", file=sys.stderr)
-    for w in res["warnings"]:  # on stderr, so --json output stays one JSON document
+    for w in result.warnings:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
-    from ..compose.result import EstimateResult
-
-    result = EstimateResult.from_dict(res)
     if args.json:
         print_json(result.to_json())  # docs/json-schema.md
         return 0
-    res = result.to_json()
     if lengths_line:
         print(lengths_line)
         for note in profile.notes:
@@ -286,60 +287,77 @@ def _estimate(args) -> int:
     if args.mode != "sync":
         from ..compose.modes_text import mode_lines
 
-        print("\n".join(mode_lines(res)))
+        print("\n".join(mode_lines(result)))
         return 0
+    _print_sync(result, args)
+    return 0
+
+
+def _run_line(result: EstimateResult) -> str:
+    """The estimate's first line: the run as priced (model, GPUs, layouts, precisions, batch)."""
+    s = result.setting
+    layout = "".join(f" {k} {s(f)}" for k, f in (("EP", "rollout_ep"),) if s(f, 1) > 1)
+    if s("strategy") == "megatron":
+        layout += " | train" + "".join(f" {k} {s(f)}" for k, f in (("TP", "train_tp"), ("PP", "train_pp"),
+                                                                   ("CP", "train_cp"), ("EP", "train_ep"),
+                                                                   ("VPP", "train_vpp")) if s(f, 1) > 1)
+    # an FP8 side, said where it is (bf16, the default, is not)
+    precision = "".join(f" | {side} {s(f)}" for side, f in (("rollout", "rollout_precision"),
+                                                           ("train", "train_precision")) if s(f, "bf16") != "bf16")
+    return (f"{result.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | rollout TP {s('rollout_tp')}{layout}"
+            f"{precision} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x {s('n')} | "
+            f"micro-batch {s('micro_batch_tokens')} tokens")
+
+
+def _print_sync(result: EstimateResult, args) -> None:
+    """The colocated estimate's text: the run, memory, the per-step table, the calibrated range,
+    idle causes, what-ifs and (``--kernels``) the kernel families."""
     from tabulate import tabulate
 
-    from ..compose.breakdown import (amdahl_lines, grouped_source_lines, kernel_table, priors_constant_named,
-                                     what_if_lines)
+    from ..compose.breakdown import (
+        amdahl_lines,
+        grouped_source_lines,
+        kernel_table,
+        priors_constant_named,
+        what_if_lines,
+    )
     from ..compose.estimate import TAIL_FIGURES_NOTE
     from ..compose.modes_text import idle_lines
 
-    c = res["config"]
-    layout = "".join(f" {k} {c[f]}" for k, f in (("EP", "rollout_ep"),) if c.get(f, 1) > 1)
-    if c["strategy"] == "megatron":
-        layout += " | train" + "".join(f" {k} {c[f]}" for k, f in (("TP", "train_tp"), ("PP", "train_pp"),
-                                                                   ("CP", "train_cp"), ("EP", "train_ep"),
-                                                                   ("VPP", "train_vpp")) if c.get(f, 1) > 1)
-    # an FP8 side, said where it is (bf16, the default, is not)
-    precision = "".join(f" | {side} {c[f]}" for side, f in (("rollout", "rollout_precision"),
-                                                           ("train", "train_precision")) if c.get(f, "bf16") != "bf16")
-    print(f"{res['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | rollout TP {c['rollout_tp']}{layout}"
-          f"{precision} | {c['strategy']} | {c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']} | "
-          f"micro-batch {c['micro_batch_tokens']} tokens")
-    print(f"source: {res['source']}")
-    for line in format_memory(res["memory"]):
+    print(_run_line(result))
+    print(f"source: {result.source}")
+    for line in format_memory(result.memory):
         print(line)
-    stages = [s for s in res["summary"]["mean_stages_s"] if any(r["stages_s"][s] > 0 for r in res["rows"])]
-    table = [[r["step"], *(f"{r['stages_s'][s]:.1f}" for s in stages), f"{r['step_s']:.1f}",
-              f"{r['tokens_per_s_per_gpu']:.0f}", f"{100 * r['idle']['rollout_tail_share']:.1f}%",
-              f"{100 * r['idle']['rollout_engine_wait_share']:.1f}%",
-              f"{100 * r['idle']['trainer_rank_wait_share']:.1f}%"] for r in res["rows"]]
+    stages = [st.name for st in result.stages]
+    table = [[r.step, *(f"{r.stages_s[s]:.1f}" for s in stages), f"{r.step_s:.1f}",
+              f"{r.tokens_per_s_per_gpu:.0f}", f"{100 * r.rollout_tail_share:.1f}%",
+              f"{100 * r.rollout_engine_wait_share:.1f}%", f"{100 * r.trainer_rank_wait_share:.1f}%"]
+             for r in result.steps]
     print(tabulate(table, headers=["step", *(f"{s} s" for s in stages), "step s", "tok/s/GPU",
                                    "rollout tail", "engines wait", "ranks wait"]))
-    if res.get("range"):  # a calibrated estimate: what its window could not identify
-        lo, hi = res["range"]["step_s"]
-        why = (f" (the window could not split constant from per-token cost in {', '.join(res['range']['unidentified'])})"
-               if res["range"]["unidentified"] else "")
-        guarded = res.get("guarded") or {}
-        toward = (f"; toward the priors where the range is past 2x: {guarded['step_s']:.1f} s"
-                  if guarded.get("notes") else "")  # calibrate/ranges.guard; the calibrated step stands
-        print(f"calibrated step: {res['summary']['mean_step_s']:.1f} s, range {lo:.1f}-{hi:.1f} s{why}{toward}")
-    print("\n".join(idle_lines(res["summary"])))
+    rng, guarded = result.range, result.guarded
+    if rng is not None:  # a calibrated estimate: what its window could not identify
+        lo, hi = rng.step_s
+        why = (f" (the window could not split constant from per-token cost in {', '.join(rng.unidentified)})"
+               if rng.unidentified else "")
+        # calibrate/ranges.guard: the calibrated step stands, the guarded one is said beside it
+        toward = (f"; toward the priors where the range is past 2x: {guarded.step_s:.1f} s"
+                  if guarded is not None and guarded.notes else "")
+        print(f"calibrated step: {result.mean_step_s:.1f} s, range {lo:.1f}-{hi:.1f} s{why}{toward}")
+    print("\n".join(idle_lines(result.summary)))
     if args.explain:
         print(textwrap.fill(TAIL_FIGURES_NOTE, 100))
-    for line in what_if_lines(res["summary"]):
+    for line in what_if_lines(result.summary):
         print(line)
     if args.kernels:
-        summary = priors_constant_named(res["summary"])  # the text only: --json keeps the family's key
-        print(f"\nkernel families (estimated, mean over {summary['steps']} sampled steps):")
+        summary = priors_constant_named(result.summary)  # the text only: --json keeps the family's key
+        print(f"\nkernel families (estimated, mean over {len(result.rows)} sampled steps):")
         print(kernel_table(summary))
         print("\nwhere each family's time comes from:")
         for line in grouped_source_lines(summary):
             print(f"  {line}")
         print(f"\nAmdahl: the step with one kernel family {args.amdahl:g}x faster (share = the most it can save):")
         print(amdahl_lines(summary))
-    return 0
 
 
 def _lengths_line(profile) -> str:
@@ -351,23 +369,24 @@ def _lengths_line(profile) -> str:
 
 
 def _print_comparison(cmp: dict, args) -> int:
-    for name, res in cmp["results"].items():
-        for w in res["warnings"]:
+    results = cmp["results"]  # mode -> EstimateResult
+    for name, res in results.items():
+        for w in res.warnings:
             print(f"warning: {name}: {w}", file=sys.stderr)
     if args.json:
         from ..compose.result import SCHEMA_VERSION
 
         print_json({"schema_version": SCHEMA_VERSION, "modes": cmp["modes"],
-                    "results": {k: {"config": v["config"], "summary": v["summary"]} for k, v in cmp["results"].items()}})
+                    "results": {k: {"config": v.config, "summary": v.summary} for k, v in results.items()}})
         return 0
     from ..compose.modes_text import compare_table, stream_settings
 
-    sync = cmp["results"]["sync"]
-    c = sync["config"]
-    print(f"{sync['profile']} | {c['model']} | {c['n_gpus']} x {c['gpu']} | {c['prompts_per_step']} prompts x {c['n']} "
+    sync = results["sync"]
+    s = sync.setting
+    print(f"{sync.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | {s('prompts_per_step')} prompts x {s('n')} "
           f"| steady-state step per batch, estimated")
     print(compare_table(cmp))
-    fa = cmp["results"]["fully-async"]["summary"]["mode"]
+    fa = results["fully-async"].mode_block
     print(f"fully-async: {stream_settings(fa)}; separated splits: "
           + ("as given" if fa["split"] == "given" else "the best of the splits tried (--rollout-gpus to fix one)"))
     return 0
@@ -387,7 +406,7 @@ def _impact(args) -> int:
     if not args.json and _lengths_line(profile):
         print(_lengths_line(profile))
     if args.json:
-        print_json(res)
+        print_json(res.to_json())
     else:
         print(format_impact(res, markdown=args.markdown))
     return 0

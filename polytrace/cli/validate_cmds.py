@@ -202,47 +202,46 @@ def _validate(args) -> int:
         return _zero_shot(args)
     res = validate(args.log, calibrate_steps=args.calibrate_steps, calibrate_on=args.calibrate_on,
                    overrides=_overrides(args))
-    res["below_naive"] = below_naive(res["accuracy"])
-    missed = [k for k, ok in res["goals"].items() if not ok]
+    missed = res.missed_goals
     code = 1 if args.fail_on_goals and missed else 0
     if args.json:
-        print_json(res)
+        print_json(res.to_json())
         return code
     from tabulate import tabulate
 
-    c = res["config"]
-    print(f"{res['log']} ({res['format']}, {res['mode']}): {res['steps']} steps, {res['predicted_steps']} predicted")
+    c = res.config
+    print(f"{res.log} ({res.format}, {res.mode}): {res.steps} steps, {res.predicted_steps} predicted")
     print(f"config: {c['model']}, {counted(c['n_gpus'], 'GPU')} ({c['gpu']}), "
           f"{c['prompts_per_step']} prompts x {c['n']}, max {c['max_prompt_len']}+{c['max_response_len']}, "
           f"{c['algorithm']}")
-    for note in res["notes"]:
+    for note in res.notes:
         print(f"note: {note}")
     from ..calibrate.gpuinfer import CONTRADICTED_NOTE
 
-    beaten = [n for n in res["notes"] if PEAK_BEATEN in n]
+    beaten = [n for n in res.notes if PEAK_BEATEN in n]
     # gpuinfer's note (printed above) already says the steps beat --gpu's peak roofline and what
     # that does to the constants: the warning only where no such note was made, said once
-    said = any(n.startswith(CONTRADICTED_NOTE) for n in res["notes"])
+    said = any(n.startswith(CONTRADICTED_NOTE) for n in res.notes)
     if args.gpu and beaten and not said:
         print(f"warning: --gpu {args.gpu}: this log's steps are faster than {args.gpu}'s peak roofline allows "
               f"({beaten[0].split(PEAK_BEATEN)[0].strip()}): it did not run on {args.gpu} as read, so the constant "
               "seconds below were driven to 0 and the accuracy is no test of the model; without --gpu the "
               "GPU is inferred from the steps")
-    cal = res["calibration"]
+    cal = res.calibration
     # a constant the fit drove to nothing (3.44e-29 s) reads as the 0 it is, as in `calibrate`
     print(f"calibrated on {cal['source']}: deviation from the shared priors " + ", ".join(
-        f"{k}={v:.3g}" for k, v in res["calibration_deviation"].items()) + "; constant seconds " + ", ".join(
+        f"{k}={v:.3g}" for k, v in res.calibration_deviation.items()) + "; constant seconds " + ", ".join(
         f"{k.removesuffix('_overhead_s')}={v if abs(v) >= 1e-9 else 0:.3g}" for k, v in cal["scalars"].items()
         if k.endswith("_overhead_s")))
     for lo in cal["left_out"]:
         print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
     rows = [[k, _pct(a["accuracy"]), _pct(a["naive_accuracy"]), f"{a['mean_actual_s']:.1f}",
-             f"{a['mean_predicted_s']:.1f}"] for k, a in res["accuracy"].items()]
+             f"{a['mean_predicted_s']:.1f}"] for k, a in res.accuracy.items()]
     print(tabulate(rows, headers=["stage", "accuracy", "naive", "mean actual s", "mean predicted s"]))
-    ex = res["excluded_s"]
+    ex = res.excluded_s
     print(f"step time excludes validation ({ex.get('testing', 0):.0f} s) and checkpoints "
-          f"({ex.get('save_checkpoint', 0):.0f} s); step-time spread {100 * res['step_time_variation']:.0f}%")
-    d = res["drift"]
+          f"({ex.get('save_checkpoint', 0):.0f} s); step-time spread {100 * res.step_time_variation:.0f}%")
+    d = res.drift
     if d["steps"]:
         print(f"calibrate early, predict late: {d['steps']} step(s) from step {d['first_step']} with mean response "
               f">= {d['factor']:g}x the window's ({d['window_mean_response']:.0f} tokens): " + ", ".join(
@@ -250,21 +249,14 @@ def _validate(args) -> int:
     else:
         print(f"calibrate early, predict late: no step's mean response reaches {d['factor']:g}x the window's "
               f"({d['window_mean_response']:.0f} tokens)")
-    below = res["below_naive"]
+    below = res.below_naive
     if below:
         print("below the naive predictor (the calibration steps' mean does better): "
               + ", ".join(f"{k} ({below[k]['accuracy']:.2f}% vs {below[k]['naive_accuracy']:.2f}%)" for k in below))
-    print("goals: " + ", ".join(_goal_text(k, ok, below) for k, ok in res["goals"].items()))
+    print("goals: " + ", ".join(_goal_text(k, ok, below) for k, ok in res.goals.items()))
     if code:
         print(f"exit 1 (--fail-on-goals): {', '.join(missed)} missed")
     return code
-
-
-def below_naive(accuracy: dict) -> dict:
-    """The stages (and ``step``) whose prediction is less accurate than repeating the calibration
-    steps' mean: a model that does not beat that has not earned a goal without saying so."""
-    return {k: {"accuracy": a["accuracy"], "naive_accuracy": a["naive_accuracy"]} for k, a in accuracy.items()
-            if a.get("naive_accuracy") is not None and a["accuracy"] < a["naive_accuracy"]}
 
 
 def _goal_text(goal: str, ok: bool, below: dict) -> str:

@@ -20,10 +20,12 @@ from ..models import ModelSpec, get_model
 from ..run.spec import RunSpec, verl_default
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
-from .efficiency import DEFAULT, PRIORS, part_slowdown, prior_scalars
+from .efficiency import DEFAULT, part_slowdown
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
+from .result import EstimateResult
 from .rollout import tool_prefill_seconds
+from .scalars import as_scalars
 from .stages import STAGES, Part, RunConfig, stage_costs
 from .timings import KernelTimings
 
@@ -361,7 +363,9 @@ def sample_batches(prof, cfg: RunConfig, steps, seed: int) -> tuple[list, int, n
 @dataclasses.dataclass(frozen=True)
 class PriceOptions:
     """How a run is priced, apart from the run itself (its ``RunSpec``): the sampled ``steps`` and
-    ``seed``; ``calibration`` (scalars, ``efficiency.PRIORS`` or None: the base roofline); the
+    ``seed``; ``calibration`` (a ``scalars.Scalars``: the shared priors or a calibration, with
+    their provenance; None: the base roofline; ``efficiency.PRIORS`` or a mapping of fitted values
+    are read as one, ``scalars.as_scalars``); the
     measured kernel timings (``results`` / ``results_root``, see ``load_timings``); the what-ifs
     ``providers`` ({family: provider}) and ``speedups`` ({family: factor}), which the summary then
     compares with the estimate without them; ``amdahl`` (a factor): the table of step time with
@@ -389,14 +393,14 @@ def run_and_options(model, gpu, gpus, kw: dict) -> tuple[RunSpec, PriceOptions]:
     return spec, options
 
 
-def estimate(profile, model, gpu, gpus: int, **kw) -> dict:
+def estimate(profile, model, gpu, gpus: int, **kw) -> EstimateResult:
     """Per-step stage estimates and their summary (``estimate_run``) of the run the keyword
     settings make (``polytrace.run.spec`` names), priced as the ``PriceOptions`` keywords say.
     ``profile`` is a name, path or ``Profile``."""
     return estimate_run(profile, *run_and_options(model, gpu, gpus, kw))
 
 
-def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) -> dict:
+def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) -> EstimateResult:
     """Per-step stage estimates of ``spec`` on ``profile``'s sampled steps, and their summary."""
     from ..profiles import get_profile
 
@@ -418,9 +422,10 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
         return Pricer(cfg.gpu, DEFAULT, timings, providers if what_ifs else None, sp, strict_model=explicit)
 
     pricer = pricer_for()
-    with_priors = isinstance(calibration, str) and calibration == PRIORS
-    if with_priors:  # the shared physical priors under this run's engine settings
-        calibration = prior_scalars(eager=cfg.eager, gradient_checkpointing=cfg.gradient_checkpointing)
+    scalars = as_scalars(calibration)
+    with_priors = scalars is not None and scalars.is_priors
+    # the numbers: a calibration's as fitted, the shared priors' under this run's engine settings
+    calibration = scalars.for_run(cfg.eager, cfg.gradient_checkpointing) if scalars is not None else None
     batches, longest, biggest = sample_batches(prof, cfg, steps, seed)
     plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=spec.rollout.rollout_tp is not None,
                                        seq_lens=biggest)
@@ -463,17 +468,18 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
     if with_priors and measured:
         warnings = warnings + [f"the shared priors were fitted on roofline prices; measured timings price "
                                f"{', '.join(measured)}, which the priors' slowdowns also scale"]
-    out = {"profile": prof.name, "config": cfg.to_dict(), "model": cfg.model.to_dict(),
-            "gpu": {"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
-            "seed": seed, "source": source, "rows": rows, "summary": summary,
-            "providers": {f: pricer.provider(f) for f in MEASURED},
-            "timings_used": sorted("/".join(k) for k in pricer.used),
-            "memory": {**plan.to_dict(), "longest_sequence": longest,
-                       "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
-                                 "gradients and Adam moments, activations, KV cache)"},
-            "warnings": warnings}
+    lengths = None
     if hasattr(prof, "stated"):  # lengths stated by their mean and cap (profiles/stated.py)
         from ..profiles.stated import describe
 
-        out["lengths"] = {**prof.summary(), "line": describe(prof)}
-    return out
+        lengths = {**prof.summary(), "line": describe(prof)}
+    return EstimateResult(
+        profile=prof.name, config=cfg.to_dict(), model=cfg.model.to_dict(),
+        gpu={"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
+        seed=seed, source=source, rows=rows, summary=summary,
+        providers={f: pricer.provider(f) for f in MEASURED},
+        timings_used=sorted("/".join(k) for k in pricer.used),
+        memory={**plan.to_dict(), "longest_sequence": longest,
+                "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
+                          "gradients and Adam moments, activations, KV cache)"},
+        warnings=warnings, lengths=lengths)

@@ -13,17 +13,54 @@ verdict: ``step time on dapo-math-32b / qwen2.5-32b / 32 x H200: +0.4%``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PolytraceError
 from ..hardware import get_gpu
 from ..wording import counted
-from .efficiency import PRIORS
 from .estimate import estimate
 from .pricing import MEASURED
+from .scalars import Scalars
 from .timings import KernelTimings, paired
 from .workloads import DEFAULT_STEPS, default_workload
+
+
+@dataclass
+class ImpactResult:
+    """``polytrace impact``: the ``workload`` priced (profile, model, GPUs, steps, how priced),
+    the one ``line`` and the step's relative change (``step_change``), each side's step and
+    stage seconds and files (``baseline``, ``candidate``), per ``stages`` and ``kernels`` what
+    moved, the ``benchmarks`` whose medians moved, the ``providers`` chosen and the ``source``.
+    ``to_json()`` is the ``--json`` document (the keys in this order, as before the type)."""
+
+    workload: dict
+    line: str
+    step_change: float
+    baseline: dict
+    candidate: dict
+    stages: dict
+    kernels: list
+    benchmarks: list
+    providers: dict
+    source: str
+
+    @property
+    def baseline_step_s(self) -> float:
+        return float(self.baseline["step_s"])
+
+    @property
+    def candidate_step_s(self) -> float:
+        return float(self.candidate["step_s"])
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ImpactResult:
+        return cls(**{f.name: doc[f.name] for f in dataclasses.fields(cls)})
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def _timings(source, flag: str, gpu_slug: str | None) -> KernelTimings:
@@ -45,7 +82,7 @@ def _gpu_label(slug: str) -> str:
 
 
 def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None, steps=DEFAULT_STEPS,
-           seed: int = 0, roofline: bool = False, **config_kw) -> dict:
+           seed: int = 0, roofline: bool = False, **config_kw) -> ImpactResult:
     """The step-time change from ``baseline``'s kernel timings to ``candidate``'s (paths, lists of
     paths or loaded result files) on a workload (default: ``dapo-math-32b`` with its model and GPU
     count, on the files' GPU). The step is priced as ``estimate`` prices it by default, with the
@@ -74,11 +111,11 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
     providers = {fam: "ours" for fam, spec in MEASURED.items()
                  if spec.default_provider not in ("ours", "torch")
                  and all("ours" in t.providers(spec.results_family, spec.kernels) for t in (pb, pc))}
-    kw = dict(steps=steps, seed=seed, providers=providers or None, calibration=None if roofline else PRIORS,
+    kw = dict(steps=steps, seed=seed, providers=providers or None, calibration=None if roofline else Scalars.priors(),
               **config_kw)
     eb = estimate(prof, model, slug, n_gpus, results=pb, **kw)
     ec = estimate(prof, model, slug, n_gpus, results=pc, **kw)
-    sb, sc = eb["summary"], ec["summary"]
+    sb, sc = eb.summary, ec.summary
     base_step = sb["mean_step_s"]
     change = sc["mean_step_s"] / base_step - 1.0 if base_step > 0 else 0.0
     stages = {}
@@ -99,7 +136,7 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
                                 "step_share": (c - b) / base_step if base_step > 0 else 0.0,
                                 "source": fc.get(fam, fb.get(fam, {})).get("source", "")})
     kernels.sort(key=lambda k: -abs(k["change_s"]))
-    used = set(eb["timings_used"]) | set(ec["timings_used"])
+    used = set(eb.timings_used or ()) | set(ec.timings_used or ())
     benchmarks = []
     cand_ids = cand.by_id()
     for bid, pb_point in base.by_id().items():
@@ -110,21 +147,22 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
         if abs(math.log(ratio)) > 1e-9:
             benchmarks.append({"id": bid, "ratio": ratio, "on_path": "/".join(pb_point.key) in used})
     benchmarks.sort(key=lambda b: (not b["on_path"], -abs(math.log(b["ratio"]))))
-    workload = {"profile": prof.name, "model": eb["config"]["model"], "gpus": n_gpus, "gpu": slug,
+    workload = {"profile": prof.name, "model": eb.config["model"], "gpus": n_gpus, "gpu": slug,
                 "steps": list(steps), "seed": seed, "priced": "roofline" if roofline else "shared priors"}
     line = f"step time on {prof.name} / {workload['model']} / {n_gpus} x {_gpu_label(slug)}: {_percent(change)}"
-    return {"workload": workload, "line": line, "step_change": change,
-            "baseline": {"files": base.files, "step_s": base_step, "stages_s": sb["mean_stages_s"]},
-            "candidate": {"files": cand.files, "step_s": sc["mean_step_s"], "stages_s": sc["mean_stages_s"]},
-            "stages": stages, "kernels": kernels, "benchmarks": benchmarks,
-            "providers": providers,
-            "source": "estimated: the same sampled steps priced with each side's kernel timings "
+    return ImpactResult(
+        workload=workload, line=line, step_change=change,
+        baseline={"files": base.files, "step_s": base_step, "stages_s": sb["mean_stages_s"]},
+        candidate={"files": cand.files, "step_s": sc["mean_step_s"], "stages_s": sc["mean_stages_s"]},
+        stages=stages, kernels=kernels, benchmarks=benchmarks, providers=providers,
+        source="estimated: the same sampled steps priced with each side's kernel timings "
                       + ("at the base roofline" if roofline else "and the shared priors (polytrace/data/priors.json)")
-                      + " (polytrace/compose/impact.py)"}
+               + " (polytrace/compose/impact.py)")
 
 
 def step_time_line(baseline, candidate, **workload) -> dict:
-    """The one line under a gate's (or ``ab``'s) verdict, ``{"line", "step_change", "impact"}``;
+    """The one line under a gate's (or ``ab``'s) verdict, ``{"line", "step_change", "impact"}``
+    (``impact``: the ``ImpactResult``'s document);
     never raises for input the gate accepted: a workload that cannot be priced says why on the
     line (``step_change`` None)."""
     try:
@@ -133,45 +171,45 @@ def step_time_line(baseline, candidate, **workload) -> dict:
         prof, model, n_gpus = default_workload(workload.get("profile"), workload.get("model"), workload.get("gpus"))
         return {"line": f"step time on {prof.name} / {model} / {counted(n_gpus, 'GPU')}: not estimated ({exc})",
                 "step_change": None, "impact": None}
-    return {"line": res["line"], "step_change": res["step_change"], "impact": res}
+    return {"line": res.line, "step_change": res.step_change, "impact": res.to_json()}
 
 
-def format_impact(res: dict, markdown: bool = False, top: int = 10) -> str:
+def format_impact(res: ImpactResult, markdown: bool = False, top: int = 10) -> str:
     """Per stage and in total, the kernels that cause it, the benchmarks that moved, the line."""
     from tabulate import tabulate
 
     fmt = "github" if markdown else "simple"
-    w = res["workload"]
+    w = res.workload
     head = (f"impact on {w['profile']} / {w['model']} / {w['gpus']} x {_gpu_label(w['gpu'])} "
             f"(estimated at the {w.get('priced', 'shared priors')}, mean of {len(w['steps'])} sampled steps, "
             f"seed {w['seed']})")
     rows = [[s, f"{v['baseline_s']:.3f}", f"{v['candidate_s']:.3f}", f"{v['change_s']:+.3f}", f"{v['change']:+.2%}",
-             f"{v['step_share']:+.2%}"] for s, v in res["stages"].items()]
-    b, c = res["baseline"]["step_s"], res["candidate"]["step_s"]
-    rows.append(["step", f"{b:.3f}", f"{c:.3f}", f"{c - b:+.3f}", f"{res['step_change']:+.2%}",
-                 f"{res['step_change']:+.2%}"])
+             f"{v['step_share']:+.2%}"] for s, v in res.stages.items()]
+    b, c = res.baseline_step_s, res.candidate_step_s
+    rows.append(["step", f"{b:.3f}", f"{c:.3f}", f"{c - b:+.3f}", f"{res.step_change:+.2%}",
+                 f"{res.step_change:+.2%}"])
     out = [f"**{head}**" if markdown else head, "",
            tabulate(rows, headers=["stage", "baseline s", "candidate s", "change s", "change", "of step"],
                     tablefmt=fmt, disable_numparse=True), ""]
-    if res["kernels"]:
+    if res.kernels:
         krows = [[k["stage"], k["family"], f"{k['change_s']:+.3f}", f"{k['step_share']:+.2%}", k["source"]]
-                 for k in res["kernels"][:top]]
+                 for k in res.kernels[:top]]
         out += ["kernels that cause it:", "",
                 tabulate(krows, headers=["stage", "family", "change s", "of step", "priced from"], tablefmt=fmt,
                          disable_numparse=True), ""]
     else:
         out += ["no kernel on this workload's path changed", ""]
-    if res["benchmarks"]:
-        brows = [[x["id"], f"{x['ratio']:.3f}x", "yes" if x["on_path"] else "no"] for x in res["benchmarks"][:top]]
-        more = len(res["benchmarks"]) - top
+    if res.benchmarks:
+        brows = [[x["id"], f"{x['ratio']:.3f}x", "yes" if x["on_path"] else "no"] for x in res.benchmarks[:top]]
+        more = len(res.benchmarks) - top
         out += ["benchmarks that moved (candidate / baseline median):", "",
                 tabulate(brows, headers=["benchmark", "time", "on the workload's path"], tablefmt=fmt,
                          disable_numparse=True)]
         if more > 0:
             out.append(f"... and {more} more (--json lists all)")
         out.append("")
-    out.append(f"**{res['line']}**" if markdown else res["line"])
+    out.append(f"**{res.line}**" if markdown else res.line)
     return "\n".join(out)
 
 
-__all__ = ["format_impact", "impact", "step_time_line"]
+__all__ = ["ImpactResult", "format_impact", "impact", "step_time_line"]

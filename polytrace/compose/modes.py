@@ -43,7 +43,7 @@ import numpy as np
 
 from ..errors import PolytraceError
 from ..run.spec import Mode, RunSpec, default
-from .efficiency import DEFAULT, PRIORS, prior_scalars
+from .efficiency import DEFAULT
 from .engines import rollout_efficiency
 from .estimate import (
     PriceOptions,
@@ -58,7 +58,9 @@ from .estimate import (
 )
 from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
 from .pricing import Pricer
+from .result import EstimateResult
 from .rollout import simulate_rollout
+from .scalars import as_scalars
 from .stages import STAGES, TRAIN_STAGES, Part, stage_costs
 from .streaming import SyncTransport, VersionPolicy, stream_rollout, trainer_pipeline, weight_sync_seconds
 
@@ -313,12 +315,12 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
             "idle": idle, "detail": detail}
 
 
-def _sync_mode_block(res: dict) -> dict:
+def _sync_mode_block(res: EstimateResult) -> dict:
     """Utilisation and idle causes of the colocated estimate (numbers unchanged)."""
-    rows = res["rows"]
-    n = res["config"]["n_gpus"]
-    step = res["summary"]["mean_step_s"]
-    gen = res["summary"]["mean_stages_s"]["gen"]
+    rows = res.rows
+    n = res.config["n_gpus"]
+    step = res.summary["mean_step_s"]
+    gen = res.summary["mean_stages_s"]["gen"]
     idle = {"rollout_tail_gpu_s": float(np.mean([r["idle"]["rollout_tail_gpu_s"] for r in rows])),
             "rollout_engines_waiting_for_slowest_gpu_s": float(np.mean([r["idle"]["rollout_imbalance_gpu_s"]
                                                                           for r in rows])),
@@ -334,13 +336,13 @@ def _sync_mode_block(res: dict) -> dict:
                     "bytes and links in gen (compose/refit.py), its host work held by gen's fixed seconds"}
 
 
-def mode_estimate(profile, model, gpu, gpus: int, **kw) -> dict:
+def mode_estimate(profile, model, gpu, gpus: int, **kw) -> EstimateResult:
     """The steady-state step of the run the keyword settings make (``polytrace.run.spec`` names,
     ``mode`` among them) priced as the ``estimate.PriceOptions`` keywords say: ``estimate_mode``."""
     return estimate_mode(profile, *run_and_options(model, gpu, gpus, kw))
 
 
-def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -> dict:
+def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -> EstimateResult:
     """The steady-state step of ``spec.mode.mode`` (``MODES``) on ``spec.cluster.gpus`` GPUs:
     ``estimate``'s keys (``summary.mean_step_s``, ``summary.mean_stages_s``, ``rows``, ``config``)
     plus ``summary.mode``: the split, the weight sync, each side's busy share and the GPU time idle
@@ -367,7 +369,7 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
     bucketed = mode == "fully-async" if m.checkpoint_engine is None else bool(m.checkpoint_engine)
     if mode == "sync":
         res = estimate_run(profile, spec, options)
-        res["summary"]["mode"] = _sync_mode_block(res)
+        res.summary["mode"] = _sync_mode_block(res)
         return res
     if amdahl is not None:
         raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
@@ -389,12 +391,13 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
     base = build_config(prof, model, gpu, gpus, rollout_tp=1,
                         **{k: v for k, v in config_kw.items() if k not in ("rollout_tp", "rollout_ep")})
     prof = with_group_size(prof, base.n)
-    if isinstance(calibration, str) and calibration == PRIORS:
-        # the shared priors under this run's engine and recompute settings, as the sync estimate
-        # applies them: recompute on prices the update's extra forward at the recompute kind's
-        # slowdown (Qwen2.5-7B, 16 H100, 8:8 one-step-off: update 6.61 s with recompute's forward
-        # at the no-recompute slowdown, 10.45 s in sync)
-        calibration = prior_scalars(eager=base.eager, gradient_checkpointing=base.gradient_checkpointing)
+    scalars = as_scalars(calibration)
+    if scalars is not None:
+        # a calibration's numbers as fitted; the shared priors under this run's engine and
+        # recompute settings, as the sync estimate applies them: recompute on prices the update's
+        # extra forward at the recompute kind's slowdown (Qwen2.5-7B, 16 H100, 8:8 one-step-off:
+        # update 6.61 s with recompute's forward at the no-recompute slowdown, 10.45 s in sync)
+        calibration = scalars.for_run(base.eager, base.gradient_checkpointing)
     timings, explicit = load_timings(base.gpu.slug, results, results_root)
     pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)
     batches, longest, biggest = sample_batches(prof, base, steps, seed)
@@ -426,11 +429,11 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
     sides = best[0]
     rows = [_async_step(sep, sides, b, pricer, calibration) for b in batches]
     res = _summarise(sep, prof, sides, rows, tried, calibration, pricer, seed)
-    res["summary"]["mode"]["in_flight_updates"] = in_flight
+    res.summary["mode"]["in_flight_updates"] = in_flight
     return res
 
 
-def _summarise(sep: Separated, prof, sides: _Sides, rows, tried, calibration, pricer: Pricer, seed) -> dict:
+def _summarise(sep: Separated, prof, sides: _Sides, rows, tried, calibration, pricer: Pricer, seed) -> EstimateResult:
     mode, policy, given = sep.mode, sep.policy, sides.split.given
     rc, tc = sides.rollout, sides.trainer
     step = float(np.mean([r["step_s"] for r in rows]))
@@ -464,11 +467,11 @@ def _summarise(sep: Separated, prof, sides: _Sides, rows, tried, calibration, pr
                                                                      else ""))
     config = tc.to_dict()
     config.update(n_gpus=n, rollout_tp=rc.rollout_tp, mode=mode, rollout_gpus=rc.n_gpus, train_gpus=tc.n_gpus)
-    return {"profile": prof.name, "config": config, "model": tc.model.to_dict(),
-            "gpu": {"slug": tc.gpu.slug, "name": tc.gpu.name, "source": tc.gpu.source}, "seed": seed,
-            "source": source, "rows": rows, "summary": summary, "memory": sides.memory["trainer"],
-            "memory_sides": sides.memory, "timings_used": sorted("/".join(k) for k in pricer.used),
-            "warnings": list(sides.warnings)}
+    return EstimateResult(profile=prof.name, config=config, model=tc.model.to_dict(),
+                          gpu={"slug": tc.gpu.slug, "name": tc.gpu.name, "source": tc.gpu.source}, seed=seed,
+                          source=source, rows=rows, summary=summary, memory=sides.memory["trainer"],
+                          memory_sides=sides.memory, timings_used=sorted("/".join(k) for k in pricer.used),
+                          warnings=list(sides.warnings))
 
 
 def compare_modes(profile, model, gpu, gpus: int, **kw) -> dict:
@@ -483,10 +486,10 @@ def compare_modes(profile, model, gpu, gpus: int, **kw) -> dict:
     out["fully-async"] = estimate_mode(profile, spec.with_mode(
         "fully-async", staleness=m.staleness, partial_rollout=m.partial_rollout, updates_per_sync=m.updates_per_sync,
         trainer_logprobs=m.trainer_logprobs, **split), options)
-    sync_step = out["sync"]["summary"]["mean_step_s"]
+    sync_step = out["sync"].summary["mean_step_s"]
     rows = []
     for name, res in out.items():
-        s, m = res["summary"], res["summary"]["mode"]
+        s, m = res.summary, res.summary["mode"]
         rows.append({"mode": name, "split": f"{m['rollout_gpus']}:{m['train_gpus']}" if name != "sync"
                      else f"{m['rollout_gpus']} colocated", "step_s": s["mean_step_s"],
                      "speedup": sync_step / s["mean_step_s"] if s["mean_step_s"] else 0.0,

@@ -41,22 +41,22 @@ def stream_settings(m: dict) -> str:
     return f"staleness {m['staleness']:g}, {at_sync}, {n} update{'' if n == 1 else 's'} per sync"
 
 
-def mode_lines(res: dict) -> list[str]:
+def mode_lines(res) -> list[str]:
     """The text of a separated-mode estimate (one-step-off, fully-async)."""
     from tabulate import tabulate
 
-    s, m = res["summary"], res["summary"]["mode"]
-    c = res["config"]
-    head = (f"{res['profile']} | {c['model']} | {m['mode']} | rollout {m['rollout_gpus']} x {c['gpu']} "
+    s, m = res.summary, res.summary["mode"]
+    c = res.config
+    head = (f"{res.profile} | {c['model']} | {m['mode']} | rollout {m['rollout_gpus']} x {c['gpu']} "
             f"(TP {m['rollout_tp']}) : trainer {m['train_gpus']} x {c['gpu']} ({m['split']}) | {c['algorithm']} | "
             f"{c['prompts_per_step']} prompts x {c['n']}")
     if m["mode"] == "fully-async":
         head += f" | {stream_settings(m)}"
-    lines = [head, f"source: {res['source']}"]
-    stages = [st for st in STAGES if any(r["stages_s"][st] > 0 for r in res["rows"])]
+    lines = [head, f"source: {res.source}"]
+    stages = [st for st in STAGES if any(r["stages_s"][st] > 0 for r in res.rows)]
     table = [[r["step"], *(f"{r['stages_s'][st]:.1f}" for st in stages), f"{r['weight_sync_s']:.2f}",
               f"{r['step_s']:.1f}", f"{r['tokens_per_s_per_gpu']:.0f}", f"{r['busy']['rollout']:.0%}",
-              f"{r['busy']['trainer']:.0%}"] for r in res["rows"]]
+              f"{r['busy']['trainer']:.0%}"] for r in res.rows]
     lines.append(tabulate(table, headers=["step", *(f"{st} s" for st in stages), "weight sync s", "step s",
                                           "tok/s/GPU", "rollout busy", "trainer busy"]))
     lines.append(f"gen: the rollout's seconds per batch on its {counted(m['rollout_gpus'], 'GPU')} "

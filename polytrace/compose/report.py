@@ -20,15 +20,15 @@ def report_section(profile_name, model, gpu, gpus: int, steps=range(0, 10), seed
     kw.setdefault("amdahl", AMDAHL_FACTOR)
     res = estimate(profile_name, model, gpu, gpus, steps=steps, seed=seed, **kw)
     rows = []
-    for r in res["rows"]:
+    for r in res.rows:
         row = {"step": r["step"], **{s: r["stages_s"][s] for s in STAGES}, "step_s": r["step_s"],
                "tokens_per_s_per_gpu": r["tokens_per_s_per_gpu"],
                **{key: r["idle"][key] for key in IDLE_FIGURES}}
         rows.append(row)
     # "warnings": setups that run only with help the estimate does not price (see memory.py);
     # "memory": the per-GPU memory breakdown and KV-cache capacity of ``estimate``
-    return {"profile": res["profile"], "config": res["config"], "source": res["source"], "rows": rows,
-            "summary": res["summary"], "memory": res["memory"], "warnings": res["warnings"]}
+    return {"profile": res.profile, "config": res.config, "source": res.source, "rows": rows,
+            "summary": res.summary, "memory": res.memory, "warnings": res.warnings}
 
 
 def stage_breakdown_figure(rows: list[dict], title: str = ""):
