@@ -201,6 +201,11 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     max_seqlen_k = _optional_length("max_seqlen_k", max_seqlen_k)
     d = q.shape[-1]
     scale = _check_scale(softmax_scale, d)
+    if scale <= 0.0:
+        # The forward takes each row's max of the raw scores and folds the scale into exp2's FFMA
+        # (kernel.py _fwd_step), exact for a positive scale only: s (q.k) = |s| (-q).k, and s = 0
+        # is q = 0 at scale 1 (both exact in any dtype; autograd carries dq back through the sign).
+        q, scale = (-q, -scale) if scale < 0.0 else (q * 0, 1.0)
     softcap, window = _check_softcap(softcap), _check_window(window_size)
     ext = (softcap, window) if softcap or window is not None else None
     group = q.shape[1] // k.shape[1]

@@ -116,11 +116,12 @@ def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     if head_dim <= 128:
         if capability is None or tuple(capability) >= (9, 0):
-            # 128x128 / 8 warps / 2 stages (sm_90a, bf16): 0 B spilled, 234-238 registers, 160 KB;
-            # its main loop takes 9.47 / 9.06 SASS instructions per score element a thread holds
-            # (606 / 580 a step, triton 3.9 / 3.6, causal) against 13.44 / 12.69 for 128x64 / 3
-            # stages: the softmax's per-row work (max, sum, rescale) is shared by twice the keys.
-            # scripts/static_report.py predicts 1.01 / 1.03 of FA3's 616 TF/s against 0.87 / 0.90.
+            # 128x128 / 8 warps / 2 stages (sm_90a, bf16): 0 B spilled, 246-254 registers, 160 KB;
+            # its main loop takes 8.42 / 8.05 SASS instructions per score element a thread holds
+            # (539 / 515 a step, triton 3.9 / 3.6, causal; 9.47 / 9.06 before the scale was folded
+            # into exp2's FFMA) against 12.53 / 11.75 for 128x64 / 3 stages (171 / 166 registers):
+            # the softmax's per-row work (max, sum, rescale) is shared by twice the keys.
+            # scripts/static_report.py predicts 1.05 / 1.07 of FA3's 616 TF/s against 0.90 / 0.93.
             return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
         # sm_80: 128x64 / 3 stages (128 KB of the A100's 163 KB); not re-searched on mma.sync
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
