@@ -212,8 +212,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     bucket = tuning_bucket(d, q.dtype, causal, group)
     capability = device_capability(q.device)
     fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype, capability=capability), config, q.device)
-    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype, capability=capability),
-                       bwd_config, q.device, "bwd_config")
+    bwd_default = default_bwd_config(d, q.dtype, capability=capability, ext=ext is not None)
+    bwd_cfg = _resolve(DKDV_KERNEL, bucket, bwd_default, bwd_config, q.device, "bwd_config")
     q, k, v = _contig(q), _contig(k), _contig(v)
     if plan is None:
         plan = _cached_plan(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], fwd_cfg["BLOCK_M"], bool(causal),

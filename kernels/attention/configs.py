@@ -152,7 +152,7 @@ def short_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None =
 
 
 def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None,
-                       capability: tuple[int, int] | None = None) -> dict:
+                       capability: tuple[int, int] | None = None, ext: bool = False) -> dict:
     """dK/dV tile (``DKDV_BLOCK_M`` query rows per step x ``DKDV_BLOCK_N`` keys) and the dQ key
     step ``DQ_BLOCK_N``; the dQ query tile is the forward's BLOCK_M so it reuses its work list.
     ``capability`` is the GPU's compute capability (``varlen_attention`` passes the device's);
@@ -176,7 +176,13 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
     tiles (64 keys at D=64, 32 at D=128, 16 at D > 128) do not spill (0 B, both versions, causal
     and not, fp16 and bf16; dQ 128x64 at D=128 spills 84 B or more at every warps/stages setting
     there). Not yet timed on a GPU. A ``capability`` always gives that GPU's tiles (also in the
-    interpreter, where the CPU tests run them)."""
+    interpreter, where the CPU tests run them).
+
+    ``ext``: the softcap / window kernels (kernel_ext.py). At D=128 on Hopper their dK/dV runs
+    16x128 / 8 warps / 3 stages: 0 B spilled, 18 HGMMA a step, 241 / 223 registers (triton 3.6 /
+    3.9, causal, softcap and window on), predicted 0.68 of FA3 bwd. The plain 32x128 tile spilled 144
+    B with 3 LDL inside the loop under 3.6 (80 B, none inside, under 3.9); 32x128 at 2 or 4 stages,
+    32x64 / 4 warps, 64x64 and 64x128 spilled 176-2728 B with 7-257 spill ops inside the loop."""
     on_cuda = _on_gpu(on_cuda, capability)
     if not on_cuda:
         return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DKDV_WARPS": 4, "DKDV_STAGES": 1,
@@ -185,7 +191,7 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
     elif head_dim <= 128:
-        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+        cfg = {"DKDV_BLOCK_M": 16 if ext else 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 2}
     else:
         cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 32, "DKDV_WARPS": 8, "DKDV_STAGES": 1,
