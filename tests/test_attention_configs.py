@@ -213,6 +213,51 @@ def test_tuning_candidates_drop_what_cannot_fit(d, cap, dropped):
         assert not any(c.items() >= dict(big, num_stages=4).items() for c in kept)
 
 
+def test_tune_drops_candidates_that_cannot_fit_before_compiling(tmp_path):
+    """A shape's ``fits`` drops a candidate before any launch: never built, not counted as tried or failed."""
+    from polytrace.tuning import session as tune
+
+    calls = []
+
+    def shapes(ctx):
+        def build(device):
+            def launch(config):
+                calls.append(config)
+                return torch.ones(4)
+            return launch
+        return [tune.TuneShape("b0", "toy", 1.0, build, lambda cfg, device: cfg["X"] != 2)]
+
+    toy = tune.Tunable("toy_kernel", "attention", "toy", "polytrace_kernels.attention.api", shapes,
+                       fixed_space={"X": [1, 2, 3]})
+    session = tune.run_session(toy, profile="deepcoder-14b", budget_s=30, root=tmp_path, progress=False)
+    assert session.tried == 2 and session.failed == 0
+    assert {c["X"] for c in calls if c is not None} == {1, 3}
+    runner = tune.BucketRunner(toy, shapes(None), "cpu", lambda fn: 1.0)
+    assert runner.trial({"X": 2}) == math.inf and calls[-1] != {"X": 2}  # --ray's path: inf, not launched
+
+
+def test_attention_tune_shapes_ask_config_fits_with_the_device_capability(monkeypatch):
+    """The varlen_attention_fwd tunable's shapes drop exactly what config_fits drops at the device's
+    capability: at D=128 on sm_90, 128x128 with 4 stages (256 KB) but not with 3 (224 KB)."""
+    from polytrace.tuning import measure, tunables
+    from polytrace_kernels.attention import api
+
+    seen = []
+    real = api.config_fits
+
+    def spy(cfg, d, dtype, cap):
+        seen.append((d, dtype, cap))
+        return real(cfg, 128, torch.bfloat16, cap)
+
+    monkeypatch.setattr(api, "config_fits", spy)
+    monkeypatch.setattr(api, "device_capability", lambda device: (9, 0))
+    work = measure.build_workload(tunables.get_tunable("varlen_attention_fwd"), "deepcoder-14b", None, 0, False, "cpu")
+    shape = next(iter(work.buckets.values()))[0]
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8}
+    assert shape.fits(dict(big, num_stages=3), "cpu") and not shape.fits(dict(big, num_stages=4), "cpu")
+    assert seen == [(16, torch.float16, (9, 0))] * 2  # the shape's head dim and dtype (CPU: 16, fp16)
+
+
 @pytest.mark.parametrize("page", [8, 64])
 def test_paged_decode_over_many_block_table_chunks(monkeypatch, page):
     """The paged split reads its block-table slice a chunk at a time: chunks of 32 tokens here

@@ -34,6 +34,7 @@ from .configs import (
     tuning_bucket,
 )
 from .configs import _capability as _capability
+from .configs import config_fits as config_fits
 from .kernel import (
     LOG2E,
     bwd_preprocess_kernel,

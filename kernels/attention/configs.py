@@ -63,6 +63,12 @@ def smem_per_block(capability: tuple[int, int]) -> int:
     return _SMEM_PER_BLOCK[known[-1] if known else min(_SMEM_PER_BLOCK)]
 
 
+def config_fits(config: dict, head_dim: int, dtype=torch.bfloat16, capability: tuple[int, int] | None = None) -> bool:
+    """Whether the forward tile ``config`` fits the shared memory of a GPU of ``capability`` (None:
+    the interpreter, no limit). ``polytrace tune`` drops a candidate that does not before compiling."""
+    return capability is None or fwd_shared_bytes(config, head_dim, dtype) <= smem_per_block(capability)
+
+
 def tuning_candidates(head_dim: int, dtype=torch.bfloat16, capability: tuple[int, int] = (9, 0)) -> list[dict]:
     """Every forward config of ``TUNING_SPACE`` whose tile fits the GPU's shared memory, in the
     space's order: the ones that cannot fit are dropped before anything compiles (at D=128 on
@@ -70,13 +76,8 @@ def tuning_candidates(head_dim: int, dtype=torch.bfloat16, capability: tuple[int
     import itertools
 
     keys = sorted(TUNING_SPACE)
-    limit = smem_per_block(capability)
-    out = []
-    for values in itertools.product(*(TUNING_SPACE[k] for k in keys)):
-        cfg = dict(zip(keys, values))
-        if fwd_shared_bytes(cfg, head_dim, dtype) <= limit:
-            out.append(cfg)
-    return out
+    combos = (dict(zip(keys, values)) for values in itertools.product(*(TUNING_SPACE[k] for k in keys)))
+    return [cfg for cfg in combos if config_fits(cfg, head_dim, dtype, capability)]
 
 
 def tuning_bucket(head_dim: int, dtype, causal: bool = True, group: int = 1) -> str:
