@@ -16,7 +16,7 @@ import pytest
 import torch
 from _bounds import attention_lse_scale, expect, sixteen_bit_checks
 from _footprint import watch_kernels
-from test_attention import check_decode
+from test_attention import check_decode, check_varlen
 
 from polytrace_kernels.attention import (
     choose_split_tokens,
@@ -87,6 +87,23 @@ def test_varlen_with_gpu_default_tiles(head_dim, fwd, bwd):
                                              (same, *same_grads)):
         checks += sixteen_bit_checks(name, ours, torch_same, exact.detach())
     expect(*checks)
+
+
+def test_softcap_window_with_the_hopper_ext_tiles():
+    """The softcap + window launch's own dK/dV tile on Hopper (16 query rows x 128 keys, where the
+    plain kernels take 32: 0 B spilled on triton 3.6), run in the interpreter against fp64: a
+    sequence over two key tiles, one a tile long and short ones, softcap 5 so tanh bends the scores."""
+    bwd = default_bwd_config(128, torch.float16, capability=(9, 0), ext=True)
+    assert (bwd["DKDV_BLOCK_M"], bwd["DKDV_BLOCK_N"]) == (16, 128)
+    assert default_bwd_config(128, torch.float16, capability=(9, 0))["DKDV_BLOCK_M"] == 32
+    lens = [150, 1, 128, 9]
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(sum(lens), h, 128, generator=gen).half() for h in (2, 1, 1))
+    with watch_kernels() as rec:
+        check_varlen(q, k, v, _cu(lens), _cu(lens), True, softcap=5.0, window_size=(40, 0),
+                     config=default_fwd_config(128, torch.float16, capability=(9, 0)), bwd_config=bwd)
+    dkdv = rec.one("varlen_bwd_dkdv_ext_kernel").args
+    assert (dkdv["BLOCK_M"], dkdv["BLOCK_N"]) == (16, 128)
 
 
 def _decode_params():
