@@ -253,7 +253,7 @@ def _attention_ext(arch: int, strides: dict) -> list[Spec]:
     ext_c = {"HEAD_DIM": d, "BLOCK_D": A._block_d(d), "CAUSAL": True, "EVEN_D": True, "SOFTCAP": True, "WINDOW": True}
     qkv = {s: i32 for s in ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh")}
     fwd = A.default_fwd_config(d, torch.bfloat16, capability=cap)
-    bwd = A.default_bwd_config(d, torch.bfloat16, capability=cap)
+    bwd = A.default_bwd_config(d, torch.bfloat16, capability=cap, ext=True)
     sig = dict({"Q": p, "K": p, "V": p, "O": p, "LSE": "*fp32", "cu_seqlens_q": "*i32", "cu_seqlens_k": "*i32",
                 "work_seq": "*i32", "work_block": "*i32"}, **qkv, stride_ot=i32, stride_oh=i32, stride_lh=i32,
                qk_scale_log2=f32, n_slots=i32, n_heads_q=i32, group=i32, **ext_sig)
@@ -281,6 +281,7 @@ def _attention_ext(arch: int, strides: dict) -> list[Spec]:
 def _decode(arch: int) -> list[Spec]:
     from polytrace_kernels.attention import api as A
     from polytrace_kernels.attention import kernel as AK
+    from polytrace_kernels.attention import kernel_decode as KD
 
     cap = (arch // 10, arch % 10)
     p, i32 = "*bf16", "i32"
@@ -290,7 +291,10 @@ def _decode(arch: int) -> list[Spec]:
     strides = ["stride_qb", "stride_qh", "stride_kb", "stride_kt", "stride_kh", "stride_vb", "stride_vt", "stride_vh",
                "stride_ob", "stride_oh", "stride_pb", "stride_ph", "stride_ps", "stride_lb", "stride_lh", "stride_btb"]
     out = []
-    for page in (0, 16, 256):  # contiguous [B, L, Hkv, D]; paged [pages, page, Hkv, D] (vLLM's 16, ours 256)
+    # contiguous [B, L, Hkv, D]; paged [pages, page, Hkv, D] (vLLM's 16, ours 256); then the
+    # softcap + window kernel (kernel_decode.py's ext: Gemma 2's softcap 50, 4096 keys to the left)
+    # on 16-token pages, one query token and 4 (MULTI: 4 tokens x 8 heads = 32 rows, api.py's BLOCK_G)
+    for page, ext_sq in ((0, 0), (16, 0), (256, 0), (16, 1), (16, 4)):
         rows = page or max_len
         launch = {"stride_qb": hq * d, "stride_qh": d, "stride_kb": rows * hkv * d, "stride_kt": hkv * d,
                   "stride_kh": d, "stride_ob": hq * d, "stride_oh": d, "stride_pb": hq * n_splits * d,
@@ -303,12 +307,18 @@ def _decode(arch: int) -> list[Spec]:
                "max_len": i32}
         sig.update({s: i32 for s in strides})
         name = f"decode-split-{f'paged{page}' if page else 'contig'}-d128-g8"
-        out.append(Spec(name, "attention", AK.decode_split_kernel, sig,
-                        {"HEAD_DIM": d, "BLOCK_D": bd, "BLOCK_G": 16, "BLOCK_N": dec["BLOCK_N"],
-                         "PAGE_SIZE": page or 1, "PAGED": bool(page), "SINGLE_SPLIT": False, "EVEN_D": True,
-                         "CHUNK_PAGES": A.decode_chunk_pages(page, dec["BLOCK_N"]) if page else 1},
-                        launch, dec["num_warps"], dec["num_stages"], dec, elem_bytes=2, hbm_bytes=2, min_ctas=2,
-                        anchor="flashmla-decode"))
+        consts = {"HEAD_DIM": d, "BLOCK_D": bd, "BLOCK_G": 16, "BLOCK_N": dec["BLOCK_N"], "PAGE_SIZE": page or 1,
+                  "PAGED": bool(page), "SINGLE_SPLIT": False, "EVEN_D": True,
+                  "CHUNK_PAGES": A.decode_chunk_pages(page, dec["BLOCK_N"]) if page else 1}
+        fn = AK.decode_split_kernel
+        if ext_sq:
+            fn = KD.decode_split_ext_kernel
+            name = name.replace("split-", "split-ext-" if ext_sq == 1 else f"split-ext-multi{ext_sq}-")
+            sig.update(softcap_in="fp32", softcap_out="fp32", win_left=i32, win_right=i32, seqlen_q=i32)
+            launch.update(win_left=4096, win_right=0, seqlen_q=ext_sq)
+            consts.update(SOFTCAP=True, WINDOW=True, MULTI=ext_sq > 1, BLOCK_G=16 if ext_sq == 1 else 32)
+        out.append(Spec(name, "attention", fn, sig, consts, launch, dec["num_warps"], dec["num_stages"], dec,
+                        elem_bytes=2, hbm_bytes=2, min_ctas=2, anchor="flashmla-decode"))
     out.append(Spec("decode-combine-d128", "attention", AK.decode_combine_kernel,
                     {"O_PART": "*fp32", "LSE_PART": "*fp32", "SEQLENS": "*i32", "O": p, "LSE": "*fp32",
                      "stride_pb": i32, "stride_ph": i32, "stride_ps": i32, "stride_lb": i32, "stride_lh": i32,

@@ -48,10 +48,10 @@ def _inputs(lens_q, lens_k, hq, hkv, d, dtype=torch.float16, seed=0):
     return q, k, v, _cu(lens_q), _cu(lens_k)
 
 
-def check_varlen(q, k, v, cu_q, cu_k, causal, softcap=0.0, window_size=(-1, -1), **kw):
+def check_varlen(q, k, v, cu_q, cu_k, causal, softcap=0.0, window_size=(-1, -1), softmax_scale=None, **kw):
     """Run varlen_attention (forward and backward) and check out, lse, dq, dk, dv against fp64."""
     q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-    feats = dict(softcap=softcap, window_size=window_size)
+    feats = dict(softcap=softcap, window_size=window_size, softmax_scale=softmax_scale)
     out, lse = varlen_attention(q, k, v, cu_q, cu_k, causal=causal, return_lse=True, **feats, **kw)
     g = torch.Generator(device="cpu").manual_seed(1)
     dout = torch.randn(out.shape, generator=g).to(out.device, out.dtype)
@@ -62,7 +62,8 @@ def check_varlen(q, k, v, cu_q, cu_k, causal, softcap=0.0, window_size=(-1, -1),
     ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
     same = varlen_attention_reference(q, k, v, cu_q, cu_k, causal=causal, compute_dtype=q.dtype, **feats)
     same_grads = torch.autograd.grad(same, (q, k, v), dout)
-    lse_scale, most_keys = attention_lse_scale(q, k, cu_q, cu_k, causal, 1.0 / math.sqrt(q.shape[-1]), **feats)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
+    lse_scale, most_keys = attention_lse_scale(q, k, cu_q, cu_k, causal, scale, softcap, window_size)
     checks = [check_fp32("lse", lse, ref_lse, terms=most_keys, scale=lse_scale)]
     for name, ours, exact, torch_same in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *ref_grads),
                                              (same, *same_grads)):
@@ -91,6 +92,16 @@ def test_varlen_against_fp64(case):
     lens_q, lens_k, hq, hkv, d, causal = VARLEN_CASES[case]
     q, k, v, cu_q, cu_k = _inputs(lens_q, lens_k or lens_q, hq, hkv, d)
     check_varlen(q, k, v, cu_q, cu_k, causal)
+
+
+# The forward folds the scale into exp2's FFMA after the row max of the raw scores, exact for a
+# positive scale only; api.py runs a negative scale as -q at |scale| and zero as q = 0 at scale 1.
+# Each case fails without that rewrite (the max of s.qk is then the row's min, and 0 x -inf = NaN in
+# the masked lanes); -0.3 makes the softmax peak on the most negative scores.
+@pytest.mark.parametrize(("scale", "causal"), [(-0.3, True), (-0.3, False), (0.0, True)])
+def test_nonpositive_softmax_scale_against_fp64(scale, causal):
+    q, k, v, cu_q, cu_k = _inputs([17, 1, 30], [17, 1, 30] if causal else [9, 4, 33], 2, 1, 32)
+    check_varlen(q, k, v, cu_q, cu_k, causal, softmax_scale=scale)
 
 
 def test_rows_without_keys_are_zero_with_infinite_lse():

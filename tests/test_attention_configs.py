@@ -16,7 +16,7 @@ import pytest
 import torch
 from _bounds import attention_lse_scale, expect, sixteen_bit_checks
 from _footprint import watch_kernels
-from test_attention import check_decode
+from test_attention import check_decode, check_varlen
 
 from polytrace_kernels.attention import (
     choose_split_tokens,
@@ -87,6 +87,23 @@ def test_varlen_with_gpu_default_tiles(head_dim, fwd, bwd):
                                              (same, *same_grads)):
         checks += sixteen_bit_checks(name, ours, torch_same, exact.detach())
     expect(*checks)
+
+
+def test_softcap_window_with_the_hopper_ext_tiles():
+    """The softcap + window launch's own dK/dV tile on Hopper (16 query rows x 128 keys, where the
+    plain kernels take 32: 0 B spilled on triton 3.6), run in the interpreter against fp64: a
+    sequence over two key tiles, one a tile long and short ones, softcap 5 so tanh bends the scores."""
+    bwd = default_bwd_config(128, torch.float16, capability=(9, 0), ext=True)
+    assert (bwd["DKDV_BLOCK_M"], bwd["DKDV_BLOCK_N"]) == (16, 128)
+    assert default_bwd_config(128, torch.float16, capability=(9, 0))["DKDV_BLOCK_M"] == 32
+    lens = [150, 1, 128, 9]
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(sum(lens), h, 128, generator=gen).half() for h in (2, 1, 1))
+    with watch_kernels() as rec:
+        check_varlen(q, k, v, _cu(lens), _cu(lens), True, softcap=5.0, window_size=(40, 0),
+                     config=default_fwd_config(128, torch.float16, capability=(9, 0)), bwd_config=bwd)
+    dkdv = rec.one("varlen_bwd_dkdv_ext_kernel").args
+    assert (dkdv["BLOCK_M"], dkdv["BLOCK_N"]) == (16, 128)
 
 
 def _decode_params():
@@ -211,6 +228,51 @@ def test_tuning_candidates_drop_what_cannot_fit(d, cap, dropped):
         big = {"BLOCK_M": 128, "BLOCK_N": 128}
         assert any(c.items() >= dict(big, num_stages=3).items() for c in kept)
         assert not any(c.items() >= dict(big, num_stages=4).items() for c in kept)
+
+
+def test_tune_drops_candidates_that_cannot_fit_before_compiling(tmp_path):
+    """A shape's ``fits`` drops a candidate before any launch: never built, not counted as tried or failed."""
+    from polytrace.tuning import session as tune
+
+    calls = []
+
+    def shapes(ctx):
+        def build(device):
+            def launch(config):
+                calls.append(config)
+                return torch.ones(4)
+            return launch
+        return [tune.TuneShape("b0", "toy", 1.0, build, lambda cfg, device: cfg["X"] != 2)]
+
+    toy = tune.Tunable("toy_kernel", "attention", "toy", "polytrace_kernels.attention.api", shapes,
+                       fixed_space={"X": [1, 2, 3]})
+    session = tune.run_session(toy, profile="deepcoder-14b", budget_s=30, root=tmp_path, progress=False)
+    assert session.tried == 2 and session.failed == 0
+    assert {c["X"] for c in calls if c is not None} == {1, 3}
+    runner = tune.BucketRunner(toy, shapes(None), "cpu", lambda fn: 1.0)
+    assert runner.trial({"X": 2}) == math.inf and calls[-1] != {"X": 2}  # --ray's path: inf, not launched
+
+
+def test_attention_tune_shapes_ask_config_fits_with_the_device_capability(monkeypatch):
+    """The varlen_attention_fwd tunable's shapes drop exactly what config_fits drops at the device's
+    capability: at D=128 on sm_90, 128x128 with 4 stages (256 KB) but not with 3 (224 KB)."""
+    from polytrace.tuning import measure, tunables
+    from polytrace_kernels.attention import api
+
+    seen = []
+    real = api.config_fits
+
+    def spy(cfg, d, dtype, cap):
+        seen.append((d, dtype, cap))
+        return real(cfg, 128, torch.bfloat16, cap)
+
+    monkeypatch.setattr(api, "config_fits", spy)
+    monkeypatch.setattr(api, "device_capability", lambda device: (9, 0))
+    work = measure.build_workload(tunables.get_tunable("varlen_attention_fwd"), "deepcoder-14b", None, 0, False, "cpu")
+    shape = next(iter(work.buckets.values()))[0]
+    big = {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8}
+    assert shape.fits(dict(big, num_stages=3), "cpu") and not shape.fits(dict(big, num_stages=4), "cpu")
+    assert seen == [(16, torch.float16, (9, 0))] * 2  # the shape's head dim and dtype (CPU: 16, fp16)
 
 
 @pytest.mark.parametrize("page", [8, 64])

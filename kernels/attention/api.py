@@ -34,6 +34,7 @@ from .configs import (
     tuning_bucket,
 )
 from .configs import _capability as _capability
+from .configs import config_fits as config_fits
 from .kernel import (
     LOG2E,
     bwd_preprocess_kernel,
@@ -201,14 +202,19 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     max_seqlen_k = _optional_length("max_seqlen_k", max_seqlen_k)
     d = q.shape[-1]
     scale = _check_scale(softmax_scale, d)
+    if scale <= 0.0:
+        # The forward takes each row's max of the raw scores and folds the scale into exp2's FFMA
+        # (kernel.py _fwd_step), exact for a positive scale only: s (q.k) = |s| (-q).k, and s = 0
+        # is q = 0 at scale 1 (both exact in any dtype; autograd carries dq back through the sign).
+        q, scale = (-q, -scale) if scale < 0.0 else (q * 0, 1.0)
     softcap, window = _check_softcap(softcap), _check_window(window_size)
     ext = (softcap, window) if softcap or window is not None else None
     group = q.shape[1] // k.shape[1]
     bucket = tuning_bucket(d, q.dtype, causal, group)
     capability = device_capability(q.device)
     fwd_cfg = _resolve(FWD_KERNEL, bucket, default_fwd_config(d, q.dtype, capability=capability), config, q.device)
-    bwd_cfg = _resolve(DKDV_KERNEL, bucket, default_bwd_config(d, q.dtype, capability=capability),
-                       bwd_config, q.device, "bwd_config")
+    bwd_default = default_bwd_config(d, q.dtype, capability=capability, ext=ext is not None)
+    bwd_cfg = _resolve(DKDV_KERNEL, bucket, bwd_default, bwd_config, q.device, "bwd_config")
     q, k, v = _contig(q), _contig(k), _contig(v)
     if plan is None:
         plan = _cached_plan(cu_seqlens_q, cu_seqlens_k, q.shape[0], k.shape[0], fwd_cfg["BLOCK_M"], bool(causal),

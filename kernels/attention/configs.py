@@ -63,6 +63,12 @@ def smem_per_block(capability: tuple[int, int]) -> int:
     return _SMEM_PER_BLOCK[known[-1] if known else min(_SMEM_PER_BLOCK)]
 
 
+def config_fits(config: dict, head_dim: int, dtype=torch.bfloat16, capability: tuple[int, int] | None = None) -> bool:
+    """Whether the forward tile ``config`` fits the shared memory of a GPU of ``capability`` (None:
+    the interpreter, no limit). ``polytrace tune`` drops a candidate that does not before compiling."""
+    return capability is None or fwd_shared_bytes(config, head_dim, dtype) <= smem_per_block(capability)
+
+
 def tuning_candidates(head_dim: int, dtype=torch.bfloat16, capability: tuple[int, int] = (9, 0)) -> list[dict]:
     """Every forward config of ``TUNING_SPACE`` whose tile fits the GPU's shared memory, in the
     space's order: the ones that cannot fit are dropped before anything compiles (at D=128 on
@@ -70,13 +76,8 @@ def tuning_candidates(head_dim: int, dtype=torch.bfloat16, capability: tuple[int
     import itertools
 
     keys = sorted(TUNING_SPACE)
-    limit = smem_per_block(capability)
-    out = []
-    for values in itertools.product(*(TUNING_SPACE[k] for k in keys)):
-        cfg = dict(zip(keys, values))
-        if fwd_shared_bytes(cfg, head_dim, dtype) <= limit:
-            out.append(cfg)
-    return out
+    combos = (dict(zip(keys, values)) for values in itertools.product(*(TUNING_SPACE[k] for k in keys)))
+    return [cfg for cfg in combos if config_fits(cfg, head_dim, dtype, capability)]
 
 
 def tuning_bucket(head_dim: int, dtype, causal: bool = True, group: int = 1) -> str:
@@ -116,11 +117,12 @@ def default_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
     if head_dim <= 128:
         if capability is None or tuple(capability) >= (9, 0):
-            # 128x128 / 8 warps / 2 stages (sm_90a, bf16): 0 B spilled, 234-238 registers, 160 KB;
-            # its main loop takes 9.47 / 9.06 SASS instructions per score element a thread holds
-            # (606 / 580 a step, triton 3.9 / 3.6, causal) against 13.44 / 12.69 for 128x64 / 3
-            # stages: the softmax's per-row work (max, sum, rescale) is shared by twice the keys.
-            # scripts/static_report.py predicts 1.01 / 1.03 of FA3's 616 TF/s against 0.87 / 0.90.
+            # 128x128 / 8 warps / 2 stages (sm_90a, bf16): 0 B spilled, 246-254 registers, 160 KB;
+            # its main loop takes 8.42 / 8.05 SASS instructions per score element a thread holds
+            # (539 / 515 a step, triton 3.9 / 3.6, causal; 9.47 / 9.06 before the scale was folded
+            # into exp2's FFMA) against 12.53 / 11.75 for 128x64 / 3 stages (171 / 166 registers):
+            # the softmax's per-row work (max, sum, rescale) is shared by twice the keys.
+            # scripts/static_report.py predicts 1.05 / 1.07 of FA3's 616 TF/s against 0.90 / 0.93.
             return {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2}
         # sm_80: 128x64 / 3 stages (128 KB of the A100's 163 KB); not re-searched on mma.sync
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3}
@@ -151,7 +153,7 @@ def short_fwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None =
 
 
 def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None = None,
-                       capability: tuple[int, int] | None = None) -> dict:
+                       capability: tuple[int, int] | None = None, ext: bool = False) -> dict:
     """dK/dV tile (``DKDV_BLOCK_M`` query rows per step x ``DKDV_BLOCK_N`` keys) and the dQ key
     step ``DQ_BLOCK_N``; the dQ query tile is the forward's BLOCK_M so it reuses its work list.
     ``capability`` is the GPU's compute capability (``varlen_attention`` passes the device's);
@@ -175,7 +177,13 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
     tiles (64 keys at D=64, 32 at D=128, 16 at D > 128) do not spill (0 B, both versions, causal
     and not, fp16 and bf16; dQ 128x64 at D=128 spills 84 B or more at every warps/stages setting
     there). Not yet timed on a GPU. A ``capability`` always gives that GPU's tiles (also in the
-    interpreter, where the CPU tests run them)."""
+    interpreter, where the CPU tests run them).
+
+    ``ext``: the softcap / window kernels (kernel_ext.py). At D=128 on Hopper their dK/dV runs
+    16x128 / 8 warps / 3 stages: 0 B spilled, 18 HGMMA a step, 241 / 223 registers (triton 3.6 /
+    3.9, causal, softcap and window on), predicted 0.68 of FA3 bwd. The plain 32x128 tile spilled 144
+    B with 3 LDL inside the loop under 3.6 (80 B, none inside, under 3.9); 32x128 at 2 or 4 stages,
+    32x64 / 4 warps, 64x64 and 64x128 spilled 176-2728 B with 7-257 spill ops inside the loop."""
     on_cuda = _on_gpu(on_cuda, capability)
     if not on_cuda:
         return {"DKDV_BLOCK_M": 16, "DKDV_BLOCK_N": 16, "DKDV_WARPS": 4, "DKDV_STAGES": 1,
@@ -184,7 +192,7 @@ def default_bwd_config(head_dim: int, dtype=torch.bfloat16, on_cuda: bool | None
         cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 3}
     elif head_dim <= 128:
-        cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
+        cfg = {"DKDV_BLOCK_M": 16 if ext else 32, "DKDV_BLOCK_N": 128, "DKDV_WARPS": 8, "DKDV_STAGES": 3,
                "DQ_BLOCK_N": 64, "DQ_WARPS": 8, "DQ_STAGES": 2}
     else:
         cfg = {"DKDV_BLOCK_M": 32, "DKDV_BLOCK_N": 32, "DKDV_WARPS": 8, "DKDV_STAGES": 1,

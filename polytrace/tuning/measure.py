@@ -180,6 +180,8 @@ class BucketRunner:
     def __init__(self, tunable: Tunable, shapes: list[TuneShape], device, timer: Timer):
         self.atol = tunable.atol
         self.timer = timer
+        self.device = device
+        self.fit_checks = [s.fits for s in shapes if s.fits is not None]
         self.launches = [(s, s.build(device)) for s in shapes]
         weights = np.array([s.weight for s in shapes], dtype=np.float64)
         self.weights = weights / weights.sum() if weights.sum() > 0 else np.full(len(shapes), 1 / len(shapes))
@@ -201,9 +203,15 @@ class BucketRunner:
             return float(sum(w * self.timer(lambda la=launch: la(None)) for w, (_, launch) in
                              zip(self.weights, self.launches)))
 
+    def fits(self, cfg: dict) -> bool:
+        """Whether every shape of the bucket can launch ``cfg`` on this device (shared memory)."""
+        return all(fit(dict(cfg), self.device) for fit in self.fit_checks)
+
     def trial(self, cfg: dict) -> float:
-        """The weighted time of ``cfg``, or inf when its output differs from the default's or the
-        kernel or compiler rejects it."""
+        """The weighted time of ``cfg``, or inf when it cannot fit (nothing compiled), its output
+        differs from the default's or the kernel or compiler rejects it."""
+        if not self.fits(cfg):
+            return math.inf
         refs = self._reference()
         try:
             outs = [launch(dict(cfg)) for _, launch in self.launches]

@@ -139,9 +139,11 @@ def _search_here(tunable: Tunable, target: TuneTarget, budget_s: float, progress
             default_time = runner.default_time()
             bar.update(1)
             trials: list[tuple[dict, float]] = []
-            for cfg in candidates:
+            fitting = [c for c in candidates if runner.fits(c)]  # the rest cannot fit: never compiled
+            bar.update(len(candidates) - len(fitting))
+            for cfg in fitting:
                 if time.monotonic() > deadline and trials:
-                    bar.update(len(candidates) - len(trials))
+                    bar.update(len(fitting) - len(trials))
                     break
                 trials.append((cfg, runner.trial(cfg)))
                 bar.update(1)

@@ -30,6 +30,9 @@ class TuneShape:
     label: str
     weight: float
     build: Callable[[object], Callable[[dict | None], object]]
+    # fits(config, device): False drops the candidate before it compiles (a tile over the GPU's
+    # shared memory); None: every candidate runs
+    fits: Callable[[dict, object], bool] | None = None
 
 
 @dataclass
@@ -184,7 +187,8 @@ def _attention_shapes(ctx: TuneContext) -> list[TuneShape]:
             return lambda config: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, config=config,
                                                        check_inputs=False)
 
-        shapes.append(TuneShape(bucket, f"B={lens.size},T={int(lens.sum())},Hq={hq},D={d}", weight, build))
+        shapes.append(TuneShape(bucket, f"B={lens.size},T={int(lens.sum())},Hq={hq},D={d}", weight, build,
+                                lambda cfg, device: api.config_fits(cfg, d, dtype, api.device_capability(device))))
     return shapes
 
 
