@@ -61,12 +61,14 @@ OFFLOAD_SWITCHES = (
     ("actor", "optimizer_offload", "the optimizer state waits in CPU memory and crosses PCIe around each update",
      "optimizer_offload"),
     ("ref", "param_offload", "the reference model's weights reload over PCIe for each reference pass",
-     "run:ref_offload"),
+     "ref_offload"),
 )
 
 
 # a declared setting's kind (polytrace.run.spec) -> the registry's
-_KINDS = {"count": "int", "nonneg": "int", "fraction": "fraction", "share": "share", "bool": "bool"}
+# ("switch": on, off or unset; ``--set`` gives on or off)
+_KINDS = {"count": "int", "nonneg": "int", "fraction": "fraction", "share": "share", "bool": "bool",
+          "switch": "bool"}
 
 
 def _declared(name: str, backend: str = "fsdp", *, cost_2x: bool = False) -> Setting:
@@ -88,8 +90,7 @@ def offload_key(strategy: str, role: str, what: str) -> str:
 REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("remove_padding", cost_2x=True),
     _declared("remove_padding", "megatron", cost_2x=True),
-    Setting("critic.model.use_remove_padding", "bool", False, "as use_remove_padding, for the critic's passes",
-            estimate="run:critic_remove_padding"),
+    _declared("critic_remove_padding"),
     _declared("gradient_checkpointing", cost_2x=True),
     _declared("lora_rank"),
     _declared("eager", cost_2x=True),
@@ -110,8 +111,8 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     Setting(f"{_A}.ppo_epochs", "int", 1, "passes of the update over the batch", hi=1000),
     # the offload switches, under the FSDP workers' fsdp_config and under verl's Megatron workers
     # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
-    *(Setting(offload_key(trainer, role, what), "bool", False, effect, estimate=target, cost_2x=True)
-      for trainer in ("fsdp", "megatron") for role, what, effect, target in OFFLOAD_SWITCHES),
+    *(_declared(target, trainer, cost_2x=True)
+      for trainer in ("fsdp", "megatron") for _role, _what, _effect, target in OFFLOAD_SWITCHES),
     Setting(f"{CPU_OPTIMIZER}.optimizer_cpu_offload", "bool", False,
             "Megatron's HybridDeviceOptimizer: optimizer_offload_fraction of the optimizer lives in CPU memory "
             "and steps there (Megatron trainer; estimate's --cpu-optimizer)", estimate="run:cpu_optimizer_offload"),
@@ -122,8 +123,7 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
             estimate="run:dynamic", cost_2x=True),
     _declared("micro_batch_tokens", cost_2x=True),
-    Setting(f"{_A}.ppo_micro_batch_size_per_gpu", "int", None, "sequences per update micro-batch per GPU",
-            estimate="run:micro_batch_seqs", cost_2x=True),
+    _declared("micro_batch_seqs", cost_2x=True),
     Setting(f"{_R}.log_prob_use_dynamic_bsz", "bool", False, "dynamic batching of the old-policy log-prob pass"),
     Setting(f"{_R}.log_prob_max_token_len_per_gpu", "int", 16384, "token budget of a log-prob micro-batch"),
     Setting(f"{_R}.log_prob_micro_batch_size_per_gpu", "int", None, "sequences per log-prob micro-batch per GPU"),
@@ -328,11 +328,8 @@ def estimate_arguments(given: dict) -> tuple[dict, dict]:
     if cpu_on is not None or "cpu_optimizer" in kwargs:
         kwargs["cpu_optimizer"] = float(kwargs.get("cpu_optimizer", 0.0)) if cpu_on else 0.0
     dynamic = fields.pop("dynamic", None)
-    if fields.get("micro_batch_seqs") is not None:
+    if kwargs.get("micro_batch_seqs") is not None or dynamic is False:
         kwargs["micro_batch_tokens"] = None
-    elif dynamic is False:
-        kwargs["micro_batch_tokens"] = None
-        fields.setdefault("micro_batch_seqs", None)
     return kwargs, fields
 
 

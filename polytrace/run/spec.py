@@ -171,6 +171,11 @@ class Batch:
         "auto", "count", "token budget per micro-batch per GPU; at least the longest sequence (default: 16384, "
         "or max prompt + max response rounded up to 1024 when longer)", unit="tokens", config_key="micro_batch_tokens",
         **_both(f"{_A}.ppo_max_token_len_per_gpu", 16384, "token budget of an update micro-batch per GPU"))
+    # not a flag: a --set key or the log's config says it. With it, micro-batches are fixed-size
+    # (``micro_batch_tokens`` None: verl ignores the token budget with dynamic batching off)
+    micro_batch_seqs: int | None = setting(
+        None, "count", "sequences per update micro-batch per GPU (fixed-size micro-batches)", unit="sequences",
+        flag=None, **_both(f"{_A}.ppo_micro_batch_size_per_gpu", None, "sequences per update micro-batch per GPU"))
 
 
 @dataclass(frozen=True)
@@ -247,6 +252,11 @@ class Trainer:
                                       config_key="optimizer_offload",
                                       **_offload("actor", "optimizer_offload", "the optimizer state waits in CPU "
                                                  "memory and crosses PCIe around each update"))
+    # not a flag: a --set key or the log's config says it
+    ref_offload: bool = setting(False, "bool", "verl's reference param_offload: the reference model's weights "
+                                "wait in CPU memory and reload over PCIe for each reference pass", flag=None,
+                                **_offload("ref", "param_offload", "the reference model's weights reload over PCIe "
+                                           "for each reference pass"))
     cpu_optimizer: float = setting(
         0.0, "share", "Megatron's CPU optimizer (optimizer_cpu_offload with optimizer_offload_fraction SHARE, 0-1): "
         "that share of the fp32 master weights and Adam moments lives in CPU memory and steps there (priced: "
@@ -276,6 +286,11 @@ class Trainer:
                   "every sequence padded to max prompt + max response (off: cost constant in the lengths)"),
         megatron=Verl(f"{_A}.megatron.use_remove_padding", True, "Megatron's trainer passes in the packed thd "
                       "layout (on) or padded bshd (off: cost constant in the lengths)"))
+    # None: the critic's passes as the actor's (``remove_padding``); a padded critic costs the same
+    # every step whatever the lengths. One key under both backends (verl's critic section)
+    critic_remove_padding: bool | None = setting(
+        None, "switch", "the critic's passes without padding (on), padded (off), or as the actor's (unset)",
+        flag=None, **_both("critic.model.use_remove_padding", False, "as use_remove_padding, for the critic's passes"))
 
 
 @dataclass(frozen=True)
