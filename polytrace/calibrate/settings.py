@@ -97,10 +97,17 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("mem_fraction", cost_2x=True),
     _declared("rollout_tp", cost_2x=True),
     _declared("max_num_seqs"),
+    # not a RunSpec verl key: verl spells the engine's precision as a quantization method (fp8, or
+    # null for the model's bf16; torchao and others unpriced), the RunSpec as rollout_precision's
+    # bf16/fp8. The declaration holds no value converter, so the "quantization" kind maps the spelling
+    # (QUANTIZATIONS) onto the declared rollout_precision, which --set, the flag and the log all set
     Setting(f"{_R}.quantization", "quantization", None,
             "the engine's weights: fp8 (vLLM FP8: the linear layers one byte, FP8 tensor cores) or null (bf16); "
             "estimate's --rollout-precision", estimate="rollout_precision", cost_2x=True),
     _declared("n"),
+    # not a RunSpec setting: its value is a model (a preset, HF id or config.json, resolved to a
+    # ModelSpec that RunConfig.ref_model holds), which the declarations' scalar checks cannot hold;
+    # only the actor's model is declared (Cluster.model, checked by get_model outside the RunSpec)
     Setting(f"{_F}.model.path", "model", None,
             "a reference policy other than the actor (a teacher): the reference pass runs that model",
             estimate="run:ref_model", cost_2x=True),
@@ -108,16 +115,25 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("max_prompt_len"),
     _declared("max_response_len"),
     _declared("ppo_mini_batch"),
+    # no estimate target, so no RunSpec setting (docs/run-spec.md): read from a log into
+    # RunConfig.mini_batches (epochs x mini-batches), like the other passes' micro-batching below
+    # (into RunConfig.stage_micro_batches); estimate prices every pass with the update's
     Setting(f"{_A}.ppo_epochs", "int", 1, "passes of the update over the batch", hi=1000),
     # the offload switches, under the FSDP workers' fsdp_config and under verl's Megatron workers
     # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
     *(_declared(target, trainer, cost_2x=True)
       for trainer in ("fsdp", "megatron") for _role, _what, _effect, target in OFFLOAD_SWITCHES),
+    # not a RunSpec setting: verl's switch and optimizer_offload_fraction state one quantity, the
+    # declared cpu_optimizer share (off, or on with fraction 0, is share 0); estimate_arguments folds
+    # the pair into it, so a second setting would be a second name for the same share
     Setting(f"{CPU_OPTIMIZER}.optimizer_cpu_offload", "bool", False,
             "Megatron's HybridDeviceOptimizer: optimizer_offload_fraction of the optimizer lives in CPU memory "
             "and steps there (Megatron trainer; estimate's --cpu-optimizer)", estimate="run:cpu_optimizer_offload"),
     _declared("cpu_optimizer", "megatron"),
     _declared("cpu_optimizer_overlap", "megatron"),
+    # not a RunSpec setting: it picks which of two declared settings verl reads, micro_batch_tokens
+    # (on) or micro_batch_seqs (off); the RunSpec states it as micro_batch_tokens None with fixed
+    # micro-batches, and estimate_arguments folds the switch into that (a second copy would disagree)
     Setting(f"{_A}.use_dynamic_bsz", "bool", False,
             "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
