@@ -1,5 +1,5 @@
 """The ``--set`` keys the RunSpec declares (issue 35 item 1): the reference's offload, the critic's
-padding removal and the update's micro-batch size. Each is one ``polytrace.run.spec`` setting:
+padding removal, the update's micro-batch size and the engine's quantization. Each is one ``polytrace.run.spec`` setting:
 ``--set`` takes its verl key per backend, the estimate's ``RunSpec`` carries it into ``RunConfig``
 (no ``run_fields`` side door), its checks name the key the user gave, and the log reader reads the
 same key and default (tests/test_settings.py: a Megatron run's reference offload)."""
@@ -51,6 +51,21 @@ def test_each_key_is_its_declarations(name, keys):
     for key in keys:
         assert REGISTRY[key].estimate == name and REGISTRY[key].effect == d.verl_key(
             "megatron" if ".megatron." in key else "fsdp").effect
+
+
+def test_verls_quantization_is_rollout_precisions_key_in_its_own_spelling():
+    quant = "actor_rollout_ref.rollout.quantization"
+    d = declarations()["rollout_precision"]
+    assert {b: v.key for b, v in d.verl} == {"fsdp": quant, "megatron": quant}
+    assert REGISTRY[quant].estimate == "rollout_precision" and REGISTRY[quant].kind == "quantization"
+    # each verl spelling maps onto one of the setting's own values, and --set reads them so
+    spelled = dict(d.verl_key().values)
+    assert set(spelled.values()) == set(d.choices) and spelled["fp8"] == "fp8" and spelled["null"] == "bf16"
+    for text, value in spelled.items():
+        assert parse_settings([f"{quant}={text}"]) == {quant: value}
+    assert estimate_arguments(parse_settings([f"{quant}=fp8"])) == ({"rollout_precision": "fp8"}, {})
+    with pytest.raises(SettingError, match="expected fp8 or null"):
+        parse_settings([f"{quant}=bf16"])  # the setting's spelling, not verl's
 
 
 def test_set_values_are_run_settings_not_run_fields():

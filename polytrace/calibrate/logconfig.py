@@ -391,7 +391,7 @@ def _rollout_precision(v: _Values, notes: list[str]) -> str:
     model's bf16 weights; "fp8": vLLM's FP8). Another quantization is priced as bf16, with a note."""
     from .settings import QUANTIZATIONS
 
-    key = "actor_rollout_ref.rollout.quantization"
+    key = verl_key("rollout_precision")  # one key under both backends
     value = v.cfg.get(key)
     if value is None or isinstance(value, Unresolved):
         return "bf16"

@@ -77,7 +77,9 @@ def _declared(name: str, backend: str = "fsdp", *, cost_2x: bool = False) -> Set
     d = declarations()[name]
     v = d.verl_key(backend)
     hi = d.hi if d.hi is not None and d.hi != float("inf") else 1 << 20
-    return Setting(v.key, _KINDS[d.kind], v.default, v.effect, lo=0 if d.kind == "nonneg" else 1, hi=int(hi),
+    # a key spelled otherwise than its setting: verl's rollout quantization, the one such key
+    kind = "quantization" if v.values else _KINDS[d.kind]
+    return Setting(v.key, kind, v.default, v.effect, lo=0 if d.kind == "nonneg" else 1, hi=int(hi),
                    estimate=name, cost_2x=cost_2x)
 
 
@@ -97,13 +99,7 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("mem_fraction", cost_2x=True),
     _declared("rollout_tp", cost_2x=True),
     _declared("max_num_seqs"),
-    # not a RunSpec verl key: verl spells the engine's precision as a quantization method (fp8, or
-    # null for the model's bf16; torchao and others unpriced), the RunSpec as rollout_precision's
-    # bf16/fp8. The declaration holds no value converter, so the "quantization" kind maps the spelling
-    # (QUANTIZATIONS) onto the declared rollout_precision, which --set, the flag and the log all set
-    Setting(f"{_R}.quantization", "quantization", None,
-            "the engine's weights: fp8 (vLLM FP8: the linear layers one byte, FP8 tensor cores) or null (bf16); "
-            "estimate's --rollout-precision", estimate="rollout_precision", cost_2x=True),
+    _declared("rollout_precision", cost_2x=True),
     _declared("n"),
     # not a RunSpec setting: its value is a model (a preset, HF id or config.json, resolved to a
     # ModelSpec that RunConfig.ref_model holds), which the declarations' scalar checks cannot hold;
@@ -164,8 +160,9 @@ _MICRO_GROUPS = (
     (f"{_C}.use_dynamic_bsz", f"{_C}.ppo_max_token_len_per_gpu", f"{_C}.ppo_micro_batch_size_per_gpu"),
 )
 
-# verl's rollout ``quantization`` as written -> the engine's precision (``RunConfig.rollout_precision``)
-QUANTIZATIONS = {"fp8": "fp8", "null": "bf16", "none": "bf16", "~": "bf16", "": "bf16"}
+# verl's rollout ``quantization`` as written -> the engine's precision (``RunConfig.rollout_precision``),
+# as its declaration spells it
+QUANTIZATIONS = dict(declarations()["rollout_precision"].verl_key().values)
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 

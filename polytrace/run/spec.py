@@ -45,6 +45,9 @@ class Verl:
     key: str
     default: object = None
     effect: str = ""  # what the key changes in the step model (``--set``'s documentation)
+    # verl's spellings -> the setting's value, for a key whose values are not the setting's (verl's
+    # rollout ``quantization``: a method name, or null for the model's own bf16 weights)
+    values: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -131,9 +134,15 @@ _A, _R, _M = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_roll
 CPU_OPTIMIZER = f"{_A}.optim.override_optimizer_config"
 
 
-def _both(key: str, default, effect: str) -> dict:
+def _both(key: str, default, effect: str, values: tuple = ()) -> dict:
     """The same key and default under both trainer backends."""
-    return {"fsdp": Verl(key, default, effect), "megatron": Verl(key, default, effect)}
+    return {"fsdp": Verl(key, default, effect, values), "megatron": Verl(key, default, effect, values)}
+
+
+# verl's rollout ``quantization`` as written -> the engine's precision: vLLM's "fp8", or null
+# (YAML's null, ~, or an empty value) for the model's bf16 weights; torchao's and the others are
+# not priced (a log's: bf16 with a note; --set's: refused)
+QUANTIZATIONS = (("fp8", "fp8"), ("null", "bf16"), ("none", "bf16"), ("~", "bf16"), ("", "bf16"))
 
 
 def _offload(role: str, what: str, effect: str) -> dict:
@@ -211,7 +220,9 @@ class Rollout:
     rollout_precision: str = setting(
         "bf16", "choice", "the engine's linear layers: bf16 (default) or fp8 (vLLM quantization=fp8: half the weight "
         "bytes, FP8 tensor cores where the GPU has them, weight-only on Ampere)", choices=PRECISIONS,
-        config_key="rollout_precision")
+        config_key="rollout_precision",
+        **_both(f"{_R}.quantization", None, "the engine's weights: fp8 (vLLM FP8: the linear layers one byte, FP8 "
+                "tensor cores) or null (bf16); estimate's --rollout-precision", QUANTIZATIONS))
     # not flags: a --set key or the log's config says them (estimate assumes CUDA graphs: vLLM's
     # default, where verl's own enforce_eager default is True)
     eager: bool = setting(False, "bool", "the inference engine launches every kernel of every decode step (on) "
