@@ -46,7 +46,7 @@ from .identity import (  # noqa: F401
     resolve_model,
     resolve_ref_model,
 )
-from .settings import CPU_OPTIMIZER, given_settings, offload_key
+from .settings import CPU_OPTIMIZER, given_settings
 
 # Above this a count is a typo, not a cluster or a batch (the CLI's bound for the same flags).
 MAX_COUNT = 1_000_000
@@ -340,17 +340,17 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         # each trainer's own key and default (run/dialects.py): a Megatron run's printed config may
         # carry the FSDP key, which its workers never read
         remove_padding=_setting(v, "remove_padding", strategy),
-        critic_remove_padding=(v.flag("critic.model.use_remove_padding", False)
-                               if has_critic and v.raw("critic.model.use_remove_padding")[0] else None),
+        critic_remove_padding=(_setting(v, "critic_remove_padding", strategy)
+                               if has_critic and v.raw(verl_key("critic_remove_padding", strategy))[0] else None),
         mem_fraction=float(mem),
         gradient_checkpointing=_setting(v, "gradient_checkpointing", strategy),
         max_num_seqs=v.count(verl_key("max_num_seqs", strategy)) or verl_default("max_num_seqs", strategy),
         eager=_setting(v, "eager", strategy),
         old_log_prob_in_gen="old_log_prob" not in stages,
         # the offload switches sit under the trainer's own config (fsdp_config or megatron)
-        ref_offload=v.flag(offload_key(strategy, "ref", "param_offload"), False),
-        param_offload=v.flag(offload_key(strategy, "actor", "param_offload"), False),
-        optimizer_offload=v.flag(offload_key(strategy, "actor", "optimizer_offload"), False),
+        ref_offload=_setting(v, "ref_offload", strategy),
+        param_offload=_setting(v, "param_offload", strategy),
+        optimizer_offload=_setting(v, "optimizer_offload", strategy),
         lora_rank=min(v.count("actor_rollout_ref.model.lora_rank", lo=0) or 0, model.hidden),
         # verl balances the ranks' token sums (trainer.balance_batch) but still runs fixed-size
         # micro-batches in lock step, each waiting for its slowest rank; the contiguous split of
@@ -391,7 +391,7 @@ def _rollout_precision(v: _Values, notes: list[str]) -> str:
     model's bf16 weights; "fp8": vLLM's FP8). Another quantization is priced as bf16, with a note."""
     from .settings import QUANTIZATIONS
 
-    key = "actor_rollout_ref.rollout.quantization"
+    key = verl_key("rollout_precision")  # one key under both backends
     value = v.cfg.get(key)
     if value is None or isinstance(value, Unresolved):
         return "bf16"

@@ -61,12 +61,14 @@ OFFLOAD_SWITCHES = (
     ("actor", "optimizer_offload", "the optimizer state waits in CPU memory and crosses PCIe around each update",
      "optimizer_offload"),
     ("ref", "param_offload", "the reference model's weights reload over PCIe for each reference pass",
-     "run:ref_offload"),
+     "ref_offload"),
 )
 
 
 # a declared setting's kind (polytrace.run.spec) -> the registry's
-_KINDS = {"count": "int", "nonneg": "int", "fraction": "fraction", "share": "share", "bool": "bool"}
+# ("switch": on, off or unset; ``--set`` gives on or off)
+_KINDS = {"count": "int", "nonneg": "int", "fraction": "fraction", "share": "share", "bool": "bool",
+          "switch": "bool"}
 
 
 def _declared(name: str, backend: str = "fsdp", *, cost_2x: bool = False) -> Setting:
@@ -75,7 +77,9 @@ def _declared(name: str, backend: str = "fsdp", *, cost_2x: bool = False) -> Set
     d = declarations()[name]
     v = d.verl_key(backend)
     hi = d.hi if d.hi is not None and d.hi != float("inf") else 1 << 20
-    return Setting(v.key, _KINDS[d.kind], v.default, v.effect, lo=0 if d.kind == "nonneg" else 1, hi=int(hi),
+    # a key spelled otherwise than its setting: verl's rollout quantization, the one such key
+    kind = "quantization" if v.values else _KINDS[d.kind]
+    return Setting(v.key, kind, v.default, v.effect, lo=0 if d.kind == "nonneg" else 1, hi=int(hi),
                    estimate=name, cost_2x=cost_2x)
 
 
@@ -88,18 +92,18 @@ def offload_key(strategy: str, role: str, what: str) -> str:
 REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("remove_padding", cost_2x=True),
     _declared("remove_padding", "megatron", cost_2x=True),
-    Setting("critic.model.use_remove_padding", "bool", False, "as use_remove_padding, for the critic's passes",
-            estimate="run:critic_remove_padding"),
+    _declared("critic_remove_padding"),
     _declared("gradient_checkpointing", cost_2x=True),
     _declared("lora_rank"),
     _declared("eager", cost_2x=True),
     _declared("mem_fraction", cost_2x=True),
     _declared("rollout_tp", cost_2x=True),
     _declared("max_num_seqs"),
-    Setting(f"{_R}.quantization", "quantization", None,
-            "the engine's weights: fp8 (vLLM FP8: the linear layers one byte, FP8 tensor cores) or null (bf16); "
-            "estimate's --rollout-precision", estimate="rollout_precision", cost_2x=True),
+    _declared("rollout_precision", cost_2x=True),
     _declared("n"),
+    # not a RunSpec setting: its value is a model (a preset, HF id or config.json, resolved to a
+    # ModelSpec that RunConfig.ref_model holds), which the declarations' scalar checks cannot hold;
+    # only the actor's model is declared (Cluster.model, checked by get_model outside the RunSpec)
     Setting(f"{_F}.model.path", "model", None,
             "a reference policy other than the actor (a teacher): the reference pass runs that model",
             estimate="run:ref_model", cost_2x=True),
@@ -107,23 +111,31 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("max_prompt_len"),
     _declared("max_response_len"),
     _declared("ppo_mini_batch"),
+    # no estimate target, so no RunSpec setting (docs/run-spec.md): read from a log into
+    # RunConfig.mini_batches (epochs x mini-batches), like the other passes' micro-batching below
+    # (into RunConfig.stage_micro_batches); estimate prices every pass with the update's
     Setting(f"{_A}.ppo_epochs", "int", 1, "passes of the update over the batch", hi=1000),
     # the offload switches, under the FSDP workers' fsdp_config and under verl's Megatron workers
     # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
-    *(Setting(offload_key(trainer, role, what), "bool", False, effect, estimate=target, cost_2x=True)
-      for trainer in ("fsdp", "megatron") for role, what, effect, target in OFFLOAD_SWITCHES),
+    *(_declared(target, trainer, cost_2x=True)
+      for trainer in ("fsdp", "megatron") for _role, _what, _effect, target in OFFLOAD_SWITCHES),
+    # not a RunSpec setting: verl's switch and optimizer_offload_fraction state one quantity, the
+    # declared cpu_optimizer share (off, or on with fraction 0, is share 0); estimate_arguments folds
+    # the pair into it, so a second setting would be a second name for the same share
     Setting(f"{CPU_OPTIMIZER}.optimizer_cpu_offload", "bool", False,
             "Megatron's HybridDeviceOptimizer: optimizer_offload_fraction of the optimizer lives in CPU memory "
             "and steps there (Megatron trainer; estimate's --cpu-optimizer)", estimate="run:cpu_optimizer_offload"),
     _declared("cpu_optimizer", "megatron"),
     _declared("cpu_optimizer_overlap", "megatron"),
+    # not a RunSpec setting: it picks which of two declared settings verl reads, micro_batch_tokens
+    # (on) or micro_batch_seqs (off); the RunSpec states it as micro_batch_tokens None with fixed
+    # micro-batches, and estimate_arguments folds the switch into that (a second copy would disagree)
     Setting(f"{_A}.use_dynamic_bsz", "bool", False,
             "update micro-batches of up to ppo_max_token_len_per_gpu tokens (on) or of "
             "ppo_micro_batch_size_per_gpu sequences (off): the per-micro-batch cost follows the tokens",
             estimate="run:dynamic", cost_2x=True),
     _declared("micro_batch_tokens", cost_2x=True),
-    Setting(f"{_A}.ppo_micro_batch_size_per_gpu", "int", None, "sequences per update micro-batch per GPU",
-            estimate="run:micro_batch_seqs", cost_2x=True),
+    _declared("micro_batch_seqs", cost_2x=True),
     Setting(f"{_R}.log_prob_use_dynamic_bsz", "bool", False, "dynamic batching of the old-policy log-prob pass"),
     Setting(f"{_R}.log_prob_max_token_len_per_gpu", "int", 16384, "token budget of a log-prob micro-batch"),
     Setting(f"{_R}.log_prob_micro_batch_size_per_gpu", "int", None, "sequences per log-prob micro-batch per GPU"),
@@ -148,8 +160,9 @@ _MICRO_GROUPS = (
     (f"{_C}.use_dynamic_bsz", f"{_C}.ppo_max_token_len_per_gpu", f"{_C}.ppo_micro_batch_size_per_gpu"),
 )
 
-# verl's rollout ``quantization`` as written -> the engine's precision (``RunConfig.rollout_precision``)
-QUANTIZATIONS = {"fp8": "fp8", "null": "bf16", "none": "bf16", "~": "bf16", "": "bf16"}
+# verl's rollout ``quantization`` as written -> the engine's precision (``RunConfig.rollout_precision``),
+# as its declaration spells it
+QUANTIZATIONS = dict(declarations()["rollout_precision"].verl_key().values)
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
@@ -328,11 +341,8 @@ def estimate_arguments(given: dict) -> tuple[dict, dict]:
     if cpu_on is not None or "cpu_optimizer" in kwargs:
         kwargs["cpu_optimizer"] = float(kwargs.get("cpu_optimizer", 0.0)) if cpu_on else 0.0
     dynamic = fields.pop("dynamic", None)
-    if fields.get("micro_batch_seqs") is not None:
+    if kwargs.get("micro_batch_seqs") is not None or dynamic is False:
         kwargs["micro_batch_tokens"] = None
-    elif dynamic is False:
-        kwargs["micro_batch_tokens"] = None
-        fields.setdefault("micro_batch_seqs", None)
     return kwargs, fields
 
 

@@ -152,6 +152,6 @@ def _key_of(given: dict, argument: str) -> str:
         return f"{key}={given[key]}"
     # a micro-batch size (or dynamic batching off) leaves no token budget; optimizer_cpu_offload off
     # leaves no CPU share
-    via = {"micro_batch_tokens": ("run:micro_batch_seqs", "run:dynamic"),
+    via = {"micro_batch_tokens": ("micro_batch_seqs", "run:dynamic"),
            "cpu_optimizer": ("run:cpu_optimizer_offload",)}
     return next(f"{k}={v}" for k, v in given.items() if REGISTRY[k].estimate in via.get(argument, ()))

@@ -174,6 +174,8 @@ def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConf
         optimizer_offload=t.optimizer_offload, mini_batches=mini_batches,
         rollout_precision=ro.rollout_precision, train_precision=t.train_precision,
         cpu_optimizer=t.cpu_optimizer, cpu_optimizer_overlap=t.cpu_optimizer_overlap,
+        micro_batch_seqs=b.micro_batch_seqs, ref_offload=t.ref_offload,
+        critic_remove_padding=t.critic_remove_padding,
         generated_share=_generated_share(ln.generated_share, profile),
         **check_layout(model, gpus, int(tp), t, ro.rollout_ep))
     fields.update(run_fields or {})

@@ -64,11 +64,11 @@ class RunConfig:
     # distillation target); None: the actor's own weights
     ref_model: ModelSpec | None = None
     micro_batch_tokens: int | None = None  # dynamic batching token budget per GPU
-    micro_batch_seqs: int | None = None  # fixed micro-batch size per GPU
+    micro_batch_seqs: int | None = default("micro_batch_seqs")  # fixed micro-batch size per GPU
     remove_padding: bool = default("remove_padding")
     # the critic's own ``critic.model.use_remove_padding`` where a log states it (None: as the
     # actor's); a padded critic costs the same every step whatever the lengths
-    critic_remove_padding: bool | None = None
+    critic_remove_padding: bool | None = default("critic_remove_padding")
     mem_fraction: float = default("mem_fraction")  # gpu_memory_utilization of the inference engine
     gradient_checkpointing: bool = default("gradient_checkpointing")
     max_num_seqs: int = default("max_num_seqs")
@@ -79,7 +79,7 @@ class RunConfig:
     colocated: bool = True  # trainer and inference engine share the GPUs (verl's hybrid engine)
     balance_batch: bool = True  # verl's trainer.balance_batch: token-balanced ranks of equal counts
     old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
-    ref_offload: bool = False
+    ref_offload: bool = default("ref_offload")
     # verl's actor FSDP ``param_offload`` / ``optimizer_offload``: the sharded fp32 parameters
     # (Adam moments) wait in CPU memory between the stages that use them and cross PCIe both ways
     # around every such stage (``offload_parts``)

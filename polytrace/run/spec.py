@@ -45,6 +45,9 @@ class Verl:
     key: str
     default: object = None
     effect: str = ""  # what the key changes in the step model (``--set``'s documentation)
+    # verl's spellings -> the setting's value, for a key whose values are not the setting's (verl's
+    # rollout ``quantization``: a method name, or null for the model's own bf16 weights)
+    values: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -134,9 +137,15 @@ _A, _R, _M = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_roll
 CPU_OPTIMIZER = f"{_A}.optim.override_optimizer_config"
 
 
-def _both(key: str, default, effect: str) -> dict:
+def _both(key: str, default, effect: str, values: tuple = ()) -> dict:
     """The same key and default under both trainer backends."""
-    return {"fsdp": Verl(key, default, effect), "megatron": Verl(key, default, effect)}
+    return {"fsdp": Verl(key, default, effect, values), "megatron": Verl(key, default, effect, values)}
+
+
+# verl's rollout ``quantization`` as written -> the engine's precision: vLLM's "fp8", or null
+# (YAML's null, ~, or an empty value) for the model's bf16 weights; torchao's and the others are
+# not priced (a log's: bf16 with a note; --set's: refused)
+QUANTIZATIONS = (("fp8", "fp8"), ("null", "bf16"), ("none", "bf16"), ("~", "bf16"), ("", "bf16"))
 
 
 def _offload(role: str, what: str, effect: str) -> dict:
@@ -175,6 +184,11 @@ class Batch:
         "or max prompt + max response rounded up to 1024 when longer)", unit="tokens", config_key="micro_batch_tokens",
         **_both(f"{_A}.ppo_max_token_len_per_gpu", 16384, "token budget of an update micro-batch per GPU"),
         advanced=True)
+    # not a flag: a --set key or the log's config says it. With it, micro-batches are fixed-size
+    # (``micro_batch_tokens`` None: verl ignores the token budget with dynamic batching off)
+    micro_batch_seqs: int | None = setting(
+        None, "count", "sequences per update micro-batch per GPU (fixed-size micro-batches)", unit="sequences",
+        flag=None, **_both(f"{_A}.ppo_micro_batch_size_per_gpu", None, "sequences per update micro-batch per GPU"))
 
 
 @dataclass(frozen=True)
@@ -211,7 +225,9 @@ class Rollout:
     rollout_precision: str = setting(
         "bf16", "choice", "the engine's linear layers: bf16 (default) or fp8 (vLLM quantization=fp8: half the weight "
         "bytes, FP8 tensor cores where the GPU has them, weight-only on Ampere)", choices=PRECISIONS,
-        config_key="rollout_precision", advanced=True)
+        config_key="rollout_precision", advanced=True,
+        **_both(f"{_R}.quantization", None, "the engine's weights: fp8 (vLLM FP8: the linear layers one byte, FP8 "
+                "tensor cores) or null (bf16); estimate's --rollout-precision", QUANTIZATIONS))
     # not flags: a --set key or the log's config says them (estimate assumes CUDA graphs: vLLM's
     # default, where verl's own enforce_eager default is True)
     eager: bool = setting(False, "bool", "the inference engine launches every kernel of every decode step (on) "
@@ -256,6 +272,11 @@ class Trainer:
                                       config_key="optimizer_offload",
                                       **_offload("actor", "optimizer_offload", "the optimizer state waits in CPU "
                                                  "memory and crosses PCIe around each update"), advanced=True)
+    # not a flag: a --set key or the log's config says it
+    ref_offload: bool = setting(False, "bool", "verl's reference param_offload: the reference model's weights "
+                                "wait in CPU memory and reload over PCIe for each reference pass", flag=None,
+                                **_offload("ref", "param_offload", "the reference model's weights reload over PCIe "
+                                           "for each reference pass"))
     cpu_optimizer: float = setting(
         0.0, "share", "Megatron's CPU optimizer (optimizer_cpu_offload with optimizer_offload_fraction SHARE, 0-1): "
         "that share of the fp32 master weights and Adam moments lives in CPU memory and steps there (priced: "
@@ -285,6 +306,11 @@ class Trainer:
                   "every sequence padded to max prompt + max response (off: cost constant in the lengths)"),
         megatron=Verl(f"{_A}.megatron.use_remove_padding", True, "Megatron's trainer passes in the packed thd "
                       "layout (on) or padded bshd (off: cost constant in the lengths)"))
+    # None: the critic's passes as the actor's (``remove_padding``); a padded critic costs the same
+    # every step whatever the lengths. One key under both backends (verl's critic section)
+    critic_remove_padding: bool | None = setting(
+        None, "switch", "the critic's passes without padding (on), padded (off), or as the actor's (unset)",
+        flag=None, **_both("critic.model.use_remove_padding", False, "as use_remove_padding, for the critic's passes"))
 
 
 @dataclass(frozen=True)
