@@ -49,7 +49,7 @@ def test_a_registered_toy_format_is_read_by_validate(tmp_path, monkeypatch):
     assert log.format == "toy-jsonl" and len(log.steps) == len(read_log(console).steps)
     assert read_log(console).format == "verl-console"  # the toy sniff says no to other files
     got, want = validate(path, overrides=ov), validate(console, overrides=ov)
-    assert "read as the toy format, version 1" in got["notes"]
-    assert got["config"] == want["config"]
-    for stage, acc in want["accuracy"].items():
-        assert got["accuracy"][stage] == acc, stage
+    assert "read as the toy format, version 1" in got.notes
+    assert got.config == want.config
+    for stage, acc in want.accuracy.items():
+        assert got.accuracy[stage] == acc, stage
