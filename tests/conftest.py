@@ -7,6 +7,8 @@
   ``validation-logs/``, given by ``POLYTRACE_SHARED``, or else ``../shared`` beside the checkout when it
   exists (so the README's test command needs no variable). Set but missing files: the tests that need
   them fail. Neither set nor present (or ``../shared`` without that part): they are skipped, saying so.
+- pytest-xdist (``-n 2 --dist loadgroup``, the README's test command): every test is in the group
+  of its file (``xdist_group_of``), so a file runs on one worker.
 """
 
 from __future__ import annotations
@@ -46,7 +48,40 @@ if not HAS_CUDA:
 SHARED_ENV = "POLYTRACE_SHARED"
 
 
+# Test files that read the same cached corpus (``tests/_corpus.py``, 22 CPU-seconds a read): one
+# pytest-xdist group, so ``-n 2 --dist loadgroup`` reads it once, not once per worker.
+XDIST_GROUPS = {"tests/test_folds.py": "corpus", "tests/test_priors.py": "corpus"}
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The pytest-xdist group of a test: its file's entry of ``XDIST_GROUPS``, else its file.
+    Under ``--dist loadgroup`` a file then runs on one worker, as ``--dist loadfile`` would, so its
+    module- and ``functools.cache``-scoped work (a local Ray instance, compiled kernels, a golden
+    recompute) is done once and a module's fixed paths are never shared by two processes."""
+    path = nodeid.split("::", 1)[0]
+    return XDIST_GROUPS.get(path, path)
+
+
+# What pytest-xdist puts in a worker's environment. A pytest a test starts in a subprocess (the
+# suites' JSON in tests/test_suites_to_estimate.py, scripts/device_check.sh) inherits it, and
+# pytest-benchmark there reads PYTEST_XDIST_WORKER as "under xdist" and disables every benchmark:
+# its JSON then holds none.
+XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_xdist_env_in_subprocesses():
+    """Removes ``XDIST_ENV`` from this worker's environment for the session (and puts it back):
+    xdist itself tells its workers by ``config.workerinput``, not by these variables."""
+    saved = {k: os.environ.pop(k) for k in XDIST_ENV if k in os.environ}
+    yield
+    os.environ.update(saved)
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item.nodeid)))
     if HAS_CUDA:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

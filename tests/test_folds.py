@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pytest
+from _corpus import full_corpus
 
 from polytrace.calibrate import folds as F
 from polytrace.calibrate import priors as P
@@ -106,8 +107,7 @@ def test_the_shipped_group_scores_are_the_corpus_evaluation(validation_logs):
     """Refitting every fold on the whole corpus gives the shipped file's group scores (minutes)."""
     from polytrace.compose.efficiency import load_priors
 
-    corpus = P.load_corpus(validation_logs, F.corpus_names(validation_logs))
-    doc = F.evaluate(corpus)
+    doc = F.evaluate(full_corpus(str(validation_logs)))
     shipped = load_priors()["groups"]
     for g, r in doc["groupings"].items():
         assert r["summary"] == pytest.approx(shipped["groupings"][g]["summary"], rel=1e-6), g

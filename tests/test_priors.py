@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _corpus import full_corpus
 from _verl_logs import priced_probe
 
 from polytrace.calibrate import priors as P
@@ -314,17 +315,10 @@ def test_zero_shot_matches_the_priors_score_on_a_shared_log(validation_logs):
 # ---- leave-one-log-out --------------------------------------------------------------------------
 
 
-@functools.cache
-def _corpus(folder: str):
-    from polytrace.calibrate.folds import corpus_names
-
-    return P.load_corpus(folder, corpus_names(folder))
-
-
 def test_priors_file_is_the_fit_of_the_shared_logs(validation_logs):
     """Refitting on the shared logs gives the shipped file's slowdowns and constants (the file is
     not stale and not hand-edited), and every shared log is in its provenance."""
-    corpus = _corpus(str(validation_logs))
+    corpus = full_corpus(str(validation_logs))
     doc = load_priors()
     assert {c.name for c in corpus} == {e["name"] for e in doc["provenance"]["logs"]}
     assert {c.name: c.sha256 for c in corpus} == {e["name"]: e["sha256"] for e in doc["provenance"]["logs"]}

@@ -66,7 +66,8 @@ def test_the_readme_test_command_is_what_ci_runs():
         return install, run
 
     assert halves(readme) == halves(recipe), (readme, recipe)
-    assert readme.split("&&")[-1].strip() == "python -m pytest -q tests suites"
+    # two pytest-xdist workers, each test file on one (tests/conftest.py groups them by file)
+    assert readme.split("&&")[-1].strip() == "python -m pytest -q -n 2 --dist loadgroup tests suites"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b[0][:50] for b in BLOCKS])
