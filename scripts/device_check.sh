@@ -172,7 +172,7 @@ try:
     print("nvidia-ml-py present: the environment record reads clocks, power and processes")
 except ImportError:
     print("nvidia-ml-py absent: the environment record will say unknown")
-from polytrace.hardware import slug_for
+from polytrace.run.hardware import slug_for
 
 cuda = torch.cuda.is_available()
 if cuda:

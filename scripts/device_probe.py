@@ -67,7 +67,7 @@ def logprob_block(tuning_dir: Path | None) -> dict:
 def _write_tuning(root: Path, kernel: str, family: str, configs: dict) -> None:
     import torch
 
-    from polytrace.hardware import slug_for
+    from polytrace.run.hardware import slug_for
     from polytrace_kernels._tuning import folder_source_hash
 
     name = torch.cuda.get_device_name()

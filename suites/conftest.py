@@ -176,7 +176,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     except ImportError:
         info["triton_version"] = None
     if harness.on_gpu():
-        from polytrace.hardware import slug_for
+        from polytrace.run.hardware import slug_for
 
         info["gpu_slug"] = slug_for(info["gpu_name"])
         try:

@@ -85,7 +85,7 @@ def layers(spec: dict, tokens: int) -> list[tuple[str, int, int, int, int]]:
 
 
 def _model_dims(name: str) -> dict:
-    from polytrace.models import get_model
+    from polytrace.run.models import get_model
 
     m = get_model(name)
     return {"name": m.name, "hidden": m.hidden, "heads": m.heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim,

@@ -65,7 +65,7 @@ def device_name() -> str:
 @functools.cache
 def gpu_preset():
     """The hardware preset of the current GPU, or None on CPU or an unknown device."""
-    from polytrace.hardware import detect
+    from polytrace.run.hardware import detect
 
     return detect(device_name()) if on_gpu() else None
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from polytrace.cli import main
-from polytrace.hardware import GPUS
-from polytrace.models import list_models
+from polytrace.run.hardware import GPUS
+from polytrace.run.models import list_models
 
 
 def test_presets_list_every_gpu_and_model_with_a_source(capsys):

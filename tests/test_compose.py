@@ -16,8 +16,8 @@ from polytrace.compose import (
 )
 from polytrace.compose.training import TrainerLayout, pass_cost
 from polytrace.errors import PolytraceError
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 from polytrace.run.spec import Rollout
 
 M7 = get_model("qwen2.5-7b")

@@ -11,8 +11,8 @@ from polytrace.cli import main
 from polytrace.compose.checks import tp_splits_heads, valid_rollout_tps
 from polytrace.compose.estimate import build_config, estimate
 from polytrace.errors import PolytraceError
-from polytrace.models import get_model
 from polytrace.profiles import get_profile
+from polytrace.run.models import get_model
 
 
 def test_vllm_head_rule():

@@ -46,7 +46,7 @@ def _gpu_optimizer(cfg) -> float:
 
 def test_the_cpu_share_of_master_weights_and_moments_leaves_the_gpu():
     from polytrace.compose.memory import trainer_state_bytes
-    from polytrace.models import get_model
+    from polytrace.run.models import get_model
 
     m = get_model("qwen3-30b-a3b")
     on_gpu = trainer_state_bytes(m, 16, "megatron", 1, 2, ep=8)

@@ -89,7 +89,7 @@ def test_timings_at_the_rooflines_own_rates_reproduce_the_roofline(tmp_path):
     head: measured GEMMs and attention running exactly at the roofline's rates, without launch
     latency, must price the trainer stages as the roofline does."""
     from polytrace.compose.efficiency import DEFAULT
-    from polytrace.hardware import get_gpu
+    from polytrace.run.hardware import get_gpu
 
     peak = get_gpu("h200").ceiling("bf16")
     files = _files(tmp_path, families=("gemm", "attention"), latency=0.0,
@@ -127,8 +127,8 @@ def test_roofline_pass_is_the_documented_formula_split_by_family():
 
     from polytrace.compose.efficiency import DEFAULT as E
     from polytrace.compose.training import TrainerLayout, pass_cost
-    from polytrace.hardware import get_gpu
-    from polytrace.models import get_model
+    from polytrace.run.hardware import get_gpu
+    from polytrace.run.models import get_model
 
     gpu, model = get_gpu("h200"), get_model(MODEL)
     lens = np.array([100, 900, 3000])

@@ -20,8 +20,8 @@ from polytrace.compose.streaming import (
     weight_sync_seconds,
 )
 from polytrace.errors import PolytraceError
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 
 PER_EXPERT_TENSOR_S = refit_expert_tensor_median()  # 0.525 ms, the median of the published refits
 

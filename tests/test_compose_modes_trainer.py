@@ -10,8 +10,8 @@ import pytest
 from polytrace.compose import estimate, simulate_rollout
 from polytrace.compose.rollout import ONE_GPU_ENGINE, iteration_costs
 from polytrace.compose.training import TrainerLayout, lora_params, pass_cost
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 
 M7 = get_model("qwen2.5-7b")
 H100 = get_gpu("h100")

@@ -16,8 +16,8 @@ import pytest
 
 from polytrace.cli import main
 from polytrace.compose.rollout import decode_weight_bytes, engine_gemm_rate, kv_capacity_tokens
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

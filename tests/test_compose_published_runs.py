@@ -107,7 +107,7 @@ def _case(run):
 
 
 def test_the_table_spans_what_the_goal_asks():
-    from polytrace.models import get_model
+    from polytrace.run.models import get_model
 
     active = [get_model(r.model).params_active for r in RUNS]
     assert min(active) < 10e9 and max(get_model(r.model).params_total for r in RUNS) > 200e9

@@ -14,8 +14,8 @@ from polytrace.compose.efficiency import DEFAULT, refit_expert_tensor_median, wi
 from polytrace.compose.parallel import allreduce_latency_seconds
 from polytrace.compose.refit import colocated_refit_seconds
 from polytrace.compose.rollout import iteration_comm_seconds, iteration_fixed_seconds, simulate_rollout
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 from polytrace.run.spec import Rollout, Trainer
 
 PER_EXPERT_TENSOR_S = refit_expert_tensor_median()  # 0.525 ms, the median of the published refits

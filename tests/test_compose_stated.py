@@ -277,8 +277,8 @@ def _moe(**kw):
 def test_expert_parallelism_adds_all_to_all_and_splits_the_experts_memory():
     from polytrace.compose.efficiency import DEFAULT
     from polytrace.compose.parallel import all_to_all_seconds, expert_flops_share
-    from polytrace.hardware import get_gpu
-    from polytrace.models import get_model
+    from polytrace.run.hardware import get_gpu
+    from polytrace.run.models import get_model
 
     m, g = get_model("qwen3-30b-a3b"), get_gpu("h100")
     # one MoE layer's dispatch and combine of 4096 tokens' top-8 copies, 7/8 of them to other GPUs
@@ -299,8 +299,8 @@ def test_expert_parallelism_adds_all_to_all_and_splits_the_experts_memory():
 
 def test_context_parallelism_splits_sequences_and_prices_the_ring():
     from polytrace.compose.parallel import ring_kv_seconds
-    from polytrace.hardware import get_gpu
-    from polytrace.models import get_model
+    from polytrace.run.hardware import get_gpu
+    from polytrace.run.models import get_model
 
     one, cp2 = (estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8, **{**MOE, "train_cp": c}) for c in (1, 2))
     a1 = one.summary["kernels"]["update_actor"]["attention"]["s"]

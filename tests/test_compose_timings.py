@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from polytrace.compose import pricing
 from polytrace.compose.timings import Curve, KernelTimings, Point, paired
 from polytrace.errors import PolytraceError
-from polytrace.models import get_model
+from polytrace.run.models import get_model
 
 
 def _points(sizes, times, roofline="bf16"):
@@ -139,11 +139,10 @@ def test_paired_compares_only_common_benchmarks_and_shares_one_sided_kernels(tmp
 def test_query_sizes_are_the_kernel_specs_own_functions():
     """Pricing sizes its queries with the spec functions the suites record (``families.py``), at
     the step model's arrays as at the suites' lists of lengths."""
+    from polytrace.compose.families import size_fn
     from polytrace_kernels.attention import spec as attention_spec
     from polytrace_kernels.logprob import spec as logprob_spec
     from polytrace_kernels.packing import spec as packing_spec
-
-    from polytrace.compose.families import size_fn
 
     assert size_fn("logprob", "token_logprobs") is logprob_spec.logits_bytes
     assert size_fn("logprob", "linear_token_logprobs") is logprob_spec.matmul_flops

@@ -16,8 +16,8 @@ from _compose_results import bench, result_file, write
 from polytrace.compose import estimate
 from polytrace.compose.efficiency import DEFAULT
 from polytrace.compose.pricing import MEASURED, linear_layers
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 from polytrace_kernels.attention import spec as attention_spec
 from polytrace_kernels.logprob import spec as logprob_spec
 from polytrace_kernels.packing import spec as packing_spec

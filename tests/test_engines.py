@@ -12,8 +12,8 @@ from polytrace.compose import engines as E
 from polytrace.compose.efficiency import DEFAULT
 from polytrace.compose.rollout import iteration_launch_seconds, simulate_engine
 from polytrace.compose.stages import RunConfig, stage_costs
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 from polytrace.run.spec import Rollout
 
 SMALL = get_model("qwen2.5-0.5b")

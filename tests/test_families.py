@@ -27,8 +27,8 @@ from polytrace.compose.pricing import MEASURED, Pricer, check_speedups
 from polytrace.compose.timings import KernelTimings
 from polytrace.compose.training import TrainerLayout, pass_cost
 from polytrace.errors import PolytraceError
-from polytrace.hardware import get_gpu
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY_PACKAGES = ("attention", "logprob", "packing")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from polytrace.hardware import GPUS, detect, slug_for
+from polytrace.run.hardware import GPUS, detect, slug_for
 
 # torch.cuda.get_device_name() (= nvidia-smi's name) of each preset's boards, as seen in public logs
 REPORTED_NAMES = {

@@ -16,7 +16,7 @@ from polytrace.cli import main
 from polytrace.compose.stages import stage_costs
 from polytrace.errors import PolytraceError
 from polytrace.logs import read_log
-from polytrace.models import get_model
+from polytrace.run.models import get_model
 
 SMALL = dict(steps=14, prompts=32, n=4, max_response=256, max_prompt=256, micro_per_gpu=4, mini_batch=16)
 

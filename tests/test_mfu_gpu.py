@@ -13,8 +13,8 @@ from polytrace.calibrate.gpuinfer import INFERRED_NOTE
 from polytrace.calibrate.logconfig import Overrides, config_from_log
 from polytrace.calibrate.mfu import check_gpu, read_mfu
 from polytrace.calibrate.validate import prepare
-from polytrace.hardware import get_gpu
 from polytrace.logs import read_log
+from polytrace.run.hardware import get_gpu
 
 LADDER_05B = "ladder/Qwen2.5-0.5B-bsz64_2-prompt512-resp1024-lorarank32-score0.543.log"
 # publisher-stated GPU -> verl's peak class (TFLOP/s) and the preset priced

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from polytrace.errors import PolytraceError
-from polytrace.models import find_model, from_hf_config, get_model, list_models
+from polytrace.run.models import find_model, from_hf_config, get_model, list_models
 
 REQUIRED = ["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b", "qwen2.5-14b", "qwen2.5-32b",
             "qwen2.5-72b", "qwen2-7b", "qwen3-8b", "qwen3-30b-a3b", "deepseek-llm-7b", "gemma-2-2b",
@@ -119,7 +119,7 @@ def test_hf_config_file(tmp_path):
 
 
 def test_kv_bytes_per_gpu_stop_shrinking_past_the_kv_heads():
-    from polytrace.models import get_model
+    from polytrace.run.models import get_model
 
     m = get_model("qwen2.5-7b")  # 28 layers, 4 KV heads of 128
     per_token = 2 * 28 * 4 * 128 * 2

@@ -13,9 +13,9 @@ from polytrace.calibrate.fit import StepData, fit
 from polytrace.calibrate.validate import Overrides, validate
 from polytrace.compose.efficiency import DEFAULT
 from polytrace.compose.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout, simulate_rollout, tool_prefill_seconds
-from polytrace.hardware import get_gpu
 from polytrace.logs.agent import agent_step
-from polytrace.models import get_model
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
 
 
 def test_agent_metrics_read_as_verl_logs_them():

@@ -13,8 +13,8 @@ import pytest
 from test_results_synth import cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.hardware import get_gpu
 from polytrace.results import floor, format_show, load_result, store_result
+from polytrace.run.hardware import get_gpu
 
 ID = "logprob/token_logprobs/triton/fwd/tokens=4096,vocab=32000"
 COVERAGE = {"logprob": {"checked": 64, "of": 4096, "unit": "token rows", "fraction": 64 / 4096}}

@@ -136,7 +136,7 @@ def test_set_padding_scales_the_trainer_by_the_padded_tokens(base_estimate):
 
 def test_set_eager_adds_launches_per_decode_iteration(base_estimate):
     from polytrace.compose.efficiency import DEFAULT
-    from polytrace.models import get_model
+    from polytrace.run.models import get_model
 
     eager = _with([f"{EAGER}=true"])
     base = base_estimate.rows[0]
@@ -372,7 +372,7 @@ REF_MODEL = "actor_rollout_ref.ref.model.path"
 
 
 def test_set_reference_model_prices_the_reference_pass_on_it(base_estimate):
-    from polytrace.models import get_model
+    from polytrace.run.models import get_model
 
     other = _with([f"{REF_MODEL}=qwen2.5-7b"])
     base = base_estimate.rows[0]["stages_s"]

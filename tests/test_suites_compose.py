@@ -34,7 +34,7 @@ def gpu_cases(monkeypatch):
 def test_gpu_run_of_the_suites_prices_every_family_as_measured(gpu_cases, tmp_path):
     from polytrace.compose import estimate
     from polytrace.compose.breakdown import source_lines
-    from polytrace.hardware import get_gpu
+    from polytrace.run.hardware import get_gpu
 
     gpu = get_gpu("h200")
     benches = []

@@ -120,7 +120,7 @@ def gpu_shapes(monkeypatch):
 
 def test_gemm_family_covers_every_profile_model_at_micro_batch_tokens(gpu_shapes):
     from polytrace.compose.workloads import PROFILE_DEFAULTS
-    from polytrace.models import get_model
+    from polytrace.run.models import get_model
 
     gemm = gpu_shapes["gemm_cases"]
     cases = gemm.cases()

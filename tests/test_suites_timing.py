@@ -203,7 +203,7 @@ def test_a_benchmark_not_on_the_device_clock_is_refused():
 
 
 def test_percent_of_peak_only_on_the_cases_roofline(monkeypatch):
-    from polytrace.hardware import get_gpu
+    from polytrace.run.hardware import get_gpu
 
     monkeypatch.setattr(harness, "gpu_preset", lambda: get_gpu("h200"))
     monkeypatch.setattr(harness, "_RECORDED_IDS", set())

@@ -20,7 +20,7 @@ import pytest
 import torch
 from test_suites_timing import FakeBenchmark, FakeDevice
 
-from polytrace.hardware import get_gpu
+from polytrace.run.hardware import get_gpu
 from suites import checks, environment, harness, predict, registry, timing
 from suites.harness import Case, Provider
 

@@ -45,7 +45,7 @@ def _device_info(cuda: bool) -> dict:
     import torch
     import triton
 
-    from ..hardware import slug_for
+    from ..run.hardware import slug_for
 
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     out = {"gpu_name": name, "gpu_slug": slug_for(name) if cuda else "cpu",

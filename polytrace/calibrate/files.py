@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic_write import atomic_write_text
-from ..provenance import file_sha256
-from .fit import FIXED_FALLBACK, Calibration, FitOptions, StepData, by_family, fit, prior_for, roofline_bounds
 from ..compose.stages import GROUPS, STAGES, stage_costs
 from ..errors import PolytraceError
+from ..provenance import file_sha256
+from ..run.models import ModelSpec
+from .fit import FIXED_FALLBACK, Calibration, FitOptions, StepData, by_family, fit, prior_for, roofline_bounds
 from .logconfig import model_family
-from ..models import ModelSpec
 
 FORMAT = "polytrace.calibration"
 VERSION = 1
@@ -307,8 +307,8 @@ def scalars_of(doc: dict):
 
 
 def _applicable(calibration_path, model, gpu):
-    from ..hardware import get_gpu
-    from ..models import get_model
+    from ..run.hardware import get_gpu
+    from ..run.models import get_model
 
     doc = load(calibration_path)
     spec = get_model(model) if not isinstance(model, ModelSpec) else model

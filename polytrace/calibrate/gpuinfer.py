@@ -33,7 +33,7 @@ import math
 
 from ..compose.efficiency import roofline_share
 from ..errors import PolytraceError
-from ..hardware import GPUS
+from ..run.hardware import GPUS
 from .logconfig import Overrides
 from .mfu import check_gpu, read_mfu
 

@@ -23,10 +23,18 @@ import statistics
 from pathlib import Path
 
 from ..errors import PolytraceError
-from ..hardware import GPU, GPUS, detect, get_gpu, nearest_presets
 from ..logs import TrainingLog, Unresolved
 from ..logs.devices import GFX_ARCH
-from ..models import ModelSpec, find_model, from_hf_config, get_model, hf_cached_config, list_models, read_config_file
+from ..run.hardware import GPU, GPUS, detect, get_gpu, nearest_presets
+from ..run.models import (
+    ModelSpec,
+    find_model,
+    from_hf_config,
+    get_model,
+    hf_cached_config,
+    list_models,
+    read_config_file,
+)
 
 DEFAULT_GPU = "a100-80g"
 ACTOR_KEY = "actor_rollout_ref.model.path"

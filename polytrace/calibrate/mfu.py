@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..hardware import GPUS
+from ..run.hardware import GPUS
 
 # verl's ``_DEVICE_FLOPS`` (verl/utils/flops_counter.py, 2025; the first name found in the device
 # name wins, in this order), TFLOP/s. Older verl (0.2-0.4) had the same numbers for the devices

@@ -194,7 +194,7 @@ def _value(setting: Setting, text: str):
         raise SettingError(f"{what}: expected fp8 or null (the model's bf16 weights); other quantizations are not "
                            "priced")
     if setting.kind == "model":
-        from ..models import get_model
+        from ..run.models import get_model
 
         try:
             get_model(t)
@@ -333,7 +333,7 @@ def estimate_arguments(given: dict) -> tuple[dict, dict]:
         else:
             kwargs[s.estimate] = value
     if fields.get("ref_model") is not None:
-        from ..models import get_model
+        from ..run.models import get_model
 
         fields["ref_model"] = get_model(fields["ref_model"])
     # Megatron steps a CPU share only with optimizer_cpu_offload on (its default fraction: 0)

@@ -16,7 +16,7 @@ def register(sub) -> None:
 
 
 def gpu_rows() -> list[dict]:
-    from ..hardware import _ALIASES, GPUS
+    from ..run.hardware import _ALIASES, GPUS
 
     aliases: dict[str, list[str]] = {}
     for alias, slug in _ALIASES.items():
@@ -27,7 +27,7 @@ def gpu_rows() -> list[dict]:
 
 
 def model_rows() -> list[dict]:
-    from ..models import get_model, list_models
+    from ..run.models import get_model, list_models
 
     rows = []
     for name in list_models():

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..models import ModelSpec
+from ..run.models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
 
 # Seconds of host work per Triton kernel launch (triton-lang/triton pull request #3638: 49 us on the

@@ -15,8 +15,8 @@ import math
 import numpy as np
 
 from ..errors import PolytraceError
-from ..hardware import GPU, get_gpu
-from ..models import ModelSpec, get_model
+from ..run.hardware import GPU, get_gpu
+from ..run.models import ModelSpec, get_model
 from ..run.spec import RunSpec, verl_default
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps

@@ -33,7 +33,7 @@ from polytrace_kernels.attention import spec as attention_spec
 from polytrace_kernels.logprob import spec as logprob_spec
 from polytrace_kernels.packing import spec as packing_spec
 
-from ..models import ModelSpec
+from ..run.models import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import PolytraceError
-from ..hardware import get_gpu
+from ..run.hardware import get_gpu
 from ..wording import counted
 from .estimate import estimate
 from .pricing import MEASURED

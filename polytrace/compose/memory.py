@@ -55,8 +55,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import PolytraceError
-from ..hardware import GPU
-from ..models import ModelSpec
+from ..run.hardware import GPU
+from ..run.models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
 
 GB = 1e9

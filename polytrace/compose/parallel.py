@@ -33,8 +33,8 @@ import math
 import numpy as np
 
 from ..errors import PolytraceError
-from ..hardware import GPU
-from ..models import ModelSpec
+from ..run.hardware import GPU
+from ..run.models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
 
 BF16 = 2.0

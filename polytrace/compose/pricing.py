@@ -47,8 +47,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import PolytraceError
-from ..hardware import GPU
-from ..models import ModelSpec
+from ..run.hardware import GPU
+from ..run.models import ModelSpec
 from .efficiency import DEFAULT, Efficiency
 from .families import REGISTRY, KernelFamily, Work, size_fn, trainer_families
 from .timings import Curve, KernelTimings

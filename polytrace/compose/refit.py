@@ -32,8 +32,8 @@ model's few hundred tensors (Qwen2.5-7B: 339; verl syncs its 15 GB in 0.12 s, by
 
 from __future__ import annotations
 
-from ..hardware import GPU
-from ..models import ModelSpec
+from ..run.hardware import GPU
+from ..run.models import ModelSpec
 from ..run.spec import Trainer
 from .efficiency import DEFAULT, Efficiency
 from .parallel import BF16, expert_params

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..hardware import GPU
-from ..models import ModelSpec
+from ..run.hardware import GPU
+from ..run.models import ModelSpec
 from ..run.spec import Rollout, default
 from .efficiency import DEFAULT, Efficiency
 from .pricing import Pricer

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import PolytraceError
-from ..hardware import GPU
-from ..models import ModelSpec
+from ..run.hardware import GPU
+from ..run.models import ModelSpec
 from ..run.spec import PRECISIONS as SPEC_PRECISIONS
 from ..run.spec import Rollout, RunSpec, Trainer, declarations, default
 from .efficiency import DEFAULT, Efficiency

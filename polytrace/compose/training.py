@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..hardware import GPU
-from ..models import ModelSpec
+from ..run.hardware import GPU
+from ..run.models import ModelSpec
 from ..run.spec import default
 from .efficiency import DEFAULT, Efficiency
 from .families import Work, trainer_families

@@ -2,7 +2,7 @@
 
 **Roofline floor** (``floor_s``): no implementation can finish a case faster than its own bound on
 the GPU it ran on, ``max(FLOPs / peak, bytes / bandwidth)`` at the datasheet peaks
-(``polytrace.hardware``: dense bf16 tensor-core FLOP/s, HBM bytes/s). The counts are the ones the
+(``polytrace.run.hardware``: dense bf16 tensor-core FLOP/s, HBM bytes/s). The counts are the ones the
 suites record for the case (``extra_info``):
 
 - ``flops`` counts against the peak only for a compute-roofline case (``roofline`` "bf16"): a
@@ -18,7 +18,7 @@ deferred past the end event, work on another stream) or the counts are wrong. Th
 a case, and ``results show``, ``results store`` and ``gate`` refuse a file holding one, naming it.
 
 **Prediction** (``predicted_s``): the roofline at the *attainable* ceilings (a measured large-GEMM
-rate and device copy rate where ``polytrace.hardware`` has them, else the datasheet), raised to an
+rate and device copy rate where ``polytrace.run.hardware`` has them, else the datasheet), raised to an
 issue-bound estimate from the compiled code when a static report gives one (``static``). A measured
 median more than ``PREDICTION_FACTOR`` (2x) off its prediction either way is flagged for a look,
 never failed: the first GPU run then reads as predicted against measured, case by case.

@@ -174,7 +174,7 @@ _METRIC = {"tflops": ("TFLOP/s", lambda b: b.tflops), "gbps": ("GB/s", lambda b:
 
 
 def _render_throughput(result: ResultFile, stage: _Stage) -> None:
-    from ..hardware import detect
+    from ..run.hardware import detect
 
     plt = pyplot()
     cpu = result.measured_on == CPU_MEASURED_ON

@@ -33,10 +33,6 @@ from pathlib import Path
 
 from ..bench.cluster import ClusterSpec
 from ..errors import PolytraceError
-from .tunables import Tunable as Tunable
-from .tunables import TuneShape as TuneShape
-from .tunables import get_tunable
-from .tunables import tunable_names as tunable_names
 from .measure import (
     BucketRunner,
     Search,
@@ -50,6 +46,10 @@ from .measure import (
     versions,
 )
 from .measure import candidate_configs as candidate_configs
+from .tunables import Tunable as Tunable
+from .tunables import TuneShape as TuneShape
+from .tunables import get_tunable
+from .tunables import tunable_names as tunable_names
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # polytrace/tuning/session.py -> the checkout
 
@@ -170,8 +170,8 @@ def default_root(on_gpu: bool) -> Path:
 
 def _write(tunable: Tunable, search: Search, root, budget_s: float, seed: int) -> dict:
     from ..atomic_write import atomic_write_text
-    from ..hardware import slug_for
     from ..provenance import git_commit, kernel_source_hash
+    from ..run.hardware import slug_for
 
     on_gpu, device_name = search.on_gpu, search.device_name
     slug = slug_for(device_name) if on_gpu else "cpu"

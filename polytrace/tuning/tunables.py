@@ -38,7 +38,7 @@ class TuneShape:
 @dataclass
 class TuneContext:
     profile: object  # polytrace.profiles.Profile
-    model: object  # polytrace.models.ModelSpec
+    model: object  # polytrace.run.models.ModelSpec
     seed: int
     on_gpu: bool
     seqlens: list[np.ndarray] = field(default_factory=list)  # micro-batches of sequence lengths

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import unknown_name
+from ..errors import unknown_name
 
 
 @dataclass(frozen=True)

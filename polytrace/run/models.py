@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from .errors import PolytraceError, unknown_name
+from ..errors import PolytraceError, unknown_name
 
 
 @dataclass(frozen=True)
