@@ -7,7 +7,8 @@ __version__ = "0.1.0"
 
 # Loaded on first use (PEP 562): `import polytrace` stays free of numpy (0.29 s), so the command
 # line installs its Ctrl-C handling before anything heavy is imported.
-_LAZY = {"Batch": "trace", "Trace": "trace", "load_trace": "trace", "save_trace": "trace"}
+_LAZY = {"Batch": "workload.trace", "Trace": "workload.trace", "load_trace": "workload.trace",
+         "save_trace": "workload.trace"}
 
 
 def __getattr__(name):
@@ -20,7 +21,7 @@ def __getattr__(name):
 
 def get_profile(name_or_path):
     """A built-in profile by name, or a fitted profile from a JSON file."""
-    from .profiles import get_profile as _get
+    from .workload.profiles import get_profile as _get
 
     return _get(name_or_path)
 

@@ -39,7 +39,7 @@ ESTIMATE_DEFAULT_STEPS = (0,)
 
 def steps_text(steps) -> str:
     """The steps as given: ``step 5``, ``steps 0-7`` (a contiguous run), ``steps 0,50,100``."""
-    from .describe import _compact
+    from .workload.describe import _compact
 
     steps = list(steps)
     return f"step {steps[0]}" if len(steps) == 1 else f"steps {_compact(steps)}"
@@ -68,7 +68,7 @@ def build_report(run: ReportRun = ReportRun(), steps=None, seed: int = 0,
     prices it by default, with the shared physical priors (``roofline``: the base prices alone).
     ``write=False``: nothing is written (no folder, no files); the text and data are returned."""
     profile, model, gpu, gpus = run.profile, run.model, run.gpu, run.gpus
-    from .describe import describe, format_describe
+    from .workload.describe import describe, format_describe
 
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
@@ -119,7 +119,7 @@ def _write_report(out: Path, job: dict, section: dict, estimate_md: str, data: d
     from tabulate import tabulate
 
     from .compose import plot_stage_breakdown
-    from .describe import workload_table_rows
+    from .workload.describe import workload_table_rows
 
     prof, model, gpu, gpus, steps, seed = (job[k] for k in ("profile", "model", "gpu", "gpus", "steps", "seed"))
     steps_note, workload = job["steps_note"], data["workload"]

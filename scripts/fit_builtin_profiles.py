@@ -4,7 +4,7 @@
     python scripts/fit_builtin_profiles.py ../shared
 
 reads ``<shared>/polytrace-data`` and ``<shared>/validation-logs`` and writes
-``polytrace/profiles/data/*.json``: fitted parameters and quantile tables only, never the traces.
+``polytrace/workload/profiles/data/*.json``: fitted parameters and quantile tables only, never the traces.
 Deterministic: running it twice gives the same files.
 """
 
@@ -18,10 +18,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from polytrace.profiles.drift import drift_from_series  # noqa: E402
-from polytrace.profiles.fit import StatedBatch, fit_profile  # noqa: E402
-from polytrace.profiles.profile import BatchConfig, Profile  # noqa: E402
-from polytrace.trace import load_trace  # noqa: E402
+from polytrace.workload.profiles.drift import drift_from_series  # noqa: E402
+from polytrace.workload.profiles.fit import StatedBatch, fit_profile  # noqa: E402
+from polytrace.workload.profiles.profile import BatchConfig, Profile  # noqa: E402
+from polytrace.workload.trace import load_trace  # noqa: E402
 
 OUT = ROOT / "polytrace" / "profiles" / "data"
 PT = "Zhou-jiecheng/PolyTrace (arXiv 2509.25279)"

@@ -71,7 +71,7 @@ def build_seeds(shared: Path, work: Path, extra_results: list[Path]) -> dict[str
     """Unmutated inputs per kind: trace files, trace folders, profiles, logs, results."""
     sys.path[:0] = [str(REPO), str(REPO / ".shim")]
     import polytrace
-    from polytrace.profiles import fit_profile
+    from polytrace.workload.profiles import fit_profile
 
     data = shared / "polytrace-data"
     seeds: dict[str, list[Path]] = {k: [] for k in ("trace", "folder", "profile", "log", "result", "calibration")}
@@ -113,7 +113,7 @@ def build_seeds(shared: Path, work: Path, extra_results: list[Path]) -> dict[str
     p.mkdir()
     (p / "fitted_dapo.json").write_text(fit_profile(dapo, name="fitted_dapo").dumps())
     for name in ("search-r1-7b", "model-b-math", "model-b-tooluse"):
-        shutil.copy(REPO / "polytrace/profiles/data" / f"{name}.json", p / f"{name}.json")
+        shutil.copy(REPO / "polytrace/workload/profiles/data" / f"{name}.json", p / f"{name}.json")
     seeds["profile"] = sorted(p.iterdir())
     seeds["log"] = sorted((shared / "validation-logs").glob("*.log"))
     r = work / "seeds" / "results"

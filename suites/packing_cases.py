@@ -38,7 +38,7 @@ PACK_PROFILES = ("dapo-math-32b", "search-r1-7b")
 
 
 def _verl_unavailable() -> str | None:
-    from polytrace.packcompare import verl_unavailable
+    from polytrace.workload.packcompare import verl_unavailable
 
     return verl_unavailable()
 
@@ -48,7 +48,7 @@ KERNELS = [Provider("ours", kind="ours"), Provider("torch", kind="baseline")]
 
 
 def _seqlens(profile: str, prompts: int | None = None) -> np.ndarray:
-    from polytrace.profiles import get_profile
+    from polytrace.workload.profiles import get_profile
 
     return np.asarray(get_profile(profile).sample(step=0, seed=0, prompts=prompts).seq_lens, dtype=np.int64)
 

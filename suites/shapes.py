@@ -47,7 +47,7 @@ class MicroBatch:
 
 
 def sample_step(profile: str, *, seed: int = 0, step: int = 0):
-    from polytrace.profiles import get_profile
+    from polytrace.workload.profiles import get_profile
 
     return get_profile(profile).sample(step=step, seed=seed)
 

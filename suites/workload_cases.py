@@ -21,7 +21,7 @@ POLYTRACE = Provider("polytrace", kind="ours")
 
 def _inputs(name: str):
     def make(device, seed: int):
-        from polytrace.profiles import get_profile
+        from polytrace.workload.profiles import get_profile
 
         profile = get_profile(name)
         profile.sample(step=0, seed=0, prompts=8)  # build the lookup tables outside the timing
@@ -59,7 +59,7 @@ def _finish(info: dict) -> None:
 
 
 def cases() -> list[BenchCase]:
-    from polytrace.profiles import BUILTIN, get_profile
+    from polytrace.workload.profiles import BUILTIN, get_profile
 
     out = []
     for name in BUILTIN:

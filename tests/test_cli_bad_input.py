@@ -45,9 +45,9 @@ def scratch(tmp_path):
 
     put("base.json", make_result(seed=1))
     put("huge.jsonl", '{"step": 0, "input": 5, "output": [1e400, 3], "n_sampling": 2}\n')
-    put("native_bad_header.jsonl", '{"format": "polytrace.trace", "version": 1, "kind": "single", '
+    put("native_bad_header.jsonl", '{"format": "polytrace.workload.trace", "version": 1, "kind": "single", '
                                    '"max_response_len": "lots"}\n{"step": 0, "prompt_len": 5, "responses": [3]}\n')
-    put("native_overflow.jsonl", '{"format": "polytrace.trace", "version": 1, "kind": "single", '
+    put("native_overflow.jsonl", '{"format": "polytrace.workload.trace", "version": 1, "kind": "single", '
                                  '"max_response_len": 8}\n{"step": 0, "prompt_len": 5, "responses": [1e400]}\n')
     bad_machine = make_result(seed=3)
     bad_machine["machine_info"] = "h200"

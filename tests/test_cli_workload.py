@@ -107,7 +107,7 @@ def test_describe_per_step_prints_plain_numbers(capsys):
 
 
 def test_a_malformed_profile_names_the_missing_field(tmp_path, capsys):
-    from polytrace.profiles import get_profile
+    from polytrace.workload.profiles import get_profile
 
     doc = get_profile("dapo-math-32b").to_json()
     del doc["name"]

@@ -11,8 +11,8 @@ from polytrace.cli import main
 from polytrace.compose.checks import tp_splits_heads, valid_rollout_tps
 from polytrace.compose.estimate import build_config, estimate
 from polytrace.errors import PolytraceError
-from polytrace.profiles import get_profile
 from polytrace.run.models import get_model
+from polytrace.workload.profiles import get_profile
 
 
 def test_vllm_head_rule():
@@ -52,7 +52,7 @@ def test_more_ranks_than_sequences_is_refused_before_any_sampling(capsys, monkey
     def no_work(*a, **k):
         raise AssertionError("sampled batches for a configuration that should have been refused")
 
-    from polytrace.profiles.profile import Profile
+    from polytrace.workload.profiles.profile import Profile
 
     monkeypatch.setattr(Profile, "sample", no_work)
     # dapo-math-32b: 96 prompts x 8 = 768 sequences per step

@@ -193,7 +193,7 @@ def test_calibration_scales_each_kind_of_work_and_adds_its_fixed_seconds():
 
 def test_estimate_step_defaults_to_the_roofline():
     from polytrace.compose import build_config
-    from polytrace.profiles import get_profile
+    from polytrace.workload.profiles import get_profile
 
     prof = get_profile("dapo-math-32b")
     cfg = build_config(prof, MODEL, "h200", 1, prompts=8)

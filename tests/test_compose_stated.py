@@ -14,8 +14,8 @@ from polytrace.compose import estimate
 from polytrace.compose.estimate import build_config
 from polytrace.compose.workloads import nearest_shape, stated_lengths_profile
 from polytrace.errors import PolytraceError
-from polytrace.profiles import get_profile
-from polytrace.profiles.stated import describe, parse_lengths, rescale
+from polytrace.workload.profiles import get_profile
+from polytrace.workload.profiles.stated import describe, parse_lengths, rescale
 
 SHAPES = ("dapo-math-32b", "deepcoder-14b", "model-b-math", "video-vl-7b")
 
@@ -104,7 +104,7 @@ def test_a_sequence_cap_below_the_longest_prompt_is_refused():
 
 def test_the_cli_syntax_is_the_parsers():
     from polytrace.cli.compose_cmds import LENGTHS_SYNTAX as CLI
-    from polytrace.profiles.stated import FIELDS, LENGTHS_SYNTAX
+    from polytrace.workload.profiles.stated import FIELDS, LENGTHS_SYNTAX
 
     assert CLI == LENGTHS_SYNTAX and all(f"{f}=" in LENGTHS_SYNTAX for f in FIELDS)
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from polytrace import load_trace
-from polytrace.describe import describe, describe_batch, rollout_tail_share
-from polytrace.fidelity import GOAL_KS, GOAL_P99_REL_ERR, compare, fidelity, group_max_mean_ratio
-from polytrace.profiles import get_profile
-from polytrace.trace.batch import Batch
+from polytrace.workload.describe import describe, describe_batch, rollout_tail_share
+from polytrace.workload.fidelity import GOAL_KS, GOAL_P99_REL_ERR, compare, fidelity, group_max_mean_ratio
+from polytrace.workload.profiles import get_profile
+from polytrace.workload.trace.batch import Batch
 
 OWN_TRACES = {
     "dapo-math-32b": ("verl/profile/packed_length_log/20260610_092349", 32768),
@@ -105,7 +105,7 @@ def _partial_trace(tmp_path):
 
 
 def test_describe_leaves_partial_steps_out_of_the_means(tmp_path):
-    from polytrace.describe import format_describe
+    from polytrace.workload.describe import format_describe
 
     trace = _partial_trace(tmp_path)
     d = describe(trace)
@@ -121,7 +121,7 @@ def test_describe_leaves_partial_steps_out_of_the_means(tmp_path):
 
 
 def test_fidelity_leaves_partial_steps_out(tmp_path):
-    from polytrace.fidelity import format_fidelity
+    from polytrace.workload.fidelity import format_fidelity
 
     trace = _partial_trace(tmp_path)
     profile = get_profile("deepcoder-14b")

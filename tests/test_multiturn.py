@@ -110,7 +110,7 @@ def test_estimate_prefills_the_tool_output_of_a_multiturn_profile():
     import dataclasses
 
     from polytrace.compose.estimate import build_config, estimate_step
-    from polytrace.profiles import get_profile
+    from polytrace.workload.profiles import get_profile
 
     prof = get_profile("search-r1-7b")
     cfg = build_config(prof, "qwen2.5-7b", "h100", 8, rollout_tp=2)
@@ -259,7 +259,7 @@ def test_estimate_takes_a_stated_generated_share_for_a_multiturn_profile(capsys)
     single-turn profile, or outside (0, 1], a one-line error."""
     from polytrace.cli import main
     from polytrace.compose.estimate import build_config, estimate_step
-    from polytrace.profiles import get_profile
+    from polytrace.workload.profiles import get_profile
 
     prof = get_profile("search-r1-7b")
     batch = prof.sample(step=0, seed=0, prompts=64)

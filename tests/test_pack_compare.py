@@ -8,7 +8,7 @@ import pytest
 
 from polytrace.cli import main
 from polytrace.errors import PolytraceError
-from polytrace.packcompare import Row, compare, summarize, verl_unavailable
+from polytrace.workload.packcompare import Row, compare, summarize, verl_unavailable
 
 
 def test_compare_ours_only_rows_and_summary():
@@ -46,7 +46,7 @@ def test_cli_json_and_table(capsys):
 
 
 def test_an_unavailable_peer_is_said_once_per_command(capsys, monkeypatch):
-    import polytrace.packcompare as pc
+    import polytrace.workload.packcompare as pc
 
     monkeypatch.setattr(pc, "verl_unavailable", lambda: "verl not importable (No module named 'tensordict')")
     assert main(["pack-compare", "video-vl-7b", "--steps", "0-2"]) == 0

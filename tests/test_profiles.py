@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from polytrace.errors import PolytraceError
-from polytrace.profiles import BUILTIN, DriftCurve, Profile, fit_profile, get_drift, get_profile, list_profiles
-from polytrace.profiles.quantiles import QuantileTable
+from polytrace.workload.profiles import BUILTIN, DriftCurve, Profile, fit_profile, get_drift, get_profile, list_profiles
+from polytrace.workload.profiles.quantiles import QuantileTable
 
 
 @pytest.mark.parametrize("name", BUILTIN)
@@ -133,7 +133,7 @@ def test_quantile_table_keeps_the_cap_atom():
 
 
 def test_fit_roundtrip_and_load(tmp_path):
-    from polytrace.trace.model import PromptGroup, Response, Step, Trace
+    from polytrace.workload.trace.model import PromptGroup, Response, Step, Trace
 
     rng = np.random.default_rng(3)
     steps = []
@@ -175,7 +175,7 @@ def test_bad_profile_files(tmp_path):
 
 
 def _toy_trace(lens_per_group, steps=2, prompt=100):
-    from polytrace.trace.model import PromptGroup, Response, Step, Trace
+    from polytrace.workload.trace.model import PromptGroup, Response, Step, Trace
 
     return Trace([Step(s, [PromptGroup(prompt, [Response(int(v), False) for v in lens]) for lens in lens_per_group])
                   for s in range(steps)], max_response_len=int(max(max(g) for g in lens_per_group)), name="toy",
@@ -191,7 +191,7 @@ def test_fit_of_identical_lengths_has_no_nan_rho(tmp_path):
 
 
 def test_fit_file_refuses_to_write_what_does_not_read_back(tmp_path, monkeypatch):
-    from polytrace.profiles import fit as fit_module
+    from polytrace.workload.profiles import fit as fit_module
 
     trace_file = tmp_path / "packed_lengths_step_0.jsonl"
     trace_file.write_text("".join(json.dumps({"step": 0, "input": 10 + g, "output": [5 + g, 9 * g + 1]}) + "\n"
@@ -216,7 +216,7 @@ def test_fit_file_refuses_to_write_what_does_not_read_back(tmp_path, monkeypatch
 
 def test_fit_says_where_the_cap_came_from(polytrace_data, tmp_path):
     """Before: the DAPO trace's observed maximum (10,112) silently became the cap (the run's: 32,768)."""
-    from polytrace.profiles import StatedBatch, fit_file
+    from polytrace.workload.profiles import StatedBatch, fit_file
 
     dapo = polytrace_data / "verl/profile/packed_length_log/20260610_092349"
     guessed = fit_file(dapo, tmp_path / "a.json")
@@ -323,7 +323,7 @@ def test_sampling_is_refused_before_allocating_past_the_step_limit():
     must be refused, not allocate prompts x n sequences."""
     from dataclasses import replace
 
-    from polytrace.profiles.profile import MAX_SEQUENCES_PER_STEP, BatchConfig
+    from polytrace.workload.profiles.profile import MAX_SEQUENCES_PER_STEP, BatchConfig
 
     p = get_profile("dapo-math-32b")
     big = replace(p, config=BatchConfig(1, MAX_SEQUENCES_PER_STEP, 2048, 32768))

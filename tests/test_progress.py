@@ -58,8 +58,8 @@ def test_on_a_terminal_a_live_bar():
 def test_report_length_plot_has_a_log_count_axis():
     import matplotlib.pyplot as plt
 
-    from polytrace.profiles import get_profile
     from polytrace.report import lengths_figure
+    from polytrace.workload.profiles import get_profile
 
     fig = lengths_figure(get_profile("deepcoder-14b"), [0], 0)
     ax = fig.axes[0]

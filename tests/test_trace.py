@@ -9,7 +9,7 @@ import pytest
 
 from polytrace import load_trace, save_trace
 from polytrace.errors import PolytraceError, TraceFormatError
-from polytrace.trace import dumps_trace
+from polytrace.workload.trace import dumps_trace
 
 
 def _step_line(step, prompt, outputs, n=None, **extra):
@@ -285,7 +285,7 @@ def test_multiturn_conflicting_prompt_in_a_group(tmp_path):
         load_trace(f)
 
 
-_NATIVE_HEAD = {"format": "polytrace.trace", "version": 1, "kind": "single", "name": "t", "max_response_len": 100,
+_NATIVE_HEAD = {"format": "polytrace.workload.trace", "version": 1, "kind": "single", "name": "t", "max_response_len": 100,
                 "max_prompt_len": 64}
 
 

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from polytrace import load_trace, save_trace
-from polytrace.describe import describe
 from polytrace.errors import TraceFormatError
-from polytrace.trace.fields import MAX_SECONDS, MAX_STEP, MAX_TOKENS
+from polytrace.workload.describe import describe
+from polytrace.workload.trace.fields import MAX_SECONDS, MAX_STEP, MAX_TOKENS
 
 # derandomized by conftest's "ci" hypothesis profile (HYPOTHESIS_PROFILE=explore draws at random)
 SETTINGS = settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -40,7 +40,7 @@ MT_RECORD = {
     "tool_calls": [{"turn": 0, "latency_s": 0.074, "append_len": 1041}],
     "finish_reason": "stop", "final_response_len": 1216, "final_response_loss_len": 171, "validate": False,
     "prompt_group_id": 0, "sample_id": 0}
-NATIVE_HEAD = {"format": "polytrace.trace", "version": 1, "kind": "single", "name": "t", "max_response_len": 4096,
+NATIVE_HEAD = {"format": "polytrace.workload.trace", "version": 1, "kind": "single", "name": "t", "max_response_len": 4096,
                "max_prompt_len": 512}
 NATIVE_RECORD = {"step": 0, "prompt_len": 100, "responses": [30, 4096, 7], "capped": [1]}
 NATIVE_MT_HEAD = {**NATIVE_HEAD, "kind": "multiturn", "max_response_len": 3000}

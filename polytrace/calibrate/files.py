@@ -280,7 +280,7 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
     """``polytrace calibrate --stage-times ... -o cal.json``: fit on per-stage averages, with
     lengths sampled from the profile for the stated configuration."""
     from ..compose.estimate import build_config, with_group_size
-    from ..profiles import get_profile
+    from ..workload.profiles import get_profile
 
     times = parse_stage_times(stage_times)
     prof = get_profile(profile)

@@ -65,7 +65,7 @@ def run_defaults(doc: dict) -> dict:
         shape, at, stated = profile.partition("@")
         out["profile"] = shape
         if at:
-            from ..profiles.stated import parse_lengths
+            from ..workload.profiles.stated import parse_lengths
 
             try:
                 parse_lengths(stated)

@@ -18,7 +18,7 @@ from ._settings import add_run_flags, add_set_flag, estimate_settings, run_value
 if TYPE_CHECKING:  # the parser is built without importing compose (numpy) for every command
     from ..compose.result import EstimateResult
 
-# polytrace.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
+# polytrace.workload.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
 # parser is built without importing the profiles (numpy) for every command
 LENGTHS_SYNTAX = "mean=M[,max=L][,total=T][,prompt=P][,shape=PROFILE]"
 
@@ -173,7 +173,7 @@ def stated_run(args, model=None) -> tuple[object, dict]:
 
 def stated_profile(args, model=None):
     """``--profile`` (default dapo-math-32b), or with ``--lengths`` its shape rescaled."""
-    from ..profiles import DEFAULT_PROFILE
+    from ..workload.profiles import DEFAULT_PROFILE
 
     if getattr(args, "lengths", None) is None:
         return args.profile or DEFAULT_PROFILE
@@ -363,7 +363,7 @@ def _print_sync(result: EstimateResult, args) -> None:
 def _lengths_line(profile) -> str:
     if not hasattr(profile, "stated"):
         return ""
-    from ..profiles.stated import describe
+    from ..workload.profiles.stated import describe
 
     return describe(profile)
 

@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from ..packcompare import compare
+    from ..workload.packcompare import compare
     from ._io import print_json
 
     result = compare(profile_arg(args, "profile"), steps=args.steps, seed=args.seed, ranks=args.ranks,

@@ -100,9 +100,9 @@ def profile_arg(args, dest: str) -> str:
 
 def load_source(text: str, drift: str | None = None, max_response_len: int | None = None):
     """A profile (built-in name or profile JSON) or a trace, decided by what ``text`` names."""
-    from ..profiles import BUILTIN, get_profile
-    from ..profiles.profile import FORMAT as PROFILE_FORMAT
-    from ..trace import load_trace
+    from ..workload.profiles import BUILTIN, get_profile
+    from ..workload.profiles.profile import FORMAT as PROFILE_FORMAT
+    from ..workload.trace import load_trace
 
     path = Path(text)
     if text not in BUILTIN and not path.exists():
@@ -138,7 +138,7 @@ def _is_profile_file(path: Path, fmt: str) -> bool:
 
 
 def cmd_profiles(args) -> int:
-    from ..profiles import get_profile, list_profiles
+    from ..workload.profiles import get_profile, list_profiles
 
     rows = []
     for name in list_profiles():
@@ -158,7 +158,7 @@ def cmd_profiles(args) -> int:
 
 
 def cmd_describe(args) -> int:
-    from ..describe import describe, format_describe
+    from ..workload.describe import describe, format_describe
 
     src = load_source(profile_arg(args, "source"), drift=args.drift, max_response_len=args.max_response_len)
     result = describe(src, steps=args.steps, seed=args.seed, include_partial=args.include_partial)
@@ -170,9 +170,9 @@ def cmd_describe(args) -> int:
 
 
 def cmd_fidelity(args) -> int:
-    from ..fidelity import fidelity, format_fidelity
-    from ..profiles import get_profile
-    from ..trace import load_trace
+    from ..workload.fidelity import fidelity, format_fidelity
+    from ..workload.profiles import get_profile
+    from ..workload.trace import load_trace
 
     profile = get_profile(profile_arg(args, "profile"))
     result = fidelity(profile, load_trace(args.trace, max_response_len=args.max_response_len),
@@ -185,7 +185,7 @@ def cmd_fidelity(args) -> int:
 
 
 def cmd_fit(args) -> int:
-    from ..profiles import StatedBatch, fit_file
+    from ..workload.profiles import StatedBatch, fit_file
 
     if not args.out:
         raise PolytraceError("fit: -o/--out PROFILE_JSON is required (the profile file to write)")

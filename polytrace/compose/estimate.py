@@ -404,7 +404,7 @@ def estimate(profile, model, gpu, gpus: int, **kw) -> EstimateResult:
 
 def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) -> EstimateResult:
     """Per-step stage estimates of ``spec`` on ``profile``'s sampled steps, and their summary."""
-    from ..profiles import get_profile
+    from ..workload.profiles import get_profile
 
     options = options or PriceOptions()
     steps, seed, calibration = options.steps, options.seed, options.calibration
@@ -472,7 +472,7 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
                                f"{', '.join(measured)}, which the priors' slowdowns also scale"]
     lengths = None
     if hasattr(prof, "stated"):  # lengths stated by their mean and cap (profiles/stated.py)
-        from ..profiles.stated import describe
+        from ..workload.profiles.stated import describe
 
         lengths = {**prof.summary(), "line": describe(prof)}
     return EstimateResult(

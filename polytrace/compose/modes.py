@@ -354,7 +354,7 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
     default on in fully-async (verl's ``async_training.checkpoint_engine.enable`` default), off in
     one-step-off. ``trainer_logprobs`` (fully-async): the trainer runs the old-policy log-prob pass
     (NeMo RL's async GRPO); default off, as verl's fully-async trainer uses the rollout's."""
-    from ..profiles import get_profile
+    from ..workload.profiles import get_profile
 
     options = options or PriceOptions()
     m, gpus = spec.mode, spec.cluster.gpus

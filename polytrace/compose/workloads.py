@@ -24,7 +24,7 @@ FALLBACK_DEFAULTS = ("qwen2.5-7b", 8)
 def default_workload(profile=None, model=None, gpus=None):
     """(``Profile``, model, GPU count): the profile given (name, path or ``Profile``) or the default
     one, and the model and GPU count given or that profile's defaults."""
-    from ..profiles import DEFAULT_PROFILE, get_profile
+    from ..workload.profiles import DEFAULT_PROFILE, get_profile
 
     prof = get_profile(profile if profile is not None else DEFAULT_PROFILE)
     # a profile of stated lengths runs where its shape was recorded
@@ -43,7 +43,7 @@ def nearest_shape(model=None) -> str:
     """The built-in shape for ``model``'s task (``--lengths`` without ``shape=``): the profile
     recorded on that model where one was (single-turn), else by the words of its name
     (``TASK_SHAPES``), else math reasoning (dapo-math-32b)."""
-    from ..profiles import get_profile
+    from ..workload.profiles import get_profile
 
     name = str(getattr(model, "name", model or "")).lower()
     for prof, (recorded, _) in PROFILE_DEFAULTS.items():
@@ -58,8 +58,8 @@ def stated_lengths_profile(lengths, profile=None, model=None, max_response_len=N
     else ``profile`` when given, else the nearest built-in for ``model``'s task, rescaled to the
     stated mean, cap (default ``max_response_len``, else the shape's) and mean prompt."""
     from ..errors import PolytraceError
-    from ..profiles import get_profile
-    from ..profiles.stated import StatedLengths, parse_lengths, rescale
+    from ..workload.profiles import get_profile
+    from ..workload.profiles.stated import StatedLengths, parse_lengths, rescale
 
     stated = lengths if isinstance(lengths, StatedLengths) else parse_lengths(lengths)
     shape = stated.shape or profile or nearest_shape(model)

@@ -161,8 +161,8 @@ class Workload:
 
 def build_workload(tunable: Tunable, profile: str, model: str | None, seed: int, on_gpu: bool,
                    device_name: str) -> Workload:
-    from ..profiles import get_profile
     from ..run.models import get_model
+    from ..workload.profiles import get_profile
 
     prof = get_profile(profile)
     model_name = model or PROFILE_MODELS.get(prof.name, FALLBACK_MODEL)

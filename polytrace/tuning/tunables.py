@@ -37,7 +37,7 @@ class TuneShape:
 
 @dataclass
 class TuneContext:
-    profile: object  # polytrace.profiles.Profile
+    profile: object  # polytrace.workload.profiles.Profile
     model: object  # polytrace.run.models.ModelSpec
     seed: int
     on_gpu: bool

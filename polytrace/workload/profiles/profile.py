@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from ..trace.batch import Batch, TurnTable
 from ..trace.fields import MAX_TOKENS, read_regular_file
 from .drift import DriftCurve

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PolytraceError
+from ..errors import PolytraceError
 
 VERL_SKIP = None  # filled lazily: reason verl is unavailable, or "" when usable
 

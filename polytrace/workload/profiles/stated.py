@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from ..trace.batch import Batch
 from .profile import Profile
 

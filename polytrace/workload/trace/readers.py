@@ -10,7 +10,7 @@ Accepted (``load_trace`` picks by content, not by file name):
 - A folder of either (searched recursively; files in natural order, so step 10 follows step 9).
 - The paper-era JSON ``{"<step>": {"input": [...], "output": [...]}}`` and its multi-turn form
   ``{"<step>": [{"input": [per-turn prompt], "output": [per-turn completion]}, ...]}``.
-- polytrace's native JSONL (``polytrace.trace.native``).
+- polytrace's native JSONL (``polytrace.workload.trace.native``).
 
 Validation rollouts (``"validate": true``) are not training steps and are skipped.
 Every field goes through ``fields`` (typed and range-checked: lengths below 2**31 and the stated
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import TraceFormatError
+from ...errors import TraceFormatError
 from . import native
 from .fields import (
     MAX_STEP,

@@ -11,7 +11,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from ..errors import PolytraceError, unknown_name
+from ...errors import PolytraceError, unknown_name
 from .drift import DriftCurve, drift_presets, get_drift
 from .fit import FitResult, StatedBatch, fit_file, fit_profile
 from .profile import BatchConfig, Profile

@@ -15,7 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import TraceFormatError
+from ...errors import TraceFormatError
 
 # Lengths fit in int32, as the kernels' cu_seqlens do: a 2**31-token sequence is ~4,000x the
 # longest context any model trains on today, so anything longer is a corrupt record.

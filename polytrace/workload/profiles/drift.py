@@ -16,7 +16,7 @@ from importlib import resources
 
 import numpy as np
 
-from ..errors import PolytraceError, unknown_name
+from ...errors import PolytraceError, unknown_name
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,13 @@
 
 Line 1 is a header; every further line is one prompt group::
 
-    {"format": "polytrace.trace", "version": 1, "kind": "single", "name": "dapo",
+    {"format": "polytrace.workload.trace", "version": 1, "kind": "single", "name": "dapo",
      "max_response_len": 32768, "max_prompt_len": 2048}
     {"step": 0, "prompt_len": 112, "responses": [450, 453, 32768], "capped": [2]}
 
 ``responses`` lists response lengths (none above the header's cap); ``capped`` lists the indices
 (within the group) of the responses that stopped at the cap. The header's optional ``cap_source``
-says where the cap came from (``polytrace.trace.model.CAP_SOURCES``; default ``recorded``).
+says where the cap came from (``polytrace.workload.trace.model.CAP_SOURCES``; default ``recorded``).
 Multi-turn traces store each response as an object::
 
     {"step": 0, "prompt_len": 317, "responses": [
@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..errors import TraceFormatError
+from ...errors import TraceFormatError
 from .fields import Where, array, count, loads, obj, require_keys, seconds, step_number
 from .fields import text as text_field
 from .model import CAP_SOURCES, PromptGroup, Response, Step, ToolCall, Trace, Turn
 
-FORMAT = "polytrace.trace"
+FORMAT = "polytrace.workload.trace"
 VERSION = 1
 
 
@@ -65,7 +65,7 @@ def _response_obj(r: Response) -> dict:
 
 def save_trace(trace: Trace, path) -> None:
     """Write ``trace`` in the native format, atomically (a failure leaves no partial file)."""
-    from ..atomic_write import atomic_write_text
+    from ...atomic_write import atomic_write_text
 
     atomic_write_text(path, dumps(trace))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from ..trace.fields import MAX_TOKENS
 from ..trace.model import Trace, describe_cap
 from .drift import DriftCurve, get_drift
@@ -205,7 +205,7 @@ def fit_file(trace_path, output, *, name: str | None = None, description: str = 
     """``polytrace fit``: read a trace, fit a profile and write it to ``output``, atomically and only
     once the written text has been read back into the same profile (a file ``describe`` or
     ``get_profile`` would refuse is never written)."""
-    from ..atomic_write import atomic_write_text
+    from ...atomic_write import atomic_write_text
     from ..trace.readers import load_trace
 
     out = Path(output)
