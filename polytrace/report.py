@@ -4,7 +4,7 @@ For one profile (default ``dapo-math-32b``), model and GPU it writes ``report.md
 
 1. the workload's shape statistics (sampled steps, mean over steps),
 2. the estimated RL step: per-stage times, step time, tokens/s/GPU and where the time goes
-   (from ``polytrace.compose``), with a PNG of the stage breakdown across steps,
+   (from ``polytrace.stepmodel``), with a PNG of the stage breakdown across steps,
 3. links to the measured kernel results and plots found under ``results/``, apart from the
    compile-only reports (``results/static/``: compiled code, no timings),
 
@@ -22,8 +22,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .atomic_write import atomic_write_text, first_missing
-from .compose.workloads import DEFAULT_GPU, DEFAULT_STEPS, default_workload
 from .errors import PolytraceError
+from .stepmodel.workloads import DEFAULT_GPU, DEFAULT_STEPS, default_workload
 
 
 def _results_root() -> Path:
@@ -85,8 +85,8 @@ def build_report(run: ReportRun = ReportRun(), steps=None, seed: int = 0,
     gpu = gpu or DEFAULT_GPU
     workload = describe(prof, steps=steps, seed=seed)
 
-    from .compose import report_section
-    from .compose.efficiency import PRIORS
+    from .stepmodel import report_section
+    from .stepmodel.efficiency import PRIORS
 
     section = report_section(prof, model=model, gpu=gpu, gpus=gpus, steps=steps, seed=seed,
                              results_root=_results_root(), calibration=None if roofline else PRIORS)
@@ -118,7 +118,7 @@ def _write_report(out: Path, job: dict, section: dict, estimate_md: str, data: d
     """report.md and its two plots into ``out``; the result of ``build_report``."""
     from tabulate import tabulate
 
-    from .compose import plot_stage_breakdown
+    from .stepmodel import plot_stage_breakdown
     from .workload.describe import workload_table_rows
 
     prof, model, gpu, gpus, steps, seed = (job[k] for k in ("profile", "model", "gpu", "gpus", "steps", "seed"))
@@ -197,7 +197,7 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int, explain: bo
                    ["KV-cache capacity per engine", f"{mem['kv_capacity_tokens']:,.0f} tokens"]]
     warnings = [f"warning: {w}" for w in section.get("warnings", [])]
     kernels = _render_kernels(summary)
-    from .compose.estimate import TAIL_FIGURES_NOTE
+    from .stepmodel.estimate import TAIL_FIGURES_NOTE
     per_step = [[r["step"], r["step_s"], r["gen"], r["tokens_per_s_per_gpu"]] for r in section["rows"]]
     # warnings first: a configuration that cannot run is read before the numbers, not after them;
     # the note on the two tail figures is in report.md, and on screen with --explain
@@ -223,7 +223,7 @@ def _render_estimate(section: dict, model: str, gpu: str, gpus: int, explain: bo
 def _render_kernels(summary: dict) -> dict:
     """The kernel breakdown (seconds of each family per stage, share, measured or roofline) and
     the Amdahl table, as text and Markdown."""
-    from .compose.breakdown import amdahl_lines, grouped_source_lines, kernel_table, priors_constant_named
+    from .stepmodel.breakdown import amdahl_lines, grouped_source_lines, kernel_table, priors_constant_named
 
     summary = priors_constant_named(summary)
     factor = summary["amdahl"][0]["factor"] if summary.get("amdahl") else 2.0

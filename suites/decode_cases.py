@@ -3,7 +3,7 @@ attention across the KV lengths a rollout visits.
 
 Shapes: for each of four built-in profiles, one sampled step run through continuous batching on
 one engine of ``GPU_DECODE_SLOTS`` (256, vLLM's default max_num_seqs) sequences at once, FIFO, as
-``polytrace/compose/rollout.py`` simulates it (``shapes.decode_trajectory``); the running batch is
+``polytrace/stepmodel/rollout.py`` simulates it (``shapes.decode_trajectory``); the running batch is
 read off at ``DECODE_POINTS`` of the rollout: a full batch at prompt-sized KV lengths early, the
 long tail's few sequences at long lengths late. Heads of Qwen2.5-7B and Qwen2.5-32B. Shape keys:
 ``batch`` (running sequences), ``kv_len_mean``, ``kv_len_max``, ``kv_total``, ``heads_q``,

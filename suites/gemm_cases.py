@@ -1,8 +1,8 @@
 """Cases of the GEMM suite (``suites/test_gemm.py``): the dense linear layers of the built-in
 profiles' models through torch (cuBLAS on a GPU). A baseline, not a kernel of ours: the
-composition layer (``polytrace.compose``) prices every stage's dense matmuls with these timings.
+composition layer (``polytrace.stepmodel``) prices every stage's dense matmuls with these timings.
 
-Models: the model each built-in profile is estimated with (``polytrace.compose.workloads.PROFILE_DEFAULTS``:
+Models: the model each built-in profile is estimated with (``polytrace.stepmodel.workloads.PROFILE_DEFAULTS``:
 Qwen2.5-32B, Qwen2.5-14B (DeepCoder), Qwen2.5-VL-7B, Qwen2.5-7B, Qwen3-235B-A22B), each at the
 tokens of its own profile's micro-batches (so the estimate of every built-in profile finds its
 model by name, though Qwen2.5-VL-7B's language model has Qwen2.5-7B's dimensions). Layers, for
@@ -11,7 +11,7 @@ K = heads x head_dim), ``gate_up`` (N = 2 x intermediate, K = hidden), ``down`` 
 K = intermediate) and ``lm_head`` (N = vocab, K = hidden). A mixture-of-experts model's MLP is one
 expert's GEMM at the mean tokens an expert gets, ``M x active / experts`` (``experts`` and
 ``tokens`` in the shape say so), plus its ``router`` (N = experts, K = hidden): the layer names
-``polytrace.compose.pricing.linear_layers`` prices.
+``polytrace.stepmodel.pricing.linear_layers`` prices.
 
 ``M``: the tokens of the profile's representative packed micro-batch (``shapes.token_counts``,
 the log-prob and update passes), modes ``fwd`` (``x @ w.T``) and ``bwd`` (its two gradient
@@ -104,7 +104,7 @@ def gemm_shapes() -> tuple[tuple[str, GemmShape], ...]:
             for mode in ("fwd", "bwd"):
                 out.append((mode, GemmShape(CPU_MODEL["name"], layer, m, n, k, "", 1.0, CPU_TOKENS, e, None, None)))
         return tuple(out)
-    from polytrace.compose.workloads import PROFILE_DEFAULTS
+    from polytrace.stepmodel.workloads import PROFILE_DEFAULTS
 
     seen = set()
     for profile, (model_name, _gpus) in PROFILE_DEFAULTS.items():

@@ -58,8 +58,8 @@ def trust_line(result) -> str:
 def step_estimate(files: list[Path], slug: str) -> str:
     """The default workload's step priced from this run's timings: which families are measured."""
     try:
-        from polytrace.compose import estimate
-        from polytrace.compose.breakdown import kernel_table, source_lines
+        from polytrace.stepmodel import estimate
+        from polytrace.stepmodel.breakdown import kernel_table, source_lines
 
         est = estimate("dapo-math-32b", "qwen2.5-32b", slug, 32, steps=range(8), results=[str(f) for f in files])
         return ("step estimate priced from this run (dapo-math-32b / qwen2.5-32b / 32 GPUs, estimated):\n"
@@ -104,7 +104,7 @@ def summary(out: Path, summary_path: Path, slug: str, suites: list[str], results
             candidate = merge(results, name=str(out))
             report = compare(baseline, candidate)
             if report.exit_code != 2:  # the change's cost on the default workload, under the verdict as in gate
-                from polytrace.compose.impact import step_time_line
+                from polytrace.stepmodel.impact import step_time_line
 
                 report.impact.append(step_time_line(baseline, candidate)["line"])
             atomic_write_text(out / "gate.md", format_markdown(report) + "\n")

@@ -109,7 +109,7 @@ class DecodePoint:
 def fifo_starts(response_lens: np.ndarray, slots: int) -> np.ndarray:
     """Decode iteration at which each sequence starts when at most ``slots`` run at once and a
     waiting sequence takes the first slot that frees, in batch order: the schedule of
-    ``polytrace.compose.rollout``'s engine simulation (``tests/test_suites_registry.py`` checks
+    ``polytrace.stepmodel.rollout``'s engine simulation (``tests/test_suites_registry.py`` checks
     the two agree)."""
     import heapq
 
@@ -130,7 +130,7 @@ def decode_trajectory(profile: str, *, slots: int, points=(0.05, 0.3, 0.6, 0.9),
                       step: int = 0) -> list[DecodePoint]:
     """The KV lengths decode attention sees across a rollout: one sampled step of ``profile`` run
     through continuous batching on one engine with ``slots`` sequences at once (FIFO, as
-    ``polytrace/compose/rollout.py`` simulates it), the running batch read off at ``points``
+    ``polytrace/stepmodel/rollout.py`` simulates it), the running batch read off at ``points``
     (fractions of the iterations until the last sequence finishes). Early points hold a full batch
     at prompt-sized KV lengths, late ones the few long responses of the tail at long lengths."""
     batch = sample_step(profile, seed=seed, step=step)

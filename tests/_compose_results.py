@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from polytrace.compose.pricing import MEASURED, linear_layers
 from polytrace.run.models import get_model
+from polytrace.stepmodel.pricing import MEASURED, linear_layers
 from polytrace_kernels.logprob import spec as logprob_spec
 
 GPU_NAME = "NVIDIA H200"

@@ -240,8 +240,8 @@ def priced_probe(path, launch: str, stats_lines: list[str]):
     placeholder stage times) read, configured and priced as ``validate`` does, and the shipped
     priors' scalars under its engine settings: the model's own prices, to build a synthetic run on."""
     from polytrace.calibrate.validate import _step_rows, config_from_log, price_steps
-    from polytrace.compose.efficiency import prior_scalars
     from polytrace.logs import read_log
+    from polytrace.stepmodel.efficiency import prior_scalars
 
     timers = "timing_s/gen:1 - timing_s/old_log_prob:1 - timing_s/update_actor:1"
     path.write_text(launch + "".join(f"(TaskRunner pid=1) step:{i} - {timers} - {s}\n"

@@ -22,7 +22,7 @@ is priced with the recipes as they stood when the v0.6 table was published (comm
 prompts x 16, no speculative decoding, MTP off in training). The 8-step-off run (async GRPO with
 ``max_trajectory_age_steps`` 8: up to 8 batches of prompts in flight, so the engines stay fed
 across weight updates) is priced as NeMo RL's stream: ``--mode fully-async --staleness 7``
-(``polytrace/compose/frameworks.py``), on its recipe's split (generation on 8 of its 24 nodes).
+(``polytrace/stepmodel/frameworks.py``), on its recipe's split (generation on 8 of its 24 nodes).
 Left out: Nemotron-3-Nano (hybrid Mamba), the DAPO run (dynamic sampling) and the MXFP8 rollouts
 (Blackwell's microscaled format, not priced). The FP8 tables' runs generate and train in FP8
 (``PublishedRun.fp8``: their recipes set vLLM's ``precision: "fp8"`` and Transformer Engine's
@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polytrace.compose.frameworks import apply_framework
+from polytrace.stepmodel.frameworks import apply_framework
 
 PAGE = "https://github.com/NVIDIA-NeMo/RL/blob/main/docs/about/performance-summary.md"
 # verl's "Training DeepSeek 671b" page (last updated 08/20/2025), its Benchmark table: DeepSeek-V3
@@ -127,7 +127,7 @@ class PublishedRun:
         return f"mean={self.avg_seq - PROMPT_MEAN},total={self.max_seq},prompt={PROMPT_MEAN}"
 
     def estimate_kw(self, max_prompt: int, max_response: int) -> dict:
-        """The keywords of ``polytrace.compose.modes.mode_estimate`` for this run, with prompts
+        """The keywords of ``polytrace.stepmodel.modes.mode_estimate`` for this run, with prompts
         of at most ``max_prompt`` tokens and responses of at most ``max_response`` (the longest
         any prompt's share of the sequence cap allows)."""
         kw = dict(mode=self.mode, n=self.n, responses_per_step=self.responses_per_step,
@@ -275,10 +275,10 @@ DERIVED_FROM = {r.name: REFIT_SOURCED for r in RUNS
 
 def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
     """The zero-shot estimate of ``run`` (no calibration, no measured timings: the shared priors
-    of ``polytrace.compose.efficiency`` through the estimate's defaults)."""
-    from polytrace.compose.efficiency import PRIORS
-    from polytrace.compose.modes import mode_estimate
-    from polytrace.compose.workloads import stated_lengths_profile
+    of ``polytrace.stepmodel.efficiency`` through the estimate's defaults)."""
+    from polytrace.stepmodel.efficiency import PRIORS
+    from polytrace.stepmodel.modes import mode_estimate
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     prof = stated_lengths_profile(run.lengths(), model=run.model)
     kw = run.estimate_kw(prof.config.max_prompt_len, prof.config.max_response_len)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from polytrace.compose import estimate
-from polytrace.compose.efficiency import PRIORS, prior_scalars
-from polytrace.compose.modes import mode_estimate
+from polytrace.stepmodel import estimate
+from polytrace.stepmodel.efficiency import PRIORS, prior_scalars
+from polytrace.stepmodel.modes import mode_estimate
 
 # 32 prompts x 8 of search-r1's lengths on 7B: each estimate about a second
 SMALL = dict(prompts=32, steps=[0])

@@ -11,7 +11,7 @@ import pytest
 
 from polytrace.calibrate.fit import StepData, fit
 from polytrace.calibrate.ranges import WIDE_RANGE, estimate_range, guard, guard_estimate, toward_priors
-from polytrace.compose.result import EstimateResult, StepRange
+from polytrace.stepmodel.result import EstimateResult, StepRange
 
 
 def test_a_range_within_2x_leaves_the_calibration_alone():

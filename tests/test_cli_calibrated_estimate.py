@@ -10,7 +10,7 @@ import json
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose.result import EstimateResult
+from polytrace.stepmodel.result import EstimateResult
 
 # a GRPO run without a reference pass: 1024 prompts x 5, rollout TP 2, 8 GPUs
 LOG = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polytrace.compose import (
+from polytrace.errors import PolytraceError
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
+from polytrace.run.spec import Rollout
+from polytrace.stepmodel import (
     RunConfig,
     estimate,
     plot_stage_breakdown,
@@ -14,11 +18,7 @@ from polytrace.compose import (
     stage_costs,
     synthetic_lengths,
 )
-from polytrace.compose.training import TrainerLayout, pass_cost
-from polytrace.errors import PolytraceError
-from polytrace.run.hardware import get_gpu
-from polytrace.run.models import get_model
-from polytrace.run.spec import Rollout
+from polytrace.stepmodel.training import TrainerLayout, pass_cost
 
 M7 = get_model("qwen2.5-7b")
 H100 = get_gpu("h100")

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose.checks import tp_splits_heads, valid_rollout_tps
-from polytrace.compose.estimate import build_config, estimate
 from polytrace.errors import PolytraceError
 from polytrace.run.models import get_model
+from polytrace.stepmodel.checks import tp_splits_heads, valid_rollout_tps
+from polytrace.stepmodel.estimate import build_config, estimate
 from polytrace.workload.profiles import get_profile
 
 

@@ -20,8 +20,8 @@ _O = "actor_rollout_ref.actor.optim.override_optimizer_config"
 
 
 def _cfg(model="qwen3-30b-a3b", gpu="h100", gpus=16, **kw):
-    from polytrace.compose.estimate import build_config
-    from polytrace.compose.workloads import stated_lengths_profile
+    from polytrace.stepmodel.estimate import build_config
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     prof = stated_lengths_profile(LENGTHS, model=model)
     base = dict(rollout_tp=2, strategy="megatron", train_pp=2, train_ep=8, n=8, responses_per_step=64,
@@ -30,7 +30,7 @@ def _cfg(model="qwen3-30b-a3b", gpu="h100", gpus=16, **kw):
 
 
 def _parts(cfg):
-    from polytrace.compose.stages import stage_costs
+    from polytrace.stepmodel.stages import stage_costs
 
     return stage_costs(cfg, np.full(64, 150), np.full(64, 900)).parts
 
@@ -45,8 +45,8 @@ def _gpu_optimizer(cfg) -> float:
 
 
 def test_the_cpu_share_of_master_weights_and_moments_leaves_the_gpu():
-    from polytrace.compose.memory import trainer_state_bytes
     from polytrace.run.models import get_model
+    from polytrace.stepmodel.memory import trainer_state_bytes
 
     m = get_model("qwen3-30b-a3b")
     on_gpu = trainer_state_bytes(m, 16, "megatron", 1, 2, ep=8)
@@ -64,7 +64,7 @@ def test_the_cpu_step_is_priced_from_the_host_dram_and_the_link():
     parameter through host DRAM at 70% of the GPU's share of its peak, 4 bytes to the host and 4
     back over the link; without overlap the three add, with it the slowest sets the time. The
     offload prior scales it like every host-memory part (unit prior here: the raw price)."""
-    from polytrace.compose.efficiency import DEFAULT, host_copy_gbps
+    from polytrace.stepmodel.efficiency import DEFAULT, host_copy_gbps
 
     cfg = _cfg(cpu_optimizer=0.5)
     assert cfg.mini_batches == 4
@@ -109,8 +109,8 @@ def test_offload_around_the_stages_moves_only_what_the_gpu_holds():
 
 
 def test_the_cpu_optimizer_is_a_model_price_not_a_measurement():
-    from polytrace.compose.breakdown import source_status
-    from polytrace.compose.result import Price
+    from polytrace.stepmodel.breakdown import source_status
+    from polytrace.stepmodel.result import Price
 
     part = _cpu_part(_cfg(cpu_optimizer=1.0))
     # the part says its price itself (a model price), not its source text's prefix

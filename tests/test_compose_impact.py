@@ -10,10 +10,10 @@ import pytest
 from _compose_results import all_benches, family_benches, result_file, write
 
 from polytrace.cli import main
-from polytrace.compose import MEASURED, estimate
-from polytrace.compose.efficiency import PRIORS
-from polytrace.compose.impact import ImpactResult, impact, step_time_line
 from polytrace.results import load_result
+from polytrace.stepmodel import MEASURED, estimate
+from polytrace.stepmodel.efficiency import PRIORS
+from polytrace.stepmodel.impact import ImpactResult, impact, step_time_line
 
 GEMM_TOKENS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536)
 LINE = "step time on dapo-math-32b / qwen2.5-32b / 32 x H200: "

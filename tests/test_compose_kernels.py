@@ -12,9 +12,9 @@ import pytest
 from _compose_results import family_benches, result_file, write
 
 from polytrace.cli import main
-from polytrace.compose import MEASURED, estimate
-from polytrace.compose.estimate import estimate_step
 from polytrace.errors import PolytraceError
+from polytrace.stepmodel import MEASURED, estimate
+from polytrace.stepmodel.estimate import estimate_step
 
 MODEL = "qwen2.5-1.5b"
 # One GPU, one engine, one rank: no slowest-rank switch, so family times add up exactly.
@@ -88,8 +88,8 @@ def test_timings_at_the_rooflines_own_rates_reproduce_the_roofline(tmp_path):
     """Launch counts, recomputed forwards (activation checkpointing), backward FLOPs and the LM
     head: measured GEMMs and attention running exactly at the roofline's rates, without launch
     latency, must price the trainer stages as the roofline does."""
-    from polytrace.compose.efficiency import DEFAULT
     from polytrace.run.hardware import get_gpu
+    from polytrace.stepmodel.efficiency import DEFAULT
 
     peak = get_gpu("h200").ceiling("bf16")
     files = _files(tmp_path, families=("gemm", "attention"), latency=0.0,
@@ -125,10 +125,10 @@ def test_roofline_pass_is_the_documented_formula_split_by_family():
     at ``elementwise_hbm``."""
     import numpy as np
 
-    from polytrace.compose.efficiency import DEFAULT as E
-    from polytrace.compose.training import TrainerLayout, pass_cost
     from polytrace.run.hardware import get_gpu
     from polytrace.run.models import get_model
+    from polytrace.stepmodel.efficiency import DEFAULT as E
+    from polytrace.stepmodel.training import TrainerLayout, pass_cost
 
     gpu, model = get_gpu("h200"), get_model(MODEL)
     lens = np.array([100, 900, 3000])
@@ -192,7 +192,7 @@ def test_calibration_scales_each_kind_of_work_and_adds_its_fixed_seconds():
 
 
 def test_estimate_step_defaults_to_the_roofline():
-    from polytrace.compose import build_config
+    from polytrace.stepmodel import build_config
     from polytrace.workload.profiles import get_profile
 
     prof = get_profile("dapo-math-32b")

@@ -1,5 +1,5 @@
 """Execution modes (sync, one-step-off, fully async), the weight sync, and the trainer consuming
-samples as they stream in (``polytrace/compose/modes.py``, ``streaming.py``)."""
+samples as they stream in (``polytrace/stepmodel/modes.py``, ``streaming.py``)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose import estimate
-from polytrace.compose.efficiency import refit_expert_tensor_median
-from polytrace.compose.modes import compare_modes, mode_estimate
-from polytrace.compose.streaming import (
+from polytrace.errors import PolytraceError
+from polytrace.run.hardware import get_gpu
+from polytrace.run.models import get_model
+from polytrace.stepmodel import estimate
+from polytrace.stepmodel.efficiency import refit_expert_tensor_median
+from polytrace.stepmodel.modes import compare_modes, mode_estimate
+from polytrace.stepmodel.streaming import (
     StreamRollout,
     SyncTransport,
     VersionPolicy,
     trainer_pipeline,
     weight_sync_seconds,
 )
-from polytrace.errors import PolytraceError
-from polytrace.run.hardware import get_gpu
-from polytrace.run.models import get_model
 
 PER_EXPERT_TENSOR_S = refit_expert_tensor_median()  # 0.525 ms, the median of the published refits
 
@@ -145,7 +145,7 @@ def test_at_staleness_zero_a_group_reaches_the_trainer_with_its_longest_response
     its longest member is. 8 groups of 4, each with one response finishing at 100 s and the rest
     at 1 s: counted per sequence, three quarters of the batch is ready at 1 s; counted per group,
     none is before 100 s, so the first local update cannot start before then."""
-    from polytrace.compose.modes import group_ready_s
+    from polytrace.stepmodel.modes import group_ready_s
 
     groups = np.repeat(np.arange(8), 4)
     finish = np.where(np.arange(32) % 4 == 3, 100.0, 1.0)

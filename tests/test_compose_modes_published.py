@@ -24,7 +24,7 @@ import json
 
 import pytest
 
-from polytrace.compose.modes import mode_estimate
+from polytrace.stepmodel.modes import mode_estimate
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

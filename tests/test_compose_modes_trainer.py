@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polytrace.compose import estimate, simulate_rollout
-from polytrace.compose.rollout import ONE_GPU_ENGINE, iteration_costs
-from polytrace.compose.training import TrainerLayout, lora_params, pass_cost
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
+from polytrace.stepmodel import estimate, simulate_rollout
+from polytrace.stepmodel.rollout import ONE_GPU_ENGINE, iteration_costs
+from polytrace.stepmodel.training import TrainerLayout, lora_params, pass_cost
 
 M7 = get_model("qwen2.5-7b")
 H100 = get_gpu("h100")
@@ -53,7 +53,7 @@ def test_optimizer_steps_wait_for_the_slowest_rank():
 
 
 def test_balanced_ranks_as_verl_balance_batch():
-    from polytrace.compose.training import rank_indices
+    from polytrace.stepmodel.training import rank_indices
 
     # 16 prompts x 8 responses, each prompt's responses alike (long prompts and short ones)
     lens = np.repeat(np.linspace(100, 4000, 16), 8) + np.tile(np.arange(8), 16)

@@ -15,9 +15,9 @@ import dataclasses
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose.rollout import decode_weight_bytes, engine_gemm_rate, kv_capacity_tokens
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
+from polytrace.stepmodel.rollout import decode_weight_bytes, engine_gemm_rate, kv_capacity_tokens
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -143,8 +143,8 @@ def test_bad_precisions_are_one_line_errors(capsys, extra, match):
 
 
 def test_the_run_config_refuses_an_unknown_precision():
-    from polytrace.compose.stages import RunConfig
     from polytrace.errors import PolytraceError
+    from polytrace.stepmodel.stages import RunConfig
 
     m, g = get_model("qwen2.5-7b"), get_gpu("h100")
     with pytest.raises(PolytraceError, match="rollout_precision"):

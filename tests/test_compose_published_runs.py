@@ -195,7 +195,7 @@ def test_the_verl_run_is_priced_with_its_scripts_settings(estimates):
 def test_each_response_stops_where_its_prompt_leaves_the_sequence_cap():
     """The tables state the sequence cap (prompt and response: vLLM's max_model_len). A prompt
     shorter than the longest may write past what the longest leaves, never past the cap."""
-    from polytrace.compose.workloads import stated_lengths_profile
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     run = next(r for r in RUNS if r.model == "deepseek-v3")
     prof = stated_lengths_profile(run.lengths(), model=run.model)

@@ -10,13 +10,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from polytrace.compose.efficiency import DEFAULT, refit_expert_tensor_median, with_overrides
-from polytrace.compose.parallel import allreduce_latency_seconds
-from polytrace.compose.refit import colocated_refit_seconds
-from polytrace.compose.rollout import iteration_comm_seconds, iteration_fixed_seconds, simulate_rollout
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
 from polytrace.run.spec import Rollout, Trainer
+from polytrace.stepmodel.efficiency import DEFAULT, refit_expert_tensor_median, with_overrides
+from polytrace.stepmodel.parallel import allreduce_latency_seconds
+from polytrace.stepmodel.refit import colocated_refit_seconds
+from polytrace.stepmodel.rollout import iteration_comm_seconds, iteration_fixed_seconds, simulate_rollout
 
 PER_EXPERT_TENSOR_S = refit_expert_tensor_median()  # 0.525 ms, the median of the published refits
 
@@ -123,7 +123,7 @@ def test_fsdp_refit_gathers_everything_over_the_gpus():
     assert got["gather"] == pytest.approx(b * 7 / 8 / (450e9 * DEFAULT.comm), rel=1e-9)
     assert colocated_refit_seconds(m, H100, 1, 1)["gather"] == 0.0
     # under LoRA only the bf16 adapters move
-    from polytrace.compose.training import lora_params
+    from polytrace.stepmodel.training import lora_params
     adapters = 2.0 * lora_params(m, 64)
     lora = colocated_refit_seconds(m, H100, 8, 2, Trainer(lora_rank=64))
     assert lora["bytes"] == adapters and lora["gather"] == pytest.approx(adapters * 7 / 8 / (450e9 * DEFAULT.comm))
@@ -134,7 +134,7 @@ def test_fsdp_refit_gathers_everything_over_the_gpus():
 
 
 def test_the_per_expert_tensor_price_is_the_median_of_its_published_refits():
-    from polytrace.compose.efficiency import DEFAULT, REFIT_EXPERT_TENSOR_MEASUREMENTS
+    from polytrace.stepmodel.efficiency import DEFAULT, REFIT_EXPERT_TENSOR_MEASUREMENTS
 
     per_tensor = [s / n for _, s, n in REFIT_EXPERT_TENSOR_MEASUREMENTS]
     price = DEFAULT.refit_s_per_expert_tensor
@@ -146,9 +146,9 @@ def test_the_per_expert_tensor_price_is_the_median_of_its_published_refits():
 
 
 def test_the_colocated_step_carries_the_refit_and_a_separate_rollout_does_not():
-    from polytrace.compose.estimate import build_config
-    from polytrace.compose.stages import stage_costs
-    from polytrace.compose.workloads import stated_lengths_profile
+    from polytrace.stepmodel.estimate import build_config
+    from polytrace.stepmodel.stages import stage_costs
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen3-30b-a3b")
     cfg = build_config(prof, "qwen3-30b-a3b", "h100", 16, rollout_tp=2, strategy="megatron", train_pp=2,
@@ -176,9 +176,9 @@ def test_the_refits_tensor_price_is_no_measurement():
     estimate's source line and its warnings claim no measured timings for it, and its family reads
     "roofline" (it read "partly measured", and the header named a results/<gpu> folder that does
     not exist)."""
-    from polytrace.compose.breakdown import source_status
-    from polytrace.compose.estimate import estimate
-    from polytrace.compose.workloads import stated_lengths_profile
+    from polytrace.stepmodel.breakdown import source_status
+    from polytrace.stepmodel.estimate import estimate
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen3-30b-a3b")
     res = estimate(prof, "qwen3-30b-a3b", "h100", 16, steps=range(1), results_root="/nonexistent", rollout_tp=2,
@@ -199,8 +199,8 @@ def test_the_pipeline_bubble_stretches_a_stages_exposed_collectives_too():
     all-reduces together. With fewer micro-batches per rank (more data parallelism) the bubble
     grows: 8 stages over 16 micro-batches stretch the forward's collectives by 23/16, over 64 by
     71/64 (a forward pass: no gradient reduction, which runs once after the flush)."""
-    from polytrace.compose.parallel import pipeline_bubble
-    from polytrace.compose.training import TrainerLayout, pass_cost
+    from polytrace.stepmodel.parallel import pipeline_bubble
+    from polytrace.stepmodel.training import TrainerLayout, pass_cost
 
     seq = np.full(64, 8192)
     for gpus, n_micro in ((32 * 4, 16), (32, 64)):  # TP2 x CP2 x PP8 = 32 GPUs a replica
@@ -213,8 +213,8 @@ def test_the_pipeline_bubble_stretches_a_stages_exposed_collectives_too():
 
 
 def _switch_cfg(gpu="h100", **fields):
-    from polytrace.compose.estimate import build_config
-    from polytrace.compose.workloads import stated_lengths_profile
+    from polytrace.stepmodel.estimate import build_config
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen3-235b-a22b")
     return build_config(prof, "qwen3-235b-a22b", gpu, 128, rollout_tp=16, strategy="megatron", train_tp=2,
@@ -227,8 +227,8 @@ def test_the_colocated_switch_moves_engine_weights_and_trainer_state_over_pcie()
     (29.4 GB each way a GPU); NeMo RL's Megatron worker moves its bf16 parameter shard and its
     distributed-optimizer shard (12 bytes a parameter over all 128 GPUs: 22 GB) out during
     generation and back before the passes that use them, at 20 GB/s over PCIe."""
-    from polytrace.compose.parallel import shard_params
-    from polytrace.compose.stages import offload_parts
+    from polytrace.stepmodel.parallel import shard_params
+    from polytrace.stepmodel.stages import offload_parts
 
     m = QWEN3_235B
     pcie = DEFAULT.pcie_gbps * 1e9
@@ -251,8 +251,8 @@ def test_the_colocated_switch_moves_engine_weights_and_trainer_state_over_pcie()
 
 
 def test_a_grace_host_link_copies_faster_than_pcie():
-    from polytrace.compose.efficiency import PCIE_PEAK_GBPS, host_copy_gbps
-    from polytrace.compose.stages import offload_parts
+    from polytrace.stepmodel.efficiency import PCIE_PEAK_GBPS, host_copy_gbps
+    from polytrace.stepmodel.stages import offload_parts
 
     assert host_copy_gbps(H100) == DEFAULT.pcie_gbps and host_copy_gbps(None) == DEFAULT.pcie_gbps
     gb200 = get_gpu("gb200")
@@ -267,7 +267,7 @@ def test_an_expert_group_across_nodes_sends_only_the_other_nodes_copies_over_the
     """EP16 over two 8-GPU nodes: of a GPU's top-8 copies, 8/16 go to the other node through its
     NIC (50 GB/s) while 7/16 cross NVLink at the same time; the NIC sets the time. EP32 over four
     nodes: 24/32 through the NIC."""
-    from polytrace.compose.parallel import all_to_all_seconds
+    from polytrace.stepmodel.parallel import all_to_all_seconds
 
     m, eff = QWEN3_235B, DEFAULT
     tokens = 4096.0

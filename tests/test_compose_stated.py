@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose import estimate
-from polytrace.compose.estimate import build_config
-from polytrace.compose.workloads import nearest_shape, stated_lengths_profile
 from polytrace.errors import PolytraceError
+from polytrace.stepmodel import estimate
+from polytrace.stepmodel.estimate import build_config
+from polytrace.stepmodel.workloads import nearest_shape, stated_lengths_profile
 from polytrace.workload.profiles import get_profile
 from polytrace.workload.profiles.stated import describe, parse_lengths, rescale
 
@@ -275,10 +275,10 @@ def _moe(**kw):
 
 
 def test_expert_parallelism_adds_all_to_all_and_splits_the_experts_memory():
-    from polytrace.compose.efficiency import DEFAULT
-    from polytrace.compose.parallel import all_to_all_seconds, expert_flops_share
     from polytrace.run.hardware import get_gpu
     from polytrace.run.models import get_model
+    from polytrace.stepmodel.efficiency import DEFAULT
+    from polytrace.stepmodel.parallel import all_to_all_seconds, expert_flops_share
 
     m, g = get_model("qwen3-30b-a3b"), get_gpu("h100")
     # one MoE layer's dispatch and combine of 4096 tokens' top-8 copies, 7/8 of them to other GPUs
@@ -298,9 +298,9 @@ def test_expert_parallelism_adds_all_to_all_and_splits_the_experts_memory():
 
 
 def test_context_parallelism_splits_sequences_and_prices_the_ring():
-    from polytrace.compose.parallel import ring_kv_seconds
     from polytrace.run.hardware import get_gpu
     from polytrace.run.models import get_model
+    from polytrace.stepmodel.parallel import ring_kv_seconds
 
     one, cp2 = (estimate("dapo-math-32b", "qwen2.5-7b", "h100", 8, **{**MOE, "train_cp": c}) for c in (1, 2))
     a1 = one.summary["kernels"]["update_actor"]["attention"]["s"]
@@ -316,7 +316,7 @@ def test_context_parallelism_splits_sequences_and_prices_the_ring():
 
 
 def test_virtual_pipeline_shrinks_the_bubble():
-    from polytrace.compose.parallel import pipeline_bubble
+    from polytrace.stepmodel.parallel import pipeline_bubble
 
     assert float(pipeline_bubble(4, 4, 1)) == pytest.approx(7 / 4)
     assert float(pipeline_bubble(4, 4, 2)) == pytest.approx(5.5 / 4)

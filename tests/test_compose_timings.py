@@ -1,5 +1,5 @@
-"""Measured kernel timings as curves (``polytrace.compose.timings``) and the problem sizes the
-pricing asks them at (``polytrace.compose.pricing``): monotone, clamped interpolation, which files
+"""Measured kernel timings as curves (``polytrace.stepmodel.timings``) and the problem sizes the
+pricing asks them at (``polytrace.stepmodel.pricing``): monotone, clamped interpolation, which files
 count, and sizes that agree with what the suites record."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from _compose_results import bench, family_benches, result_file, write
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from polytrace.compose import pricing
-from polytrace.compose.timings import Curve, KernelTimings, Point, paired
 from polytrace.errors import PolytraceError
 from polytrace.run.models import get_model
+from polytrace.stepmodel import pricing
+from polytrace.stepmodel.timings import Curve, KernelTimings, Point, paired
 
 
 def _points(sizes, times, roofline="bf16"):
@@ -139,7 +139,7 @@ def test_paired_compares_only_common_benchmarks_and_shares_one_sided_kernels(tmp
 def test_query_sizes_are_the_kernel_specs_own_functions():
     """Pricing sizes its queries with the spec functions the suites record (``families.py``), at
     the step model's arrays as at the suites' lists of lengths."""
-    from polytrace.compose.families import size_fn
+    from polytrace.stepmodel.families import size_fn
     from polytrace_kernels.attention import spec as attention_spec
     from polytrace_kernels.logprob import spec as logprob_spec
     from polytrace_kernels.packing import spec as packing_spec
@@ -182,8 +182,8 @@ _KERNELS = [("attention", "decode_attention", "decode"), ("attention", "varlen_a
 @given(st.lists(st.tuples(st.sampled_from(_KERNELS), _VALUES, _VALUES, _VALUES, _VALUES, _VALUES),
                 min_size=1, max_size=4))
 def test_any_field_values_give_a_clean_error_or_a_finite_estimate(entries):
-    from polytrace.compose import estimate
     from polytrace.results import parse_result
+    from polytrace.stepmodel import estimate
 
     benches = []
     for i, ((family, kernel, mode), median, flops, nbytes, roofline, seqs) in enumerate(entries):

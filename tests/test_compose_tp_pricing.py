@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from _compose_results import bench, result_file, write
 
-from polytrace.compose import estimate
-from polytrace.compose.efficiency import DEFAULT
-from polytrace.compose.pricing import MEASURED, linear_layers
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
+from polytrace.stepmodel import estimate
+from polytrace.stepmodel.efficiency import DEFAULT
+from polytrace.stepmodel.pricing import MEASURED, linear_layers
 from polytrace_kernels.attention import spec as attention_spec
 from polytrace_kernels.logprob import spec as logprob_spec
 from polytrace_kernels.packing import spec as packing_spec
@@ -145,8 +145,8 @@ def test_labels_say_extrapolated_or_roofline_where_timings_do_not_cover(tmp_path
 
 
 def test_extrapolation_factor_is_the_distance_outside_the_measured_sizes():
-    from polytrace.compose.pricing import extrapolation_factor
-    from polytrace.compose.timings import Curve
+    from polytrace.stepmodel.pricing import extrapolation_factor
+    from polytrace.stepmodel.timings import Curve
 
     curve = Curve(("f", "k", "m", "p"), "bytes", np.array([10.0, 100.0]), np.array([1.0, 10.0]), ("x",))
     assert extrapolation_factor(curve, 50.0) == 1.0
@@ -156,8 +156,8 @@ def test_extrapolation_factor_is_the_distance_outside_the_measured_sizes():
 
 def _decode_attention(model: str, tp: int, pricer=None) -> float:
     """One decode iteration's attention seconds per GPU: 64 running sequences of 4K context."""
-    from polytrace.compose.rollout import iteration_parts
     from polytrace.run.spec import Rollout
+    from polytrace.stepmodel.rollout import iteration_parts
 
     parts, _ = iteration_parts(get_model(model), H200, Rollout(rollout_tp=tp), np.array([64.0]),
                                np.array([64 * 4096.0]), pricer=pricer)
@@ -190,8 +190,8 @@ def test_measured_decode_attention_prices_the_replicated_heads_too(tmp_path, mod
     """A decode-attention timing on the roofline's rate returns the roofline where each GPU holds
     a copy: gemma-2-2b's 4 KV heads at TP 8 (one each), DeepSeek-V3's latent at any TP (priced as
     the KV heads of the same bytes). Left over: the query bytes beside the cache (under 0.5% here)."""
-    from polytrace.compose.estimate import load_timings
-    from polytrace.compose.pricing import Pricer
+    from polytrace.stepmodel.estimate import load_timings
+    from polytrace.stepmodel.pricing import Pricer
 
     files = [str(write(tmp_path / "r.json", result_file(roofline_benches(model))))]
     timings, _ = load_timings(GPU, files)

@@ -1,4 +1,4 @@
-"""The engine setting's own per-iteration costs (``polytrace/compose/engines.py``): LoRA served by
+"""The engine setting's own per-iteration costs (``polytrace/stepmodel/engines.py``): LoRA served by
 vLLM in eager mode adds its Triton launches to every decode iteration; under CUDA graphs it adds
 nothing; without an adapter nothing changes. Exact to the cited figures, so a miscounted launch,
 a wrong per-launch price or an adapter priced under CUDA graphs fails here."""
@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polytrace.compose import engines as E
-from polytrace.compose.efficiency import DEFAULT
-from polytrace.compose.rollout import iteration_launch_seconds, simulate_engine
-from polytrace.compose.stages import RunConfig, stage_costs
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
 from polytrace.run.spec import Rollout
+from polytrace.stepmodel import engines as E
+from polytrace.stepmodel.efficiency import DEFAULT
+from polytrace.stepmodel.rollout import iteration_launch_seconds, simulate_engine
+from polytrace.stepmodel.stages import RunConfig, stage_costs
 
 SMALL = get_model("qwen2.5-0.5b")
 MOE = get_model("qwen3-30b-a3b")

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose import estimate, report_section
+from polytrace.stepmodel import estimate, report_section
 
 FEASIBLE = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--profile", "dapo-math-32b"]
 # 32B on 8 x 80 GB under FSDP: 16 bytes of fp32 state per parameter / 8 = 66 GB before the

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose import estimate
-from polytrace.compose.result import SCHEMA_VERSION, EstimateResult, Price, combined, price_of
+from polytrace.stepmodel import estimate
+from polytrace.stepmodel.result import SCHEMA_VERSION, EstimateResult, Price, combined, price_of
 
 SMALL = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--prompts", "16"]
 

@@ -1,4 +1,4 @@
-"""The kernel-family seam (polytrace/compose/families.py, docs/adding-a-kernel-family.md).
+"""The kernel-family seam (polytrace/stepmodel/families.py, docs/adding-a-kernel-family.md).
 
 - Each family's ``spec.py`` imports without torch or triton (the families' ``__init__`` import
   their ops on first use), so pricing takes its sizes from the specs instead of copies.
@@ -20,15 +20,15 @@ import pytest
 from _compose_results import bench, result_file, write
 from _toy_family import spec as toy_spec
 
-from polytrace.compose import families
-from polytrace.compose.efficiency import DEFAULT
-from polytrace.compose.families import KernelFamily
-from polytrace.compose.pricing import MEASURED, Pricer, check_speedups
-from polytrace.compose.timings import KernelTimings
-from polytrace.compose.training import TrainerLayout, pass_cost
 from polytrace.errors import PolytraceError
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
+from polytrace.stepmodel import families
+from polytrace.stepmodel.efficiency import DEFAULT
+from polytrace.stepmodel.families import KernelFamily
+from polytrace.stepmodel.pricing import MEASURED, Pricer, check_speedups
+from polytrace.stepmodel.timings import KernelTimings
+from polytrace.stepmodel.training import TrainerLayout, pass_cost
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY_PACKAGES = ("attention", "logprob", "packing")
@@ -50,7 +50,7 @@ sys.meta_path.insert(0, Block())
 def test_family_specs_and_the_registry_import_without_torch_or_triton():
     code = _BLOCKER + (
         "import polytrace_kernels.attention.spec, polytrace_kernels.logprob.spec, polytrace_kernels.packing.spec\n"
-        "import polytrace.compose.families, polytrace.compose.pricing\n"
+        "import polytrace.stepmodel.families, polytrace.stepmodel.pricing\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton')))\n"
         "import polytrace_kernels.attention as a\n"
         "try:\n    a.varlen_attention\nexcept ImportError as e:\n    print('lazy:', e)\n")
@@ -142,7 +142,7 @@ def test_a_registered_toy_family_is_priced_by_the_step_model(tmp_path):
 
 
 def test_the_toy_family_is_a_part_of_every_trainer_stage_of_an_estimate():
-    from polytrace.compose import estimate
+    from polytrace.stepmodel import estimate
 
     kw = dict(profile="dapo-math-32b", model="qwen2.5-1.5b", gpu="h200", gpus=1, steps=[0], prompts=8)
     with families.registered(TOY):

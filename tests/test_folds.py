@@ -17,7 +17,7 @@ from _corpus import full_corpus
 
 from polytrace.calibrate import folds as F
 from polytrace.calibrate import priors as P
-from polytrace.compose.efficiency import load_priors
+from polytrace.stepmodel.efficiency import load_priors
 
 SMALL = ["verl_qwen2.5-0.5b_ppo_1gpu_p1024_r512.log", "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log",
          "verl_gemma-2-2b_ppo_2gpu_p1024_r512.log"]
@@ -105,7 +105,7 @@ def test_the_corpus_reads_the_december_logs_and_says_what_it_leaves_out(validati
 @pytest.mark.slow
 def test_the_shipped_group_scores_are_the_corpus_evaluation(validation_logs):
     """Refitting every fold on the whole corpus gives the shipped file's group scores (minutes)."""
-    from polytrace.compose.efficiency import load_priors
+    from polytrace.stepmodel.efficiency import load_priors
 
     doc = F.evaluate(full_corpus(str(validation_logs)))
     shipped = load_priors()["groups"]
@@ -127,7 +127,7 @@ def test_a_kinds_floor_is_its_fastest_priced_family(validation_logs):
     """The rollout holds decode (priced at 0.75 of the HBM peak) beside its GEMMs (0.6 of the
     compute peak where compute-bound): its floor is 0.75, not a mixture of the two (which let a
     fold run decode at 1.18x the HBM peak)."""
-    from polytrace.compose.efficiency import DEFAULT, priced_share
+    from polytrace.stepmodel.efficiency import DEFAULT, priced_share
 
     doc = P.fit_priors(_small(str(validation_logs)))
     r = doc["kinds"]["rollout.eager"]
@@ -138,7 +138,7 @@ def test_a_kinds_floor_is_its_fastest_priced_family(validation_logs):
 
 
 def test_the_shipped_fit_and_every_shipped_fold_keep_every_family_at_or_under_its_peak():
-    from polytrace.compose.efficiency import load_priors
+    from polytrace.stepmodel.efficiency import load_priors
 
     doc = load_priors()
     assert F.peak_share(doc) <= 1.0 + 1e-9
@@ -147,7 +147,7 @@ def test_the_shipped_fit_and_every_shipped_fold_keep_every_family_at_or_under_it
 
 
 def test_unidentified_constants_are_fixed_and_say_so():
-    from polytrace.compose.efficiency import load_priors
+    from polytrace.stepmodel.efficiency import load_priors
 
     doc = load_priors()
     for k in ("gen", "other"):
@@ -159,7 +159,7 @@ def test_unidentified_constants_are_fixed_and_say_so():
 def test_the_docs_headline_is_the_shipped_group_evaluation():
     from pathlib import Path
 
-    from polytrace.compose.efficiency import load_priors
+    from polytrace.stepmodel.efficiency import load_priors
 
     groups = load_priors()["groups"]
     docs = (Path(__file__).resolve().parents[1] / "docs" / "step-model.md").read_text()

@@ -11,13 +11,12 @@ import re
 import pytest
 
 from polytrace.calibrate.fit import StepData
-from polytrace.calibrate.gpuinfer import ASSUMED_NOTE, CONTRADICTED_NOTE, INFER_LADDER, INFERRED_NOTE
+from polytrace.calibrate.gpuinfer import ASSUMED_NOTE, CONTRADICTED_NOTE, INFER_LADDER, INFERRED_NOTE, roofline_margin
 from polytrace.calibrate.gpuinfer import infer_gpu as gpu_search
-from polytrace.calibrate.gpuinfer import roofline_margin
+from polytrace.calibrate.logconfig import Overrides
 from polytrace.calibrate.mfu import MfuReading
 from polytrace.errors import PolytraceError
-from polytrace.calibrate.logconfig import Overrides
-from polytrace.compose.efficiency import roofline_share
+from polytrace.stepmodel.efficiency import roofline_share
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -164,10 +163,9 @@ def test_validate_infers_the_publishers_h100_for_a_log_that_beats_an_a100(valida
     assumed A100 its trainer passes need stages under their peak roofline (and the calibration
     scored the step at 52.7%); the log's own MFU names the H100's class (verl's 989 TFLOP/s), and
     the steps alone reject the A100 too (a stage under its peak roofline there)."""
+    import polytrace.calibrate.validate as v
     from polytrace.calibrate.gpuinfer import roofline_margin
     from polytrace.calibrate.validate import prepare, validate
-
-    import polytrace.calibrate.validate as v
 
     log = f"{validation_logs}/verl_qwen2-7b_ppo_8gpu_b1024x5.log"
     reads, priced = [], []

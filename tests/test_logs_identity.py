@@ -13,10 +13,10 @@ from _verl_logs import Run, step_records, write_log
 
 from polytrace.calibrate.logconfig import Overrides, config_from_log
 from polytrace.cli import main
-from polytrace.compose.stages import stage_costs
 from polytrace.errors import PolytraceError
 from polytrace.logs import read_log
 from polytrace.run.models import get_model
+from polytrace.stepmodel.stages import stage_costs
 
 SMALL = dict(steps=14, prompts=32, n=4, max_response=256, max_prompt=256, micro_per_gpu=4, mini_batch=16)
 

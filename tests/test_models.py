@@ -73,7 +73,7 @@ def test_expert_tensors_are_counted_over_the_routed_layers_only(name, moe_layers
     assert m.moe_layers == moe_layers and m.expert_tensor_count == tensors
     if name == "deepseek-v3":
         assert tensors + 58 * (2 + 3 + 7 + 2) + 3 * 12 + 3 == 45_395
-    from polytrace.compose.parallel import expert_params
+    from polytrace.stepmodel.parallel import expert_params
 
     assert expert_params(m) == tensors * m.hidden * m.moe_intermediate
 

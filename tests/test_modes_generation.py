@@ -13,8 +13,8 @@ import functools
 
 import pytest
 
-from polytrace.compose.efficiency import PRIORS
-from polytrace.compose.modes import mode_estimate
+from polytrace.stepmodel.efficiency import PRIORS
+from polytrace.stepmodel.modes import mode_estimate
 
 EXAMPLE = ("dapo-math-32b", "qwen2.5-7b", "h100", 16)
 

@@ -11,11 +11,11 @@ from _settings_logs import growing_log, mean_response
 
 from polytrace.calibrate.fit import StepData, fit
 from polytrace.calibrate.validate import Overrides, validate
-from polytrace.compose.efficiency import DEFAULT
-from polytrace.compose.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout, simulate_rollout, tool_prefill_seconds
 from polytrace.logs.agent import agent_step
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
+from polytrace.stepmodel.efficiency import DEFAULT
+from polytrace.stepmodel.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout, simulate_rollout, tool_prefill_seconds
 
 
 def test_agent_metrics_read_as_verl_logs_them():
@@ -109,7 +109,7 @@ def test_tool_waits_are_in_the_prediction(multiturn_run, tmp_path):
 def test_estimate_prefills_the_tool_output_of_a_multiturn_profile():
     import dataclasses
 
-    from polytrace.compose.estimate import build_config, estimate_step
+    from polytrace.stepmodel.estimate import build_config, estimate_step
     from polytrace.workload.profiles import get_profile
 
     prof = get_profile("search-r1-7b")
@@ -217,7 +217,7 @@ def test_zero_shot_reads_a_multiturn_run_folder(tmp_path):
     # the priors' prediction of gen carries each step's tool wait once, unscaled
     from polytrace.calibrate.priors import KINDS, Corpus
     from polytrace.calibrate.validate import _timed_stages, prepare
-    from polytrace.compose.efficiency import load_priors
+    from polytrace.stepmodel.efficiency import load_priors
 
     _, run, _, rows, _ = prepare(folder, Overrides())
     stages, rows = _timed_stages(rows, len(rows))
@@ -258,7 +258,7 @@ def test_estimate_takes_a_stated_generated_share_for_a_multiturn_profile(capsys)
     sandbox's ~0.95 where the Search-R1 trace holds ~0.16), the rest prefilled as tool output; on a
     single-turn profile, or outside (0, 1], a one-line error."""
     from polytrace.cli import main
-    from polytrace.compose.estimate import build_config, estimate_step
+    from polytrace.stepmodel.estimate import build_config, estimate_step
     from polytrace.workload.profiles import get_profile
 
     prof = get_profile("search-r1-7b")

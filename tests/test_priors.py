@@ -20,7 +20,7 @@ from polytrace.calibrate.fit import StepData, calibrate, prior_for
 from polytrace.calibrate.ranges import estimate_range, stage_range
 from polytrace.calibrate.validate import _timed_stages, calibrate_log, prepare, validate
 from polytrace.cli import main
-from polytrace.compose.efficiency import (
+from polytrace.stepmodel.efficiency import (
     SEPARATE_FAMILIES,
     load_priors,
     part_slowdown,
@@ -28,7 +28,7 @@ from polytrace.compose.efficiency import (
     prior_scalars,
     roofline_share,
 )
-from polytrace.compose.stages import GROUPS
+from polytrace.stepmodel.stages import GROUPS
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ("+ python3 -m verl.trainer.main_ppo data.train_batch_size=64 actor_rollout_ref.rollout.n=4 "

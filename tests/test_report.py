@@ -92,7 +92,7 @@ def test_report_bad_input(tmp_path, capsys):
 
 def test_tokens_per_s_per_gpu_is_total_tokens_over_total_time():
     """Not a mean of per-step ratios (181 vs 164 tokens/s/GPU on the default report before)."""
-    from polytrace.compose import estimate
+    from polytrace.stepmodel import estimate
 
     res = estimate("dapo-math-32b", "qwen2.5-32b", "h200", 32, steps=range(4))
     rows = res.rows
@@ -105,7 +105,7 @@ def test_tokens_per_s_per_gpu_is_total_tokens_over_total_time():
 def test_stage_breakdown_legend_hides_no_bar():
     import matplotlib.pyplot as plt
 
-    from polytrace.compose.report import stage_breakdown_figure
+    from polytrace.stepmodel.report import stage_breakdown_figure
 
     rows = [{"step": i, "gen": 100.0 + 30 * i, "old_log_prob": 10.0, "ref": 9.0, "update_actor": 40.0}
             for i in range(8)]
@@ -220,7 +220,7 @@ def test_report_kernel_table_names_the_priors_constant(tmp_path, capsys, monkeyp
 def test_stage_plot_puts_sparse_steps_in_slots_and_one_step_in_a_narrow_bar():
     import matplotlib.pyplot as plt
 
-    from polytrace.compose.report import stage_breakdown_figure
+    from polytrace.stepmodel.report import stage_breakdown_figure
 
     def rows(steps):
         return [{"step": s, "gen": 2.0, "update_actor": 1.0} for s in steps]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from polytrace.compose import estimate, mode_estimate
-from polytrace.compose.result import EstimateResult, FamilyCost, Price, StageTime, StepRow
+from polytrace.stepmodel import estimate, mode_estimate
+from polytrace.stepmodel.result import EstimateResult, FamilyCost, Price, StageTime, StepRow
 
 CLI = Path(__file__).resolve().parents[1] / "polytrace" / "cli"
 # what returns a typed result (estimate's, validate's, impact's); a name bound to their call, or a

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from polytrace.cli import main
-from polytrace.compose import estimate
 from polytrace.run.spec import RunSpec, SpecError
+from polytrace.stepmodel import estimate
 
 RUN = ["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--prompts", "16"]
 

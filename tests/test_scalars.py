@@ -8,10 +8,10 @@ import itertools
 import pytest
 
 from polytrace.calibrate.files import scalars_of
-from polytrace.compose import estimate, mode_estimate
-from polytrace.compose.efficiency import PRIORS, PRIORS_PATH, prior_scalars
-from polytrace.compose.scalars import CITED, FITTED, Scalars, as_scalars
 from polytrace.errors import PolytraceError
+from polytrace.stepmodel import estimate, mode_estimate
+from polytrace.stepmodel.efficiency import PRIORS, PRIORS_PATH, prior_scalars
+from polytrace.stepmodel.scalars import CITED, FITTED, Scalars, as_scalars
 
 ARGS = ("dapo-math-32b", "qwen2.5-7b", "h100", 8)
 SMALL = dict(steps=[0], prompts=16, results_root="/nonexistent")

@@ -23,8 +23,8 @@ PROMPTS, RESPONSES = np.full(16, 150), np.full(16, 900)
 
 
 def _cfg(items=(), **kw):
-    from polytrace.compose.estimate import build_config
-    from polytrace.compose.workloads import stated_lengths_profile
+    from polytrace.stepmodel.estimate import build_config
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     kwargs, fields = estimate_arguments(parse_settings(list(items)))
     prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen2.5-1.5b")
@@ -33,7 +33,7 @@ def _cfg(items=(), **kw):
 
 
 def _stages(cfg) -> dict:
-    from polytrace.compose.stages import stage_costs
+    from polytrace.stepmodel.stages import stage_costs
 
     out: dict = {}
     for p in stage_costs(cfg, PROMPTS, RESPONSES).parts:
@@ -89,9 +89,9 @@ def test_the_run_config_carries_them():
 
 
 def test_set_ref_offload_prices_one_reload_on_the_reference_pass():
-    from polytrace.compose.efficiency import DEFAULT
-    from polytrace.compose.pricing import Pricer
-    from polytrace.compose.training import offload_seconds
+    from polytrace.stepmodel.efficiency import DEFAULT
+    from polytrace.stepmodel.pricing import Pricer
+    from polytrace.stepmodel.training import offload_seconds
 
     base, off = _cfg(), _cfg([f"{REF_OFF['fsdp']}=true"])
     a, b = _stages(base), _stages(off)
@@ -122,8 +122,8 @@ def test_a_micro_batch_size_against_a_token_budget_is_refused():
 
 
 def test_a_bad_value_is_named_by_the_key_given():
-    from polytrace.compose.estimate import build_config
-    from polytrace.compose.workloads import stated_lengths_profile
+    from polytrace.stepmodel.estimate import build_config
+    from polytrace.stepmodel.workloads import stated_lengths_profile
 
     prof = stated_lengths_profile("mean=1000,max=4000,prompt=150", model="qwen2.5-1.5b")
     with pytest.raises(SpecError, match=f"^--set {MICRO} must be a positive integer"):

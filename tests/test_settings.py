@@ -104,7 +104,7 @@ def test_validate_set_against_its_flag(tmp_path, capsys):
 
 
 def _estimate(**extra):
-    from polytrace.compose.estimate import estimate
+    from polytrace.stepmodel.estimate import estimate
 
     return estimate("search-r1-7b", "qwen2.5-1.5b", "h100", 8, steps=[0], results=None, rollout_tp=1,
                     results_root="/nonexistent", **extra)
@@ -135,8 +135,8 @@ def test_set_padding_scales_the_trainer_by_the_padded_tokens(base_estimate):
 
 
 def test_set_eager_adds_launches_per_decode_iteration(base_estimate):
-    from polytrace.compose.efficiency import DEFAULT
     from polytrace.run.models import get_model
+    from polytrace.stepmodel.efficiency import DEFAULT
 
     eager = _with([f"{EAGER}=true"])
     base = base_estimate.rows[0]

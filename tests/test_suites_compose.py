@@ -32,9 +32,9 @@ def gpu_cases(monkeypatch):
 
 
 def test_gpu_run_of_the_suites_prices_every_family_as_measured(gpu_cases, tmp_path):
-    from polytrace.compose import estimate
-    from polytrace.compose.breakdown import source_lines
     from polytrace.run.hardware import get_gpu
+    from polytrace.stepmodel import estimate
+    from polytrace.stepmodel.breakdown import source_lines
 
     gpu = get_gpu("h200")
     benches = []

@@ -119,8 +119,8 @@ def gpu_shapes(monkeypatch):
 
 
 def test_gemm_family_covers_every_profile_model_at_micro_batch_tokens(gpu_shapes):
-    from polytrace.compose.workloads import PROFILE_DEFAULTS
     from polytrace.run.models import get_model
+    from polytrace.stepmodel.workloads import PROFILE_DEFAULTS
 
     gemm = gpu_shapes["gemm_cases"]
     cases = gemm.cases()
@@ -160,7 +160,7 @@ def test_decode_shapes_follow_the_rollout_across_kv_lengths(gpu_shapes):
 
 
 def test_decode_schedule_is_the_rollout_simulations():
-    from polytrace.compose.rollout import _schedule
+    from polytrace.stepmodel.rollout import _schedule
     from suites import shapes
 
     rng = np.random.default_rng(3)

@@ -17,8 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from polytrace.compose import MEASURED, estimate
 from polytrace.run.models import from_hf_config
+from polytrace.stepmodel import MEASURED, estimate
 
 REPO = Path(__file__).resolve().parents[1]
 # our providers, the GEMM baseline and eager torch's log-prob (what a stock verl run uses, the

@@ -26,7 +26,7 @@ TRUE_SLOWDOWN = {"rollout": 2.5, "forward": 1.3, "train": 1.6, "forward_overhead
 def _true_times(tmp_path, launch, stats_lines):
     """Stage seconds of each step under the model with the priors times ``TRUE_SLOWDOWN``: price
     the steps of a log that has only length statistics (and a placeholder gen time)."""
-    from polytrace.compose.efficiency import part_slowdown
+    from polytrace.stepmodel.efficiency import part_slowdown
 
     _, rows, prior = priced_probe(tmp_path / "probe.log", launch, stats_lines)
     return [{st: sum(TRUE_SLOWDOWN[g] * part_slowdown(prior, g, f) * v for (g, f), v in parts.items())
@@ -200,8 +200,8 @@ def test_shared_log_calibrates_named_scalars(validation_logs, name):
     the step outside the stages: nothing per step, nothing unnamed."""
     res = _result(str(validation_logs), name)
     scalars = res.calibration["scalars"]
-    from polytrace.compose.efficiency import SEPARATE_FAMILIES
-    from polytrace.compose.stages import GROUPS
+    from polytrace.stepmodel.efficiency import SEPARATE_FAMILIES
+    from polytrace.stepmodel.stages import GROUPS
 
     slowdowns = [k for k in scalars if k.endswith("_slowdown")]
     kinds = [k for k in slowdowns if k.removesuffix("_slowdown") in GROUPS]

@@ -11,11 +11,11 @@ import pytest
 from _verl_logs import Run, write_log
 from scipy import special
 
-import polytrace.compose.quantiles as quantiles
-import polytrace.compose.stages as stages
-from polytrace.compose.pricing import Pricer
+import polytrace.stepmodel.quantiles as quantiles
+import polytrace.stepmodel.stages as stages
 from polytrace.calibrate.logconfig import Overrides
 from polytrace.calibrate.validate import prepare, validate
+from polytrace.stepmodel.pricing import Pricer
 
 
 @pytest.mark.parametrize("n", [512, 777, 5120, 20000])

@@ -33,7 +33,7 @@ def elem_bytes(dtype: str) -> int:
 
 def _check(tokens, vocab, mode: str, hidden=None) -> None:
     """Sizes given as numbers are checked; arrays of them (the step model asks for every rank at
-    once, ``polytrace.compose``) go through the same formulas unchecked."""
+    once, ``polytrace.stepmodel``) go through the same formulas unchecked."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if _number(tokens) and tokens < 0:

@@ -8,7 +8,7 @@ CAND rounds interleaved in pairs on the same inputs (``measure``), so drift hits
 case a paired test (Wilcoxon signed-rank on the per-pair log ratios, ``paired``) AND the threshold
 decide; per (family, kernel, mode, provider) a weighted geometric mean with a bootstrap interval,
 as the gate; both outputs are checked against BASE's fp64 reference (``report``). The verdict
-carries the step-time line of ``polytrace.compose.impact``. Exit 0 pass, 1 regression or changed
+carries the step-time line of ``polytrace.stepmodel.impact``. Exit 0 pass, 1 regression or changed
 outputs, 2 refused or could not compare.
 """
 

@@ -279,10 +279,10 @@ def _finish(report: AbReport, seed: int, cuda: bool) -> None:
 
 
 def _step_time(report: AbReport) -> None:
-    """The step-time line under the verdict (``polytrace.compose.impact``), from both sides'
+    """The step-time line under the verdict (``polytrace.stepmodel.impact``), from both sides'
     medians in result files of the suites' schema."""
-    from ..compose.impact import step_time_line
     from ..results.schema import parse_result
+    from ..stepmodel.impact import step_time_line
 
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
     try:

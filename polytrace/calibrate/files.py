@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic_write import atomic_write_text
-from ..compose.stages import GROUPS, STAGES, stage_costs
 from ..errors import PolytraceError
 from ..provenance import file_sha256
 from ..run.models import ModelSpec
+from ..stepmodel.stages import GROUPS, STAGES, stage_costs
 from .fit import FIXED_FALLBACK, Calibration, FitOptions, StepData, by_family, fit, prior_for, roofline_bounds
 from .logconfig import model_family
 
@@ -132,7 +132,7 @@ def load(path) -> dict:
         raise PolytraceError(f"--calibration {p}: no GPU")
     # provenance fields the estimate echoes into its output: checked, so no NaN or a traceback
     # comes out of a hand-edited file
-    from ..compose.modes import MODES
+    from ..stepmodel.modes import MODES
 
     if "mode" in doc and doc["mode"] not in MODES:
         raise PolytraceError(f"--calibration {p}: mode {str(doc['mode'])[:80]!r} is not one of {', '.join(MODES)}")
@@ -279,7 +279,7 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
                                seed: int = 0, **config_kw) -> dict:
     """``polytrace calibrate --stage-times ... -o cal.json``: fit on per-stage averages, with
     lengths sampled from the profile for the stated configuration."""
-    from ..compose.estimate import build_config, with_group_size
+    from ..stepmodel.estimate import build_config, with_group_size
     from ..workload.profiles import get_profile
 
     times = parse_stage_times(stage_times)
@@ -297,7 +297,7 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
 def scalars_of(doc: dict):
     """A loaded calibration file's scalars with their provenance (``compose.scalars.Scalars``):
     fitted, from the file, on the window its source names."""
-    from ..compose.scalars import Scalars
+    from ..stepmodel.scalars import Scalars
 
     src = doc.get("source") or {}
     steps = src.get("calibration_steps")
@@ -319,7 +319,7 @@ def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -
     """``polytrace estimate ... --compare-modes --calibration cal.json``: the execution modes side
     by side with the file's scalars (``compose.modes.compare_modes``), checked as
     ``estimate_calibrated`` checks them; its warnings go to every mode."""
-    from ..compose.modes import compare_modes
+    from ..stepmodel.modes import compare_modes
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     cmp = compare_modes(profile, spec, gpu, gpus, calibration=scalars_of(doc), **kw)
@@ -333,7 +333,7 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw):
     """``polytrace estimate ... --calibration cal.json``: the estimate with the file's scalars,
     refused for another model family, with a warning for another GPU or model size; ``mode``
     and the split flags as ``compose.modes.mode_estimate`` takes them."""
-    from ..compose.modes import mode_estimate
+    from ..stepmodel.modes import mode_estimate
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     res = mode_estimate(profile, spec, gpu, gpus, calibration=scalars_of(doc), **kw)
@@ -346,8 +346,8 @@ def estimate_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw):
                           "scalars": doc["scalars"]}
     res.source += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
     if doc.get("split") and res.summary.get("mean_stages_s"):  # files before the split have none
-        from ..compose.result import StepRange
-        from ..compose.scalars import Scalars
+        from ..stepmodel.result import StepRange
+        from ..stepmodel.scalars import Scalars
         from .ranges import estimate_range, guard_estimate
 
         overlapped = tuple(doc.get("overlapped") or ())

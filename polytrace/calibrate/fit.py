@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compose.efficiency import SEPARATE_FAMILIES, part_slowdown, roofline_share
-from ..compose.stages import GROUPS
 from ..errors import PolytraceError
+from ..stepmodel.efficiency import SEPARATE_FAMILIES, part_slowdown, roofline_share
+from ..stepmodel.stages import GROUPS
 
 TIE_SD = 0.5  # prior sd of the log ratio of two slowdowns of like kinds
 # like kinds: the trainer's forward and update passes run the same kernels, and pay the same kind
@@ -488,14 +488,14 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
 
 def _default_prior() -> dict[str, float]:
     """The shipped priors' scalars for an eager engine without activation checkpointing."""
-    from ..compose.efficiency import prior_scalars
+    from ..stepmodel.efficiency import prior_scalars
 
     return prior_scalars()
 
 
 def prior_for(run) -> dict[str, float]:
     """The shipped priors' scalars under a run's engine settings."""
-    from ..compose.efficiency import prior_scalars
+    from ..stepmodel.efficiency import prior_scalars
 
     return prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing)
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..compose.efficiency import roofline_share
 from ..errors import PolytraceError
 from ..run.hardware import GPUS
+from ..stepmodel.efficiency import roofline_share
 from .logconfig import Overrides
 from .mfu import check_gpu, read_mfu
 

@@ -29,11 +29,11 @@ import math
 
 import numpy as np
 
-from ..compose.rollout import kv_capacity_tokens, kv_slots
-from ..compose.stages import GROUPS, TRAIN_STAGES
 from ..errors import PolytraceError
 from ..run.dialects import dialect_key, trainer_backend
 from ..run.spec import verl_key
+from ..stepmodel.rollout import kv_capacity_tokens, kv_slots
+from ..stepmodel.stages import GROUPS, TRAIN_STAGES
 from .settings import OFFLOAD_SWITCHES, REGISTRY, offload_key, stated
 
 ROOFLINE_FLOOR = 0.45

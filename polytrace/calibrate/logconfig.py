@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compose.stages import PRECISIONS, RunConfig
 from ..errors import PolytraceError
 from ..logs import TrainingLog, Unresolved
 from ..logs.companion import attach, read_companion
 from ..logs.timers import apply_stage_map
 from ..run.dialects import NEMO_RL, nemo_rl_as_verl, trainer_backend, trainer_dialect
 from ..run.spec import verl_default, verl_key
+from ..stepmodel.stages import PRECISIONS, RunConfig
 from ..wording import counted
 from .identity import (  # noqa: F401
     DEFAULT_GPU,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..compose.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout
 from ..logs.agent import agent_step
+from ..stepmodel.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout
 
 
 def price_multiturn(run, row, prompt_lens, response_lens) -> bool:

@@ -45,10 +45,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..compose.efficiency import CONSTANT_KIND, priced_share, prior_kind, roofline_share  # noqa: F401 (re-exported)
 from ..errors import PolytraceError
 from ..provenance import file_sha256
 from ..run.spec import default
+from ..stepmodel.efficiency import CONSTANT_KIND, priced_share, prior_kind, roofline_share  # noqa: F401 (re-exported)
 from .fit import MIN_SLOWDOWN, StepData
 from .gpuinfer import ASSUMED_NOTE, INFER_LADDER, INFERRED_NOTE, NOT_STATED
 from .gpuinfer import roofline_margin as gpu_roofline_margin

@@ -148,7 +148,7 @@ def guard_estimate(res, prior_res, overlapped=()):
     (``prior_res``: the same call without the calibration): ``res.guarded`` holds ``guard``'s
     answer (a ``compose.result.Guarded``) and its notes join ``res.warnings``; a result without a
     range is returned as it was."""
-    from ..compose.result import Guarded
+    from ..stepmodel.result import Guarded
 
     if res.range is None or not prior_res.summary.get("mean_stages_s"):
         return res

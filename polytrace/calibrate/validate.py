@@ -6,7 +6,7 @@
    non-finite, non-positive or inconsistent with the configured caps is left out, and said so.
 3. For every kept step, rebuild a batch of sequence lengths from that step's logged statistics
    (response and prompt length mean, max, min, clip ratio) and price each stage with the roofline
-   models of ``polytrace.compose`` -> ``x[stage]``, seconds the hardware would need.
+   models of ``polytrace.stepmodel`` -> ``x[stage]``, seconds the hardware would need.
 4. Calibrate the named scalars (``polytrace.calibrate.fit``: one slowdown per kind of work, a fixed
    cost per stage, the step's time outside the stages) on the first K steps, leaving out warm-up,
    validation/checkpoint spikes and stalls, or on all steps of another log of the same model and
@@ -26,17 +26,17 @@ import math
 
 import numpy as np
 
+from ..errors import PolytraceError
+from ..logs import EXTRA_STAGES, TrainingLog, read_log
+from ..stepmodel.efficiency import DEFAULT
+from ..stepmodel.rollout import kv_slots
+from ..stepmodel.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
 from .drift import drift_scores
 from .fit import Calibration, StepData, by_family, calibrate, prior_for, roofline_bounds
 from .gpuinfer import infer_gpu
 from .infer import resolve_unstated
-from .multiturn import multiturn_notes, price_multiturn
-from ..compose.efficiency import DEFAULT
-from ..compose.rollout import kv_slots
-from ..compose.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
-from ..errors import PolytraceError
 from .logconfig import MAX_TOKENS, Overrides, Split, config_from_log, execution_split, model_family
-from ..logs import EXTRA_STAGES, TrainingLog, read_log
+from .multiturn import multiturn_notes, price_multiturn
 
 # verl's top-level timers; others (generate_sequences, reshard, ...) are nested inside these.
 TOP_LEVEL = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 
-from ..compose.efficiency import load_priors
-from .logconfig import Overrides
 from ..provenance import file_sha256
+from ..stepmodel.efficiency import load_priors
+from .logconfig import Overrides
 from .priors import Corpus, score
 
 

@@ -16,7 +16,7 @@ from ._io import print_json
 from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values, section_group
 
 if TYPE_CHECKING:  # the parser is built without importing compose (numpy) for every command
-    from ..compose.result import EstimateResult
+    from ..stepmodel.result import EstimateResult
 
 # polytrace.workload.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
 # parser is built without importing the profiles (numpy) for every command
@@ -71,7 +71,7 @@ def register(sub) -> None:
                    "async_training.checkpoint_engine.enable): a MoE's expert tensors cost ~0.05 ms each, not "
                    "0.52 ms; default on in fully-async (verl's default), off in one-step-off")
     m.add_argument("--framework", choices=("verl", "nemo-rl"), default="verl",
-                   help="the RL framework's mechanics where they change the cost (polytrace/compose/frameworks.py): "
+                   help="the RL framework's mechanics where they change the cost (polytrace/stepmodel/frameworks.py): "
                    "verl (default; what the priors were fitted on) or nemo-rl (colocated: engine weights and "
                    "optimizer state offloaded around the refit; one-step-off: in-flight updates, pipelined sync); "
                    "the flags above win where given")
@@ -177,7 +177,7 @@ def stated_profile(args, model=None):
 
     if getattr(args, "lengths", None) is None:
         return args.profile or DEFAULT_PROFILE
-    from ..compose.workloads import stated_lengths_profile
+    from ..stepmodel.workloads import stated_lengths_profile
 
     return stated_lengths_profile(args.lengths, profile=args.profile, model=model if model is not None else args.model,
                                   max_response_len=getattr(args, "max_response_len", None))
@@ -223,8 +223,8 @@ def _unused_flags(args) -> None:
 
 def _estimate(args) -> int:
     from ..calibrate.files import compare_calibrated, estimate_calibrated
-    from ..compose.modes import compare_modes, mode_estimate
-    from ..compose.pricing import parse_assignments
+    from ..stepmodel.modes import compare_modes, mode_estimate
+    from ..stepmodel.pricing import parse_assignments
 
     _unused_flags(args)
     differences, cal_doc = _calibrated_run(args)
@@ -240,7 +240,7 @@ def _estimate(args) -> int:
                  partial_rollout=args.partial_rollout, updates_per_sync=args.updates_per_sync,
                  in_flight_updates=args.in_flight_updates, pipelined_sync=args.pipelined_sync,
                  checkpoint_engine=args.checkpoint_engine)
-    from ..compose.frameworks import apply_framework
+    from ..stepmodel.frameworks import apply_framework
 
     framework = apply_framework(args.framework, "compare" if args.compare_modes else args.mode, kw, split)
     if framework.name != "verl" and not args.json:
@@ -248,7 +248,7 @@ def _estimate(args) -> int:
     where = (profile, args.model, args.gpu, args.gpus)
     lengths_line = _lengths_line(profile)
     if not args.calibration and not args.roofline:
-        from ..compose.scalars import Scalars
+        from ..stepmodel.scalars import Scalars
 
         kw["calibration"] = Scalars.priors()  # the shared physical priors (polytrace/data/priors.json)
     if args.compare_modes:
@@ -285,7 +285,7 @@ def _estimate(args) -> int:
         for note in profile.notes:
             print(f"note: {note}")
     if args.mode != "sync":
-        from ..compose.modes_text import mode_lines
+        from ..stepmodel.modes_text import mode_lines
 
         print("\n".join(mode_lines(result)))
         return 0
@@ -314,15 +314,15 @@ def _print_sync(result: EstimateResult, args) -> None:
     idle causes, what-ifs and (``--kernels``) the kernel families."""
     from tabulate import tabulate
 
-    from ..compose.breakdown import (
+    from ..stepmodel.breakdown import (
         amdahl_lines,
         grouped_source_lines,
         kernel_table,
         priors_constant_named,
         what_if_lines,
     )
-    from ..compose.estimate import TAIL_FIGURES_NOTE
-    from ..compose.modes_text import idle_lines
+    from ..stepmodel.estimate import TAIL_FIGURES_NOTE
+    from ..stepmodel.modes_text import idle_lines
 
     print(_run_line(result))
     print(f"source: {result.source}")
@@ -374,12 +374,12 @@ def _print_comparison(cmp: dict, args) -> int:
         for w in res.warnings:
             print(f"warning: {name}: {w}", file=sys.stderr)
     if args.json:
-        from ..compose.result import SCHEMA_VERSION
+        from ..stepmodel.result import SCHEMA_VERSION
 
         print_json({"schema_version": SCHEMA_VERSION, "modes": cmp["modes"],
                     "results": {k: {"config": v.config, "summary": v.summary} for k, v in results.items()}})
         return 0
-    from ..compose.modes_text import compare_table, stream_settings
+    from ..stepmodel.modes_text import compare_table, stream_settings
 
     sync = results["sync"]
     s = sync.setting
@@ -393,7 +393,7 @@ def _print_comparison(cmp: dict, args) -> int:
 
 
 def _impact(args) -> int:
-    from ..compose.impact import format_impact, impact
+    from ..stepmodel.impact import format_impact, impact
 
     # the run the kernels' change is priced on: its lengths and shape, as estimate takes them
     # (without --lengths the profile stays unset: the default workload's, with its model)

@@ -255,11 +255,11 @@ def _render_gate(args, report, step: dict | None) -> str:
 
 
 def _step_time(report, baseline, candidate) -> dict | None:
-    """What the kernel changes cost on the default workload (``polytrace.compose.impact``), for
+    """What the kernel changes cost on the default workload (``polytrace.stepmodel.impact``), for
     the line under the verdict; none for inputs the gate refused."""
     if report.exit_code == 2:
         return None
-    from ..compose.impact import step_time_line
+    from ..stepmodel.impact import step_time_line
 
     res = step_time_line(baseline, candidate)
     return {"line": res["line"], "step_change": res["step_change"]}

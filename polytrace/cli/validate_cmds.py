@@ -94,7 +94,7 @@ def register(sub) -> None:
     c.add_argument("--framework", choices=("verl", "nemo-rl"), default=None,
                    help="with --stage-times: the framework the averages come from (default verl); nemo-rl prices "
                    "its colocated switch (engine weights and optimizer state offloaded around the refit) instead "
-                   "of leaving it to the fitted constants (polytrace/compose/frameworks.py)")
+                   "of leaving it to the fitted constants (polytrace/stepmodel/frameworks.py)")
     from .compose_cmds import add_stated_run_flags
 
     add_stated_run_flags(c, prefix="with --stage-times: ")
@@ -293,7 +293,7 @@ def _calibrate(args) -> int:
                   optimizer_offload=args.optimizer_offload, strategy=args.strategy or "fsdp", train_tp=args.train_tp,
                   train_pp=args.train_pp, **stated_kw)
         kw.update(estimate_settings(args, kw))  # --set: checked against these flags
-        from ..compose.frameworks import apply_framework
+        from ..stepmodel.frameworks import apply_framework
 
         apply_framework(args.framework or "verl", "sync", kw, {})  # the averages are a colocated run's
         doc = calibrate_from_stage_times(

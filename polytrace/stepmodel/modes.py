@@ -462,8 +462,8 @@ def _summarise(sep: Separated, prof, sides: _Sides, rows, tried, calibration, pr
                                  + idle["trainer_ranks_waiting_for_slowest_gpu_s"]) / gpu_s if gpu_s else 0.0,
         "mode": block,
     }
-    source = ("estimated: roofline at assumed efficiencies (polytrace/compose/efficiency.py), "
-              f"{mode} steady state (polytrace/compose/modes.py)" + (", calibrated scalars applied" if calibration
+    source = ("estimated: roofline at assumed efficiencies (polytrace/stepmodel/efficiency.py), "
+              f"{mode} steady state (polytrace/stepmodel/modes.py)" + (", calibrated scalars applied" if calibration
                                                                      else ""))
     config = tc.to_dict()
     config.update(n_gpus=n, rollout_tp=rc.rollout_tp, mode=mode, rollout_gpus=rc.n_gpus, train_gpus=tc.n_gpus)

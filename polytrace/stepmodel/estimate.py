@@ -463,7 +463,7 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
                                          lambda fam: mean_step(pricer_for({fam: amdahl})))
     measured = sorted(f for f, v in summary["families"].items() if v["status"] != "roofline"
                       and f not in NOT_KERNELS)
-    source = ("estimated: roofline at assumed efficiencies (polytrace/compose/efficiency.py)"
+    source = ("estimated: roofline at assumed efficiencies (polytrace/stepmodel/efficiency.py)"
               + (f", measured kernel timings for {', '.join(measured)} ({timings.origin})" if measured else "")
               + (", shared priors applied (polytrace/data/priors.json)" if with_priors
                  else ", calibrated scalars applied" if calibration else ""))
@@ -482,6 +482,6 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
         providers={f: pricer.provider(f) for f in MEASURED},
         timings_used=sorted("/".join(k) for k in pricer.used),
         memory={**plan.to_dict(), "longest_sequence": longest,
-                "source": "estimated: polytrace/compose/memory.py (bf16 weights, fp32 master weights, "
+                "source": "estimated: polytrace/stepmodel/memory.py (bf16 weights, fp32 master weights, "
                           "gradients and Adam moments, activations, KV cache)"},
         warnings=warnings, lengths=lengths)

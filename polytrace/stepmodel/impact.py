@@ -157,7 +157,7 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
         stages=stages, kernels=kernels, benchmarks=benchmarks, providers=providers,
         source="estimated: the same sampled steps priced with each side's kernel timings "
                       + ("at the base roofline" if roofline else "and the shared priors (polytrace/data/priors.json)")
-               + " (polytrace/compose/impact.py)")
+               + " (polytrace/stepmodel/impact.py)")
 
 
 def step_time_line(baseline, candidate, **workload) -> dict:
