@@ -133,7 +133,7 @@ def _write_report(out: Path, job: dict, section: dict, estimate_md: str, data: d
     hist_path = out / "response_lengths.png"
     _plot_lengths(prof, steps, seed, hist_path)
 
-    from .results import report_links
+    from .measure.results import report_links
 
     links = report_links(_results_root())
     md = [f"# polytrace report: {prof.name}", "",

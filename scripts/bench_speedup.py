@@ -26,13 +26,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from polytrace.bench import run_bench  # noqa: E402
-from polytrace.bench.cluster import ClusterSpec  # noqa: E402
-from polytrace.bench.run import BenchCases, ShardPlan  # noqa: E402
+from polytrace.measure.bench import run_bench  # noqa: E402
+from polytrace.measure.bench.cluster import ClusterSpec  # noqa: E402
+from polytrace.measure.bench.run import BenchCases, ShardPlan  # noqa: E402
 
 
 def _ids(run: Path, suite: str) -> list[str]:
-    from polytrace.results import load_result
+    from polytrace.measure.results import load_result
 
     return [b.id for b in load_result(next(run.glob(f"*/{suite}.json"))).benchmarks]
 

@@ -1,4 +1,4 @@
-"""The environment record of one benchmark session (``polytrace.envrecord`` through NVML).
+"""The environment record of one benchmark session (``polytrace.measure.envrecord`` through NVML).
 
 ``conftest.py`` opens it at session start (``start``) and closes it when pytest-benchmark writes
 the JSON (``finish``, from ``pytest_benchmark_update_machine_info``: that is the session's end);
@@ -25,7 +25,7 @@ def start(on_gpu: bool) -> None:
     if not on_gpu:
         _state["skipped"] = "no CUDA device: no environment to record"
         return
-    from polytrace.envrecord import NvmlDevice
+    from polytrace.measure.envrecord import NvmlDevice
 
     device = NvmlDevice.open(index=_nvml_index(), uuid=_torch_uuid())
     _state["device"] = device
@@ -50,7 +50,7 @@ def judge(samples: list[dict], info: dict, bench_id: str) -> None:
     """Record one benchmark's SM clock (``info["sm_clock"]``) from the samples taken during its
     rounds and mark it ``throttled`` against the session's max so far; ``finish`` judges every
     benchmark again against the whole session's max."""
-    from polytrace.envrecord import benchmark_throttled, clock_summary
+    from polytrace.measure.envrecord import benchmark_throttled, clock_summary
 
     summary = clock_summary(samples)
     if summary is None:
@@ -64,7 +64,7 @@ def judge(samples: list[dict], info: dict, bench_id: str) -> None:
 
 def rejudge() -> list[str]:
     """Every judged benchmark against the session's final max clock; ids of the throttled ones."""
-    from polytrace.envrecord import benchmark_throttled
+    from polytrace.measure.envrecord import benchmark_throttled
 
     top = _state.get("session_max_mhz")
     throttled = []
@@ -82,7 +82,7 @@ def finish() -> dict:
     --benchmark-save)."""
     if "record" in _state:
         return _state["record"]
-    from polytrace.envrecord import assess
+    from polytrace.measure.envrecord import assess
 
     if "skipped" in _state or not _state:
         record = {"throttled": None, "reasons": [], "note": _state.get("skipped", "session record not started")}

@@ -29,7 +29,7 @@ from pathlib import Path
 from . import environment, timing
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-GATED_KINDS = ("ours", "")  # polytrace.results.gate gates these (and only these) by default
+GATED_KINDS = ("ours", "")  # polytrace.measure.results.gate gates these (and only these) by default
 GATE_ALPHA = 0.002  # polytrace gate's default alpha: a gated benchmark's rounds must be able to reach it
 
 
@@ -160,7 +160,7 @@ def refuse_underpowered(case: Case, rounds: int, alpha: float = GATE_ALPHA) -> N
     as "underpowered": refuse it here, naming the rounds needed."""
     if not on_gpu() or case.kind not in GATED_KINDS:
         return
-    from polytrace.results.gate import min_p_value
+    from polytrace.measure.results.gate import min_p_value
 
     if min_p_value(rounds, rounds) >= alpha:
         need = rounds
@@ -195,7 +195,7 @@ def check_timer(benchmark) -> None:
 
 def gate_rounds(alpha: float = GATE_ALPHA) -> int:
     """The fewest rounds (each side) whose exact U test can reach ``p < alpha``."""
-    from polytrace.results.gate import min_p_value
+    from polytrace.measure.results.gate import min_p_value
 
     need = 2
     while min_p_value(need, need) >= alpha:
@@ -287,12 +287,12 @@ _RECORDED_IDS: set[str] = set()
 
 
 def benchmark_id(case: Case) -> str:
-    """The id results and the gate match benchmarks by (polytrace.results)."""
+    """The id results and the gate match benchmarks by (polytrace.measure.results)."""
     return f"{case.family}/{case.kernel}/{case.provider}/{case.mode}/{case.shape_id}"
 
 
 class BelowRoofline(AssertionError):
-    """A median below the case's roofline floor (``polytrace.results.floor``)."""
+    """A median below the case's roofline floor (``polytrace.measure.results.floor``)."""
 
 
 def record(benchmark, case: Case, peak_mem: int | None = None, plan: timing.Plan | None = None,
@@ -349,7 +349,7 @@ def record(benchmark, case: Case, peak_mem: int | None = None, plan: timing.Plan
             info["pct_peak_hbm"] = 100.0 * case.bytes_moved / median / gpu.ceiling("hbm")
     gpu = gpu_preset()
     if gpu is not None and plan is not None and plan.mode != "host":
-        from polytrace.results import floor
+        from polytrace.measure.results import floor
 
         from . import predict
 

@@ -1,5 +1,5 @@
 """Predicted time of every suite case, beside its measured median: the roofline at attainable
-ceilings (``polytrace.results.floor.predicted_s``) and, when a static performance report exists
+ceilings (``polytrace.measure.results.floor.predicted_s``) and, when a static performance report exists
 under ``results/static/`` (``*.json``, read at run time, optional), its issue-bound estimate.
 
 The static report's contract (what this reader takes from it; anything else in the file is
@@ -100,7 +100,7 @@ def static_estimate(case, folder: str = str(STATIC_DIR), arch: str | None = None
 
 def annotate(info: dict, case, gpu, median: float | None, folder: str = str(STATIC_DIR)) -> None:
     """``predicted_s``, ``prediction_basis``, ``vs_predicted`` and ``prediction_flag`` in ``info``."""
-    from polytrace.results import floor
+    from polytrace.measure.results import floor
 
     if gpu is None:
         return

@@ -71,9 +71,9 @@ def step_estimate(files: list[Path], slug: str) -> str:
 def summary(out: Path, summary_path: Path, slug: str, suites: list[str], results_root: Path,
             allow_missing: bool = False) -> int:
     from polytrace.atomic_write import atomic_write_text
-    from polytrace.results import compare, format_markdown, format_show, load_result
-    from polytrace.results.schema import merge
-    from polytrace.results.store import baseline_path, format_brief
+    from polytrace.measure.results import compare, format_markdown, format_show, load_result
+    from polytrace.measure.results.schema import merge
+    from polytrace.measure.results.store import baseline_path, format_brief
 
     brief, full, lines, code = [], [], [], 0
     results = []
@@ -124,7 +124,7 @@ def summary(out: Path, summary_path: Path, slug: str, suites: list[str], results
 
 def store(out: Path, suites: list[str], results_root: Path, set_base: bool, allow_cpu: bool, force: bool) -> int:
     from polytrace.errors import PolytraceError
-    from polytrace.results import set_baseline, store_result
+    from polytrace.measure.results import set_baseline, store_result
 
     files, code = run_files(out, suites), 0
     for f in files:

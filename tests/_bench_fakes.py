@@ -88,7 +88,7 @@ def plain_pytest_ids(folder: Path, k: str, tmp: Path, env: dict) -> dict[str, li
     out = tmp / "plain.json"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", k, str(folder),
                     f"--benchmark-json={out}"], cwd=folder, env=env, capture_output=True, check=True, timeout=120)
-    from polytrace.results import load_result
+    from polytrace.measure.results import load_result
 
     ids: dict[str, list[str]] = {}
     for b in load_result(out).benchmarks:
@@ -97,7 +97,7 @@ def plain_pytest_ids(folder: Path, k: str, tmp: Path, env: dict) -> dict[str, li
 
 
 def merged_ids(path: Path) -> list[str]:
-    from polytrace.results import load_result
+    from polytrace.measure.results import load_result
 
     return [b.id for b in load_result(path).benchmarks]
 

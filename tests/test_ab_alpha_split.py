@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from _ab_repo import make_repo
 
-from polytrace.ab import report as ab_report
-from polytrace.ab import runner, sequential
-from polytrace.ab.report import CaseResult, judge
+from polytrace.measure.ab import report as ab_report
+from polytrace.measure.ab import runner, sequential
+from polytrace.measure.ab.report import CaseResult, judge
 
 PAIRS = 24
 ALPHA = 0.002

@@ -30,9 +30,9 @@ from pathlib import Path
 import pytest
 from _ab_repo import commit, edit, git, make_repo, plant_noop, plant_pack_twice, plant_planner_twice
 
-from polytrace.ab import loader, revisions, runner
 from polytrace.cli import main
 from polytrace.errors import PolytraceError
+from polytrace.measure.ab import loader, revisions, runner
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None,
                                 reason="git is not installed (polytrace ab compares git revisions)")
@@ -125,7 +125,7 @@ def test_a_kernel_doing_its_work_twice_fails_and_is_named(capsys, repo, own_temp
     assert case["timing"]["timing"] == "host-cpu"  # the interpreter's rounds: process CPU time
     assert report["base"]["spec"] == "noop" and report["cand"]["kernel_hashes"]["packing"] != \
         report["base"]["kernel_hashes"]["packing"]
-    from polytrace.results import load_result
+    from polytrace.measure.results import load_result
 
     base, cand = load_result(tmp_path / "o" / "base.json"), load_result(tmp_path / "o" / "cand.json")
     assert [b.id for b in base.benchmarks] == [b.id for b in cand.benchmarks] == [case["id"]]

@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from polytrace.ab import paired, sequential
-from polytrace.ab.report import CaseResult, judge
 from polytrace.errors import PolytraceError
+from polytrace.measure.ab import paired, sequential
+from polytrace.measure.ab.report import CaseResult, judge
 
 
 def _case(i: int = 0) -> CaseResult:
@@ -146,7 +146,7 @@ def test_judged_at_alpha_per_look_the_interval_is_wider():
 
 
 def _interval(ratios, alpha):
-    from polytrace.results.verdict import paired_interval
+    from polytrace.measure.results.verdict import paired_interval
 
     lo, hi = paired_interval(ratios, alpha)
     return math.expm1(lo), math.expm1(hi)

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from polytrace.ab import format_markdown, format_text, measure, paired
-from polytrace.ab.loader import LoadedRevision
-from polytrace.ab.report import AbReport, CaseResult, aggregate, judge
-from polytrace.ab.runner import check_rounds
 from polytrace.errors import PolytraceError
+from polytrace.measure.ab import format_markdown, format_text, measure, paired
+from polytrace.measure.ab.loader import LoadedRevision
+from polytrace.measure.ab.report import AbReport, CaseResult, aggregate, judge
+from polytrace.measure.ab.runner import check_rounds
 
 # ----------------------------------------------------------------------------- paired statistics
 
@@ -79,7 +79,7 @@ def test_a_slowdown_the_signed_rank_test_does_not_confirm_is_inconclusive_not_hi
     """16 pairs 2x slower but one whose BASE round was preempted (the largest |log ratio|, other
     sign): p = 0.005 >= 0.002, so the case is not a regression, nor unchanged: inconclusive, with
     the pairs that would decide it, and ab warns."""
-    from polytrace.ab.runner import _finish
+    from polytrace.measure.ab.runner import _finish
 
     ratios = np.full(16, math.log(2.0)) + np.linspace(-0.01, 0.01, 16)
     ratios[0] = -math.log(5.0)

@@ -232,7 +232,7 @@ def test_tuning_candidates_drop_what_cannot_fit(d, cap, dropped):
 
 def test_tune_drops_candidates_that_cannot_fit_before_compiling(tmp_path):
     """A shape's ``fits`` drops a candidate before any launch: never built, not counted as tried or failed."""
-    from polytrace.tuning import session as tune
+    from polytrace.measure.tuning import session as tune
 
     calls = []
 
@@ -256,7 +256,7 @@ def test_tune_drops_candidates_that_cannot_fit_before_compiling(tmp_path):
 def test_attention_tune_shapes_ask_config_fits_with_the_device_capability(monkeypatch):
     """The varlen_attention_fwd tunable's shapes drop exactly what config_fits drops at the device's
     capability: at D=128 on sm_90, 128x128 with 4 stages (256 KB) but not with 3 (224 KB)."""
-    from polytrace.tuning import measure, tunables
+    from polytrace.measure.tuning import measure, tunables
     from polytrace_kernels.attention import api
 
     seen = []

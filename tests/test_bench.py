@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from _bench_fakes import merged_ids, plain_pytest_ids, run_counts, shard_records, write_suites
 
-from polytrace.bench import ledger, merge_dir, run_bench
-from polytrace.bench.cluster import ClusterSpec
-from polytrace.bench.run import BenchCases, ShardPlan
 from polytrace.errors import PolytraceError
+from polytrace.measure.bench import ledger, merge_dir, run_bench
+from polytrace.measure.bench.cluster import ClusterSpec
+from polytrace.measure.bench.run import BenchCases, ShardPlan
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHA = ["a0", "a1", "a2", "a3", "a4", "fail"]
@@ -113,7 +113,7 @@ def test_serial_run_writes_the_ids_and_order_of_plain_pytest(suites, tmp_path, c
         assert merged["polytrace_bench"]["nodes"][0]["machine_info"]["polytrace"]["gpu_slug"] == "cpu"
         assert set(merged) >= {"machine_info", "commit_info", "benchmarks", "datetime", "version"}
         assert all(b["options"]["disable_gc"] for b in merged["benchmarks"])  # --pytest-arg reached every shard
-    from polytrace.results import load_result, store_result
+    from polytrace.measure.results import load_result, store_result
 
     stored = store_result(out / "cpu" / "alpha.json", tmp_path / "store", allow_cpu=True)
     assert stored.parent.name == "cpu" and stored.name.endswith("_alpha.json")
@@ -297,7 +297,7 @@ def test_the_suites_cost_hints_reach_the_dealing(tmp_path):
     our kernels take seconds, torch milliseconds), so the shards are dealt by it, not round robin
     (on the CPU attention + logprob suites round robin put 7.4 s and 5.2 s of cases in two shards;
     the hints give 6.3 s and 7.0 s)."""
-    from polytrace.bench import worker
+    from polytrace.measure.bench import worker
 
     spec = {"repo": str(ROOT), "files": ["suites/test_logprob.py"], "env": {}, "k": "token_logprobs and not linear"}
     collected = worker.collect(spec)

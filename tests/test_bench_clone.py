@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from _bench_fakes import write_suites
 
-from polytrace.bench import ledger
+from polytrace.measure.bench import ledger
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = {"alpha": ["a0", "a1"], "beta": ["b0"]}

@@ -16,11 +16,11 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'poly
 import torch  # noqa: E402
 from _bench_fakes import merged_ids, run_counts, shard_records, write_suites  # noqa: E402
 
-from polytrace.tuning import session as tune  # noqa: E402
-from polytrace.bench import run_bench  # noqa: E402
-from polytrace.bench.cluster import ClusterSpec, connect  # noqa: E402
-from polytrace.bench.run import BenchCases, ShardPlan  # noqa: E402
 from polytrace.errors import PolytraceError  # noqa: E402
+from polytrace.measure.bench import run_bench  # noqa: E402
+from polytrace.measure.bench.cluster import ClusterSpec, connect  # noqa: E402
+from polytrace.measure.bench.run import BenchCases, ShardPlan  # noqa: E402
+from polytrace.measure.tuning import session as tune  # noqa: E402
 
 CASES = ["a0", "a1", "kill", "a3", "a4", "a5", "a6"]
 

@@ -68,7 +68,7 @@ def test_the_tests_pass_from_a_clone_under_a_path_with_a_space(tmp_path):
 SHIP_DRIVER = """
 import sys
 sys.path.insert(0, sys.argv[1])
-from polytrace.bench.cluster import await_start, connect
+from polytrace.measure.bench.cluster import await_start, connect
 cluster = connect("local", workers=1, allow_cpu=True, ship_code=sys.argv[2])
 try:
     def shipped():

@@ -10,7 +10,7 @@ import pytest
 from _compose_results import all_benches, family_benches, result_file, write
 
 from polytrace.cli import main
-from polytrace.results import load_result
+from polytrace.measure.results import load_result
 from polytrace.stepmodel import MEASURED, estimate
 from polytrace.stepmodel.efficiency import PRIORS
 from polytrace.stepmodel.impact import ImpactResult, impact, step_time_line

@@ -94,7 +94,7 @@ def test_a_median_no_kernel_launch_takes_is_refused(tmp_path, median):
     b = [bench("attention", "decode_attention", "decode", "ours", {"B": 1}, flops=1.0, nbytes=1e6, roofline="hbm",
                median=median)]
     path = write(tmp_path / "x.json", result_file(b))
-    # beyond [1 ns, 10^6 s] the results reader refuses the round itself (polytrace/results/validation.py);
+    # beyond [1 ns, 10^6 s] the results reader refuses the round itself (polytrace/measure/results/validation.py);
     # within it, the estimate refuses a median above 1 h
     with pytest.raises(PolytraceError, match=r"x.json: benchmark '(attention/decode_attention/ours/decode/B=1': "
                                              r"median .* s is not the time of one kernel launch|"
@@ -182,7 +182,7 @@ _KERNELS = [("attention", "decode_attention", "decode"), ("attention", "varlen_a
 @given(st.lists(st.tuples(st.sampled_from(_KERNELS), _VALUES, _VALUES, _VALUES, _VALUES, _VALUES),
                 min_size=1, max_size=4))
 def test_any_field_values_give_a_clean_error_or_a_finite_estimate(entries):
-    from polytrace.results import parse_result
+    from polytrace.measure.results import parse_result
     from polytrace.stepmodel import estimate
 
     benches = []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_results_synth import make_result, write
 
-from polytrace.results import load_result
+from polytrace.measure.results import load_result
 from suites import runbook
 
 ROOT = Path(__file__).resolve().parents[1]

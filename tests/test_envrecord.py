@@ -1,4 +1,4 @@
-"""The NVML environment record (polytrace/envrecord.py, suites/environment.py) with a fake pynvml:
+"""The NVML environment record (polytrace/measure/envrecord.py, suites/environment.py) with a fake pynvml:
 what is read, when a session counts as throttled, and that a missing or failing NVML is recorded as
 unknown, never an error."""
 
@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from polytrace import envrecord
-from polytrace.envrecord import NvmlDevice, assess, reason_names
+from polytrace.measure import envrecord
+from polytrace.measure.envrecord import NvmlDevice, assess, reason_names
 
 MAX_SM = 1980
 

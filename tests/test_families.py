@@ -167,8 +167,8 @@ test_double = registry.make_test(registry.suite_cases("toy"), "test_double")
 
 
 def test_the_toy_family_is_benchmarked_by_the_suites_and_compared_by_the_gate(tmp_path):
-    from polytrace.results.gate import GatePolicy, compare
-    from polytrace.results.schema import load_result
+    from polytrace.measure.results.gate import GatePolicy, compare
+    from polytrace.measure.results.schema import load_result
 
     (tmp_path / "test_toysuite.py").write_text(SESSION)
     out = tmp_path / "base.json"

@@ -10,8 +10,8 @@ import pytest
 from test_results_synth import SHAPES, make_result, write
 from test_results_synth import cli_main as main
 
-from polytrace.results import GatePolicy, Rule, compare, format_markdown, format_text, load_result
-from polytrace.results.gate import min_p_value
+from polytrace.measure.results import GatePolicy, Rule, compare, format_markdown, format_text, load_result
+from polytrace.measure.results.gate import min_p_value
 
 TAIL = SHAPES[4][0]  # weight 0.02
 

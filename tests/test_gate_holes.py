@@ -13,8 +13,8 @@ import pytest
 from scipy.stats import norm
 from test_results_synth import cli_main, make_result, write
 
-from polytrace.results import GatePolicy, Rule, compare, format_markdown, format_text, parse_result
-from polytrace.results.gate import min_p_value
+from polytrace.measure.results import GatePolicy, Rule, compare, format_markdown, format_text, parse_result
+from polytrace.measure.results.gate import min_p_value
 
 N_ROUNDS = 30
 TOKEN_SHAPES = [f"tokens={1024 * (i + 1)}" for i in range(8)]

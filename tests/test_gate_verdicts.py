@@ -1,4 +1,4 @@
-"""Three-way verdicts (``polytrace.results.verdict``) and the level of every interval:
+"""Three-way verdicts (``polytrace.measure.results.verdict``) and the level of every interval:
 
 - the gate: few noisy rounds are "inconclusive" with a stated number of rounds, and rerunning with
   that many decides (unchanged for no change, regression for a 20% slowdown), at the advertised
@@ -20,11 +20,11 @@ from scipy.stats import norm
 from test_gate_holes import entry, gate
 from test_results_synth import SHAPES, cli_main, make_result, write
 
-from polytrace.ab import paired
-from polytrace.results import Rule, compare, load_result
-from polytrace.results.render import format_p
-from polytrace.results.stats import mann_whitney_p
-from polytrace.results.verdict import classify, paired_interval, sample_size, shift_interval
+from polytrace.measure.ab import paired
+from polytrace.measure.results import Rule, compare, load_result
+from polytrace.measure.results.render import format_p
+from polytrace.measure.results.stats import mann_whitney_p
+from polytrace.measure.results.verdict import classify, paired_interval, sample_size, shift_interval
 
 ONE = SHAPES[:1]  # one shape: one gated benchmark (and its torch control)
 
@@ -164,8 +164,8 @@ def test_the_shared_core_judges_a_weighted_mean_and_words_verdicts_alike_for_gat
     """The pieces gate and ab share (results/verdict.py, results/render.py) on known answers:
     at a 5% threshold t = log(1.05) = 0.0488; a speedup's log below -t with its interval below 0 is
     a regression, the interval inside (-t, t) unchanged, anything else inconclusive."""
-    from polytrace.results.render import markdown_title
-    from polytrace.results.verdict import (
+    from polytrace.measure.results.render import markdown_title
+    from polytrace.measure.results.verdict import (
         change_interval,
         classify_speedup,
         fail_line,

@@ -73,7 +73,7 @@ def test_the_walk_sees_the_imports():
     """Guards the checks below against a parser that finds nothing."""
     assert "polytrace.errors" in GRAPH["polytrace"]
     assert "polytrace.cli._io" in GRAPH["polytrace.cli.workload_cmds"]
-    assert any(m.startswith("polytrace_kernels.") for m in GRAPH["polytrace.tuning.session"])
+    assert any(m.startswith("polytrace_kernels.") for m in GRAPH["polytrace.measure.tuning.session"])
 
 
 def test_nothing_below_the_cli_imports_it():

@@ -10,8 +10,8 @@ import pytest
 from test_results_synth import SHAPES, bench_entry, cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import compare, load_result, plot_files, plot_gate, plot_throughput
-from polytrace.results import plots as plots_module
+from polytrace.measure.results import compare, load_result, plot_files, plot_gate, plot_throughput
+from polytrace.measure.results import plots as plots_module
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,4 +1,4 @@
-"""One progress policy for long work (``polytrace.progress``): a plain line every few seconds and
+"""One progress policy for long work (``polytrace.measure.progress``): a plain line every few seconds and
 one at the end when stderr is not a terminal (a log), never carriage-return redraws; nothing for a
 short run; a live bar only on a terminal. The length plot of ``report`` counts on a log axis."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 
-from polytrace.progress import Progress
+from polytrace.measure.progress import Progress
 
 
 class Clock:

@@ -1,5 +1,5 @@
 """A Ray worker that cannot start is one line naming its cause, read from this session's
-raylet.err (``polytrace.bench.cluster.startup_cause``). The text below is what Ray 2.60 wrote when
+raylet.err (``polytrace.measure.bench.cluster.startup_cause``). The text below is what Ray 2.60 wrote when
 every worker's interpreter lay in a folder named "new user" (the runtime_env path runs it through
 ``bash -c`` unquoted); no Ray is needed to read it. Where Ray leaves no raylet.err line, a fake Ray
 whose workers never start gives one line at the start limit (``await_start``'s parameters: no real
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from polytrace.bench import cluster as cluster_mod
-from polytrace.bench.cluster import Cluster, await_start, startup_cause
 from polytrace.errors import PolytraceError
+from polytrace.measure.bench import cluster as cluster_mod
+from polytrace.measure.bench.cluster import Cluster, await_start, startup_cause
 
 RAYLET_ERR = """\
 bash: line 1: /tmp/new: No such file or directory

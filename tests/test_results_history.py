@@ -11,9 +11,9 @@ import pytest
 from test_results_synth import cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import store_result
-from polytrace.results.history import find_change_points, load_history, plot_history
-from polytrace.results.select import keyword_matcher
+from polytrace.measure.results import store_result
+from polytrace.measure.results.history import find_change_points, load_history, plot_history
+from polytrace.measure.results.select import keyword_matcher
 
 OURS_4096 = "logprob/token_logprobs/triton/fwd/tokens=4096,vocab=32000"
 

@@ -21,8 +21,16 @@ from hypothesis import strategies as st
 from test_results_synth import SHAPES, cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import GatePolicy, compare, format_markdown, format_text, load_result, parse_result, validation
-from polytrace.results.stats import bootstrap_log_medians, median_of
+from polytrace.measure.results import (
+    GatePolicy,
+    compare,
+    format_markdown,
+    format_text,
+    load_result,
+    parse_result,
+    validation,
+)
+from polytrace.measure.results.stats import bootstrap_log_medians, median_of
 
 TAIL = SHAPES[4][0]
 TAIL_NAME = f"test_token_logprobs[triton-{TAIL}]"
@@ -185,7 +193,7 @@ def test_only_regular_files_are_read(tmp_path, capsys):
 
 
 def test_ls_skips_what_it_cannot_read(tmp_path, capsys):
-    from polytrace.results import store_result
+    from polytrace.measure.results import store_result
 
     root = tmp_path / "results"
     store_result(write(tmp_path / "r.json", make_result()), root)

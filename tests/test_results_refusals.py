@@ -8,8 +8,8 @@ import pytest
 from test_results_synth import cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import GatePolicy, compare, format_show, load_result, set_baseline, store_result
-from polytrace.results.store import format_brief
+from polytrace.measure.results import GatePolicy, compare, format_show, load_result, set_baseline, store_result
+from polytrace.measure.results.store import format_brief
 
 REASON = "SM clock sat at 1500 MHz (median of 12 samples after the timed rounds), below 90% of its max 1980 MHz"
 

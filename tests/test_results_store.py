@@ -8,7 +8,7 @@ import pytest
 from test_results_synth import SHAPES, cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import (
+from polytrace.measure.results import (
     format_show,
     list_results,
     load_result,

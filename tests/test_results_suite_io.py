@@ -1,4 +1,4 @@
-"""What the suites write (suites/harness.py + suites/conftest.py) is what polytrace.results reads:
+"""What the suites write (suites/harness.py + suites/conftest.py) is what polytrace.measure.results reads:
 a toy suite run through pytest-benchmark, then read, shown and gated."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_results_synth import cli_main
 
-from polytrace.results import GatePolicy, compare, format_show, load_result
+from polytrace.measure.results import GatePolicy, compare, format_show, load_result
 
 ROOT = Path(__file__).resolve().parents[1]
 

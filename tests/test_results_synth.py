@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from polytrace.results import load_result
+from polytrace.measure.results import load_result
 
 SHAPES = [  # (shape_id, weight, base median seconds): a head of common shapes and a long tail
     ("tokens=4096,vocab=32000", 0.40, 2.0e-3),

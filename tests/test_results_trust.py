@@ -13,7 +13,7 @@ import pytest
 from test_results_synth import cli_main, make_result, write
 
 from polytrace.errors import PolytraceError
-from polytrace.results import floor, format_show, load_result, store_result
+from polytrace.measure.results import floor, format_show, load_result, store_result
 from polytrace.run.hardware import get_gpu
 
 ID = "logprob/token_logprobs/triton/fwd/tokens=4096,vocab=32000"

@@ -100,7 +100,7 @@ def test_graph_replay_over_cold_copies_agrees_with_events():
 
 def test_environment_record_reads_the_gpu():
     pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed: the record says unknown (tested on CPU)")
-    from polytrace.envrecord import NvmlDevice
+    from polytrace.measure.envrecord import NvmlDevice
 
     dev = NvmlDevice.open()
     try:

@@ -48,7 +48,7 @@ def test_what_every_suite_records_is_read_back_by_the_results_reader(all_cases, 
     """extra_info as the harness and each case's finish hook write it passes the results reader's
     validation (a field it refuses, such as a ``measured_on`` it does not know, would fail the
     runbook's summary after a whole GPU run)."""
-    from polytrace.results.schema import parse_result
+    from polytrace.measure.results.schema import parse_result
     from suites import harness, timing
 
     monkeypatch.setattr(harness, "_RECORDED_IDS", set())

@@ -162,7 +162,7 @@ def test_tensor_bytes_counts_nested_tensors():
 
 
 def test_gated_benchmarks_with_too_few_rounds_are_refused_on_a_gpu(monkeypatch):
-    from polytrace.results import gate
+    from polytrace.measure.results import gate
 
     assert harness.GATE_ALPHA == inspect.signature(gate.compare).parameters["alpha"].default
     monkeypatch.setattr(harness, "on_gpu", lambda: True)

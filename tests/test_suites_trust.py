@@ -357,7 +357,7 @@ def test_the_sm_clock_is_sampled_every_round_and_a_10_percent_drop_marks_the_ben
     assert hot["throttled"] is True and hot["sm_clock"]["min_mhz"] == 1700  # 1700 < 0.9 x 1980
     assert cool["throttled"] is False and cool["sm_clock"]["samples"] == 1  # an idle-parked sample is no throttle
     assert environment.rejudge() == ["a"] and cool["session_max_mhz"] == 1980
-    from polytrace.envrecord import assess
+    from polytrace.measure.envrecord import assess
 
     verdict = assess(None, None, timer.samples, throttled_benchmarks=["a"])
     assert verdict["throttled"] is True and any("1 benchmark(s) ran with the SM clock" in r for r in verdict["reasons"])

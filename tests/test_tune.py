@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from polytrace.tuning import session as tune
 from polytrace.errors import PolytraceError
+from polytrace.measure.tuning import session as tune
 
 cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-interpreter path (GPU: test_gpu_session)")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from polytrace.tuning import measure
+from polytrace.measure.tuning import measure
 
 
 def test_flush_buffer_size_follows_the_suites_rule():

@@ -79,8 +79,8 @@ def register(sub) -> None:
 
 
 def _ab(args) -> int:
-    from ..ab import format_markdown, format_text, run_ab, stderr_progress
-    from ..ab.runner import CaseSource, PairPlan, Rule
+    from ..measure.ab import format_markdown, format_text, run_ab, stderr_progress
+    from ..measure.ab.runner import CaseSource, PairPlan, Rule
 
     report = run_ab(args.base, args.cand, cases=CaseSource(args.repo, args.suites, args.keyword),
                     rule=Rule(args.threshold, args.alpha),

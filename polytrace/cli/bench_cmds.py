@@ -72,7 +72,7 @@ def _bench(args) -> int:
     if args.merge:
         if args.out or args.ray or args.suites or args.k:
             raise PolytraceError("--merge DIR: merges what is in DIR; give no -o, --ray, --suite or -k with it")
-        from ..bench import merge_dir
+        from ..measure.bench import merge_dir
 
         for m in merge_dir(args.merge):
             print(m.line())
@@ -81,10 +81,10 @@ def _bench(args) -> int:
         raise PolytraceError("-o DIR: required (the run folder; rerun into the same folder to resume)")
     if not args.ray and not args.allow_cpu:
         _need_a_gpu_here()
-    from ..bench import run_bench
-    from ..bench.cluster import ClusterSpec
-    from ..bench.ledger import MAX_SHARD_CASES
-    from ..bench.run import BenchCases, ShardPlan
+    from ..measure.bench import run_bench
+    from ..measure.bench.cluster import ClusterSpec
+    from ..measure.bench.ledger import MAX_SHARD_CASES
+    from ..measure.bench.run import BenchCases, ShardPlan
 
     def say(message: str) -> None:
         if not args.quiet:

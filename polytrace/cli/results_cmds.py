@@ -108,7 +108,7 @@ def register(sub) -> None:
     p.add_argument("--baseline", default=None, help="also plot each result's per-benchmark ratios against this")
     p.set_defaults(func=_plot)
 
-    from ..tuning.tunables import tunable_names
+    from ..measure.tuning.tunables import tunable_names
 
     p = sub.add_parser("tune", help="search a kernel's launch configs over shape buckets of a profile",
                        description="Search a kernel's launch configs (blocks, warps, stages) over the shape "
@@ -145,7 +145,7 @@ def register(sub) -> None:
 
 
 def _ls(args) -> int:
-    from ..results import format_listing, list_results
+    from ..measure.results import format_listing, list_results
 
     entries = list_results(args.root)
     if args.json:
@@ -158,8 +158,8 @@ def _ls(args) -> int:
 
 
 def _show(args) -> int:
-    from ..results import format_show, load_result, show_rows
-    from ..results.store import brief_rows, format_brief
+    from ..measure.results import format_show, load_result, show_rows
+    from ..measure.results.store import brief_rows, format_brief
 
     result = load_result(args.file)
     if args.json:
@@ -175,7 +175,7 @@ def _show(args) -> int:
 
 
 def _store(args) -> int:
-    from ..results import store_result
+    from ..measure.results import store_result
 
     if args.suite and len(args.files) > 1:
         raise PolytraceError("--suite: give one file when naming its suite")
@@ -186,14 +186,14 @@ def _store(args) -> int:
 
 
 def _set_baseline(args) -> int:
-    from ..results import set_baseline
+    from ..measure.results import set_baseline
 
     print(set_baseline(args.files, args.root, allow_cpu=args.allow_cpu, force=args.allow_throttled))
     return 0
 
 
 def _history(args) -> int:
-    from ..results.history import format_history, load_history, plot_history
+    from ..measure.results.history import format_history, load_history, plot_history
 
     h = load_history(args.root, gpu=args.gpu, keyword=args.keyword, window=args.window, alpha=args.alpha,
                      threshold=args.threshold)
@@ -210,11 +210,11 @@ def _history(args) -> int:
 
 
 def _gate(args) -> int:
-    from ..results import compare, load_result
-    from ..results.gate import GatePolicy, Rule
+    from ..measure.results import compare, load_result
+    from ..measure.results.gate import GatePolicy, Rule
 
     if args.out:  # a bad -o fails before the report is printed, not after
-        from ..results.plots import check_output_dir
+        from ..measure.results.plots import check_output_dir
 
         check_output_dir(args.out, "-o")
     baseline, candidate = load_result(args.baseline), load_result(args.candidate)
@@ -235,7 +235,7 @@ def _gate(args) -> int:
         report.impact.append(step["line"])  # rendered right under the verdict, kept in the JSON's "impact"
     print(_render_gate(args, report, step))
     if args.out and report.exit_code != 2:
-        from ..results import plot_gate
+        from ..measure.results import plot_gate
 
         path = plot_gate(report, args.out)
         if not (args.json or args.markdown):
@@ -244,7 +244,7 @@ def _gate(args) -> int:
 
 
 def _render_gate(args, report, step: dict | None) -> str:
-    from ..results import format_markdown, format_text
+    from ..measure.results import format_markdown, format_text
     from ._io import json_text
 
     if args.json:
@@ -266,7 +266,7 @@ def _step_time(report, baseline, candidate) -> dict | None:
 
 
 def _plot(args) -> int:
-    from ..results import plot_files
+    from ..measure.results import plot_files
 
     for path in plot_files(args.results, args.out, baseline=args.baseline):
         print(path)
@@ -296,7 +296,7 @@ def _interpret_on_cpu(may_reexec: bool) -> None:
 
 
 def _tune(args) -> int:
-    from ..tuning import session as tune
+    from ..measure.tuning import session as tune
 
     if args.allow_cpu and not args.ray:
         _interpret_on_cpu(getattr(args, "from_command_line", False))

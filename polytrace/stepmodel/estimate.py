@@ -341,7 +341,7 @@ def load_timings(gpu_slug: str, results=None, results_root=None) -> tuple[Kernel
     if results:
         return KernelTimings.from_paths(results, gpu_slug, "--results"), True
     if results_root is None:
-        from ..results.store import default_root
+        from ..measure.results.store import default_root
 
         results_root = default_root()
     return KernelTimings.discover(gpu_slug, results_root), False

@@ -172,7 +172,7 @@ class KernelTimings:
         """Every GPU benchmark under ``root/<gpu_slug>/`` (the store's layout), each benchmark id at
         its latest run. A file there that cannot be read is an error naming it (the store only
         writes readable files; silently skipping one would change estimates unnoticed)."""
-        from ..results.schema import load_result
+        from ..measure.results.schema import load_result
 
         folder = Path(root) / gpu_slug
         if not folder.is_dir():
@@ -191,7 +191,7 @@ class KernelTimings:
         """Result files or folders named on the command line (``flag`` names the argument in
         errors). All must come from one GPU, ``gpu_slug`` when given; CPU-interpreter files are
         refused."""
-        from ..results.schema import load_result
+        from ..measure.results.schema import load_result
 
         if isinstance(paths, (str, Path)):
             paths = [paths]

@@ -1,4 +1,4 @@
-"""The pytest plugin a shard runs with (``-p polytrace.bench.pytest_plugin``): selects the shard's
+"""The pytest plugin a shard runs with (``-p polytrace.measure.bench.pytest_plugin``): selects the shard's
 cases by exact node id, and writes each case's outcome (and, with ``--collect-only``, the collected
 node ids) to JSON files the coordinator reads.
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ...errors import PolytraceError
 from ..bench.cluster import ClusterSpec
-from ..errors import PolytraceError
 from .measure import (
     BucketRunner,
     Search,
@@ -51,7 +51,7 @@ from .tunables import TuneShape as TuneShape
 from .tunables import get_tunable
 from .tunables import tunable_names as tunable_names
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # polytrace/tuning/session.py -> the checkout
+REPO_ROOT = Path(__file__).resolve().parents[3]  # polytrace/measure/tuning/session.py -> the checkout
 
 
 @dataclass
@@ -169,9 +169,9 @@ def default_root(on_gpu: bool) -> Path:
 
 
 def _write(tunable: Tunable, search: Search, root, budget_s: float, seed: int) -> dict:
-    from ..atomic_write import atomic_write_text
-    from ..provenance import git_commit, kernel_source_hash
-    from ..run.hardware import slug_for
+    from ...atomic_write import atomic_write_text
+    from ...provenance import git_commit, kernel_source_hash
+    from ...run.hardware import slug_for
 
     on_gpu, device_name = search.on_gpu, search.device_name
     slug = slug_for(device_name) if on_gpu else "cpu"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from .stats import median_of
 from .validation import (
     MAX_AMOUNT,
@@ -144,7 +144,7 @@ class ResultFile:
             return str(slug)
         if self.measured_on == CPU_MEASURED_ON:
             return "cpu"
-        from ..run.hardware import slug_for
+        from ...run.hardware import slug_for
 
         return slug_for(self.gpu_name)
 
@@ -322,7 +322,7 @@ def parse_result(obj, path: str = "<memory>") -> ResultFile:
 def refuse_impossible(result: ResultFile) -> None:
     """Refuse, naming the benchmark, a GPU timing below its roofline floor (``floor``) and a
     benchmark marked throttled in a run whose record says it was not."""
-    from ..run.hardware import detect
+    from ...run.hardware import detect
     from .floor import below_floor_message, floor_s
 
     gpu = detect(result.gpu_name) if result.measured_on == "cuda" else None

@@ -20,7 +20,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from .gate import GateReport
 from .schema import CPU_MEASURED_ON, BenchResult, ResultFile, natural_key
 
@@ -174,7 +174,7 @@ _METRIC = {"tflops": ("TFLOP/s", lambda b: b.tflops), "gbps": ("GB/s", lambda b:
 
 
 def _render_throughput(result: ResultFile, stage: _Stage) -> None:
-    from ..run.hardware import detect
+    from ...run.hardware import detect
 
     plt = pyplot()
     cpu = result.measured_on == CPU_MEASURED_ON

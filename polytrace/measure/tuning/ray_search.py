@@ -20,9 +20,8 @@ import os
 import socket
 import time
 
+from ...errors import PolytraceError
 from ..bench.cluster import ClusterSpec, await_start, connect, one_line_error
-from ..errors import PolytraceError
-from .tunables import Tunable
 from .measure import (
     BucketRunner,
     Search,
@@ -36,6 +35,7 @@ from .measure import (
     progress_bar,
     versions,
 )
+from .tunables import Tunable
 
 
 class TuneWorker:

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from .schema import CPU_MEASURED_ON, ResultFile, load_result, merged_json, natural_key
 from .validation import read_json
 
@@ -42,7 +42,7 @@ def baseline_path(root: str | Path, gpu_slug: str) -> Path:
 
 
 def _write_json(path: Path, obj: dict) -> None:
-    from ..atomic_write import atomic_write_text
+    from ...atomic_write import atomic_write_text
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Text and Markdown (fit for a pull-request comment) renderings of an ``ab`` report, built from the
-gate's rendering pieces (``polytrace.results.render``): the same cells, tables, order and sections."""
+gate's rendering pieces (``polytrace.measure.results.render``): the same cells, tables, order and sections."""
 
 from __future__ import annotations
 

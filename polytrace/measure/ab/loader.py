@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 
 KERNELS_IMPORT_NAME = "polytrace_kernels"
 _IMPORT_NAME = re.compile(rb"\b" + KERNELS_IMPORT_NAME.encode() + rb"\b")

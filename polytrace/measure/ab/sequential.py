@@ -7,7 +7,7 @@ The rule, a group-sequential design with a Bonferroni split of ``alpha`` over pl
   (``K`` looks in all), where ``n0`` is the fewest pairs whose exact signed-rank test can reach
   ``p < alpha / K``;
 - at every look a case is judged at ``alpha / K``: the test, the interval, and so the three-way
-  verdict (``polytrace.results.verdict``). A false regression (or a false "unchanged") at any
+  verdict (``polytrace.measure.results.verdict``). A false regression (or a false "unchanged") at any
   look then has probability at most ``K * alpha / K = alpha`` (the union bound, which holds
   whatever the dependence between looks; Pocock's or O'Brien-Fleming's boundaries would spend
   alpha less bluntly but rest on the normal approximation of the statistic, which the exact
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from ..results.verdict import DECIDED
 from .paired import pairs_needed
 

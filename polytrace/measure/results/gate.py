@@ -1,6 +1,6 @@
 """The regression gate: did a change make the kernels slower on the shapes our workloads run?
 
-Per benchmark (matched by its stable id) the verdict is three-way (``polytrace.results.verdict``):
+Per benchmark (matched by its stable id) the verdict is three-way (``polytrace.measure.results.verdict``):
 
 1. **regression**: a significant difference of the raw rounds (two-sided Mann-Whitney U test at
    ``alpha``, default 0.002: a suite has tens of benchmarks, and 0.002 keeps the chance of one false
@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ..wording import counted
+from ...wording import counted
 from .schema import CPU_MEASURED_ON, BenchResult, ResultFile
 from .stats import (
     MIN_BOOTSTRAP_ROUNDS,

@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic_write import first_missing, remove_if_empty
-from ..errors import PolytraceError
+from ...atomic_write import first_missing, remove_if_empty
+from ...errors import PolytraceError
 from . import ledger
 from .cluster import ClusterSpec
 from .merge import MergedFile, merge_dir
 from .worker import node_label
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 # driver variables every worker needs (a remote node does not inherit this shell's environment):
 # POLYTRACE_ATTENTION_BATCHES, POLYTRACE_BENCH_ROUNDS, POLYTRACE_SHARED, ...
 FORWARD_PREFIX = "POLYTRACE_"
@@ -157,7 +157,7 @@ def _run_bench(out: str | Path, *, cases: BenchCases = BenchCases(), cluster: Cl
     suites, k, suites_dir, pytest_args = cases.suites, cases.k, cases.suites_dir, cases.pytest_args
     ray, max_retries, ship_code = cluster.address, cluster.max_retries, cluster.ship_code
     max_shard_cases, each_gpu_type, balance_from = shards.max_cases, shards.each_gpu_type, shards.balance_from
-    from ..provenance import git_commit
+    from ...provenance import git_commit
 
     say = on_event or (lambda _msg: None)
     out = Path(out)

@@ -161,8 +161,8 @@ class Workload:
 
 def build_workload(tunable: Tunable, profile: str, model: str | None, seed: int, on_gpu: bool,
                    device_name: str) -> Workload:
-    from ..run.models import get_model
-    from ..workload.profiles import get_profile
+    from ...run.models import get_model
+    from ...workload.profiles import get_profile
 
     prof = get_profile(profile)
     model_name = model or PROFILE_MODELS.get(prof.name, FALLBACK_MODEL)
@@ -273,7 +273,7 @@ def versions() -> tuple[str | None, str | None]:
 
 def progress_bar(total: int, name: str, enabled: bool):
     """The session's one progress bar (a cluster's trials all advance it): a live bar on a terminal,
-    a plain line every few seconds in a log (``polytrace.progress``)."""
+    a plain line every few seconds in a log (``polytrace.measure.progress``)."""
     from ..progress import Progress
 
     return Progress(total, f"tune {name}", enabled=enabled, unit="cfg")

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 
 INSTALL_HINT = "pip install 'polytrace[cluster]' (or pip install ray)"
 # Node resources naming a node's GPU model, most specific first: `ray start --resources

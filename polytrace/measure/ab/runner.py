@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
+from ...wording import counted, first_few
 from ..results.gate import GATED_KINDS
 from ..results.select import keyword_matcher
 from ..results.verdict import Rule
-from ..wording import counted, first_few
 from . import loader, measure, paired, revisions, sequential
 from .report import AbReport, CaseResult, aggregate, judge, result_json
 
@@ -45,7 +45,7 @@ def _device_info(cuda: bool) -> dict:
     import torch
     import triton
 
-    from ..run.hardware import slug_for
+    from ...run.hardware import slug_for
 
     name = torch.cuda.get_device_name(0) if cuda else "cpu"
     out = {"gpu_name": name, "gpu_slug": slug_for(name) if cuda else "cpu",
@@ -281,8 +281,8 @@ def _finish(report: AbReport, seed: int, cuda: bool) -> None:
 def _step_time(report: AbReport) -> None:
     """The step-time line under the verdict (``polytrace.stepmodel.impact``), from both sides'
     medians in result files of the suites' schema."""
+    from ...stepmodel.impact import step_time_line
     from ..results.schema import parse_result
-    from ..stepmodel.impact import step_time_line
 
     now = _dt.datetime.now(_dt.timezone.utc).isoformat()
     try:
@@ -313,7 +313,7 @@ def _out_dir(out_dir) -> Path | None:
 def write_outputs(report: AbReport, folder: Path) -> list[Path]:
     """``ab.md``, ``ab.txt``, ``ab.json`` (the report with every pair) and ``base.json`` /
     ``cand.json`` (each side's rounds as result files), each written atomically."""
-    from ..atomic_write import atomic_write_text
+    from ...atomic_write import atomic_write_text
     from .render import format_markdown, format_text
 
     try:

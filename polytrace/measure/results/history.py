@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from .plots import pyplot, staged_pngs
 from .schema import CPU_MEASURED_ON, ResultFile, load_result
 from .select import keyword_matcher

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..wording import counted
+from ...wording import counted
 from .stats import change_of
 
 POWER = 0.8

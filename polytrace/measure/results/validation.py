@@ -21,7 +21,7 @@ import json
 import math
 from pathlib import Path
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 
 MAX_RESULT_BYTES = 256 * 2**20
 MAX_DEPTH = 32
@@ -186,7 +186,7 @@ def rounds_problem(values) -> str | None:
 
 CHECK_VERDICTS = ("pass", "16-bit-only", "fail")
 MAX_CLOCK_MHZ = 10_000.0
-CLOCK_FLOOR = 0.90  # polytrace.envrecord's: a clock more than 10% below the session's max is throttled
+CLOCK_FLOOR = 0.90  # polytrace.measure.envrecord's: a clock more than 10% below the session's max is throttled
 
 
 def _count(value) -> int | None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import PolytraceError, unknown_name
+from ...errors import PolytraceError, unknown_name
 
 # Micro-batch token budget on a GPU (verl's ppo_max_token_len_per_gpu default is 16384) and the
 # number of micro-batch shapes each bucket is scored on (low / median / high padded size).

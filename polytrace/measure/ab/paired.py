@@ -45,7 +45,7 @@ def pairs_needed(alpha: float) -> int:
 
 def pairs_to_decide(ratios: np.ndarray, threshold: float, alpha: float) -> tuple[int, int]:
     """(to detect a change of ``threshold``, to decide the observed change): pairs at 80% power for
-    the spread of these pair log ratios (``polytrace.results.verdict.sample_size``)."""
+    the spread of these pair log ratios (``polytrace.measure.results.verdict.sample_size``)."""
     r = np.asarray(ratios, dtype=np.float64)
     r = r[np.isfinite(r)]
     centre = float(np.median(r)) if r.size else 0.0

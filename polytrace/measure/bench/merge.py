@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic_write import atomic_write_text
-from ..errors import PolytraceError
+from ...atomic_write import atomic_write_text
+from ...errors import PolytraceError
 from ..results.schema import benchmark_id, suite_of
 from .ledger import run_records
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 
 MAX_EXPR_CHARS = 1000
 MAX_NESTING = 32  # parentheses and "not"s in a row: enough for any real filter, bounded recursion

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 
 GIT_TIMEOUT_S = 120  # a checkout of this repository takes well under a second; a hung git is an error
 # What a revision must hold to be A/B-tested: its kernels package and the suites' case registry
@@ -48,7 +48,7 @@ class Revision:
 
     def kernel_hashes(self) -> dict[str, str]:
         """The source hash of every ``kernels/<family>/`` of this revision, as the suites record it."""
-        from ..provenance import folder_source_hash
+        from ...provenance import folder_source_hash
 
         families = sorted(p for p in (self.root / "kernels").iterdir()
                           if p.is_dir() and not p.name.startswith(("_", ".")))

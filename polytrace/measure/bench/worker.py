@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 BUDGET_ENV = "POLYTRACE_BENCH_BUDGET_S"  # read by suites/conftest.py
-PLUGIN = "polytrace.bench.pytest_plugin"
+PLUGIN = "polytrace.measure.bench.pytest_plugin"
 # Options of every pytest the workers start. Hypothesis's pytest plugin is blocked: the suites do
 # not use it, and importing it took 0.8 of 1.5 CPU seconds of a shard's start-up on the CI machine
 # (pytest -X importtime), paid again by every shard.

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..atomic_write import atomic_write_text
-from ..errors import PolytraceError
+from ...atomic_write import atomic_write_text
+from ...errors import PolytraceError
 from .worker import BUDGET_ENV, node_label
 
 SHARDS = "shards"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 
-from ..errors import PolytraceError
+from ...errors import PolytraceError
 from . import worker
 from .cluster import Cluster, await_start, one_line_error
 

@@ -1,7 +1,7 @@
 """What ``polytrace ab`` found: per case, per (family, kernel, mode, provider), and the verdict.
 
 Per case (a benchmark id present in both revisions) the status is one of (the three-way rule of
-``polytrace.results.verdict``)
+``polytrace.measure.results.verdict``)
 
 - ``regression``: the paired signed-rank test gives p < alpha **and** CAND's median pair ratio is
   slower than the threshold; ``improvement`` the mirror image;
@@ -16,7 +16,7 @@ Per case (a benchmark id present in both revisions) the status is one of (the th
 - ``error``: a revision raised while building, binding, checking or timing the case, both outputs
   fail the check, or a round is unusable: never a quiet pass.
 
-Aggregates follow the gate (``polytrace.results.gate``): per (family, kernel, mode, provider), weights
+Aggregates follow the gate (``polytrace.measure.results.gate``): per (family, kernel, mode, provider), weights
 with one meaning per mode (token share; sequences for the planner), the weighted geometric-mean
 speedup of the members' median pair ratios and its bootstrap interval at 1 - alpha; a slowdown
 beyond the threshold whose interval excludes 1 is a regression, an interval within +-threshold
@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ...wording import counted
 from ..results.gate import Aggregate, aggregate_weights
 from ..results.verdict import (
     change_interval,
@@ -48,7 +49,6 @@ from ..results.verdict import (
     paired_interval,
     regressions_found,
 )
-from ..wording import counted
 from . import paired
 
 STATUSES = ("outputs-changed", "error", "regression", "inconclusive", "improvement", "base-wrong", "unchanged")
