@@ -1,5 +1,5 @@
 """The separated modes apply the shared priors under the run's own recompute and engine settings
-(issue 35: ``compose/modes.py`` priced the one-step-off and fully-async update with the priors of
+(issue 35: ``stepmodel/modes.py`` priced the one-step-off and fully-async update with the priors of
 recompute off and CUDA graphs on whatever the run said: Qwen2.5-7B on 8 trainer H100s with
 recompute on, update 6.61 s one-step-off against 10.45 s in sync)."""
 

@@ -28,10 +28,10 @@ WATCHED = ("mem_fraction", "max_num_seqs", "gradient_checkpointing", "eager", "r
 # Literals left on purpose, each with its reason (file, function, parameter):
 ALLOWED = {
     # the priors' kinds under verl's own defaults (enforce_eager True, recompute off) for callers
-    # that price a log's settings; compose/efficiency.py belongs to the priors rewrite (issue 36)
-    ("compose/efficiency.py", "prior_kind", "eager"), ("compose/efficiency.py", "prior_kind", "gradient_checkpointing"),
-    ("compose/efficiency.py", "prior_scalars", "eager"),
-    ("compose/efficiency.py", "prior_scalars", "gradient_checkpointing"),
+    # that price a log's settings; stepmodel/efficiency.py belongs to the priors rewrite (issue 36)
+    ("stepmodel/efficiency.py", "prior_kind", "eager"), ("stepmodel/efficiency.py", "prior_kind", "gradient_checkpointing"),
+    ("stepmodel/efficiency.py", "prior_scalars", "eager"),
+    ("stepmodel/efficiency.py", "prior_scalars", "gradient_checkpointing"),
 }
 
 

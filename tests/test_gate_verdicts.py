@@ -161,7 +161,7 @@ def test_p_values_print_the_digits_that_compare_with_alpha():
 
 
 def test_the_shared_core_judges_a_weighted_mean_and_words_verdicts_alike_for_gate_and_ab():
-    """The pieces gate and ab share (results/verdict.py, results/render.py) on known answers:
+    """The pieces gate and ab share (measure/results/verdict.py, measure/results/render.py) on known answers:
     at a 5% threshold t = log(1.05) = 0.0488; a speedup's log below -t with its interval below 0 is
     a regression, the interval inside (-t, t) unchanged, anything else inconclusive."""
     from polytrace.measure.results.render import markdown_title

@@ -1,5 +1,5 @@
 """Separated modes generate at the calibration's price, and fewer rollout GPUs never generate the
-same work faster (``compose/modes.py``).
+same work faster (``stepmodel/modes.py``).
 
 The fully-async stream was scaled by the rollout's GEMM slowdown alone, so its host work (the
 priors' per-iteration and per-sequence kinds, several times their base price) stayed at the

@@ -7,7 +7,7 @@ under it, and for each stage the setting moves, the stage's logged times are fit
 ``a x modelled seconds + b`` with
 
 - ``a >= ROOFLINE_FLOOR``: the run cannot be faster than the datasheet. The modelled seconds are
-  priced at the assumed efficiencies (``compose/efficiency.py``), the lowest of which is 0.45, so a
+  priced at the assumed efficiencies (``stepmodel/efficiency.py``), the lowest of which is 0.45, so a
   stage below 0.45 of them beats the roofline. A hypothesis whose steps need that (the median
   step's time under ``ROOFLINE_FLOOR`` x its price) is rejected.
 - ``0 <= b <= CONSTANT_SHARE_MAX`` x the stage's mean: constant seconds (per call, whatever the

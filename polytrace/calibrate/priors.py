@@ -80,7 +80,7 @@ FALLBACK = {"rollout.cuda_graphs": "rollout.eager", "rollout.eager": "rollout.cu
             "train.checkpointing": "train.no_checkpointing", "train.no_checkpointing": "train.checkpointing"}
 # Kinds priced from the links alone (slowdown 1: NCCL's bus bandwidth at ``Efficiency.comm`` of the
 # link, as nccl-tests measures it), not fitted: with FSDP's gathers and reduce-scatters behind the
-# compute (``compose/training.py``) the corpus leaves them a few percent of any stage, too little
+# compute (``stepmodel/training.py``) the corpus leaves them a few percent of any stage, too little
 # to identify a slowdown; fitted freely they absorbed other work (0.01 with the forward gathers in
 # series, 6.3 once they overlap), and the estimates of runs whose collectives matter (expert
 # all-to-all, tensor-parallel all-reduces) inherited it.

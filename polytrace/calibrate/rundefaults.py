@@ -49,7 +49,7 @@ def run_defaults(doc: dict) -> dict:
             raise PolytraceError(f"--calibration {where}: config.{d.config_key} is {value!r} (the setting "
                                  f"{d.flag or d.name} must be {what})") from None
         out[dest] = _flag_value(d, checked)
-    # the framework whose colocated switch the calibration priced (compose/frameworks.py): its
+    # the framework whose colocated switch the calibration priced (stepmodel/frameworks.py): its
     # scalars were fitted with that traffic taken out, so the estimate prices it too
     switch = [config.get(k) for k in ("engine_weights_offload", "switch_offload")]
     if any(v is not None and not isinstance(v, bool) for v in switch):

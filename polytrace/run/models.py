@@ -103,7 +103,7 @@ class ModelSpec:
         expert of every MoE layer, each stored apart (Qwen3-30B-A3B: 18,432; DeepSeek-V3: 44,544
         of the 45,395 tensors NeMo RL counts per vLLM rank in a refit,
         ``docs/design-docs/checkpoint-engines.md`` at NVIDIA-NeMo/RL 7ea279ab). A refit hands
-        them to the engine one by one, whatever their size (``compose/refit.py``)."""
+        them to the engine one by one, whatever their size (``stepmodel/refit.py``)."""
         return 3 * self.experts * self.moe_layers
 
     @property

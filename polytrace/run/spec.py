@@ -323,7 +323,7 @@ class Mode:
     train_gpus: int | None = setting(None, "count", "GPUs of the trainer in the separated modes", advanced=True)
     framework: str = setting("verl", "choice", "the RL framework's mechanics where they change the cost",
                              choices=("verl", "nemo-rl"), advanced=True)
-    # the separated modes' settings (compose/modes.py); None: the mode's own default there
+    # the separated modes' settings (stepmodel/modes.py); None: the mode's own default there
     staleness: float | None = setting(None, "float", "fully-async: the share of a batch the rollout may generate "
                                       "ahead on old weights (verl's staleness_threshold)", lo=0.0, advanced=True)
     partial_rollout: bool | None = setting(None, "switch", "fully-async: resume the sequences in flight at a "

@@ -79,7 +79,7 @@ class Efficiency:
     kernels_per_layer: int = 12
     graph_replay_s: float = 3e-4
     # Per decoder layer, the launches an engine setting adds to an eager iteration (LoRA's Triton
-    # shrink and expand kernels: ``compose/engines.py``, which sets it; 0 without an adapter).
+    # shrink and expand kernels: ``stepmodel/engines.py``, which sets it; 0 without an adapter).
     adapter_launch_s_per_layer: float = 0.0
     # Training passes in eager PyTorch: ~25 kernels per decoder layer forward (two norms, four
     # projections, rotary, flash-attention, MLP matmuls and activation, residual adds; FSDP's
@@ -116,7 +116,7 @@ class Efficiency:
     # Memory vLLM keeps for activations and CUDA graphs outside the KV cache, bytes.
     engine_reserve_bytes: float = 2e9
 
-    # --- tensor-parallel all-reduce latency (compose/parallel.py, ``allreduce_latency_seconds``) ---
+    # --- tensor-parallel all-reduce latency (stepmodel/parallel.py, ``allreduce_latency_seconds``) ---
     # Within one host vLLM runs its own custom all-reduce over NVLink (2, 4, 6 or 8 GPUs): ~8 us a
     # call at decode's message sizes. An engine whose TP group is larger or spans hosts cannot
     # (vLLM disables the custom all-reduce for a group across nodes) and calls NCCL, whose tuning model
@@ -128,7 +128,7 @@ class Efficiency:
     nccl_nvlink_hop_s: float = 0.6e-6
     nccl_net_hop_s: float = 5.0e-6
 
-    # --- MoE expert parallelism (compose/parallel.py) ---------------------------------------
+    # --- MoE expert parallelism (stepmodel/parallel.py) ---------------------------------------
     # All-to-all (token dispatch and combine) reaches less of the link than a ring all-reduce:
     # many small peer-to-peer messages. NCCL all-to-all bus bandwidth on 8x H100 NVLink sits at
     # ~50-60% of the all-reduce figure in nccl-tests at MB-sized messages: assumed 0.5.

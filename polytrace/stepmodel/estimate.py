@@ -471,7 +471,7 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
         warnings = warnings + [f"the shared priors were fitted on roofline prices; measured timings price "
                                f"{', '.join(measured)}, which the priors' slowdowns also scale"]
     lengths = None
-    if hasattr(prof, "stated"):  # lengths stated by their mean and cap (profiles/stated.py)
+    if hasattr(prof, "stated"):  # lengths stated by their mean and cap (workload/profiles/stated.py)
         from ..workload.profiles.stated import describe
 
         lengths = {**prof.summary(), "line": describe(prof)}

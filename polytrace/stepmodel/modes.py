@@ -333,7 +333,7 @@ def _sync_mode_block(res: EstimateResult) -> dict:
             "busy": {"rollout": gen / step if step else 0.0, "trainer": (step - gen) / step if step else 0.0},
             "idle_gpu_s": idle,
             "note": "colocated: every GPU generates, then trains; the refit into the engine is priced from its "
-                    "bytes and links in gen (compose/refit.py), its host work held by gen's fixed seconds"}
+                    "bytes and links in gen (stepmodel/refit.py), its host work held by gen's fixed seconds"}
 
 
 def mode_estimate(profile, model, gpu, gpus: int, **kw) -> EstimateResult:
