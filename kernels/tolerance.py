@@ -22,7 +22,7 @@ fp32 (and fp64) outputs: log-probs, entropies, log-sum-exps, fp32 gradients
       and its log turns that into an absolute error.
 
     ``c = 8`` (``DEFAULT_C``), from measurements in the Triton interpreter against fp64 (commit after
-    ``b54751f``; ``tests/test_tolerance.py`` pins the rule): the largest ``error / (u * (|truth| +
+    ``b54751f``; ``tests/kernels/test_tolerance.py`` pins the rule): the largest ``error / (u * (|truth| +
     scale + log2(terms)))`` over every element was 0.86 for ``token_logprobs`` log-probs and
     entropies (T=37 V=1031 and the all-negative, 1e4-magnitude and 1e4-offset rows, fp32/fp16/bf16
     inputs), 1.36 for the fused LM-head forward (H 40-256, logits up to |600|), 2.0 for the varlen

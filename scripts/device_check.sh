@@ -6,7 +6,7 @@
 # polytrace NOT pip-installed), from anywhere:
 #
 #   scripts/device_check.sh [--budget-s 210] [--tests-budget-s 120] [--suites "logprob attention gemm packing workload"]
-#                           [--kernel-tests "tests/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
+#                           [--kernel-tests "tests/kernels/test_logprob.py ..."] [-k EXPR] [--skip-tests] [--allow-missing]
 #                           [--commit SHA] [--store] [--set-baseline] [--force] [--allow-cpu]
 #                           [--via-bench [--bench-dir DIR]] [--ab-check] [--skip-probe]
 #
@@ -14,7 +14,7 @@
 #    (scripts/static_report.py --arch <this GPU>), so the tests and suites below do not pay 1-3 s a
 #    compile inside their budgets, and records what the compiled code says (registers, spills,
 #    CTAs per SM) in the log;
-# 1. runs every kernel test file (tests/test_logprob.py, test_attention.py, test_packing_kernels.py,
+# 1. runs every kernel test file (tests/kernels/test_logprob.py, test_attention.py, test_packing_kernels.py,
 #    test_kernel_bad_input_*.py, and test_kernel_launch.py / test_tolerance.py where present) on the
 #    GPU, then the other `gpu`-marked tests, under their own cap (--tests-budget-s);
 # 1b. probes the kernel decisions made from compiled code (scripts/device_probe.py, cap 90 s,
@@ -38,7 +38,7 @@
 # 4. prints the one-screen summary.
 #
 # --ab-check (optional, off by default; about 2-3 more minutes): after the suites, runs
-# tests/test_ab_gpu.py, the GPU goal of `polytrace ab` (a planted ~5% kernel slowdown caught, no
+# tests/measure/test_ab_gpu.py, the GPU goal of `polytrace ab` (a planted ~5% kernel slowdown caught, no
 # false alarm in 10 A/A runs; the measured changes go to the log), as its own status line.
 #
 # The defaults fit under 9 minutes of wall time on an H200 (at most 90 s of cache warm-up, 120 s of
@@ -64,7 +64,7 @@ set -uo pipefail
 BUDGET_S=210
 TESTS_BUDGET_S=120
 SUITES="logprob attention gemm packing workload"
-KERNEL_TESTS="tests/test_logprob.py tests/test_attention.py tests/test_packing_kernels.py tests/test_kernel_bad_input_*.py tests/test_kernel_launch.py tests/test_tolerance.py"
+KERNEL_TESTS="tests/kernels/test_logprob.py tests/kernels/test_attention.py tests/kernels/test_packing_kernels.py tests/kernels/test_kernel_bad_input_*.py tests/kernels/test_kernel_launch.py tests/kernels/test_tolerance.py"
 # One representative micro-batch per profile keeps the attention suite inside a short lease;
 # export POLYTRACE_ATTENTION_BATCHES=2 or more for a full run.
 export POLYTRACE_ATTENTION_BATCHES="${POLYTRACE_ATTENTION_BATCHES:-1}"
@@ -413,8 +413,8 @@ done
 # ---- 2b. optional: the polytrace ab GPU check (--ab-check) ---------------------------------
 if [ "$AB_CHECK" = "1" ]; then
     if [ "$HAS_CUDA" = "1" ]; then
-        say "ab GPU check: tests/test_ab_gpu.py (cap ${AB_CHECK_CAP_S}s)"
-        POLYTRACE_AB_GPU_CHECK=1 run_pytest "ab gpu check" "$AB_CHECK_CAP_S" 0 -q -rfEs -s tests/test_ab_gpu.py
+        say "ab GPU check: tests/measure/test_ab_gpu.py (cap ${AB_CHECK_CAP_S}s)"
+        POLYTRACE_AB_GPU_CHECK=1 run_pytest "ab gpu check" "$AB_CHECK_CAP_S" 0 -q -rfEs -s tests/measure/test_ab_gpu.py
         rc=$?
         if [ "$rc" = "0" ]; then
             STATUS_LINES+=("ab gpu check: passed - ${LAST_LINE:-?} (measured changes in the log)")

@@ -37,18 +37,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COPIED = ("kernels", "tests", "pyproject.toml")  # what the kernel tests need (they import only polytrace_kernels)
 
-FP = "tests/test_kernel_footprint.py::"
+FP = "tests/kernels/test_kernel_footprint.py::"
 # Footprint tests first: they watch every store, so a bug that writes out of bounds fails there
 # instead of corrupting memory in a value test (a crash still counts as killed, but says less).
 FAMILY_TESTS = {
-    "packing": [FP + "test_pack_and_unpack_programs_write_their_own_rows", "tests/test_packing_kernels.py",
-                "tests/test_kernel_bad_input_packing.py"],
+    "packing": [FP + "test_pack_and_unpack_programs_write_their_own_rows", "tests/kernels/test_packing_kernels.py",
+                "tests/kernels/test_kernel_bad_input_packing.py"],
     "logprob": [FP + "test_logits_programs_write_their_own_rows", FP + "test_fused_programs_write_their_own_tiles",
-                "tests/test_logprob.py", "tests/test_logprob_configs.py",
-                "tests/test_kernel_bad_input_logprob.py", "tests/test_logprob_features.py"],
+                "tests/kernels/test_logprob.py", "tests/kernels/test_logprob_configs.py",
+                "tests/kernels/test_kernel_bad_input_logprob.py", "tests/kernels/test_logprob_features.py"],
     "attention": [FP + "test_attention_programs_write_their_own_tiles", FP + "test_decode_programs_write_their_own_partials",
-                  "tests/test_attention_fp32.py", "tests/test_attention.py", "tests/test_attention_configs.py",
-                  "tests/test_attention_masked.py", "tests/test_kernel_bad_input_attention.py"],
+                  "tests/kernels/test_attention_fp32.py", "tests/kernels/test_attention.py", "tests/kernels/test_attention_configs.py",
+                  "tests/kernels/test_attention_masked.py", "tests/kernels/test_kernel_bad_input_attention.py"],
 }
 PACK = "kernels/packing/kernel.py"
 LOGPROB = "kernels/logprob/kernel.py"

@@ -15,7 +15,7 @@ These are compiled-code estimates, not GPU timings.
 
 Exit status: 0 when every kernel meets its floors (no spill, CTAs per SM at or above the stated
 floor, instructions per element within budget), 1 otherwise (the failures are printed), 2 on a
-usage error. ``tests/test_static_report.py`` checks the committed files and recompiles a few kernels.
+usage error. ``tests/kernels/test_static_report.py`` checks the committed files and recompiles a few kernels.
 """
 
 from __future__ import annotations

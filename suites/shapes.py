@@ -109,7 +109,7 @@ class DecodePoint:
 def fifo_starts(response_lens: np.ndarray, slots: int) -> np.ndarray:
     """Decode iteration at which each sequence starts when at most ``slots`` run at once and a
     waiting sequence takes the first slot that frees, in batch order: the schedule of
-    ``polytrace.stepmodel.rollout``'s engine simulation (``tests/test_suites_registry.py`` checks
+    ``polytrace.stepmodel.rollout``'s engine simulation (``tests/suites/test_suites_registry.py`` checks
     the two agree)."""
     import heapq
 

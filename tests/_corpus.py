@@ -2,7 +2,7 @@
 
 ``P.load_corpus`` on the 22 corpus logs costs about 22 CPU-seconds (measured 22.5 s on the project's
 2-core CPU machine, commit efacef9: each log is parsed, configured and priced as ``validate`` does),
-while a fit on it costs about 1.6 s. ``tests/test_priors.py`` and ``tests/test_folds.py`` both need
+while a fit on it costs about 1.6 s. ``tests/calibrate/test_priors.py`` and ``tests/calibrate/test_folds.py`` both need
 it; each read it on its own. Cached here, keyed by the folder, so a session reads it once
 (``tests/conftest.py`` keeps both files on one pytest-xdist worker for the same reason). The
 callers only read the corpus (fits and folds build their own lists), as ``test_folds``'s cached

@@ -1,4 +1,4 @@
-"""Workers of the vocabulary-parallel log-prob test (``tests/test_logprob_features.py``): a gloo
+"""Workers of the vocabulary-parallel log-prob test (``tests/kernels/test_logprob_features.py``): a gloo
 process group of CPU processes, each holding a vocabulary shard, in the Triton interpreter."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A toy log format for tests/test_logs_registry.py: JSON lines, a header object naming the run's
+"""A toy log format for tests/logs/test_logs_registry.py: JSON lines, a header object naming the run's
 flattened configuration and launch line, then one object per step. It is what a new format
 module looks like (docs/adding-a-log-format.md): ``NAME``, ``sniff``, ``read`` into the record."""
 

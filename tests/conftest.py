@@ -50,7 +50,7 @@ SHARED_ENV = "POLYTRACE_SHARED"
 
 # Test files that read the same cached corpus (``tests/_corpus.py``, 22 CPU-seconds a read): one
 # pytest-xdist group, so ``-n 2 --dist loadgroup`` reads it once, not once per worker.
-XDIST_GROUPS = {"tests/test_folds.py": "corpus", "tests/test_priors.py": "corpus"}
+XDIST_GROUPS = {"tests/calibrate/test_folds.py": "corpus", "tests/calibrate/test_priors.py": "corpus"}
 
 
 def xdist_group_of(nodeid: str) -> str:
@@ -63,7 +63,7 @@ def xdist_group_of(nodeid: str) -> str:
 
 
 # What pytest-xdist puts in a worker's environment. A pytest a test starts in a subprocess (the
-# suites' JSON in tests/test_suites_to_estimate.py, scripts/device_check.sh) inherits it, and
+# suites' JSON in tests/suites/test_suites_to_estimate.py, scripts/device_check.sh) inherits it, and
 # pytest-benchmark there reads PYTEST_XDIST_WORKER as "under xdist" and disables every benchmark:
 # its JSON then holds none.
 XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")

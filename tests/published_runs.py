@@ -1,5 +1,5 @@
 """Published reference runs of other RL frameworks, as their documentation states them, and the
-zero-shot estimate of each (``tests/test_compose_published_runs.py``, docs/step-model.md): NeMo
+zero-shot estimate of each (``tests/stepmodel/test_compose_published_runs.py``, docs/step-model.md): NeMo
 RL's performance tables (below) and verl's DeepSeek-V3 benchmark (``VERL_DPSK``, the last row,
 priced from the settings of the script that page names).
 
@@ -261,7 +261,7 @@ RUNS = (
 # NeMo RL's own (``efficiency.REFIT_EXPERT_TENSOR_MEASUREMENTS``: the GB200/B200 MoE refits of pull
 # request #3294 and the DeepSeek-V3 NCCL benchmark, the same framework and systems as the table's
 # MoE rows); ``Efficiency.refit_s_per_expert_tensor_bucketed`` comes from verl's checkpoint-engine
-# ablation's Qwen3-30B-A3B row (4.38 s), which ``tests/test_compose_modes.py`` therefore no longer
+# ablation's Qwen3-30B-A3B row (4.38 s), which ``tests/stepmodel/test_compose_modes.py`` therefore no longer
 # tests it against. The logs the priors are fitted on (``calibrate/folds.py``) are the only held-out
 # evidence: their group-held-out scores (docs/step-model.md) are the model's accuracy.
 DEVELOPMENT_SET = frozenset(r.name for r in RUNS)

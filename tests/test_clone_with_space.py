@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 # A subset that reads, writes and launches under the clone's path: the README's report example,
 # the shared-data tests' path handling, and (with Ray installed) workers started from the clone's
 # interpreter.
-SUBSET = ["tests/test_report.py::test_report_default_writes_markdown_and_plots",
-          "tests/test_cli_workload.py"]
-RAY_SUBSET = ["tests/test_bench_ray.py::test_tune_on_ray_picks_the_serial_sessions_best_per_bucket"]
+SUBSET = ["tests/measure/test_report.py::test_report_default_writes_markdown_and_plots",
+          "tests/cli/test_cli_workload.py"]
+RAY_SUBSET = ["tests/measure/test_bench_ray.py::test_tune_on_ray_picks_the_serial_sessions_best_per_bucket"]
 
 
 def _clone(tmp_path: Path) -> tuple[Path, Path]:

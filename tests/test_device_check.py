@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_results_synth import make_result, write
+from _results_synth import make_result, write
 
 from polytrace.measure.results import load_result
 from suites import runbook

@@ -37,7 +37,7 @@ _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "f
 TUNING_KERNEL = "token_logprobs"
 #: Search space of the logits forward kernel for ``polytrace tune``. No num_stages axis: the kernel
 #: has no tl.dot for Triton to pipeline, and stages 1-4 compile to identical SASS on sm_80 and sm_90
-#: (checked by tests/test_static_report.py), so the axis would only repeat measurements.
+#: (checked by tests/kernels/test_static_report.py), so the axis would only repeat measurements.
 TUNING_SPACE = {
     "BLOCK_V": (4096, 8192, 16384, 32768),
     "num_warps": (4, 8, 16),
@@ -102,7 +102,7 @@ def default_logits_fwd_config(dtype, capability: tuple[int, int] | None = None) 
     # 16384 x 8 warps: 64 logits (128 B) a thread per step, 127 registers, 2 CTAs per SM, 64 KB in
     # flight per SM (Little's law at ~0.8 us needs ~30 KB); 16 warps drop to 1 CTA per SM. fp32
     # (4 B a logit, budget 25.8) keeps 2048. num_stages changes nothing here (no tl.dot to pipeline:
-    # identical SASS, tests/test_static_report.py), so it is 1 and not tuned.
+    # identical SASS, tests/kernels/test_static_report.py), so it is 1 and not tuned.
     return {"BLOCK_V": 16384 if dtype != torch.float32 else 2048, "num_warps": 8, "num_stages": 1}
 
 

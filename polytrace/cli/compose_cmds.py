@@ -18,7 +18,7 @@ from ._settings import add_run_flags, add_set_flag, estimate_settings, run_value
 if TYPE_CHECKING:  # the parser is built without importing compose (numpy) for every command
     from ..stepmodel.result import EstimateResult
 
-# polytrace.workload.profiles.stated.LENGTHS_SYNTAX (tests/test_compose_stated.py keeps them equal): the
+# polytrace.workload.profiles.stated.LENGTHS_SYNTAX (tests/stepmodel/test_compose_stated.py keeps them equal): the
 # parser is built without importing the profiles (numpy) for every command
 LENGTHS_SYNTAX = "mean=M[,max=L][,total=T][,prompt=P][,shape=PROFILE]"
 

@@ -270,7 +270,7 @@ def detect(device_name: str) -> GPU | None:
     ("NVIDIA H100 80GB HBM3", "NVIDIA GH200 480GB"), or None. Patterns match whole words, so
     "gh200" is not "h200" and "h20" is not "h200"; PCIe and NVL boards of the SXM parts are not
     matched (lower clocks and bandwidth: an SXM ceiling would understate their % of peak). Each
-    name matches at most one preset (``tests/test_hardware.py`` checks every preset)."""
+    name matches at most one preset (``tests/run/test_hardware.py`` checks every preset)."""
     low = device_name.lower()
     for gpu in _GPUS:
         if any(re.search(p, low) for p in gpu.name_patterns):

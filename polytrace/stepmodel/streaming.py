@@ -130,7 +130,7 @@ def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpu
 
     Under LoRA only the adapters move (bf16). Published for comparison (verl's fully-async
     recipe, H20, Megatron trainer, checkpoint engine on): Qwen2.5-Math-7B 4:4 GPUs 0.02 s,
-    Qwen3-30B-A3B 16:16 4.38 s, Qwen3-235B-A22B 64:64 23.70 s (tests/test_compose_modes_published.py).
+    Qwen3-30B-A3B 16:16 4.38 s, Qwen3-235B-A22B 64:64 23.70 s (tests/stepmodel/test_compose_modes_published.py).
 
     ``transport.pipelined``: the gather of one pack of tensors overlaps the broadcast of the one before, as
     NeMo RL's ``packed_broadcast_producer`` does (``nemo_rl/utils/packed_tensor.py``: each pack

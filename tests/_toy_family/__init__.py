@@ -1,4 +1,4 @@
-"""A toy kernel family for tests/test_families.py, laid out as a ``kernels/<family>/`` folder is:
+"""A toy kernel family for tests/stepmodel/test_families.py, laid out as a ``kernels/<family>/`` folder is:
 ``spec.py`` (bytes moved, pure Python), ``api.py`` (the op: ``double``, y = 2x in fp32, a tiny
 Triton kernel), ``reference.py`` (fp64) and ``cases.py`` (its suite's cases, as
 ``suites/<family>_cases.py`` holds them). The op is imported on first use: the spec needs no torch."""
