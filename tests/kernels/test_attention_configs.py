@@ -246,7 +246,8 @@ def test_tune_drops_candidates_that_cannot_fit_before_compiling(tmp_path):
 
     toy = tune.Tunable("toy_kernel", "attention", "toy", "polytrace_kernels.attention.api", shapes,
                        fixed_space={"X": [1, 2, 3]})
-    session = tune.run_session(toy, profile="deepcoder-14b", budget_s=30, root=tmp_path, progress=False)
+    session = tune.run_session(toy, target=tune.TuneTarget(profile="deepcoder-14b"), budget_s=30, root=tmp_path,
+                               progress=False)
     assert session.tried == 2 and session.failed == 0
     assert {c["X"] for c in calls if c is not None} == {1, 3}
     runner = tune.BucketRunner(toy, shapes(None), "cpu", lambda fn: 1.0)

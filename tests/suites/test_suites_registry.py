@@ -381,7 +381,8 @@ def test_a_toy_session_writes_device_times_checks_and_keeps_going(tmp_path):
     (tmp_path / "test_toyreg.py").write_text(TOY)
     out = tmp_path / "toy.json"
     env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(Path(__file__).resolve().parent),
+                                         os.environ.get("PYTHONPATH", "")])}
     env.pop("POLYTRACE_BENCH_BUDGET_S", None)
     env["POLYTRACE_BENCH_ROUNDS"] = "5"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "suites.conftest", "-p", "no:cacheprovider",
@@ -418,7 +419,8 @@ def test_benchmark_min_rounds_is_honoured(tmp_path):
     without it, and without POLYTRACE_BENCH_ROUNDS, the CPU default stands."""
     (tmp_path / "test_toyreg.py").write_text(TOY)
     env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(Path(__file__).resolve().parent),
+                                         os.environ.get("PYTHONPATH", "")])}
     for name in ("POLYTRACE_BENCH_BUDGET_S", "POLYTRACE_BENCH_ROUNDS", "PYTEST_ADDOPTS"):
         env.pop(name, None)
     counts = []
