@@ -296,7 +296,7 @@ def _calibrate(args) -> int:
         from ..stepmodel.frameworks import apply_framework
 
         apply_framework(args.framework or "verl", "sync", kw, {})  # the averages are a colocated run's
-        doc = calibrate_from_stage_times(
+        res = calibrate_from_stage_times(
             args.stage_times, args.out, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=profile,
             algorithm=args.algo, use_ref=not args.no_ref, **kw)
     else:
@@ -316,19 +316,19 @@ def _calibrate(args) -> int:
                                        ("--train-precision", args.train_precision)) if v != "bf16"]
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
-        doc = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,
+        res = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,
                                  overrides=_overrides(args))
     if args.json:
-        print_json(doc)
+        print_json(res.to_json())
         return 0
-    src = doc["source"]
-    print(f"wrote {args.out}: {doc['model']['name']} ({doc['model']['family']}) on {doc['gpu']}, "
-          f"{doc['mode']}, from {src['kind']}" + (f" {src['path']}" if src.get("path") else ""))
-    for note in doc["notes"]:
+    src = res.source
+    print(f"wrote {args.out}: {res.model_name} ({res.model_family}) on {res.gpu}, "
+          f"{res.mode}, from {src['kind']}" + (f" {src['path']}" if src.get("path") else ""))
+    for note in res.notes:
         print(f"note: {note}")
-    for lo in src.get("left_out", []):
+    for lo in res.left_out:
         print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
     # a constant the fit drove to nothing (3e-72 s) reads as the 0 it is
-    print("scalars: " + ", ".join(f"{k}={v if abs(v) >= 1e-9 else 0:.3g}" for k, v in doc["scalars"].items()))
-    print("in-sample error: " + ", ".join(f"{k} {v:.1f}%" for k, v in doc["fit_error_pct"].items()))
+    print("scalars: " + ", ".join(f"{k}={v if abs(v) >= 1e-9 else 0:.3g}" for k, v in res.scalars.items()))
+    print("in-sample error: " + ", ".join(f"{k} {v:.1f}%" for k, v in res.fit_error_pct.items()))
     return 0

@@ -168,7 +168,7 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     assert other.slowdown["train_overhead"] > 1.5 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
     assert abs(other.overhead_s["gen"] - same.overhead_s["gen"]) < 0.05 * mean["gen"]
     window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step).scalars()
-    assert calibrate_log(grpo_log, overrides=MI300X)["calibration"].scalars() == window
+    assert calibrate_log(grpo_log, overrides=MI300X).calibration.scalars() == window
 
 
 # --- calibration files ------------------------------------------------------------------------------

@@ -144,10 +144,10 @@ def test_bounds_are_enforced_when_the_data_asks_for_less(tmp_path):
     bound; it stops at the bound, says so, and the constants stay non-negative."""
     path = _write(tmp_path / "fast.log", [100 + 8 * i for i in range(30)], scale=0.05, const=(0.0, 0.0, 0.0))
     res = calibrate_log(path, calibrate_steps=10)
-    cal = res["calibration"]
+    cal = res.calibration
     at_bound = [g for g, d in cal.deviation.items() if d <= cal.min_deviation[g] * 1.001]
     assert at_bound, (cal.deviation, cal.min_deviation)
-    assert any("peak roofline" in n for n in res["notes"]), res["notes"]
+    assert any("peak roofline" in n for n in res.notes), res.notes
     assert all(v >= 0 for v in cal.overhead_s.values())
 
 
@@ -160,9 +160,9 @@ def test_prior_decides_when_lengths_are_constant(tmp_path):
     constants taking the rest."""
     path = _write(tmp_path / "flat.log", [300] * 14, noise=0.0)
     res = calibrate_log(path, calibrate_steps=10)
-    cal = res["calibration"]
+    cal = res.calibration
     assert any("cannot separate constant from per-token cost" in n and "the priors decide" in n
-               for n in res["notes"]), res["notes"]
+               for n in res.notes), res.notes
     assert all(not v["identified"] for v in cal.split.values())
     assert len(cal.deviation) >= 3
     # the priors decide: each kind at the common centre (or its roofline bound), wherever the stage
@@ -174,13 +174,13 @@ def test_prior_decides_when_lengths_are_constant(tmp_path):
     for g in decided:
         assert cal.deviation[g] == pytest.approx(max(cal.run_ratio, cal.min_deviation[g]), rel=0.01), \
             (g, cal.deviation, cal.run_ratio)
-    prior = prior_for(res["run"])
+    prior = prior_for(res.run)
     for g in cal.deviation:
         assert cal.slowdown[g] == pytest.approx(cal.deviation[g] * prior[f"{g}_slowdown"], rel=1e-9)
     # the same lengths, but growing: identified, no such note
     grown = calibrate_log(_write(tmp_path / "grow.log", [100 + 40 * i for i in range(14)]), calibrate_steps=10)
-    assert not any("cannot separate" in n for n in grown["notes"]), grown["notes"]
-    assert all(v["identified"] for v in grown["calibration"].split.values())
+    assert not any("cannot separate" in n for n in grown.notes), grown.notes
+    assert all(v["identified"] for v in grown.calibration.split.values())
 
 
 # ---- ranges of calibrated estimates ----------------------------------------------------------------
