@@ -175,21 +175,21 @@ def _zero_shot(args) -> int:
         raise PolytraceError("validate: --zero-shot fits nothing, so --calibrate-on does not apply")
     res = zero_shot(args.log, overrides=_overrides(args))
     if args.json:
-        print_json(res)
+        print_json(res.to_json())
         return 0
     from tabulate import tabulate
 
-    c = res["config"]
-    print(f"{res['log']} ({res['format']}, {res['mode']}): {res['steps']} steps, zero-shot (shared priors, "
-          f"{res['priors']['logs']} logs, {res['priors']['date']})")
+    c = res.config
+    print(f"{res.log} ({res.format}, {res.mode}): {res.steps} steps, zero-shot (shared priors, "
+          f"{res.priors.logs} logs, {res.priors.date})")
     print(f"config: {c['model']}, {counted(c['n_gpus'], 'GPU')} ({c['gpu']}), "
           f"{c['prompts_per_step']} prompts x {c['n']}, max {c['max_prompt_len']}+{c['max_response_len']}, "
           f"{c['algorithm']}")
-    for note in res["notes"]:
+    for note in res.notes:
         print(f"note: {note}")
     rows = [[k, f"{a['mean_predicted_s']:.1f}", f"{a['mean_actual_s']:.1f}", f"{a['ratio']:.2f}x",
              _pct(a["accuracy"]), f"{a['roofline_ratio']:.2f}x", _pct(a["roofline_accuracy"])]
-            for k, a in res["accuracy"].items()]
+            for k, a in res.accuracy.items()]
     print(tabulate(rows, headers=["stage", "predicted s", "actual s", "pred/actual", "accuracy", "roofline pred/actual",
                                   "roofline accuracy"]))
     return 0

@@ -305,11 +305,11 @@ def test_zero_shot_matches_the_priors_score_on_a_shared_log(validation_logs):
     log, run, _stages, rows = _prepared(str(validation_logs), name)
     full = prepare(f"{validation_logs}/{name}")[3]
     doc = load_priors()
-    cal = P.Corpus(name, _timed_stages(full, len(full))[1], res["stages"], run.eager, run.gradient_checkpointing, "")
+    cal = P.Corpus(name, _timed_stages(full, len(full))[1], res.stages, run.eager, run.gradient_checkpointing, "")
     pred = P.predict_log(doc, cal)["step"]
     actual = np.array([r.actual["step"] for r in cal.rows])
-    assert res["accuracy"]["step"]["ratio"] == pytest.approx(pred.mean() / actual.mean())
-    assert any("in-sample" in n for n in res["notes"])  # one of the priors' own logs
+    assert res.accuracy["step"]["ratio"] == pytest.approx(pred.mean() / actual.mean())
+    assert any("in-sample" in n for n in res.notes)  # one of the priors' own logs
 
 
 # ---- leave-one-log-out --------------------------------------------------------------------------
@@ -493,7 +493,7 @@ def test_zero_shot_keeps_async_generation_off_the_step(tmp_path):
     log = write_log(tmp_path / "async.log", Run(steps=14, prompts=32, n=4, max_response=256, max_prompt=256,
                                                  micro_per_gpu=4, mini_batch=16), header=header)
     res = zero_shot(log)
-    assert res["mode"] == "one-step-off"
-    acc = res["accuracy"]
+    assert res.mode == "one-step-off"
+    acc = res.accuracy
     trainer = sum(v["mean_predicted_s"] for k, v in acc.items() if k not in ("gen", "step"))
     assert trainer <= acc["step"]["mean_predicted_s"] < trainer + acc["gen"]["mean_predicted_s"], acc
