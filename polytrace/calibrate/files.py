@@ -369,15 +369,15 @@ def _applicable(calibration_path, model, gpu):
     return doc, spec, check_applies(doc, spec, get_gpu(gpu).slug)
 
 
-def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw):
     """``polytrace estimate ... --compare-modes --calibration cal.json``: the execution modes side
     by side with the file's scalars (``compose.modes.compare_modes``), checked as
-    ``estimate_calibrated`` checks them; its warnings go to every mode."""
+    ``estimate_calibrated`` checks them; its warnings go to every mode. A ``ModeComparison``."""
     from ..stepmodel.modes import compare_modes
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     cmp = compare_modes(profile, spec, gpu, gpus, calibration=scalars_of(doc), **kw)
-    for res in cmp["results"].values():
+    for res in cmp.results.values():
         res.warnings = warnings + res.warnings
         res.source += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
     return cmp
