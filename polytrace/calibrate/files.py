@@ -35,8 +35,18 @@ from ..errors import PolytraceError
 from ..provenance import file_sha256
 from ..run.models import ModelSpec
 from ..stepmodel.stages import GROUPS, STAGES, stage_costs
-from .fit import FIXED_FALLBACK, Calibration, FitOptions, StepData, by_family, fit, prior_for, roofline_bounds
-from .logconfig import model_family
+from .fit import (
+    FIXED_FALLBACK,
+    Calibration,
+    FitOptions,
+    StepData,
+    by_family,
+    calibrate,
+    fit,
+    prior_for,
+    roofline_bounds,
+)
+from .logconfig import Overrides, model_family
 
 FORMAT = "polytrace.calibration"
 VERSION = 1
@@ -320,10 +330,25 @@ def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[
 # --- the three entry points the CLI calls ------------------------------------------------------
 
 
+def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | None = None):
+    """Calibrate on the first ``calibrate_steps`` usable steps of a log (``polytrace calibrate``):
+    a ``CalibrationResult``, the calibration file's document with the calibration, the run
+    it holds for and the log read beside it."""
+    from .validate import _overlapped, _prepare_window
+
+    log, run, notes, rows, split, stages = _prepare_window(path, overrides, calibrate_steps)
+    window = rows[:calibrate_steps]
+    if len(window) < 2:
+        raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
+    cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step,
+                    overlapped=_overlapped(split), prior=prior_for(run))
+    source = {"kind": "log", "path": str(path), "sha256": file_sha256(log.path), "format": log.format,
+              "entry": log.entry, "steps_in_log": len(log.steps)}
+    return result_of(cal, run, stages, split.mode, source, notes + cal.notes, log=log)
+
+
 def calibrate_from_log(path, out, *, calibrate_steps: int = 10, overrides=None) -> CalibrationResult:
     """``polytrace calibrate LOG -o cal.json``: fit on the log's first steps, write the file."""
-    from .validate import calibrate_log
-
     res = calibrate_log(path, calibrate_steps=calibrate_steps, overrides=overrides)
     save(res.to_json(), out)
     return res

@@ -28,7 +28,6 @@ import numpy as np
 
 from ..errors import PolytraceError
 from ..logs import EXTRA_STAGES, TrainingLog, read_log
-from ..provenance import file_sha256
 from ..stepmodel.efficiency import DEFAULT
 from ..stepmodel.rollout import kv_slots
 from ..stepmodel.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
@@ -309,23 +308,6 @@ def _prepare_window(path, overrides: Overrides | None, calibrate_steps: int):
     log, run, notes, rows, split = prepare(path, overrides, calibrate_steps)
     stages, rows = _timed_stages(rows, calibrate_steps)
     return log, run, notes, rows, split, stages
-
-
-def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | None = None):
-    """Calibrate on the first ``calibrate_steps`` usable steps of a log (``polytrace calibrate``):
-    a ``files.CalibrationResult``, the calibration file's document with the calibration, the run
-    it holds for and the log read beside it."""
-    from .files import result_of
-
-    log, run, notes, rows, split, stages = _prepare_window(path, overrides, calibrate_steps)
-    window = rows[:calibrate_steps]
-    if len(window) < 2:
-        raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
-    cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step,
-                    overlapped=_overlapped(split), prior=prior_for(run))
-    source = {"kind": "log", "path": str(path), "sha256": file_sha256(log.path), "format": log.format,
-              "entry": log.entry, "steps_in_log": len(log.steps)}
-    return result_of(cal, run, stages, split.mode, source, notes + cal.notes, log=log)
 
 
 def below_naive(accuracy: dict) -> dict:

@@ -16,9 +16,10 @@ from _verl_logs import priced_probe
 
 from polytrace.calibrate import priors as P
 from polytrace.calibrate.drift import drift_scores
+from polytrace.calibrate.files import calibrate_log
 from polytrace.calibrate.fit import StepData, calibrate, prior_for
 from polytrace.calibrate.ranges import estimate_range, stage_range
-from polytrace.calibrate.validate import _timed_stages, calibrate_log, prepare, validate
+from polytrace.calibrate.validate import _timed_stages, prepare, validate
 from polytrace.cli import main
 from polytrace.stepmodel.efficiency import (
     SEPARATE_FAMILIES,
