@@ -90,7 +90,8 @@ def test_the_scan_finds_a_planted_string_index():
     assert string_indexing("def f(a):\n    return validate(a)['accuracy'], impact(a).get('line')\n") == [
         "2: impact(a).get('line')", "2: validate(a)['accuracy']"]
     # the later types: a producer's name, a conditional bound to one, an annotated parameter
-    later = ("def f(a):\n    res = zero_shot(a)\n    doc = calibrate_from_log(a)\n    return res['log'], doc['scalars']\n"
+    later = ("def f(a):\n    res = zero_shot(a)\n    doc = calibrate_from_log(a)\n"
+             "    return res['log'], doc['scalars']\n"
              "def g(cmp: ModeComparison, c: CalibrationResult):\n    return cmp['results'], c.source['kind']\n")
     assert string_indexing(later) == ["4: doc['scalars']", "4: res['log']", "6: c.source['kind']", "6: cmp['results']"]
 
@@ -160,6 +161,14 @@ def test_a_key_a_later_version_adds_is_kept():
 
 # ---- the later types: calibrate, validate --zero-shot, estimate --compare-modes ----------------------
 
+SCHEMA_DOC = (CLI.parents[1] / "docs" / "json-schema.md").read_text(encoding="utf-8")
+
+
+def undocumented(doc: dict) -> list[str]:
+    """The document's keys docs/json-schema.md does not name."""
+    return [k for k in doc if f"`{k}`" not in SCHEMA_DOC]
+
+
 # the calibration file's keys, in the order files.document wrote them before the type
 CALIBRATION_KEYS = ["format", "version", "scalars", "model", "gpu", "mode", "overlapped", "config", "stages",
                     "fit_error_pct", "split", "deviation", "source", "notes", "created_by"]
@@ -172,6 +181,7 @@ def test_calibrate_returns_the_type_its_json_is_the_file_and_reads_back(tmp_path
     assert isinstance(res, CalibrationResult)
     doc = res.to_json()
     assert list(doc) == CALIBRATION_KEYS and json.loads(out.read_text()) == doc  # the file written
+    assert undocumented(doc) == [] and "CalibrationResult" in SCHEMA_DOC
     back = CalibrationResult.from_json(doc)
     assert back.to_json() == doc and back == res and back.calibration is None  # the objects are not the document
     assert res.run.gpu.slug == doc["gpu"] == "h100-sxm" and res.source["kind"] == "stage-times"
@@ -187,6 +197,7 @@ def test_zero_shot_returns_the_type_and_its_json_reads_back(validation_logs):
     doc = res.to_json()
     assert list(doc) == ["log", "format", "mode", "steps", "stages", "config", "notes", "accuracy", "priors"]
     assert ZeroShotResult.from_json(doc).to_json() == doc
+    assert undocumented(doc) == [] and undocumented(doc["priors"]) == [] and "ZeroShotResult" in SCHEMA_DOC
     assert set(doc["accuracy"]) == {*res.stages, "step"} and doc["priors"]["logs"] == res.priors.logs > 0
     assert doc["accuracy"] is res.accuracy  # the document is the fields
 
@@ -197,6 +208,7 @@ def test_compare_modes_returns_the_type_and_its_json_reads_back():
                                                                                 "fully-async"]
     doc = cmp.to_json()
     assert list(doc) == ["schema_version", "modes", "results"] and doc["modes"] is cmp.rows
+    assert undocumented(doc) == [] and undocumented(cmp.rows[0]) == [] and "ModeComparison" in SCHEMA_DOC
     assert doc["results"]["one-step-off"] == {"config": cmp.results["one-step-off"].config,
                                               "summary": cmp.results["one-step-off"].summary}
     back = ModeComparison.from_json(doc)
