@@ -22,6 +22,7 @@ file says so under ``source.derived``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -34,8 +35,18 @@ from ..errors import PolytraceError
 from ..provenance import file_sha256
 from ..run.models import ModelSpec
 from ..stepmodel.stages import GROUPS, STAGES, stage_costs
-from .fit import FIXED_FALLBACK, Calibration, FitOptions, StepData, by_family, fit, prior_for, roofline_bounds
-from .logconfig import model_family
+from .fit import (
+    FIXED_FALLBACK,
+    Calibration,
+    FitOptions,
+    StepData,
+    by_family,
+    calibrate,
+    fit,
+    prior_for,
+    roofline_bounds,
+)
+from .logconfig import Overrides, model_family
 
 FORMAT = "polytrace.calibration"
 VERSION = 1
@@ -83,6 +94,63 @@ def document(cal: Calibration, run, stages: list[str], mode: str, source: dict, 
         "source": source, "notes": list(notes),
         "created_by": {"polytrace": __version__, "commit": git_commit()},
     }
+
+
+@dataclasses.dataclass
+class CalibrationResult:
+    """``polytrace calibrate``: the calibration file's document as fields (``to_json()`` is the
+    file written and the ``--json`` output, keys in this order; ``from_json`` reads one back), with
+    the objects it was made from beside it (``calibration``, the ``run`` priced and the ``log``
+    read; ``None`` when read back from a document, never in it)."""
+
+    format: str
+    version: int
+    scalars: dict
+    model: dict
+    gpu: str
+    mode: str
+    overlapped: list
+    config: dict
+    stages: list
+    fit_error_pct: dict
+    split: dict
+    deviation: dict
+    source: dict
+    notes: list
+    created_by: dict
+    calibration: Calibration | None = dataclasses.field(default=None, repr=False, compare=False)
+    run: object = dataclasses.field(default=None, repr=False, compare=False)
+    log: object = dataclasses.field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: dict, **objects) -> CalibrationResult:
+        return cls(**{f.name: doc[f.name] for f in _doc_fields(cls)}, **objects)
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in _doc_fields(type(self))}
+
+    @property
+    def model_name(self) -> str:
+        return self.model["name"]
+
+    @property
+    def model_family(self) -> str:
+        return self.model["family"]
+
+    @property
+    def left_out(self) -> list[dict]:
+        return self.source.get("left_out", [])
+
+
+def _doc_fields(cls):  # the fields a document holds: those without a default
+    return [f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+
+
+def result_of(cal: Calibration, run, stages: list[str], mode: str, source: dict, notes: list[str],
+              log=None) -> CalibrationResult:
+    """The ``CalibrationResult`` of a fit: its ``document`` with the objects beside it."""
+    return CalibrationResult.from_json(document(cal, run, stages, mode, source, notes), calibration=cal, run=run,
+                                       log=log)
 
 
 def save(doc: dict, path) -> None:
@@ -262,21 +330,32 @@ def calibrate_stage_times(times: dict, profile, run, *, seed: int = 0) -> tuple[
 # --- the three entry points the CLI calls ------------------------------------------------------
 
 
-def calibrate_from_log(path, out, *, calibrate_steps: int = 10, overrides=None) -> dict:
-    """``polytrace calibrate LOG -o cal.json``: fit on the log's first steps, write the file."""
-    from .validate import calibrate_log
+def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | None = None):
+    """Calibrate on the first ``calibrate_steps`` usable steps of a log (``polytrace calibrate``):
+    a ``CalibrationResult``, the calibration file's document with the calibration, the run
+    it holds for and the log read beside it."""
+    from .validate import _overlapped, _prepare_window
 
-    res = calibrate_log(path, calibrate_steps=calibrate_steps, overrides=overrides)
-    log, run, split = res["log"], res["run"], res["split"]
+    log, run, notes, rows, split, stages = _prepare_window(path, overrides, calibrate_steps)
+    window = rows[:calibrate_steps]
+    if len(window) < 2:
+        raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
+    cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step,
+                    overlapped=_overlapped(split), prior=prior_for(run))
     source = {"kind": "log", "path": str(path), "sha256": file_sha256(log.path), "format": log.format,
               "entry": log.entry, "steps_in_log": len(log.steps)}
-    doc = document(res["calibration"], run, res["stages"], split.mode, source, res["notes"])
-    save(doc, out)
-    return doc
+    return result_of(cal, run, stages, split.mode, source, notes + cal.notes, log=log)
+
+
+def calibrate_from_log(path, out, *, calibrate_steps: int = 10, overrides=None) -> CalibrationResult:
+    """``polytrace calibrate LOG -o cal.json``: fit on the log's first steps, write the file."""
+    res = calibrate_log(path, calibrate_steps=calibrate_steps, overrides=overrides)
+    save(res.to_json(), out)
+    return res
 
 
 def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, profile: str = "dapo-math-32b",
-                               seed: int = 0, **config_kw) -> dict:
+                               seed: int = 0, **config_kw) -> CalibrationResult:
     """``polytrace calibrate --stage-times ... -o cal.json``: fit on per-stage averages, with
     lengths sampled from the profile for the stated configuration."""
     from ..stepmodel.estimate import build_config, with_group_size
@@ -289,9 +368,9 @@ def calibrate_from_stage_times(stage_times: str, out, *, model, gpu, gpus: int, 
     cal, steps = calibrate_stage_times(times, prof, run, seed=seed)
     source = {"kind": "stage-times", "stage_times": times, "profile": prof.name, "sampled_steps": steps, "seed": seed}
     notes = ["lengths sampled from the profile; the averages are matched by the model's prices of those batches"]
-    doc = document(cal, run, [s for s in STAGES if s in times], "sync", source, notes)
-    save(doc, out)
-    return doc
+    res = result_of(cal, run, [s for s in STAGES if s in times], "sync", source, notes)
+    save(res.to_json(), out)
+    return res
 
 
 def scalars_of(doc: dict):
@@ -315,15 +394,15 @@ def _applicable(calibration_path, model, gpu):
     return doc, spec, check_applies(doc, spec, get_gpu(gpu).slug)
 
 
-def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw) -> dict:
+def compare_calibrated(calibration_path, profile, model, gpu, gpus: int, **kw):
     """``polytrace estimate ... --compare-modes --calibration cal.json``: the execution modes side
     by side with the file's scalars (``compose.modes.compare_modes``), checked as
-    ``estimate_calibrated`` checks them; its warnings go to every mode."""
+    ``estimate_calibrated`` checks them; its warnings go to every mode. A ``ModeComparison``."""
     from ..stepmodel.modes import compare_modes
 
     doc, spec, warnings = _applicable(calibration_path, model, gpu)
     cmp = compare_modes(profile, spec, gpu, gpus, calibration=scalars_of(doc), **kw)
-    for res in cmp["results"].values():
+    for res in cmp.results.values():
         res.warnings = warnings + res.warnings
         res.source += f" (calibration {doc['path']}: {doc['model']['name']} on {doc['gpu']})"
     return cmp

@@ -67,15 +67,11 @@ FIXED_SD = 0.5
 # Within one run the split does not matter (the micro-batch count is constant unless batch sizes
 # are dynamic), across runs it decides everything. Evidence: a Qwen2.5-0.5B GRPO run and a PPO run
 # of the same model on the same 8 A100s (dingxianzhong/play-verl logs/): 4 -> 64 micro-batches per
-# GPU per step took the update from 1.05 s to 13.1 s (per call ~0.25 s, per micro-batch ~0.2 s), the
-# log-prob pass from 0.25 s to 2.2 s; with the per-call prior the GRPO run's constant half stayed
-# per call and the PPO step was predicted at 63.9% (the other way 12.8%), with this prior at 91.6%
-# (81.6%). The two shared Qwen2.5-0.5B runs (same micro-batch counts, padded lengths 2x apart,
-# nearly the same update times) agree that the constant part is not per token, but their hold-out
-# across runs falls 75.9 -> 71.2% (63.8 -> 59.0% the other way): their windows still give the
-# roofline's per-token part too much. Larger models pay real per-call costs (the published
-# Qwen2.5-7B runs' update gains 15% from 64 to 128 GPUs), so ``polytrace calibrate``, whose file
-# prices other GPU counts and modes, keeps the per-call prior.
+# GPU per step took the update from 1.05 s to 13.1 s (per call ~0.25 s, per micro-batch ~0.2 s);
+# this prior predicts the PPO step at 91.6%, the per-call prior at 63.9% (docs/step-model.md,
+# "Calibration history"). Larger models pay real per-call costs (the published Qwen2.5-7B runs'
+# update gains 15% from 64 to 128 GPUs), so ``polytrace calibrate``, whose file prices other GPU
+# counts and modes, keeps the per-call prior.
 FIXED_PRIOR_SHARE_TRANSFER = 0.0
 FIXED_SD_TRANSFER = 0.1
 # The run's deviation from the shared priors (``polytrace/data/priors.json``), per kind of work:
@@ -84,9 +80,9 @@ FIXED_SD_TRANSFER = 0.1
 # with sd ``PRIOR_LOG_SD``: a factor e (2.7x) at one sd, the spread of per-log slowdowns around the
 # corpus fit (0.5x-6x over the shared logs). Ten steps at 1-3% noise outweigh it wherever they see
 # the kind of work vary. Where they cannot (``_identified``) the sd is ``PRIOR_DECIDES_SD``: on the
-# shared logs 0.5 kept the Qwen2-7B mid-run hold-outs (steps 31-40 and 101-110) at update 96.8 /
-# 98.7% and step 94.5 / 90.1% and the real GRPO -> PPO pair at 95.1% (0.3: 96.0 / 96.5%, step
-# 94.3 / 88.3%, pair 98.2%; 1.0: pair 91.7%). A stage whose modelled time does not move at all
+# shared logs 0.5 keeps the Qwen2-7B mid-run hold-outs (steps 31-40 and 101-110) at update 96.8 /
+# 98.7% and step 94.5 / 90.1% and the real GRPO -> PPO pair at 95.1%, the best balance of the sds
+# tried (docs/step-model.md, "Calibration history"). A stage whose modelled time does not move at all
 # (``FLAT_SPREAD``: padded batches, fixed lengths) also drops its fixed-share prior
 # (``UNSPLIT_CONSTANT_SD``), so the priors alone decide its split.
 PRIOR_LOG_SD = 1.0

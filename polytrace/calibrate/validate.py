@@ -310,19 +310,6 @@ def _prepare_window(path, overrides: Overrides | None, calibrate_steps: int):
     return log, run, notes, rows, split, stages
 
 
-def calibrate_log(path, *, calibrate_steps: int = 10, overrides: Overrides | None = None) -> dict:
-    """Calibrate on the first ``calibrate_steps`` usable steps of a log (``polytrace calibrate``):
-    the calibration, the configuration it holds for, and what was left out."""
-    log, run, notes, rows, split, stages = _prepare_window(path, overrides, calibrate_steps)
-    window = rows[:calibrate_steps]
-    if len(window) < 2:
-        raise PolytraceError(f"{path}: {len(window)} usable step(s); need at least 2 to calibrate")
-    cal = calibrate(window, stages, source=f"{path}, first {len(window)} steps", first_step=log.steps[0].step,
-                    overlapped=_overlapped(split), prior=prior_for(run))
-    notes = notes + cal.notes
-    return {"log": log, "run": run, "notes": notes, "stages": stages, "calibration": cal, "split": split}
-
-
 def below_naive(accuracy: dict) -> dict:
     """The stages (and ``step``) of a validation's ``accuracy`` whose prediction is less accurate
     than repeating the calibration steps' mean: a model that does not beat that has not earned a

@@ -10,6 +10,7 @@ zero-shot predictor).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from ..provenance import file_sha256
@@ -18,7 +19,46 @@ from .logconfig import Overrides
 from .priors import Corpus, score
 
 
-def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None = None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class PriorsUsed:
+    """The priors file scored: its ``commit`` and ``date`` and how many ``logs`` it was fitted on."""
+
+    commit: str | None
+    date: str | None
+    logs: int
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class ZeroShotResult:
+    """``polytrace validate --zero-shot``: the ``log`` read (its ``format``, execution ``mode``,
+    usable ``steps``, timed ``stages``), the run's ``config``, ``notes``, per stage and for the
+    step the ``accuracy`` entry (``priors.score``: predicted and actual seconds, ratio, accuracy,
+    the base roofline's beside them), and the ``priors`` scored (commit, date, logs fitted on).
+    ``to_json()`` is the ``--json`` document, these keys in this order."""
+
+    log: str
+    format: str
+    mode: str
+    steps: int
+    stages: list
+    config: dict
+    notes: list
+    accuracy: dict
+    priors: PriorsUsed
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ZeroShotResult:
+        kw = {f.name: doc[f.name] for f in dataclasses.fields(cls)}
+        return cls(**{**kw, "priors": PriorsUsed(**doc["priors"])})
+
+    def to_json(self) -> dict:
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "priors": self.priors.to_json()}
+
+
+def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None = None) -> ZeroShotResult:
     from .validate import _overlapped, _timed_stages, prepare
 
     log, run, notes, rows, split = prepare(path, overrides)
@@ -36,6 +76,6 @@ def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None 
     if split.mode != "sync":
         notes = notes + [f"{split.mode} run: the step is priced as the trainer's stages plus the priors' time outside "
                          "them; generation overlaps"]
-    return {"log": str(path), "format": log.format, "mode": split.mode, "steps": len(rows), "stages": stages,
-            "config": run.to_dict(), "notes": notes, "accuracy": per_stage,
-            "priors": {"commit": prov.get("commit"), "date": prov.get("date"), "logs": len(fitted_on)}}
+    return ZeroShotResult(log=str(path), format=log.format, mode=split.mode, steps=len(rows), stages=stages,
+                          config=run.to_dict(), notes=notes, accuracy=per_stage,
+                          priors=PriorsUsed(prov.get("commit"), prov.get("date"), len(fitted_on)))

@@ -16,7 +16,7 @@ from ._io import print_json
 from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values, section_group
 
 if TYPE_CHECKING:  # the parser is built without importing compose (numpy) for every command
-    from ..stepmodel.result import EstimateResult
+    from ..stepmodel.result import EstimateResult, ModeComparison
 
 # polytrace.workload.profiles.stated.LENGTHS_SYNTAX (tests/stepmodel/test_compose_stated.py keeps them equal): the
 # parser is built without importing the profiles (numpy) for every command
@@ -368,16 +368,13 @@ def _lengths_line(profile) -> str:
     return describe(profile)
 
 
-def _print_comparison(cmp: dict, args) -> int:
-    results = cmp["results"]  # mode -> EstimateResult
+def _print_comparison(cmp: ModeComparison, args) -> int:
+    results = cmp.results  # mode -> EstimateResult
     for name, res in results.items():
         for w in res.warnings:
             print(f"warning: {name}: {w}", file=sys.stderr)
     if args.json:
-        from ..stepmodel.result import SCHEMA_VERSION
-
-        print_json({"schema_version": SCHEMA_VERSION, "modes": cmp["modes"],
-                    "results": {k: {"config": v.config, "summary": v.summary} for k, v in results.items()}})
+        print_json(cmp.to_json())  # docs/json-schema.md
         return 0
     from ..stepmodel.modes_text import compare_table, stream_settings
 

@@ -175,21 +175,21 @@ def _zero_shot(args) -> int:
         raise PolytraceError("validate: --zero-shot fits nothing, so --calibrate-on does not apply")
     res = zero_shot(args.log, overrides=_overrides(args))
     if args.json:
-        print_json(res)
+        print_json(res.to_json())
         return 0
     from tabulate import tabulate
 
-    c = res["config"]
-    print(f"{res['log']} ({res['format']}, {res['mode']}): {res['steps']} steps, zero-shot (shared priors, "
-          f"{res['priors']['logs']} logs, {res['priors']['date']})")
+    c = res.config
+    print(f"{res.log} ({res.format}, {res.mode}): {res.steps} steps, zero-shot (shared priors, "
+          f"{res.priors.logs} logs, {res.priors.date})")
     print(f"config: {c['model']}, {counted(c['n_gpus'], 'GPU')} ({c['gpu']}), "
           f"{c['prompts_per_step']} prompts x {c['n']}, max {c['max_prompt_len']}+{c['max_response_len']}, "
           f"{c['algorithm']}")
-    for note in res["notes"]:
+    for note in res.notes:
         print(f"note: {note}")
     rows = [[k, f"{a['mean_predicted_s']:.1f}", f"{a['mean_actual_s']:.1f}", f"{a['ratio']:.2f}x",
              _pct(a["accuracy"]), f"{a['roofline_ratio']:.2f}x", _pct(a["roofline_accuracy"])]
-            for k, a in res["accuracy"].items()]
+            for k, a in res.accuracy.items()]
     print(tabulate(rows, headers=["stage", "predicted s", "actual s", "pred/actual", "accuracy", "roofline pred/actual",
                                   "roofline accuracy"]))
     return 0
@@ -296,7 +296,7 @@ def _calibrate(args) -> int:
         from ..stepmodel.frameworks import apply_framework
 
         apply_framework(args.framework or "verl", "sync", kw, {})  # the averages are a colocated run's
-        doc = calibrate_from_stage_times(
+        res = calibrate_from_stage_times(
             args.stage_times, args.out, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=profile,
             algorithm=args.algo, use_ref=not args.no_ref, **kw)
     else:
@@ -316,19 +316,19 @@ def _calibrate(args) -> int:
                                        ("--train-precision", args.train_precision)) if v != "bf16"]
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
-        doc = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,
+        res = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,
                                  overrides=_overrides(args))
     if args.json:
-        print_json(doc)
+        print_json(res.to_json())
         return 0
-    src = doc["source"]
-    print(f"wrote {args.out}: {doc['model']['name']} ({doc['model']['family']}) on {doc['gpu']}, "
-          f"{doc['mode']}, from {src['kind']}" + (f" {src['path']}" if src.get("path") else ""))
-    for note in doc["notes"]:
+    src = res.source
+    print(f"wrote {args.out}: {res.model_name} ({res.model_family}) on {res.gpu}, "
+          f"{res.mode}, from {src['kind']}" + (f" {src['path']}" if src.get("path") else ""))
+    for note in res.notes:
         print(f"note: {note}")
-    for lo in src.get("left_out", []):
+    for lo in res.left_out:
         print(f"left out of the calibration: step {lo['step']} ({lo['reason']}: {lo['detail']})")
     # a constant the fit drove to nothing (3e-72 s) reads as the 0 it is
-    print("scalars: " + ", ".join(f"{k}={v if abs(v) >= 1e-9 else 0:.3g}" for k, v in doc["scalars"].items()))
-    print("in-sample error: " + ", ".join(f"{k} {v:.1f}%" for k, v in doc["fit_error_pct"].items()))
+    print("scalars: " + ", ".join(f"{k}={v if abs(v) >= 1e-9 else 0:.3g}" for k, v in res.scalars.items()))
+    print("in-sample error: " + ", ".join(f"{k} {v:.1f}%" for k, v in res.fit_error_pct.items()))
     return 0

@@ -58,7 +58,7 @@ from .estimate import (
 )
 from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
 from .pricing import Pricer
-from .result import EstimateResult
+from .result import EstimateResult, ModeComparison
 from .rollout import simulate_rollout
 from .scalars import as_scalars
 from .stages import STAGES, TRAIN_STAGES, Part, stage_costs
@@ -474,7 +474,7 @@ def _summarise(sep: Separated, prof, sides: _Sides, rows, tried, calibration, pr
                           warnings=list(sides.warnings))
 
 
-def compare_modes(profile, model, gpu, gpus: int, **kw) -> dict:
+def compare_modes(profile, model, gpu, gpus: int, **kw) -> ModeComparison:
     """The three modes side by side on the same sampled steps ("what would async give me"):
     the separated modes take the given split or their best one (keywords as ``mode_estimate``'s)."""
     spec, options = run_and_options(model, gpu, gpus, kw)
@@ -497,7 +497,7 @@ def compare_modes(profile, model, gpu, gpus: int, **kw) -> dict:
                      "train_s": (m.get("train_s") if name != "sync" else s["mean_step_s"] - s["mean_stages_s"]["gen"]),
                      "weight_sync_s": m["weight_sync_s"], "rollout_busy": m["busy"]["rollout"],
                      "trainer_busy": m["busy"]["trainer"]})
-    return {"modes": rows, "results": out}
+    return ModeComparison(rows, out)
 
 
 __all__ = ["DEFAULT_STALENESS", "DEFAULT_UPDATES_PER_SYNC", "MODES", "check_mode_args", "compare_modes",

@@ -83,13 +83,13 @@ def mode_lines(res) -> list[str]:
     return lines
 
 
-def compare_table(cmp: dict, tablefmt: str = "simple") -> str:
-    """The modes side by side."""
+def compare_table(cmp, tablefmt: str = "simple") -> str:
+    """The modes side by side (a ``result.ModeComparison``'s rows)."""
     from tabulate import tabulate
 
     rows = [[r["mode"], r["split"], f"{r['step_s']:.1f}", f"{r['speedup']:.2f}x", f"{r['gen_s']:.1f}",
              f"{r['train_s']:.1f}", f"{r['weight_sync_s']:.2f}", f"{r['rollout_busy']:.0%}",
-             f"{r['trainer_busy']:.0%}"] for r in cmp["modes"]]
+             f"{r['trainer_busy']:.0%}"] for r in cmp.rows]
     return tabulate(rows, headers=["mode", "GPUs (rollout:trainer)", "step s", "vs sync", "gen s", "train s",
                                    "weight sync s", "rollout busy", "trainer busy"], tablefmt=tablefmt)
 

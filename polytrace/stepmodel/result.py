@@ -218,3 +218,25 @@ class EstimateResult:
             elif value is not None:
                 out[f.name] = value.to_json() if hasattr(value, "to_json") else value
         return out
+
+
+@dataclass
+class ModeComparison:
+    """``estimate --compare-modes``: one row per execution mode (``rows``: mode, split, step and
+    its speedup over sync, generation and training seconds, weight sync, busy shares) and each
+    mode's ``EstimateResult`` (``results``, sync first). ``to_json()`` is the ``--json``
+    document, which keeps each mode's ``config`` and ``summary``: read back (``from_json``), a
+    mode's other fields are empty."""
+
+    rows: list
+    results: dict
+
+    @classmethod
+    def from_json(cls, doc: dict) -> ModeComparison:
+        empty = dict(profile="", model={}, gpu={}, seed=0, source="", rows=[], memory={})
+        return cls(list(doc["modes"]), {k: EstimateResult(config=v["config"], summary=v["summary"], **empty)
+                                         for k, v in doc["results"].items()})
+
+    def to_json(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "modes": self.rows,
+                "results": {k: {"config": v.config, "summary": v.summary} for k, v in self.results.items()}}

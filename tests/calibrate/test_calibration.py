@@ -11,10 +11,10 @@ from _verl_logs import Run, Truth, write_log
 
 import polytrace.calibrate.fit as calibration
 from polytrace.calibrate.fit import StepData, fit
-from polytrace.cli import main
-from polytrace.errors import PolytraceError
 from polytrace.calibrate.logconfig import Overrides
 from polytrace.calibrate.validate import validate
+from polytrace.cli import main
+from polytrace.errors import PolytraceError
 
 MI300X = Overrides(gpu="mi300x")
 # An 8 x MI300X GRPO run of Qwen2.5-0.5B as AMD's verl examples launch it (smaller batch, so the
@@ -152,7 +152,8 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     """``transfer`` moves a trainer stage's constant seconds from a cost per call to the
     per-micro-batch slowdowns; generation keeps its prior, and a calibration for the same run
     (``validate`` without ``--calibrate-on``, ``polytrace calibrate``) keeps the per-call prior."""
-    from polytrace.calibrate.validate import calibrate_log, prepare
+    from polytrace.calibrate.files import calibrate_log
+    from polytrace.calibrate.validate import prepare
 
     log, _, _, rows, _ = prepare(grpo_log, MI300X)
     stages = ["gen", "old_log_prob", "ref", "update_actor"]
@@ -168,7 +169,7 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     assert other.slowdown["train_overhead"] > 1.5 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
     assert abs(other.overhead_s["gen"] - same.overhead_s["gen"]) < 0.05 * mean["gen"]
     window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step).scalars()
-    assert calibrate_log(grpo_log, overrides=MI300X)["calibration"].scalars() == window
+    assert calibrate_log(grpo_log, overrides=MI300X).calibration.scalars() == window
 
 
 # --- calibration files ------------------------------------------------------------------------------

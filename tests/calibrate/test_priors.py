@@ -16,9 +16,10 @@ from _verl_logs import priced_probe
 
 from polytrace.calibrate import priors as P
 from polytrace.calibrate.drift import drift_scores
+from polytrace.calibrate.files import calibrate_log
 from polytrace.calibrate.fit import StepData, calibrate, prior_for
 from polytrace.calibrate.ranges import estimate_range, stage_range
-from polytrace.calibrate.validate import _timed_stages, calibrate_log, prepare, validate
+from polytrace.calibrate.validate import _timed_stages, prepare, validate
 from polytrace.cli import main
 from polytrace.stepmodel.efficiency import (
     SEPARATE_FAMILIES,
@@ -144,10 +145,10 @@ def test_bounds_are_enforced_when_the_data_asks_for_less(tmp_path):
     bound; it stops at the bound, says so, and the constants stay non-negative."""
     path = _write(tmp_path / "fast.log", [100 + 8 * i for i in range(30)], scale=0.05, const=(0.0, 0.0, 0.0))
     res = calibrate_log(path, calibrate_steps=10)
-    cal = res["calibration"]
+    cal = res.calibration
     at_bound = [g for g, d in cal.deviation.items() if d <= cal.min_deviation[g] * 1.001]
     assert at_bound, (cal.deviation, cal.min_deviation)
-    assert any("peak roofline" in n for n in res["notes"]), res["notes"]
+    assert any("peak roofline" in n for n in res.notes), res.notes
     assert all(v >= 0 for v in cal.overhead_s.values())
 
 
@@ -160,9 +161,9 @@ def test_prior_decides_when_lengths_are_constant(tmp_path):
     constants taking the rest."""
     path = _write(tmp_path / "flat.log", [300] * 14, noise=0.0)
     res = calibrate_log(path, calibrate_steps=10)
-    cal = res["calibration"]
+    cal = res.calibration
     assert any("cannot separate constant from per-token cost" in n and "the priors decide" in n
-               for n in res["notes"]), res["notes"]
+               for n in res.notes), res.notes
     assert all(not v["identified"] for v in cal.split.values())
     assert len(cal.deviation) >= 3
     # the priors decide: each kind at the common centre (or its roofline bound), wherever the stage
@@ -174,13 +175,13 @@ def test_prior_decides_when_lengths_are_constant(tmp_path):
     for g in decided:
         assert cal.deviation[g] == pytest.approx(max(cal.run_ratio, cal.min_deviation[g]), rel=0.01), \
             (g, cal.deviation, cal.run_ratio)
-    prior = prior_for(res["run"])
+    prior = prior_for(res.run)
     for g in cal.deviation:
         assert cal.slowdown[g] == pytest.approx(cal.deviation[g] * prior[f"{g}_slowdown"], rel=1e-9)
     # the same lengths, but growing: identified, no such note
     grown = calibrate_log(_write(tmp_path / "grow.log", [100 + 40 * i for i in range(14)]), calibrate_steps=10)
-    assert not any("cannot separate" in n for n in grown["notes"]), grown["notes"]
-    assert all(v["identified"] for v in grown["calibration"].split.values())
+    assert not any("cannot separate" in n for n in grown.notes), grown.notes
+    assert all(v["identified"] for v in grown.calibration.split.values())
 
 
 # ---- ranges of calibrated estimates ----------------------------------------------------------------
@@ -305,11 +306,11 @@ def test_zero_shot_matches_the_priors_score_on_a_shared_log(validation_logs):
     log, run, _stages, rows = _prepared(str(validation_logs), name)
     full = prepare(f"{validation_logs}/{name}")[3]
     doc = load_priors()
-    cal = P.Corpus(name, _timed_stages(full, len(full))[1], res["stages"], run.eager, run.gradient_checkpointing, "")
+    cal = P.Corpus(name, _timed_stages(full, len(full))[1], res.stages, run.eager, run.gradient_checkpointing, "")
     pred = P.predict_log(doc, cal)["step"]
     actual = np.array([r.actual["step"] for r in cal.rows])
-    assert res["accuracy"]["step"]["ratio"] == pytest.approx(pred.mean() / actual.mean())
-    assert any("in-sample" in n for n in res["notes"])  # one of the priors' own logs
+    assert res.accuracy["step"]["ratio"] == pytest.approx(pred.mean() / actual.mean())
+    assert any("in-sample" in n for n in res.notes)  # one of the priors' own logs
 
 
 # ---- leave-one-log-out --------------------------------------------------------------------------
@@ -493,7 +494,7 @@ def test_zero_shot_keeps_async_generation_off_the_step(tmp_path):
     log = write_log(tmp_path / "async.log", Run(steps=14, prompts=32, n=4, max_response=256, max_prompt=256,
                                                  micro_per_gpu=4, mini_batch=16), header=header)
     res = zero_shot(log)
-    assert res["mode"] == "one-step-off"
-    acc = res["accuracy"]
+    assert res.mode == "one-step-off"
+    acc = res.accuracy
     trainer = sum(v["mean_predicted_s"] for k, v in acc.items() if k not in ("gen", "step"))
     assert trainer <= acc["step"]["mean_predicted_s"] < trainer + acc["gen"]["mean_predicted_s"], acc

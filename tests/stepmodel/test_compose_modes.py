@@ -120,7 +120,7 @@ def test_tail_bound_rollout_gains_from_async():
     """One very long response per batch: the colocated step waits for it with every GPU; a
     separated rollout with a staleness bound keeps generating while the trainer trains."""
     cmp = compare_modes("deepcoder-14b", "qwen2.5-7b", "h100", 16, prompts=16, steps=[0])
-    by = {r["mode"]: r for r in cmp["modes"]}
+    by = {r["mode"]: r for r in cmp.rows}
     assert by["sync"]["speedup"] == 1.0
     assert by["fully-async"]["speedup"] > 1.0
     assert by["one-step-off"]["step_s"] <= by["one-step-off"]["gen_s"] + by["one-step-off"]["train_s"] + 1
@@ -353,7 +353,7 @@ def test_nemo_rl_k_step_off_stream_trains_its_whole_batch_and_recomputes_log_pro
     with pytest.raises(PolytraceError, match="trainer_logprobs applies to --mode fully-async"):
         mode_estimate(*ARGS, mode="one-step-off", trainer_logprobs=True, **SMALL)
     cmp = compare_modes(*ARGS, trainer_logprobs=True, updates_per_sync=1, **SMALL)
-    assert cmp["results"]["fully-async"].summary["mean_stages_s"]["old_log_prob"] > 0
+    assert cmp.results["fully-async"].summary["mean_stages_s"]["old_log_prob"] > 0
     # NeMo RL states its stream by K, whose default (1) is one-step-off: no verl staleness is assumed
     # for it; the comparison prices its smallest stream, K = 2, and says so
     bare = base[:base.index("--staleness")] + ["--framework", "nemo-rl"]

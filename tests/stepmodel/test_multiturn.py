@@ -212,8 +212,8 @@ def test_zero_shot_reads_a_multiturn_run_folder(tmp_path):
     log.parent.mkdir(parents=True)
     growing_log(log, remove_padding=True, multiturn=True, steps=20)
     res = zero_shot(folder, overrides=Overrides())
-    gen = res["accuracy"]["gen"]
-    assert res["steps"] >= 15 and 0.5 <= gen["ratio"] <= 2.0, gen
+    gen = res.accuracy["gen"]
+    assert res.steps >= 15 and 0.5 <= gen["ratio"] <= 2.0, gen
     # the priors' prediction of gen carries each step's tool wait once, unscaled
     from polytrace.calibrate.priors import KINDS, Corpus
     from polytrace.calibrate.validate import _timed_stages, prepare

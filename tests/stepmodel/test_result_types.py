@@ -1,23 +1,30 @@
 """Typed results across layers (issue 35 item 2): ``estimate`` and its modes return an
-``EstimateResult``; the CLI renders its typed views and never indexes it by string (an AST scan
-of ``polytrace/cli``), and its ``to_json()`` is the ``--json`` document, which reads back into the
-same result."""
+``EstimateResult``, ``calibrate`` a ``CalibrationResult``, ``validate --zero-shot`` a
+``ZeroShotResult``, ``--compare-modes`` a ``ModeComparison``; the CLI renders their typed views and
+never indexes one by string (an AST scan of ``polytrace/cli``), and each ``to_json()`` is the
+``--json`` document (the calibration file for ``calibrate``), which reads back into the same result."""
 
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
 
-from polytrace.stepmodel import estimate, mode_estimate
-from polytrace.stepmodel.result import EstimateResult, FamilyCost, Price, StageTime, StepRow
+from polytrace.calibrate.files import CalibrationResult, calibrate_from_stage_times
+from polytrace.calibrate.zeroshot import ZeroShotResult, zero_shot
+from polytrace.stepmodel import compare_modes, estimate, mode_estimate
+from polytrace.stepmodel.result import EstimateResult, FamilyCost, ModeComparison, Price, StageTime, StepRow
 
 CLI = Path(__file__).resolve().parents[2] / "polytrace" / "cli"
-# what returns a typed result (estimate's, validate's, impact's); a name bound to their call, or a
-# parameter annotated with one of TYPES, is one
-PRODUCERS = {"estimate", "estimate_run", "mode_estimate", "estimate_mode", "estimate_calibrated", "validate", "impact"}
-TYPES = ("EstimateResult", "ValidationResult", "ImpactResult")
+# what returns a typed result (estimate's, validate's, impact's, calibrate's, the zero-shot score's,
+# the modes compared); a name bound to their call, or a parameter annotated with one of TYPES, is one
+PRODUCERS = {"estimate", "estimate_run", "mode_estimate", "estimate_mode", "estimate_calibrated", "validate", "impact",
+             "calibrate_log", "calibrate_from_log", "calibrate_from_stage_times", "zero_shot", "compare_modes",
+             "compare_calibrated"}
+TYPES = ("EstimateResult", "ValidationResult", "ImpactResult", "CalibrationResult", "ZeroShotResult",
+         "ModeComparison")
 SMALL = dict(steps=[0], prompts=16, results_root="/nonexistent")
 
 
@@ -82,6 +89,11 @@ def test_the_scan_finds_a_planted_string_index():
     assert string_indexing("def f(a):\n    res = validate(a)\ndef g(res):\n    return res['x']\n") == []
     assert string_indexing("def f(a):\n    return validate(a)['accuracy'], impact(a).get('line')\n") == [
         "2: impact(a).get('line')", "2: validate(a)['accuracy']"]
+    # the later types: a producer's name, a conditional bound to one, an annotated parameter
+    later = ("def f(a):\n    res = zero_shot(a)\n    doc = calibrate_from_log(a)\n"
+             "    return res['log'], doc['scalars']\n"
+             "def g(cmp: ModeComparison, c: CalibrationResult):\n    return cmp['results'], c.source['kind']\n")
+    assert string_indexing(later) == ["4: doc['scalars']", "4: res['log']", "6: c.source['kind']", "6: cmp['results']"]
 
 
 @pytest.mark.parametrize("path", sorted(CLI.glob("*.py")), ids=lambda p: p.name)
@@ -95,6 +107,9 @@ def test_the_cli_renders_through_annotated_results():
     annotated = {fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
                  for a in fn.args.args if a.annotation is not None and "EstimateResult" in ast.unparse(a.annotation)}
     assert {"_run_line", "_print_sync"} <= annotated
+    compared = {fn.name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+                for a in fn.args.args if a.annotation is not None and "ModeComparison" in ast.unparse(a.annotation)}
+    assert compared == {"_print_comparison"}
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +157,60 @@ def test_a_key_a_later_version_adds_is_kept():
            "rows": [], "summary": {}, "memory": {}, "warnings": [], "later": {"x": 1}}
     res = EstimateResult.from_json(doc)
     assert res.extra == {"later": {"x": 1}} and res.to_json() == doc
+
+
+# ---- the later types: calibrate, validate --zero-shot, estimate --compare-modes ----------------------
+
+SCHEMA_DOC = (CLI.parents[1] / "docs" / "json-schema.md").read_text(encoding="utf-8")
+
+
+def undocumented(doc: dict) -> list[str]:
+    """The document's keys docs/json-schema.md does not name."""
+    return [k for k in doc if f"`{k}`" not in SCHEMA_DOC]
+
+
+# the calibration file's keys, in the order files.document wrote them before the type
+CALIBRATION_KEYS = ["format", "version", "scalars", "model", "gpu", "mode", "overlapped", "config", "stages",
+                    "fit_error_pct", "split", "deviation", "source", "notes", "created_by"]
+
+
+def test_calibrate_returns_the_type_its_json_is_the_file_and_reads_back(tmp_path):
+    out = tmp_path / "cal.json"
+    res = calibrate_from_stage_times("gen=30,old_log_prob=3,ref=2,update_actor=10", out, model="qwen2.5-7b",
+                                     gpu="h100", gpus=8)
+    assert isinstance(res, CalibrationResult)
+    doc = res.to_json()
+    assert list(doc) == CALIBRATION_KEYS and json.loads(out.read_text()) == doc  # the file written
+    assert undocumented(doc) == [] and "CalibrationResult" in SCHEMA_DOC
+    back = CalibrationResult.from_json(doc)
+    assert back.to_json() == doc and back == res and back.calibration is None  # the objects are not the document
+    assert res.run.gpu.slug == doc["gpu"] == "h100-sxm" and res.source["kind"] == "stage-times"
+    assert (res.model_name, res.model_family) == (doc["model"]["name"], doc["model"]["family"]) == ("qwen2.5-7b",
+                                                                                                   "qwen2")
+    assert res.calibration.fit_error_pct.keys() == doc["fit_error_pct"].keys()
+    assert res.left_out == doc["source"]["left_out"] and res.stages == ["gen", "old_log_prob", "ref", "update_actor"]
+
+
+def test_zero_shot_returns_the_type_and_its_json_reads_back(validation_logs):
+    res = zero_shot(validation_logs / "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log")
+    assert isinstance(res, ZeroShotResult) and res.mode == "sync" and res.steps > 100
+    doc = res.to_json()
+    assert list(doc) == ["log", "format", "mode", "steps", "stages", "config", "notes", "accuracy", "priors"]
+    assert ZeroShotResult.from_json(doc).to_json() == doc
+    assert undocumented(doc) == [] and undocumented(doc["priors"]) == [] and "ZeroShotResult" in SCHEMA_DOC
+    assert set(doc["accuracy"]) == {*res.stages, "step"} and doc["priors"]["logs"] == res.priors.logs > 0
+    assert doc["accuracy"] is res.accuracy  # the document is the fields
+
+
+def test_compare_modes_returns_the_type_and_its_json_reads_back():
+    cmp = compare_modes("dapo-math-32b", "qwen2.5-7b", "h100", 8, rollout_gpus=4, **SMALL)
+    assert isinstance(cmp, ModeComparison) and [r["mode"] for r in cmp.rows] == ["sync", "one-step-off",
+                                                                                "fully-async"]
+    doc = cmp.to_json()
+    assert list(doc) == ["schema_version", "modes", "results"] and doc["modes"] is cmp.rows
+    assert undocumented(doc) == [] and undocumented(cmp.rows[0]) == [] and "ModeComparison" in SCHEMA_DOC
+    assert doc["results"]["one-step-off"] == {"config": cmp.results["one-step-off"].config,
+                                              "summary": cmp.results["one-step-off"].summary}
+    back = ModeComparison.from_json(doc)
+    assert back.to_json() == doc and all(isinstance(r, EstimateResult) for r in back.results.values())
+    assert back.results["sync"].mean_step_s == cmp.rows[0]["step_s"] and cmp.rows[0]["speedup"] == 1.0
