@@ -3,8 +3,8 @@
 The rollout simulation (``rollout.py``) prices a decode iteration's kernels, their launches and the
 engine's scheduling; the priors (``polytrace/data/priors.json``) scale each kind of that work. What
 depends on how the engine is set up rather than on the model's shapes is priced here, once, and
-handed to the simulation as an ``Efficiency`` (``rollout_efficiency``): the callers
-(``stages.stage_costs``, ``modes.py``) pass its result where they passed their ``eff``.
+handed to the simulation as an ``Efficiency`` (``rollout_efficiency``), through one method,
+``RunConfig.engine_efficiency``, that every rollout of a run (the batch and the stream) is priced at.
 
 LoRA served by vLLM (verl's ``actor_rollout_ref.model.lora_rank > 0``: the rollout loads the actor's
 adapter as a ``LoRARequest`` and runs the base model with vLLM's punica LoRA layers). Every wrapped

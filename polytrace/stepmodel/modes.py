@@ -44,7 +44,6 @@ import numpy as np
 from ..errors import PolytraceError
 from ..run.spec import Mode, RunSpec, default
 from .efficiency import DEFAULT
-from .engines import rollout_efficiency
 from .estimate import (
     PriceOptions,
     build_config,
@@ -224,7 +223,7 @@ def _priced_ratio(rc, p, r, pricer: Pricer, calibration: dict | None) -> float:
     Scaling a stream by ``rollout_slowdown`` alone priced its host work at the roofline: the
     README's 16-GPU example generated on 6 GPUs in 7.1 s against 34.8 s on all 16."""
     whole = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
-                             eff=rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank),
+                             eff=rc.engine_efficiency(),
                              pricer=pricer)
     parts = [Part("gen", fam, "rollout", v) for fam, v in whole.kernels.items()]
     priced = _side_seconds(parts, _separated(calibration))["gen"]
@@ -254,7 +253,7 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
     roll = None
     if mode == "one-step-off" or staleness == 0:
         roll = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
-                                eff=rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank),
+                                eff=rc.engine_efficiency(),
                                 pricer=pricer)
         gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
         gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
@@ -280,8 +279,7 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
             # the stream prices its engines without vLLM's expert parallelism, as it always has
             # (rollout_ep 1; the batch rollout above prices it): kept so this signature change moves no number
             engine = dataclasses.replace(rc.rollout_settings, rollout_ep=1)
-            stream_pricer = (pricer or Pricer(rc.gpu, DEFAULT)).with_efficiency(
-                rollout_efficiency(DEFAULT, rc.engine_model, lora_rank=rc.lora_rank))
+            stream_pricer = (pricer or Pricer(rc.gpu, DEFAULT)).with_efficiency(rc.engine_efficiency())
             stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=engine,
                                     in_flight_cap=(1.0 + staleness) * n_seq, pricer=stream_pricer)
             slow = _priced_ratio(rc, p, r, pricer, calibration)
@@ -421,13 +419,14 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
             continue
         probe = _async_step(sep, sides, batches[0], pricer, calibration)
         tried.append({"rollout_gpus": r_gpus, "train_gpus": t_gpus, "step_s": probe["step_s"]})
-        if best is None or probe["step_s"] < best[1]:
-            best = (sides, probe["step_s"])
+        if best is None or probe["step_s"] < best[1]["step_s"]:
+            best = (sides, probe)
     if best is None:
         raise PolytraceError(f"--gpus {gpus}: no rollout:trainer split of the GPUs is feasible for --mode {mode} "
                              f"({errors[0] if errors else 'no split tried'})")
     sides = best[0]
-    rows = [_async_step(sep, sides, b, pricer, calibration) for b in batches]
+    # the best split's first step is its probe, priced already
+    rows = [best[1]] + [_async_step(sep, sides, b, pricer, calibration) for b in batches[1:]]
     res = _summarise(sep, prof, sides, rows, tried, calibration, pricer, seed)
     res.summary["mode"]["in_flight_updates"] = in_flight
     return res

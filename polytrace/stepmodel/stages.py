@@ -144,6 +144,12 @@ class RunConfig:
             return self.model
         return dataclasses.replace(self.model, weight_dtype=self.rollout_precision)
 
+    def engine_efficiency(self, eff: Efficiency = DEFAULT) -> Efficiency:
+        """``eff`` with this run's engine costs added (its LoRA adapter's launches per decode
+        iteration, ``engines.py``): the efficiencies every rollout of the run is priced at, the
+        batch and the stream alike."""
+        return rollout_efficiency(eff, self.engine_model, lora_rank=self.lora_rank)
+
     @property
     def rollout_settings(self) -> Rollout:
         """The engine's settings as ``RunSpec``'s ``Rollout`` section, its TP resolved (what the
@@ -282,7 +288,7 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     seq = p + r
     if rollout:
         roll = simulate_rollout(cfg.engine_model, cfg.gpu, p, r, n_gpus=cfg.n_gpus, engine=cfg.rollout_settings,
-                                eff=rollout_efficiency(eff, cfg.engine_model, lora_rank=cfg.lora_rank),
+                                eff=cfg.engine_efficiency(eff),
                                 pricer=pricer)
     else:
         roll = RolloutResult(0.0, 0.0, 0.0, 0, [], 0.0, 0.0, cfg.n_gpus)
