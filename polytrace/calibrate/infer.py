@@ -57,7 +57,7 @@ _STAGES = {"actor_rollout_ref.model.use_remove_padding": TRAIN_STAGES,
            "actor_rollout_ref.ref.fsdp_config.param_offload": ("ref",)}
 _STAGES[verl_key("remove_padding", "megatron")] = TRAIN_STAGES
 _STAGES.update({offload_key("megatron", role, what): _STAGES[offload_key("fsdp", role, what)]
-                for role, what, _effect, _target in OFFLOAD_SWITCHES})
+                for role, what, _target in OFFLOAD_SWITCHES})
 
 
 def _strategy_key(log, key: str) -> str:

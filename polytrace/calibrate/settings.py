@@ -54,14 +54,11 @@ _A, _R, _F, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_
 # absent, Megatron-core's defaults hold: the optimizer on the GPU
 CPU_OPTIMIZER = f"{_A}.optim.override_optimizer_config"
 
-# (role, switch, what it prices, the estimate argument or RunConfig field it sets)
+# (role, switch, the declared setting it sets: its help says what it prices, polytrace/run/spec.py)
 OFFLOAD_SWITCHES = (
-    ("actor", "param_offload", "the actor's parameters wait in CPU memory and cross PCIe around each actor stage",
-     "param_offload"),
-    ("actor", "optimizer_offload", "the optimizer state waits in CPU memory and crosses PCIe around each update",
-     "optimizer_offload"),
-    ("ref", "param_offload", "the reference model's weights reload over PCIe for each reference pass",
-     "ref_offload"),
+    ("actor", "param_offload", "param_offload"),
+    ("actor", "optimizer_offload", "optimizer_offload"),
+    ("ref", "param_offload", "ref_offload"),
 )
 
 
@@ -118,7 +115,7 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     # the offload switches, under the FSDP workers' fsdp_config and under verl's Megatron workers
     # (actor_rollout_ref.actor.strategy=megatron): a run reads the one of its strategy
     *(_declared(target, trainer, cost_2x=True)
-      for trainer in ("fsdp", "megatron") for _role, _what, _effect, target in OFFLOAD_SWITCHES),
+      for trainer in ("fsdp", "megatron") for _role, _what, target in OFFLOAD_SWITCHES),
     # not a RunSpec setting: verl's switch and optimizer_offload_fraction state one quantity, the
     # declared cpu_optimizer share (off, or on with fraction 0, is share 0); estimate_arguments folds
     # the pair into it, so a second setting would be a second name for the same share
@@ -250,7 +247,7 @@ def check_offload_keys(given: dict, strategy: str) -> None:
     strategy = "megatron" if strategy.startswith("megatron") else "fsdp"
     other = "fsdp" if strategy == "megatron" else "megatron"
     pairs = {offload_key(other, role, what): offload_key(strategy, role, what)
-             for role, what, _effect, _target in OFFLOAD_SWITCHES}
+             for role, what, _target in OFFLOAD_SWITCHES}
     pairs.update(other_backend_keys(strategy))  # e.g. padding removal: each trainer's own key
     for wrong, right in pairs.items():
         if wrong in given:
@@ -260,7 +257,7 @@ def check_offload_keys(given: dict, strategy: str) -> None:
 
 def _check_consistent(given: dict) -> None:
     pairs = [(offload_key("fsdp", role, what), offload_key("megatron", role, what))
-             for role, what, _effect, _target in OFFLOAD_SWITCHES]
+             for role, what, _target in OFFLOAD_SWITCHES]
     pairs += list(other_backend_keys("megatron").items())
     for fsdp, meg in pairs:
         if fsdp in given and meg in given:
