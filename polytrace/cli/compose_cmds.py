@@ -304,8 +304,11 @@ def _run_line(result: EstimateResult) -> str:
     # an FP8 side, said where it is (bf16, the default, is not)
     precision = "".join(f" | {side} {s(f)}" for side, f in (("rollout", "rollout_precision"),
                                                            ("train", "train_precision")) if s(f, "bf16") != "bf16")
-    return (f"{result.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | rollout TP {s('rollout_tp')}{layout}"
-            f"{precision} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x {s('n')} | "
+    # the engine's launch mode, always said: eager launches every kernel of every decode step (a
+    # LoRA adapter adds its own, engines.py), which can cost a small model's generation 2x and more
+    engine = "eager" if s("eager", False) else "CUDA graphs"
+    return (f"{result.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | rollout TP {s('rollout_tp')}{layout}, "
+            f"{engine}{precision} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x {s('n')} | "
             f"micro-batch {s('micro_batch_tokens')} tokens")
 
 

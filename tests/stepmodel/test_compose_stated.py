@@ -342,3 +342,14 @@ def test_batch_in_responses_maps_to_prompts_and_optimizer_steps():
     assert cfg.prompts_per_step == 64 and cfg.mini_batches == 4
     cfg = build_config(prof, "qwen2.5-7b", "h100", 8, n=32, responses_per_step=2048)
     assert cfg.prompts_per_step == 64 and cfg.mini_batches == 1  # 64 prompts: under verl's default 256
+
+
+def test_cli_estimate_says_the_engines_launch_mode(capsys):
+    """A setting that can change generation 2x is never assumed silently: the first line names the
+    engine's launch mode, CUDA graphs by default, eager when the run says so."""
+    rc, out, err = _run(capsys, BASE)
+    assert rc == 0, err
+    assert "rollout TP 1, CUDA graphs |" in out.splitlines()[0], out.splitlines()[0]
+    rc, out, err = _run(capsys, [*BASE, "--set", "actor_rollout_ref.rollout.enforce_eager=True"])
+    assert rc == 0, err
+    assert "rollout TP 1, eager |" in out.splitlines()[0], out.splitlines()[0]
