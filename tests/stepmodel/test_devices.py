@@ -138,3 +138,17 @@ def test_cli_estimate_on_h100_has_no_device_note(capsys):
     rc, _out, err = _cli(capsys, "--gpu", "h100")
     assert rc == 0, err
     assert "efficiency priors" not in err and "NVIDIA priors assumed" not in err
+
+
+def test_the_docs_table_holds_every_published_figure_and_its_ratio():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "step-model.md").read_text(encoding="utf-8")
+    rows = [line for line in docs.splitlines() if line.startswith("| ")]
+    for slug, pubs in devices.PUBLISHED.items():
+        r = devices.ratios(GPUS[slug])
+        for p in pubs:
+            row = [line for line in rows if line.startswith(f"| {slug} | {p.resource} |")]
+            assert len(row) == 1, (slug, p.resource)
+            want = "1" if r[p.resource] == 1.0 else f"**{r[p.resource]:.3f}**"
+            assert f"| {want} |" in row[0] or f"| {want} (" in row[0], (row[0], want)
