@@ -81,7 +81,8 @@ PUBLISHED: dict[str, tuple[Published, ...]] = {
                   "RCCL 317 GB/s"),
     ),
     "mi325x": (
-        Published("gemm", 784.9, 1300.0, "TF", f"{MAMF}: AMD MI325X, torch 2.6.0+rocm6.2.4, 1000 W", "MAMF 785 of 1300 TF"),
+        Published("gemm", 784.9, 1300.0, "TF", f"{MAMF}: AMD MI325X, torch 2.6.0+rocm6.2.4, 1000 W",
+                  "MAMF 785 of 1300 TF"),
     ),
     # the MAMF table divides MI355X by 2300 TF; the preset's datasheet dense bf16 is 2516.6, which
     # the roofline prices at, so the fraction here is 1565 / 2516.6 = 0.622 (0.680 of 2300)
