@@ -95,6 +95,14 @@ PUBLISHED: dict[str, tuple[Published, ...]] = {
         Published("gemm", 301.23, 313.0, "TF", "zzc0721/torch-performance-test-data issue #109 'Ascend910B2' "
                   "(torch 2.5.1 bf16 matmul, 8192x8192)", "torch matmul 301 TF"),
     ),
+    # PCIe Gen5 boards without NVLink: nccl-tests all_reduce_perf on 8 RTX PRO 6000 Blackwell, six
+    # systems' 8-GPU rows (22.2 GB/s with NCCL's defaults on a dual-socket host, 37.6-41.7 with
+    # switches or tuned channels): their median 39.75 of the preset's 64 GB/s link (0.62 < 0.70)
+    "rtx-pro-6000": (
+        Published("comm", 39.75, 64.0, "GB/s", "voipmonitor/rtx6kpro hardware/pcie-bandwidth.md, 'NCCL AllReduce "
+                  "Bus Bandwidth', 8-GPU results (median of 22.2, 37.6, 39.4, 40.1, 41.1, 41.5)",
+                  "nccl-tests 39.8 GB/s over PCIe Gen5"),
+    ),
     # a GeForce RTX 4090 with cuBLASLt at 8192^3: 175.1 TF bf16, above the preset's 165.2 (fp32
     # accumulate at its datasheet boost clock); D2D memcpy 918.8 of 1008 GB/s (0.91, the H100's triad
     # in Azure's suite 0.89): both at or above the reference, the priors stay as fitted
@@ -171,7 +179,7 @@ def note(gpu: GPU) -> str | None:
     moved = [f"{res} x{r[res]:.2f}" for res in order if r.get(res, 1.0) < 1.0]
     kept = [res for res in order if r.get(res) == 1.0]
     missing = [res for res in order if res not in r]
-    clauses = ([f"{' and '.join(moved)} of the fitted efficiency"] if moved else []) + \
+    clauses = ([f"{' and '.join(moved)} of the priors' efficiency"] if moved else []) + \
               ([f"{', '.join(kept)} kept (measured at or above the corpus reference)"] if kept else []) + \
               ([f"no figure for {', '.join(missing)} (NVIDIA priors)"] if missing else [])
     return (f"{gpu.slug}: efficiency priors from published benchmarks ({'; '.join(p.short for p in pubs)}: "

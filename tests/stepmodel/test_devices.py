@@ -88,6 +88,12 @@ def test_the_priors_move_by_exactly_the_cited_ratio_per_kind():
         want = {"gemm": MI300X_GEMM, "hbm": MI300X_HBM}.get(devices.KIND_RESOURCE.get(kind), 1.0)
         assert scaled["kinds"][kind]["slowdown"] == pytest.approx(entry["slowdown"] / want, rel=1e-12), kind
     assert scaled["device"]["gpu"] == "mi300x" and base.get("device") is None  # the shipped file untouched
+    # 8 RTX PRO 6000s' all-reduce: 39.75 of 64 GB/s over PCIe Gen5, against the 0.70 every link is priced at
+    pro = devices.scale_priors(load_priors(), get_gpu("rtx-pro-6000"))
+    want = (39.75 / 64.0) / 0.70
+    for kind, entry in base["kinds"].items():
+        f = want if kind == "collectives" else 1.0
+        assert pro["kinds"][kind]["slowdown"] == pytest.approx(entry["slowdown"] / f, rel=1e-12), kind
 
 
 def _kernels(gpu):
