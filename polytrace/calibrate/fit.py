@@ -490,10 +490,11 @@ def _default_prior() -> dict[str, float]:
 
 
 def prior_for(run) -> dict[str, float]:
-    """The shipped priors' scalars under a run's engine settings."""
+    """The shipped priors' scalars under a run's engine settings, on its GPU (``devices``)."""
     from ..stepmodel.efficiency import prior_scalars
 
-    return prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing)
+    return prior_scalars(eager=run.eager, gradient_checkpointing=run.gradient_checkpointing,
+                         gpu=getattr(run, "gpu", None))
 
 
 def calibrate(rows: list[StepData], stages: list[str], source: str = "", first_step: int | None = None,

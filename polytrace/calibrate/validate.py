@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import PolytraceError
 from ..logs import EXTRA_STAGES, TrainingLog, read_log
+from ..stepmodel.devices import note as device_note
 from ..stepmodel.efficiency import DEFAULT
 from ..stepmodel.rollout import kv_slots
 from ..stepmodel.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
@@ -297,6 +298,7 @@ def _prepare_on(log: TrainingLog, overrides: Overrides | None, window: int):
                      "stages plus the calibrated time outside them (execution modes: estimate --mode)")
     price_steps(run, rows, split)
     notes += multiturn_notes(rows, log.generated)
+    notes += [n for n in (device_note(run.gpu),) if n]  # a GPU off the corpus: where its priors come from
     return log, run, notes, rows, split
 
 

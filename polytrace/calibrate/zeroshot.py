@@ -14,6 +14,7 @@ import dataclasses
 import os
 
 from ..provenance import file_sha256
+from ..stepmodel.devices import scale_priors
 from ..stepmodel.efficiency import load_priors
 from .logconfig import Overrides
 from .priors import Corpus, score
@@ -63,7 +64,7 @@ def zero_shot(path, overrides: Overrides | None = None, priors_path: str | None 
 
     log, run, notes, rows, split = prepare(path, overrides)
     stages, rows = _timed_stages(rows, len(rows))
-    doc = load_priors(priors_path)
+    doc = scale_priors(load_priors(priors_path), run.gpu)  # a device off the corpus: published fractions
     # the file read (a wandb run folder's files/output.log), not the folder given
     corpus = Corpus(str(path), rows, stages, run.eager, run.gradient_checkpointing, file_sha256(log.path),
                     _overlapped(split))

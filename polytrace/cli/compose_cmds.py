@@ -258,6 +258,8 @@ def _estimate(args) -> int:
                else compare_modes(*where, **split, **kw))
         for line in notes:
             print(line, file=sys.stderr)
+        if not args.calibration and not args.roofline:
+            _device_note(args.gpu)
         return _print_comparison(cmp, args)
     kw.update(split, mode=args.mode, amdahl=args.amdahl if args.kernels else None)
     result = (estimate_calibrated(args.calibration, *where, **kw) if args.calibration
@@ -277,6 +279,8 @@ def _estimate(args) -> int:
             print(f"note: {line}", file=sys.stderr)
     for w in result.warnings:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
+    if not args.calibration and not args.roofline:  # priced with the priors; the JSON: gpu.efficiency_priors
+        _device_note(args.gpu)
     if args.json:
         print_json(result.to_json())  # docs/json-schema.md
         return 0
@@ -291,6 +295,16 @@ def _estimate(args) -> int:
         return 0
     _print_sync(result, args)
     return 0
+
+
+def _device_note(gpu: str) -> None:
+    """On stderr, where a GPU off the corpus takes its efficiency priors from (``stepmodel/devices.py``)."""
+    from ..run.hardware import get_gpu
+    from ..stepmodel.devices import note
+
+    line = note(get_gpu(gpu))
+    if line:
+        print(f"note: {line}", file=sys.stderr)
 
 
 def _run_line(result: EstimateResult) -> str:

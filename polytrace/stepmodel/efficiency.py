@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import PolytraceError
+from .devices import scale_priors
 
 # Published refits that time a MoE's expert tensors handed over one at a time, bytes and all:
 # (source, seconds, expert tensors). verl's two are its syncs (15.76 and 58.57 s) less their bytes
@@ -256,12 +257,14 @@ def prior_kind(group: str, family: str = "gemm", eager: bool = True, gradient_ch
     return f"{base}{setting}" if base in ("rollout", "train") else base
 
 
-def prior_scalars(eager: bool = True, gradient_checkpointing: bool = False, doc: dict | None = None) -> dict:
+def prior_scalars(eager: bool = True, gradient_checkpointing: bool = False, doc: dict | None = None,
+                  gpu=None) -> dict:
     """The priors as calibration scalars: ``<group>_slowdown`` for a kind's main work,
     ``<group>_<family>_slowdown`` for the families priced apart (``SEPARATE_FAMILIES``),
     ``<stage>_overhead_s`` and ``other_overhead_s``: what ``estimate`` applies when no calibration
-    file is given (``compose.estimate.calibrated_kernels`` reads both patterns)."""
-    doc = doc or load_priors()
+    file is given (``compose.estimate.calibrated_kernels`` reads both patterns). ``gpu``: a device
+    off the corpus takes its published achievable fractions (``devices.scale_priors``)."""
+    doc = scale_priors(doc or load_priors(), gpu)
     kinds = doc["kinds"]
     out = {}
     for g in ("rollout", "forward", "train", "forward_overhead", "train_overhead"):

@@ -20,6 +20,7 @@ from ..run.models import ModelSpec, get_model
 from ..run.spec import RunSpec, verl_default
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
+from .devices import gpu_block
 from .efficiency import DEFAULT, part_slowdown
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
@@ -427,7 +428,7 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
     scalars = as_scalars(calibration)
     with_priors = scalars is not None and scalars.is_priors
     # the numbers: a calibration's as fitted, the shared priors' under this run's engine settings
-    calibration = scalars.for_run(cfg.eager, cfg.gradient_checkpointing) if scalars is not None else None
+    calibration = scalars.for_run(cfg.eager, cfg.gradient_checkpointing, cfg.gpu) if scalars is not None else None
     batches, longest, biggest = sample_batches(prof, cfg, steps, seed)
     plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=spec.rollout.rollout_tp is not None,
                                        seq_lens=biggest)
@@ -477,7 +478,7 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
         lengths = {**prof.summary(), "line": describe(prof)}
     return EstimateResult(
         profile=prof.name, config=cfg.to_dict(), model=cfg.model.to_dict(),
-        gpu={"slug": cfg.gpu.slug, "name": cfg.gpu.name, "source": cfg.gpu.source},
+        gpu=gpu_block(cfg.gpu),
         seed=seed, source=source, rows=rows, summary=summary,
         providers={f: pricer.provider(f) for f in MEASURED},
         timings_used=sorted("/".join(k) for k in pricer.used),

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import PolytraceError
 from ..run.spec import Mode, RunSpec, default
+from .devices import gpu_block
 from .efficiency import DEFAULT
 from .estimate import (
     PriceOptions,
@@ -395,7 +396,7 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
         # recompute settings, as the sync estimate applies them: recompute on prices the update's
         # extra forward at the recompute kind's slowdown (Qwen2.5-7B, 16 H100, 8:8 one-step-off:
         # update 6.61 s with recompute's forward at the no-recompute slowdown, 10.45 s in sync)
-        calibration = scalars.for_run(base.eager, base.gradient_checkpointing)
+        calibration = scalars.for_run(base.eager, base.gradient_checkpointing, base.gpu)
     timings, explicit = load_timings(base.gpu.slug, results, results_root)
     pricer = Pricer(base.gpu, DEFAULT, timings, providers, speedups, strict_model=explicit)
     batches, longest, biggest = sample_batches(prof, base, steps, seed)
@@ -467,7 +468,7 @@ def _summarise(sep: Separated, prof, sides: _Sides, rows, tried, calibration, pr
     config = tc.to_dict()
     config.update(n_gpus=n, rollout_tp=rc.rollout_tp, mode=mode, rollout_gpus=rc.n_gpus, train_gpus=tc.n_gpus)
     return EstimateResult(profile=prof.name, config=config, model=tc.model.to_dict(),
-                          gpu={"slug": tc.gpu.slug, "name": tc.gpu.name, "source": tc.gpu.source}, seed=seed,
+                          gpu=gpu_block(tc.gpu), seed=seed,
                           source=source, rows=rows, summary=summary, memory=sides.memory["trainer"],
                           memory_sides=sides.memory, timings_used=sorted("/".join(k) for k in pricer.used),
                           warnings=list(sides.warnings))

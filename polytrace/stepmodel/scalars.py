@@ -45,10 +45,11 @@ class Scalars:
     def is_priors(self) -> bool:
         return self.provenance == CITED
 
-    def for_run(self, eager: bool, gradient_checkpointing: bool) -> dict:
-        """The numbers that price a run with these engine (``eager``) and recompute settings."""
+    def for_run(self, eager: bool, gradient_checkpointing: bool, gpu=None) -> dict:
+        """The numbers that price a run with these engine (``eager``) and recompute settings; the
+        priors on ``gpu`` (a device off the corpus: ``devices.scale_priors``)."""
         if self.is_priors:
-            return prior_scalars(eager=eager, gradient_checkpointing=gradient_checkpointing)
+            return prior_scalars(eager=eager, gradient_checkpointing=gradient_checkpointing, gpu=gpu)
         return dict(self.values)
 
 

@@ -155,7 +155,7 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     from polytrace.calibrate.files import calibrate_log
     from polytrace.calibrate.validate import prepare
 
-    log, _, _, rows, _ = prepare(grpo_log, MI300X)
+    log, run, _, rows, _ = prepare(grpo_log, MI300X)
     stages = ["gen", "old_log_prob", "ref", "update_actor"]
     rows = [r for r in rows if all(s in r.actual for s in stages)]
     same = calibration.calibrate(rows, stages, first_step=log.steps[0].step)
@@ -168,7 +168,9 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     # constant was a smaller share of this log's update)
     assert other.slowdown["train_overhead"] > 1.5 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
     assert abs(other.overhead_s["gen"] - same.overhead_s["gen"]) < 0.05 * mean["gen"]
-    window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step).scalars()
+    # the priors as priced on the run's GPU (mi300x: its published fractions, stepmodel/devices.py)
+    window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step,
+                                   prior=calibration.prior_for(run)).scalars()
     assert calibrate_log(grpo_log, overrides=MI300X).calibration.scalars() == window
 
 
