@@ -33,7 +33,9 @@ vllm-project/vllm pull request #19970 (vLLM 0.10) puts the scheduler one step ah
 pull request #23569 (vLLM 0.11) makes the model runner asynchronous too, "full overlap of the cpu
 operations (including prepare_inputs) and the model forward pass". From 0.11 the whole per-step host
 work overlaps (``ASYNC_HOST_OVERLAP``): an iteration costs the larger of its GPU and host work, not
-their sum (``rollout.overlapped_exposed_host``). vLLM turns it on by default from 0.14 for its
+their sum (``rollout.overlapped_exposed_host``), taken on the seconds as the shipped priors price
+each part (``overlap_slowdowns``; a calibrated estimate's overlap is weighed at them too, not at its
+own scalars). vLLM turns it on by default from 0.14 for its
 ``mp``, ``uni`` and ``external_launcher`` executors and off with Ray's (docs/step-model.md quotes
 both); estimate assumes it off unless told.
 
