@@ -35,6 +35,7 @@ from ..run.dialects import NEMO_RL, nemo_rl_as_verl, trainer_backend, trainer_di
 from ..run.spec import verl_default, verl_key
 from ..stepmodel.stages import PRECISIONS, RunConfig
 from ..wording import counted
+from .engine import read_engine
 from .identity import (  # noqa: F401
     DEFAULT_GPU,
     check_companion_batch,
@@ -329,6 +330,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         mem = min(max(mem, 0.05), 0.99)
     has_critic = "values" in stages or "update_critic" in stages
     precision = _rollout_precision(v, notes)
+    async_scheduling = _setting(v, "async_scheduling", strategy)
     cpu_share = _cpu_optimizer_share(v, strategy, notes)
     run = RunConfig(
         model=model, gpu=gpu, n_gpus=int(n_gpus), prompts_per_step=int(prompts), n=int(n),
@@ -345,7 +347,8 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         mem_fraction=float(mem),
         gradient_checkpointing=_setting(v, "gradient_checkpointing", strategy),
         max_num_seqs=v.count(verl_key("max_num_seqs", strategy)) or verl_default("max_num_seqs", strategy),
-        eager=_setting(v, "eager", strategy),
+        eager=_setting(v, "eager", strategy), async_scheduling=async_scheduling,
+        engine=read_engine(log, async_scheduling, notes),
         old_log_prob_in_gen="old_log_prob" not in stages,
         # the offload switches sit under the trainer's own config (fsdp_config or megatron)
         ref_offload=_setting(v, "ref_offload", strategy),

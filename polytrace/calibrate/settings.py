@@ -93,6 +93,7 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("gradient_checkpointing", cost_2x=True),
     _declared("lora_rank"),
     _declared("eager", cost_2x=True),
+    _declared("async_scheduling"),
     _declared("mem_fraction", cost_2x=True),
     _declared("rollout_tp", cost_2x=True),
     _declared("max_num_seqs"),

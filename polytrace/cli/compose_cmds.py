@@ -143,7 +143,7 @@ RUN_SHAPE = ("rollout_tp", "strategy", "train_tp", "train_pp", "algorithm", "use
              "lora_rank", "param_offload", "optimizer_offload", "cpu_optimizer", "cpu_optimizer_overlap",
              "generated_share")
 STATED_RUN = ("responses_per_step", "train_batch", "train_ep", "train_cp", "train_vpp", "rollout_ep",
-              "rollout_precision", "train_precision")
+              "rollout_precision", "train_precision", "engine", "async_scheduling")
 
 
 def add_run_shape_flags(p) -> None:
@@ -321,9 +321,12 @@ def _run_line(result: EstimateResult) -> str:
     # the engine's launch mode, always said: eager launches every kernel of every decode step (a
     # LoRA adapter adds its own, engines.py), which can cost a small model's generation 2x and more
     engine = "eager" if s("eager", False) else "CUDA graphs"
+    # and its loop, always said: asynchronous scheduling hides the per-step host work (engines.py)
+    loop = (f"vLLM {'V0' if s('engine') == 'vllm-v0' else 'V1'}, "
+            f"{'async' if s('async_scheduling', False) else 'in-step'} scheduling")
     return (f"{result.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | rollout TP {s('rollout_tp')}{layout}, "
-            f"{engine}{precision} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x {s('n')} | "
-            f"micro-batch {s('micro_batch_tokens')} tokens")
+            f"{engine}{precision} | {loop} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x "
+            f"{s('n')} | micro-batch {s('micro_batch_tokens')} tokens")
 
 
 def _print_sync(result: EstimateResult, args) -> None:

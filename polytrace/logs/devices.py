@@ -31,6 +31,17 @@ _PLATFORM = (
     (re.compile(r"\bROCm\b|\bHIP_VISIBLE_DEVICES\b|\bhipError|detected platform rocm|\btorch\.version\.hip\b"), "rocm"),
     (re.compile(r"detected platform cuda|\bCUDA_VISIBLE_DEVICES\b|\bNCCL version\b"), "cuda"),
 )
+# The inference engine's loop where a log names it (``calibrate/engine.py`` decides): vLLM's V1
+# classes in a worker's warning or traceback, ``VLLM_USE_V1`` (vLLM 0.7-0.10's switch), an attention
+# backend V1 did not run (vLLM 0.8's XFORMERS falls back to V0), and a stated vLLM version
+# ("vllm==0.8.3", "vLLM version 0.11.0", "vLLM 0.8.5"; not "vllm<=0.6.3", a bound in a comment).
+_ENGINE = (
+    (re.compile(r"\bvllm\.v1\.(?:worker|engine|executor|core)\b"), "vllm-v1"),
+    (re.compile(r"\bVLLM_USE_V1=[\"']?1\b"), "vllm-v1"),
+    (re.compile(r"\bVLLM_USE_V1=[\"']?0\b"), "vllm-v0"),
+    (re.compile(r"\bVLLM_ATTENTION_BACKEND=[\"']?XFORMERS\b|Falling back to V0\b"), "vllm-v0"),
+)
+_VLLM_VERSION = re.compile(r"\bvllm(?:==|\s{1,3}version\s{1,3}|\s{1,3}v?)(0\.\d{1,2}(?:\.\d{1,2})?)(?![\w.])", re.I)
 # AMD architectures as ROCm prints them: one chip each, or a pair sharing one.
 GFX_ARCH = {"gfx90a": ("mi250x",), "gfx942": ("mi300x", "mi325x"), "gfx950": ("mi355x",)}
 _GFX = re.compile(r"\b(gfx9[0-9a-f]{2})\b")
@@ -38,7 +49,9 @@ _GFX = re.compile(r"\b(gfx9[0-9a-f]{2})\b")
 
 @dataclass(frozen=True)
 class Evidence:
-    kind: str  # "device" (a device name), "platform" ("npu", "rocm", "cuda") or "arch" (an AMD gfx target)
+    # "device" (a device name), "platform" ("npu", "rocm", "cuda"), "arch" (an AMD gfx target), "engine"
+    # (the inference engine's loop: "vllm-v1" or "vllm-v0") or "vllm" (a stated vLLM version)
+    kind: str
     value: str  # the device name as printed, or the platform
     where: str  # "line 12" or a companion file's path
     text: str = ""  # what matched
@@ -81,4 +94,12 @@ def scan_lines(lines) -> list[Evidence]:
             m = pattern.search(text)
             if m:
                 add("platform", platform, number, m.group(0))
+        if ("vllm" in text or "VLLM" in text or "vLLM" in text) and not text.lstrip().startswith("#"):
+            for pattern, engine in _ENGINE:
+                m = pattern.search(text)
+                if m:
+                    add("engine", engine, number, m.group(0))
+            m = _VLLM_VERSION.search(text)
+            if m:
+                add("vllm", m.group(1), number, m.group(0))
     return out

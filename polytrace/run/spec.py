@@ -28,6 +28,9 @@ from ..errors import PolytraceError
 
 BACKENDS = ("fsdp", "megatron")
 PRECISIONS = ("bf16", "fp8")
+# the inference engine's loop (``stepmodel/engines.py`` prices what each changes): vLLM's V1 engine
+# (the default from vLLM 0.8, the only one from 0.11) and its V0 loop (vLLM 0.6-0.8)
+ENGINES = ("vllm-v1", "vllm-v0")
 
 
 class SpecError(PolytraceError):
@@ -236,6 +239,20 @@ class Rollout:
                                   "decode step (on) or replays CUDA graphs (off)"))
     max_num_seqs: int = setting(1024, "count", "most sequences one engine decodes at once", flag=None,
                                 **_both(f"{_R}.max_num_seqs", 1024, "most sequences one engine decodes at once"))
+    # estimate assumes vLLM's V1 engine scheduling in step with the GPU (vLLM 0.8-0.13's default, and
+    # the one whose cost the corpus's logs measure) and says so on its first line; a log's reader
+    # takes what the log states (calibrate/logconfig.py). verl has no key for the engine: the vLLM
+    # it is installed with picks it.
+    engine: str = setting(
+        "vllm-v1", "choice", "the inference engine's loop: vllm-v1 (vLLM >= 0.8's V1 engine, the only one from "
+        "0.11; default) or vllm-v0 (vLLM 0.6-0.8's V0 loop); priced alike in step with the GPU (engines.py)",
+        choices=ENGINES, flag="--rollout-engine", config_key="engine", advanced=True)
+    async_scheduling: bool = setting(
+        False, "bool", "vLLM's --async-scheduling (V1 engine, vLLM >= 0.11): the scheduler's and input "
+        "preparation's host work for decode step k+1 runs while step k's kernels do, so an iteration costs the "
+        "larger of its GPU and host work, not their sum", config_key="async_scheduling", advanced=True,
+        **_both(f"{_R}.engine_kwargs.vllm.async_scheduling", False,
+                "vLLM's asynchronous scheduling: the engine's per-step host work overlaps the GPU's"))
 
 
 @dataclass(frozen=True)
@@ -393,6 +410,9 @@ class RunSpec:
                 if value != default(name):
                     raise SpecError(f"{where(name)} {value} is Megatron's {what} parallelism: add --strategy "
                                     f"megatron (verl's FSDP trainer has none)")
+        if self.rollout.async_scheduling and self.rollout.engine != "vllm-v1":
+            raise SpecError(f"{where('async_scheduling')} needs the V1 engine ({where('engine')} vllm-v1): vLLM's "
+                            f"V0 loop has no asynchronous scheduler")
         if t.cpu_optimizer and t.strategy != "megatron":
             raise SpecError("--cpu-optimizer is Megatron's HybridDeviceOptimizer: it needs --strategy megatron "
                             "(FSDP's CPU offload of the optimizer is --optimizer-offload)")

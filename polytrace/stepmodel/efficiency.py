@@ -82,6 +82,14 @@ class Efficiency:
     # Per decoder layer, the launches an engine setting adds to an eager iteration (LoRA's Triton
     # shrink and expand kernels: ``stepmodel/engines.py``, which sets it; 0 without an adapter).
     adapter_launch_s_per_layer: float = 0.0
+    # Share of the engine's per-step host work (scheduling, input preparation, per-sequence output
+    # processing) run while the GPU works on the step before: 0 in step (vLLM's V0 loop, and V1
+    # without --async-scheduling), 1 with V1's asynchronous scheduling (``stepmodel/engines.py``,
+    # which sets it; priced in ``rollout.iteration_parts``), and the slowdowns the priors give the
+    # parts that meet in that overlap, (device, collectives, host, per-sequence host): the overlap is
+    # taken on the seconds as priced, not on the base prices the priors scale afterwards.
+    host_overlap: float = 0.0
+    overlap_slowdowns: tuple = (1.0, 1.0, 1.0, 1.0)
     # Training passes in eager PyTorch: ~25 kernels per decoder layer forward (two norms, four
     # projections, rotary, flash-attention, MLP matmuls and activation, residual adds; FSDP's
     # per-layer hooks cost about as much again on the host), the backward about twice as many;

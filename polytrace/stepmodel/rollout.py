@@ -206,11 +206,40 @@ def iteration_parts(model: ModelSpec, gpu: GPU, engine: Rollout, active: np.ndar
     gemm, gemm_src = pricer.decode_gemm(model, active, tp, linear)
     attn, attn_src = pricer.decode(model, active, ctx, tp, attention)
     comm = iteration_comm_seconds(model, gpu, tp, active, eff, ep) * pricer.scale("comm")
-    parts = {"gemm": gemm, "decode": attn, "comm": comm,
-             "host": iteration_host_seconds(model, active, eff, eager, gemm + attn + comm) * pricer.scale("host"),
-             "seq_host": iteration_seq_host_seconds(active, eff) * pricer.scale("seq_host")}
+    device = gemm + attn + comm
+    host = iteration_host_seconds(model, active, eff, eager, device) * pricer.scale("host")
+    seq_host = iteration_seq_host_seconds(active, eff) * pricer.scale("seq_host")
+    if eff.host_overlap:
+        # on the seconds as the priors price them (each part times its slowdown), put back in base
+        # seconds for the priors to scale as they scale every part
+        s_dev, s_comm, s_host, s_seq = eff.overlap_slowdowns
+        launch = iteration_launch_seconds(model, eff, eager) * pricer.scale("host") * s_host
+        step = (np.zeros_like(active) + eff.host_s_per_iter * pricer.scale("host")) * s_host
+        exposed = host * s_host - step
+        host, seq_host = overlapped_exposed_host((gemm + attn) * s_dev + comm * s_comm, exposed, launch, step,
+                                                 seq_host * s_seq, eff.host_overlap)
+        host, seq_host = host / s_host, seq_host / s_seq
+    parts = {"gemm": gemm, "decode": attn, "comm": comm, "host": host, "seq_host": seq_host}
     return parts, {"gemm": gemm_src, "decode": attn_src, "comm": "roofline", "host": "roofline",
                    "seq_host": "roofline"}
+
+
+def overlapped_exposed_host(device, exposed_launch, launch, step, seq, share: float):
+    """The host seconds a decode iteration exposes (per iteration, per sequence) when ``share`` of
+    its between-step host work (``step`` per iteration, ``seq`` for its sequences) runs while the GPU
+    works (vLLM's asynchronous scheduling, ``engines.py``). In step an iteration costs the launch-bound
+    forward, ``device + exposed_launch``, plus that work; overlapped, the host thread's launches (at
+    most the forward's time) and the shared work run beside the forward:
+    ``max(forward, launches + share x work) + (1 - share) x work``: never slower than in step, never
+    faster than its GPU work or its host work alone. The exposed rest is split over the two kinds
+    by their shares of the work."""
+    forward = device + exposed_launch
+    work = step + seq
+    total = np.maximum(forward, np.minimum(launch, forward) + share * work) + (1.0 - share) * work
+    rest = total - forward  # in [0, work]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        seq_part = np.where(work > 0, rest * seq / np.where(work > 0, work, 1.0), 0.0)
+    return exposed_launch + rest - seq_part, seq_part
 
 
 def decode_weight_bytes(model: ModelSpec, active) -> np.ndarray:

@@ -76,6 +76,9 @@ class RunConfig:
     # (``logs.generations``); None: the prior (``rollout.GENERATED_SHARE_PRIOR``)
     generated_share: float | None = None
     eager: bool = default("eager")  # inference engine without CUDA graphs (verl's enforce_eager)
+    # the engine's loop (vLLM's V1 or V0) and V1's asynchronous scheduling (``engines.py``)
+    engine: str = default("engine")
+    async_scheduling: bool = default("async_scheduling")
     colocated: bool = True  # trainer and inference engine share the GPUs (verl's hybrid engine)
     balance_batch: bool = True  # verl's trainer.balance_batch: token-balanced ranks of equal counts
     old_log_prob_in_gen: bool = False  # older verl computed it inside generate_sequences
@@ -146,9 +149,10 @@ class RunConfig:
 
     def engine_efficiency(self, eff: Efficiency = DEFAULT) -> Efficiency:
         """``eff`` with this run's engine costs added (its LoRA adapter's launches per decode
-        iteration, ``engines.py``): the efficiencies every rollout of the run is priced at, the
-        batch and the stream alike."""
-        return rollout_efficiency(eff, self.engine_model, lora_rank=self.lora_rank)
+        iteration, the host work asynchronous scheduling hides, ``engines.py``): the efficiencies
+        every rollout of the run is priced at, the batch and the stream alike."""
+        return rollout_efficiency(eff, self.engine_model, lora_rank=self.lora_rank, engine=self.engine,
+                                  async_scheduling=self.async_scheduling, eager=self.eager)
 
     @property
     def rollout_settings(self) -> Rollout:
