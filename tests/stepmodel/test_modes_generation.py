@@ -125,3 +125,25 @@ def test_the_pipeline_holds_each_version_to_its_floor_and_pays_the_re_prefill():
                             stream=StreamRollout(**base, resume_s=30.0, floor_s=500.0))
     assert held.train_end_s == pytest.approx(500.0) and held.step_s == pytest.approx(502.0)
     assert held.resume_s == 0.0
+
+
+def test_compare_modes_prints_the_stream_at_or_above_its_floor(capsys):
+    """``estimate --compare-modes --json`` on the README's example: the fully-async row's
+    generation is the stream's version (19.3 s on its best split, 10:6), at or above its window
+    floor and above the weight-reading bound of test_the_stream_never_decodes_... (9.0 s); the
+    detail carries the floor and the re-prefill paid."""
+    import json
+
+    from polytrace.cli import main
+
+    assert main(["estimate", "--model", EXAMPLE[1], "--gpu", EXAMPLE[2], "--gpus", str(EXAMPLE[3]), "--profile",
+                 EXAMPLE[0], "--compare-modes", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    row = next(r for r in doc["modes"] if r["mode"] == "fully-async")
+    mode = doc["results"]["fully-async"]["summary"]["mode"]
+    detail = mode["details"][0]
+    per_token = get_model(EXAMPLE[1]).weight_bytes() / mode["rollout_tp"] / get_gpu(EXAMPLE[2]).ceiling("hbm")
+    # the example's 0.9-quantile group, from the batch every mode samples (1,970 tokens)
+    bound = _group_quantile_length(mode_estimate(*EXAMPLE, mode="sync"), 0.1) * per_token
+    assert row["gen_s"] >= detail["stream"]["floor_s"] >= bound, (row["gen_s"], detail["stream"]["floor_s"], bound)
+    assert detail["resume_paid_s"] >= 0.0 and detail["stream"]["resume_s"] > 0.0
