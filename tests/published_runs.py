@@ -265,12 +265,20 @@ RUNS = (
 # tests it against. The logs the priors are fitted on (``calibrate/folds.py``) are the only held-out
 # evidence: their group-held-out scores (docs/step-model.md) are the model's accuracy.
 DEVELOPMENT_SET = frozenset(r.name for r in RUNS)
-# rows whose step carries a constant derived from NeMo RL's own measurements: the colocated MoE runs,
-# whose refit (in the step) is priced per expert tensor at a median that three NeMo RL refits set
-REFIT_SOURCED = "Efficiency.refit_s_per_expert_tensor: a median three of whose five refits are NeMo RL's own"
-DERIVED_FROM = {r.name: REFIT_SOURCED for r in RUNS
-                if r.framework == "nemo-rl" and r.mode == "sync" and r.model.startswith(("qwen3-30b", "qwen3-235b",
-                                                                                       "deepseek"))}
+# Rows whose step carries a constant derived from NeMo RL's own measurements: every NeMo RL MoE run,
+# the colocated ones through their refit and the separated ones through their weight sync (both
+# price the routed-expert tensors one at a time: ``refit.expert_tensor_seconds``; 9.7-23.4 s a sync
+# for these models). They stay in the table, marked and scored, but no test asserts on them
+# (``ASSERTED``): the constant keeps NeMo RL's own figures (0.32-0.52 ms a tensor) rather than
+# verl's two (0.67 and 0.88 ms, H20, its sync less our price of its bytes), which would price
+# NeMo RL's Megatron-Bridge export with another framework's weight loader only to make these rows
+# look held out. verl's DeepSeek-V3 row also pays the constant but none of its sources is that run.
+REFIT_SOURCED = ("Efficiency.refit_s_per_expert_tensor (in the refit or the weight sync): a median three of whose "
+                 "five refits are NeMo RL's own")
+MOE_PREFIXES = ("qwen3-30b", "qwen3-235b", "deepseek")
+DERIVED_FROM = {r.name: REFIT_SOURCED for r in RUNS if r.framework == "nemo-rl" and r.model.startswith(MOE_PREFIXES)}
+# the rows the pass/fail tests assert on: those no constant was derived from
+ASSERTED = tuple(r for r in RUNS if r.name not in DERIVED_FROM)
 
 
 def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
@@ -288,10 +296,12 @@ def estimate_run(run: PublishedRun, steps=range(2)) -> dict:
 
 def markdown_table(steps=range(2)) -> str:
     """The docs/step-model.md table of the runs and their zero-shot estimates (every row is in the
-    development set, ``DEVELOPMENT_SET``; those a constant was derived from are marked *)."""
-    lines = ["| run (development set; * a constant derived from it) | table | GPUs | responses / step / optimizer step "
-             "| avg / max sequence | layout | published s | "
+    development set, ``DEVELOPMENT_SET``; those a constant was derived from are marked * and scored,
+    not asserted), then the counts within 30% of the asserted rows and of the marked ones."""
+    lines = ["| run (development set; * a constant derived from it: scored, not asserted) | table | GPUs "
+             "| responses / step / optimizer step | avg / max sequence | layout | published s | "
              "estimate s | ratio | error |", "|---|---|---|---|---|---|---|---|---|---|"]
+    within = {True: [], False: []}
     for r in RUNS:
         est = estimate_run(r, steps).summary["mean_step_s"]
         layout = f"gen TP{r.rollout_tp}; train TP{r.train_tp} CP{r.train_cp} EP{r.train_ep} PP{r.train_pp}"
@@ -300,6 +310,9 @@ def markdown_table(steps=range(2)) -> str:
         lines.append(f"| {r.name}{mark} | {r.table} | {r.gpus} | {r.responses_per_step} / {r.train_batch} | "
                      f"{r.avg_seq} / {r.max_seq} | {layout} | {r.step_s:g} | {est:.0f} | {ratio:.2f} | "
                      f"{100 * (ratio - 1):+.0f}% |")
+        within[r.name in DERIVED_FROM].append(abs(ratio - 1) <= 0.30)
+    lines += ["", f"Within 30%: {sum(within[False])} of the {len(within[False])} asserted rows; "
+                  f"{sum(within[True])} of the {len(within[True])} marked * (scored, not asserted)."]
     return "\n".join(lines)
 
 

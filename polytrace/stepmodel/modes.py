@@ -19,7 +19,9 @@
   to ``staleness x batch`` samples ahead on old weights: with 0 it makes exactly one batch per
   weight version, long tail included, and a sample (a prompt's group of responses: GRPO's
   advantage needs all of them) reaches the trainer when its longest response is done; above 0
-  its engines stay full (``streaming.py``).
+  its engines stay full, but a version still lasts until the ``(1 - staleness)``-quantile group
+  of a batch started at once would be done: the bound lets at most ``staleness x batch`` samples
+  span a sync (``streaming.version_floor_s``).
   ``partial_rollout`` interrupts the sequences in flight at a sync and resumes them after
   (re-prefilling their context) instead of waiting for them to finish. The trainer skips the
   old-policy log-prob pass (verl uses the rollout's log-probs in this mode). NeMo RL's async
@@ -62,7 +64,14 @@ from .result import EstimateResult, ModeComparison
 from .rollout import simulate_rollout
 from .scalars import as_scalars
 from .stages import STAGES, TRAIN_STAGES, Part, stage_costs
-from .streaming import SyncTransport, VersionPolicy, stream_rollout, trainer_pipeline, weight_sync_seconds
+from .streaming import (
+    SyncTransport,
+    VersionPolicy,
+    stream_rollout,
+    trainer_pipeline,
+    version_floor_s,
+    weight_sync_seconds,
+)
 
 MODES = ("sync", "one-step-off", "fully-async")
 DEFAULT_STALENESS = 0.1  # verl's fully_async_ppo_trainer.yaml ``staleness_threshold``
@@ -217,18 +226,20 @@ def group_ready_s(finish_s, group_ids) -> np.ndarray:
     return out
 
 
-def _priced_ratio(rc, p, r, pricer: Pricer, calibration: dict | None) -> float:
-    """The calibration's seconds over the roofline's for the rollout side generating this batch
-    whole: every family at its own slowdown (the rollout's host work per iteration and per
-    sequence included, 6.7x and 14.7x in the priors), as the colocated estimate prices its gen.
-    Scaling a stream by ``rollout_slowdown`` alone priced its host work at the roofline: the
-    README's 16-GPU example generated on 6 GPUs in 7.1 s against 34.8 s on all 16."""
+def _priced_batch(rc, p, r, pricer: Pricer, calibration: dict | None) -> tuple[float, np.ndarray]:
+    """The rollout side generating this batch whole, started at once: (the calibration's seconds
+    over the roofline's, each sequence's finish at the calibration's price). Every family at its
+    own slowdown (the rollout's host work per iteration and per sequence included, 6.7x and 14.7x
+    in the priors), as the colocated estimate prices its gen. Scaling a stream by
+    ``rollout_slowdown`` alone priced its host work at the roofline: the README's 16-GPU example
+    generated on 6 GPUs in 7.1 s against 34.8 s on all 16."""
     whole = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
                              eff=rc.engine_efficiency(),
                              pricer=pricer)
     parts = [Part("gen", fam, "rollout", v) for fam, v in whole.kernels.items()]
     priced = _side_seconds(parts, _separated(calibration))["gen"]
-    return priced / whole.time_s if whole.time_s > 0 else 1.0
+    ratio = priced / whole.time_s if whole.time_s > 0 else 1.0
+    return ratio, whole.finish_s * ratio
 
 
 def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibration: dict | None) -> dict:
@@ -283,12 +294,13 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
             stream_pricer = (pricer or Pricer(rc.gpu, DEFAULT)).with_efficiency(rc.engine_efficiency())
             stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=engine,
                                     in_flight_cap=(1.0 + staleness) * n_seq, pricer=stream_pricer)
-            slow = _priced_ratio(rc, p, r, pricer, calibration)
-            for key in ("batch_s", "drain_s", "drain_lost_s"):
-                setattr(stream, key, getattr(stream, key) * slow)
+            ratio, finish = _priced_batch(rc, p, r, pricer, calibration)
+            stream = stream.scaled(ratio)
+            stream.floor_s = version_floor_s(group_ready_s(finish, batch.group_ids), staleness)
             pipe = trainer_pipeline(n_seq, train_s, w, policy, rate=n_seq / stream.batch_s, stream=stream)
-            gen = stream.batch_s
-            detail = {"stream": stream.to_dict(), "carry_samples": pipe.carry}
+            # the rollout's seconds per batch: a full engine's pace plus the re-prefill, never below the floor
+            gen = max(stream.batch_s + pipe.resume_s, stream.floor_s)
+            detail = {"stream": stream.to_dict(), "carry_samples": pipe.carry, "resume_paid_s": pipe.resume_s}
         step = pipe.step_s
         trainer_wait = pipe.trainer_wait_s + pipe.sync_wait_s
         rollout_busy = min(pipe.rollout_busy_s, step if in_flight else step - w)

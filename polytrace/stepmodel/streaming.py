@@ -7,19 +7,28 @@ timings; a calibration scales them afterwards.
 
 - ``stream_rollout``: with a queue that never runs dry (fully async with a staleness bound above
   0) every engine keeps its slots full, so a batch's responses take their tokens at the per-token
-  cost of a full engine: no tail. The tail comes back at a weight sync as a drain: without
-  partial rollout the engines stop admitting and wait for the sequences in flight. With partial
-  rollout those are interrupted and resubmitted after the sync; vLLM's prefix cache still holds
-  their KV (computed under the old weights: the staleness partial rollout accepts), so resuming
-  costs no prefill.
-- ``weight_sync_seconds``: the trainer gathers the full bf16 weights from its shards, broadcasts
-  them to the rollout GPUs and the engines load them.
-- ``trainer_pipeline``: the trainer takes a batch in ``chunks`` local updates, each starting when
-  its samples have arrived; one weight version per batch (steady state over a few versions).
+  cost of a full engine. The tail comes back in two ways. At a weight sync, without partial
+  rollout, the engines stop admitting and wait for the sequences in flight (the drain). With
+  partial rollout those are interrupted and resubmitted after the sync as prompt + the response
+  so far, and verl resets vLLM's prefix cache at every pause (``FullyAsyncRollouter.pause`` ->
+  ``clear_kv_cache`` -> ``engine.reset_prefix_cache()``; ``partial_single_turn_agent_loop.py``
+  resubmits ``output.prompt_ids + output.response_ids``), so each resumed sequence prefills its
+  whole prefix again (``resume_s``). And the staleness bound keeps most samples inside one weight
+  version's window: ``version_floor_s``.
+- ``version_floor_s``: verl's rollouter admits at most ``(1 + staleness) x`` a version's batch per
+  version, counting what it carried in (``staleness_samples``, reset at each version to the
+  samples in flight, interrupted and queued; ``_should_pause_generation`` stops admissions at
+  ``max_required_samples``). In a steady state it admits one batch B a version, so it carries at
+  most ``staleness x B`` across a sync, and at least ``(1 - staleness) x B`` of a version's new
+  samples are generated within the version: its window lasts at least until the
+  ``(1 - staleness)``-quantile sample (a prompt's whole group: verl's unit) of a batch started
+  at once on the same engines is done (the batch is the most favourable case: every sample
+  admitted at the window's start, none of the carried-in ones competing for the slots).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,10 +73,28 @@ class StreamRollout:
     concurrency: int  # sequences running per engine
     engines: int
     in_flight: int  # sequences in flight over all engines at a sync
+    resume_s: float = 0.0  # partial rollout: re-prefilling the interrupted sequences' prefixes after a sync
+    floor_s: float = 0.0  # a version's window at least (``version_floor_s``)
 
     def to_dict(self) -> dict:
         return {"batch_s": self.batch_s, "drain_s": self.drain_s, "drain_lost_s": self.drain_lost_s,
-                "concurrency": self.concurrency, "engines": self.engines, "in_flight": self.in_flight}
+                "concurrency": self.concurrency, "engines": self.engines, "in_flight": self.in_flight,
+                "resume_s": self.resume_s, "floor_s": self.floor_s}
+
+    def scaled(self, factor: float) -> StreamRollout:
+        """Every duration times ``factor`` (a calibration's price of the rollout's work)."""
+        keys = ("batch_s", "drain_s", "drain_lost_s", "resume_s", "floor_s")
+        return dataclasses.replace(self, **{k: getattr(self, k) * factor for k in keys})
+
+
+def version_floor_s(group_ready_s, staleness: float) -> float:
+    """The least a weight version's window lasts under a staleness bound (module docstring): when
+    the ``ceil((1 - staleness) x G)``-th of the batch's ``G`` groups is done in ``group_ready_s``
+    (a batch started at once on the stream's engines, each group done with its longest
+    response). 0 at staleness >= 1 (every sample may span a sync, as one-step-off)."""
+    ready = np.sort(np.asarray(group_ready_s, dtype=np.float64))
+    k = int(np.ceil((1.0 - staleness) * len(ready) - 1e-9))
+    return float(ready[k - 1]) if k > 0 and len(ready) else 0.0
 
 
 def stream_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_gpus: int, engine: Rollout,
@@ -103,6 +130,9 @@ def stream_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_
     done = np.floor(rng.random(k) * r[pick])
     left = np.maximum(r[pick] - done, 1.0).astype(np.int64)
     context = (p[pick] + done).astype(np.int64)
+    # partial rollout: the interrupted sequences come back as new requests of prompt + response so
+    # far on an emptied prefix cache, each engine prefilling its share
+    resume = prefill_seconds(model, gpu, tp, p[pick] + done, eff) * pricer.scale("prefill") / engines
     drain = lost = 0.0
     for e in range(engines):
         sl = slice(e * c, (e + 1) * c)
@@ -111,7 +141,7 @@ def stream_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, n_
         full = float(left[sl].sum()) / c * per_iter  # the same tokens from a full engine
         if t > drain:
             drain, lost = t, max(0.0, t - full)
-    return StreamRollout(batch_s, drain, lost, c, engines, k)
+    return StreamRollout(batch_s, drain, lost, c, engines, k, resume_s=resume)
 
 
 def weight_sync_seconds(model: ModelSpec, gpu: GPU, train_gpus: int, rollout_gpus: int, rollout_tp: int,
@@ -161,6 +191,7 @@ class Pipeline:
     sync_wait_s: float  # the trainer waiting for the rollout to drain before the sync
     rollout_busy_s: float  # the rollout generating (or resuming) during the version
     carry: float  # samples of this version left for the next one (stale samples)
+    resume_s: float = 0.0  # partial rollout: the version's start re-prefilling what the last sync interrupted
 
 
 def trainer_pipeline(batch: int, train_s: float, sync_s: float, policy: VersionPolicy = VersionPolicy(), *,
@@ -175,7 +206,9 @@ def trainer_pipeline(batch: int, train_s: float, sync_s: float, policy: VersionP
     version. Otherwise the rollout streams at ``rate`` samples per second, starts each version
     with the samples it carried over (at most ``staleness x batch``), stops at ``(1 + staleness)
     x batch`` samples, and at the sync either waits for the sequences in flight (``partial``
-    False: ``stream.drain_s``) or interrupts them and resumes them after (no wait).
+    False: ``stream.drain_s``) or interrupts them and re-prefills them at the next version's start
+    (``stream.resume_s``, less the share the drain after the bound finished). The trainer's last
+    update never ends before ``stream.floor_s`` (the staleness bound's window, ``version_floor_s``).
     ``in_flight`` (NeMo RL's in-flight weight updates): the rollout decodes on through the sync,
     its running sequences finishing on the new weights, so it produces for the whole step and
     nothing is drained; only the trainer stalls for the sync.
@@ -195,8 +228,9 @@ def trainer_pipeline(batch: int, train_s: float, sync_s: float, policy: VersionP
         raise ValueError("trainer_pipeline: a streaming rollout needs a positive rate and its StreamRollout")
     cap = (1.0 + staleness) * batch
     # Without partial rollout every version loses the drain's shortfall: while the sequences in
-    # flight finish, no new ones start, and the engines refill afterwards.
-    start = 0.0 if partial or in_flight else stream.drain_lost_s
+    # flight finish, no new ones start, and the engines refill afterwards. With it, the version
+    # starts by re-prefilling the interrupted sequences' prefixes (``stream.resume_s``).
+    start = 0.0 if in_flight else stream.resume_s if partial else stream.drain_lost_s
     carry = 0.0
     rows = []
     for _ in range(versions):
@@ -205,6 +239,9 @@ def trainer_pipeline(batch: int, train_s: float, sync_s: float, policy: VersionP
             need = j * batch / chunks
             ready = start + (need - carry) / rate if carry < need else 0.0
             t = max(t, ready) + per_chunk
+        # the staleness bound keeps most of a version's samples inside its window: the trainer's
+        # last update cannot end before the window's floor (``version_floor_s``)
+        t = max(t, stream.floor_s)
         full_at = start + max(0.0, cap - carry) / rate  # the staleness bound stops new admissions here
         sync_wait = 0.0
         if not partial and not in_flight:
@@ -214,13 +251,20 @@ def trainer_pipeline(batch: int, train_s: float, sync_s: float, policy: VersionP
         end = t + sync_wait
         producing_until = end + sync_s if in_flight else end  # in flight: it decodes through the sync
         produced = min(cap, carry + rate * max(0.0, producing_until - start))
-        busy = min(producing_until, full_at) - start
+        # busy re-prefilling, admitting, and past the bound while it decodes the window's long samples
+        busy = min(producing_until, max(full_at, stream.floor_s)) - (0.0 if partial else start)
         carry = min(staleness * batch, max(0.0, produced - batch))
-        rows.append(Pipeline(end + sync_s, t, t - train_s, sync_wait, max(0.0, busy), carry))
+        rows.append(Pipeline(end + sync_s, t, t - train_s, sync_wait, max(0.0, busy), carry, start if partial else 0.0))
+        if partial and not in_flight:
+            # what the sync interrupts is re-prefilled: a full engine's in-flight set when it finds
+            # the rollout admitting, less as the drain after the bound runs it down (linear over drain_s)
+            drained = max(0.0, end - full_at) / stream.drain_s if stream.drain_s > 0 else 1.0
+            start = stream.resume_s * max(0.0, 1.0 - drained)
     tail = rows[-3:]
     return Pipeline(*(float(np.mean([getattr(x, f) for x in tail])) for f in
-                      ("step_s", "train_end_s", "trainer_wait_s", "sync_wait_s", "rollout_busy_s", "carry")))
+                      ("step_s", "train_end_s", "trainer_wait_s", "sync_wait_s", "rollout_busy_s", "carry",
+                       "resume_s")))
 
 
-__all__ = ["Pipeline", "StreamRollout", "SyncTransport", "VersionPolicy", "stream_rollout", "trainer_pipeline",
-           "weight_sync_seconds"]
+__all__ = ["Pipeline", "StreamRollout", "SyncTransport", "VersionPolicy", "stream_rollout",
+           "trainer_pipeline", "version_floor_s", "weight_sync_seconds"]

@@ -207,7 +207,9 @@ def test_pipeline_small_staleness_makes_the_trainer_wait_at_each_version():
 # trainer; read 2026-11), seconds per sync with the checkpoint engine on and off. Ours moves the
 # bf16 weights at the links' rates: it must fall between half the faster figure and the slower one.
 # The Qwen3-30B-A3B row (4.38 s on) is not tested here: ``Efficiency.refit_s_per_expert_tensor_bucketed``
-# is derived from it (issue 36: no constant tested against the row it came from).
+# is derived from it (issue 36: no constant tested against the row it came from). The Qwen3-235B-A22B
+# row's 58.57 s (off) is one of the five refits ``Efficiency.refit_s_per_expert_tensor`` is the median
+# of, so only the sync's bytes (gather, broadcast, load: no expert-tensor host work) are held to it.
 PUBLISHED_SYNC = [("qwen2.5-7b", 4, 4, 0.02, 0.12), ("qwen3-235b-a22b", 64, 64, 23.70, 58.57)]
 
 
@@ -215,7 +217,7 @@ PUBLISHED_SYNC = [("qwen2.5-7b", 4, 4, 0.02, 0.12), ("qwen3-235b-a22b", 64, 64, 
 def test_weight_sync_within_published_range(model, train, roll, on_s, off_s):
     ws = weight_sync_seconds(get_model(model), get_gpu("h20"), train, roll, 4)
     assert ws["bytes"] == get_model(model).weight_bytes()  # bf16
-    assert 0.5 * on_s <= ws["total"] <= off_s, ws
+    assert 0.5 * on_s <= ws["total"] - ws["tensors"] <= off_s, ws
 
 
 def test_weight_sync_crosses_nodes_slower_and_lora_moves_adapters_only():

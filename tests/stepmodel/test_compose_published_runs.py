@@ -6,9 +6,11 @@ Each run is estimated from what its documentation states (model, GPUs, batch in 
 average length and cap, parallel layout, mode), with lengths stated by their mean
 (``--lengths``), no calibration and no measured timings: the shared physical priors
 (``polytrace/data/priors.json``) as ``polytrace estimate`` and ``report`` apply them by default. Goals: within 30% of the
-published step time on at least three quarters of the runs, none off by more than 2x. The runs
-the model misses are marked with the physical reason; the table is printed in
-docs/step-model.md ("Published reference runs").
+published step time on at least three quarters of the runs, none off by more than 2x, asserted on
+the rows no constant was derived from (``published_runs.ASSERTED``; the NeMo RL MoE rows of
+``DERIVED_FROM`` carry the per-expert-tensor refit price that NeMo RL's own refits set: scored in
+the table, not asserted). The runs the model misses are marked with the physical reason; the table
+is printed in docs/step-model.md ("Published reference runs").
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import re
 
 import numpy as np
 import pytest
-from published_runs import RUNS, SOURCE, TABLES, estimate_run
+from published_runs import ASSERTED, DERIVED_FROM, RUNS, SOURCE, TABLES, estimate_run
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 
@@ -32,7 +34,8 @@ WITHIN = 0.30
 # spanning 4-GPU trays.
 GB200_MOE = "the GB200 MoE runs' shortfall: the dense GB200 runs are within 17% (module comment)"
 # Runs the zero-shot model misses by more than WITHIN, and why. A physical reason each, never a
-# factor fitted to the row.
+# factor fitted to the row. Entries of DERIVED_FROM rows explain the table's scored misses; no test
+# marks them (those rows are not asserted).
 MISSES = {
     "qwen3-30b-a3b 1-step-off": (
         "1.36x (207 s under the priors refit at ef0b374; 1.43x, 217 s, before; 1.40x, 213 s, under the nine-log priors; generation-bound: 213 s on 8 TP2 engines of 256 "
@@ -89,7 +92,7 @@ MISSES["verl deepseek-v3 on-policy 96"] = (
 # priced, brought five NeMo RL runs inside 2x: the colocated DeepSeek-V3 runs at 0.26-0.49x and
 # Qwen3-235B on 128 GB200s at 0.45x).
 OFF_2X: tuple[str, ...] = ("verl deepseek-v3 on-policy 96",)
-H100 = [r for r in RUNS if r.gpu == "h100"]
+H100 = [r for r in ASSERTED if r.gpu == "h100"]
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +121,7 @@ def test_the_table_spans_what_the_goal_asks():
     assert {r.table for r in RUNS} == set(TABLES) and any(r.fp8 for r in RUNS)
 
 
-@pytest.mark.parametrize("run", [_case(r) for r in RUNS])
+@pytest.mark.parametrize("run", [_case(r) for r in ASSERTED])
 def test_zero_shot_step_within_30pct(estimates, run):
     ratio = _ratio(estimates, run)
     assert abs(ratio - 1) <= WITHIN, (run.name, ratio)
@@ -129,22 +132,42 @@ def _case_2x(run):
     return pytest.param(run, marks=marks, id=run.name.replace(" ", "-"))
 
 
-@pytest.mark.parametrize("run", [_case_2x(r) for r in RUNS])
+@pytest.mark.parametrize("run", [_case_2x(r) for r in ASSERTED])
 def test_no_run_off_by_more_than_2x(estimates, run):
     assert 0.5 <= _ratio(estimates, run) <= 2.0, (run.name, _ratio(estimates, run))
 
 
 def test_three_quarters_within_30pct_on_h100(estimates):
-    """The DGX-H100 tables: the GPUs the priors' corpus ran on (A100 and H100)."""
+    """The DGX-H100 tables' asserted rows (the dense runs): the GPUs the priors' corpus ran on (A100
+    and H100). 5 of 6 within 30% (the one-step-off Llama-3.1-8B run at 1.34x: MISSES)."""
     close = [r.name for r in H100 if abs(_ratio(estimates, r) - 1) <= WITHIN]
-    assert len(H100) >= 12 and len(close) >= 0.75 * len(H100), close
+    assert len(H100) >= 6 and len(close) >= 0.75 * len(H100), close
 
 
-@pytest.mark.xfail(strict=True, reason="20 of 29 within 30% with the GB200 tables (7 of their 12 rows), verl's "
-                   "DeepSeek-V3 run (0.43x) and the one-step-off Llama-3.1-8B rows at recompute's prior: MISSES")
+@pytest.mark.xfail(strict=True, reason="8 of the 11 asserted rows within 30% (73%): verl's DeepSeek-V3 run (0.43x) "
+                   "and the one-step-off Llama-3.1-8B rows at recompute's prior (1.34x H100, 1.32x GB200): MISSES; "
+                   "with the 18 DERIVED_FROM rows (12 of them within 30%, scored, not asserted) 20 of 29")
 def test_three_quarters_within_30pct_every_table(estimates):
-    close = [r.name for r in RUNS if abs(_ratio(estimates, r) - 1) <= WITHIN]
-    assert len(close) >= 0.75 * len(RUNS), close
+    close = [r.name for r in ASSERTED if abs(_ratio(estimates, r) - 1) <= WITHIN]
+    assert len(close) >= 0.75 * len(ASSERTED), close
+
+
+def test_the_rows_a_constant_came_from_are_scored_not_asserted(estimates):
+    """DERIVED_FROM is exactly the NeMo RL rows whose step pays the per-expert-tensor refit price
+    (issue 36: no constant tested against the rows it was derived from): colocated through the
+    refit, separated through the weight sync. A MoE row left asserted, or a dense one excluded,
+    fails here."""
+    from polytrace.run.models import get_model
+    from polytrace.stepmodel.refit import expert_tensor_seconds
+
+    def pays(run):
+        if run.mode == "sync":
+            return expert_tensor_seconds(get_model(run.model)) > 0
+        return estimates[run.name].summary["mode"]["weight_sync"]["tensors"] > 0
+
+    assert {r.name for r in RUNS if r.framework == "nemo-rl" and pays(r)} == set(DERIVED_FROM)
+    assert len(DERIVED_FROM) == 18 and len(ASSERTED) == len(RUNS) - 18
+    assert not set(DERIVED_FROM) & {r.name for r in ASSERTED}
 
 
 def test_the_layouts_reach_the_estimate(estimates):
