@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -278,6 +279,9 @@ def _toy(name, work_s, device, *, wrong=False, raises=None, graph_ok=True, tuple
 
 @pytest.fixture
 def fake_device(monkeypatch):
+    # the suites' fake device lives beside their tests (tests/suites/), on the path only when pytest
+    # collected that folder first: this file run alone must find it too
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "suites"))
     from test_suites_timing import FakeDevice
 
     from suites import timing
