@@ -128,7 +128,7 @@ def _logprob(arch: int) -> list[Spec]:
                    "n_active_ptr": "*i32", "part_ptr": "*fp32",
                    "n_rows": "i32", "vocab_size": "i32", "hidden_size": "i32", "stride_h": "i32", "stride_w": "i32",
                    "inv_temperature": "fp32", "softcap": "fp32", "vblocks_per_split": "i32"}
-        vblocks = -(-(-(-V // lf["BLOCK_V"])) // lf["NSPLIT"])
+        vblocks = -(-(-(-V // lf["BLOCK_V"])) // lf["NSPLIT"])  # noqa: B002 - two ceiling divisions, not "--"
         big = lf["BLOCK_T"] * lf["BLOCK_V"] >= 128 * 128  # the 128x128 tile: 1 CTA per SM by choice
         out.append(Spec(f"linear-fwd-{dt}", "logprob", K.linear_logprobs_fwd_kernel, lin_sig,
                         {"NSPLIT": lf["NSPLIT"], "SCALE": True, "SOFTCAP": False, "RETURN_ENTROPY": True,

@@ -30,11 +30,11 @@ from .configs import (
     default_decode_config,
     default_fwd_config,
     device_capability,
-    short_fwd_config,
     tuning_bucket,
 )
 from .configs import _capability as _capability
 from .configs import config_fits as config_fits
+from .configs import short_fwd_config as short_fwd_config  # the package exports it from here (__init__)
 from .kernel import (
     LOG2E,
     bwd_preprocess_kernel,

@@ -33,14 +33,15 @@ SECTION_TITLES = {"cluster": "the model and cluster", "batch": "the batch", "len
                   "rollout": "the rollout", "trainer": "the trainer"}
 
 
-def add_run_flags(p, names, prefix: str = "") -> None:
-    """A flag per run setting in ``names``, as declared (``prefix``: before each help text), under
-    its section's heading when ``p`` is a parser (a group given: in that group)."""
+def add_run_flags(p, names, prefix: str = "", more: dict[str, str] | None = None) -> None:
+    """A flag per run setting in ``names``, as declared (``prefix``: before each help text;
+    ``more``: setting -> what this command's help says after it), under its section's heading when
+    ``p`` is a parser (a group given: in that group)."""
     decls = declarations()
     for name in names:
         d = decls[name]
         g = section_group(p, d.section) if isinstance(p, argparse.ArgumentParser) else p
-        kw = dict(dest=d.argument, help=prefix + d.help, action=_Once)
+        kw = dict(dest=d.argument, help=prefix + d.help + (more or {}).get(name, ""), action=_Once)
         if d.metavar:
             kw["metavar"] = d.metavar
         if d.kind == "bool":

@@ -10,10 +10,9 @@ from pathlib import Path
 from ..run.spec import LOG_OVERRIDES, declarations
 from ..wording import counted
 from ._args import add_out
-from ._args import nonneg_int as _nonneg_int
 from ._args import positive_int as _pos_int
 from ._io import print_json
-from ._settings import add_set_flag, estimate_settings, parsed_settings
+from ._settings import add_run_flags, add_set_flag, estimate_settings, given_flags, parsed_settings, run_values
 
 # a declaration's kind -> the type of its LOG override flag (always optional: the log may state it)
 _LOG_TYPES = {"text": str, "count": _pos_int}
@@ -75,26 +74,10 @@ def register(sub) -> None:
     c.add_argument("--profile", default=None,
                    help="with --stage-times: workload profile the lengths are sampled from (default dapo-math-32b; "
                    "with --lengths: the shape)")
-    c.add_argument("--algo", choices=("grpo", "ppo"), default="grpo", help="with --stage-times: ppo adds a critic")
-    c.add_argument("--no-ref", action="store_true", help="with --stage-times: no reference model")
-    c.add_argument("--ppo-mini-batch", type=_pos_int, default=None, metavar="PROMPTS",
-                   help="with --stage-times: prompts per optimizer step (verl's ppo_mini_batch_size; default 256 "
-                   "or the whole batch when smaller)")
-    c.add_argument("--lora-rank", type=_nonneg_int, default=0,
-                   help="with --stage-times: the run trained LoRA adapters of this rank (default 0: full)")
-    c.add_argument("--param-offload", action="store_true",
-                   help="with --stage-times: the run offloaded the actor's parameters between stages")
-    c.add_argument("--optimizer-offload", action="store_true",
-                   help="with --stage-times: the run offloaded the actor's optimizer state between updates")
-    c.add_argument("--strategy", choices=("fsdp", "megatron"), default=None,
-                   help="with --stage-times: the trainer's parallelism, fsdp (default) or megatron (with "
-                   "--train-tp / --train-pp / --train-ep / --train-cp)")
-    c.add_argument("--train-tp", type=_pos_int, default=1, help="with --stage-times: Megatron tensor parallelism")
-    c.add_argument("--train-pp", type=_pos_int, default=1, help="with --stage-times: Megatron pipeline parallelism")
-    c.add_argument("--framework", choices=("verl", "nemo-rl"), default=None,
-                   help="with --stage-times: the framework the averages come from (default verl); nemo-rl prices "
-                   "its colocated switch (engine weights and optimizer state offloaded around the refit) instead "
-                   "of leaving it to the fitted constants (polytrace/stepmodel/frameworks.py)")
+    add_run_flags(c, STAGE_TIMES_RUN, prefix="with --stage-times: ", more={"framework": (
+        " (default verl): the framework the averages come from; nemo-rl prices its colocated switch (engine "
+        "weights and optimizer state offloaded around the refit) instead of leaving it to the fitted constants "
+        "(polytrace/stepmodel/frameworks.py)")})
     from .compose_cmds import add_stated_run_flags
 
     add_stated_run_flags(c, prefix="with --stage-times: ")
@@ -102,6 +85,16 @@ def register(sub) -> None:
             "are created)")
     c.add_argument("--json", action="store_true", help="print the written file")
     c.set_defaults(func=_calibrate)
+
+
+# The run settings calibrate takes as flags for --stage-times (a log states them), beside those of
+# ``compose_cmds.add_stated_run_flags``; declared once (``polytrace.run.spec``), as estimate's are.
+STAGE_TIMES_RUN = ("algorithm", "use_ref", "ppo_mini_batch", "lora_rank", "param_offload", "optimizer_offload",
+                   "strategy", "train_tp", "train_pp", "framework")
+# ... and those of them, with the stated-run flags, that calibrating a LOG refuses when given
+LOG_REFUSED = ("ppo_mini_batch", "lora_rank", "param_offload", "optimizer_offload", "responses_per_step",
+               "train_batch", "framework", "strategy", "train_tp", "train_pp", "train_ep", "train_cp", "train_vpp",
+               "rollout_ep", "rollout_precision", "train_precision")
 
 
 # A verl step line (``step:12 - timing_s/gen:...``): a file holding one is a training log, which
@@ -287,33 +280,24 @@ def _calibrate(args) -> int:
         from .compose_cmds import stated_run
 
         profile, stated_kw = stated_run(args)
+        run = run_values(args, STAGE_TIMES_RUN)
+        framework, algorithm, use_ref = run.pop("framework"), run.pop("algorithm"), run.pop("use_ref")
         kw = dict(prompts=args.prompts, n=args.n, max_prompt_len=args.max_prompt_len,
-                  max_response_len=args.max_response_len, rollout_tp=args.rollout_tp,
-                  ppo_mini_batch=args.ppo_mini_batch, lora_rank=args.lora_rank, param_offload=args.param_offload,
-                  optimizer_offload=args.optimizer_offload, strategy=args.strategy or "fsdp", train_tp=args.train_tp,
-                  train_pp=args.train_pp, **stated_kw)
+                  max_response_len=args.max_response_len, rollout_tp=args.rollout_tp, **run, **stated_kw)
         kw.update(estimate_settings(args, kw))  # --set: checked against these flags
         from ..stepmodel.frameworks import apply_framework
 
-        apply_framework(args.framework or "verl", "sync", kw, {})  # the averages are a colocated run's
+        apply_framework(framework, "sync", kw, {})  # the averages are a colocated run's
         res = calibrate_from_stage_times(
             args.stage_times, args.out, model=args.model, gpu=args.gpu, gpus=args.gpus, profile=profile,
-            algorithm=args.algo, use_ref=not args.no_ref, **kw)
+            algorithm=algorithm, use_ref=use_ref, **kw)
     else:
         if args.log is None:
             raise PolytraceError("calibrate: give a LOG, or --stage-times with --model, --gpu and --gpus")
-        given = [flag for flag, v in (("--ppo-mini-batch", args.ppo_mini_batch), ("--lora-rank", args.lora_rank),
-                                      ("--param-offload", args.param_offload),
-                                      ("--optimizer-offload", args.optimizer_offload), ("--lengths", args.lengths),
-                                      ("--responses-per-step", args.responses_per_step),
-                                      ("--train-batch", args.train_batch), ("--framework", args.framework),
-                                      ("--strategy", args.strategy)) if v]
-        given += [flag for flag, v in (("--train-tp", args.train_tp), ("--train-pp", args.train_pp),
-                                       ("--train-ep", args.train_ep), ("--train-cp", args.train_cp),
-                                       ("--train-vpp", args.train_vpp), ("--rollout-ep", args.rollout_ep)) if v != 1]
-        # a log states its engine's precision (actor_rollout_ref.rollout.quantization, or --set it)
-        given += [flag for flag, v in (("--rollout-precision", args.rollout_precision),
-                                       ("--train-precision", args.train_precision)) if v != "bf16"]
+        # a log states its layout, batch, offloads, framework and engine precision (verl's
+        # actor_rollout_ref.rollout.quantization, or --set it): those flags are --stage-times' own
+        # (--algo and --no-ref are not refused: they never were)
+        given = given_flags(args, LOG_REFUSED) + (["--lengths"] if args.lengths else [])
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
         res = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,

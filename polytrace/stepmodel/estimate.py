@@ -368,8 +368,8 @@ def sample_batches(prof, cfg: RunConfig, steps, seed: int) -> tuple[list, int, n
 class PriceOptions:
     """How a run is priced, apart from the run itself (its ``RunSpec``): the sampled ``steps`` and
     ``seed``; ``calibration`` (a ``scalars.Scalars``: the shared priors or a calibration, with
-    their provenance; None: the base roofline; ``efficiency.PRIORS`` or a mapping of fitted values
-    are read as one, ``scalars.as_scalars``); the
+    their provenance; None: the base roofline; the name ``efficiency.PRIORS`` reads as the priors,
+    ``scalars.as_scalars``; a plain dict is refused); the
     measured kernel timings (``results`` / ``results_root``, see ``load_timings``); the what-ifs
     ``providers`` ({family: provider}) and ``speedups`` ({family: factor}), which the summary then
     compares with the estimate without them; ``amdahl`` (a factor): the table of step time with

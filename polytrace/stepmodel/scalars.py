@@ -54,14 +54,16 @@ class Scalars:
 
 
 def as_scalars(calibration) -> Scalars | None:
-    """A ``Scalars`` from what a caller gives: one itself, None (the base roofline), the name
-    ``efficiency.PRIORS`` or a mapping of fitted values (given by a caller, no file named)."""
+    """A ``Scalars`` from what a caller gives: one itself, None (the base roofline) or the name
+    ``efficiency.PRIORS`` (``Scalars.priors()``). A plain mapping of numbers is refused: it does not
+    say where they come from, which every estimate prints (``Scalars.fitted(values, source)``)."""
     if calibration is None or isinstance(calibration, Scalars):
         return calibration
     if isinstance(calibration, str):
         if calibration == PRIORS:
             return Scalars.priors()
-        raise PolytraceError(f"calibration {calibration!r}: give the priors ({PRIORS!r}), scalars or a Scalars")
+        raise PolytraceError(f"calibration {calibration!r}: give the priors ({PRIORS!r}) or a Scalars")
     if isinstance(calibration, dict):
-        return Scalars.fitted(calibration, "scalars given by the caller")
-    raise PolytraceError(f"calibration of type {type(calibration).__name__}: give the priors, scalars or a Scalars")
+        raise PolytraceError("calibration given as a dict of scalars: give a Scalars, which names where they come "
+                             "from (Scalars.fitted(values, source), or Scalars.priors())")
+    raise PolytraceError(f"calibration of type {type(calibration).__name__}: give the priors or a Scalars")

@@ -202,9 +202,8 @@ def test_committed_reports_meet_their_floors(path):
 
 
 def test_report_for_this_triton_records_todays_defaults():
-    import triton
-
     import static_kernels as SK
+    import triton
 
     path = STATIC / f"triton-{triton.__version__}.json"
     if not path.is_file():

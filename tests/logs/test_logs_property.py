@@ -10,11 +10,11 @@ from _verl_logs import Run, step_records, write_log
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from polytrace.errors import PolytraceError
 from polytrace.calibrate.logconfig import Overrides
+from polytrace.calibrate.validate import validate
+from polytrace.errors import PolytraceError
 from polytrace.logs import parse_value, read_log
 from polytrace.logs.script import Shell, Unresolved, logical_lines, run_script, split_words
-from polytrace.calibrate.validate import validate
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -11,12 +11,12 @@ from contextlib import contextmanager
 import pytest
 from _verl_logs import Run, step_line, step_records, write_log
 
+from polytrace.calibrate.logconfig import Overrides, config_from_log, guess_model
+from polytrace.calibrate.validate import validate
 from polytrace.cli import main
 from polytrace.errors import PolytraceError
-from polytrace.calibrate.logconfig import Overrides, config_from_log, guess_model
 from polytrace.logs import Unresolved, parse_overrides, read_log
 from polytrace.logs.script import Shell, logical_lines, run_script
-from polytrace.calibrate.validate import validate
 
 SMALL = dict(steps=14, prompts=32, n=4, max_response=256, max_prompt=256, micro_per_gpu=4, mini_batch=16)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -205,6 +206,24 @@ def test_renderings_say_what_was_found_and_json_is_strict():
     assert d["exit_code"] == 1 and d["cases"][1]["output_diff"] is None and d["cases"][0]["pairs"] == 10
 
 
+# ``ab --json``'s keys, in the order scripts and CI readers have seen since the format was made:
+# frozen here so that a change of the records behind it (CaseResult's fields) cannot reorder them
+AB_JSON_KEYS = ["base", "cand", "device", "threshold", "alpha", "rounds", "seed", "suites", "keyword", "cases",
+                "aggregates", "only_base", "only_cand", "errors", "warnings", "notes", "impact", "step_time",
+                "sequential", "exit_code", "verdict"]
+AB_JSON_CASE_KEYS = ["id", "suite", "family", "kernel", "provider", "mode", "shape_id", "shape", "profile", "seed",
+                     "step", "weight", "flops", "bytes_moved", "roofline", "status", "note", "base_rounds",
+                     "cand_rounds", "first", "timing", "outputs", "output_diff", "base_check", "cand_check",
+                     "p_value", "change", "share", "ci_low", "ci_high", "pairs_to_decide", "pairs_to_detect",
+                     "looks", "pairs", "base_median_s", "cand_median_s"]
+
+
+def test_json_keys_keep_their_order():
+    d = report_of([case_with(np.full(10, 0.3)), case_with(np.zeros(10), i=1)]).to_dict()
+    assert list(d) == AB_JSON_KEYS
+    assert [list(c) for c in d["cases"]] == [AB_JSON_CASE_KEYS] * 2
+
+
 def test_output_difference_walks_the_outputs():
     import torch
 
@@ -260,6 +279,9 @@ def _toy(name, work_s, device, *, wrong=False, raises=None, graph_ok=True, tuple
 
 @pytest.fixture
 def fake_device(monkeypatch):
+    # the suites' fake device lives beside their tests (tests/suites/), on the path only when pytest
+    # collected that folder first: this file run alone must find it too
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "suites"))
     from test_suites_timing import FakeDevice
 
     from suites import timing

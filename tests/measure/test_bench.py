@@ -49,8 +49,8 @@ def _sigint_as_in_a_terminal() -> None:
 
 
 def _cli(args: list[str], env: dict, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "polytrace", "bench", "--allow-cpu", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=180, preexec_fn=_sigint_as_in_a_terminal, **kw)
+    return subprocess.run([sys.executable, "-m", "polytrace", "bench", "--allow-cpu", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=180, preexec_fn=_sigint_as_in_a_terminal, **kw)
 
 
 def test_shards_deal_every_case_once_in_multiples_of_the_workers():

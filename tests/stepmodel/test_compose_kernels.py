@@ -15,6 +15,7 @@ from polytrace.cli import main
 from polytrace.errors import PolytraceError
 from polytrace.stepmodel import MEASURED, estimate
 from polytrace.stepmodel.estimate import estimate_step
+from polytrace.stepmodel.scalars import Scalars
 
 MODEL = "qwen2.5-1.5b"
 # One GPU, one engine, one rank: no slowest-rank switch, so family times add up exactly.
@@ -179,7 +180,8 @@ def test_provider_what_if_prices_a_family_with_that_providers_timings(tmp_path):
 
 
 def test_calibration_scales_each_kind_of_work_and_adds_its_fixed_seconds():
-    cal = {"rollout_slowdown": 2.0, "train_slowdown": 1.5, "gen_overhead_s": 1.0, "other_overhead_s": 0.5}
+    cal = Scalars.fitted({"rollout_slowdown": 2.0, "train_slowdown": 1.5, "gen_overhead_s": 1.0,
+                          "other_overhead_s": 0.5}, "scalars written by this test")
     raw = _est(results_root="/nonexistent")
     res = _est(results_root="/nonexistent", calibration=cal)
     kr, kc = raw.rows[0]["kernels"], res.rows[0]["kernels"]

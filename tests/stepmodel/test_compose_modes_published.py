@@ -73,12 +73,12 @@ ONE_STEP_OFF = (4, 520.0)  # rollout GPUs, step seconds (trainer 12)
 
 
 def _calibration(tmp_path, gpus, times, **config):
-    from polytrace.calibrate.files import calibrate_from_stage_times, load
+    from polytrace.calibrate.files import calibrate_from_stage_times, load, scalars_of
 
     text = ",".join(f"{k}={v}" for k, v in times.items())
     calibrate_from_stage_times(text, tmp_path / "cal.json", model=MODEL, gpu=GPU, gpus=gpus, profile=PROFILE,
                                **config)
-    return load(tmp_path / "cal.json")["scalars"]
+    return scalars_of(load(tmp_path / "cal.json"))
 
 
 def _step(gpus, mode, cal, **kw):

@@ -40,6 +40,7 @@ import numpy as np
 
 from ...wording import counted
 from ..results.gate import Aggregate, aggregate_weights
+from ..results.schema import BenchCase
 from ..results.verdict import (
     change_interval,
     classify,
@@ -54,23 +55,12 @@ from . import paired
 STATUSES = ("outputs-changed", "error", "regression", "inconclusive", "improvement", "base-wrong", "unchanged")
 
 
-@dataclass
-class CaseResult:
-    id: str
+@dataclass(kw_only=True)
+class CaseResult(BenchCase):
+    """A case both revisions run (its ``BenchCase`` fields from CAND's suites) and what ``ab``
+    found."""
+
     suite: str
-    family: str
-    kernel: str
-    provider: str
-    mode: str
-    shape_id: str
-    shape: dict
-    profile: str
-    seed: int | None
-    step: int | None
-    weight: float | None  # the case's raw workload weight (token share), from CAND's suites
-    flops: float = 0.0
-    bytes_moved: float = 0.0
-    roofline: str = "hbm"
     status: str = "error"
     note: str = ""
     base_rounds: list[float] = field(default_factory=list)  # per-launch seconds, pair i = index i
@@ -177,11 +167,18 @@ class AbReport:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for c, raw in zip(self.cases, d["cases"]):
-            raw["pairs"] = c.pairs
-            raw["base_median_s"], raw["cand_median_s"] = c.base_median_s, c.cand_median_s
+        d["cases"] = [_case_dict(c, raw) for c, raw in zip(self.cases, d["cases"])]
         d["exit_code"], d["verdict"] = self.exit_code, self.verdict
         return _finite(d)
+
+
+def _case_dict(case: CaseResult, raw: dict) -> dict:
+    """A case in ``ab --json``: ``suite`` second, after ``id``, as it always was (the dataclass puts
+    it after the shared ``BenchCase`` fields), and the derived pair counts and medians at the end."""
+    out = {"id": raw.pop("id"), "suite": raw.pop("suite"), **raw}
+    out["pairs"] = case.pairs
+    out["base_median_s"], out["cand_median_s"] = case.base_median_s, case.cand_median_s
+    return out
 
 
 def _finite(obj):

@@ -61,27 +61,34 @@ from .validation import (
 CPU_MEASURED_ON = "cpu-interpreter"
 
 
-@dataclass
-class BenchResult:
-    """One benchmark of a result file."""
+@dataclass(kw_only=True)
+class BenchCase:
+    """What a benchmark case is and what it measures, as the suites describe it (``extra_info``):
+    shared by a result file's record (``BenchResult``) and ``polytrace ab``'s (``ab.report.CaseResult``)."""
 
     id: str  # stable: family/kernel/provider/mode/shape_id, or the pytest name when extra_info lacks them
-    name: str
-    fullname: str
     family: str
     kernel: str
     provider: str
-    provider_kind: str  # "ours", "baseline", "peer", or "" when the suite did not say
     mode: str
     shape_id: str
     shape: dict
     profile: str
     seed: int | None
     step: int | None
-    weight: float | None
-    flops: float
-    bytes_moved: float
-    roofline: str
+    weight: float | None  # the case's raw workload weight (token share)
+    flops: float = 0.0
+    bytes_moved: float = 0.0
+    roofline: str = "hbm"
+
+
+@dataclass(kw_only=True)
+class BenchResult(BenchCase):
+    """One benchmark of a result file."""
+
+    name: str
+    fullname: str
+    provider_kind: str  # "ours", "baseline", "peer", or "" when the suite did not say
     kernel_hash: str
     measured_on: str
     rounds: np.ndarray  # raw per-round times in seconds; empty when the file was saved without them

@@ -241,6 +241,35 @@ def bucket_entry(best: dict | None, best_time: float, default_time: float, tried
     return entry
 
 
+# One bucket's measurements, for ``tune_buckets``: called with (bucket, deadline on the
+# ``time.monotonic`` clock, progress bar), it gives (the default's time, the bucket's shape labels,
+# [(config, time)] of the candidates tried, in candidate order), advancing the bar by one for the
+# default and one per candidate, tried or skipped.
+MeasureBucket = Callable[[str, float, object], tuple[float, list[str], list[tuple[dict, float]]]]
+
+
+def tune_buckets(buckets: list[str], n_candidates: int, budget_s: float, name: str, progress: bool,
+                 measure: MeasureBucket) -> tuple[dict[str, dict], int, int, float]:
+    """The tuning loop of a session, serial or on a cluster: the buckets one after another, each
+    given an equal share of ``budget_s`` (its deadline: no candidate starts past it), measured by
+    ``measure`` and its winner picked by ``choose_best``. (entry per bucket, configs tried, rejected,
+    elapsed seconds): the first fields of a ``Search``."""
+    start = time.monotonic()
+    results: dict[str, dict] = {}
+    tried = failed = 0
+    bar = progress_bar(len(buckets) * (n_candidates + 1), name, progress)
+    try:
+        for bi, bucket in enumerate(buckets):
+            deadline = start + budget_s * (bi + 1) / len(buckets)
+            default_time, labels, trials = measure(bucket, deadline, bar)
+            best, best_time, rejected = choose_best(default_time, trials)
+            tried, failed = tried + len(trials), failed + rejected
+            results[bucket] = bucket_entry(best, best_time, default_time, len(trials), labels)
+    finally:
+        bar.close()
+    return results, tried, failed, time.monotonic() - start
+
+
 @dataclass
 class Search:
     """What a search found, serial or on a cluster: the entry per bucket and where it ran."""

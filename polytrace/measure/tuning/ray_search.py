@@ -27,12 +27,10 @@ from .measure import (
     Search,
     Timer,
     TuneTarget,
-    bucket_entry,
     build_workload,
     candidate_configs,
-    choose_best,
     make_timer,
-    progress_bar,
+    tune_buckets,
     versions,
 )
 from .tunables import Tunable
@@ -113,28 +111,19 @@ def _search(cluster, tunable: Tunable, target: TuneTarget, budget_s: float, prog
     space = tunable.space()
     candidates = candidate_configs(space, seed)
     buckets = info["buckets"][: max_buckets or None]
-    start = time.monotonic()
-    results: dict[str, dict] = {}
-    tried = failed = 0
-    bar = progress_bar(len(buckets) * (len(candidates) + 1), tunable.name, progress)
     try:
-        for bi, bucket in enumerate(buckets):
-            deadline = start + budget_s * (bi + 1) / len(buckets)
-            default_time, labels, times = _bucket(ray, actors, bucket, candidates, deadline, bar)
-            trials = [(candidates[i], times[i]) for i in range(len(times))]
-            best, best_time, rejected = choose_best(default_time, trials)
-            tried, failed = tried + len(trials), failed + rejected
-            results[bucket] = bucket_entry(best, best_time, default_time, len(trials), labels)
+        found = tune_buckets(buckets, len(candidates), budget_s, tunable.name, progress,
+                             lambda bucket, deadline, bar: _bucket(ray, actors, candidates, bucket, deadline, bar))
     finally:
-        bar.close()
         for a in actors:
             ray.kill(a)
-    return Search(results, tried, failed, time.monotonic() - start, info["profile"], info["model"], info["on_gpu"],
-                  info["device_name"], space, info["torch_version"], info["triton_version"], workers=len(actors))
+    return Search(*found, info["profile"], info["model"], info["on_gpu"], info["device_name"], space,
+                  info["torch_version"], info["triton_version"], workers=len(actors))
 
 
-def _bucket(ray, actors: list, bucket: str, candidates: list[dict], deadline: float, bar):
-    """(default time, shape labels, [time per candidate tried, in candidate order]) of one bucket."""
+def _bucket(ray, actors: list, candidates: list[dict], bucket: str, deadline: float, bar):
+    """(default time, shape labels, [(candidate, time) tried, in candidate order]) of one bucket
+    (``measure.MeasureBucket``)."""
     idle = list(actors)
     default_ref = idle.pop(0).default_time.remote(bucket)
     busy_default = actors[0]
@@ -166,5 +155,5 @@ def _bucket(ray, actors: list, bucket: str, candidates: list[dict], deadline: fl
                 idle.append(actor)
             bar.update(1)
     bar.update(len(candidates) - submitted)
-    return default[0], default[1], [times[i] for i in range(submitted)]
+    return default[0], default[1], [(candidates[i], times[i]) for i in range(submitted)]
 

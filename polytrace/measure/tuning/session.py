@@ -38,11 +38,9 @@ from .measure import (
     Search,
     Timer,
     TuneTarget,
-    bucket_entry,
     build_workload,
-    choose_best,
     make_timer,
-    progress_bar,
+    tune_buckets,
     versions,
 )
 from .measure import candidate_configs as candidate_configs
@@ -128,33 +126,25 @@ def _search_here(tunable: Tunable, target: TuneTarget, budget_s: float, progress
     candidates = candidate_configs(space, seed)
     timer = timer or make_timer(on_gpu)
 
-    start = time.monotonic()
-    results: dict[str, dict] = {}
-    tried = failed = 0
-    bar = progress_bar(len(names) * (len(candidates) + 1), tunable.name, progress)
-    try:
-        for bi, bucket in enumerate(names):
-            deadline = start + budget_s * (bi + 1) / len(names)
-            runner = BucketRunner(tunable, work.buckets[bucket], device, timer)
-            default_time = runner.default_time()
+    def measure_bucket(bucket: str, deadline: float, bar) -> tuple[float, list[str], list[tuple[dict, float]]]:
+        # the runner (a bucket's inputs; an LM head: GBs) is freed when this returns, before the
+        # next bucket's inputs are built
+        runner = BucketRunner(tunable, work.buckets[bucket], device, timer)
+        default_time = runner.default_time()
+        bar.update(1)
+        trials: list[tuple[dict, float]] = []
+        fitting = [c for c in candidates if runner.fits(c)]  # the rest cannot fit: never compiled
+        bar.update(len(candidates) - len(fitting))
+        for cfg in fitting:
+            if time.monotonic() > deadline and trials:
+                bar.update(len(fitting) - len(trials))
+                break
+            trials.append((cfg, runner.trial(cfg)))
             bar.update(1)
-            trials: list[tuple[dict, float]] = []
-            fitting = [c for c in candidates if runner.fits(c)]  # the rest cannot fit: never compiled
-            bar.update(len(candidates) - len(fitting))
-            for cfg in fitting:
-                if time.monotonic() > deadline and trials:
-                    bar.update(len(fitting) - len(trials))
-                    break
-                trials.append((cfg, runner.trial(cfg)))
-                bar.update(1)
-            best, best_time, rejected = choose_best(default_time, trials)
-            tried, failed = tried + len(trials), failed + rejected
-            results[bucket] = bucket_entry(best, best_time, default_time, len(trials), runner.labels)
-            del runner  # the next bucket's inputs (an LM head: GBs) are built after this one's are freed
-    finally:
-        bar.close()
-    return Search(results, tried, failed, time.monotonic() - start, work.profile, work.model, on_gpu,
-                  work.device_name, space, *versions())
+        return default_time, runner.labels, trials
+
+    found = tune_buckets(names, len(candidates), budget_s, tunable.name, progress, measure_bucket)
+    return Search(*found, work.profile, work.model, on_gpu, work.device_name, space, *versions())
 
 
 def default_root(on_gpu: bool) -> Path:
