@@ -74,7 +74,10 @@ GROUPINGS = {
 def _on_bounds(doc: dict) -> list[str]:
     """The fitted numbers of a priors fit (``priors.fit_priors``) that sit on a bound, said."""
     out = []
-    for k, v in doc["kinds"].items():
+    kinds = dict(doc["kinds"])
+    if "common_slowdown" in doc:  # a single series's one slowdown (``priors.MIN_SERIES``)
+        kinds["common (one series)"] = {**doc["common_slowdown"], "logs": ["(one series)"]}
+    for k, v in kinds.items():
         if not v["logs"] or "fixed" in v or "fallback" in v:
             continue
         s, floor = v["slowdown"], v["floor"]
@@ -97,6 +100,8 @@ def _on_bounds(doc: dict) -> list[str]:
 def _params(doc: dict) -> dict:
     out = {f"slowdown {k}": v["slowdown"] for k, v in doc["kinds"].items()
            if v["logs"] and "fixed" not in v and "fallback" not in v}
+    if "common_slowdown" in doc:
+        out["slowdown common (one series)"] = doc["common_slowdown"]["slowdown"]
     out.update({f"constant {k} s": v for k, v in doc["constants_s"].items() if k not in doc.get("constants_fixed", {})})
     return out
 
