@@ -106,6 +106,15 @@ def _params(doc: dict) -> dict:
     return out
 
 
+def not_identified(doc: dict) -> list[str]:
+    """The kinds and constants a priors fit did not fit because too few series of its training logs
+    exercise them (``priors.MIN_SERIES``), each with what it took instead."""
+    out = [f"{k}: {v['fallback'].split(': ', 1)[1]}" for k, v in doc["kinds"].items()
+           if "not identified in this fit" in v.get("fallback", "")]
+    return out + [f"constant {k}: 0 s" for k, why in doc.get("constants_fixed", {}).items()
+                  if why.startswith("not identified in this fit")]
+
+
 def peak_share(doc: dict) -> float:
     """The largest fraction of its peak any kernel family runs at under a fit's slowdowns
     (``priors.fit_priors``' ``family_peak_share``): above 1 a fold prices work past the hardware."""
@@ -151,7 +160,8 @@ def leave_group_out(corpus: list, grouping: str, fit=None) -> dict:
         for c in held:
             per_log[c.name] = {**P.score(doc, c), "baselines": base[c.name], "group": g}
         folds[g] = {"held_out": [c.name for c in held], "fitted_on": [c.name for c in train],
-                    "params": _params(doc), "on_bounds": _on_bounds(doc), "peak_share": peak_share(doc)}
+                    "params": _params(doc), "on_bounds": _on_bounds(doc), "peak_share": peak_share(doc),
+                    "not_identified": not_identified(doc)}
     return {"grouping": grouping, "per_log": per_log, "folds": folds, "summary": summarise(per_log)}
 
 
@@ -196,7 +206,7 @@ def evaluate(corpus: list, groupings=tuple(GROUPINGS), fit=None) -> dict:
     results = {g: leave_group_out(corpus, g, fit) for g in groupings}
     return {"groupings": {g: {"summary": r["summary"], "per_log": r["per_log"],
                               "folds": {k: {"held_out": f["held_out"], "on_bounds": f["on_bounds"],
-                                            "peak_share": f["peak_share"]}
+                                            "peak_share": f["peak_share"], "not_identified": f["not_identified"]}
                                         for k, f in r["folds"].items()}}
                           for g, r in results.items()},
             "spread": spread(results)}

@@ -134,6 +134,9 @@ def test_one_series_identifies_one_slowdown_not_one_per_kind(validation_logs):
     assert one["constants_s"]["forward"] == one["constants_s"]["update"] == 0.0
     assert "not identified in this fit" in one["constants_fixed"]["update"]
     assert F._params(one) == {"slowdown common (one series)": common["slowdown"]}
+    assert F.not_identified(one) == [f"{k}: 1 series of logs exercise it (< 2): one slowdown for every kind of this "
+                                     "single series" for k in common["kinds"]] + ["constant forward: 0 s",
+                                                                                   "constant update: 0 s"]
     # the one number is fitted: it puts one log's step above its truth and the other's below
     # (1.28x and 0.73x), their geometric mean within 10% (0.96x); at the base prices both are 0.24-0.43x
     r = sorted(P.score(one, c)["step"]["ratio"] for c in (a, b))
@@ -142,7 +145,7 @@ def test_one_series_identifies_one_slowdown_not_one_per_kind(validation_logs):
     assert "common_slowdown" not in two and "fallback" not in two["kinds"]["forward"]
     assert not any("fallback" in two["kinds"][k] for k in common["kinds"])
     fitted = {f"slowdown {k}" for k in common["kinds"]} | {"constant forward s", "constant update s"}
-    assert set(F._params(two)) == fitted
+    assert set(F._params(two)) == fitted and F.not_identified(two) == []
 
 
 def test_a_kind_one_series_exercises_rides_on_its_identified_sibling(validation_logs):
@@ -207,6 +210,17 @@ def test_the_shipped_fit_and_every_shipped_fold_keep_every_family_at_or_under_it
     assert F.peak_share(doc) <= 1.0 + 1e-9
     shares = [f["peak_share"] for r in doc["groups"]["groupings"].values() for f in r["folds"].values()]
     assert len(shares) >= 30 and max(shares) <= 1.0 + 1e-9
+
+
+def test_the_shipped_folds_name_what_they_could_not_identify():
+    """The whole-corpus fit identifies every kind it fits; the fold that holds FSDP out (one
+    Megatron log) names each kind it put on one slowdown and both per-call constants."""
+    doc = load_priors()
+    assert not any("not identified in this fit" in v.get("fallback", "") for v in doc["kinds"].values())
+    fsdp = doc["groups"]["groupings"]["backend"]["folds"]["fsdp"]["not_identified"]
+    assert {x.split(":")[0] for x in fsdp} >= {"rollout.eager", "rollout_host.eager", "forward", "trainer_host",
+                                                "constant forward", "constant update"}
+    assert doc["groups"]["groupings"]["backend"]["folds"]["megatron"]["not_identified"] == []
 
 
 def test_unidentified_constants_are_fixed_and_say_so():
