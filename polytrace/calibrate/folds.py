@@ -74,7 +74,10 @@ GROUPINGS = {
 def _on_bounds(doc: dict) -> list[str]:
     """The fitted numbers of a priors fit (``priors.fit_priors``) that sit on a bound, said."""
     out = []
-    for k, v in doc["kinds"].items():
+    kinds = dict(doc["kinds"])
+    if "common_slowdown" in doc:  # a single series's one slowdown (``priors.MIN_SERIES``)
+        kinds["common (one series)"] = {**doc["common_slowdown"], "logs": ["(one series)"]}
+    for k, v in kinds.items():
         if not v["logs"] or "fixed" in v or "fallback" in v:
             continue
         s, floor = v["slowdown"], v["floor"]
@@ -97,8 +100,19 @@ def _on_bounds(doc: dict) -> list[str]:
 def _params(doc: dict) -> dict:
     out = {f"slowdown {k}": v["slowdown"] for k, v in doc["kinds"].items()
            if v["logs"] and "fixed" not in v and "fallback" not in v}
+    if "common_slowdown" in doc:
+        out["slowdown common (one series)"] = doc["common_slowdown"]["slowdown"]
     out.update({f"constant {k} s": v for k, v in doc["constants_s"].items() if k not in doc.get("constants_fixed", {})})
     return out
+
+
+def not_identified(doc: dict) -> list[str]:
+    """The kinds and constants a priors fit did not fit because too few series of its training logs
+    exercise them (``priors.MIN_SERIES``), each with what it took instead."""
+    out = [f"{k}: {v['fallback'].split(': ', 1)[1]}" for k, v in doc["kinds"].items()
+           if "not identified in this fit" in v.get("fallback", "")]
+    return out + [f"constant {k}: 0 s" for k, why in doc.get("constants_fixed", {}).items()
+                  if why.startswith("not identified in this fit")]
 
 
 def peak_share(doc: dict) -> float:
@@ -146,7 +160,8 @@ def leave_group_out(corpus: list, grouping: str, fit=None) -> dict:
         for c in held:
             per_log[c.name] = {**P.score(doc, c), "baselines": base[c.name], "group": g}
         folds[g] = {"held_out": [c.name for c in held], "fitted_on": [c.name for c in train],
-                    "params": _params(doc), "on_bounds": _on_bounds(doc), "peak_share": peak_share(doc)}
+                    "params": _params(doc), "on_bounds": _on_bounds(doc), "peak_share": peak_share(doc),
+                    "not_identified": not_identified(doc)}
     return {"grouping": grouping, "per_log": per_log, "folds": folds, "summary": summarise(per_log)}
 
 
@@ -191,7 +206,7 @@ def evaluate(corpus: list, groupings=tuple(GROUPINGS), fit=None) -> dict:
     results = {g: leave_group_out(corpus, g, fit) for g in groupings}
     return {"groupings": {g: {"summary": r["summary"], "per_log": r["per_log"],
                               "folds": {k: {"held_out": f["held_out"], "on_bounds": f["on_bounds"],
-                                            "peak_share": f["peak_share"]}
+                                            "peak_share": f["peak_share"], "not_identified": f["not_identified"]}
                                         for k, f in r["folds"].items()}}
                           for g, r in results.items()},
             "spread": spread(results)}

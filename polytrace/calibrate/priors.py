@@ -92,6 +92,17 @@ FIXED_KINDS = {
                  "not fitted: under 1% of every corpus update (8 ms of a 7B update on 8 H100s)",
 }
 ROWS_PER_LOG = 40
+# Identify, or do not fit (issue 36): a kind or constant that fewer than this many series of logs
+# (``series``: the ladder's ten rungs are two) of a fit's training set exercise is not fitted from
+# them. One series holds one configuration: the Megatron log alone (the fold that holds FSDP out)
+# puts any mix of the rollout's device, per-iteration and per-sequence slowdowns on its one
+# generation time (fitted from it, they priced the FSDP logs at 0.47-4.25x their step). Such a kind
+# takes its engine-setting sibling's fitted slowdown (``FALLBACK``) where that one is identified;
+# where the fit identifies no kind at all (one series), all of them share one slowdown, the one
+# number one configuration identifies (the base prices' relative rates kept: a roofline times one
+# scalar); else the base price (slowdown 1: the cited rates of ``stepmodel/efficiency.Efficiency``).
+# Such a constant is 0 s. Never the full corpus's value, which would leak held-out logs into a fold.
+MIN_SERIES = 2
 SOFT_L1_LOG = 0.3  # log-ratio residuals past 0.3 (35%) weigh linearly: one odd log cannot pull the fit
 MAX_CONSTANT_S = 120.0
 MAX_SLOWDOWN = 100.0
@@ -264,20 +275,37 @@ def fit_priors(corpus: list[Corpus]) -> dict:
         raise PolytraceError("no logs to fit the priors on")
     kinds = list(KINDS)
     mats = [(c, c.matrices(kinds, c.sample())) for c in corpus]
-    seen = np.zeros(len(kinds), dtype=bool)
-    for _c, (x, _b, _y, _o, _f) in mats:
-        for s in x:
-            seen |= x[s].sum(axis=0) > 0
+    by_kind = [{series(c) for c, (x, *_r) in mats if any(x[s][:, i].sum() > 0 for s in x)} for i in range(len(kinds))]
+    seen = np.array([bool(s) for s in by_kind])
+    ident = np.array([len(s) >= MIN_SERIES for s in by_kind])
     families = kind_families(corpus)
     # per family, not per kind: a kind's slowdown may not run any family it holds past the peak
     floor = np.array([max((priced_share(f) for f in families.get(k, ())), default=0.0) for k in kinds])
-    free = [i for i in range(len(kinds)) if seen[i] and kinds[i] not in FIXED_KINDS]
+    free = [i for i in range(len(kinds)) if ident[i] and kinds[i] not in FIXED_KINDS]
+    # a kind exercised but not identified rides on its identified sibling (whose floor it shares)
+    tied = {i: kinds.index(FALLBACK[k]) for i, k in enumerate(kinds) if seen[i] and not ident[i]
+            and kinds.index(FALLBACK.get(k, k)) in free}
+    single = not free  # one series: every kind it exercises on one common slowdown
+    common = [i for i in range(len(kinds)) if seen[i] and kinds[i] not in FIXED_KINDS] if single else []
+    if common:
+        free = common[:1]
+        tied = {i: common[0] for i in common[1:]}
     nf = len(free)
+    for i, j in tied.items():
+        floor[j] = max(floor[j], floor[i])
+    stage_series = {k: {series(c) for c in corpus if any(CONSTANT_KIND.get(s) == k for s in c.stages)}
+                    for k in FITTED_CONSTANTS}
+    fitted_consts = [k for k in FITTED_CONSTANTS if len(stage_series[k]) >= MIN_SERIES]
+    const_fixed = {k: (v, why) for k, (v, why) in FIXED_CONSTANTS.items()}
+    const_fixed.update({k: (0.0, f"not identified in this fit: {len(stage_series[k])} series of logs time it "
+                                 f"(< {MIN_SERIES}); 0 s") for k in FITTED_CONSTANTS if k not in fitted_consts})
 
     def unpack(theta):
         slow = np.ones(len(kinds))
         slow[free] = np.exp(theta[:nf])
-        return slow, {**{k: v for k, (v, _why) in FIXED_CONSTANTS.items()}, **dict(zip(FITTED_CONSTANTS, theta[nf:]))}
+        for i, j in tied.items():
+            slow[i] = slow[j]
+        return slow, {**{k: v for k, (v, _why) in const_fixed.items()}, **dict(zip(fitted_consts, theta[nf:]))}
 
     def residuals(theta):
         slow, const = unpack(theta)
@@ -288,16 +316,27 @@ def fit_priors(corpus: list[Corpus]) -> dict:
             res += [w * np.log(np.maximum(pred[k], 1e-9) / y[k]) for k in pred]
         return np.concatenate(res)
 
-    lo = np.concatenate([np.log(np.maximum(floor[free], MIN_SLOWDOWN)), np.zeros(len(FITTED_CONSTANTS))])
-    hi = np.concatenate([np.full(nf, math.log(MAX_SLOWDOWN)), np.full(len(FITTED_CONSTANTS), MAX_CONSTANT_S)])
-    theta0 = np.clip(np.concatenate([np.zeros(nf), np.ones(len(FITTED_CONSTANTS))]), lo, hi)
-    res = least_squares(residuals, theta0, bounds=(lo, hi), loss="soft_l1", f_scale=SOFT_L1_LOG)
-    slow, const = unpack(res.x)
-    slow = np.maximum(slow, floor)
+    nc = len(fitted_consts)
+    lo = np.concatenate([np.log(np.maximum(floor[free], MIN_SLOWDOWN)), np.zeros(nc)])
+    hi = np.concatenate([np.full(nf, math.log(MAX_SLOWDOWN)), np.full(nc, MAX_CONSTANT_S)])
+    theta0 = np.clip(np.concatenate([np.zeros(nf), np.ones(nc)]), lo, hi)
+    if len(theta0):
+        theta = least_squares(residuals, theta0, bounds=(lo, hi), loss="soft_l1", f_scale=SOFT_L1_LOG).x
+    else:  # nothing identified: the base prices
+        theta = theta0
+    slow, const = unpack(theta)
+    slow[free] = np.maximum(slow[free], floor[free])
+    for i, j in tied.items():
+        slow[i] = slow[j]
     out = {}
     for i, k in enumerate(kinds):
         logs = sorted({c.name for c, (x, _b, _y, _o, _f) in mats if any(x[s][:, i].sum() > 0 for s in x)})
         out[k] = {"slowdown": float(slow[i]), "floor": float(floor[i]), "logs": logs}
+        if seen[i] and not ident[i] and k not in FIXED_KINDS:
+            src = ("one slowdown for every kind of this single series" if i in common else
+                   f"{kinds[tied[i]]}'s slowdown" if i in tied else "the base price (1.0)")
+            out[k]["fallback"] = (f"not identified in this fit: {len(by_kind[i])} series of logs exercise it "
+                                  f"(< {MIN_SERIES}): {src}")
         if not seen[i]:
             src = FALLBACK.get(k)
             if src is not None and seen[kinds.index(src)]:
@@ -310,8 +349,12 @@ def fit_priors(corpus: list[Corpus]) -> dict:
         out[k]["family_peak_share"] = {f: priced_share(f) / out[k]["slowdown"] for f in sorted(families.get(k, ()))}
         effs = [e for c, m in mats if (e := _efficiency(m, i, out[k]["slowdown"])) is not None]
         out[k]["efficiency_of_peak"] = [float(min(effs)), float(np.median(effs)), float(max(effs))] if effs else None
-    return {"kinds": out, "constants_s": {k: float(const[k]) for k in CONSTANTS},
-            "constants_fixed": {k: why for k, (_v, why) in FIXED_CONSTANTS.items()}}
+    doc = {"kinds": out, "constants_s": {k: float(const[k]) for k in CONSTANTS},
+           "constants_fixed": {k: why for k, (_v, why) in const_fixed.items()}}
+    if common:  # the one number a single series identifies (``MIN_SERIES``)
+        doc["common_slowdown"] = {"slowdown": float(slow[common[0]]), "floor": float(floor[common[0]]),
+                                  "kinds": [kinds[i] for i in common]}
+    return doc
 
 
 def source_weight(c: Corpus, corpus: list[Corpus]) -> float:

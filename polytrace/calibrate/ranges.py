@@ -94,6 +94,31 @@ def estimate_range(summary: dict, split: dict, overlapped=()) -> dict:
     return {"step_s": [step_lo, step_hi], "stages_s": stages, "unidentified": unidentified}
 
 
+def range_over_rows(rows: list, stages: list[str], per_step: list[dict], scalars: dict, split: dict,
+                    overlapped=()) -> dict:
+    """``estimate_range`` of a calibration's prediction of another run's logged steps (``validate
+    --calibrate-on``): ``per_step`` the predicted seconds (``{"predicted": {stage: s, "step": s}}``
+    per row), ``rows`` the run's priced families, ``scalars`` and ``split`` the calibration's. The
+    summary is the mean over the rows, each stage's work per family at the calibrated slowdowns
+    and its constant the rest, as ``estimate --calibration`` prices one configuration."""
+    from ..stepmodel.efficiency import part_slowdown
+
+    n = len(rows)
+    if not n or len(per_step) != n:
+        return {"step_s": [0.0, 0.0], "stages_s": {}, "unidentified": []}
+    mean = {s: sum(p["predicted"][s] for p in per_step) / n for s in stages}
+    kernels = {}
+    for s in stages:
+        fam: dict[str, float] = {}
+        for r in rows:
+            for (g, f), v in (r.families.get(s) or {}).items():
+                fam[f] = fam.get(f, 0.0) + part_slowdown(scalars, g, f) * v / n
+        kernels[s] = {**{f: {"s": v} for f, v in fam.items()}, "calibration": {"s": mean[s] - sum(fam.values())}}
+    summary = {"mean_step_s": sum(p["predicted"]["step"] for p in per_step) / n, "mean_stages_s": mean,
+               "kernels": kernels}
+    return estimate_range(summary, split, overlapped)
+
+
 # Issue 36 item 6, calibration that cannot make things worse: past this ratio of its range's ends
 # (hi / lo) a stage's calibrated estimate for another configuration is no longer what its window
 # identified but one choice among what the window allows, and it moves toward the priors. 2x is

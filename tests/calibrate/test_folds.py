@@ -93,6 +93,72 @@ def test_every_bound_is_flagged():
                      f"constant update at {P.MAX_CONSTANT_S:g} s"]
 
 
+def test_a_fold_with_a_number_on_its_bound_is_flagged_by_name(validation_logs):
+    """The fold trained on gemma alone fits one common slowdown (``priors.MIN_SERIES``); planted on
+    its floor, that fold gains exactly that flag, the other fold's flags are unchanged, and the
+    spread names the grouping and the fold."""
+    def fit(train, plant):
+        doc = P.fit_priors(train)
+        if plant and "common_slowdown" in doc:
+            doc["common_slowdown"]["slowdown"] = doc["common_slowdown"]["floor"]
+        return doc
+
+    corpus = _small(str(validation_logs))
+    free = F.leave_group_out(corpus, "family", fit=lambda t: fit(t, False))
+    planted = F.leave_group_out(corpus, "family", fit=lambda t: fit(t, True))
+    flag = "common (one series) at its roofline floor (efficiency 1 on some step)"
+    assert planted["folds"]["qwen2.5"]["on_bounds"] == free["folds"]["qwen2.5"]["on_bounds"] + [flag]
+    assert flag not in free["folds"]["qwen2.5"]["on_bounds"]
+    assert planted["folds"]["gemma-2"]["on_bounds"] == free["folds"]["gemma-2"]["on_bounds"]
+    assert f"family=qwen2.5: {flag}" in F.spread({"family": planted})["on_bounds"]
+
+
+def _as(c, **kw):
+    import copy
+
+    out = copy.copy(c)
+    out.__dict__.update(kw)
+    return out
+
+
+def test_one_series_identifies_one_slowdown_not_one_per_kind(validation_logs):
+    """Identify, or do not fit (``priors.MIN_SERIES``): the two 0.5B logs as one series fit one
+    slowdown shared by every kind they exercise and no constant; as two series, each kind its own."""
+    a, b, _gemma = _small(str(validation_logs))
+    one = P.fit_priors([_as(a, series="s"), _as(b, series="s")])
+    common = one["common_slowdown"]
+    assert {"rollout.eager", "rollout_host.eager", "forward", "trainer_host"} <= set(common["kinds"])
+    for k in common["kinds"]:
+        assert one["kinds"][k]["slowdown"] == common["slowdown"] and "1 series" in one["kinds"][k]["fallback"]
+    assert common["slowdown"] >= common["floor"] == max(one["kinds"][k]["floor"] for k in common["kinds"])
+    assert one["constants_s"]["forward"] == one["constants_s"]["update"] == 0.0
+    assert "not identified in this fit" in one["constants_fixed"]["update"]
+    assert F._params(one) == {"slowdown common (one series)": common["slowdown"]}
+    assert F.not_identified(one) == [f"{k}: 1 series of logs exercise it (< 2): one slowdown for every kind of this "
+                                     "single series" for k in common["kinds"]] + ["constant forward: 0 s",
+                                                                                   "constant update: 0 s"]
+    # the one number is fitted: it puts one log's step above its truth and the other's below
+    # (1.28x and 0.73x), their geometric mean within 10% (0.96x); at the base prices both are 0.24-0.43x
+    r = sorted(P.score(one, c)["step"]["ratio"] for c in (a, b))
+    assert r[0] < 1 < r[1] and abs(math.sqrt(r[0] * r[1]) - 1) <= 0.10, r
+    two = P.fit_priors([a, b])
+    assert "common_slowdown" not in two and "fallback" not in two["kinds"]["forward"]
+    assert not any("fallback" in two["kinds"][k] for k in common["kinds"])
+    fitted = {f"slowdown {k}" for k in common["kinds"]} | {"constant forward s", "constant update s"}
+    assert set(F._params(two)) == fitted and F.not_identified(two) == []
+
+
+def test_a_kind_one_series_exercises_rides_on_its_identified_sibling(validation_logs):
+    """gemma priced with activation recompute is the only series with ``train.checkpointing``
+    work: it takes ``train.no_checkpointing``'s slowdown (fitted on the two 0.5B logs), not its own."""
+    a, b, gemma = _small(str(validation_logs))
+    doc = P.fit_priors([a, b, _as(gemma, ckpt=True)])
+    ck, no = doc["kinds"]["train.checkpointing"], doc["kinds"]["train.no_checkpointing"]
+    assert ck["logs"] == [gemma.name] and "fallback" not in no
+    assert ck["slowdown"] == no["slowdown"] and "train.no_checkpointing's slowdown" in ck["fallback"]
+    assert "slowdown train.checkpointing" not in F._params(doc)
+
+
 def test_the_corpus_reads_the_december_logs_and_says_what_it_leaves_out(validation_logs):
     names = F.corpus_names(validation_logs)
     assert sum(n.startswith("ladder/") for n in names) == 10
@@ -144,6 +210,17 @@ def test_the_shipped_fit_and_every_shipped_fold_keep_every_family_at_or_under_it
     assert F.peak_share(doc) <= 1.0 + 1e-9
     shares = [f["peak_share"] for r in doc["groups"]["groupings"].values() for f in r["folds"].values()]
     assert len(shares) >= 30 and max(shares) <= 1.0 + 1e-9
+
+
+def test_the_shipped_folds_name_what_they_could_not_identify():
+    """The whole-corpus fit identifies every kind it fits; the fold that holds FSDP out (one
+    Megatron log) names each kind it put on one slowdown and both per-call constants."""
+    doc = load_priors()
+    assert not any("not identified in this fit" in v.get("fallback", "") for v in doc["kinds"].values())
+    fsdp = doc["groups"]["groupings"]["backend"]["folds"]["fsdp"]["not_identified"]
+    assert {x.split(":")[0] for x in fsdp} >= {"rollout.eager", "rollout_host.eager", "forward", "trainer_host",
+                                                "constant forward", "constant update"}
+    assert doc["groups"]["groupings"]["backend"]["folds"]["megatron"]["not_identified"] == []
 
 
 def test_unidentified_constants_are_fixed_and_say_so():
