@@ -1,7 +1,9 @@
 """What a verl log measures about its own hardware: ``perf/mfu/actor`` tells which GPU class it ran on.
 
 verl logs the update's MFU as ``FLOPs * ppo_epochs / (delta_time * peak * world_size)``
-(``verl/utils/flops_counter.py``: ``FlopsCounter.estimate_flops`` and ``get_device_flops``), where
+(``verl/utils/flops_counter.py``: ``FlopsCounter.estimate_flops`` and ``get_device_flops``; the key
+was ``mfu/actor`` before verl grouped it under ``perf/``: the MI300X logs of verl's baseline page
+print ``mfu/actor:0.151``, and ``MFU_KEYS`` reads both), where
 ``peak`` is the bf16 peak of the device *verl detected* by name (its ``_DEVICE_FLOPS`` table) and the
 FLOPs are ``6 * dense_N * tokens`` plus an attention term (``dense_N``: every linear layer per
 layer, plus the embedding and LM head both counted, ``2 * vocab * hidden``). So from the log's own
@@ -40,6 +42,8 @@ VERL_PEAKS = (("GB200", 2500.0), ("B200", 2250.0), ("MI300X", 1307.0), ("MI355X"
 # differs between verl versions (12 before 2025, 6 after: under 2% of the FLOPs at the corpus's
 # lengths). Past these the reading names no class.
 LOW, HIGH = 0.80, 1.06
+# The update's MFU under verl's names, newest first (module docstring): one log prints one of them.
+MFU_KEYS = ("perf/mfu/actor", "mfu/actor")
 # The preset of a class priced when nothing else narrows it: the commonest training part.
 PREFERRED = ("h100-sxm", "a100-80g", "b200", "mi300x")
 
@@ -98,7 +102,8 @@ def read_mfu(log, run) -> MfuReading | None:
     peaks, rates = [], []
     for s in log.steps:
         m = s.metrics
-        mfu, t = m.get("perf/mfu/actor"), s.timings.get("update_actor")
+        mfu = next((m[k] for k in MFU_KEYS if k in m), None)
+        t = s.timings.get("update_actor")
         if not (mfu and t and math.isfinite(mfu) and math.isfinite(t) and mfu > 0 and t > 0):
             continue
         length = m.get("prompt_length/mean", 0.0) + m.get("response_length/mean", 0.0)
