@@ -129,17 +129,21 @@ def infer_gpu(path, overrides, prepared: tuple):
             added.append((yield from contradicted_note(path, base, run.gpu.slug, margin, bool(base.gpu), reading)))
         return prepared if not added else (log, run, [*notes, *added], rows, split)
     if reading is not None and reading.choice is not None:
-        trial = yield dataclasses.replace(base, gpu=reading.choice)
-        t_log, t_run, t_notes, t_rows, t_split = trial
-        m = roofline_margin(t_rows)
-        if m >= 1.0:
-            others = [c for c in reading.candidates if c != t_run.gpu.slug]
-            note = (f"{INFERRED_NOTE} {t_run.gpu.slug} from the log's own MFU: {reading.say()}"
-                    + (f"; {', '.join(others)} share verl's peak and cannot be told apart by it" if others else "")
-                    + "; pass --gpu to choose")
-            return t_log, t_run, [note] + [n for n in t_notes if not n.startswith(ASSUMED_NOTE)], t_rows, t_split
-        notes = [*notes, f"GPU check: {reading.say()}, but some step beats {reading.choice}'s peak roofline "
-                         f"({m:.2f}x its seconds): the MFU reading is not taken"]
+        # the class's preset, then the devices an older verl scored against its peak (``mfu.LEGACY``)
+        tried = []
+        for slug in (reading.choice, *(s for s, _ in reading.legacy)):
+            trial = yield dataclasses.replace(base, gpu=slug)
+            t_log, t_run, t_notes, t_rows, t_split = trial
+            m = roofline_margin(t_rows)
+            if m >= 1.0:
+                others = [c for c in reading.candidates if c != t_run.gpu.slug and c not in dict(reading.legacy)]
+                note = (f"{INFERRED_NOTE} {t_run.gpu.slug} from the log's own MFU: {reading.say()}"
+                        + (f"; {', '.join(others)} share verl's peak and cannot be told apart by it" if others else "")
+                        + (f"; rejected: {'; '.join(tried)}" if tried else "") + "; pass --gpu to choose")
+                return t_log, t_run, [note] + [n for n in t_notes if not n.startswith(ASSUMED_NOTE)], t_rows, t_split
+            tried.append(f"{slug} ({m:.2f}x its peak-roofline seconds)")
+        notes = [*notes, f"GPU check: {reading.say()}, but some step beats the peak roofline of each "
+                         f"({'; '.join(tried)}): the MFU reading is not taken"]
     margin = roofline_margin(rows)
     if margin >= 1.0:
         return prepared if notes is prepared[2] else (log, run, notes, rows, split)

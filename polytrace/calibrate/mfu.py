@@ -42,6 +42,13 @@ VERL_PEAKS = (("GB200", 2500.0), ("B200", 2250.0), ("MI300X", 1307.0), ("MI355X"
 # differs between verl versions (12 before 2025, 6 after: under 2% of the FLOPs at the corpus's
 # lengths). Past these the reading names no class.
 LOW, HIGH = 0.80, 1.06
+# Devices older verl scored against another device's peak: its table matched names by substring,
+# the first hit winning, so "H20" matched an H200 until verl bd94bd61f (2025-06-06, "fix flops for
+# H200 (#1877)") and "L40" an L40S until ce8906371 (2025-08-22). A log's verl version is seldom
+# printed, and a run after those dates may still pin an older verl, so a reading of those classes
+# keeps both devices (nominal first) and the roofline test of ``gpuinfer`` chooses; the date the
+# run started (``TrainingLog.started``) only goes into the note. (class peak, preset, verl's fix)
+LEGACY = ((148.0, "h200", "2025-06-06"), (181.05, "l40s", "2025-08-22"))
 # The update's MFU under verl's names, newest first (module docstring): one log prints one of them.
 MFU_KEYS = ("perf/mfu/actor", "mfu/actor")
 # The preset of a class priced when nothing else narrows it: the commonest training part.
@@ -74,6 +81,8 @@ class MfuReading:
     # the update's useful FLOP/s per GPU as verl counts them (``FLOPs / (t * world)``, no MFU in
     # it), its 10th and 90th percentiles over steps: a device slower than this cannot have run it
     achieved: tuple = (0.0, 0.0)
+    legacy: tuple = ()  # (preset, verl's fix date) of ``LEGACY`` devices in ``candidates``
+    started: str = ""  # the date the run started, where the log prints one
 
     @property
     def choice(self) -> str | None:
@@ -86,8 +95,10 @@ class MfuReading:
         if self.verl_class is None:
             return (f"perf/mfu/actor reads back a {self.peak_tflops:.0f} TFLOP/s peak ({lo:.0f}-{hi:.0f} over "
                     f"{self.steps} steps), no device of verl's table")
+        old = "".join(f"; {slug} too: verl before {fix} scored it against this class's peak"
+                      + (f" (the run started {self.started})" if self.started else "") for slug, fix in self.legacy)
         return (f"perf/mfu/actor reads back a {self.peak_tflops:.0f} TFLOP/s peak ({lo:.0f}-{hi:.0f} over {self.steps} "
-                f"steps): verl's {self.verl_class:g} TFLOP/s class ({', '.join(self.candidates)})")
+                f"steps): verl's {self.verl_class:g} TFLOP/s class ({', '.join(self.candidates)}){old}")
 
 
 def read_mfu(log, run) -> MfuReading | None:
@@ -122,8 +133,10 @@ def read_mfu(log, run) -> MfuReading | None:
     cands = ()
     if near is not None:
         cands = tuple(g.slug for g in GPUS.values() if verl_peak(g) == near)
+    legacy = tuple((slug, fix) for cls, slug, fix in LEGACY if cls == near and slug in GPUS and slug not in cands)
     achieved = (float(np.percentile(rates, 10)), float(np.percentile(rates, 90)))
-    return MfuReading(peak, spread, len(peaks), near, cands, achieved)
+    return MfuReading(peak, spread, len(peaks), near, cands + tuple(s for s, _ in legacy), achieved, legacy,
+                      getattr(log, "started", ""))
 
 
 def check_gpu(reading: MfuReading | None, gpu) -> str | None:
