@@ -101,31 +101,38 @@ class MfuReading:
                 f"steps): verl's {self.verl_class:g} TFLOP/s class ({', '.join(self.candidates)}){old}")
 
 
-def read_mfu(log, run) -> MfuReading | None:
-    """The peak the log's MFU was computed against (module docstring), or None where the log has
-    no MFU (verl < 0.3, an unknown device: 0) or no update timing."""
+def _samples(log, run) -> list[tuple[float, float]]:
+    """(MFU as logged, the update's useful TFLOP/s per GPU by verl's count) of each step that
+    logs both an MFU and the update's seconds (module docstring)."""
     model = getattr(run, "model", None)
     if model is None or not getattr(log, "steps", None):  # a run priced without a model shape
-        return None
+        return []
     epochs = float(log.config.get("actor_rollout_ref.actor.ppo_epochs", 1) or 1)
     world = run.n_gpus
     seqs = run.prompts_per_step * run.n
-    peaks, rates = [], []
+    out = []
     for s in log.steps:
         m = s.metrics
         mfu = next((m[k] for k in MFU_KEYS if k in m), None)
         t = s.timings.get("update_actor")
-        if not (mfu and t and math.isfinite(mfu) and math.isfinite(t) and mfu > 0 and t > 0):
+        if mfu is None or not (t and math.isfinite(mfu) and math.isfinite(t) and mfu >= 0 and t > 0):
             continue
         length = m.get("prompt_length/mean", 0.0) + m.get("response_length/mean", 0.0)
         tokens = m.get("perf/total_num_tokens") or length * seqs
         if not tokens or not math.isfinite(tokens):
             continue
-        flops = verl_flops(model, tokens, seqs * length * length)
-        peaks.append(flops * epochs / (t * mfu * world) / 1e12)
-        rates.append(flops * epochs / (t * world) / 1e12)
-    if not peaks:
+        out.append((mfu, verl_flops(model, tokens, seqs * length * length) * epochs / (t * world) / 1e12))
+    return out
+
+
+def read_mfu(log, run) -> MfuReading | None:
+    """The peak the log's MFU was computed against (module docstring), or None where the log has
+    no MFU (verl < 0.3, an unknown device: 0) or no update timing."""
+    samples = [(mfu, rate) for mfu, rate in _samples(log, run) if mfu > 0]
+    if not samples:
         return None
+    peaks = [rate / mfu for mfu, rate in samples]
+    rates = [rate for _mfu, rate in samples]
     peak = float(np.median(peaks))
     spread = (float(np.percentile(peaks, 10)), float(np.percentile(peaks, 90)))
     classes = sorted({p for _k, p in VERL_PEAKS}, key=lambda p: abs(math.log(peak / p)))
@@ -137,6 +144,32 @@ def read_mfu(log, run) -> MfuReading | None:
     achieved = (float(np.percentile(rates, 10)), float(np.percentile(rates, 90)))
     return MfuReading(peak, spread, len(peaks), near, cands + tuple(s for s, _ in legacy), achieved, legacy,
                       getattr(log, "started", ""))
+
+
+# Device names verl's table has held since it first logged MFU (41f645db7, 2025-01-19; H200 and L40S
+# through the "H20" and "L40" substrings): on these verl never prints an MFU of 0.
+ALWAYS_KNOWN = ("H100", "H800", "H20", "A100", "A800", "L40", "L20", "910B")
+# An MFU printed as 0 is below 0.0005 (3 decimals); a device is ruled out where its update would
+# print at least twice that (the reading's error, module docstring, is far below 2x).
+ZERO_MFU_FLOOR = 0.001
+
+
+def zero_mfu_rules_out(log, run, slugs) -> dict[str, str]:
+    """Where every step logs its update's MFU as 0 (verl had no peak for the device, e.g. B200
+    before 0807da911, 2025-08-14), the presets of ``slugs`` that verl has always known and whose
+    peak would have printed a non-zero MFU for this update, each with the MFU it would print."""
+    samples = _samples(log, run)
+    if len(samples) < 2 or any(mfu > 0 for mfu, _rate in samples):
+        return {}
+    rate = float(np.median([r for _m, r in samples]))
+    out = {}
+    for slug in slugs:
+        gpu = GPUS.get(slug)
+        peak = verl_peak(gpu) if gpu is not None else None
+        if peak and any(k in gpu.name.upper() for k in ALWAYS_KNOWN) and rate / peak >= ZERO_MFU_FLOOR:
+            out[slug] = (f"the log's MFU is 0.000 on all {len(samples)} steps, which verl prints only for a device its "
+                         f"table lacks; on {slug} it would read {rate / peak:.3f}")
+    return out
 
 
 def check_gpu(reading: MfuReading | None, gpu) -> str | None:

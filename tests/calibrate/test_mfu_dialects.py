@@ -9,7 +9,7 @@ import pytest
 
 from polytrace.calibrate.gpuinfer import INFERRED_NOTE
 from polytrace.calibrate.logconfig import Overrides, config_from_log
-from polytrace.calibrate.mfu import check_gpu, read_mfu, verl_flops
+from polytrace.calibrate.mfu import check_gpu, read_mfu, verl_flops, zero_mfu_rules_out
 from polytrace.calibrate.validate import prepare
 from polytrace.logs import read_log
 from polytrace.run.hardware import get_gpu
@@ -98,3 +98,39 @@ def test_the_roofline_test_chooses_between_h20_and_h200(tmp_path):
     assert slug == "h20" and "h200 too" in note
     slug, note = _prepared_gpu(tmp_path, 0.5)
     assert slug == "h200" and "rejected: h20 (" in note
+
+
+def _zero_mfu_log(tmp_path, key="perf/mfu/actor"):
+    path = tmp_path / "run.log"
+    _write(path, key, 0.0, 64 * 5 * (PROMPT + RESPONSE), 12, 15.0)
+    return path
+
+
+def test_an_mfu_of_zero_rules_out_the_devices_verl_always_knew(tmp_path):
+    """verl prints MFU 0 only where its table has no peak for the device (B200 before 2025-08-14):
+    7B's update at 40 s on 8 GPUs does ~17 TFLOP/s a GPU by verl's count, MFU ~0.054 on an A100's
+    312 and ~0.017 on an H100's 989, both printable; the assumed A100 gives way to the B200."""
+    log = read_log(_zero_mfu_log(tmp_path))
+    run = config_from_log(log)[0]
+    out = zero_mfu_rules_out(log, run, ("a100-80g", "h100-sxm", "h200", "b200"))
+    assert sorted(out) == ["a100-80g", "h100-sxm", "h200"]
+    seqs, length = 64 * 5, PROMPT + RESPONSE
+    rate = verl_flops(run.model, seqs * length, seqs * length * length) / (UPDATE * 8) / 1e12
+    assert f"would read {rate / 312:.3f}" in out["a100-80g"] and f"would read {rate / 989:.3f}" in out["h100-sxm"]
+    _log, run, notes, _rows, _split = prepare(tmp_path / "run.log", Overrides(), window=4)
+    note = next(n for n in notes if n.startswith(INFERRED_NOTE))
+    assert run.gpu.slug == "b200" and "a100-80g (the log's MFU is 0.000 on all 12 steps" in note
+
+
+def test_a_given_gpu_an_mfu_of_zero_contradicts_gets_a_note(tmp_path):
+    _zero_mfu_log(tmp_path)
+    _log, run, notes, _rows, _split = prepare(tmp_path / "run.log", Overrides(gpu="h100-sxm"), window=4)
+    assert run.gpu.slug == "h100-sxm"
+    assert any(n.startswith("GPU check: the log's MFU is 0.000") and "check --gpu" in n for n in notes)
+
+
+def test_without_mfu_keys_the_assumed_gpu_stands(tmp_path):
+    _zero_mfu_log(tmp_path, key="perf/mfu/critic")  # a key read as no MFU at all
+    _log, run, notes, _rows, _split = prepare(tmp_path / "run.log", Overrides(), window=4)
+    assert run.gpu.slug == "a100-80g"
+    assert any(n.startswith("GPU not stated in the log: assumed a100-80g") for n in notes)
