@@ -35,7 +35,7 @@ from ..errors import PolytraceError
 from ..run.hardware import GPUS
 from ..stepmodel.efficiency import roofline_share
 from .logconfig import Overrides
-from .mfu import check_gpu, read_mfu
+from .mfu import check_gpu, read_mfu, zero_mfu_rules_out
 
 # Presets tried, slowest first, when the assumed GPU is rejected for a log (a stage faster than its
 # peak roofline); the first one no step beats is taken: the slowest GPU the log allows.
@@ -60,13 +60,17 @@ def impossible(reading, gpu) -> str | None:
                if reading.verl_class is not None else ""))
 
 
-def slowest_allowed(base, start: str):
+def slowest_allowed(base, start: str, ruled_out=None):
     """Asks for the log priced on each ``INFER_LADDER`` preset after ``start`` in turn (yields the
     ``Overrides``; sent the prepared tuple) and returns the first whose peak roofline no step beats
-    (None: every one is beaten), and the rejected ones with their margins."""
+    (None: every one is beaten), and the rejected ones with their margins; the presets of
+    ``ruled_out`` (preset -> why: ``mfu.zero_mfu_rules_out``) are rejected untried."""
     rejected = []
     first = INFER_LADDER.index(start) + 1 if start in INFER_LADDER else 0
     for slug in INFER_LADDER[first:]:
+        if ruled_out and slug in ruled_out:
+            rejected.append(f"{slug} ({ruled_out[slug]})")
+            continue
         trial = yield dataclasses.replace(base, gpu=slug)
         m = roofline_margin(trial[3])
         if m >= 1.0:
@@ -121,30 +125,38 @@ def infer_gpu(path, overrides, prepared: tuple):
     at = next((i for i, n in enumerate(notes) if n.startswith(ASSUMED_NOTE)), None)
     reading = read_mfu(log, run)
     base = overrides if overrides is not None else Overrides()
+    zero = zero_mfu_rules_out(log, run, {*INFER_LADDER, run.gpu.slug}) if reading is None else {}
     if at is None or base.gpu:
         check = check_gpu(reading, run.gpu)
+        if run.gpu.slug in zero:
+            check = f"GPU check: {zero[run.gpu.slug]}; priced on {run.gpu.slug} as given: check --gpu"
         added = [] if check is None else [check]
         margin = roofline_margin(rows)
         if margin < 1.0:
             added.append((yield from contradicted_note(path, base, run.gpu.slug, margin, bool(base.gpu), reading)))
         return prepared if not added else (log, run, [*notes, *added], rows, split)
     if reading is not None and reading.choice is not None:
-        trial = yield dataclasses.replace(base, gpu=reading.choice)
-        t_log, t_run, t_notes, t_rows, t_split = trial
-        m = roofline_margin(t_rows)
-        if m >= 1.0:
-            others = [c for c in reading.candidates if c != t_run.gpu.slug]
-            note = (f"{INFERRED_NOTE} {t_run.gpu.slug} from the log's own MFU: {reading.say()}"
-                    + (f"; {', '.join(others)} share verl's peak and cannot be told apart by it" if others else "")
-                    + "; pass --gpu to choose")
-            return t_log, t_run, [note] + [n for n in t_notes if not n.startswith(ASSUMED_NOTE)], t_rows, t_split
-        notes = [*notes, f"GPU check: {reading.say()}, but some step beats {reading.choice}'s peak roofline "
-                         f"({m:.2f}x its seconds): the MFU reading is not taken"]
+        # the class's preset, then the devices an older verl scored against its peak (``mfu.LEGACY``)
+        tried = []
+        for slug in (reading.choice, *(s for s, _ in reading.legacy)):
+            trial = yield dataclasses.replace(base, gpu=slug)
+            t_log, t_run, t_notes, t_rows, t_split = trial
+            m = roofline_margin(t_rows)
+            if m >= 1.0:
+                others = [c for c in reading.candidates if c != t_run.gpu.slug and c not in dict(reading.legacy)]
+                note = (f"{INFERRED_NOTE} {t_run.gpu.slug} from the log's own MFU: {reading.say()}"
+                        + (f"; {', '.join(others)} share verl's peak and cannot be told apart by it" if others else "")
+                        + (f"; rejected: {'; '.join(tried)}" if tried else "") + "; pass --gpu to choose")
+                return t_log, t_run, [note] + [n for n in t_notes if not n.startswith(ASSUMED_NOTE)], t_rows, t_split
+            tried.append(f"{slug} ({m:.2f}x its peak-roofline seconds)")
+        notes = [*notes, f"GPU check: {reading.say()}, but some step beats the peak roofline of each "
+                         f"({'; '.join(tried)}): the MFU reading is not taken"]
     margin = roofline_margin(rows)
-    if margin >= 1.0:
+    if margin >= 1.0 and run.gpu.slug not in zero:
         return prepared if notes is prepared[2] else (log, run, notes, rows, split)
-    trial, more = yield from slowest_allowed(base, run.gpu.slug)
-    rejected = [f"{run.gpu.slug} ({margin:.2f}x its peak-roofline seconds)", *more]
+    trial, more = yield from slowest_allowed(base, run.gpu.slug, zero)
+    why = zero.get(run.gpu.slug) or f"{margin:.2f}x its peak-roofline seconds"
+    rejected = [f"{run.gpu.slug} ({why})", *more]
     if trial is not None:
         t_log, t_run, t_notes, t_rows, t_split = trial
         note = (f"{INFERRED_NOTE} {t_run.gpu.slug}, the slowest of {', '.join(INFER_LADDER)} "

@@ -33,6 +33,9 @@ MAX_HEAD_CHARS = 50_000_000
 _MAX_KEY_CHARS = 200
 
 
+# Ray's and Python logging's first dated line ("2025-03-24 00:34:21,907\tINFO worker.py:1843 --
+# Started a local Ray instance."): the date a run started, which dates the verl it ran
+_DATED = re.compile(r"^(?:\(\w+ pid=\d+\) )?(20\d\d-[01]\d-[0-3]\d)[ T][0-2]\d:[0-5]\d:[0-5]\d")
 _ANSI = re.compile(r"\x1b?\[[0-9;]{0,16}m")
 
 
@@ -166,7 +169,8 @@ def read_console_log(path, lines=None, notes=()) -> TrainingLog:
                         overrides=found.overrides, override_lines=found.lines,
                         printed=flat_printed, model_candidates=candidates,
                         hf_config=launch.printed_model_config(texts, head=len(texts)),
-                        entry=found.entry, variables=found.variables, notes=notes, devices=scan_lines(head))
+                        entry=found.entry, variables=found.variables, notes=notes, devices=scan_lines(head),
+                        started=next((m.group(1) for _, t in head if (m := _DATED.match(t))), ""))
 
 
 

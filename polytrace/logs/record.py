@@ -58,6 +58,7 @@ class TrainingLog:
     companion_files: list = field(default_factory=list)
     host_gpus: tuple | None = None  # (GPUs of the host, file) from wandb-metadata.json's gpu_count
     timer_map: dict = field(default_factory=dict)  # stage -> the timer it was read from, where not its own
+    started: str = ""  # the run's first dated line (YYYY-MM-DD), when it prints one: which verl it ran
     # a multi-turn run's generated share of its response tokens, measured on the validation
     # trajectories its wandb run folder keeps (``generations.measure_generated_share``)
     generated: GeneratedShare | None = None
