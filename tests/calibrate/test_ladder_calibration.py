@@ -14,7 +14,18 @@ to the 2-GPU runs). Under the priors refit at ef0b374 (vLLM's LoRA launches pric
 ``range_over_rows``, CPU, same priors): it holds the truth in 16 of 40 pairs (40%; its width is
 what the window cannot split, constants against per-token work and one family against another,
 not the rung-to-rung change of efficiency the misses show); one pair is further off than
-zero-shot by more than its width (MATH 3B -> 7B: 1.43x against zero-shot 1.05x, range 1.25-1.63x)."""
+zero-shot by more than its width (MATH 3B -> 7B: 1.43x against zero-shot 1.05x, range 1.25-1.63x).
+
+Then (CPU, same priors) generation's constant for another run at 0 s, sd 10% (``fit.
+FIXED_PRIOR_SHARE_GEN_TRANSFER``: a flat window's constant was carried to another size as if
+size-free; the 3B window's 26 s constant put the 7B's 26.3 s generation at 44.6 s): median 8.6%,
+31 within 20%, worst 1.44x (GSM8K 32B -> 7B), no pair further off than zero-shot by more than its
+range (goal met, before widening); the range widened by the priors' leave-one-size-out scatter of
+the step (``ranges.held_out_scatter("size")``, 0.110 in log) in quadrature: it holds the truth in
+26 of 40 pairs (65%, goal 80%: strict xfail), median hi/lo 1.36x, median hi - lo 0.31 of the actual
+step (3.6x the median error); the misses are two runs' own deviations (GSM8K 32B as the window:
+1.22-1.44x; MATH 7B as the window 0.78-0.87x, as the target 1.19-1.28x), which no window of
+another rung can see."""
 
 from __future__ import annotations
 
@@ -24,7 +35,7 @@ import itertools
 import numpy as np
 import pytest
 
-from polytrace.calibrate.ranges import range_over_rows
+from polytrace.calibrate.ranges import held_out_scatter, range_over_rows
 from polytrace.calibrate.validate import _overlapped, _timed_stages, prepare, validate
 from polytrace.calibrate.zeroshot import zero_shot
 
@@ -47,7 +58,7 @@ def _pair(src, dst) -> dict:
     res = validate(dst, calibrate_on=str(src))
     rows, overlapped, zs = _target(dst)
     lo, hi = range_over_rows(rows, res.stages, res.per_step, res.calibration["scalars"], res.calibration_split,
-                             overlapped)["step_s"]
+                             overlapped, held_out_scatter("size"))["step_s"]
     a = res.accuracy["step"]["mean_actual_s"]
     return {"ratio": res.accuracy["step"]["mean_predicted_s"] / a, "lo": lo / a, "hi": hi / a, "zero_shot": zs / a}
 
@@ -59,7 +70,7 @@ def _all_pairs(folder) -> list[dict]:
 @pytest.mark.parametrize("src, dst", [("0.5B", "1.5B"), ("3B", "7B")])
 def test_a_rung_predicts_the_next_within_20pct(validation_logs, src, dst):
     """Two GSM8K pairs (CI's short version): the same GPUs (0.5B -> 1.5B: 1.03x, range
-    0.97-1.07x) and across the 2- to 8-GPU step (3B -> 7B: 1.12x, range 1.03-1.27x)."""
+    0.91-1.15x) and across the 2- to 8-GPU step (3B -> 7B: 1.07x, range 0.95-1.27x)."""
     rung = {p.name.split("-bsz")[0].split("Qwen2.5-")[1]: p for p in _rungs(validation_logs, False)}
     p = _pair(rung[src], rung[dst])
     assert abs(p["ratio"] - 1) <= 0.20
@@ -76,8 +87,9 @@ def test_calibrated_on_one_rung_the_others_within_20pct_median(validation_logs):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the range holds the truth in 16 of 40 pairs (40%, goal 80%): it spans "
-                   "what the window cannot split, not the rung-to-rung change of efficiency (CPU, priors of ef0b374)")
+@pytest.mark.xfail(strict=True, reason="the range holds the truth in 26 of 40 pairs (65%, goal 80%): GSM8K 32B's "
+                   "and MATH 7B's own deviations from the priors, which another rung's window cannot see (CPU, "
+                   "priors of ef0b374)")
 def test_the_calibrated_range_holds_the_truth_in_80pct_of_pairs(validation_logs):
     pairs = _all_pairs(validation_logs)
     inside = sum(p["lo"] <= 1.0 <= p["hi"] for p in pairs)
@@ -85,10 +97,21 @@ def test_the_calibrated_range_holds_the_truth_in_80pct_of_pairs(validation_logs)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="1 of 40 pairs: MATH 3B -> 7B calibrated 1.43x, zero-shot 1.05x, its range "
-                   "1.25-1.63x (0.25 s past the width; CPU, priors of ef0b374)")
+def test_the_calibrated_range_is_no_wider_than_its_errors_need(validation_logs):
+    """A range holds its estimate, and is not bought by width: the median hi/lo at most 1.5x
+    (1.36x measured) and the median hi - lo at most 4x the median error (0.31 against 0.086)."""
+    pairs = _all_pairs(validation_logs)
+    assert all(0 < p["lo"] <= p["ratio"] <= p["hi"] for p in pairs), pairs
+    assert np.median([p["hi"] / p["lo"] for p in pairs]) <= 1.5, pairs
+    err = np.median([abs(p["ratio"] - 1) for p in pairs])
+    assert np.median([p["hi"] - p["lo"] for p in pairs]) <= 4 * err, (err, pairs)
+
+
+@pytest.mark.slow
 def test_calibration_never_further_off_than_zero_shot_by_more_than_its_range(validation_logs):
-    """|calibrated - actual| <= |zero-shot - actual| + (hi - lo), in units of the actual mean step."""
+    """|calibrated - actual| <= |zero-shot - actual| + (hi - lo), in units of the actual mean step
+    (met since generation's constant for another run is 0 s: MATH 3B -> 7B 1.43x -> 1.24x, zero-shot
+    1.05x; it holds on the window's own range too, before the size scatter widens it)."""
     worse = [p for p in _all_pairs(validation_logs)
              if abs(p["ratio"] - 1) > abs(p["zero_shot"] - 1) + (p["hi"] - p["lo"])]
     assert not worse, worse
