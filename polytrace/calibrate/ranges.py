@@ -21,9 +21,12 @@ family scales by 1 and the range does not move.
 Nor, last, can one window see how the run's deviation from the priors changes with the model's
 size: that is measured only across sizes, by the priors' leave-one-size-out fold (``priors.json``
 ``groups.groupings.size``: each log's step predicted by priors fitted without its size; RMS log
-ratio 0.110 over the 22 logs at ef0b374). A calibrated estimate for another model size
-(``range_over_rows`` with ``scatter=held_out_scatter("size")``) widens its step's range by it,
-in quadrature with the window's own ends (independent unknowns, in log space about the estimate).
+ratio 0.110 over the 22 logs at ef0b374). A calibration carries its window's run's deviation
+(scattered so about what the sizes share) to a target with a deviation of its own, so their
+difference scatters sqrt(2) times as much (``transfer_scatter``: 0.156; the 40 ladder transfers'
+RMS log error is 0.146). A calibrated estimate for another model size (``range_over_rows`` with
+``scatter=transfer_scatter("size")``) widens its step's range by it, in quadrature with the
+window's own ends (independent unknowns, in log space about the estimate).
 """
 
 from __future__ import annotations
@@ -112,6 +115,13 @@ def held_out_scatter(grouping: str = "size", key: str = "step", doc: dict | None
     logs = [math.log(v[key]["ratio"]) for v in per_log.values()
             if isinstance(v.get(key), dict) and (v[key].get("ratio") or 0) > 0]
     return math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0
+
+
+def transfer_scatter(grouping: str = "size", doc: dict | None = None) -> float:
+    """The log scatter of a calibration carried from one run to another that differ in a
+    ``grouping`` (model size): each run's step deviation from what the group's logs share scatters
+    by ``held_out_scatter``, independently, so the calibration's error by sqrt(2) of it."""
+    return math.sqrt(2.0) * held_out_scatter(grouping, "step", doc)
 
 
 def widen(point: float, lo: float, hi: float, scatter: float) -> tuple[float, float]:
