@@ -66,12 +66,16 @@ def _pair(src, dst) -> dict:
     rng = range_over_rows(rows, res.stages, res.per_step, res.calibration["scalars"], res.calibration_split,
                           overlapped, transfer_scatter("size"))
     lo, hi = rng["step_s"]
+    # the window's own ends, before the sizes' scatter: what the third goal is held to
+    lo0, hi0 = range_over_rows(rows, res.stages, res.per_step, res.calibration["scalars"], res.calibration_split,
+                               overlapped)["step_s"]
     a = res.accuracy["step"]["mean_actual_s"]
     summary = {"mean_step_s": res.accuracy["step"]["mean_predicted_s"],
                "mean_stages_s": {s: res.accuracy[s]["mean_predicted_s"] for s in res.stages}}
     guarded = guard(summary, {"mean_stages_s": zs}, rng, overlapped)
     return {"ratio": summary["mean_step_s"] / a, "lo": lo / a, "hi": hi / a, "zero_shot": zs["step"] / a,
-            "guarded": guarded["step_s"] / a, "moved": sorted(s for s, w in guarded["weights"].items() if w < 1)}
+            "window_width": (hi0 - lo0) / a, "guarded": guarded["step_s"] / a,
+            "moved": sorted(s for s, w in guarded["weights"].items() if w < 1)}
 
 
 def _all_pairs(folder) -> list[dict]:
@@ -120,11 +124,12 @@ def test_the_calibrated_range_is_no_wider_than_its_errors_need(validation_logs):
 
 @pytest.mark.slow
 def test_calibration_never_further_off_than_zero_shot_by_more_than_its_range(validation_logs):
-    """|calibrated - actual| <= |zero-shot - actual| + (hi - lo), in units of the actual mean step
-    (met since generation's constant for another run is 0 s: MATH 3B -> 7B 1.43x -> 1.24x, zero-shot
-    1.05x; it holds on the window's own range too, before the size scatter widens it)."""
+    """|calibrated - actual| <= |zero-shot - actual| + (hi - lo), in units of the actual mean step,
+    held to the window's own range (before the sizes' scatter widens it, which would pass the
+    1.43x below too): met since generation's constant for another run is 0 s (MATH 3B -> 7B 1.43x,
+    range 1.25-1.63x -> 1.24x, zero-shot 1.05x)."""
     worse = [p for p in _all_pairs(validation_logs)
-             if abs(p["ratio"] - 1) > abs(p["zero_shot"] - 1) + (p["hi"] - p["lo"])]
+             if abs(p["ratio"] - 1) > abs(p["zero_shot"] - 1) + p["window_width"]]
     assert not worse, worse
 
 
