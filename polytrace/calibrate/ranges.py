@@ -17,6 +17,16 @@ over the stage's families in proportion (``split[stage]["families_s"]`` against 
 ``g`` scales from the calibrated configuration to this one, gives another estimate
 (``family_ends``), and those widen the stage's range. On the calibrated configuration itself every
 family scales by 1 and the range does not move.
+
+Nor, last, can one window see how the run's deviation from the priors changes with the model's
+size: that is measured only across sizes, by the priors' leave-one-size-out fold (``priors.json``
+``groups.groupings.size``: each log's step predicted by priors fitted without its size; RMS log
+ratio 0.110 over the 22 logs at ef0b374). A calibration carries its window's run's deviation
+(scattered so about what the sizes share) to a target with a deviation of its own, so their
+difference scatters sqrt(2) times as much (``transfer_scatter``: 0.156; the 40 ladder transfers'
+RMS log error is 0.146). A calibrated estimate for another model size (``range_over_rows`` with
+``scatter=transfer_scatter("size")``) widens its step's range by it, in quadrature with the
+window's own ends (independent unknowns, in log space about the estimate).
 """
 
 from __future__ import annotations
@@ -94,13 +104,45 @@ def estimate_range(summary: dict, split: dict, overlapped=()) -> dict:
     return {"step_s": [step_lo, step_hi], "stages_s": stages, "unidentified": unidentified}
 
 
+def held_out_scatter(grouping: str = "size", key: str = "step", doc: dict | None = None) -> float:
+    """The RMS log of pred/actual of ``key`` over the logs of a leave-one-group-out ``grouping``
+    of the priors (``doc``: the shipped ``priors.json`` when None): how far a log's deviation from
+    the priors lies from what the other groups' logs imply. 0 when the file scores no such fold."""
+    from ..stepmodel.efficiency import load_priors
+
+    doc = load_priors() if doc is None else doc
+    per_log = doc.get("groups", {}).get("groupings", {}).get(grouping, {}).get("per_log", {})
+    logs = [math.log(v[key]["ratio"]) for v in per_log.values()
+            if isinstance(v.get(key), dict) and (v[key].get("ratio") or 0) > 0]
+    return math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0
+
+
+def transfer_scatter(grouping: str = "size", doc: dict | None = None) -> float:
+    """The log scatter of a calibration carried from one run to another that differ in a
+    ``grouping`` (model size): each run's step deviation from what the group's logs share scatters
+    by ``held_out_scatter``, independently, so the calibration's error by sqrt(2) of it."""
+    return math.sqrt(2.0) * held_out_scatter(grouping, "step", doc)
+
+
+def widen(point: float, lo: float, hi: float, scatter: float) -> tuple[float, float]:
+    """``[lo, hi]`` about ``point`` widened by a log-scale ``scatter`` in quadrature: each end's
+    log distance from the point ``d`` becomes ``sqrt(d^2 + scatter^2)``."""
+    if scatter <= 0 or point <= 0:
+        return lo, hi
+    down = math.log(point / lo) if 0 < lo < point else (0.0 if lo >= point else math.inf)
+    up = math.log(hi / point) if hi > point else 0.0
+    return point * math.exp(-math.hypot(down, scatter)), point * math.exp(math.hypot(up, scatter))
+
+
 def range_over_rows(rows: list, stages: list[str], per_step: list[dict], scalars: dict, split: dict,
-                    overlapped=()) -> dict:
+                    overlapped=(), scatter: float = 0.0) -> dict:
     """``estimate_range`` of a calibration's prediction of another run's logged steps (``validate
     --calibrate-on``): ``per_step`` the predicted seconds (``{"predicted": {stage: s, "step": s}}``
     per row), ``rows`` the run's priced families, ``scalars`` and ``split`` the calibration's. The
     summary is the mean over the rows, each stage's work per family at the calibrated slowdowns
-    and its constant the rest, as ``estimate --calibration`` prices one configuration."""
+    and its constant the rest, as ``estimate --calibration`` prices one configuration. ``scatter``
+    (log scale; ``held_out_scatter``) widens the step's range by what the window cannot see at
+    all, the change of the run's deviation between configurations (``widen``)."""
     from ..stepmodel.efficiency import part_slowdown
 
     n = len(rows)
@@ -116,7 +158,9 @@ def range_over_rows(rows: list, stages: list[str], per_step: list[dict], scalars
         kernels[s] = {**{f: {"s": v} for f, v in fam.items()}, "calibration": {"s": mean[s] - sum(fam.values())}}
     summary = {"mean_step_s": sum(p["predicted"]["step"] for p in per_step) / n, "mean_stages_s": mean,
                "kernels": kernels}
-    return estimate_range(summary, split, overlapped)
+    out = estimate_range(summary, split, overlapped)
+    out["step_s"] = list(widen(summary["mean_step_s"], *out["step_s"], scatter))
+    return out
 
 
 # Issue 36 item 6, calibration that cannot make things worse: past this ratio of its range's ends

@@ -119,10 +119,10 @@ def test_fit_refuses_non_finite_times():
 MEASURED_SPLIT = Truth(fwd_fixed=0.05, fwd_per_micro=0.07, upd_fixed=0.25, upd_per_micro=0.2)
 
 
-@pytest.mark.xfail(strict=True, reason="synthetic pair: 50.8% (60.4% before the rollout's per-sequence host work was "
-                   "priced apart) since the calibration is a deviation from the shared priors, whose per-kernel-family "
-                   "split (host work 0.5-10x the GEMMs' slowdown) this invented truth "
-                   "does not follow; the real pair it imitates went from 91.6% to 98.4% "
+@pytest.mark.xfail(strict=True, reason="synthetic pair: 60.7% (at the ladder ranges' commit; 50.8% once, 60.4% "
+                   "before the rollout's per-sequence host work was priced apart) since the calibration is a "
+                   "deviation from the shared priors, whose per-kernel-family split (host work 0.5-10x the GEMMs' "
+                   "slowdown) this invented truth does not follow; the real pair it imitates went from 91.6% to 98.4% "
                    "(test_validate.test_real_grpo_to_ppo_pair)")
 def test_cross_run_grpo_to_ppo(tmp_path):
     """Calibrate on a GRPO run, predict a PPO run of the same model and cluster (the critic's
@@ -150,8 +150,10 @@ def test_cross_run_grpo_to_ppo(tmp_path):
 
 def test_transfer_prior_only_for_another_run(grpo_log):
     """``transfer`` moves a trainer stage's constant seconds from a cost per call to the
-    per-micro-batch slowdowns; generation keeps its prior, and a calibration for the same run
-    (``validate`` without ``--calibrate-on``, ``polytrace calibrate``) keeps the per-call prior."""
+    per-micro-batch slowdowns, and generation's to its per-token work (the priors price its
+    per-call work by model bytes, a fitted constant would carry to another size as if size-free);
+    a calibration for the same run (``validate`` without ``--calibrate-on``, ``polytrace
+    calibrate``) keeps the per-call priors."""
     from polytrace.calibrate.files import calibrate_log
     from polytrace.calibrate.validate import prepare
 
@@ -167,7 +169,8 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     # (1.65x with the priors of the split rollout host work; 2x+ before, when the priors' update
     # constant was a smaller share of this log's update)
     assert other.slowdown["train_overhead"] > 1.5 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
-    assert abs(other.overhead_s["gen"] - same.overhead_s["gen"]) < 0.05 * mean["gen"]
+    assert other.overhead_s["gen"] < 0.1 * mean["gen"] < same.overhead_s["gen"], (other.overhead_s, same.overhead_s)
+    assert other.slowdown["rollout"] > same.slowdown["rollout"], (other.slowdown, same.slowdown)
     # the priors as priced on the run's GPU (mi300x: its published fractions, stepmodel/devices.py)
     window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step,
                                    prior=calibration.prior_for(run)).scalars()

@@ -10,7 +10,16 @@ import math
 import pytest
 
 from polytrace.calibrate.fit import StepData, fit
-from polytrace.calibrate.ranges import WIDE_RANGE, estimate_range, guard, guard_estimate, toward_priors
+from polytrace.calibrate.ranges import (
+    WIDE_RANGE,
+    estimate_range,
+    guard,
+    guard_estimate,
+    held_out_scatter,
+    toward_priors,
+    transfer_scatter,
+    widen,
+)
 from polytrace.stepmodel.result import EstimateResult, StepRange
 
 
@@ -107,3 +116,26 @@ def test_guard_estimate_adds_the_guarded_answer_and_its_notes_to_an_estimate():
     bare = result({"mean_step_s": 30.0, "mean_stages_s": {"gen": 16.0}})
     assert guard_estimate(bare, result({"mean_stages_s": {"gen": 8.0}})).guarded is None
     assert "guarded" not in bare.to_json()
+
+
+def test_widen_adds_a_scatter_in_quadrature_in_log_space():
+    """Each end's log distance d from the estimate becomes sqrt(d^2 + s^2): an end at the estimate
+    moves by exactly e^(+-s), a far end barely, and no scatter changes nothing."""
+    assert widen(10.0, 10.0, 10.0, 0.1) == pytest.approx((10.0 * math.exp(-0.1), 10.0 * math.exp(0.1)), rel=1e-12)
+    lo, hi = widen(10.0, 10.0 * math.exp(-0.3), 10.0 * math.exp(0.4), 0.1)
+    assert (lo, hi) == pytest.approx((10.0 * math.exp(-math.hypot(0.3, 0.1)), 10.0 * math.exp(math.hypot(0.4, 0.1))),
+                                     rel=1e-12)
+    assert widen(10.0, 8.0, 12.0, 0.0) == (8.0, 12.0)
+    assert widen(10.0, 0.0, 12.0, 0.1)[0] == 0.0  # a range down to nothing stays so
+
+
+def test_held_out_scatter_is_the_rms_log_ratio_of_a_grouping():
+    doc = {"groups": {"groupings": {"size": {"per_log": {
+        "a": {"step": {"ratio": math.exp(0.3)}}, "b": {"step": {"ratio": math.exp(-0.4)}},
+        "c": {"gen": {"ratio": 9.0}}}}}}}
+    assert held_out_scatter("size", doc=doc) == pytest.approx(math.sqrt((0.09 + 0.16) / 2), rel=1e-12)
+    assert held_out_scatter("gpu", doc=doc) == 0.0  # a grouping the file does not score
+    # the shipped priors' leave-one-size-out step scatter (ef0b374's refit, 22 logs)
+    assert held_out_scatter("size") == pytest.approx(0.1101, abs=5e-4)
+    # carried from one run to another, both runs' deviations scatter: sqrt(2) of it
+    assert transfer_scatter("size", doc=doc) == pytest.approx(math.sqrt(0.09 + 0.16), rel=1e-12)

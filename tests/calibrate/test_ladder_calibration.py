@@ -14,7 +14,21 @@ to the 2-GPU runs). Under the priors refit at ef0b374 (vLLM's LoRA launches pric
 ``range_over_rows``, CPU, same priors): it holds the truth in 16 of 40 pairs (40%; its width is
 what the window cannot split, constants against per-token work and one family against another,
 not the rung-to-rung change of efficiency the misses show); one pair is further off than
-zero-shot by more than its width (MATH 3B -> 7B: 1.43x against zero-shot 1.05x, range 1.25-1.63x)."""
+zero-shot by more than its width (MATH 3B -> 7B: 1.43x against zero-shot 1.05x, range 1.25-1.63x).
+
+Then (CPU, same priors) generation's constant for another run at 0 s, sd 10% (``fit.
+FIXED_PRIOR_SHARE_GEN_TRANSFER``: a flat window's constant was carried to another size as if
+size-free; the 3B window's 26 s constant put the 7B's 26.3 s generation at 44.6 s): median 8.6%,
+31 within 20%, worst 1.44x (GSM8K 32B -> 7B), no pair further off than zero-shot by more than its
+range (goal met, before widening). The range then widened, in quadrature, by what no window of
+one rung sees: the window's and the target's own size deviations, each scattered as the priors'
+leave-one-size-out step (``ranges.transfer_scatter("size")``: sqrt(2) x 0.110 = 0.156 in log; the 40
+transfers' RMS log error is 0.146): it holds the truth in 30 of 40 pairs (75%, goal 80%: strict
+xfail; 17 of 40 on the window's ends alone), median hi/lo 1.46x, median hi - lo 0.38 of the actual
+step, 4.4x the median error (a range holding 80% of Gaussian errors spans 3.8x their median
+|error|, one holding 68% 3.0x). The misses are two runs' own deviations: GSM8K 32B as the window
+(1.22-1.44x) and MATH 7B (as the target of 0.5B, 1.5B, 3B, 32B windows: 1.19-1.28x; as the window
+for 0.5B and 1.5B: 0.78x, 0.80x)."""
 
 from __future__ import annotations
 
@@ -24,7 +38,7 @@ import itertools
 import numpy as np
 import pytest
 
-from polytrace.calibrate.ranges import range_over_rows
+from polytrace.calibrate.ranges import guard, range_over_rows, transfer_scatter
 from polytrace.calibrate.validate import _overlapped, _timed_stages, prepare, validate
 from polytrace.calibrate.zeroshot import zero_shot
 
@@ -35,21 +49,33 @@ def _rungs(folder, math: bool):
 
 @functools.cache
 def _target(dst):
-    """The rung's rows as ``validate --calibrate-on`` predicts them, and its zero-shot mean step."""
+    """The rung's rows as ``validate --calibrate-on`` predicts them, and its zero-shot mean seconds
+    per stage and step."""
     _log, _run, _notes, rows, split = prepare(dst, None, 10)
     _stages, rows = _timed_stages(rows, 10)
-    return rows, _overlapped(split), zero_shot(dst).accuracy["step"]["mean_predicted_s"]
+    return rows, _overlapped(split), {k: v["mean_predicted_s"] for k, v in zero_shot(dst).accuracy.items()}
 
 
 @functools.cache
 def _pair(src, dst) -> dict:
-    """Mean step: the calibrated prediction, its range's ends and the zero-shot one, over the actual."""
+    """Mean step over the actual: the calibrated prediction, its range's ends, the zero-shot one,
+    and the calibrated one guarded by its stages' ranges (``ranges.guard``: a stage past a 2x range
+    moves toward the zero-shot stage)."""
     res = validate(dst, calibrate_on=str(src))
     rows, overlapped, zs = _target(dst)
-    lo, hi = range_over_rows(rows, res.stages, res.per_step, res.calibration["scalars"], res.calibration_split,
-                             overlapped)["step_s"]
+    rng = range_over_rows(rows, res.stages, res.per_step, res.calibration["scalars"], res.calibration_split,
+                          overlapped, transfer_scatter("size"))
+    lo, hi = rng["step_s"]
+    # the window's own ends, before the sizes' scatter: what the third goal is held to
+    lo0, hi0 = range_over_rows(rows, res.stages, res.per_step, res.calibration["scalars"], res.calibration_split,
+                               overlapped)["step_s"]
     a = res.accuracy["step"]["mean_actual_s"]
-    return {"ratio": res.accuracy["step"]["mean_predicted_s"] / a, "lo": lo / a, "hi": hi / a, "zero_shot": zs / a}
+    summary = {"mean_step_s": res.accuracy["step"]["mean_predicted_s"],
+               "mean_stages_s": {s: res.accuracy[s]["mean_predicted_s"] for s in res.stages}}
+    guarded = guard(summary, {"mean_stages_s": zs}, rng, overlapped)
+    return {"ratio": summary["mean_step_s"] / a, "lo": lo / a, "hi": hi / a, "zero_shot": zs["step"] / a,
+            "window_width": (hi0 - lo0) / a, "guarded": guarded["step_s"] / a,
+            "moved": sorted(s for s, w in guarded["weights"].items() if w < 1)}
 
 
 def _all_pairs(folder) -> list[dict]:
@@ -59,7 +85,7 @@ def _all_pairs(folder) -> list[dict]:
 @pytest.mark.parametrize("src, dst", [("0.5B", "1.5B"), ("3B", "7B")])
 def test_a_rung_predicts_the_next_within_20pct(validation_logs, src, dst):
     """Two GSM8K pairs (CI's short version): the same GPUs (0.5B -> 1.5B: 1.03x, range
-    0.97-1.07x) and across the 2- to 8-GPU step (3B -> 7B: 1.12x, range 1.03-1.27x)."""
+    0.87-1.21x) and across the 2- to 8-GPU step (3B -> 7B: 1.07x, range 0.91-1.32x)."""
     rung = {p.name.split("-bsz")[0].split("Qwen2.5-")[1]: p for p in _rungs(validation_logs, False)}
     p = _pair(rung[src], rung[dst])
     assert abs(p["ratio"] - 1) <= 0.20
@@ -76,8 +102,8 @@ def test_calibrated_on_one_rung_the_others_within_20pct_median(validation_logs):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the range holds the truth in 16 of 40 pairs (40%, goal 80%): it spans "
-                   "what the window cannot split, not the rung-to-rung change of efficiency (CPU, priors of ef0b374)")
+@pytest.mark.xfail(strict=True, reason="the range holds the truth in 30 of 40 pairs (75%, goal 80%): GSM8K 32B's "
+                   "and MATH 7B's own deviations from the priors, past the sizes' scatter (CPU, priors of ef0b374)")
 def test_the_calibrated_range_holds_the_truth_in_80pct_of_pairs(validation_logs):
     pairs = _all_pairs(validation_logs)
     inside = sum(p["lo"] <= 1.0 <= p["hi"] for p in pairs)
@@ -85,10 +111,37 @@ def test_the_calibrated_range_holds_the_truth_in_80pct_of_pairs(validation_logs)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="1 of 40 pairs: MATH 3B -> 7B calibrated 1.43x, zero-shot 1.05x, its range "
-                   "1.25-1.63x (0.25 s past the width; CPU, priors of ef0b374)")
+def test_the_calibrated_range_is_no_wider_than_its_errors_need(validation_logs):
+    """A range holds its estimate, and is not bought by width: the median hi/lo at most 1.55x
+    (1.46x measured) and the median hi - lo at most 5x the median error (0.38 against 0.086,
+    4.4x; 3.8x is what an 80% range of Gaussian errors needs): a range twice as wide fails both."""
+    pairs = _all_pairs(validation_logs)
+    assert all(0 < p["lo"] <= p["ratio"] <= p["hi"] for p in pairs), pairs
+    assert np.median([p["hi"] / p["lo"] for p in pairs]) <= 1.55, pairs
+    err = np.median([abs(p["ratio"] - 1) for p in pairs])
+    assert np.median([p["hi"] - p["lo"] for p in pairs]) <= 5 * err, (err, pairs)
+
+
+@pytest.mark.slow
 def test_calibration_never_further_off_than_zero_shot_by_more_than_its_range(validation_logs):
-    """|calibrated - actual| <= |zero-shot - actual| + (hi - lo), in units of the actual mean step."""
+    """|calibrated - actual| <= |zero-shot - actual| + (hi - lo), in units of the actual mean step,
+    held to the window's own range (before the sizes' scatter widens it, which would pass the
+    1.43x below too): met since generation's constant for another run is 0 s (MATH 3B -> 7B 1.43x,
+    range 1.25-1.63x -> 1.24x, zero-shot 1.05x)."""
     worse = [p for p in _all_pairs(validation_logs)
-             if abs(p["ratio"] - 1) > abs(p["zero_shot"] - 1) + (p["hi"] - p["lo"])]
+             if abs(p["ratio"] - 1) > abs(p["zero_shot"] - 1) + p["window_width"]]
     assert not worse, worse
+
+
+@pytest.mark.slow
+def test_the_guard_toward_the_priors_does_not_make_the_ladder_worse(validation_logs):
+    """The fall-back past a 2x-wide stage range (``ranges.guard``), scored: it moves 8 of the 40
+    pairs (a log-prob, update or generation range from 2.0x to 4.7x; GSM8K 32B as the window
+    three times) and takes the median error from 8.6% to 8.3% (CPU, priors of ef0b374); no pair
+    it moves ends more than 1% of its step further off."""
+    pairs = _all_pairs(validation_logs)
+    moved = [p for p in pairs if p["moved"]]
+    assert len(moved) >= 4, pairs  # exercised: a guard that never fires fails here
+    assert all(abs(p["guarded"] - 1) <= abs(p["ratio"] - 1) + 0.01 for p in moved), moved
+    assert all(p["guarded"] == p["ratio"] for p in pairs if not p["moved"])
+    assert np.median([abs(p["guarded"] - 1) for p in pairs]) <= np.median([abs(p["ratio"] - 1) for p in pairs])
