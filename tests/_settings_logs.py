@@ -68,6 +68,8 @@ def growing_log(path, *, remove_padding=True, multiturn=False, hide=("actor_roll
                 noise=0.02, generated_share=0.2) -> str:
     rng = np.random.default_rng(seed)
     settings = dict(SETTINGS, **{"actor_rollout_ref.model.use_remove_padding": str(remove_padding)})
+    if multiturn:  # its tools return search-engine-sized text (~880-2,800 tokens a call): a cut that lets it through
+        settings["actor_rollout_ref.rollout.multi_turn.max_tool_response_length"] = "16384"
     lines = [command(settings, hide, gpus=gpus, prompts=prompts, n=n, max_prompt=max_prompt,
                      max_response=max_response)]
     seqs = prompts * n

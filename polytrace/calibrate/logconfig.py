@@ -268,7 +268,9 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         balance_batch=False,
         mini_batches=mini_batches, stage_micro_batches=stage_mb, notes=notes, rollout_precision=precision,
         cpu_optimizer=cpu_share, cpu_optimizer_overlap=v.flag(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", False),
-        generated_share=log.generated.share if log.generated is not None else None)
+        generated_share=log.generated.share if log.generated is not None else None,
+        max_tool_response_chars=v.count("actor_rollout_ref.rollout.multi_turn.max_tool_response_length")
+        or RunConfig.max_tool_response_chars)
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes

@@ -14,8 +14,21 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from ..logs.agent import agent_step
-from ..stepmodel.rollout import GENERATED_SHARE_PRIOR, multiturn_rollout
+from ..stepmodel.rollout import GENERATED_SHARE_PRIOR, generated_share_floor, multiturn_rollout, tool_tokens_max
+
+
+def slowest_generated(step) -> int:
+    """Response tokens the step's slowest trajectory generated itself, where the log says: verl logs
+    the trajectory the step waited for last (``agent_loop/slowest/*``); with no tool seconds it made
+    no tool call (a sandbox call takes wall time), so nothing in its response is tool output. 0: not
+    known."""
+    if (step.slowest_response and step.tool_wait_source == "agent_loop/slowest/tool_calls"
+            and step.tool_wait_s == 0.0):
+        return int(step.slowest_response)
+    return 0
 
 
 def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
@@ -24,11 +37,18 @@ def price_multiturn(run, row, prompt_lens, response_lens) -> bool:
     if step is None or not step.multiturn:
         return False
     share = GENERATED_SHARE_PRIOR if run.generated_share is None else run.generated_share
+    if run.generated_share is None and step.tool_calls is not None:
+        # the prior, but never below what the logged tool calls leave (a Search-R1 share of 16% on
+        # a code sandbox's 2.4 calls of <= 293 tokens in 1,083-token responses would need 5.6x the
+        # tool output verl lets through)
+        share = max(share, generated_share_floor(step.tool_calls, float(np.mean(response_lens)),
+                                                 run.max_tool_response_chars))
     # without vLLM's expert parallelism, as this re-pricing always has (rollout_ep 1): kept so the
     # signature change (issue 35) moves no number
     engine = dataclasses.replace(run.rollout_settings, rollout_ep=1)
     roll, prefill = multiturn_rollout(run.engine_model, run.gpu, prompt_lens, response_lens,
-                                      generated_share=share, n_gpus=run.n_gpus, engine=engine)
+                                      generated_share=share, n_gpus=run.n_gpus, engine=engine,
+                                      slowest_generated=slowest_generated(step))
     gen = dict(row.x.get("gen", {}))
     before = gen.get("rollout", 0.0)
     gen["rollout"] = roll.time_s + prefill
@@ -63,6 +83,8 @@ def multiturn_notes(rows, measured=None) -> list[str]:
                  f"{measured.trajectories} validation trajectories with {measured.tool_turns} tool turns in "
                  f"{measured.source}")
     else:
-        share = f"{100 * GENERATED_SHARE_PRIOR:.1f}% of each response (the Search-R1 trace's generated share"
+        share = (f"{100 * GENERATED_SHARE_PRIOR:.1f}% of each response (the Search-R1 trace's generated share, "
+                 f"raised where the logged tool calls per trajectory, at most {tool_tokens_max()} tokens each "
+                 "at verl's default cut of a tool's text, leave more")
     return [f"multi-turn: {len(multi)} step(s) with agent-loop metrics; generation decodes {share}; the rest is tool "
             f"output, prefilled between turns) and adds {wait}"]

@@ -37,6 +37,8 @@ class AgentStep:
     tool_wait_s: float | None  # tool seconds the step waits for (the slowest trajectory's)
     tool_wait_source: str  # the metric it came from
     tool_mean_s: float | None  # a trajectory's tool seconds, mean over the batch
+    # the slowest trajectory's response tokens (``agent_loop/slowest/response_length``)
+    slowest_response: float | None = None
 
     @property
     def multiturn(self) -> bool:
@@ -60,4 +62,4 @@ def agent_step(metrics: dict) -> AgentStep | None:
     requests = max(1.0, turns / 2.0) if turns is not None else None
     if calls is None and requests is not None:
         calls = requests - 1.0
-    return AgentStep(requests, calls, wait, source, mean)
+    return AgentStep(requests, calls, wait, source, mean, _get(metrics, "agent_loop/slowest/response_length"))

@@ -50,6 +50,17 @@ is not V0 0.6-0.8's split either. The corpus holds both engines under one fitted
 V0 on its 0.5B logs (their XFORMERS backend falls back to it), V1 0.8.x in eager mode on its 7B
 ones (they name ``vllm.v1.worker.gpu_worker.Worker``), so a factor between them would be a second
 fit the corpus cannot identify. Both are priced at the fitted in-step price.
+
+verl's agent loop (``rollout.mode=async``) serves through vLLM's ``AsyncLLM`` behind a Ray or HTTP
+server, which an in-process engine does not. Priced: what the log measures or bounds (the tool
+waits as logged, the generated share at least what the tool calls cannot have appended, the slowest
+trajectory's whole response where it waited on no tool: ``calibrate/multiturn.py``). Not priced: the
+server's own per-step cost. verl's ``ExternalRayDistributedExecutor.collective_rpc`` noted "~3ms
+overhead per schedule step due to SchedulerOutput/ModelRunnerOutput serialization/deserialization"
+(volcengine/verl ``verl/workers/rollout/vllm_rollout/vllm_async_server.py`` before pull request
+#3456, 2025-09-16, which moved to vLLM's native HTTP server); no corpus log prints its verl version,
+so which server ran is unknown, and on the OPD 3B run's ~8,100 iterations a step it would be ~24 s
+(~10% of its generation), which one series cannot confirm.
 """
 
 from __future__ import annotations

@@ -365,6 +365,33 @@ def simulate_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, 
 # 1.6 tool calls per trajectory, 0.40 s mean tool latency. Used where a log gives no token split.
 GENERATED_SHARE_PRIOR = 0.162
 
+# What a tool call can append at most. verl's agent loop cuts a tool's text longer than
+# ``multi_turn.max_tool_response_length`` characters (default 256, verl/trainer/config/rollout/
+# rollout.yaml) to that many plus a "...(truncated)..." marker of 17 characters before it tokenizes it
+# (volcengine/verl verl/experimental/agent_loop/tool_agent_loop.py, ``_call_tool``, commit b178a3c);
+# a token of a byte-level BPE vocabulary holds at least one character of ASCII text, so at most one
+# token a character; Qwen's hermes chat template wraps the text in a ``tool`` turn and opens the next
+# assistant turn, 20 tokens counted from its markup (<|im_start|> user \n <tool_response> \n ... \n
+# </tool_response> <|im_end|> \n <|im_start|> assistant \n, the two tags ~5 tokens each).
+VERL_TOOL_RESPONSE_CHARS = 256
+TOOL_TRUNCATION_MARK_CHARS = 17
+TOOL_TURN_TEMPLATE_TOKENS = 20
+
+
+def tool_tokens_max(max_tool_response_chars: int = VERL_TOOL_RESPONSE_CHARS) -> int:
+    """The most tokens one tool call appends to a trajectory (the constants above)."""
+    return max_tool_response_chars + TOOL_TRUNCATION_MARK_CHARS + TOOL_TURN_TEMPLATE_TOKENS
+
+
+def generated_share_floor(tool_calls: float, mean_response: float,
+                          max_tool_response_chars: int = VERL_TOOL_RESPONSE_CHARS) -> float:
+    """The least share of a step's response tokens the model generated: what ``tool_calls`` calls
+    per trajectory can have appended at most (``tool_tokens_max``) is the rest. 0 when the calls
+    could fill the responses."""
+    if mean_response <= 0 or tool_calls <= 0:
+        return 0.0 if mean_response <= 0 else 1.0
+    return float(min(max(1.0 - tool_calls * tool_tokens_max(max_tool_response_chars) / mean_response, 0.0), 1.0))
+
 
 def tool_prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens, response_lens, tool_tokens,
                          n_gpus: int, eff: Efficiency = DEFAULT) -> float:
@@ -383,18 +410,23 @@ def tool_prefill_seconds(model: ModelSpec, gpu: GPU, tp: int, prompt_lens, respo
 
 
 def multiturn_rollout(model: ModelSpec, gpu: GPU, prompt_lens, response_lens, *, generated_share: float,
-                      n_gpus: int, engine: Rollout = ONE_GPU_ENGINE,
-                      pricer: Pricer | None = None) -> tuple[RolloutResult, float]:
+                      n_gpus: int, engine: Rollout = ONE_GPU_ENGINE, pricer: Pricer | None = None,
+                      slowest_generated: int = 0) -> tuple[RolloutResult, float]:
     """A multi-turn rollout's engine work: the generated tokens decoded (``generated_share`` of
     each response, at least one) and the tool output prefilled between turns
     (``tool_prefill_seconds``). Tool waits are not engine work: the caller adds them. Priced at
-    ``pricer``'s efficiencies (default: the roofline at ``efficiency.DEFAULT``)."""
+    ``pricer``'s efficiencies (default: the roofline at ``efficiency.DEFAULT``). ``slowest_generated``:
+    tokens the longest response is known to have generated itself (the log's slowest trajectory,
+    which waited on no tool: no tool output in it), decoded whatever the share."""
     pricer = pricer or Pricer(gpu, DEFAULT)
     eff, tp = pricer.eff, engine_tp(engine)
     p = np.asarray(prompt_lens, dtype=np.int64)
     r = np.asarray(response_lens, dtype=np.int64)
     share = float(min(max(generated_share, 0.0), 1.0))
     decoded = np.maximum(np.round(r * share).astype(np.int64), 1)
+    if slowest_generated > 0 and len(r):
+        i = int(np.argmax(r))
+        decoded[i] = max(int(decoded[i]), min(int(slowest_generated), int(r[i])))
     roll = simulate_rollout(model, gpu, p, decoded, n_gpus=n_gpus, engine=engine, eff=eff, pricer=pricer)
     scale = pricer.scale("prefill")
     prefill = tool_prefill_seconds(model, gpu, tp, p, r, np.maximum(r - decoded, 0), n_gpus, eff) * scale

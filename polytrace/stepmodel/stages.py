@@ -26,7 +26,7 @@ from .pricing import HOST_PRICE, ROOFLINE, Pricer
 from .quantiles import midpoint_quantiles
 from .refit import colocated_refit_seconds
 from .result import Price, price_of
-from .rollout import RolloutResult, simulate_rollout
+from .rollout import VERL_TOOL_RESPONSE_CHARS, RolloutResult, simulate_rollout
 from .training import TrainerLayout, offload_seconds, optimizer_seconds, pass_cost
 
 STAGES = ("gen", "old_log_prob", "ref", "values", "update_critic", "update_actor")
@@ -75,6 +75,9 @@ class RunConfig:
     # a multi-turn run's share of response tokens the model generated, where its logs measure it
     # (``logs.generations``); None: the prior (``rollout.GENERATED_SHARE_PRIOR``)
     generated_share: float | None = None
+    # verl's ``multi_turn.max_tool_response_length``: a tool's text is cut at this many characters
+    # (``rollout.generated_share_floor``)
+    max_tool_response_chars: int = VERL_TOOL_RESPONSE_CHARS
     eager: bool = default("eager")  # inference engine without CUDA graphs (verl's enforce_eager)
     # the engine's loop (vLLM's V1 or V0) and V1's asynchronous scheduling (``engines.py``)
     engine: str = default("engine")

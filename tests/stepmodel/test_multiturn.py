@@ -297,3 +297,36 @@ def test_a_single_turn_runs_tables_are_not_read(tmp_path):
     growing_log(log, remove_padding=True, multiturn=True, steps=5)
     read = read_log(folder)
     assert read.generated is None and any("generations_4_abc" in n for n in read.notes)
+
+
+def test_generated_share_floor_is_what_the_tool_calls_cannot_have_appended():
+    """verl cuts a tool's text at 256 characters (+17 of marker) and the hermes turn adds 20
+    tokens: 2 calls in 1,000-token responses leave at least 1 - 2 x 293 / 1,000 generated."""
+    from polytrace.stepmodel.rollout import generated_share_floor, tool_tokens_max
+
+    assert tool_tokens_max() == 293 and tool_tokens_max(1000) == 1037
+    assert generated_share_floor(2.0, 1000.0) == pytest.approx(1 - 2 * 293 / 1000, rel=1e-12)
+    assert generated_share_floor(2.0, 3000.0, 512) == pytest.approx(1 - 2 * 549 / 3000, rel=1e-12)
+    assert generated_share_floor(0.0, 1000.0) == 1.0  # no call appends nothing
+    assert generated_share_floor(10.0, 1000.0) == 0.0  # the calls could fill the responses
+    assert generated_share_floor(1.0, 0.0) == 0.0
+
+
+def test_slowest_trajectory_without_tools_decodes_its_whole_response():
+    """The log's slowest trajectory waited on no tool: its logged response is all generated, so the
+    engine decodes it whole however small the share (the horizon is its length)."""
+    from polytrace.calibrate.multiturn import slowest_generated
+
+    model, gpu = get_model("qwen2.5-3b"), get_gpu("a100-80g")
+    p, r = np.full(16, 300), np.array([2000] * 15 + [4000])
+    roll, _ = multiturn_rollout(model, gpu, p, r, generated_share=0.25, n_gpus=1)
+    assert roll.iterations == 1000
+    roll, _ = multiturn_rollout(model, gpu, p, r, generated_share=0.25, n_gpus=1, slowest_generated=3500)
+    assert roll.iterations == 3500
+    roll, _ = multiturn_rollout(model, gpu, p, r, generated_share=0.25, n_gpus=1, slowest_generated=9000)
+    assert roll.iterations == 4000  # never more than the response itself
+    m = {"num_turns/mean": 6.0, "timing_s/agent_loop/slowest/tool_calls": 0.0,
+         "timing_s/agent_loop/slowest/response_length": 3500}
+    assert agent_step(m).slowest_response == 3500.0 and slowest_generated(agent_step(m)) == 3500
+    assert slowest_generated(agent_step({**m, "timing_s/agent_loop/slowest/tool_calls": 0.4})) == 0
+    assert slowest_generated(agent_step({k: v for k, v in m.items() if "slowest/tool" not in k})) == 0
