@@ -22,17 +22,19 @@ from polytrace.calibrate.priors import load_corpus_gpus
 from polytrace.calibrate.validate import Overrides, validate
 
 GOAL = 95.0
-# log -> (why). Figures: CPU estimates at b4ec37d, step accuracy (naive beside).
+# log -> why. Figures: CPU estimates at c97b80b (the priors refit with the agent loop's tool cut),
+# step accuracy (naive beside).
 UNMET = {
-    "ladder/math__Qwen2.5-32B-bsz64_8-prompt1024-resp512-score0.6985.log": "93.7% (naive 90.4%)",
-    "ladder/math__Qwen2.5-7B-bsz64_8-prompt1024-resp512-score0.6513.log": "97.5%, below the naive 98.1%",
+    "ladder/math__Qwen2.5-32B-bsz64_8-prompt1024-resp512-score0.6985.log": "93.5% (naive 90.4%)",
+    "ladder/math__Qwen2.5-7B-bsz64_8-prompt1024-resp512-score0.6513.log": "97.6%, below the naive 98.1%",
     "more/verl_opd-retool_qwen2.5-3b_teacher32b_4gpu.output.log":
-        "87.1% (naive 41.8%): a multi-turn agent loop with tool calls, whose tool time the log does not split out",
-    "more/verl_opd-retool_qwen3-4b_teacher32b_4gpu.output.log": "71.5% (naive -482%): the same agent loop",
+        "88.5% (naive 41.8%): a multi-turn agent loop with tool calls",
+    # (its twin on Qwen3-4B meets the goal since the agent loop decodes what the tool cut leaves,
+    # c97b80b: 71.5% -> 97.3%)
     "more/verl_qwen2-7b_gpg_megatron_8gpu.log": "97.2%, below the naive 97.5%",
     "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log":
         "94.5% (naive 85.9%): generation slows over steps 53-137 with flat lengths (test_validate.UNMET)",
-    "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log": "96.4%, below the naive 97.1%",
+    "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log": "96.6%, below the naive 97.1%",
     "verl_qwen2.5-7b_ppo_16gpu_resumed.log": "92.6% (naive 93.5%)",
 }
 
