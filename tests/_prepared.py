@@ -3,18 +3,18 @@
 ``prepare`` (a log read, configured, checked and priced on every step) is most of what the step
 model's slowest tests cost: ``tests/test_golden.py`` calls it 19 times on 10 logs (``validate`` and
 ``validate --zero-shot`` of the same 9 logs, on the same window), the ladder's 40 ordered pairs
-(``tests/calibrate/test_ladder_calibration.py``) 80 times on 10 logs; each call is 0.3-1.5 CPU-s on
-the project's 2-core machine. Its result is a pure function of the log file (and the companion files
-beside it), the overrides, the window and the code: ``test_prepared.py`` checks that two calls give
-equal results and that the memo's answer equals a fresh call's.
+(``tests/calibrate/test_ladder_calibration.py``) 80 times on 10 logs; a call took 0.4-2.6 CPU-s on
+the project's 2-core machine. Its result is a pure function of the log file (and the companion
+files beside it), the overrides, the window and the code: ``calibrate/test_prepared_memo.py``
+checks that two calls give equal results and that the memo's answer equals a fresh call's.
 
-Only modules that opt in (``memoized_prepare``, a module fixture) use it, and none of them patches
-the step model: a test that plants a change in the pricing and calls ``validate`` must not get the
-price of an earlier call, so there is no session-wide patch. The key holds the log's resolved path,
-the size and mtime of every file in its folder (companion files, a multi-turn run's tables), the
-overrides' ``repr`` (every field of the dataclass), the window, and the ``POLYTRACE_*`` variables;
-each call returns a deep copy (``validate`` appends to the notes it is given), so no caller sees
-another's changes.
+Only modules that opt in (``patch_prepare`` in a module fixture: the golden, ladder and validate
+tests) use it, and none of them patches the step model: a test that plants a change in the pricing
+and calls ``validate`` must not get the price of an earlier call, so there is no session-wide patch.
+The key holds the log's resolved path, the size and mtime of every file in its folder (companion
+files, a multi-turn run's tables), the other arguments' ``repr`` (every field of the overrides'
+dataclass, the window) and the ``POLYTRACE_*`` variables; each call returns a deep copy
+(``validate`` appends to the notes it is given), so no caller sees another's changes.
 """
 
 from __future__ import annotations
