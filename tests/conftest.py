@@ -18,6 +18,15 @@ from pathlib import Path
 
 import pytest
 
+# One CPU thread per test process (torch's intra-op pool, OpenMP, OpenBLAS), set before anything
+# imports torch or numpy, and inherited by the CLIs the tests start. The tests' tensors are small
+# (interpreter shapes, fp64 truths of a few thousand elements): a second thread only spins on the
+# 2-core machine, all the more under `-n 2` where two workers already hold both cores. Measured
+# there on tests/kernels/test_logprob.py alone: 37.3-40.0 CPU-s with 2 threads, 30.4-31.7 with 1.
+# A variable already set wins (a developer's machine with cores to spare).
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 
 def _cuda_available() -> bool:
     try:

@@ -96,11 +96,21 @@ def test_store_step_refuses_cpu_results_unless_allowed(tmp_path, capsys):
     assert (tmp_path / "results" / "baselines" / "cpu.json").is_file()
 
 
-def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path):
+SKIP_TESTS_KERNEL_TEST = "def test_kernel_ok():\n    assert True\n"
+
+
+@pytest.fixture(scope="module")
+def skip_tests_run(tmp_path_factory):
+    """One dry run with ``--skip-tests`` (its own folder and results store), read by the two tests
+    below: the same command run twice cost about 9 CPU-s more (each run starts several Pythons)."""
+    return _run(tmp_path_factory.mktemp("skip_tests"), "direct", SKIP_TESTS_KERNEL_TEST, "--skip-tests")
+
+
+def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path, skip_tests_run):
     """--via-bench (issue 14: the runbook through `polytrace bench` on one GPU) gives the same result
     files: the same benchmark ids, each with its output check."""
-    kernel_test = "def test_kernel_ok():\n    assert True\n"
-    direct, out_direct = _run(tmp_path, "direct", kernel_test, "--skip-tests")
+    kernel_test = SKIP_TESTS_KERNEL_TEST
+    direct, out_direct = skip_tests_run
     bench, out_bench = _run(tmp_path, "bench", kernel_test, "--skip-tests", "--via-bench",
                             "--bench-dir", str(tmp_path / "bench-run"))
     assert direct.returncode == 0, direct.stdout[-3000:]
@@ -115,12 +125,12 @@ def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path):
     assert (tmp_path / "bench-run" / "shards").is_dir()  # resumable: the shard records stay there
 
 
-def test_runbook_exits_nonzero_naming_a_step_that_raised(tmp_path, monkeypatch):
+def test_runbook_exits_nonzero_naming_a_step_that_raised(tmp_path, monkeypatch, skip_tests_run):
     """A step whose exception the summary turns into a text line (here the step estimate, which a
     CPU dry run cannot price: POLYTRACE_RUNBOOK_STRICT_ESTIMATE holds it to the GPU rule) fails the
     run with a status line naming the step; the same run without the strict rule passes."""
-    kernel_test = "def test_kernel_ok():\n    assert True\n"
-    relaxed, _ = _run(tmp_path, "relaxed", kernel_test, "--skip-tests")
+    kernel_test = SKIP_TESTS_KERNEL_TEST
+    relaxed, _ = skip_tests_run  # the same command as the strict run's below, without the variable
     assert relaxed.returncode == 0, relaxed.stdout[-3000:]
     assert "step estimate: not computed on a CPU dry run" in relaxed.stdout
     assert "probe: not run (no CUDA)" in relaxed.stdout

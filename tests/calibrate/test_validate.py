@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 import pytest
+from _prepared import patch_prepare
 from _verl_logs import priced_probe
 
 from polytrace.calibrate.validate import Overrides, validate
@@ -138,6 +139,15 @@ QWEN7B = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
 UNMET = {(QWEN7B, "gen"): ("gen 84.3% (naive 74.1%): generation slows over steps 53-137 with flat lengths and flat "
                            "GPU-bound stages, on a node Ray found another Ray cluster on (log line 8)"),
          (QWEN7B, "step"): "step 94.4% (naive 85.9%): the same generation slowdown"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_log_priced_once():
+    """``_result`` (validate) and ``_prepared`` below prepare three logs the same way (window 10, no
+    overrides): memoized (tests/_prepared.py), each is priced once. Nothing here patches the model."""
+    with pytest.MonkeyPatch.context() as mp:
+        patch_prepare(mp)
+        yield
 
 
 @functools.cache
