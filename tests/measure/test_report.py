@@ -49,9 +49,10 @@ def test_report_prices_as_estimate_does(tmp_path, capsys, monkeypatch):
         assert (fams["calibration"]["status"] == "priors") if not flags else "calibration" not in fams, fams.get(
             "calibration")
         steps[len(flags)] = rep["summary"]["mean_step_s"]
-    # the priors' host and efficiency slowdowns move the 32B step off the roofline (7.5%: its
-    # CUDA-graph engines hide the launches the priors' eager logs paid)
-    assert abs(steps[0] / steps[1] - 1) > 0.04, steps
+    # the priors' host and efficiency slowdowns move the 32B step off the roofline (its CUDA-graph
+    # engines hide the launches the priors' eager logs paid): 2.4% under the priors refit at c97b80b,
+    # 7.5% when this check was written; a report that dropped the priors gives the roofline's step exactly
+    assert abs(steps[0] / steps[1] - 1) > 0.01, steps
 
 
 def test_report_shows_measured_families_from_the_store(tmp_path, capsys, monkeypatch):
