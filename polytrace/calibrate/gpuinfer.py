@@ -55,7 +55,8 @@ def impossible(reading, gpu) -> str | None:
         return None
     lo, hi = reading.achieved
     return (f"the log's update runs {lo:.0f}-{hi:.0f} TFLOP/s per GPU by verl's own FLOP count "
-            f"(perf/mfu/actor), past {gpu.slug}'s {gpu.bf16_tflops:g} TFLOP/s bf16 peak: it cannot have run on {gpu.slug}"
+            f"(perf/mfu/actor), past {gpu.slug}'s {gpu.bf16_tflops:g} TFLOP/s bf16 peak: "
+            f"it cannot have run on {gpu.slug}"
             + (f"; its MFU reads verl's {reading.verl_class:g} TFLOP/s class ({', '.join(reading.candidates)})"
                if reading.verl_class is not None else ""))
 

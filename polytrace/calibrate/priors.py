@@ -176,7 +176,8 @@ def load_corpus_gpus(path=None) -> dict:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise PolytraceError(f"{path}: cannot read the corpus GPUs: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != "polytrace.corpus_gpus" or not isinstance(doc.get("logs"), dict):
+    if (not isinstance(doc, dict) or doc.get("format") != "polytrace.corpus_gpus"
+            or not isinstance(doc.get("logs"), dict)):
         raise PolytraceError(f"{path}: not a polytrace corpus GPUs file (format polytrace.corpus_gpus)")
     for name, e in doc["logs"].items():
         if not (isinstance(e, dict) and all(isinstance(e.get(k), str) and e[k] for k in ("gpu", "sha256", "source"))):

@@ -21,10 +21,11 @@ family scales by 1 and the range does not move.
 Nor, last, can one window see how the run's deviation from the priors changes with the model's
 size: that is measured only across sizes, by the priors' leave-one-size-out fold (``priors.json``
 ``groups.groupings.size``: each log's step predicted by priors fitted without its size; RMS log
-ratio 0.127 over the 22 logs with the priors refit at c97b80b, 0.110 at ef0b374). A calibration carries its window's run's deviation
-(scattered so about what the sizes share) to a target with a deviation of its own, so their
-difference scatters sqrt(2) times as much (``transfer_scatter``: 0.179, 0.156 at ef0b374; the 40
-ladder transfers' RMS log error was 0.146 at ef0b374). A calibrated estimate for another model size (``range_over_rows`` with
+ratio 0.127 over the 22 logs with the priors refit at c97b80b, 0.110 at ef0b374). A calibration
+carries its window's run's deviation (scattered so about what the sizes share) to a target with a
+deviation of its own, so their difference scatters sqrt(2) times as much (``transfer_scatter``:
+0.179, 0.156 at ef0b374; the 40 ladder transfers' RMS log error was 0.146 at ef0b374). A calibrated
+estimate for another model size (``range_over_rows`` with
 ``scatter=transfer_scatter("size")``) widens its step's range by it, in quadrature with the
 window's own ends (independent unknowns, in log space about the estimate).
 """

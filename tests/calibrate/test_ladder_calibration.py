@@ -118,8 +118,9 @@ def test_calibrated_on_one_rung_the_others_within_20pct_median(validation_logs):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="the range holds the truth in 31 of 40 pairs (77.5%, goal 80%; 30 at ef0b374): GSM8K 32B's "
-                   "and MATH 7B's own deviations from the priors, past the sizes' scatter (CPU, priors refit at c97b80b)")
+@pytest.mark.xfail(strict=True, reason="the range holds the truth in 31 of 40 pairs (77.5%, goal 80%; 30 at "
+                   "ef0b374): GSM8K 32B's and MATH 7B's own deviations from the priors, past the sizes' scatter "
+                   "(CPU, priors refit at c97b80b)")
 def test_the_calibrated_range_holds_the_truth_in_80pct_of_pairs(validation_logs):
     pairs = _all_pairs(validation_logs)
     inside = sum(p["lo"] <= 1.0 <= p["hi"] for p in pairs)

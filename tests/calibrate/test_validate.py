@@ -269,10 +269,10 @@ def _holdout(cal_rows, test_rows, stages, first_step, run, transfer=False):
     # the priors decided the flat window's constant/per-token split and put more of it per token)
     30,
     pytest.param(100, marks=pytest.mark.xfail(strict=True, reason=(
-        "step 87.9% (goal 90; 89.9% before the rollout's per-sequence host work was priced apart): since decode prices the linear layers and attention as two kernels run one "
-        "after the other (as vLLM runs them), predicted generation grows with response length where this "
-        "run's does not (steps 53-137 drift without a length cause, see UNMET); with the old overlapped "
-        "decode roofline 90.1%")))])
+        "step 87.9% (goal 90; 89.9% before the rollout's per-sequence host work was priced apart): since "
+        "decode prices the linear layers and attention as two kernels run one after the other (as vLLM runs "
+        "them), predicted generation grows with response length where this run's does not (steps 53-137 "
+        "drift without a length cause, see UNMET); with the old overlapped decode roofline 90.1%")))])
 def test_qwen7b_calibrated_mid_run_predicts_the_rest(validation_logs, start):
     """The Qwen2-7B run's responses go from 200 to 669 tokens: ten steps from the middle of the
     run (flat lengths near 215) predict the whole run, the long-response end included, for the
