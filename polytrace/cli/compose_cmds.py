@@ -308,7 +308,10 @@ def _device_note(gpu: str) -> None:
 
 
 def _run_line(result: EstimateResult) -> str:
-    """The estimate's first line: the run as priced (model, GPUs, layouts, precisions, batch)."""
+    """The estimate's first line: the run as priced (model, GPUs, layouts, precisions, the engine's
+    setting (``engines.engine_phrase``), batch)."""
+    from ..stepmodel.engines import engine_phrase
+
     s = result.setting
     layout = "".join(f" {k} {s(f)}" for k, f in (("EP", "rollout_ep"),) if s(f, 1) > 1)
     if s("strategy") == "megatron":
@@ -318,14 +321,9 @@ def _run_line(result: EstimateResult) -> str:
     # an FP8 side, said where it is (bf16, the default, is not)
     precision = "".join(f" | {side} {s(f)}" for side, f in (("rollout", "rollout_precision"),
                                                            ("train", "train_precision")) if s(f, "bf16") != "bf16")
-    # the engine's launch mode, always said: eager launches every kernel of every decode step (a
-    # LoRA adapter adds its own, engines.py), which can cost a small model's generation 2x and more
-    engine = "eager" if s("eager", False) else "CUDA graphs"
-    # and its loop, always said: asynchronous scheduling hides the per-step host work (engines.py)
-    loop = (f"vLLM {'V0' if s('engine') == 'vllm-v0' else 'V1'}, "
-            f"{'async' if s('async_scheduling', False) else 'in-step'} scheduling")
+    launches, loop = engine_phrase(s("eager", False), s("engine"), s("async_scheduling", False)).split(" | ")
     return (f"{result.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | rollout TP {s('rollout_tp')}{layout}, "
-            f"{engine}{precision} | {loop} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x "
+            f"{launches}{precision} | {loop} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x "
             f"{s('n')} | micro-batch {s('micro_batch_tokens')} tokens")
 
 

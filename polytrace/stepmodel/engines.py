@@ -133,5 +133,16 @@ def rollout_efficiency(eff: Efficiency, model: ModelSpec, *, lora_rank: int = 0,
     return replace(eff, host_overlap=0.0, overlap_slowdowns=DEFAULT.overlap_slowdowns) if eff.host_overlap else eff
 
 
-__all__ = ["ASYNC_HOST_OVERLAP", "TRITON_LAUNCH_S", "host_overlap", "lora_launch_seconds_per_layer",
+def engine_phrase(eager: bool, engine: str = default("engine"),
+                  async_scheduling: bool = default("async_scheduling")) -> str:
+    """How an estimate's first line names the inference engine's setting, always said: the launch
+    mode (eager launches every kernel of every decode step, and a LoRA adapter adds its own: it can
+    cost a small model's generation 2x and more) and the loop (asynchronous scheduling hides the
+    per-step host work)."""
+    launches = "eager" if eager else "CUDA graphs"
+    loop = f"vLLM {'V0' if engine == 'vllm-v0' else 'V1'}, {'async' if async_scheduling else 'in-step'} scheduling"
+    return f"{launches} | {loop}"
+
+
+__all__ = ["ASYNC_HOST_OVERLAP", "TRITON_LAUNCH_S", "engine_phrase", "host_overlap", "lora_launch_seconds_per_layer",
            "overlap_slowdowns", "rollout_efficiency"]

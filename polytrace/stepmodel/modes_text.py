@@ -4,6 +4,7 @@ side-by-side comparison (``polytrace estimate --mode`` / ``--compare-modes``).""
 from __future__ import annotations
 
 from ..wording import counted
+from .engines import engine_phrase
 from .stages import STAGES
 
 # What each idle figure of ``summary.mode.idle_gpu_s`` counts, in the order printed.
@@ -48,8 +49,9 @@ def mode_lines(res) -> list[str]:
     s, m = res.summary, res.summary["mode"]
     c = res.config
     head = (f"{res.profile} | {c['model']} | {m['mode']} | rollout {m['rollout_gpus']} x {c['gpu']} "
-            f"(TP {m['rollout_tp']}) : trainer {m['train_gpus']} x {c['gpu']} ({m['split']}) | {c['algorithm']} | "
-            f"{c['prompts_per_step']} prompts x {c['n']}")
+            f"(TP {m['rollout_tp']}) : trainer {m['train_gpus']} x {c['gpu']} ({m['split']}) | "
+            f"{engine_phrase(c['eager'], c['engine'], c['async_scheduling'])} | "
+            f"{c['algorithm']} | {c['prompts_per_step']} prompts x {c['n']}")
     if m["mode"] == "fully-async":
         head += f" | {stream_settings(m)}"
     lines = [head, f"source: {res.source}"]

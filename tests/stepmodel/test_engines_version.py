@@ -106,6 +106,20 @@ def test_estimate_says_the_engine_and_takes_its_flags(capsys):
     assert err.startswith("polytrace: error: --async-scheduling needs the V1 engine") and err.count("\n") == 1, err
 
 
+
+@pytest.mark.parametrize("mode", ["one-step-off", "fully-async"])
+def test_a_separated_mode_says_the_engine_too(capsys, mode):
+    """The separated modes' first line names the engine's setting as the colocated one does."""
+    eager = "actor_rollout_ref.rollout.enforce_eager=true"
+    rc, out, err = _cli(capsys, [*BASE, "--mode", mode, "--set", eager, "--async-scheduling"])
+    assert rc == 0, err
+    head = out.splitlines()[0]
+    assert f"| {mode} |" in head and "| eager | vLLM V1, async scheduling |" in head, head
+    rc, out, err = _cli(capsys, [*BASE, "--mode", mode, "--rollout-engine", "vllm-v0"])
+    assert rc == 0, err
+    assert "| CUDA graphs | vLLM V0, in-step scheduling |" in out.splitlines()[0], out.splitlines()[0]
+
+
 # --- the log's engine ---------------------------------------------------------------------------
 
 def _log(lines=(), timers=()):
