@@ -226,20 +226,18 @@ def group_ready_s(finish_s, group_ids) -> np.ndarray:
     return out
 
 
-def _priced_batch(rc, p, r, pricer: Pricer, calibration: dict | None) -> tuple[float, np.ndarray]:
-    """The rollout side generating this batch whole, started at once: (the calibration's seconds
-    over the roofline's, each sequence's finish at the calibration's price). Every family at its
+def _priced_rollout(rc, p, r, pricer: Pricer, calibration: dict | None):
+    """The rollout side generating this batch whole, started at once: (the simulated rollout, its
+    generation seconds at the calibration's price, those over the roofline's). Every family at its
     own slowdown (the rollout's host work per iteration and per sequence included, 6.7x and 14.7x
     in the priors), as the colocated estimate prices its gen. Scaling a stream by
     ``rollout_slowdown`` alone priced its host work at the roofline: the README's 16-GPU example
     generated on 6 GPUs in 7.1 s against 34.8 s on all 16."""
     whole = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
-                             eff=rc.engine_efficiency(),
-                             pricer=pricer)
+                             eff=rc.engine_efficiency(), pricer=pricer)
     parts = [Part("gen", fam, "rollout", v) for fam, v in whole.kernels.items()]
     priced = _side_seconds(parts, _separated(calibration))["gen"]
-    ratio = priced / whole.time_s if whole.time_s > 0 else 1.0
-    return ratio, whole.finish_s * ratio
+    return whole, priced, (priced / whole.time_s if whole.time_s > 0 else 1.0)
 
 
 def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibration: dict | None) -> dict:
@@ -264,12 +262,7 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
     n_seq = len(r)
     roll = None
     if mode == "one-step-off" or staleness == 0:
-        roll = simulate_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=rc.rollout_settings,
-                                eff=rc.engine_efficiency(),
-                                pricer=pricer)
-        gen_parts = [Part("gen", fam, "rollout", v) for fam, v in roll.kernels.items()]
-        gen = _side_seconds(gen_parts, _separated(calibration))["gen"]
-        scale = gen / roll.time_s if roll.time_s > 0 else 1.0
+        roll, gen, scale = _priced_rollout(rc, p, r, pricer, calibration)
     if mode == "one-step-off" and in_flight:  # the rollout decodes on through the sync
         step = max(gen, train_s + w)
         trainer_wait = max(0.0, gen - train_s - w)
@@ -294,9 +287,9 @@ def _async_step(sep: Separated, sides: _Sides, batch, pricer: Pricer, calibratio
             stream_pricer = (pricer or Pricer(rc.gpu, DEFAULT)).with_efficiency(rc.engine_efficiency())
             stream = stream_rollout(rc.engine_model, rc.gpu, p, r, n_gpus=rc.n_gpus, engine=engine,
                                     in_flight_cap=(1.0 + staleness) * n_seq, pricer=stream_pricer)
-            ratio, finish = _priced_batch(rc, p, r, pricer, calibration)
+            whole, _, ratio = _priced_rollout(rc, p, r, pricer, calibration)
             stream = stream.scaled(ratio)
-            stream.floor_s = version_floor_s(group_ready_s(finish, batch.group_ids), staleness)
+            stream.floor_s = version_floor_s(group_ready_s(whole.finish_s * ratio, batch.group_ids), staleness)
             pipe = trainer_pipeline(n_seq, train_s, w, policy, rate=n_seq / stream.batch_s, stream=stream)
             # the rollout's seconds per batch: a full engine's pace plus the re-prefill, never below the floor
             gen = max(stream.batch_s + pipe.resume_s, stream.floor_s)

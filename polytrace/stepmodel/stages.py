@@ -255,21 +255,23 @@ class StageCosts:
             out[p.stage] += p.seconds
         return out
 
+    def _seconds_by(self, attr: str) -> dict[str, dict[str, float]]:
+        """Stage -> the parts' ``attr`` (their kind of work or kernel family) -> seconds."""
+        out: dict[str, dict[str, float]] = {k: {} for k in STAGES}
+        for p in self.parts:
+            key = getattr(p, attr)
+            out[p.stage][key] = out[p.stage].get(key, 0.0) + p.seconds
+        return out
+
     @property
     def components(self) -> dict[str, dict[str, float]]:
         """Stage -> kind of work (GROUPS) -> seconds: what ``validate`` calibrates."""
-        out: dict[str, dict[str, float]] = {k: {} for k in STAGES}
-        for p in self.parts:
-            out[p.stage][p.group] = out[p.stage].get(p.group, 0.0) + p.seconds
-        return out
+        return self._seconds_by("group")
 
     @property
     def kernels(self) -> dict[str, dict[str, float]]:
         """Stage -> kernel family -> seconds."""
-        out: dict[str, dict[str, float]] = {k: {} for k in STAGES}
-        for p in self.parts:
-            out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + p.seconds
-        return out
+        return self._seconds_by("family")
 
     @property
     def step_s(self) -> float:
