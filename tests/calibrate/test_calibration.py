@@ -169,7 +169,11 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     # (1.65x with the priors of the split rollout host work; 2x+ before, when the priors' update
     # constant was a smaller share of this log's update)
     assert other.slowdown["train_overhead"] > 1.5 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
-    assert other.overhead_s["gen"] < 0.1 * mean["gen"] < same.overhead_s["gen"], (other.overhead_s, same.overhead_s)
+    # generation's constant for another run is 0 s, not drawn toward it (a 10% leak carried the GSM8K 32B
+    # window's 16 s to the 0.5B rung), while its split still carries the constants the window allows
+    assert other.overhead_s["gen"] == 0.0 < 0.1 * mean["gen"] < same.overhead_s["gen"], (other.overhead_s,
+                                                                                         same.overhead_s)
+    assert other.split["gen"]["constant_range_s"][1] > 0.01 * mean["gen"], other.split["gen"]
     assert other.slowdown["rollout"] > same.slowdown["rollout"], (other.slowdown, same.slowdown)
     # the priors as priced on the run's GPU (mi300x: its published fractions, stepmodel/devices.py)
     window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step,
