@@ -10,7 +10,7 @@ well as when an unlisted one falls below it, so the list cannot drift from the m
 
 Why the four that miss only the naive bar miss it (CPU, c97b80b priors; scripts in the report of the
 samerun branch): not the split of constant and per-token cost. In every one the window leaves the
-split unidentified, and the calibrated step responds to length no more than the priors' own split
+split unidentified, and the calibrated step responds to length about as the priors' own split
 does (elasticity of the step to the mean response length over the predicted steps, calibrated /
 zero-shot shape / measured: MATH 7B 0.09 / 0.10 / 0.04, GPG Megatron 0.41 / 0.42 / 0.28, 0.5B 1-GPU
 0.08 / 0.07 / -0.03, 7B 16-GPU 0.04 / 0.06 / 0.28), and the zero-shot shape scaled to the window's
