@@ -119,7 +119,8 @@ def test_fit_refuses_non_finite_times():
 MEASURED_SPLIT = Truth(fwd_fixed=0.05, fwd_per_micro=0.07, upd_fixed=0.25, upd_per_micro=0.2)
 
 
-@pytest.mark.xfail(strict=True, reason="synthetic pair: 60.7% (at the ladder ranges' commit; 50.8% once, 60.4% "
+@pytest.mark.xfail(strict=True, reason="synthetic pair: 61.2% (with generation's constant for another run at 0 s; "
+                   "60.7% at the ladder ranges' commit; 50.8% once, 60.4% "
                    "before the rollout's per-sequence host work was priced apart) since the calibration is a "
                    "deviation from the shared priors, whose per-kernel-family split (host work 0.5-10x the GEMMs' "
                    "slowdown) this invented truth does not follow; the real pair it imitates went from 91.6% to 98.4% "
@@ -169,7 +170,11 @@ def test_transfer_prior_only_for_another_run(grpo_log):
     # (1.65x with the priors of the split rollout host work; 2x+ before, when the priors' update
     # constant was a smaller share of this log's update)
     assert other.slowdown["train_overhead"] > 1.5 * same.slowdown["train_overhead"], (other.slowdown, same.slowdown)
-    assert other.overhead_s["gen"] < 0.1 * mean["gen"] < same.overhead_s["gen"], (other.overhead_s, same.overhead_s)
+    # generation's constant for another run is 0 s, not drawn toward it (a 10% leak carried the GSM8K 32B
+    # window's 16 s to the 0.5B rung), while its split still carries the constants the window allows
+    assert other.overhead_s["gen"] == 0.0 < 0.1 * mean["gen"] < same.overhead_s["gen"], (other.overhead_s,
+                                                                                         same.overhead_s)
+    assert other.split["gen"]["constant_range_s"][1] > 0.01 * mean["gen"], other.split["gen"]
     assert other.slowdown["rollout"] > same.slowdown["rollout"], (other.slowdown, same.slowdown)
     # the priors as priced on the run's GPU (mi300x: its published fractions, stepmodel/devices.py)
     window = calibration.calibrate(rows[:10], stages, first_step=log.steps[0].step,

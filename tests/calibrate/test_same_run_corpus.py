@@ -7,6 +7,22 @@ predictor repeats the window's mean step. The goal is held on all the corpus's l
 ``polytrace/calibrate/priors.py`` prices them. Logs that miss are listed in ``UNMET`` with their
 figures and the reason; the test fails when a listed log reaches the goal (take it off the list) as
 well as when an unlisted one falls below it, so the list cannot drift from the model.
+
+Why the four that miss only the naive bar miss it (CPU, c97b80b priors; scripts in the report of the
+samerun branch): not the split of constant and per-token cost. In every one the window leaves the
+split unidentified, and the calibrated step responds to length about as the priors' own split
+does (elasticity of the step to the mean response length over the predicted steps, calibrated /
+zero-shot shape / measured: MATH 7B 0.09 / 0.10 / 0.04, GPG Megatron 0.41 / 0.42 / 0.28, 0.5B 1-GPU
+0.08 / 0.07 / -0.03, 7B 16-GPU 0.04 / 0.06 / 0.28), and the zero-shot shape scaled to the window's
+level scores the same (97.7, 97.2, 97.0, 92.6%). Nor a periodic step: validation and checkpoint
+seconds come out of the step for the model and the naive predictor alike (``validate._step_time``),
+and the steps beside them run no slower (actual over predicted 2 steps before to 5 after within 1% of
+the run's). It is the level: each fits its window to 0.4% (in-sample bias -0.4% to +0.2%) and the
+rest of the run is 2.3-7.5% slower at its lengths than the window was; at its best level the model
+equals or beats the constant at its own (98.5 / 98.5, 98.3 / 97.9, 97.4 / 97.5, 96.3 / 96.3). The
+naive mean keeps the warm-up steps the model leaves out, which happen to sit nearer that later level.
+No estimator from the window can see a slowdown that starts after it; blending toward the window's
+mean would not either, and would undo a flat window's per-token cost (the AMD GRPO fix).
 """
 
 from __future__ import annotations
@@ -26,16 +42,25 @@ GOAL = 95.0
 # step accuracy (naive beside).
 UNMET = {
     "ladder/math__Qwen2.5-32B-bsz64_8-prompt1024-resp512-score0.6985.log": "93.5% (naive 90.4%)",
-    "ladder/math__Qwen2.5-7B-bsz64_8-prompt1024-resp512-score0.6513.log": "97.6%, below the naive 98.1%",
+    "ladder/math__Qwen2.5-7B-bsz64_8-prompt1024-resp512-score0.6513.log":
+        "97.6%, below the naive 98.1%: the steps after the window 2.3% slower at their lengths; at its best "
+        "level 98.5%, the constant's 98.5%",
     "more/verl_opd-retool_qwen2.5-3b_teacher32b_4gpu.output.log":
         "88.5% (naive 41.8%): a multi-turn agent loop with tool calls",
     # (its twin on Qwen3-4B meets the goal since the agent loop decodes what the tool cut leaves,
     # c97b80b: 71.5% -> 97.3%)
-    "more/verl_qwen2-7b_gpg_megatron_8gpu.log": "97.2%, below the naive 97.5%",
+    "more/verl_qwen2-7b_gpg_megatron_8gpu.log":
+        "97.2%, below the naive 97.5%: the update 4% over its price from step 53, 7-9% from step 81; at its best level "
+        "98.3%, the constant's 97.9%",
     "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log":
         "94.5% (naive 85.9%): generation slows over steps 53-137 with flat lengths (test_validate.UNMET)",
-    "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log": "96.6%, below the naive 97.1%",
-    "verl_qwen2.5-7b_ppo_16gpu_resumed.log": "92.6% (naive 93.5%)",
+    "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log":
+        "96.6%, below the naive 97.1%: generation 19-20 s over steps 255-359 against 16.8 s at the same "
+        "lengths; at its best level 97.4%, the constant's 97.5%",
+    "verl_qwen2.5-7b_ppo_16gpu_resumed.log":
+        "92.6% (naive 93.5%): its first checkpoint, step 110, ends the window and changes the regime (CPU "
+        "memory 61.9 -> 74.6 GB, the steps after it 8-9% slower at flat lengths); the naive mean keeps the "
+        "warm-up step 101 the model leaves out (without it 92.2%)",
 }
 
 

@@ -288,8 +288,9 @@ def test_real_grpo_to_ppo_pair(validation_logs):
     """Calibrated on every step of the Qwen2.5-0.5B GRPO run (8 GPUs, dynamic batch sizes, 4
     update micro-batches per GPU), predicting the PPO run of the same model and cluster (64 per
     GPU, a critic never timed in the GRPO run), both on the GPU their publisher states
-    (``polytrace/data/corpus_gpus.json``: H100): step >= 90% (98.4%; 94.2% before the rollout's
-    per-sequence host work was priced apart; 91.6% before the priors)."""
+    (``polytrace/data/corpus_gpus.json``: H100): step >= 90% (97.7% with generation's constant for
+    another run at 0 s; 98.4% before; 94.2% before the rollout's per-sequence host work was priced
+    apart; 91.6% before the priors)."""
     from polytrace.calibrate.logconfig import Overrides
     from polytrace.calibrate.priors import load_corpus_gpus
 
