@@ -48,7 +48,7 @@ def logprob_block(tuning_dir: Path | None) -> dict:
     times = {}
     for bv in (4096, 8192, 16384):
         cfg = {"BLOCK_V": bv, "num_warps": 8, "num_stages": 1}
-        times[bv] = _bench(lambda: api.token_logprobs(logits, tokens, config=cfg, check_tokens=False))
+        times[bv] = _bench(lambda cfg=cfg: api.token_logprobs(logits, tokens, config=cfg, check_tokens=False))
     dst = torch.empty_like(logits)
     copy_s = _bench(lambda: dst.copy_(logits))
     best = min(times, key=times.get)
@@ -119,12 +119,13 @@ def attention_tiles() -> dict:
         cap = torch.cuda.get_device_capability()
         for tile, cfg in (("default", api.default_fwd_config(d, torch.bfloat16, capability=cap)),
                           ("short", api.short_fwd_config(d, torch.bfloat16, capability=cap))):
-            row[tile] = _bench(lambda cfg=cfg: api.varlen_attention(q, k, v, cu, cu, mx, mx, causal=True, config=cfg,
-                                                                    check_inputs=False))
+            row[tile] = _bench(lambda cfg=cfg, q=q, k=k, v=v, cu=cu, mx=mx: api.varlen_attention(
+                q, k, v, cu, cu, mx, mx, causal=True, config=cfg, check_inputs=False))
         if varlen_attn is not None:
             kr, vr = k.repeat_interleave(hq // hkv, 1), v.repeat_interleave(hq // hkv, 1)
             try:
-                row["torch_varlen_attn"] = _bench(lambda: varlen_attn(q, kr, vr, cu, cu, mx, mx, is_causal=True))
+                row["torch_varlen_attn"] = _bench(lambda q=q, kr=kr, vr=vr, cu=cu, mx=mx: varlen_attn(
+                    q, kr, vr, cu, cu, mx, mx, is_causal=True))
             except Exception as exc:  # noqa: BLE001 - an older signature: recorded, not fatal
                 row["torch_varlen_attn"] = f"not run: {exc}"
         row["best_tile"] = min(("default", "short"), key=row.get)
@@ -147,7 +148,8 @@ def decode_splits() -> dict:
         lens = torch.full((batch,), length, device="cuda", dtype=torch.int32)
         split = api.choose_split_tokens(batch, hkv, length, 64, sms)
         chosen = -(-length // split)
-        times = {n: _bench(lambda n=n: api.decode_attention(q, kc, vc, lens, num_splits=n))
+        times = {n: _bench(lambda n=n, q=q, kc=kc, vc=vc, lens=lens: api.decode_attention(
+                     q, kc, vc, lens, num_splits=n))
                  for n in sorted({1, 8, 16, 32, 64, chosen})}
         kv_bytes = 2 * batch * length * hkv * d * 2
         best = min(times, key=times.get)
