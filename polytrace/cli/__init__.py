@@ -38,6 +38,25 @@ class _Parser(ShortHelpParser):
         hint = f"see 'polytrace {cmd} --help'" if cmd else "see 'polytrace --help'"
         self.exit(2, f"polytrace: error: {where}{' '.join(message.split())} ({hint})\n")
 
+    def _get_value(self, action, arg_string):
+        """An empty value (``--gpu ""``, ``-o ""``, a blank positional) is a typo or an unset shell
+        variable, never a setting: refused here, naming the argument, before it is read as "the
+        default" (a falsy value) or as the current folder (``Path("")`` is ".")."""
+        if (isinstance(arg_string, str) and not arg_string.strip() and action.dest not in _MAY_BE_EMPTY
+                and action.nargs not in (argparse.PARSER, argparse.REMAINDER)):  # a subcommand: its own parser checks
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            want = _WANTED.get(action.dest, "a value")
+            raise argparse.ArgumentError(None, f"{name} {arg_string!r}: empty; give {want}")
+        return super()._get_value(action, arg_string)
+
+
+# Free text where an empty string is a real value (fit --description "").
+_MAY_BE_EMPTY = frozenset({"description"})
+_WANTED = {"model": "a preset (polytrace presets models), a Hugging Face repo id or a config.json",
+           "gpu": "a preset (polytrace presets gpus)",
+           "profile": "a profile name (polytrace profiles) or a profile or trace file",
+           "out": "a path", "log": "a log file"}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
@@ -105,7 +124,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         code = args.func(args)
     except PolytraceError as exc:
-        print(f"polytrace: error: {exc}", file=sys.stderr)
+        from .compose_cmds import blame_calibration
+
+        print(f"polytrace: error: {blame_calibration(args, str(exc))}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:  # e.g. `polytrace describe ... | head`
         return 0
