@@ -171,3 +171,21 @@ def test_validate_config_that_is_no_json_object_names_the_flag(tmp_path, capsys,
     cfg.write_text("[1, 2]")
     log = validation_logs / "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
     one_line_error(capsys, ["validate", log, "--config", cfg], f"--config {cfg}: expected a JSON object")
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--profile", "nope"], "calibrate: --profile applies to --stage-times"),  # was ignored: exit 0
+    (["--rollout-engine", "vllm-v0", "--async-scheduling"], "calibrate: --rollout-engine applies to --stage-times"),
+    (["--async-scheduling"], "calibrate: --async-scheduling applies to --stage-times"),
+])
+def test_calibrating_a_log_refuses_the_flags_it_would_ignore(tmp_path, capsys, validation_logs, flags, needle):
+    log = validation_logs / "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
+    one_line_error(capsys, ["calibrate", log, "-o", tmp_path / "cal.json", *flags], needle)
+    assert not (tmp_path / "cal.json").exists()
+
+
+def test_validate_refuses_a_model_the_log_contradicts(capsys, validation_logs):
+    """A 70B priced on a 0.5B run's timings printed -4000% accuracy at exit 0."""
+    log = validation_logs / "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
+    one_line_error(capsys, ["validate", log, "--model", "llama-3.1-70b"],
+                   f"--model llama-3.1-70b: {log} states qwen2.5-0.5b (actor_rollout_ref.model.path", "143x its parameters")
