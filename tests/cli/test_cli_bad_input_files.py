@@ -188,4 +188,5 @@ def test_validate_refuses_a_model_the_log_contradicts(capsys, validation_logs):
     """A 70B priced on a 0.5B run's timings printed -4000% accuracy at exit 0."""
     log = validation_logs / "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
     one_line_error(capsys, ["validate", log, "--model", "llama-3.1-70b"],
-                   f"--model llama-3.1-70b: {log} states qwen2.5-0.5b (actor_rollout_ref.model.path", "143x its parameters")
+                   f"--model llama-3.1-70b: {log} states qwen2.5-0.5b (actor_rollout_ref.model.path",
+                   "143x its parameters")
