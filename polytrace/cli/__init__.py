@@ -101,11 +101,48 @@ def given_options(argv: list[str]) -> set[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Every outcome is an exit code: a user error one line and 2, Ctrl-C at any moment (imports,
-    parsing, the work) ``polytrace: interrupted`` and 130, never a traceback."""
+    parsing, the work) ``polytrace: interrupted`` and 130, never a traceback.
+
+    Two moments Python's own handler misses: an interrupt inside an extension's import (numpy turns
+    the KeyboardInterrupt into an ImportError, "PyCapsule_Import could not import module datetime",
+    a 20-line traceback at 0.2 s into ``report``), caught here because our handler saw the SIGINT;
+    and one after the work, while the interpreter shuts down (its handlers are back at the default:
+    killed silently with status 130, output complete): the console's SIGINT is ignored from there."""
+    seen = None
     try:
+        seen = _SigintSeen()
         return _main(argv)
     except KeyboardInterrupt:
         return _interrupted()
+    except Exception:
+        if seen is not None and seen.seen:
+            return _interrupted()
+        raise
+    finally:
+        if seen is not None:
+            seen.restore(ignore=argv is None)
+
+
+class _SigintSeen:
+    """A SIGINT handler that records the interrupt and raises KeyboardInterrupt as Python's does;
+    ``restore``: the handler it replaced (an in-process caller's), or ignored (the console)."""
+
+    def __init__(self):
+        self.seen, self.previous = False, None
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # a background job's: stays ignored
+            return
+        with contextlib.suppress(ValueError, TypeError):  # not the main thread: nothing to install
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def restore(self, ignore: bool) -> None:
+        if self.previous is None:
+            return
+        with contextlib.suppress(ValueError, TypeError):
+            signal.signal(signal.SIGINT, signal.SIG_IGN if ignore else self.previous)
 
 
 def _interrupted() -> int:

@@ -235,7 +235,7 @@ def _gate(args) -> int:
     print(_render_gate(args, report, step))
     if report.exit_code == 2 and report.errors:  # what the gate cannot vouch for, said where errors go
         more = f" (and {len(report.errors) - 1} more in the report)" if len(report.errors) > 1 else ""
-        print(f"polytrace: error: gate: {report.errors[0]}{more}", file=sys.stderr)
+        print(f"polytrace: error: gate {args.baseline} vs {args.candidate}: {report.errors[0]}{more}", file=sys.stderr)
     if args.out and report.exit_code != 2:
         from ..measure.results import plot_gate
 

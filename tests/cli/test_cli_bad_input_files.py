@@ -162,7 +162,8 @@ def test_gate_error_is_said_on_stderr_with_the_report_kept(tmp_path, capsys):
     empty, base = _results(tmp_path, "empty.json", benchmarks=[]), _results(tmp_path, "base.json")
     code, out, err = run(capsys, ["gate", empty, base])
     # was exit 2 with nothing on stderr and the reason on line 6 of the report
-    assert code == 2 and err == "polytrace: error: gate: no benchmark id occurs in both files: nothing to compare\n"
+    assert code == 2 and err == f"polytrace: error: gate {empty} vs {base}: no benchmark id occurs in both files: " \
+                                "nothing to compare\n"
     assert "REFUSED" in out
 
 

@@ -69,3 +69,52 @@ def test_bench_interrupted_leaves_no_folder(tmp_path):
     _interrupted_cleanly(rc, err.replace(err.split("polytrace: interrupted")[0], ""))
     assert "Traceback" not in err
     assert not out.exists()
+
+
+def _self_interrupt_then(exc):
+    """A command that is Ctrl-C'd inside code that turns the KeyboardInterrupt into another error
+    (numpy's C-extension import: "PyCapsule_Import could not import module 'datetime'")."""
+    def command(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise exc from None
+        return 0
+    return command
+
+
+def test_an_interrupt_an_import_turned_into_another_error_is_still_an_interrupt(monkeypatch, capsys):
+    from polytrace.cli import main, workload_cmds
+
+    monkeypatch.setattr(workload_cmds, "cmd_profiles", _self_interrupt_then(ImportError("PyCapsule_Import failed")))
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["profiles"]) == 130
+    assert capsys.readouterr().err == "polytrace: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is before  # an in-process caller gets its handler back
+
+
+def test_an_error_without_an_interrupt_is_no_interrupt(monkeypatch):
+    from polytrace.cli import main, workload_cmds
+
+    def broken(args):
+        raise ImportError("a real bug")
+
+    monkeypatch.setattr(workload_cmds, "cmd_profiles", broken)
+    with pytest.raises(ImportError, match="a real bug"):
+        main(["profiles"])
+
+
+def test_after_the_work_the_console_ignores_ctrl_c(monkeypatch, capsys):
+    """Past main, the interpreter's shutdown has its handlers back at the default: a SIGINT there
+    killed the process silently with status 130 after complete output (presets at 0.5 s)."""
+    from polytrace.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["polytrace", "profiles"])
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert main() == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert "dapo-math-32b" in capsys.readouterr().out
