@@ -231,12 +231,12 @@ def _int_field(cfg: dict, key: str, where: str, *, required: bool = False, defau
     value = cfg.get(key)
     if value is None or (not required and value == 0):
         if required:
-            raise PolytraceError(f"model config {where}: no {key}")
+            raise PolytraceError(f"model config {where}: missing or bad field {key}: absent")
         return default
     ok = not isinstance(value, bool) and (isinstance(value, int) or isinstance(value, float) and value.is_integer())
     if not ok or value < (1 if required else 0):
         kind = "a positive integer" if required else "a whole number >= 0"
-        raise PolytraceError(f"model config {where}: {key} = {repr(value)[:40]} is not {kind}")
+        raise PolytraceError(f"model config {where}: missing or bad field {key} = {repr(value)[:40]}: not {kind}")
     return int(value)
 
 

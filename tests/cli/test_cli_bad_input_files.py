@@ -36,15 +36,17 @@ LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "n
          "intermediate_size": 11008, "vocab_size": 32000}
 
 
+# zero layers or heads were ZeroDivisionError tracebacks; -4096 was blamed on --lora-rank 0; 'big'
+# said "invalid literal for int()" without the field
 @pytest.mark.parametrize("field,value,needle", [
-    ("num_hidden_layers", 0, "num_hidden_layers = 0 is not a positive integer"),  # was ZeroDivisionError
-    ("num_attention_heads", 0, "num_attention_heads = 0 is not a positive integer"),  # was ZeroDivisionError
-    ("hidden_size", -4096, "hidden_size = -4096 is not a positive integer"),  # was blamed on --lora-rank 0
-    ("hidden_size", "big", "hidden_size = 'big' is not a positive integer"),  # was "invalid literal for int()"
-    ("hidden_size", None, "no hidden_size"),
-    ("vocab_size", 3.5, "vocab_size = 3.5 is not a positive integer"),
-    ("num_key_value_heads", -8, "num_key_value_heads = -8 is not a whole number >= 0"),
-    ("num_experts", True, "num_experts = True is not a whole number >= 0"),
+    ("num_hidden_layers", 0, "missing or bad field num_hidden_layers = 0: not a positive integer"),
+    ("num_attention_heads", 0, "missing or bad field num_attention_heads = 0: not a positive integer"),
+    ("hidden_size", -4096, "missing or bad field hidden_size = -4096: not a positive integer"),
+    ("hidden_size", "big", "missing or bad field hidden_size = 'big': not a positive integer"),
+    ("hidden_size", None, "missing or bad field hidden_size: absent"),
+    ("vocab_size", 3.5, "missing or bad field vocab_size = 3.5: not a positive integer"),
+    ("num_key_value_heads", -8, "missing or bad field num_key_value_heads = -8: not a whole number >= 0"),
+    ("num_experts", True, "missing or bad field num_experts = True: not a whole number >= 0"),
 ])
 def test_a_model_config_field_out_of_range_is_named(tmp_path, capsys, field, value, needle):
     cfg = dict(LLAMA, **{field: value})
