@@ -70,6 +70,31 @@ def test_the_readme_test_command_is_what_ci_runs():
     assert readme.split("&&")[-1].strip() == "python -m pytest -q -n 2 --dist loadgroup tests suites"
 
 
+def _doc_blocks() -> list[tuple[str, list[str]]]:
+    """(file, CPU lines) of each bash block of docs/*.md, continuation lines joined; a line with a
+    ``...`` placeholder is prose, not a command."""
+    out = []
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        for block in bash_blocks(path.read_text()):
+            if any(ln.startswith("#") and GPU_MARK.search(ln) for ln in block):
+                continue  # a block headed "# needs a GPU"
+            lines = [ln for ln in cpu_examples(re.sub(r"\\\n\s*", " ", "\n".join(block)).splitlines())
+                     if " ... " not in ln]
+            if any(ln.startswith("polytrace ") for ln in lines):
+                out.append((path.name, lines))
+    return out
+
+
+DOC_BLOCKS = _doc_blocks()
+
+
+@pytest.mark.parametrize("name,block", DOC_BLOCKS, ids=[f"{n}:{b[0][:40]}" for n, b in DOC_BLOCKS])
+def test_docs_examples_run_on_a_cpu(name, block, tmp_path):
+    """docs/*.md as the README: each polytrace line not marked "needs a GPU" runs from a fresh folder."""
+    assert DOC_BLOCKS and len(block) <= 4, "keep the docs' CPU examples few: each runs here"
+    test_readme_examples_run_on_a_cpu(block, tmp_path)
+
+
 @pytest.mark.parametrize("block", BLOCKS, ids=[b[0][:50] for b in BLOCKS])
 def test_readme_examples_run_on_a_cpu(block, tmp_path):
     from conftest import shared_root

@@ -181,11 +181,17 @@ def load(path) -> dict:
     scalars = doc.get("scalars")
     if not isinstance(scalars, dict) or not scalars:
         raise PolytraceError(f"--calibration {p}: no scalars")
+    from ..stepmodel.efficiency import prior_scalars
+
+    known = set(prior_scalars())  # every name a calibration writes and the estimate reads
     clean = {}
     for k, v in scalars.items():
         if not isinstance(k, str) or not _SCALAR.match(k):
             raise PolytraceError(f"--calibration {p}: scalar name {str(k)[:80]!r} is not <kind>_slowdown or "
                                  "<stage>_overhead_s")
+        if k not in known:  # a hand-edited typo ("rollout_slowdwn") would price nothing, unsaid
+            raise PolytraceError(f"--calibration {p}: scalar {k} is none of the {len(known)} the step model reads "
+                                 "(<group>_slowdown, <group>_<family>_slowdown, <stage>_overhead_s)")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise PolytraceError(f"--calibration {p}: scalar {k} is {v!r}, not a finite number")
         if k.endswith("_slowdown") and not 0 < v <= _MAX_SLOWDOWN:
@@ -198,6 +204,11 @@ def load(path) -> dict:
         raise PolytraceError(f"--calibration {p}: no model family (model.family)")
     if not isinstance(doc.get("gpu"), str):
         raise PolytraceError(f"--calibration {p}: no GPU")
+    config = doc.get("config")
+    if isinstance(config, dict) and isinstance(config.get("model"), str) and config["model"] != model["name"]:
+        # both are written from one run: a mismatch is a hand edit, and which model it prices is unclear
+        raise PolytraceError(f"--calibration {p}: model.name {model['name'][:80]!r} and config.model "
+                             f"{config['model'][:80]!r} differ; the file names two models")
     # provenance fields the estimate echoes into its output: checked, so no NaN or a traceback
     # comes out of a hand-edited file
     from ..stepmodel.modes import MODES

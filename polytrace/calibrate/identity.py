@@ -171,9 +171,20 @@ def _from_literal_folder(path: Unresolved, notes: list[str]) -> ModelSpec | None
 
 
 def resolve_model(log: TrainingLog, given: str | None, notes: list[str]) -> ModelSpec:
-    """The actor's model (see the module's doc), with a note naming where it was read."""
+    """The actor's model (see the module's doc), with a note naming where it was read. ``--model``
+    wins over the log, but not past what the log states: a model of over twice or under half the
+    parameters of the one its model path names cannot be the run's (a 70B priced on a 0.5B run's
+    timings gave -4000% accuracy, unsaid)."""
     if given:
-        return get_model(given)
+        spec = get_model(given)
+        stated = _stated_model(log)
+        if stated is not None and stated[0].name != spec.name:
+            ratio = spec.params_total / max(stated[0].params_total, 1)
+            if not 0.5 <= ratio <= 2.0:
+                raise PolytraceError(f"--model {given}: {log.path} states {stated[0].name} ({stated[1]}); "
+                                     f"{spec.name} has {ratio:.3g}x its parameters, so it is not this run's model")
+            notes.append(f"model: {spec.name} (--model), where the log states {stated[0].name} ({stated[1]})")
+        return spec
     unresolved, unknown = [], []
     for cand, where in _actor_paths(log):
         if isinstance(cand, Unresolved):
@@ -216,6 +227,20 @@ def resolve_model(log: TrainingLog, given: str | None, notes: list[str]) -> Mode
     named = ", ".join(sorted({str(c) for c in log.model_candidates})) or "none"
     raise PolytraceError(f"{log.path}: cannot tell the model from the log (model paths: {named}); "
                          "pass --model NAME or --model path/to/config.json")
+
+
+def _stated_model(log: TrainingLog) -> tuple[ModelSpec, str] | None:
+    """(the model, where) the log's actor path names, when it names a known one; else None."""
+    for cand, where in _actor_paths(log):
+        if isinstance(cand, Unresolved):
+            continue
+        try:
+            spec = model_from_text(str(cand), where, [])
+        except PolytraceError:
+            continue
+        if spec is not None:
+            return spec, where
+    return None
 
 
 def resolve_ref_model(log: TrainingLog, actor: ModelSpec, notes: list[str]) -> ModelSpec | None:

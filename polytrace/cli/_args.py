@@ -87,7 +87,7 @@ def step_list(text: str) -> list[int]:
                     raise argparse.ArgumentTypeError(f"steps {text!r}: too many steps (at most {MAX_STEPS:,} "
                                                      f"per command)")
                 out.extend(range(lo, hi + 1, every))
-            elif part:
+            else:  # an empty item (``0,,1``, a trailing comma) is a typo, not "no step"
                 out.append(int(part))
     except ValueError:
         raise argparse.ArgumentTypeError(f"steps must look like 0-7, 0,50,100 or 0-200:20; got {text!r}") from None

@@ -9,8 +9,8 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from ._args import add_steps, advanced
-from ._args import any_int as _int
 from ._args import finite_float as _float
+from ._args import nonneg_int as _seed
 from ._args import positive_int as _pos_int
 from ._io import print_json
 from ._settings import add_run_flags, add_set_flag, estimate_settings, run_values, section_group
@@ -38,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--profile", default=None, help="workload profile (default dapo-math-32b; with --lengths: the "
                    "shape, default the nearest built-in for the model's task)")
     add_steps(p, default=[0], what="sampled steps to estimate", count_note=True)
-    advanced(p.add_argument("--seed", type=_int, default=0,
+    advanced(p.add_argument("--seed", type=_seed, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)"))
     add_run_shape_flags(p)
     m = p.add_argument_group("execution modes")
@@ -117,7 +117,7 @@ def register(sub) -> None:
     i.add_argument("--gpu", default=None, help="GPU preset; must be the files' GPU (default: the files' GPU)")
     i.add_argument("--gpus", type=_pos_int, default=None, help="GPU count (default: the profile's)")
     add_steps(i, default=list(range(8)), what="sampled steps to price", count_note=True)
-    advanced(i.add_argument("--seed", type=_int, default=0, help="sampling seed of the steps (default 0)"))
+    advanced(i.add_argument("--seed", type=_seed, default=0, help="sampling seed of the steps (default 0)"))
     add_run_shape_flags(i)
     add_stated_run_flags(i)
     add_set_flag(i)
@@ -198,6 +198,7 @@ def _calibrated_run(args) -> tuple[list[str], dict | None]:
     doc = load(args.calibration)
     given = getattr(args, "given", set())
     values, differences = apply_run_defaults(vars(args), given, doc)
+    args.from_calibration = calibration_keys(doc, given)
     for dest, value in values.items():
         setattr(args, dest, value)
     longest = (args.max_prompt_len or 0) + (args.max_response_len or 0)
@@ -207,6 +208,33 @@ def _calibrated_run(args) -> tuple[list[str], dict | None]:
                            f"the {longest}-token sequences asked for)")
         args.micro_batch_tokens = None
     return differences, doc
+
+
+def calibration_keys(doc: dict, given: set[str]) -> dict[str, str]:
+    """Flag -> ``key = value`` in the calibration file, for each setting the file gave (a flag the user
+    left out): an error about that setting names the file's key, not a flag never typed."""
+    from ..calibrate.rundefaults import fields, flag_of, run_defaults
+
+    decls = fields()
+    out = {}
+    for dest, value in run_defaults(doc).items():
+        if dest in given:
+            continue
+        key = f"config.{decls[dest].config_key}" if dest in decls else dest
+        out[flag_of(dest)] = f"{key} = {value}"
+    return out
+
+
+def blame_calibration(args, message: str) -> str:
+    """``message`` prefixed with the calibration file and the keys of the flags it names that the file
+    set (``--rollout-tp 3 does not divide --gpus 8`` when neither flag was typed)."""
+    import re
+
+    taken = getattr(args, "from_calibration", None)
+    if not taken or message.startswith("--calibration"):
+        return message
+    named = [taken[f] for f in dict.fromkeys(re.findall(r"--[a-z][a-z0-9-]*", message)) if f in taken]
+    return f"--calibration {args.calibration} ({', '.join(named)}): {message}" if named else message
 
 
 def _unused_flags(args) -> None:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import add_steps, deprecated
-from ._args import any_int as _int
+from ._args import add_steps, deprecated, nonneg_int, positive_int
 from ._args import positive_int_at_most as _at_most
 from .workload_cmds import add_profile_arg, profile_arg
 
@@ -17,15 +16,15 @@ def register(sub) -> None:
                                    "imbalance, gap to the lower bound, micro-batches and planning time.")
     add_profile_arg(p, "profile", "PROFILE", "built-in profile name (see `polytrace profiles`)")
     add_steps(p, default=[0, 1, 2, 3, 4])
-    p.add_argument("--seed", type=_int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     gpus = _at_most(65536, "GPUs")
     p.add_argument("--gpus", type=gpus, dest="ranks", default=8, metavar="N",
                    help="GPUs, one data-parallel rank each (default 8)")
     deprecated(p, "--ranks", use="--gpus", dest="ranks", type=gpus)
-    p.add_argument("--micro-batch-tokens", type=_int, dest="max_tokens", default=None, metavar="N",
+    p.add_argument("--micro-batch-tokens", type=positive_int, dest="max_tokens", default=None, metavar="N",
                    help="token budget per micro-batch (default: max prompt + max response of the profile)")
-    deprecated(p, "--max-tokens", use="--micro-batch-tokens", dest="max_tokens", type=_int)
+    deprecated(p, "--max-tokens", use="--micro-batch-tokens", dest="max_tokens", type=positive_int)
     p.add_argument("--cost", choices=("attention", "tokens"), default="attention",
                    help="cost model for balance (default attention: 24576*L + L^2, verl's)")
     p.add_argument("--equal-size", action=argparse.BooleanOptionalAction, default=True,

@@ -7,7 +7,6 @@ import sys
 
 from ..errors import PolytraceError
 from ._args import add_out, deprecated, nonneg_int, positive_int, positive_int_at_most, probability, threshold_fraction
-from ._args import any_int as _int
 from ._args import finite_float as _float
 
 # runs on each side of a change point: a window wider than this is a typo, not a history
@@ -121,13 +120,13 @@ def register(sub) -> None:
     p.add_argument("--profile", required=True, help="workload profile the shapes are drawn from "
                    "(a built-in name, e.g. dapo-math-32b, or a fitted profile JSON)")
     p.add_argument("--budget-s", type=_float, default=120.0, help="search time budget in seconds (default 120)")
-    p.add_argument("--seed", type=_int, default=0,
+    p.add_argument("--seed", type=nonneg_int, default=0,
                    help="seed of the sampled batches (default 0; same seed, same batches on any machine)")
     add_out(p, metavar="DIR", default=None, help="tuning root (default: results/tuning on a GPU, out/tuning for "
             "CPU-interpreter runs)")
     p.add_argument("--model", default=None, help="model preset whose vocab / heads / hidden size the shapes use "
                                                  "(default: the profile's model)")
-    p.add_argument("--max-buckets", type=_int, default=None, help="tune at most this many buckets")
+    p.add_argument("--max-buckets", type=positive_int, default=None, help="tune at most this many buckets")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     deprecated(p, "--no-progress", use="-q/--quiet", dest="quiet", kind="store_true")
     p.add_argument("--json", action="store_true", help="print the written file's content")
@@ -234,6 +233,9 @@ def _gate(args) -> int:
     if step:
         report.impact.append(step["line"])  # rendered right under the verdict, kept in the JSON's "impact"
     print(_render_gate(args, report, step))
+    if report.exit_code == 2 and report.errors:  # what the gate cannot vouch for, said where errors go
+        more = f" (and {len(report.errors) - 1} more in the report)" if len(report.errors) > 1 else ""
+        print(f"polytrace: error: gate {args.baseline} vs {args.candidate}: {report.errors[0]}{more}", file=sys.stderr)
     if args.out and report.exit_code != 2:
         from ..measure.results import plot_gate
 

@@ -94,7 +94,7 @@ STAGE_TIMES_RUN = ("algorithm", "use_ref", "ppo_mini_batch", "lora_rank", "param
 # ... and those of them, with the stated-run flags, that calibrating a LOG refuses when given
 LOG_REFUSED = ("ppo_mini_batch", "lora_rank", "param_offload", "optimizer_offload", "responses_per_step",
                "train_batch", "framework", "strategy", "train_tp", "train_pp", "train_ep", "train_cp", "train_vpp",
-               "rollout_ep", "rollout_precision", "train_precision")
+               "rollout_ep", "rollout_precision", "train_precision", "engine", "async_scheduling")
 
 
 # A verl step line (``step:12 - timing_s/gen:...``): a file holding one is a training log, which
@@ -297,7 +297,8 @@ def _calibrate(args) -> int:
         # a log states its layout, batch, offloads, framework and engine precision (verl's
         # actor_rollout_ref.rollout.quantization, or --set it): those flags are --stage-times' own
         # (--algo and --no-ref are not refused: they never were)
-        given = given_flags(args, LOG_REFUSED) + (["--lengths"] if args.lengths else [])
+        given = (given_flags(args, LOG_REFUSED) + (["--lengths"] if args.lengths else [])
+                 + (["--profile"] if args.profile else []))  # was ignored, unsaid
         if given:
             raise PolytraceError(f"calibrate: {given[0]} applies to --stage-times; a log states its own")
         res = calibrate_from_log(args.log, args.out, calibrate_steps=args.calibrate_steps,

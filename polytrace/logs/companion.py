@@ -102,9 +102,9 @@ def read_companion(path) -> Companion:
         try:
             doc = json.loads(text)
         except ValueError as exc:
-            raise PolytraceError(f"{path}: not readable JSON ({exc})") from None
+            raise PolytraceError(f"--config {path}: not readable JSON ({exc})") from None
         if not isinstance(doc, dict):
-            raise PolytraceError(f"{path}: expected a JSON object")
+            raise PolytraceError(f"--config {path}: expected a JSON object")
         if "gpu" in doc or "gpu_count" in doc or "args" in doc:
             return _wandb_metadata(path, doc)
         return Companion(str(path), "config", launch.flatten(_unwrap_wandb(doc)))
@@ -113,7 +113,7 @@ def read_companion(path) -> Companion:
         if isinstance(doc, list):
             return Companion(str(path), "hydra-overrides", _overrides_of(doc, path))
         if not isinstance(doc, dict):
-            raise PolytraceError(f"{path}: expected a YAML mapping (a config) or list (Hydra overrides)")
+            raise PolytraceError(f"--config {path}: expected a YAML mapping (a config) or list (Hydra overrides)")
         wandb = any(isinstance(v, dict) and set(v) <= {"desc", "value"} and "value" in v for v in doc.values())
         return Companion(str(path), "wandb-config" if wandb else "config", launch.flatten(_unwrap_wandb(doc)))
     lines = list(enumerate(text.splitlines(), 1))

@@ -225,41 +225,59 @@ def find_model(text: str) -> ModelSpec | None:
     return None
 
 
+def _int_field(cfg: dict, key: str, where: str, *, required: bool = False, default: int = 0) -> int:
+    """One integer field of a HF config: a whole number, positive where required (a zero layer or
+    head count divides by zero further on) and never negative; else a one-line error naming it."""
+    value = cfg.get(key)
+    if value is None or (not required and value == 0):
+        if required:
+            raise PolytraceError(f"model config {where}: missing or bad field {key}: absent")
+        return default
+    ok = not isinstance(value, bool) and (isinstance(value, int) or isinstance(value, float) and value.is_integer())
+    if not ok or value < (1 if required else 0):
+        kind = "a positive integer" if required else "a whole number >= 0"
+        raise PolytraceError(f"model config {where}: missing or bad field {key} = {repr(value)[:40]}: not {kind}")
+    return int(value)
+
+
 def from_hf_config(cfg: dict, name: str = "") -> ModelSpec:
     """A ``ModelSpec`` from the fields of a HF ``config.json`` (dense and MoE decoders)."""
     text_cfg = cfg.get("text_config") or cfg.get("llm_config") or cfg
-    try:
-        hidden = int(text_cfg["hidden_size"])
-        layers = int(text_cfg["num_hidden_layers"])
-        heads = int(text_cfg["num_attention_heads"])
-        vocab = int(text_cfg["vocab_size"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PolytraceError(f"model config {name or ''}: missing or bad field {exc}") from None
-    kv = int(text_cfg.get("num_key_value_heads") or heads)
-    head_dim = int(text_cfg.get("head_dim") or hidden // heads)
-    experts = int(text_cfg.get("num_experts") or text_cfg.get("n_routed_experts")
-                  or text_cfg.get("num_local_experts") or 0)
-    active = int(text_cfg.get("num_experts_per_tok") or 0) if experts else 0
-    moe_inter = int(text_cfg.get("moe_intermediate_size") or 0) if experts else 0
+    where = name or "config.json"
+    if not isinstance(text_cfg, dict):
+        raise PolytraceError(f"model config {where}: text_config is not a JSON object")
+
+    def field(key, required=False, default=0):
+        return _int_field(text_cfg, key, where, required=required, default=default)
+
+    hidden, layers = field("hidden_size", True), field("num_hidden_layers", True)
+    heads, vocab = field("num_attention_heads", True), field("vocab_size", True)
+    kv = field("num_key_value_heads", default=heads)
+    head_dim = field("head_dim", default=hidden // heads)
+    if not head_dim:
+        raise PolytraceError(f"model config {where}: hidden_size {hidden} over {heads} heads leaves no head_dim")
+    experts = field("num_experts") or field("n_routed_experts") or field("num_local_experts")
+    active = field("num_experts_per_tok") if experts else 0
+    moe_inter = field("moe_intermediate_size") if experts else 0
     if experts and not moe_inter:
-        moe_inter = int(text_cfg.get("intermediate_size") or 0)
+        moe_inter = field("intermediate_size")
     model_type = str(text_cfg.get("model_type", ""))
-    kv_lora = int(text_cfg.get("kv_lora_rank") or 0)
+    kv_lora = field("kv_lora_rank")
     mla = {}
     if kv_lora:
-        nope, rope = int(text_cfg.get("qk_nope_head_dim") or 0), int(text_cfg.get("qk_rope_head_dim") or 0)
+        nope, rope = field("qk_nope_head_dim"), field("qk_rope_head_dim")
         head_dim = nope + rope or head_dim
-        mla = dict(q_lora_rank=int(text_cfg.get("q_lora_rank") or 0), kv_lora_rank=kv_lora, rope_head_dim=rope,
-                   v_head_dim=int(text_cfg.get("v_head_dim") or head_dim))
+        mla = dict(q_lora_rank=field("q_lora_rank"), kv_lora_rank=kv_lora, rope_head_dim=rope,
+                   v_head_dim=field("v_head_dim", default=head_dim))
     return ModelSpec(
         name=name or str(cfg.get("_name_or_path") or model_type or "custom"),
-        layers=layers, hidden=hidden, intermediate=int(text_cfg.get("intermediate_size") or 4 * hidden),
+        layers=layers, hidden=hidden, intermediate=field("intermediate_size", default=4 * hidden),
         heads=heads, kv_heads=kv, head_dim=head_dim, vocab=vocab,
         tied_embeddings=bool(cfg.get("tie_word_embeddings", text_cfg.get("tie_word_embeddings", False))),
         qkv_bias=model_type.startswith("qwen2"),
         experts=experts, active_experts=active, moe_intermediate=moe_inter,
-        shared_experts=int(text_cfg.get("n_shared_experts") or 0),
-        dense_layers=int(text_cfg.get("first_k_dense_replace") or 0) if experts else 0, **mla,
+        shared_experts=field("n_shared_experts"),
+        dense_layers=field("first_k_dense_replace") if experts else 0, **mla,
         source=f"config.json ({name})" if name else "config.json",
     )
 

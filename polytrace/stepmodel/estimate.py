@@ -161,8 +161,12 @@ def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConf
     tp = ro.rollout_tp or default_rollout_tp(engine, gpu, gpus, ro.mem_fraction,
                                              need_tokens=max_prompt_len + max_response_len)
     if ppo_mini_batch is not None and prompts % ppo_mini_batch:
-        raise PolytraceError(f"--ppo-mini-batch {ppo_mini_batch} does not divide the batch of {prompts} prompts "
-                             f"(verl requires it); pass a divisor of {prompts}")
+        # named as the user stated it: --train-batch in responses, else --ppo-mini-batch in prompts
+        given = (f"--train-batch {b.train_batch} ({ppo_mini_batch} prompts of --n {n})" if b.train_batch is not None
+                 else f"--ppo-mini-batch {ppo_mini_batch}")
+        divisor = f"{prompts * n} responses" if b.train_batch is not None else f"{prompts}"
+        raise PolytraceError(f"{given} does not divide the batch of {prompts} prompts "
+                             f"(verl requires it); pass a divisor of {divisor}")
     mini_batches = max(1, prompts // ppo_mini_batch) if ppo_mini_batch else max(
         1, -(-prompts // DEFAULT_PPO_MINI_BATCH))
     fields = dict(

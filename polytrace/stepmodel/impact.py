@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +104,10 @@ def impact(baseline, candidate, *, profile=None, model=None, gpu=None, gpus=None
         except PolytraceError:
             raise PolytraceError(f"BASELINE: measured on {slug}, which has no hardware preset; "
                                  f"pass --gpu with the closest preset") from None
+    if not {p.id for p in base.points} & {p.id for p in cand.points}:  # else a silent "+0.00%" everywhere
+        names = " and ".join(f"{side} {x}" for side, x in (("BASELINE", baseline), ("CANDIDATE", candidate))
+                             if isinstance(x, (str, os.PathLike)))
+        raise PolytraceError(f"{names or 'BASELINE and CANDIDATE'}: no benchmark occurs in both: nothing to compare")
     prof, model, n_gpus = default_workload(profile, model, gpus)
     pb, pc = paired(base, cand)
     # The question is what our kernels' timings do to the step: where a family's default provider

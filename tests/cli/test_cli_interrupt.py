@@ -1,8 +1,8 @@
 """Ctrl-C at any moment of a command (imports, parsing, work, writing): ``polytrace: interrupted``
 on stderr, exit 130, no traceback, and no empty or half-written output folder. A real SIGINT is
 sent to a subprocess at several moments, counted from a line printed where the console script
-calls ``main`` (after ``from polytrace.cli import main``, which imports only argparse, signal and
-polytrace.errors: 5.5 ms measured, every heavy import now runs inside ``main``). An interrupt
+calls ``main`` (after ``from polytrace.cli import main``, which imports only polytrace.errors:
+argparse, signal and every heavy import run inside ``main``'s handling). An interrupt
 inside Python's own start-up (its site module: 0.19 s on this machine, owing to its .pth files)
 is the interpreter's, not ours."""
 
@@ -69,3 +69,63 @@ def test_bench_interrupted_leaves_no_folder(tmp_path):
     _interrupted_cleanly(rc, err.replace(err.split("polytrace: interrupted")[0], ""))
     assert "Traceback" not in err
     assert not out.exists()
+
+
+def _self_interrupt_then(exc):
+    """A command that is Ctrl-C'd inside code that turns the KeyboardInterrupt into another error
+    (numpy's C-extension import: "PyCapsule_Import could not import module 'datetime'")."""
+    def command(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise exc from None
+        return 0
+    return command
+
+
+def test_an_interrupt_an_import_turned_into_another_error_is_still_an_interrupt(monkeypatch, capsys):
+    from polytrace.cli import main, workload_cmds
+
+    monkeypatch.setattr(workload_cmds, "cmd_profiles", _self_interrupt_then(ImportError("PyCapsule_Import failed")))
+    before = signal.getsignal(signal.SIGINT)
+    assert main(["profiles"]) == 130
+    assert capsys.readouterr().err == "polytrace: interrupted\n"
+    assert signal.getsignal(signal.SIGINT) is before  # an in-process caller gets its handler back
+
+
+def test_an_error_without_an_interrupt_is_no_interrupt(monkeypatch):
+    from polytrace.cli import main, workload_cmds
+
+    def broken(args):
+        raise ImportError("a real bug")
+
+    monkeypatch.setattr(workload_cmds, "cmd_profiles", broken)
+    with pytest.raises(ImportError, match="a real bug"):
+        main(["profiles"])
+
+
+def test_after_the_work_the_console_ignores_ctrl_c(monkeypatch, capsys):
+    """Past main, the interpreter's shutdown has its handlers back at the default: a SIGINT there
+    killed the process silently with status 130 after complete output (presets at 0.5 s)."""
+    from polytrace.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["polytrace", "profiles"])
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        assert main() == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert "dapo-math-32b" in capsys.readouterr().out
+
+
+def test_the_console_scripts_import_loads_no_parser():
+    """What ``from polytrace.cli import main`` loads runs before any Ctrl-C handling exists: argparse
+    and signal's enums there were interrupted into a traceback at 0.2 s on a loaded machine."""
+    code = ("import sys; before = set(sys.modules); from polytrace.cli import main; "
+            "print(sorted(m for m in set(sys.modules) - before if m in ('argparse', 'signal') "
+            "or m.startswith('polytrace.cli.')))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr)

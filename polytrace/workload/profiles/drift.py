@@ -66,7 +66,7 @@ def get_drift(name: str) -> DriftCurve | None:
         return None
     presets = drift_presets()
     if name not in presets:
-        raise unknown_name("drift preset", name, list(presets) + ["none"])
+        raise PolytraceError(f"--drift: {unknown_name('drift preset', name, list(presets) + ['none'])}")
     return presets[name]
 
 
