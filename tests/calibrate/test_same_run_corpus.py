@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _prepared import patch_prepare
 
 from polytrace.calibrate.folds import corpus_names
 from polytrace.calibrate.priors import load_corpus_gpus
@@ -37,6 +38,16 @@ UNMET = {
     "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log": "96.6%, below the naive 97.1%",
     "verl_qwen2.5-7b_ppo_16gpu_resumed.log": "92.6% (naive 93.5%)",
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_log_priced_once():
+    """``validate`` prices each corpus log exactly as the corpus read does (its stated GPU, window
+    10): through the memo of tests/_prepared.py, in the corpus's xdist group (tests/conftest.py),
+    each is priced once a session. Nothing here patches the model."""
+    with pytest.MonkeyPatch.context() as mp:
+        patch_prepare(mp)
+        yield
 
 
 @functools.cache
