@@ -31,8 +31,18 @@ def _run(tmp_path: Path, name: str, kernel_test: str, *extra: str) -> tuple[subp
     return proc, out
 
 
-def test_runbook_passes_when_everything_passes_and_fails_when_a_kernel_test_fails(tmp_path):
-    ok, out = _run(tmp_path, "ok", "def test_kernel_ok():\n    assert 2 + 2 == 4\n")
+@pytest.fixture(scope="module")
+def ok_run(tmp_path_factory):
+    """One passing dry run (a kernel test that passes, its own folder and results store), read by
+    three tests: as the run that passes, as the direct run the ``--via-bench`` run must
+    match (the kernel-test step writes nothing under $OUT beside the log) and as the run without
+    the strict estimate rule. A dry run starts five Pythons (about 10 CPU-s on the 2-core machine);
+    running it once instead of twice (the same command with ``--skip-tests`` was the other) saves one."""
+    return _run(tmp_path_factory.mktemp("ok"), "ok", "def test_kernel_ok():\n    assert 2 + 2 == 4\n")
+
+
+def test_runbook_passes_when_everything_passes_and_fails_when_a_kernel_test_fails(tmp_path, ok_run):
+    ok, out = ok_run
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
     assert "PASSED ==" in ok.stdout and "kernel tests: passed" in ok.stdout
     files = sorted(p.name for p in out.iterdir())
@@ -99,18 +109,11 @@ def test_store_step_refuses_cpu_results_unless_allowed(tmp_path, capsys):
 SKIP_TESTS_KERNEL_TEST = "def test_kernel_ok():\n    assert True\n"
 
 
-@pytest.fixture(scope="module")
-def skip_tests_run(tmp_path_factory):
-    """One dry run with ``--skip-tests`` (its own folder and results store), read by the two tests
-    below: the same command run twice cost about 9 CPU-s more (each run starts several Pythons)."""
-    return _run(tmp_path_factory.mktemp("skip_tests"), "direct", SKIP_TESTS_KERNEL_TEST, "--skip-tests")
-
-
-def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path, skip_tests_run):
+def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path, ok_run):
     """--via-bench (issue 14: the runbook through `polytrace bench` on one GPU) gives the same result
     files: the same benchmark ids, each with its output check."""
     kernel_test = SKIP_TESTS_KERNEL_TEST
-    direct, out_direct = skip_tests_run
+    direct, out_direct = ok_run
     bench, out_bench = _run(tmp_path, "bench", kernel_test, "--skip-tests", "--via-bench",
                             "--bench-dir", str(tmp_path / "bench-run"))
     assert direct.returncode == 0, direct.stdout[-3000:]
@@ -125,12 +128,12 @@ def test_runbook_through_polytrace_bench_writes_the_same_benchmarks(tmp_path, sk
     assert (tmp_path / "bench-run" / "shards").is_dir()  # resumable: the shard records stay there
 
 
-def test_runbook_exits_nonzero_naming_a_step_that_raised(tmp_path, monkeypatch, skip_tests_run):
+def test_runbook_exits_nonzero_naming_a_step_that_raised(tmp_path, monkeypatch, ok_run):
     """A step whose exception the summary turns into a text line (here the step estimate, which a
     CPU dry run cannot price: POLYTRACE_RUNBOOK_STRICT_ESTIMATE holds it to the GPU rule) fails the
     run with a status line naming the step; the same run without the strict rule passes."""
     kernel_test = SKIP_TESTS_KERNEL_TEST
-    relaxed, _ = skip_tests_run  # the same command as the strict run's below, without the variable
+    relaxed, _ = ok_run  # the strict run's command below, without the variable (and with a kernel test)
     assert relaxed.returncode == 0, relaxed.stdout[-3000:]
     assert "step estimate: not computed on a CPU dry run" in relaxed.stdout
     assert "probe: not run (no CUDA)" in relaxed.stdout

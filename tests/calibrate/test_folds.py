@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from _corpus import full_corpus
+from _corpus import full_corpus, load
 
 from polytrace.calibrate import folds as F
 from polytrace.calibrate import priors as P
@@ -25,7 +25,7 @@ SMALL = ["verl_qwen2.5-0.5b_ppo_1gpu_p1024_r512.log", "verl_qwen2.5-0.5b_ppo_1gp
 
 @functools.cache
 def _small(folder: str):
-    return P.load_corpus(folder, SMALL)
+    return load(folder, SMALL)  # P.load_corpus, its prices memoized (tests/_corpus.py)
 
 
 def _recording_fit(calls):

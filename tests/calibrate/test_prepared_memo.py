@@ -62,14 +62,18 @@ def test_a_folder_is_not_memoized(tmp_path):
 
 def test_prepare_is_a_pure_function_of_its_inputs(validation_logs):
     """What the memo relies on: two calls on one log (the smallest ladder rung, 0.4 CPU-s) give the
-    same log, run, notes, rows and split, field for field and byte for byte, and the memo's copy
-    equals them."""
+    same log, run, notes, rows and split, field for field and byte for byte, a call with
+    ``Overrides()`` the same as one with none, and the memo's copy equals them."""
     from polytrace.calibrate.validate import prepare
 
     path = next((validation_logs / "ladder").glob("Qwen2.5-0.5B-*.log"))
+    from polytrace.calibrate.logconfig import Overrides
+
     a, b = prepare(path), prepare(path)
     assert [x == y for x, y in zip(a, b)] == [True] * 5
     assert pickle.dumps(a) == pickle.dumps(b)
+    # the memo keys no overrides as Overrides(): the two spellings must price alike
+    assert pickle.dumps(prepare(path, Overrides())) == pickle.dumps(a)
     memo = memoize(prepare)
     memo(path)
     assert pickle.dumps(memo(os.fspath(path))) == pickle.dumps(a)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _corpus import full_corpus
+from _prepared import memoize
 from _verl_logs import priced_probe
 
 from polytrace.calibrate import priors as P
@@ -109,7 +110,9 @@ def test_roofline_shares_are_fractions():
 
 @functools.cache
 def _prepared(folder: str, name: str):
-    log, run, _notes, rows, _split = prepare(f"{folder}/{name}")
+    # priced through the session's memo of prepare (tests/_prepared.py), as the corpus read prices
+    # the same unstated logs (tests/_corpus.py)
+    log, run, _notes, rows, _split = memoize(prepare)(f"{folder}/{name}")
     stages, rows = _timed_stages(rows, 10)
     return log, run, stages, rows
 

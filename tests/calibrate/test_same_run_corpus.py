@@ -32,6 +32,7 @@ import re
 from pathlib import Path
 
 import pytest
+from _prepared import patch_prepare
 
 from polytrace.calibrate.folds import corpus_names
 from polytrace.calibrate.priors import load_corpus_gpus
@@ -62,6 +63,16 @@ UNMET = {
         "memory 61.9 -> 74.6 GB, the steps after it 8-9% slower at flat lengths); the naive mean keeps the "
         "warm-up step 101 the model leaves out (without it 92.2%)",
 }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_log_priced_once():
+    """``validate`` prices each corpus log exactly as the corpus read does (its stated GPU, window
+    10): through the memo of tests/_prepared.py, in the corpus's xdist group (tests/conftest.py),
+    each is priced once a session. Nothing here patches the model."""
+    with pytest.MonkeyPatch.context() as mp:
+        patch_prepare(mp)
+        yield
 
 
 @functools.cache

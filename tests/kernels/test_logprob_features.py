@@ -90,22 +90,43 @@ def test_softcap_tanh_and_its_derivative_to_fp32_rounding():
 
 # ------------------------------------------------------------------ vocabulary-parallel (gloo, 2 ranks)
 
-@pytest.mark.parametrize("dtype, softcap", [(torch.float32, None), (torch.bfloat16, 30.0)], ids=["fp32", "bf16-cap30"])
-def test_vocab_parallel_against_fp64_with_two_gloo_ranks(tmp_path, dtype, softcap):
+_GLOO_CASES = {"fp32": (torch.float32, None), "bf16-cap30": (torch.bfloat16, 30.0)}
+_BOUNDS = [0, 300, 513]
+
+
+def _gloo_case(dtype):
+    x, tok, up = _case(10, 513, dtype, seed=61, scale=8.0)
+    tok[5] = 299  # the last column of rank 0, and the first of rank 1
+    tok[6] = 300
+    return x, tok, up
+
+
+@pytest.fixture(scope="module")
+def gloo_ranks(tmp_path_factory):
+    """Both cases below in one gloo group of 2 processes (one spawn, not one per case: each
+    process start costs more than the case's work): {case id: [rank 0's results, rank 1's]}."""
+    import torch.multiprocessing as mp
+    from _logprob_dist import shard_worker
+
+    out = tmp_path_factory.mktemp("gloo")
+    cases = {}
+    for name, (dtype, softcap) in _GLOO_CASES.items():
+        x, tok, up = _gloo_case(dtype)
+        cases[name] = {"logits": x, "tokens": tok, "temperature": 0.8, "g_lp": up[0], "g_ent": up[1],
+                       "softcap": softcap}
+    mp.spawn(shard_worker, args=(2, str(out / "init"), _BOUNDS, cases, str(out)), nprocs=2, join=True)
+    return {name: [torch.load(out / f"rank{r}-{name}.pt") for r in range(2)] for name in cases}
+
+
+@pytest.mark.parametrize("case_id", list(_GLOO_CASES))
+def test_vocab_parallel_against_fp64_with_two_gloo_ranks(gloo_ranks, case_id):
     """Two CPU processes in a gloo group, shards of 300 and 213 columns (uneven, one not a multiple
     of 16): each rank's log-probs and entropies are the full vocabulary's, and the concatenated shard
     gradients are the full logits' gradient, against fp64 on the whole matrix; a token no shard owns
     raises on every rank."""
-    import torch.multiprocessing as mp
-    from _logprob_dist import shard_worker
-
-    x, tok, up = _case(10, 513, dtype, seed=61, scale=8.0)
-    tok[5] = 299  # the last column of rank 0, and the first of rank 1
-    tok[6] = 300
-    bounds = [0, 300, 513]
-    case = {"logits": x, "tokens": tok, "temperature": 0.8, "g_lp": up[0], "g_ent": up[1], "softcap": softcap}
-    mp.spawn(shard_worker, args=(2, str(tmp_path / "init"), bounds, case, str(tmp_path)), nprocs=2, join=True)
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    dtype, softcap = _GLOO_CASES[case_id]
+    x, tok, up = _gloo_case(dtype)
+    ranks = gloo_ranks[case_id]
     assert torch.equal(ranks[0]["logprob"], ranks[1]["logprob"]) and torch.equal(ranks[0]["entropy"],
                                                                                  ranks[1]["entropy"])
     ours = (ranks[0]["logprob"], ranks[0]["entropy"], torch.cat([r["grad"] for r in ranks], 1))
