@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,20 @@ BETA = ["b0", "b1", "ctrl-c", "b3"]
 @pytest.fixture
 def suites(tmp_path):
     return write_suites(tmp_path / "suites", {"alpha": ALPHA, "beta": BETA})
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """One finished run of a1, a2 and b0 in shards of two (two shard records, both suites merged),
+    for the merge alone (which deletes a merged file and asserts the merge writes the same bytes back)
+    and the damaged records (which edit a copy): one collection and two shard pytest processes for
+    the module, not one run per test."""
+    root = tmp_path_factory.mktemp("small_run")
+    suites = write_suites(root / "suites", {"alpha": ALPHA, "beta": BETA})
+    report = run_bench(root / "run", cases=BenchCases(k="a1 or a2 or b0", suites_dir=suites),
+                       shards=ShardPlan(max_cases=2))
+    assert report.exit_code == 0 and len(report.records) == 2, report.problems
+    return root / "run"
 
 
 @pytest.fixture
@@ -144,28 +159,39 @@ def test_ctrl_c_keeps_finished_shards_and_a_rerun_runs_only_the_rest(suites, tmp
     assert len(merged_ids(out / "cpu" / "alpha.json")) == len(ALPHA) - 1
 
 
-def test_a_failing_shard_is_one_line_and_the_others_are_kept(suites, tmp_path, child_env):
+def test_a_failing_shard_is_one_line_and_the_others_are_kept(suites, tmp_path, capfd, monkeypatch):
+    """The CLI in this process (the shards are still their own pytest processes; a real CLI process is
+    what the Ctrl-C test needs, not this one): capfd reads file descriptor 2, so a shard's traceback
+    written there would be seen as it was in the CLI child's stderr."""
+    from polytrace.cli import main
+
     out = tmp_path / "run"
-    env = {**child_env, "POLYTRACE_FAKE_FAIL": "1"}
-    args = ["--suites-dir", str(suites), "--suite", "alpha", "-o", str(out), "--shard-size", "3", "-q"]
-    res = _cli(args, env)
-    assert res.returncode == 1
-    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("polytrace: error:")]
-    assert len(errors) == 1, res.stderr
+    for key in [k for k in os.environ if k.startswith("POLYTRACE_FAKE_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("POLYTRACE_FAKE_FAIL", "1")
+    args = ["bench", "--allow-cpu", "--suites-dir", str(suites), "--suite", "alpha", "-o", str(out),
+            "--shard-size", "3", "-q"]
+    code = main(args)
+    stdout, stderr = capfd.readouterr()
+    assert code == 1
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("polytrace: error:")]
+    assert len(errors) == 1, stderr
     assert "shard s1-" in errors[0] and " on " in errors[0] and "test_alpha.py::test_case[fail]" in errors[0]
-    assert "planted failure" in errors[0] and "Traceback" not in res.stderr
+    assert "planted failure" in errors[0] and "Traceback" not in stderr
     assert merged_ids(out / "cpu" / "alpha.json") == [f"alpha/k/ours/fwd/{c}" for c in ALPHA if c != "fail"]
     # the rerun retries only the failed case; fixed, the run completes
-    env["POLYTRACE_FAKE_FAIL"] = ""
-    res = _cli(args, env)
-    assert res.returncode == 0, res.stderr
-    assert f"{len(ALPHA)} finished by earlier runs" in res.stdout  # 5 benchmarks + the plain test
+    monkeypatch.setenv("POLYTRACE_FAKE_FAIL", "")
+    code = main(args)
+    stdout, stderr = capfd.readouterr()
+    assert code == 0, stderr
+    assert f"{len(ALPHA)} finished by earlier runs" in stdout  # 5 benchmarks + the plain test
     assert merged_ids(out / "cpu" / "alpha.json") == [f"alpha/k/ours/fwd/{c}" for c in ALPHA]
 
 
-def test_merge_alone_rewrites_the_merged_files(suites, tmp_path):
-    out = tmp_path / "run"
-    run_bench(out, cases=BenchCases(k="a1 or a2 or b0", suites_dir=suites), shards=ShardPlan(max_cases=2))
+def test_merge_alone_rewrites_the_merged_files(small_run):
+    """In the shared run itself, not a copy (a merged file names its shard records by path): the
+    merge alone writes back the very bytes it deleted, which the last line asserts."""
+    out = small_run
     assert ledger.recorded_seconds(out).keys() == {"test_alpha.py::test_case[a1]", "test_alpha.py::test_case[a2]",
                                                    "test_beta.py::test_case[b0]"}
     before = (out / "cpu" / "alpha.json").read_text()
@@ -186,15 +212,12 @@ DAMAGE = [
 ]
 
 
-def test_a_damaged_shard_record_is_one_line_naming_it(suites, tmp_path, capsys):
+def test_a_damaged_shard_record_is_one_line_naming_it(small_run, tmp_path, capsys):
     """A run folder outlives its run (hand edits, cut copies): a fuzz of shard records found
     five tracebacks in ``bench --merge``; every damaged field is now refused, naming the file."""
-    import shutil
-
     from polytrace.cli import main
 
-    good = tmp_path / "run"
-    run_bench(good, cases=BenchCases(k="a1 or a2", suites_dir=suites))
+    good = shutil.copytree(small_run, tmp_path / "run")
     for i, (edit, message) in enumerate(DAMAGE):
         out = shutil.copytree(good, tmp_path / f"damaged{i}")
         path = sorted((out / "shards").glob("*.json"))[0]
