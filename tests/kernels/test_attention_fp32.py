@@ -193,13 +193,14 @@ def test_decode_softcap_and_window_at_fp32_precision(case):
 # (split_tokens, paged, softcap, window_size, sq, causal): several query tokens per sequence (the
 # last sq positions; queries of the 1-token cache before its start see no key: out 0, lse +inf),
 # causal bottom-right or not, over single and split launches; 3 tokens x GQA 2 = 6 rows of a 16-row
-# block, 40 tokens = 80 rows over three row blocks of 32.
+# block, 33 tokens = 66 rows over three row blocks of 32 (the last holding 2): the fewest tokens
+# with a third block (the combine's 6 x 33 x 4 programs, not 6 x 40 x 4, in the interpreter).
 DECODE_MULTI = {
     "sq3-causal-paged-splits": (16, True, 0.0, (-1, -1), 3, True),
     "sq3-full-single": (64, False, 0.0, (-1, -1), 3, False),
     "sq5-window-causal-splits": (16, False, 0.0, (6, -1), 5, True),
     "sq4-window-both-softcap-paged": (32, True, 5.0, (4, 2), 4, False),
-    "sq40-causal-paged-splits": (16, True, 0.0, (-1, -1), 40, True),
+    "sq33-causal-paged-splits": (16, True, 0.0, (-1, -1), 33, True),
 }
 
 

@@ -42,10 +42,11 @@ def test_rows_one_short_of_the_boundary_split_by_one_row():
 
 @pytest.mark.parametrize("batch, splits", [(32, 1), (31, 3)])
 def test_the_launches_at_the_boundary_and_one_row_short(batch, splits):
-    """The interpreter reports 8 SMs: 32 rows (4 waves) run in one launch, 31 rows split a 600-token
-    cache into 3 with the combine kernel; both match the reference."""
+    """The interpreter reports 8 SMs: 32 rows (4 waves) run in one launch, 31 rows split a 513-token
+    cache into 3 with the combine kernel; both match the reference. 513 is the shortest cache of 3
+    splits (the smallest split is 256 tokens: the last split holds token 512 of the longest row)."""
     gen = torch.Generator().manual_seed(batch)
-    hkv, hq, d, max_len = 1, 2, 16, 600
+    hkv, hq, d, max_len = 1, 2, 16, 513
     q = torch.randn(batch, hq, d, generator=gen).half()
     kc = torch.randn(batch, max_len, hkv, d, generator=gen).half()
     vc = torch.randn(batch, max_len, hkv, d, generator=gen).half()
