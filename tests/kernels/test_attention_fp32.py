@@ -182,6 +182,9 @@ DECODE_FEATURES = {
     "window0-paged-splits": (16, True, 0.0, (0, -1)),
     "window20-softcap-splits": (16, False, 5.0, (20, 0)),
     "window20-softcap-paged": (32, True, 5.0, (20, 3)),
+    # left 8 on the 40-token cache: the window's first key, 31, is the last of the tile 16..31, so a
+    # window start one key late skips that whole tile (the loop starts on a 16-key boundary)
+    "window8-tile-edge-paged-splits": (16, True, 0.0, (8, -1)),
 }
 
 
@@ -201,6 +204,9 @@ DECODE_MULTI = {
     "sq5-window-causal-splits": (16, False, 0.0, (6, -1), 5, True),
     "sq4-window-both-softcap-paged": (32, True, 5.0, (4, 2), 4, False),
     "sq33-causal-paged-splits": (16, True, 0.0, (-1, -1), 33, True),
+    # 3 tokens of the 40-token cache, left 6: the block's first row (position 37) needs key 31, the
+    # last of the tile 16..31, the row block's window start on a tile edge
+    "sq3-window6-tile-edge-splits": (16, False, 0.0, (6, -1), 3, True),
 }
 
 
