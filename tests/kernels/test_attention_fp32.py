@@ -98,6 +98,10 @@ FEATURE_CASES = {
     "window-both-sides": ([5, 37, 20], [8, 30, 33], False, 0.0, (6, 3), None),
     "window-left-causal": ([40, 3, 20], [40, 9, 26], True, 0.0, (7, 5), None),  # causal: right becomes 0
     "window-right-only": ([30, 12], [30, 20], False, 0.0, (-1, 2), None),
+    # right 1 on 16-key / 16-row tiles: row 15 sees key 16, the first of the next key tile (the
+    # forward's key range ends one past it), and key 16's first row is the last of row block 0 (the
+    # backward's row range starts there): a range one short at either end drops that tile
+    "window-right-1-tile-edge": ([40, 17], None, False, 0.0, (-1, 1), None),
     "window-left-0": ([17, 33], [17, 20], False, 0.0, (0, 0), None),  # one key each; rows past Lk see none
     "softcap-window-sm90": ([7, 130, 70], [68, 130, 90], True, 5.0, (70, -1), (9, 0)),
 }
