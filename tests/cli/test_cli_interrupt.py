@@ -88,10 +88,15 @@ def test_an_interrupt_an_import_turned_into_another_error_is_still_an_interrupt(
     from polytrace.cli import main, workload_cmds
 
     monkeypatch.setattr(workload_cmds, "cmd_profiles", _self_interrupt_then(ImportError("PyCapsule_Import failed")))
-    before = signal.getsignal(signal.SIGINT)
-    assert main(["profiles"]) == 130
+    # SIGINT as a terminal's Ctrl-C finds it: a test run started in the background inherits it
+    # ignored, and main then keeps it ignored (a background job's), so the kill would not interrupt
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert main(["profiles"]) == 130
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler back
+    finally:
+        signal.signal(signal.SIGINT, outer)
     assert capsys.readouterr().err == "polytrace: interrupted\n"
-    assert signal.getsignal(signal.SIGINT) is before  # an in-process caller gets its handler back
 
 
 def test_an_error_without_an_interrupt_is_no_interrupt(monkeypatch):
