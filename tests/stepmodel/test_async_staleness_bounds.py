@@ -20,7 +20,13 @@ import pytest
 
 from polytrace.run.hardware import get_gpu
 from polytrace.run.models import get_model
-from polytrace.stepmodel.streaming import StreamRollout, VersionPolicy, stream_rollout, trainer_pipeline, version_floor_s
+from polytrace.stepmodel.streaming import (
+    StreamRollout,
+    VersionPolicy,
+    stream_rollout,
+    trainer_pipeline,
+    version_floor_s,
+)
 
 READY = np.array([7.0, 1.0, 10.0, 4.0, 2.0, 9.0, 3.0, 8.0, 6.0, 5.0])  # ten groups done at 1..10 s, shuffled
 
