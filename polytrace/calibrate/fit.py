@@ -75,24 +75,20 @@ FIXED_SD = 0.5
 # counts and modes, keeps the per-call prior.
 FIXED_PRIOR_SHARE_TRANSFER = 0.0
 FIXED_SD_TRANSFER = 0.1
-# Generation's constant for another run alike (issue 36 item 6): its per-call work (weight
-# resharding, cache wake-up) is priced as work that scales with the model's bytes over its GPUs
-# (the ``offload`` family) and the priors' own generation constant is 0 s, so a constant that one
-# window's flat lengths left in the stage would be carried to another model size as if size-free.
-# Over the ladder's 40 rung pairs (tests/calibrate/test_ladder_calibration.py, CPU) the 15% share
-# (sd 50%) gave a 3B window's 26.1 s of its 57.3 s generation to the constant and predicted the
-# 8-GPU 7B's 26.3 s at 44.6 s (step 1.43x, zero-shot 1.05x); at 0 (sd 10%, the trainer's) the
-# per-token work keeps the deviation: median 12.1% -> 8.6%, worst 1.68x -> 1.44x.
-FIXED_PRIOR_SHARE_GEN_TRANSFER = 0.0
-# ...and held there, not drawn toward it: with a prior of 0 at sd 10% the constant still took what a
-# flat window's lengths could not place (the GSM8K 32B window left 16.3 s of generation in it, 10%
-# of its stage, one prior sd), and 16 s carried to the 2-GPU 0.5B rung's 47 s generation put it at
-# 1.46x (zero-shot 1.25x; 1.37x held at 0 s). The window's generation time is all per-token
-# deviation, scaled by the target's own modelled work; the range still carries the constants the
-# window allows (``split``). Over the ladder's 40 pairs (CPU) the range holds the truth in 31 -> 34
-# of 40, median error 8.3% -> 8.0%, worst 1.45x -> 1.29x, median hi/lo 1.52x unchanged
-# (tests/calibrate/test_ladder_calibration.py).
-GEN_CONSTANT_FIXED_TRANSFER = True
+# Generation's constant for another run alike (issue 36 item 6) is held at 0 s: its per-call work
+# (weight resharding, cache wake-up) is priced as work that scales with the model's bytes over its
+# GPUs (the ``offload`` family) and the priors' own generation constant is 0 s, so a constant that
+# one window's flat lengths left in the stage would be carried to another model size as if
+# size-free. History over the ladder's 40 rung pairs (tests/calibrate/test_ladder_calibration.py,
+# CPU): the same-run 15% share (sd 50%) gave a 3B window's 26.1 s of its 57.3 s generation to the
+# constant and predicted the 8-GPU 7B's 26.3 s at 44.6 s (step 1.43x, zero-shot 1.05x); a prior of
+# 0 at sd 10% (the trainer's) took the median error 12.1% -> 8.6%, worst 1.68x -> 1.44x, but still
+# let the constant take what a flat window's lengths could not place (the GSM8K 32B window left
+# 16.3 s of generation in it, one prior sd, which put the 2-GPU 0.5B rung's 47 s generation at
+# 1.46x; zero-shot 1.25x, 1.37x held at 0 s). Held at 0 s, the window's generation time is all
+# per-token deviation, scaled by the target's own modelled work; the range still carries the
+# constants the window allows (``split``): the range holds the truth in 31 -> 34 of 40, median
+# error 8.3% -> 8.0%, worst 1.45x -> 1.29x, median hi/lo 1.52x unchanged.
 # The run's deviation from the shared priors (``polytrace/data/priors.json``), per kind of work:
 # its log is drawn toward the run's overall ratio to the priors (all stages' time over all their
 # priced time: another GPU, driver or engine version moves every kind alike; ``CENTRE_ON_RUN``)
@@ -305,12 +301,13 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     ybar = {s: float(Y[s].mean()) for s in stages}
     tied = [(a, b) for a, b in TIED if a in gi and b in gi]
     yb = np.array([ybar[s] for s in stages])
-    trainer_share, trainer_sd = (FIXED_PRIOR_SHARE_TRANSFER, FIXED_SD_TRANSFER) if transfer else (FIXED_PRIOR_SHARE,
-                                                                                                  FIXED_SD)
-    gen_share, gen_sd = (FIXED_PRIOR_SHARE_GEN_TRANSFER, FIXED_SD_TRANSFER) if transfer else (FIXED_PRIOR_SHARE_GEN,
-                                                                                              FIXED_SD)
-    prior_c = np.array([(gen_share if s == "gen" else trainer_share) * ybar[s] for s in stages])
-    prior_sd = np.array([gen_sd if s == "gen" else trainer_sd for s in stages])
+    # the constants' prior: for another run every stage's at 0 s, sd 10% (generation's is then held at
+    # 0 s below); within the run half the trainer stages' time and 15% of generation's, sd 50%
+    if transfer:
+        prior_c = np.full(len(stages), FIXED_PRIOR_SHARE_TRANSFER) * yb
+    else:
+        prior_c = np.array([FIXED_PRIOR_SHARE_GEN if s == "gen" else FIXED_PRIOR_SHARE for s in stages]) * yb
+    prior_sd = np.full(len(stages), FIXED_SD_TRANSFER if transfer else FIXED_SD)
 
     # physical bounds: no kind of work faster than its peak roofline (deviation >= floor); a
     # stage's constant seconds at most what its shortest window step leaves once its work runs at
@@ -326,7 +323,7 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         floor = np.maximum(floor, ratio.max(axis=0))
     c_max = np.array([max(0.0, float(np.min(Y[s] - offset[s] - X[s] @ floor))) for s in stages])
     c_window = c_max  # what the window allows: the range of constants it carries (``split``)
-    if transfer and GEN_CONSTANT_FIXED_TRANSFER:  # generation's constant for another run: 0 s, not a prior of 0
+    if transfer:  # generation's constant for another run: held at 0 s, not drawn toward a prior of 0
         c_max = np.where(np.array([s == "gen" for s in stages]), 0.0, c_max)
     ident = {s: _identified(X[s], sd[s]) for s in stages}
     # a kind of work seen only in stages whose split the window cannot identify: the prior decides

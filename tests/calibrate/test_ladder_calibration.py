@@ -16,8 +16,8 @@ what the window cannot split, constants against per-token work and one family ag
 not the rung-to-rung change of efficiency the misses show); one pair is further off than
 zero-shot by more than its width (MATH 3B -> 7B: 1.43x against zero-shot 1.05x, range 1.25-1.63x).
 
-Then (CPU, same priors) generation's constant for another run at 0 s, sd 10% (``fit.
-FIXED_PRIOR_SHARE_GEN_TRANSFER``: a flat window's constant was carried to another size as if
+Then (CPU, same priors) generation's constant for another run at 0 s, sd 10% (``fit``'s
+transfer prior then: a flat window's constant was carried to another size as if
 size-free; the 3B window's 26 s constant put the 7B's 26.3 s generation at 44.6 s): median 8.6%,
 31 within 20%, worst 1.44x (GSM8K 32B -> 7B), no pair further off than zero-shot by more than its
 range (goal met, before widening). The range then widened, in quadrature, by what no window of
@@ -37,7 +37,7 @@ of the actual step, 5.2x the median error; still no pair further off than zero-s
 window's range.
 
 Then (CPU, same priors) generation's constant for another run held at 0 s, not drawn toward it at sd 10%
-(``fit.GEN_CONSTANT_FIXED_TRANSFER``: the GSM8K 32B window had left 16.3 s of its generation in the
+(``fit.fit(transfer=True)``: the GSM8K 32B window had left 16.3 s of its generation in the
 constant, which put the 2-GPU 0.5B rung's 47 s generation at 1.46x), the range still carrying the
 constants the window allows: median 8.3% -> 8.0%, 30 -> 33 within 20%, worst 1.45x -> 1.29x; the truth
 inside in 31 -> 34 of 40 pairs (85%, goal 80%: met), median hi/lo 1.52x (unchanged), median hi - lo

@@ -1,5 +1,5 @@
 """A calibration for another run keeps generation's per-call seconds at the priors' 0 s
-(``fit.FIXED_PRIOR_SHARE_GEN_TRANSFER``, issue 36 item 6): the priors price resharding and cache
+(``fit.fit(transfer=True)``, issue 36 item 6): the priors price resharding and cache
 wake-up as work that scales with the model's bytes, so a constant left in the stage would be carried
 to another model size as if size-free (the ladder's 3B window put a 7B's 26.3 s generation at 44.6 s
 that way). On the synthetic 8 x MI300X GRPO log of tests/calibrate/test_calibration.py, first 10
