@@ -8,9 +8,10 @@ the sequences a sync interrupts come back as prompt + response so far on an empt
 (verl resets vLLM's prefix cache at every pause): a re-prefill of that whole prefix, paid only for
 what is still in flight at the sync.
 
-The golden file (tests/test_golden.py) holds every fully-async entry as INTENDED, so none of these
-numbers is checked there: this file is what fails on an off-by-one in the quantile, a floor scaled
-by 0.98, a re-prefill of the prompts only, or a resume charged when nothing was in flight.
+The golden file (tests/test_golden.py) listed every fully-async entry as INTENDED when this file was
+written (that list is empty since), so these cases were built by hand, not read from it: they fail
+on an off-by-one in the quantile, a floor scaled by 0.98, a re-prefill of the prompts only, or a
+resume charged when nothing was in flight, each named, where the golden file only says a number moved.
 """
 
 from __future__ import annotations
