@@ -92,6 +92,7 @@ def _no_xdist_env_in_subprocesses():
     os.environ.update(saved)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
