@@ -70,14 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def given_options(argv: list[str]) -> set[str]:
+def given_options(argv: list[str], parser: argparse.ArgumentParser | None = None) -> set[str]:
     """The destinations the command line set explicitly (not left at their defaults), so a command
     can take defaults from elsewhere (``estimate --calibration``: the calibrated run's) and list
     where the flags differ. Parsed again with every default suppressed; notes of deprecated
-    spellings are said once, by the first parse."""
+    spellings are said once, by the first parse. ``parser``: one whose work is done (``_main``'s,
+    after its parse), changed in place; default a new one."""
     import io
 
-    parser = build_parser()
+    parser = parser or build_parser()
     stack = [parser]
     while stack:
         p = stack.pop()
@@ -98,7 +99,9 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.from_command_line = argv is None  # sys.argv: the process may be re-run (tune --allow-cpu)
-    args.given = given_options(sys.argv[1:] if argv is None else argv)
+    # the same parser, its parse done: building a second costs ~13 ms, twice a command (the tests
+    # run ~1,000 commands in-process)
+    args.given = given_options(sys.argv[1:] if argv is None else argv, parser)
     try:
         code = args.func(args)
     except PolytraceError as exc:
