@@ -22,6 +22,15 @@ from pathlib import Path
 
 CONFTEST = '''
 import os
+import platform
+
+
+def pytest_benchmark_generate_machine_info(config):
+    """pytest-benchmark's own fields, but "cpu" without py-cpuinfo: it starts a second Python to
+    read the CPU, 0.8 of the 1.3 CPU-seconds a fake shard costs (nothing here reads "cpu")."""
+    return {"node": platform.node(), "processor": platform.processor(), "machine": platform.machine(),
+            "python_implementation": platform.python_implementation(), "python_version": platform.python_version(),
+            "release": platform.release(), "system": platform.system(), "cpu": {"count": os.cpu_count()}}
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
