@@ -91,12 +91,13 @@ def write_suites(folder: Path, suites: dict[str, list[str]]) -> Path:
     return folder
 
 
-def plain_pytest_ids(folder: Path, k: str, tmp: Path, env: dict) -> dict[str, list[str]]:
+def plain_pytest_ids(folder: Path, k: str, tmp: Path, env: dict, files: list[str] | None = None) -> dict[str, list[str]]:
     """{suite: benchmark ids in order} of one plain serial ``pytest -k K --benchmark-json`` run of
-    every suite in ``folder``."""
+    every suite in ``folder`` (or of ``files`` in it)."""
     out = tmp / "plain.json"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", k, str(folder),
-                    f"--benchmark-json={out}"], cwd=folder, env=env, capture_output=True, check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", k,
+                    *(files or [str(folder)]), f"--benchmark-json={out}"], cwd=folder, env=env, capture_output=True,
+                   check=True, timeout=300)
     from polytrace.measure.results import load_result
 
     ids: dict[str, list[str]] = {}
