@@ -91,7 +91,8 @@ def write_suites(folder: Path, suites: dict[str, list[str]]) -> Path:
     return folder
 
 
-def plain_pytest_ids(folder: Path, k: str, tmp: Path, env: dict, files: list[str] | None = None) -> dict[str, list[str]]:
+def plain_pytest_ids(folder: Path, k: str, tmp: Path, env: dict,
+                     files: list[str] | None = None) -> dict[str, list[str]]:
     """{suite: benchmark ids in order} of one plain serial ``pytest -k K --benchmark-json`` run of
     every suite in ``folder`` (or of ``files`` in it)."""
     out = tmp / "plain.json"

@@ -51,7 +51,8 @@ def test_merged_ids_of_two_workers_are_the_serial_runs(local_ray, tmp_path):
     ray_run = run_bench(tmp_path / "ray", cases=BenchCases(suites=["attention", "logprob"], k=k), cluster=LOCAL)
     assert ray_run.exit_code == 0, ray_run.problems
     assert len(ray_run.records) == 2 and ray_run.slots == 2
-    plain = plain_pytest_ids(ROOT / "suites", k, tmp_path, dict(os.environ), ["test_attention.py", "test_logprob.py"])
+    env = {key: v for key, v in os.environ.items() if key != "PYTEST_ADDOPTS"}  # as the shards: their own options
+    plain = plain_pytest_ids(ROOT / "suites", k, tmp_path, env, ["test_attention.py", "test_logprob.py"])
     assert sorted(plain) == ["attention", "logprob"]
     for suite in ("attention", "logprob"):
         assert plain[suite] and merged_ids(tmp_path / "ray" / "cpu" / f"{suite}.json") == plain[suite]
