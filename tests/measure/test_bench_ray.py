@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import sys
+from pathlib import Path
 
 import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'polytrace[cluster]')")
 
 import torch  # noqa: E402
-from _bench_fakes import merged_ids, run_counts, shard_records, write_suites  # noqa: E402
+from _bench_fakes import merged_ids, plain_pytest_ids, run_counts, shard_records, write_suites  # noqa: E402
 
 from polytrace.errors import PolytraceError  # noqa: E402
 from polytrace.measure.bench import run_bench  # noqa: E402
@@ -22,6 +24,7 @@ from polytrace.measure.bench.cluster import ClusterSpec, connect  # noqa: E402
 from polytrace.measure.bench.run import BenchCases, ShardPlan  # noqa: E402
 from polytrace.measure.tuning import session as tune  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
 CASES = ["a0", "a1", "kill", "a3", "a4", "a5", "a6"]
 
 LOCAL = ClusterSpec("local", allow_cpu=True)  # the tests' one Ray instance, workers in the interpreter
@@ -40,15 +43,19 @@ def local_ray():
 
 def test_merged_ids_of_two_workers_are_the_serial_runs(local_ray, tmp_path):
     """The real attention and logprob suites in the interpreter, the cases that take milliseconds
-    there: two shards on two workers give exactly the ids, and order, of the serial run."""
+    there: two shards on two workers give exactly the ids, and order, of one plain serial pytest
+    run of the two suites (what a serial ``bench`` writes: tests/test_device_check.py's --via-bench
+    run of the real suites and test_bench.py's serial run hold it; one plain process here, not a
+    serial bench's collection and shard, each a Python importing torch)."""
     k = "sdpa-padded or torch-eager"
-    serial = run_bench(tmp_path / "serial", cases=BenchCases(suites=["attention", "logprob"], k=k))
     ray_run = run_bench(tmp_path / "ray", cases=BenchCases(suites=["attention", "logprob"], k=k), cluster=LOCAL)
-    assert serial.exit_code == 0 and ray_run.exit_code == 0, ray_run.problems
-    assert len(serial.records) == 1 and len(ray_run.records) == 2 and ray_run.slots == 2
+    assert ray_run.exit_code == 0, ray_run.problems
+    assert len(ray_run.records) == 2 and ray_run.slots == 2
+    env = {key: v for key, v in os.environ.items() if key != "PYTEST_ADDOPTS"}  # as the shards: their own options
+    plain = plain_pytest_ids(ROOT / "suites", k, tmp_path, env, ["test_attention.py", "test_logprob.py"])
+    assert sorted(plain) == ["attention", "logprob"]
     for suite in ("attention", "logprob"):
-        ids = merged_ids(tmp_path / "serial" / "cpu" / f"{suite}.json")
-        assert ids and merged_ids(tmp_path / "ray" / "cpu" / f"{suite}.json") == ids
+        assert plain[suite] and merged_ids(tmp_path / "ray" / "cpu" / f"{suite}.json") == plain[suite]
     assert {m.path.name for m in ray_run.merged} == {"attention.json", "logprob.json"}
 
 

@@ -167,3 +167,65 @@ def test_a_ray_without_py_executable_is_one_line_not_minutes_of_retries(monkeypa
     with pytest.raises(PolytraceError, match=r"^--ship-code: this Ray \(2\.9\.0\) starts its workers through a "
                        r"shell that splits the interpreter's path '/home/u/new user/venv/bin/python' at its space"):
         cluster_mod.ship_env(OldRay, "/x", local=True)
+
+
+# ----- tune --ray's workers start without a runtime_env (no Ray needed) -----
+
+class _Started(Exception):
+    """Raised by the fake Ray once the actors are created: what they were given is all we check."""
+
+
+class _RayRecordingTheStart:
+    """Records ``ray.init``'s keywords and each tuning actor's options and arguments."""
+
+    def __init__(self):
+        self.init_kw, self.options, self.actor_args, self.shut = None, [], [], False
+
+    def is_initialized(self):
+        return self.init_kw is not None
+
+    def init(self, **kw):
+        self.init_kw = kw
+
+    def shutdown(self):
+        self.shut = True
+
+    def nodes(self):
+        return [{"Alive": True, "NodeManagerAddress": "127.0.0.1", "NodeManagerHostname": "here",
+                 "Resources": {"CPU": 2.0}}]
+
+    def remote(self, cls):
+        fake = self
+
+        class _Actor:
+            def options(self, **kw):
+                fake.options.append(kw)
+                return self
+
+            def remote(self, *args):
+                fake.actor_args.append(args)
+                raise _Started
+
+        return _Actor()
+
+
+def test_tune_on_ray_passes_the_interpreter_switch_as_an_argument_not_a_runtime_env(monkeypatch):
+    """Ray starts a worker with any runtime_env (job or actor) through ``bash -c`` with the
+    interpreter's path unquoted: from a venv in "new user" every tuning worker died at start and Ray
+    retried for 373 s. ``tune --ray local --allow-cpu`` must give Ray no runtime_env at all; the Triton
+    interpreter switch travels as the actor's last argument (the real-Ray run from a spaced venv is
+    tests/test_clone_with_space.py's ship-code test, the other way Ray starts a worker)."""
+    from polytrace.measure.tuning import ray_search
+    from polytrace.measure.tuning import session as tune
+
+    fake = _RayRecordingTheStart()
+    monkeypatch.setattr(cluster_mod, "import_ray", lambda: fake)
+    monkeypatch.setattr(cluster_mod, "_logs_dir", lambda ray: None)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    with pytest.raises(_Started):
+        ray_search.search_on_ray(tune.get_tunable("pack"), tune.TuneTarget("deepcoder-14b"), 1.0, False,
+                                 tune.ClusterSpec("local", allow_cpu=True))
+    assert fake.init_kw is not None and "runtime_env" not in fake.init_kw, fake.init_kw
+    assert fake.options and all("runtime_env" not in o for o in fake.options), fake.options
+    assert fake.options[0]["num_gpus"] == 0 and fake.actor_args[0][-1] == "1"  # interpret="1", by argument
+    assert fake.shut  # the Ray it started is stopped on the way out
