@@ -66,7 +66,8 @@ SHARED_ENV = "POLYTRACE_SHARED"
 # file (the golden file beside the five: 82.8 -> 78.0 CPU-s in one process).
 XDIST_GROUPS = {f"tests/calibrate/{name}.py": "corpus"
                 for name in ("test_folds", "test_priors", "test_ladder_calibration", "test_validate",
-                             "test_same_run_corpus")} | {"tests/test_golden.py": "corpus"}
+                             "test_same_run_corpus")} | {"tests/test_golden.py": "corpus",
+                                                         "tests/cli/test_cli_validate.py": "corpus"}
 
 
 def xdist_group_of(nodeid: str) -> str:

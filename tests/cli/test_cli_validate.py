@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _prepared import patch_prepare
 
 from polytrace.calibrate.validate import ValidationResult, below_naive
 from polytrace.cli import main
@@ -13,6 +14,16 @@ from polytrace.cli import main
 # a steady PPO log whose goals are met; and one where goals are missed
 BELOW = "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
 MISSED = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_log_priced_once():
+    """The six ``validate`` runs price two logs: through the memo of tests/_prepared.py, in the
+    corpus's xdist group (tests/conftest.py), each once a session (both are corpus logs, priced
+    with no flags as the corpus read prices them). Nothing here patches the model."""
+    with pytest.MonkeyPatch.context() as mp:
+        patch_prepare(mp)
+        yield
 
 
 @pytest.fixture
