@@ -212,11 +212,13 @@ def test_flash_attn_varlen_causal(seqlen_q, seqlen_k, swap_sq_sk, d, local, page
 @pytest.mark.parametrize("d", [16, 32, 64])
 def test_flash_attn_bwd_varlen_overflow(d, causal):
     """The peer's shape at every size (256 queries over 3 one-key sequences): dQ was NaN here
-    before the fix (non-causal, every d)."""
+    before the fix (non-causal, every d). The peer's 5 heads on a GPU; 2 in the interpreter, whose
+    cost is per (block, head) program: each head runs the same programs on its own slice, and the
+    overflow is along the sequences (a query block past its one key), not across heads."""
     device = DEVICE
     dtype = torch.float16
     torch.random.manual_seed(0)
-    nheads = 5
+    nheads = 5 if GPU else 2
     q_cuseqlen = torch.tensor([0, 76, 110, 256], device=device, dtype=torch.int32)
     k_cuseqlen = torch.tensor([0, 1, 2, 3], device=device, dtype=torch.int32)
     Mq, Mk = 256, 3
