@@ -13,7 +13,8 @@ the shims of ``_flash_attn_adapt.py``.
 Shapes: with CUDA the peer's shapes and values, 64 combinations of each test's product drawn with
 a fixed seed (the whole product, thousands of cases, with ``POLYTRACE_PEERS_FULL=1``), fp16 and
 bf16; on a CPU (Triton interpreter) the small cases of the ``*_CPU`` lists (shorter sequences,
-fewer heads and batch rows in varlen_causal, 4 heads in varlen_output), fp16 only: bf16 runs on a
+fewer heads and batch rows in varlen_causal, 4 heads and 3 batch rows in varlen_output, 2 heads in
+bwd_varlen_overflow), fp16 only: bf16 runs on a
 GPU only, since Triton 3.9's interpreter multiplies bf16 bit patterns in tl.dot (no conversion is
 made in the harness).
 
@@ -101,8 +102,11 @@ VARLEN_OUTPUT_CPU = [
 def test_flash_attn_varlen_output(seqlen_q, seqlen_k, d, causal, local, mha_type, kvpacked, softcap, dtype):
     device = DEVICE
     torch.random.manual_seed(0)
-    batch_size = 4
-    nheads = (6 if softcap == 0.0 else 4) if GPU else 4  # CPU: 4 heads (gqa 2, mqa 1)
+    # CPU: 3 sequences (the peer's 4 on a GPU), each padded to its own random length as the peer
+    # pads (so the packed layout still has a sequence boundary and padded rows), and 4 heads (gqa
+    # 2, mqa 1): the interpreter's cost is per (sequence block, head) program
+    batch_size = 4 if GPU else 3
+    nheads = (6 if softcap == 0.0 else 4) if GPU else 4
     nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else 2)
     window_size = (-1, -1) if not local else torch.randint(0, seqlen_k, (2,))
     q = torch.randn(batch_size, seqlen_q, nheads, d, device=device, dtype=dtype, requires_grad=True)
