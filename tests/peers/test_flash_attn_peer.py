@@ -14,7 +14,8 @@ Shapes: with CUDA the peer's shapes and values, 64 combinations of each test's p
 a fixed seed (the whole product, thousands of cases, with ``POLYTRACE_PEERS_FULL=1``), fp16 and
 bf16; on a CPU (Triton interpreter) the small cases of the ``*_CPU`` lists (shorter sequences,
 fewer heads and batch rows in varlen_causal, 4 heads and 3 batch rows in varlen_output, 2 heads in
-bwd_varlen_overflow), fp16 only: bf16 runs on a
+bwd_varlen_overflow, 2 / 4 / 6 query heads for mha / gqa (ratio 2, as the peer's 6 / 3) / mqa in
+kvcache), fp16 only: bf16 runs on a
 GPU only, since Triton 3.9's interpreter multiplies bf16 bit patterns in tl.dot (no conversion is
 made in the harness).
 
@@ -269,8 +270,11 @@ def test_flash_attn_kvcache(seqlen_q, seqlen_k, d, mha_type, causal, local, num_
     device, dtype = DEVICE, torch.float16
     torch.random.manual_seed(0)
     batch_size = 2
-    nheads = 6
-    nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else 3)
+    # the peer's 6 query heads over 6 / 3 / 1 KV heads on a GPU. CPU: mha 2 over 2, gqa 4 over 2,
+    # mqa 6 over 1 -- the same kinds (several KV heads, or one) and the mqa ratio 6 (6 x seqlen_q
+    # rows per program block), at the fewest (head, split) programs the interpreter runs one by one
+    nheads = 6 if GPU or mha_type == "mqa" else (2 if mha_type == "mha" else 4)
+    nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else (3 if GPU else 2))
     window_size = (-1, -1) if not local else torch.randint(0, seqlen_k, (2,))
     q = torch.randn(batch_size, seqlen_q, nheads, d, device=device, dtype=dtype)
     if paged_kv_block_size is None:
