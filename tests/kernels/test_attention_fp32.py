@@ -119,11 +119,12 @@ def test_softcap_and_window_at_fp32_precision(case):
     check_fp32_varlen(case, q, k, v, dout, _cu(lens_q), _cu(lens_k), causal, capability, softcap, window)
 
 
-def check_fp32_decode(split_tokens, paged, softcap=0.0, window_size=(-1, -1), sq=0, causal=False):
-    """The decode kernels on fp32 inputs (6 sequences of 0..40 tokens, GQA 2, d 32, 16-key blocks),
-    contiguous or paged (8-token pages), q [B, Hq, D] or (sq > 0) [B, sq, Hq, D], out and lse
-    within the fp32 rule of their fp64 truth."""
-    lens, lmax, hq, hkv, d, page = [40, 0, 1, 17, 32, 9], 48, 4, 2, 32, 8
+def check_fp32_decode(split_tokens, paged, softcap=0.0, window_size=(-1, -1), sq=0, causal=False,
+                      lens=(40, 0, 1, 17, 32, 9)):
+    """The decode kernels on fp32 inputs (by default 6 sequences of 0..40 tokens, GQA 2, d 32,
+    16-key blocks), contiguous or paged (8-token pages), q [B, Hq, D] or (sq > 0) [B, sq, Hq, D],
+    out and lse within the fp32 rule of their fp64 truth."""
+    lens, lmax, hq, hkv, d, page = list(lens), 48, 4, 2, 32, 8
     gen = torch.Generator().manual_seed(12)
     q = torch.randn(len(lens), *([sq] if sq else []), hq, d, generator=gen) * 2
     kc = torch.randn(len(lens), lmax, hkv, d, generator=gen) * 2
@@ -197,17 +198,20 @@ def test_decode_softcap_and_window_at_fp32_precision(case):
     check_fp32_decode(*DECODE_FEATURES[case])
 
 
-# (split_tokens, paged, softcap, window_size, sq, causal): several query tokens per sequence (the
-# last sq positions; queries of the 1-token cache before its start see no key: out 0, lse +inf),
-# causal bottom-right or not, over single and split launches; 3 tokens x GQA 2 = 6 rows of a 16-row
-# block, 33 tokens = 66 rows over three row blocks of 32 (the last holding 2): the fewest tokens
-# with a third block (the combine's 6 x 33 x 4 programs, not 6 x 40 x 4, in the interpreter).
+# (split_tokens, paged, softcap, window_size, sq, causal[, lens]): several query tokens per sequence
+# (the last sq positions; queries of the 1-token cache before its start see no key: out 0, lse
+# +inf), causal bottom-right or not, over single and split launches; 3 tokens x GQA 2 = 6 rows of a
+# 16-row block, 33 tokens = 66 rows over three row blocks of 32 (the last holding 2): the fewest
+# tokens with a third block. sq33 on 3 of the 6 caches (the interpreter's combine runs B x 33 x 4
+# programs: 3 x 33 x 4, not 6 x 33 x 4): 40 tokens (three splits of 16, every row block with keys),
+# 0 (idle splits) and 17 (a key past a 16-key tile; its first 16 queries precede the cache and see
+# no key); the 1-, 9- and 32-token caches' paths are the sq3 cases' (the same splits and pages).
 DECODE_MULTI = {
     "sq3-causal-paged-splits": (16, True, 0.0, (-1, -1), 3, True),
     "sq3-full-single": (64, False, 0.0, (-1, -1), 3, False),
     "sq5-window-causal-splits": (16, False, 0.0, (6, -1), 5, True),
     "sq4-window-both-softcap-paged": (32, True, 5.0, (4, 2), 4, False),
-    "sq33-causal-paged-splits": (16, True, 0.0, (-1, -1), 33, True),
+    "sq33-causal-paged-splits": (16, True, 0.0, (-1, -1), 33, True, (40, 0, 17)),
     # 3 tokens of the 40-token cache, left 6: the block's first row (position 37) needs key 31, the
     # last of the tile 16..31, the row block's window start on a tile edge
     "sq3-window6-tile-edge-splits": (16, False, 0.0, (6, -1), 3, True),

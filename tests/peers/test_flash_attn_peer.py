@@ -13,7 +13,9 @@ the shims of ``_flash_attn_adapt.py``.
 Shapes: with CUDA the peer's shapes and values, 64 combinations of each test's product drawn with
 a fixed seed (the whole product, thousands of cases, with ``POLYTRACE_PEERS_FULL=1``), fp16 and
 bf16; on a CPU (Triton interpreter) the small cases of the ``*_CPU`` lists (shorter sequences,
-fewer heads and batch rows in varlen_causal, 4 heads in varlen_output), fp16 only: bf16 runs on a
+fewer heads and batch rows in varlen_causal, 4 heads and 3 batch rows in varlen_output, 2 heads in
+bwd_varlen_overflow, 2 / 4 / 6 query heads for mha / gqa (ratio 2, as the peer's 6 / 3) / mqa in
+kvcache), fp16 only: bf16 runs on a
 GPU only, since Triton 3.9's interpreter multiplies bf16 bit patterns in tl.dot (no conversion is
 made in the harness).
 
@@ -101,8 +103,11 @@ VARLEN_OUTPUT_CPU = [
 def test_flash_attn_varlen_output(seqlen_q, seqlen_k, d, causal, local, mha_type, kvpacked, softcap, dtype):
     device = DEVICE
     torch.random.manual_seed(0)
-    batch_size = 4
-    nheads = (6 if softcap == 0.0 else 4) if GPU else 4  # CPU: 4 heads (gqa 2, mqa 1)
+    # CPU: 3 sequences (the peer's 4 on a GPU), each padded to its own random length as the peer
+    # pads (so the packed layout still has a sequence boundary and padded rows), and 4 heads (gqa
+    # 2, mqa 1): the interpreter's cost is per (sequence block, head) program
+    batch_size = 4 if GPU else 3
+    nheads = (6 if softcap == 0.0 else 4) if GPU else 4
     nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else 2)
     window_size = (-1, -1) if not local else torch.randint(0, seqlen_k, (2,))
     q = torch.randn(batch_size, seqlen_q, nheads, d, device=device, dtype=dtype, requires_grad=True)
@@ -212,11 +217,13 @@ def test_flash_attn_varlen_causal(seqlen_q, seqlen_k, swap_sq_sk, d, local, page
 @pytest.mark.parametrize("d", [16, 32, 64])
 def test_flash_attn_bwd_varlen_overflow(d, causal):
     """The peer's shape at every size (256 queries over 3 one-key sequences): dQ was NaN here
-    before the fix (non-causal, every d)."""
+    before the fix (non-causal, every d). The peer's 5 heads on a GPU; 2 in the interpreter, whose
+    cost is per (block, head) program: each head runs the same programs on its own slice, and the
+    overflow is along the sequences (a query block past its one key), not across heads."""
     device = DEVICE
     dtype = torch.float16
     torch.random.manual_seed(0)
-    nheads = 5
+    nheads = 5 if GPU else 2
     q_cuseqlen = torch.tensor([0, 76, 110, 256], device=device, dtype=torch.int32)
     k_cuseqlen = torch.tensor([0, 1, 2, 3], device=device, dtype=torch.int32)
     Mq, Mk = 256, 3
@@ -263,8 +270,11 @@ def test_flash_attn_kvcache(seqlen_q, seqlen_k, d, mha_type, causal, local, num_
     device, dtype = DEVICE, torch.float16
     torch.random.manual_seed(0)
     batch_size = 2
-    nheads = 6
-    nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else 3)
+    # the peer's 6 query heads over 6 / 3 / 1 KV heads on a GPU. CPU: mha 2 over 2, gqa 4 over 2,
+    # mqa 6 over 1 -- the same kinds (several KV heads, or one) and the mqa ratio 6 (6 x seqlen_q
+    # rows per program block), at the fewest (head, split) programs the interpreter runs one by one
+    nheads = 6 if GPU or mha_type == "mqa" else (2 if mha_type == "mha" else 4)
+    nheads_k = nheads if mha_type == "mha" else (1 if mha_type == "mqa" else (3 if GPU else 2))
     window_size = (-1, -1) if not local else torch.randint(0, seqlen_k, (2,))
     q = torch.randn(batch_size, seqlen_q, nheads, d, device=device, dtype=dtype)
     if paged_kv_block_size is None:
