@@ -54,6 +54,18 @@ HAS_CUDA = _cuda_available()
 if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+
+def pytest_configure(config):
+    # In the interpreter, language builtins patched once per kernel launch, not again on every call
+    # of a nested @triton.jit helper (tests/_interpreter_patch_once.py: the same kernels' results,
+    # without a walk of triton.language per call)
+    from polytrace_kernels._interpreter import interpreting
+
+    if interpreting():
+        from _interpreter_patch_once import install
+
+        install()
+
 SHARED_ENV = "POLYTRACE_SHARED"
 
 
