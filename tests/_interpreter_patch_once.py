@@ -47,7 +47,7 @@ def install() -> bool:
         return False
     grid_executor = getattr(interp, "GridExecutor", None)
     patch_lang = getattr(interp, "_patch_lang", None)
-    if not (isinstance(grid_executor, type) and callable(grid_executor) and callable(patch_lang)):
+    if not (isinstance(grid_executor, type) and callable(patch_lang)):
         return False
     if getattr(patch_lang, "_polytrace_once", False):
         return True

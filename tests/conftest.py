@@ -66,6 +66,7 @@ def pytest_configure(config):
 
         install()
 
+
 SHARED_ENV = "POLYTRACE_SHARED"
 
 

@@ -152,29 +152,33 @@ class Corpus:
         other = np.array([r.other_s for r in rows])
         # the priced seconds per kind are the same in every fold that fits on this log (a group-held-out
         # evaluation fits 38 times and prices each log's roofline in each: 1,782 calls, ~45% of
-        # folds.evaluate's CPU); kept per (kinds, settings, rows) with the rows held, so an id is never
-        # reused while its entry lives; the arrays are read-only
-        key = (tuple(kinds), self.eager, self.ckpt, tuple(self.stages), tuple(map(id, rows)))
-        memo = self.__dict__.setdefault("_priced_memo", {})
-        if key not in memo:
-            memo[key] = (tuple(rows), self._priced(kinds, rows))
-        x, b, fixed = memo[key][1]
+        # folds.evaluate's CPU); the arrays are read-only
+        x, b, fixed = self._kept(("priced", tuple(kinds)), rows, lambda: self._priced(kinds, rows))
         return x, b, y, other, fixed
 
     def kind_families(self) -> dict[str, frozenset]:
         """Kind -> the kernel families with priced work of that kind on this log's sampled rows
-        (kept per settings and rows, as ``matrices``: every fold's fit asks again)."""
+        (kept, as ``matrices``' prices: every fold's fit asks again)."""
         rows = self.sample()
-        key = ("kind_families", self.eager, self.ckpt, tuple(map(id, rows)))
-        memo = self.__dict__.setdefault("_priced_memo", {})
-        if key not in memo:
+
+        def families():
             out: dict[str, set] = {}
             for r in rows:
                 for fams in r.families.values():
                     for (g, f), v in fams.items():
                         if v > 0 and g != "tool":
                             out.setdefault(self.kind(g, f), set()).add(f)
-            memo[key] = (tuple(rows), {k: frozenset(v) for k, v in out.items()})
+            return {k: frozenset(v) for k, v in out.items()}
+
+        return self._kept(("kind_families",), rows, families)
+
+    def _kept(self, what: tuple, rows: list[StepData], compute):
+        """``compute()`` once per ``what``, engine settings, stages and rows of this log; the rows are
+        held with the entry, so an id in the key is never reused while it lives."""
+        key = (*what, self.eager, self.ckpt, tuple(self.stages), tuple(map(id, rows)))
+        memo = self.__dict__.setdefault("_kept_memo", {})
+        if key not in memo:
+            memo[key] = (tuple(rows), compute())
         return memo[key][1]
 
     def _priced(self, kinds: list[str], rows: list[StepData]):
