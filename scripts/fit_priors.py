@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from polytrace.calibrate import folds  # noqa: E402
-from polytrace.calibrate.priors import build_document, load_corpus, markdown_table  # noqa: E402
+from polytrace.calibrate.corpus import load_corpus  # noqa: E402
+from polytrace.calibrate.priors import build_document, markdown_table  # noqa: E402
 
 OUT = ROOT / "polytrace" / "data" / "priors.json"
 

@@ -1,6 +1,6 @@
 """The calibration corpus, read once per test process.
 
-``P.load_corpus`` on the 22 corpus logs costs about 22 CPU-seconds (measured 22.5 s on the project's
+``C.load_corpus`` on the 22 corpus logs costs about 22 CPU-seconds (measured 22.5 s on the project's
 2-core CPU machine, commit efacef9: each log is parsed, configured and priced as ``validate`` does),
 while a fit on it costs about 1.6 s. ``tests/calibrate/test_priors.py`` and ``tests/calibrate/test_folds.py`` both need
 it; each read it on its own. Cached here, keyed by the folder, so a session reads it once
@@ -22,18 +22,18 @@ import functools
 
 
 def load(folder: str, names: list[str]):
-    """``P.load_corpus(folder, names)`` with ``validate.prepare`` answered from the session's memo."""
+    """``C.load_corpus(folder, names)`` with ``validate.prepare`` answered from the session's memo."""
     import pytest
     from _prepared import memoize
 
-    from polytrace.calibrate import priors as P
+    from polytrace.calibrate import corpus as C
     from polytrace.calibrate import validate as V
 
     with pytest.MonkeyPatch.context() as mp:
         # a module's own patch (``patch_prepare``) may be in place: memoize the function under it,
         # so both answer from the same memo
         mp.setattr(V, "prepare", memoize(getattr(V.prepare, "__wrapped__", V.prepare)))
-        return P.load_corpus(folder, names)
+        return C.load_corpus(folder, names)
 
 
 @functools.cache

@@ -61,7 +61,7 @@ def _family(model: str) -> str:
     return m.group(1) if m else model
 
 
-# grouping -> the group of a corpus log (``priors.Corpus``)
+# grouping -> the group of a corpus log (``corpus.Corpus``)
 GROUPINGS = {
     "log": lambda c: c.name,
     "size": lambda c: _size(c.model),

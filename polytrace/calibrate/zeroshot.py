@@ -16,8 +16,9 @@ import os
 from ..provenance import file_sha256
 from ..stepmodel.devices import scale_priors
 from ..stepmodel.efficiency import load_priors
+from .corpus import Corpus
 from .logconfig import Overrides
-from .priors import Corpus, score
+from .priors import score
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ SMALL = ["verl_qwen2.5-0.5b_ppo_1gpu_p1024_r512.log", "verl_qwen2.5-0.5b_ppo_1gp
 
 @functools.cache
 def _small(folder: str):
-    return load(folder, SMALL)  # P.load_corpus, its prices memoized (tests/_corpus.py)
+    return load(folder, SMALL)  # corpus.load_corpus, its prices memoized (tests/_corpus.py)
 
 
 def _recording_fit(calls):

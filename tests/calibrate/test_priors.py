@@ -15,6 +15,7 @@ from _corpus import full_corpus
 from _prepared import memoize
 from _verl_logs import priced_probe
 
+from polytrace.calibrate import corpus as C
 from polytrace.calibrate import priors as P
 from polytrace.calibrate.drift import drift_scores
 from polytrace.calibrate.files import calibrate_log
@@ -114,7 +115,7 @@ def _prepared(folder: str, name: str):
     # priced as the corpus read prices it (tests/_corpus.py: on the GPU its publisher states, else
     # as found), through the session's memo of prepare (tests/_prepared.py), so each log is priced
     # once in the corpus group, not again without its stated GPU (5 of the 9 logs: ~6 CPU-s)
-    entry = P.load_corpus_gpus().get(name)
+    entry = C.load_corpus_gpus().get(name)
     log, run, _notes, rows, _split = memoize(prepare)(f"{folder}/{name}",
                                                       Overrides(gpu=entry["gpu"]) if entry else None)
     stages, rows = _timed_stages(rows, 10)
@@ -320,7 +321,7 @@ def test_zero_shot_matches_the_priors_score_on_a_shared_log(validation_logs):
     log, run, _stages, rows = _prepared(str(validation_logs), name)
     full = prepare(f"{validation_logs}/{name}")[3]
     doc = load_priors()
-    cal = P.Corpus(name, _timed_stages(full, len(full))[1], res.stages, run.eager, run.gradient_checkpointing, "")
+    cal = C.Corpus(name, _timed_stages(full, len(full))[1], res.stages, run.eager, run.gradient_checkpointing, "")
     pred = P.predict_log(doc, cal)["step"]
     actual = np.array([r.actual["step"] for r in cal.rows])
     assert res.accuracy["step"]["ratio"] == pytest.approx(pred.mean() / actual.mean())
@@ -395,12 +396,12 @@ def test_zero_shot_no_log_off_by_2x_leave_one_log_out():
 def test_corpus_gpus_are_data_with_sources(validation_logs):
     """Every GPU the corpus takes from a publisher names its repository, file and commit, applies to
     the file with its hash, and is the GPU the priors file's provenance records for that log."""
-    stated = P.load_corpus_gpus()
+    stated = C.load_corpus_gpus()
     assert stated, "no stated GPUs"
     prov = {e["name"]: e for e in load_priors()["provenance"]["logs"]}
     for name, e in stated.items():
         assert re.search(r"[\w.-]+/[\w.-]+, .*commit [0-9a-f]{8}", e["source"]), (name, e["source"])
-        assert P.file_sha256(Path(validation_logs) / name) == e["sha256"], name
+        assert C.file_sha256(Path(validation_logs) / name) == e["sha256"], name
         assert prov[name]["gpu"] == e["gpu"] and prov[name]["gpu_source"] == e["source"], name
     for name, e in prov.items():
         # no corpus log has a step faster than its GPU's peak roofline
@@ -416,17 +417,17 @@ def test_assumed_gpu_beaten_by_the_steps_is_rejected(validation_logs):
     from polytrace.errors import PolytraceError
 
     big, small = "verl_qwen2-7b_ppo_8gpu_b1024x5.log", "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
-    inferred, kept = P.load_corpus(validation_logs, names=[big, small], gpus={})
+    inferred, kept = C.load_corpus(validation_logs, names=[big, small], gpus={})
     assert inferred.gpu == "h100-sxm" and "inferred" in inferred.gpu_source, inferred.gpu_source
     # the log's MFU names the class (verl's 989 TFLOP/s) before the roofline ladder is climbed
     assert "from the log's own MFU" in inferred.gpu_source, inferred.gpu_source
-    assert P.roofline_margin(inferred) >= 1.0
-    assert kept.gpu == "a100-80g" and "assumed" in kept.gpu_source and P.roofline_margin(kept) > 1.0
-    sha = P.file_sha256(Path(validation_logs) / big)
+    assert C.roofline_margin(inferred) >= 1.0
+    assert kept.gpu == "a100-80g" and "assumed" in kept.gpu_source and C.roofline_margin(kept) > 1.0
+    sha = C.file_sha256(Path(validation_logs) / big)
     with pytest.raises(PolytraceError, match="beats the peak roofline of a100-80g"):
-        P.load_corpus(validation_logs, names=[big], gpus={big: {"gpu": "a100-80g", "sha256": sha, "source": "x"}})
+        C.load_corpus(validation_logs, names=[big], gpus={big: {"gpu": "a100-80g", "sha256": sha, "source": "x"}})
     with pytest.raises(PolytraceError, match="sha256"):
-        P.load_corpus(validation_logs, names=[big], gpus={big: {"gpu": "h100-sxm", "sha256": "0" * 16, "source": "x"}})
+        C.load_corpus(validation_logs, names=[big], gpus={big: {"gpu": "h100-sxm", "sha256": "0" * 16, "source": "x"}})
 
 
 def test_roofline_margin_is_actual_over_peak_seconds():
@@ -436,8 +437,8 @@ def test_roofline_margin_is_actual_over_peak_seconds():
     share = roofline_share("gemm")
     rows = [StepData(1, {}, {"gen": 3.0, "step": 4.0}, {}, families=fams),
             StepData(2, {}, {"gen": 1.0, "step": 2.0}, {}, families=fams)]
-    c = P.Corpus("t", rows, ["gen"], True, False, "")
-    assert P.roofline_margin(c) == pytest.approx(1.0 / (2.0 * share))
+    c = C.Corpus("t", rows, ["gen"], True, False, "")
+    assert C.roofline_margin(c) == pytest.approx(1.0 / (2.0 * share))
 
 
 def test_a_broken_corpus_gpus_file_is_a_clean_error(tmp_path):
@@ -446,10 +447,10 @@ def test_a_broken_corpus_gpus_file_is_a_clean_error(tmp_path):
     bad = tmp_path / "corpus_gpus.json"
     bad.write_text("{not json")
     with pytest.raises(PolytraceError, match="cannot read the corpus GPUs"):
-        P.load_corpus_gpus(bad)
+        C.load_corpus_gpus(bad)
     bad.write_text(json.dumps({"format": "polytrace.corpus_gpus", "logs": {"a.log": {"gpu": "h100-sxm"}}}))
     with pytest.raises(PolytraceError, match="a.log: needs gpu, sha256 and source"):
-        P.load_corpus_gpus(bad)
+        C.load_corpus_gpus(bad)
 
 
 # ---- length drift --------------------------------------------------------------------------------

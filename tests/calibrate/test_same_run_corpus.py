@@ -34,8 +34,8 @@ from pathlib import Path
 import pytest
 from _prepared import patch_prepare
 
+from polytrace.calibrate.corpus import load_corpus_gpus
 from polytrace.calibrate.folds import corpus_names
-from polytrace.calibrate.priors import load_corpus_gpus
 from polytrace.calibrate.validate import Overrides, validate
 
 GOAL = 95.0

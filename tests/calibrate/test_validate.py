@@ -291,8 +291,8 @@ def test_real_grpo_to_ppo_pair(validation_logs):
     (``polytrace/data/corpus_gpus.json``: H100): step >= 90% (97.7% with generation's constant for
     another run at 0 s; 98.4% before; 94.2% before the rollout's per-sequence host work was priced
     apart; 91.6% before the priors)."""
+    from polytrace.calibrate.corpus import load_corpus_gpus
     from polytrace.calibrate.logconfig import Overrides
-    from polytrace.calibrate.priors import load_corpus_gpus
 
     ppo, grpo = "verl_qwen2.5-0.5b_ppo_8gpu_b2048.log", "verl_qwen2.5-0.5b_grpo_8gpu_n2_dynbsz.log"
     stated = load_corpus_gpus()

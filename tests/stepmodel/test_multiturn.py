@@ -215,7 +215,8 @@ def test_zero_shot_reads_a_multiturn_run_folder(tmp_path):
     gen = res.accuracy["gen"]
     assert res.steps >= 15 and 0.5 <= gen["ratio"] <= 2.0, gen
     # the priors' prediction of gen carries each step's tool wait once, unscaled
-    from polytrace.calibrate.priors import KINDS, Corpus
+    from polytrace.calibrate.corpus import Corpus
+    from polytrace.calibrate.priors import KINDS
     from polytrace.calibrate.validate import _timed_stages, prepare
     from polytrace.stepmodel.efficiency import load_priors
 
