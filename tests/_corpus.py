@@ -30,8 +30,8 @@ def load(folder: str, names: list[str]):
     from polytrace.calibrate import validate as V
 
     with pytest.MonkeyPatch.context() as mp:
-        # a module's own patch (``patch_prepare``) may be in place: memoize the function under it,
-        # so both answer from the same memo
+        # a module's own patch (``each_log_priced_once``, tests/conftest.py) may be in place:
+        # memoize the function under it, so both answer from the same memo
         mp.setattr(V, "prepare", memoize(getattr(V.prepare, "__wrapped__", V.prepare)))
         return C.load_corpus(folder, names)
 

@@ -159,3 +159,17 @@ def polytrace_data() -> Path:
 def validation_logs() -> Path:
     """``$POLYTRACE_SHARED/validation-logs``: real verl training logs."""
     return _shared_subdir("validation-logs")
+
+
+@pytest.fixture(scope="module")
+def each_log_priced_once():
+    """Every ``validate.prepare`` of the module answered from the session's memo
+    (``tests/_prepared.py``): a log read and priced the same way twice (validate and
+    ``--zero-shot``, a run and its calibration, the corpus read) is priced once. The memo returns
+    unpickled copies, so nothing a test changes reaches another; nothing here patches the model.
+    A module asks for it with ``pytestmark = pytest.mark.usefixtures("each_log_priced_once")``."""
+    from _prepared import patch_prepare
+
+    with pytest.MonkeyPatch.context() as mp:
+        patch_prepare(mp)
+        yield

@@ -17,7 +17,6 @@ import math
 from pathlib import Path
 
 import pytest
-from _prepared import patch_prepare
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "step_model.json"
@@ -97,12 +96,10 @@ def test_differences_catches_a_planted_change():
 
 
 @pytest.fixture(scope="module")
-def recomputed(validation_logs):
+def recomputed(validation_logs, each_log_priced_once):
     # validate and validate --zero-shot of one log prepare it the same way: each log priced once
-    # (tests/_prepared.py), 19 prepares become 10
-    with pytest.MonkeyPatch.context() as mp:
-        patch_prepare(mp)
-        return _script().compute(validation_logs.parent)
+    # (tests/conftest.py), 19 prepares become 10
+    return _script().compute(validation_logs.parent)
 
 
 @pytest.fixture(scope="module")

@@ -52,20 +52,14 @@ import itertools
 
 import numpy as np
 import pytest
-from _prepared import patch_prepare
 
 from polytrace.calibrate.ranges import guard, range_over_rows, transfer_scatter
 from polytrace.calibrate.validate import _overlapped, _timed_stages, prepare, validate
 from polytrace.calibrate.zeroshot import zero_shot
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _each_rung_priced_once():
-    """The 40 pairs prepare 10 logs 80 times (each once as the run, once as the calibration):
-    memoized (tests/_prepared.py), each is priced once as each."""
-    with pytest.MonkeyPatch.context() as mp:
-        patch_prepare(mp)
-        yield
+# the 40 pairs prepare 10 logs 80 times (each once as the run, once as the calibration): each
+# priced once as each (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("each_log_priced_once")
 
 
 def _rungs(folder, math: bool):

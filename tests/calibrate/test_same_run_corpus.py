@@ -32,7 +32,6 @@ import re
 from pathlib import Path
 
 import pytest
-from _prepared import patch_prepare
 
 from polytrace.calibrate.corpus import load_corpus_gpus
 from polytrace.calibrate.folds import corpus_names
@@ -65,14 +64,9 @@ UNMET = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _each_log_priced_once():
-    """``validate`` prices each corpus log exactly as the corpus read does (its stated GPU, window
-    10): through the memo of tests/_prepared.py, in the corpus's xdist group (tests/conftest.py),
-    each is priced once a session. Nothing here patches the model."""
-    with pytest.MonkeyPatch.context() as mp:
-        patch_prepare(mp)
-        yield
+# validate prices each corpus log exactly as the corpus read does (its stated GPU, window 10): in
+# the corpus's xdist group, each is priced once a session (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("each_log_priced_once")
 
 
 @functools.cache

@@ -6,7 +6,6 @@ import functools
 
 import numpy as np
 import pytest
-from _prepared import patch_prepare
 from _verl_logs import priced_probe
 
 from polytrace.calibrate.validate import Overrides, validate
@@ -141,13 +140,9 @@ UNMET = {(QWEN7B, "gen"): ("gen 84.3% (naive 74.1%): generation slows over steps
          (QWEN7B, "step"): "step 94.4% (naive 85.9%): the same generation slowdown"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _each_log_priced_once():
-    """``_result`` (validate) and ``_prepared`` below prepare three logs the same way (window 10, no
-    overrides): memoized (tests/_prepared.py), each is priced once. Nothing here patches the model."""
-    with pytest.MonkeyPatch.context() as mp:
-        patch_prepare(mp)
-        yield
+# ``_result`` (validate) and ``_prepared`` below prepare three logs the same way (window 10, no
+# overrides): each is priced once (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("each_log_priced_once")
 
 
 @functools.cache

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from _prepared import patch_prepare
 
 from polytrace.calibrate.validate import ValidationResult, below_naive
 from polytrace.cli import main
@@ -16,14 +15,9 @@ BELOW = "verl_qwen2.5-0.5b_ppo_1gpu_p512_r256.log"
 MISSED = "verl_qwen2-7b_gpg_fsdp_8gpu_p1024_r1024.log"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _each_log_priced_once():
-    """The six ``validate`` runs price two logs: through the memo of tests/_prepared.py, in the
-    corpus's xdist group (tests/conftest.py), each once a session (both are corpus logs, priced
-    with no flags as the corpus read prices them). Nothing here patches the model."""
-    with pytest.MonkeyPatch.context() as mp:
-        patch_prepare(mp)
-        yield
+# the six ``validate`` runs price two corpus logs with no flags, as the corpus read does: in the
+# corpus's xdist group, each once a session (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("each_log_priced_once")
 
 
 @pytest.fixture
