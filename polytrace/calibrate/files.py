@@ -218,10 +218,46 @@ def load(path) -> dict:
     source = doc.get("source", {})
     if not isinstance(source, dict) or not isinstance(source.get("kind", ""), str):
         raise PolytraceError(f"--calibration {p}: source must be an object whose kind is a string")
+    _check_split(p, doc.get("split"))
     out = dict(doc)
     out["scalars"] = clean
     out["path"] = str(p)
     return out
+
+
+def _check_split(p: Path, split) -> None:
+    """The calibration window's split per stage (``fit.Calibration.split``), which the range of an
+    estimate reads (``ranges.estimate_range``): absent or empty in files written before it; else each
+    stage's seconds finite and non-negative, its constant range two of them in order, its families'
+    seconds a mapping of them, so a hand-edited file fails here, named, not inside the range."""
+    if split is None or split == {}:
+        return
+    if not isinstance(split, dict):
+        raise PolytraceError(f"--calibration {p}: split must be an object of stages")
+
+    def seconds(v) -> bool:
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+
+    for stage, info in split.items():
+        where = f"--calibration {p}: split/{str(stage)[:40]}"
+        if not isinstance(info, dict):
+            raise PolytraceError(f"{where} must be an object")
+        for k in ("mean_actual_s", "constant_s"):
+            if not seconds(info.get(k)):
+                raise PolytraceError(f"{where}/{k} is {str(info.get(k))[:40]!r}, not a finite number of seconds >= 0")
+        rng = info.get("constant_range_s")
+        if not (isinstance(rng, list) and len(rng) == 2 and all(map(seconds, rng)) and rng[0] <= rng[1]):
+            raise PolytraceError(f"{where}/constant_range_s is {str(rng)[:60]!r}, not [low, high] seconds >= 0")
+        for k in ("families_s", "prior_families_s"):
+            fams = info.get(k, {})
+            if not isinstance(fams, dict):
+                raise PolytraceError(f"{where}/{k} must be an object of family seconds")
+            for f, v in fams.items():
+                if not seconds(v):
+                    raise PolytraceError(f"{where}/{k}/{str(f)[:40]} is {str(v)[:40]!r}, not a finite number of "
+                                         "seconds >= 0")
+        if not isinstance(info.get("identified", True), bool):
+            raise PolytraceError(f"{where}/identified must be true or false")
 
 
 def check_applies(doc: dict, model: ModelSpec, gpu_slug: str) -> list[str]:

@@ -255,6 +255,12 @@ def test_calibrate_bad_input(tmp_path, capsys, argv, message):
     assert not out.exists()
 
 
+def _with_split(split: str) -> str:
+    """A calibration file whose every field but ``split`` (JSON text) is well formed."""
+    return ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rollout_slowdown": 1}, "model": '
+            '{"name": "qwen2.5-7b", "family": "qwen2"}, "gpu": "h100-sxm", "split": ' + split + '}')
+
+
 @pytest.mark.parametrize("content, message", [
     ("{not json", "not a readable JSON file"),
     ("[" * 100_000, "not a readable JSON file"),
@@ -269,6 +275,20 @@ def test_calibrate_bad_input(tmp_path, capsys, argv, message):
      '"qwen2.5-7b", "family": "qwen2"}, "gpu": "h100-sxm", "source": {"kind": 3}}', "kind is a string"),
     ('{"format": "polytrace.calibration", "version": 1, "scalars": {"rollout_slowdown": 1}, "model": {"name": '
      '"qwen2.5-7b", "family": "qwen2"}, "gpu": "h100-sxm", "mode": NaN}', "mode 'nan' is not one of sync"),
+    # the window's split, which an estimate's range reads (a fuzz run found a traceback in ranges.py)
+    (_with_split('[1]'), "split must be an object of stages"),
+    (_with_split('{"ref": 3}'), "split/ref must be an object"),
+    (_with_split('{"ref": {"constant_s": 1, "constant_range_s": [0, 2]}}'), "split/ref/mean_actual_s is 'None'"),
+    (_with_split('{"ref": {"mean_actual_s": 5, "constant_s": 1, "constant_range_s": {"a": 1}}}'),
+     "split/ref/constant_range_s is \"{'a': 1}\""),
+    (_with_split('{"ref": {"mean_actual_s": 5, "constant_s": 1, "constant_range_s": [2, 1]}}'),
+     "constant_range_s is '[2, 1]', not [low, high]"),
+    (_with_split('{"gen": {"mean_actual_s": 5, "constant_s": 1, "constant_range_s": [0, 2], "families_s": '
+                 '{"comm": NaN}}}'), "split/gen/families_s/comm is 'nan', not a finite number"),
+    (_with_split('{"gen": {"mean_actual_s": 5, "constant_s": -1, "constant_range_s": [0, 2]}}'),
+     "split/gen/constant_s is '-1'"),
+    (_with_split('{"gen": {"mean_actual_s": 5, "constant_s": 1, "constant_range_s": [0, 2], "identified": 1}}'),
+     "split/gen/identified must be true or false"),
 ])
 def test_bad_calibration_files(tmp_path, capsys, content, message):
     path = tmp_path / "cal.json"
