@@ -131,6 +131,18 @@ def _step_rows(log: TrainingLog, run: RunConfig | None = None,
     return rows
 
 
+def _shown(v) -> str:
+    """A logged value as a note quotes it: a number as printed, a non-finite one in words (a note
+    saying a step's value "is nan" read as a NaN in the output to scripts that scan for one)."""
+    if v is None:
+        return "missing"
+    if isinstance(v, float) and math.isnan(v):
+        return "not a number"
+    if isinstance(v, float) and math.isinf(v):
+        return "infinite" if v > 0 else "minus infinity"
+    return f"{v:g}"
+
+
 def _row_problem(m: dict, timings: dict, run: RunConfig | None, overlapped: bool) -> str:
     for k in _NEEDED:
         if k not in m:
@@ -140,9 +152,9 @@ def _row_problem(m: dict, timings: dict, run: RunConfig | None, overlapped: bool
     for k, v in timings.items():
         if k in STAGES or k == "step":
             if _bad(v) or v <= 0:
-                return f"timing {k} is {v:g}"
+                return f"timing {k} is {_shown(v)}"
         elif k in EXTRA_STAGES and (_bad(v) or v < 0):
-            return f"timing {k} is {v:g}"
+            return f"timing {k} is {_shown(v)}"
     cap_r = run.max_response_len if run else MAX_TOKENS
     cap_p = run.max_prompt_len if run else MAX_TOKENS
     for kind, cap in (("response", cap_r), ("prompt", cap_p)):
@@ -152,7 +164,7 @@ def _row_problem(m: dict, timings: dict, run: RunConfig | None, overlapped: bool
                 continue
             lowest = 1.0 if kind == "response" and stat == "mean" else 0.0
             if _bad(v) or v < lowest:
-                return f"{kind}_length/{stat} is {v:g}"
+                return f"{kind}_length/{stat} is {_shown(v)}"
             if v > cap * 1.001 + 1:
                 return f"{kind}_length/{stat} {v:g} is above the {kind} cap {cap}"
         mean, mx = m.get(f"{kind}_length/mean"), m.get(f"{kind}_length/max")
@@ -160,7 +172,7 @@ def _row_problem(m: dict, timings: dict, run: RunConfig | None, overlapped: bool
             return f"{kind}_length/max {mx:g} is below its mean {mean:g}"
     clip = m.get("response_length/clip_ratio")
     if clip is not None and (_bad(clip) or not 0 <= clip <= 1):
-        return f"response_length/clip_ratio is {clip:g}"
+        return f"response_length/clip_ratio is {_shown(clip)}"
     return ""
 
 

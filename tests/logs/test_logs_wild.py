@@ -5,6 +5,7 @@ and 17). Logs are built here (``_verl_logs``), never copied from elsewhere."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from contextlib import contextmanager
 
@@ -220,7 +221,10 @@ def test_unusable_step_values_are_left_out_and_named(tmp_path):
         res = validate(write_log(tmp_path / "v.log", run, records=recs), overrides=Overrides(gpu="mi300x"),
                        calibrate_steps=5)
     note = next(n for n in res.notes if n.startswith("left out"))
-    assert "5 step(s)" in note and "timing gen is nan" in note and "timing update_actor is 0" in note
+    assert "5 step(s)" in note and "timing gen is not a number" in note and "timing update_actor is 0" in note
+    assert "timing old_log_prob is infinite" in note and "timing ref is -1" in note
+    # a non-finite value is named in words: the note holds no "nan" or "inf" a scan for them would find
+    assert not re.search(r"(?<![\w.])-?(nan|inf)(?!\w)", note, re.IGNORECASE), note
     assert "response_length/max 1e+09 is above the response cap 256" in note
     used = set(res.calibration["steps"]) | {lo["step"] for lo in res.calibration["left_out"]}
     assert used == {1, 7, 8, 9, 10}  # the first five usable steps: 2-6 never reach the fit
