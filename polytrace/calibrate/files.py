@@ -219,6 +219,9 @@ def load(path) -> dict:
     if not isinstance(source, dict) or not isinstance(source.get("kind", ""), str):
         raise PolytraceError(f"--calibration {p}: source must be an object whose kind is a string")
     _check_split(p, doc.get("split"))
+    overlapped = doc.get("overlapped", [])
+    if not (isinstance(overlapped, list) and all(isinstance(x, str) for x in overlapped)):
+        raise PolytraceError(f"--calibration {p}: overlapped is {str(overlapped)[:60]!r}, not a list of stage names")
     out = dict(doc)
     out["scalars"] = clean
     out["path"] = str(p)

@@ -289,11 +289,37 @@ def _with_split(split: str) -> str:
      "split/gen/constant_s is '-1'"),
     (_with_split('{"gen": {"mean_actual_s": 5, "constant_s": 1, "constant_range_s": [0, 2], "identified": 1}}'),
      "split/gen/identified must be true or false"),
+    (_with_split('{}, "overlapped": 5'), "overlapped is '5', not a list of stage names"),
 ])
 def test_bad_calibration_files(tmp_path, capsys, content, message):
     path = tmp_path / "cal.json"
     path.write_text(content)
     assert main(["estimate", "--model", "qwen2.5-7b", "--gpu", "h100", "--gpus", "8", "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("polytrace: error: --calibration") and "\n" not in err and message in err, err
+
+
+@pytest.mark.parametrize("where, value, message", [
+    (("split", "gen", "constant_range_s"), {"a": 1}, "split/gen/constant_range_s is"),
+    (("split", "gen", "prior_families_s", "host"), {"a": 1}, "split/gen/prior_families_s/host is"),
+    (("split", "gen", "families_s", "decode"), float("nan"), "split/gen/families_s/decode is 'nan'"),
+    (("overlapped",), 5, "overlapped is '5'"),
+])
+def test_a_written_calibration_hand_edited_is_refused_named(tmp_path, grpo_log, capsys, where, value, message):
+    """A file ``calibrate`` wrote, one field of its window's split edited: refused on load in one line
+    naming it, before the estimate's range reads it (a fuzz run found a TypeError traceback there)."""
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", grpo_log, "--gpu", "mi300x", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    node = doc
+    for k in where[:-1]:
+        node = node[k]
+    assert where[-1] in node or where[0] == "overlapped", where  # the field the writer writes
+    node[where[-1]] = value
+    out.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["estimate", "--model", "qwen2.5-0.5b", "--gpu", "mi300x", "--gpus", "8", "--calibration",
+                 str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("polytrace: error: --calibration") and "\n" not in err and message in err, err
 
