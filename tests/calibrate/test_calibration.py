@@ -29,6 +29,14 @@ def grpo_log(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def grpo_calibration(grpo_log, tmp_path_factory):
+    """The calibration file ``polytrace calibrate`` writes for the GRPO log on MI300X (read, never edited)."""
+    out = tmp_path_factory.mktemp("cal") / "cal.json"
+    assert main(["calibrate", grpo_log, "--gpu", "mi300x", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
 def grpo_result(grpo_log):
     return validate(grpo_log, overrides=MI300X)
 
@@ -305,12 +313,12 @@ def test_bad_calibration_files(tmp_path, capsys, content, message):
     (("split", "gen", "families_s", "decode"), float("nan"), "split/gen/families_s/decode is 'nan'"),
     (("overlapped",), 5, "overlapped is '5'"),
 ])
-def test_a_written_calibration_hand_edited_is_refused_named(tmp_path, grpo_log, capsys, where, value, message):
+def test_a_written_calibration_hand_edited_is_refused_named(tmp_path, grpo_calibration, capsys, where, value,
+                                                            message):
     """A file ``calibrate`` wrote, one field of its window's split edited: refused on load in one line
     naming it, before the estimate's range reads it (a fuzz run found a TypeError traceback there)."""
     out = tmp_path / "cal.json"
-    assert main(["calibrate", grpo_log, "--gpu", "mi300x", "-o", str(out)]) == 0
-    doc = json.loads(out.read_text())
+    doc = json.loads(grpo_calibration.read_text())
     node = doc
     for k in where[:-1]:
         node = node[k]
@@ -324,10 +332,8 @@ def test_a_written_calibration_hand_edited_is_refused_named(tmp_path, grpo_log, 
     assert err.startswith("polytrace: error: --calibration") and "\n" not in err and message in err, err
 
 
-def test_calibration_for_another_family_is_refused(tmp_path, grpo_log, capsys):
-    out = tmp_path / "cal.json"
-    assert main(["calibrate", grpo_log, "--gpu", "mi300x", "-o", str(out)]) == 0
-    capsys.readouterr()
+def test_calibration_for_another_family_is_refused(grpo_calibration, capsys):
+    out = grpo_calibration
     assert main(["estimate", "--model", "llama-3.1-8b", "--gpu", "mi300x", "--gpus", "8", "--calibration",
                  str(out)]) == 2
     err = capsys.readouterr().err
