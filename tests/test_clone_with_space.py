@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,24 @@ def test_ship_code_runs_on_ray_workers_from_a_venv_and_folder_with_a_space(tmp_p
     venv = home / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
-    run = subprocess.run([str(venv / "bin" / "python"), "-c", SHIP_DRIVER, str(REPO_ROOT), str(code)], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=300)
+
+    def drive():
+        return subprocess.run([str(venv / "bin" / "python"), "-c", SHIP_DRIVER, str(REPO_ROOT), str(code)],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    run = drive()
+    if run.returncode != 0 and (crash := _ray_worker_crash(run.stdout + run.stderr)):
+        # Ray's own worker died of a signal inside its C++ core (seen once, 2026-12-06, the full
+        # suite beside a second job: abseil "Mutex corrupt", SIGABRT; the test alone then passed
+        # 3 of 3): not the spaced path, which fails every start. One more try; a second failure
+        # fails the test.
+        warnings.warn(f"Ray worker crashed ({crash}); the ship-code run was tried again", stacklevel=2)
+        run = drive()
     assert run.returncode == 0 and "answer 42" in run.stdout.splitlines(), (run.stdout + run.stderr)[-2000:]
+
+
+def _ray_worker_crash(output: str) -> str:
+    """The crash polytrace's start error names ("... could not start: a worker process crashed:
+    Fatal Python error: ... (SIGABRT)", ``bench.cluster.startup_cause``); "" for any other failure."""
+    m = re.search(r"could not start: (a worker process crashed: [^(]*(?:\(SIG[A-Z]+\))?)", output)
+    return m.group(1).strip() if m else ""

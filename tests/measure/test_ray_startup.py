@@ -36,6 +36,29 @@ def test_a_ray_error_line_without_a_shell_message_is_named_without_its_prefix():
                                    "timeout. The process is dead, probably it crashed during start.")
 
 
+# A worker's own worker-*.err when Ray's core aborted it (Ray 2.60 on this project's CPU machine,
+# 2026-12-06, the full suite beside a second job): faulthandler's trailer, the last line, lists
+# extension modules and was reported as the cause.
+WORKER_CRASH_ERR = """\
+[mutex.cc : 1957] RAW: Check (v & (kMuWait | kMuWrWait)) != kMuWrWait failed: Lock: Mutex corrupt: waiting writer
+*** SIGABRT received at time=1796592405 on cpu 1 ***
+PC: @     0x7f18cdaa8eec  (unknown)  (unknown)
+    @     0x7f18cda5a050       7504  (unknown)
+[2026-12-06 21:26:45,364 E 24563 24600] logging.cc:474: *** SIGABRT received at time=1796592405 on cpu 1 ***
+Fatal Python error: Aborted
+
+
+Extension modules: msgpack._cmsgpack, google._upb._message, psutil._psutil_linux, yaml._yaml, ray._raylet (total: 11)
+"""
+
+
+def test_a_worker_killed_by_a_signal_is_named_as_a_crash_not_by_its_module_list():
+    assert startup_cause(WORKER_CRASH_ERR) == "a worker process crashed: Fatal Python error: Aborted (SIGABRT)"
+    # faulthandler without abseil's line: the Python error alone
+    assert startup_cause("Fatal Python error: Segmentation fault\n\nExtension modules: x (total: 1)\n") == (
+        "a worker process crashed: Fatal Python error: Segmentation fault")
+
+
 def test_warnings_and_info_lines_are_no_cause():
     info = "[2026-12-06 07:36:26,403 I 7261 7261] (raylet) main.cc:12: Raylet started."
     assert startup_cause(RAYLET_ERR.splitlines()[-1] + "\n" + info + "\n") is None

@@ -75,6 +75,8 @@ def _logs_dir(ray) -> str | None:
 _RAY_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,.]+ ([A-Z]) \d+ \d+\] (?:\(\w+\) )?(?:\S+:\d+: )?")
 _PY_QUIET = re.compile(r"\s(?:WARNING|INFO|DEBUG)\s")  # Python logging lines Ray's own code writes there
 _NOISE = ("*** SIGTERM", "PC: @", "@ 0x", "[state-dump]", "- ", "The raylet fate shares")
+_FATAL = re.compile(r"^Fatal Python error: (.+)$", re.M)  # faulthandler's first line on a fatal signal
+_SIGNAL = re.compile(r"\*\*\* (SIG[A-Z]+) received")  # abseil's failure signal handler in Ray's core
 _RAY_MARKER = re.compile(r"^:\w+:")  # :job_id:01000000, :task_name:run: what a worker's *.err starts with
 
 
@@ -82,7 +84,13 @@ def startup_cause(text: str) -> str | None:
     """The most telling error line of what raylet.err gained: the last line that is not Ray's own
     log line (a shell's or interpreter's message, e.g. ``bash: line 1: /tmp/new: No such file or
     directory``), else the last Ray error line (level E or F) without its prefix; None if the new
-    text holds only warnings."""
+    text holds only warnings. A worker process that died of a signal (Python's fault handler wrote
+    "Fatal Python error", whose last line lists extension modules, no cause) is said as that."""
+    fatal = _FATAL.search(text)
+    if fatal:
+        sig = _SIGNAL.search(text)
+        return (f"a worker process crashed: Fatal Python error: {fatal.group(1).strip()[:120]}"
+                + (f" ({sig.group(1)})" if sig else ""))
     own, ray_errors = [], []
     for line in text.splitlines():
         line = line.strip()
