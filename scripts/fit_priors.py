@@ -6,10 +6,11 @@
 
 reads the corpus under ``<shared>/validation-logs`` (``polytrace/calibrate/folds.py``: ``*.log``,
 ``ladder/*.log``, ``more/*.log``; what it keeps out and why in ``folds.EXCLUDED``; each read,
-configured and priced as ``polytrace validate``
-does, on the GPU its publisher states in ``polytrace/data/corpus_gpus.json``, else on the GPU the
-log shows or an assumed A100 that no step beats, else the slowest preset none does), fits one slowdown per kind of work and engine setting and constant seconds per kind of stage
-(``polytrace/calibrate/priors.py``), scores every log with priors fitted on the others and every
+configured and priced as ``polytrace validate`` does by ``polytrace/calibrate/corpus.py``, on the
+GPU its publisher states in ``polytrace/data/corpus_gpus.json``, else on the GPU the log shows or an
+assumed A100 that no step beats, else the slowest preset none does), fits one slowdown per kind of
+work and engine setting and constant seconds per kind of stage (``polytrace/calibrate/priors.py``),
+scores every log with priors fitted on the others and every
 group of logs (one model size, family, GPU type, trainer backend) with priors fitted on the other
 groups, beside the naive predictor and the roofline times one scalar (``folds.evaluate``), and
 writes the file with its provenance (logs and hashes, commit, date). Deterministic for a given
