@@ -56,6 +56,7 @@ class Corpus:
         self.model = facts.model  # the actor's preset (``folds``)
         self.strategy = facts.strategy or default("strategy")  # its trainer backend; unset: the RunSpec's default
         self.series = facts.series  # logs of one publisher's recipe and cluster share one weight (``source_weight``)
+        self._kept_memo: dict = {}  # ``_kept``: what every fold's fit asks of this log again
 
     def kind(self, group: str, family: str) -> str:
         return prior_kind(group, family, self.eager, self.ckpt)
@@ -98,10 +99,9 @@ class Corpus:
         """``compute()`` once per ``what``, engine settings, stages and rows of this log; the rows are
         held with the entry, so an id in the key is never reused while it lives."""
         key = (*what, self.eager, self.ckpt, tuple(self.stages), tuple(map(id, rows)))
-        memo = self.__dict__.setdefault("_kept_memo", {})
-        if key not in memo:
-            memo[key] = (tuple(rows), compute())
-        return memo[key][1]
+        if key not in self._kept_memo:
+            self._kept_memo[key] = (tuple(rows), compute())
+        return self._kept_memo[key][1]
 
     def _priced(self, kinds: list[str], rows: list[StepData]):
         ki = {k: i for i, k in enumerate(kinds)}
