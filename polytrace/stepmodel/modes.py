@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import PolytraceError
-from ..run.spec import Mode, RunSpec, default
+from ..run.spec import RunSpec, default
 from .devices import gpu_block
 from .efficiency import DEFAULT
 from .estimate import (
@@ -59,6 +59,7 @@ from .estimate import (
     with_group_size,
 )
 from .memory import GB, check_micro_batches, memory_plan, smallest_rollout_tp
+from .mode_args import MODES, check_mode_args
 from .pricing import Pricer
 from .result import EstimateResult, ModeComparison
 from .rollout import simulate_rollout
@@ -73,49 +74,10 @@ from .streaming import (
     weight_sync_seconds,
 )
 
-MODES = ("sync", "one-step-off", "fully-async")
 DEFAULT_STALENESS = 0.1  # verl's fully_async_ppo_trainer.yaml ``staleness_threshold``
 DEFAULT_UPDATES_PER_SYNC = 4  # verl's ``trigger_parameter_sync_step``
 # Rollout shares of the GPUs tried when the split is not given: eighths of the cluster.
 SPLIT_FRACTIONS = tuple(k / 8 for k in range(1, 8))
-
-
-def check_mode_args(m: Mode, gpus: int) -> None:
-    """One-line errors naming the flag for arguments a mode cannot take."""
-    mode, rollout_gpus, train_gpus, staleness = m.mode, m.rollout_gpus, m.train_gpus, m.staleness
-    partial_rollout, updates_per_sync, in_flight_updates = m.partial_rollout, m.updates_per_sync, m.in_flight_updates
-    pipelined_sync, checkpoint_engine = m.pipelined_sync, m.checkpoint_engine
-    if mode not in MODES:
-        raise PolytraceError(f"--mode {mode!r}: expected one of {', '.join(MODES)}")
-    if in_flight_updates is not None and mode not in ("one-step-off", "fully-async"):
-        raise PolytraceError(f"--in-flight-updates applies to --mode one-step-off or fully-async (NeMo RL's async "
-                             f"GRPO), not --mode {mode}")
-    if mode == "sync":
-        given = [flag for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus),
-                                      ("--pipelined-sync", pipelined_sync),
-                                      ("--checkpoint-engine", checkpoint_engine),
-                                      ("--staleness", staleness), ("--partial-rollout", partial_rollout),
-                                      ("--updates-per-sync", updates_per_sync)) if v is not None]
-        if given:
-            raise PolytraceError(f"{given[0]} applies to --mode one-step-off or fully-async; --mode sync colocates "
-                                 f"rollout and training on all --gpus")
-        return
-    if mode == "one-step-off":
-        for flag, v in (("--staleness", staleness), ("--partial-rollout", partial_rollout),
-                        ("--updates-per-sync", updates_per_sync)):
-            if v is not None:
-                raise PolytraceError(f"{flag} applies to --mode fully-async (one-step-off is staleness 1, "
-                                     f"no partial rollout, one update per sync)")
-    if gpus < 2:
-        raise PolytraceError(f"--mode {mode} puts the rollout and the trainer on GPUs of their own: --gpus {gpus} "
-                             f"is too few (at least 2)")
-    if rollout_gpus is not None and train_gpus is not None and rollout_gpus + train_gpus != gpus:
-        raise PolytraceError(f"--rollout-gpus {rollout_gpus} + --train-gpus {train_gpus} = "
-                             f"{rollout_gpus + train_gpus}, not --gpus {gpus}")
-    for flag, v in (("--rollout-gpus", rollout_gpus), ("--train-gpus", train_gpus)):
-        if v is not None and v >= gpus:
-            raise PolytraceError(f"{flag} {v} leaves no GPU for the other side of --gpus {gpus}")
-    # each value's own type and bounds were checked when the RunSpec was built (run/spec.py)
 
 
 @dataclass(frozen=True)
