@@ -18,7 +18,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .script import Command, Unresolved, logical_lines, run_script, split_words
+from .script import Command, Unresolved, run_script
+from .shell_lines import logical_lines, split_words
 
 _OVERRIDE = re.compile(r"^\+{0,2}([A-Za-z_]\w*(?:\.\w+)+)=(.*)$", re.S)
 _GROUPED = re.compile(r"\s\+{0,2}[A-Za-z_]\w*(?:\.\w+)+=")

@@ -14,7 +14,8 @@ from polytrace.calibrate.logconfig import Overrides
 from polytrace.calibrate.validate import validate
 from polytrace.errors import PolytraceError
 from polytrace.logs import parse_value, read_log
-from polytrace.logs.script import Shell, Unresolved, logical_lines, run_script, split_words
+from polytrace.logs.script import Shell, Unresolved, run_script
+from polytrace.logs.shell_lines import logical_lines, split_words
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -17,7 +17,8 @@ from polytrace.calibrate.validate import validate
 from polytrace.cli import main
 from polytrace.errors import PolytraceError
 from polytrace.logs import Unresolved, parse_overrides, read_log
-from polytrace.logs.script import Shell, logical_lines, run_script
+from polytrace.logs.script import Shell, run_script
+from polytrace.logs.shell_lines import logical_lines
 
 SMALL = dict(steps=14, prompts=32, n=4, max_response=256, max_prompt=256, micro_per_gpu=4, mini_batch=16)
 
