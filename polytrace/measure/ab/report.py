@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ...wording import counted
-from ..results.gate import Aggregate, aggregate_weights
+from ..results.aggregate import Aggregate, aggregate_weights
 from ..results.schema import BenchCase
 from ..results.verdict import (
     change_interval,

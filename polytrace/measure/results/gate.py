@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ...wording import counted
+from .aggregate import WEIGHT_BASIS, Aggregate, aggregate_weights
 from .schema import CPU_MEASURED_ON, BenchResult, ResultFile
 from .stats import (
     MIN_BOOTSTRAP_ROUNDS,
@@ -75,8 +76,6 @@ __all__ = ["Aggregate", "Comparison", "GatePolicy", "GateReport", "Rule", "WEIGH
 
 GATED_KINDS = ("ours", "")
 VERSION_KEYS = ("torch_version", "triton_version", "cuda_version", "driver_version")
-# mode -> what a member's weight in its aggregate stands for; every other mode: "tokens"
-WEIGHT_BASIS = {"plan": "sequences"}
 _EXAMPLES = 3  # ids named in a summarised error
 # how to get more rounds, named in the advice of an inconclusive verdict (suites/harness.py reads both)
 MORE_ROUNDS = "POLYTRACE_BENCH_ROUNDS=N (or pytest --benchmark-min-rounds=N) when running the suites"
@@ -111,28 +110,6 @@ class Comparison:
     @property
     def ratio(self) -> float | None:
         return None if self.change is None else 1.0 + self.change
-
-
-@dataclass
-class Aggregate:
-    family: str
-    kernel: str
-    mode: str
-    provider: str
-    provider_kind: str
-    n: int  # members compared
-    speedup: float  # weighted geometric mean of baseline / candidate median time (>1 = faster)
-    ci_low: float | None
-    ci_high: float | None
-    status: str  # regression | improvement | unchanged | inconclusive | untested
-    gated: bool
-    weight_basis: str = "tokens"  # "tokens", "sequences" or "uniform"
-    n_tested: int = 0  # members in the speedup and its interval (enough rounds in both files)
-    note: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.family}/{self.kernel}/{self.mode}/{self.provider}"
 
 
 @dataclass
@@ -397,30 +374,6 @@ def _errors(report: GateReport, files: dict[str, dict[str, BenchResult]], gate_a
     if matched and not any(c.gated for c in matched) and not gate_all:
         report.errors.append("no benchmark of ours in common, only controls (torch, peers): nothing to gate "
                              "(--gate-all gates the controls)")
-
-
-def _raw_weight(member, basis: str) -> float:
-    if basis == "sequences":
-        n = member.shape.get("sequences")
-        return float(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else math.nan
-    w = member.weight
-    return float(w) if w is not None and math.isfinite(w) else math.nan
-
-
-def aggregate_weights(members: list, mode: str, label: str, notes: list[str]) -> tuple[np.ndarray, str]:
-    """(weights summing to 1, their basis) of an aggregate's members (anything with ``shape`` and
-    ``weight``: a ``BenchResult``, an ``ab`` case), by ``WEIGHT_BASIS``. A member without a weight
-    counts 0; with none known the mean is unweighted ("uniform"); either is noted."""
-    basis = WEIGHT_BASIS.get(mode, "tokens")
-    raw = np.array([_raw_weight(m, basis) for m in members], dtype=np.float64)
-    if np.all(np.isnan(raw)) or np.nansum(raw) <= 0:
-        notes.append(f"{label}: no {basis} weights recorded; geometric mean is unweighted")
-        return np.full(len(members), 1.0 / len(members)), "uniform"
-    if np.isnan(raw).any():
-        notes.append(f"{label}: {int(np.isnan(raw).sum())} of {len(members)} member(s) carry no weight "
-                     "and count 0 in the weighted mean")
-    raw = np.nan_to_num(raw, nan=0.0)
-    return raw / raw.sum(), basis
 
 
 def _aggregates(report: GateReport, base: dict[str, BenchResult], boot: dict[str, np.ndarray]) -> None:
