@@ -211,13 +211,17 @@ def load(path) -> dict:
                              f"{config['model'][:80]!r} differ; the file names two models")
     # provenance fields the estimate echoes into its output: checked, so no NaN or a traceback
     # comes out of a hand-edited file
-    from ..stepmodel.modes import MODES
+    from ..stepmodel.mode_args import MODES
 
     if "mode" in doc and doc["mode"] not in MODES:
         raise PolytraceError(f"--calibration {p}: mode {str(doc['mode'])[:80]!r} is not one of {', '.join(MODES)}")
     source = doc.get("source", {})
     if not isinstance(source, dict) or not isinstance(source.get("kind", ""), str):
         raise PolytraceError(f"--calibration {p}: source must be an object whose kind is a string")
+    derived = source.get("derived", {})  # stage constant -> how it was derived (rundefaults.copied_constants)
+    if not (isinstance(derived, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in derived.items())):
+        raise PolytraceError(f"--calibration {p}: source.derived is {str(derived)[:60]!r}, not an object of "
+                             "texts (which stage constants were copied from another stage)")
     _check_split(p, doc.get("split"))
     overlapped = doc.get("overlapped", [])
     if not (isinstance(overlapped, list) and all(isinstance(x, str) for x in overlapped)):

@@ -312,6 +312,8 @@ def test_bad_calibration_files(tmp_path, capsys, content, message):
     (("split", "gen", "prior_families_s", "host"), {"a": 1}, "split/gen/prior_families_s/host is"),
     (("split", "gen", "families_s", "decode"), float("nan"), "split/gen/families_s/decode is 'nan'"),
     (("overlapped",), 5, "overlapped is '5'"),
+    # which stage constants were copied (rundefaults.copied_constants): a fuzz run found an AttributeError
+    (("source", "derived"), "xxxx", "source.derived is 'xxxx', not an object of texts"),
 ])
 def test_a_written_calibration_hand_edited_is_refused_named(tmp_path, grpo_calibration, capsys, where, value,
                                                             message):
