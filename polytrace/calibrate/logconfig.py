@@ -17,12 +17,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from ..errors import PolytraceError
 from ..logs import TrainingLog, Unresolved
 from ..logs.companion import attach, read_companion
 from ..logs.timers import apply_stage_map
-from ..run.dialects import NEMO_RL, nemo_rl_as_verl, trainer_backend, trainer_dialect
+from ..run.dialects import NEMO_RL, VERL_EXTRA, nemo_rl_as_verl, trainer_backend, trainer_dialect
 from ..run.spec import verl_default, verl_key
 from ..stepmodel.stages import PRECISIONS, RunConfig
 from ..wording import counted
@@ -220,11 +221,13 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     strategy, why = trainer_backend(log.config, log.command)
     if strategy == "megatron" and not why.startswith("actor_rollout_ref"):
         notes.append(f"trainer: verl's Megatron workers, from {why} (their own keys and defaults read)")
-    train_tp = v.count("actor_rollout_ref.actor.megatron.tensor_model_parallel_size") or 1
-    train_pp = v.count("actor_rollout_ref.actor.megatron.pipeline_model_parallel_size") or 1
+    train_tp = v.count(VERL_EXTRA["train_tp"]) or 1
+    train_pp = v.count(VERL_EXTRA["train_pp"]) or 1
     if strategy == "megatron" and n_gpus % (train_tp * train_pp):
         raise PolytraceError(f"{log.path}: Megatron TP {train_tp} x PP {train_pp} does not divide the GPU count "
                              f"{n_gpus}; pass --gpus")
+    layout = _megatron_layout(log, v, strategy, model, int(n_gpus), int(tp), train_tp, train_pp)
+    _ulysses_note(v, strategy, int(n_gpus), notes)
     stage_mb = _stage_micro_batches(v, int(n_gpus))
     mb_seqs, mb_tokens = stage_mb.get("update_actor", (None, None))
     mini = v.count("actor_rollout_ref.actor.ppo_mini_batch_size")
@@ -241,7 +244,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     run = RunConfig(
         model=model, gpu=gpu, n_gpus=int(n_gpus), prompts_per_step=int(prompts), n=int(n),
         max_prompt_len=int(max_p), max_response_len=int(max_r), rollout_tp=int(tp),
-        strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp),
+        strategy=strategy, train_tp=int(train_tp), train_pp=int(train_pp), **layout,
         algorithm="ppo" if has_critic else "grpo", use_ref="ref" in stages,
         critic_model=critic, ref_model=ref_model, micro_batch_tokens=mb_tokens or None,
         micro_batch_seqs=int(mb_seqs) if mb_seqs else None,
@@ -274,6 +277,50 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
+
+
+def _megatron_layout(log: TrainingLog, v: _Values, strategy: str, model, n_gpus: int, rollout_tp: int,
+                     train_tp: int, train_pp: int) -> dict:
+    """The Megatron actor's context, expert and virtual-pipeline parallelism as verl's Megatron
+    workers read them (``VERL_EXTRA``; absent or null: 1), checked as the flags are
+    (``parallel.check_layout``, its errors naming the log's keys); {} for an FSDP run, whose
+    workers read none of them. verl before 0.4 stated the virtual pipeline as
+    ``num_layers_per_virtual_pipeline_stage``: layers / (PP x that) chunks per stage."""
+    from ..stepmodel.parallel import check_layout
+
+    if strategy != "megatron":
+        return {}
+    got = {name: v.count(VERL_EXTRA[name]) or 1 for name in ("train_cp", "train_ep", "train_vpp")}
+    per_stage_key = "actor_rollout_ref.actor.megatron.num_layers_per_virtual_pipeline_stage"
+    per_stage = v.count(per_stage_key)
+    if per_stage and got["train_vpp"] == 1 and train_pp > 1:
+        if model.layers % (train_pp * per_stage):
+            raise PolytraceError(f"{log.path}: {per_stage_key} {per_stage} x pipeline_model_parallel_size "
+                                 f"{train_pp} does not divide {model.name}'s {model.layers} layers")
+        got["train_vpp"] = model.layers // (train_pp * per_stage)
+    trainer = SimpleNamespace(strategy=strategy, train_tp=train_tp, train_pp=train_pp, **got)
+    names = {name: f"{key.rsplit('.', 1)[-1]}" for name, key in VERL_EXTRA.items()}
+    names["gpus"] = "the GPU count"
+    try:
+        return check_layout(model, n_gpus, rollout_tp, trainer, 1, names=names)
+    except PolytraceError as exc:
+        raise PolytraceError(f"{log.path}: actor_rollout_ref.actor.megatron: {exc}") from None
+
+
+def _ulysses_note(v: _Values, strategy: str, n_gpus: int, notes: list[str]) -> None:
+    """A note for verl's FSDP sequence parallelism (DeepSpeed-Ulysses), which the model prices as
+    data parallelism over the same GPUs: each GPU computes the same FLOPs on the same tokens (a
+    micro-batch's tokens split over the group for the linear layers, its heads for attention, with
+    verl's token budget per micro-batch the per-GPU one times the group), so only the group's
+    all-to-all of q, k, v and the attention output per layer goes unpriced."""
+    key = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+    sp = v.count(key) or 1
+    if sp > 1 and strategy != "megatron":
+        if n_gpus % sp:
+            raise PolytraceError(f"{v._where(key)} is {sp}, which does not divide the GPU count {n_gpus}")
+        notes.append(f"{key.rsplit('.', 1)[-1]} {sp}: each sequence split over {sp} GPUs (Ulysses), priced as data "
+                     f"parallelism over the same GPUs (the same FLOPs and tokens per GPU); its all-to-all of q, k, v "
+                     "and the attention output per layer is not priced")
 
 
 def _setting(v: _Values, name: str, backend: str) -> bool:

@@ -88,12 +88,14 @@ _NEMO_BACKEND = {
                  "policy.megatron_cfg.expert_model_parallel_size": "train_ep"},
 }
 NEMO_RL_KEYS = {**_NEMO_COMMON, **_NEMO_BACKEND["fsdp"], **_NEMO_BACKEND["megatron"]}
-# the verl keys logconfig reads for the settings the RunSpec declares without one
-_VERL_EXTRA = {"strategy": "actor_rollout_ref.actor.strategy",
-               "train_tp": "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
-               "train_pp": "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size",
-               "train_cp": "actor_rollout_ref.actor.megatron.context_parallel_size",
-               "train_ep": "actor_rollout_ref.actor.megatron.expert_model_parallel_size"}
+# the verl keys logconfig reads for the settings the RunSpec declares without one: the strategy and
+# the Megatron actor's layout (verl's engine/megatron.yaml: every size 1, the virtual pipeline null)
+VERL_EXTRA = {"strategy": "actor_rollout_ref.actor.strategy",
+              "train_tp": "actor_rollout_ref.actor.megatron.tensor_model_parallel_size",
+              "train_pp": "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size",
+              "train_cp": "actor_rollout_ref.actor.megatron.context_parallel_size",
+              "train_ep": "actor_rollout_ref.actor.megatron.expert_model_parallel_size",
+              "train_vpp": "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size"}
 _NEMO_MODEL, _NEMO_NODES, _NEMO_GPUS = "policy.model_name", "cluster.num_nodes", "cluster.gpus_per_node"
 
 
@@ -128,7 +130,7 @@ def nemo_rl_as_verl(config: dict) -> dict:
     out = {}
     for name, value in got.items():
         verl = decls[name].verl_key(backend) if name in decls else None
-        key = verl.key if verl is not None else _VERL_EXTRA.get(name)
+        key = verl.key if verl is not None else VERL_EXTRA.get(name)
         if key is not None:
             out[key] = value
     n, train = got.get("n"), got.get("train_batch")

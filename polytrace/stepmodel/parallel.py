@@ -40,41 +40,53 @@ from .efficiency import DEFAULT, Efficiency
 BF16 = 2.0
 
 
-def check_layout(model: ModelSpec, gpus: int, rollout_tp: int, trainer, rollout_ep: int | None = 1) -> dict:
+# How ``check_layout``'s errors name each setting by default: the command line's flags.
+LAYOUT_FLAGS = {"train_ep": "--train-ep", "train_cp": "--train-cp", "train_vpp": "--train-vpp",
+                "rollout_ep": "--rollout-ep", "train_tp": "--train-tp", "train_pp": "--train-pp", "gpus": "--gpus",
+                "strategy": "--strategy"}
+
+
+def check_layout(model: ModelSpec, gpus: int, rollout_tp: int, trainer, rollout_ep: int | None = 1,
+                 names: dict | None = None) -> dict:
     """The ``RunConfig`` fields of the layout (``trainer``: the RunSpec's trainer section), or a
-    one-line error naming the flag: EP must divide the experts and the GPUs of a pipeline stage,
-    CP the GPUs left by TP and PP; all three are Megatron's (verl's FSDP trainer has none of them)."""
+    one-line error naming the setting: EP must divide the experts and the GPUs of a pipeline stage,
+    CP the GPUs left by TP and PP; all three are Megatron's (verl's FSDP trainer has none of them).
+    ``names`` maps a setting to how the error calls it (default ``LAYOUT_FLAGS``: the flags; a log's
+    keys where the layout was read from one)."""
+    n = {**LAYOUT_FLAGS, **(names or {})}
     strategy, train_tp, train_pp = trainer.strategy, trainer.train_tp, trainer.train_pp
     train_ep, train_cp, train_vpp, rollout_ep = (int(x or 1) for x in (trainer.train_ep, trainer.train_cp,
                                                                       trainer.train_vpp, rollout_ep))
-    for flag, v in (("--train-ep", train_ep), ("--train-cp", train_cp), ("--train-vpp", train_vpp),
-                    ("--rollout-ep", rollout_ep)):
+    for name, v in (("train_ep", train_ep), ("train_cp", train_cp), ("train_vpp", train_vpp),
+                    ("rollout_ep", rollout_ep)):
         if v < 1:
-            raise PolytraceError(f"{flag} must be a positive integer, got {v}")
-        if v > 1 and flag.startswith("--train") and strategy != "megatron":
-            raise PolytraceError(f"{flag} {v} is Megatron's parallelism: add --strategy megatron (verl's FSDP "
-                                 f"trainer has no {flag[8:].upper()})")
-    for flag, ep in (("--train-ep", train_ep), ("--rollout-ep", rollout_ep)):
+            raise PolytraceError(f"{n[name]} must be a positive integer, got {v}")
+        if v > 1 and name.startswith("train") and strategy != "megatron":
+            raise PolytraceError(f"{n[name]} {v} is Megatron's parallelism: add {n['strategy']} megatron (verl's "
+                                 f"FSDP trainer has no {name[6:].upper()})")
+    for name, ep in (("train_ep", train_ep), ("rollout_ep", rollout_ep)):
         if ep > 1 and not model.experts:
-            raise PolytraceError(f"{flag} {ep}: {model.name} is a dense model, it has no experts to split")
+            raise PolytraceError(f"{n[name]} {ep}: {model.name} is a dense model, it has no experts to split")
         if ep > 1 and model.experts % ep:
-            raise PolytraceError(f"{flag} {ep} does not divide {model.name}'s {model.experts} experts")
+            raise PolytraceError(f"{n[name]} {ep} does not divide {model.name}'s {model.experts} experts")
     if strategy == "megatron":
         stage_gpus = gpus // train_pp
         if train_ep > 1 and stage_gpus % train_ep:
-            raise PolytraceError(f"--train-ep {train_ep} does not divide the {stage_gpus} GPUs of a pipeline stage "
-                                 f"(--gpus {gpus} / --train-pp {train_pp})")
+            raise PolytraceError(f"{n['train_ep']} {train_ep} does not divide the {stage_gpus} GPUs of a pipeline "
+                                 f"stage ({n['gpus']} {gpus} / {n['train_pp']} {train_pp})")
         if gpus % (train_tp * train_pp * train_cp):
-            raise PolytraceError(f"--train-tp {train_tp} x --train-cp {train_cp} x --train-pp {train_pp} does not "
-                                 f"divide --gpus {gpus}")
+            raise PolytraceError(f"{n['train_tp']} {train_tp} x {n['train_cp']} {train_cp} x {n['train_pp']} "
+                                 f"{train_pp} does not divide {n['gpus']} {gpus}")
         if train_vpp > 1 and train_pp == 1:
-            raise PolytraceError(f"--train-vpp {train_vpp} interleaves pipeline stages: it needs --train-pp above 1")
+            raise PolytraceError(f"{n['train_vpp']} {train_vpp} interleaves pipeline stages: it needs "
+                                 f"{n['train_pp']} above 1")
         if train_vpp > 1 and model.layers % (train_pp * train_vpp):
-            raise PolytraceError(f"--train-pp {train_pp} x --train-vpp {train_vpp} does not divide {model.name}'s "
-                                 f"{model.layers} layers")
+            raise PolytraceError(f"{n['train_pp']} {train_pp} x {n['train_vpp']} {train_vpp} does not divide "
+                                 f"{model.name}'s {model.layers} layers")
     if rollout_ep > 1 and rollout_ep != rollout_tp:
-        raise PolytraceError(f"--rollout-ep {rollout_ep}: vLLM's expert parallelism spans an engine's tensor-parallel "
-                             f"GPUs; pass --rollout-ep equal to the rollout TP ({rollout_tp}) or 1")
+        raise PolytraceError(f"{n['rollout_ep']} {rollout_ep}: vLLM's expert parallelism spans an engine's "
+                             f"tensor-parallel GPUs; pass {n['rollout_ep']} equal to the rollout TP ({rollout_tp}) "
+                             "or 1")
     return {"train_ep": train_ep, "train_cp": train_cp, "train_vpp": train_vpp, "rollout_ep": rollout_ep}
 
 

@@ -158,3 +158,82 @@ def test_a_nemo_rl_config_file_configures_validate(tmp_path):
     assert (got["model"], got["n_gpus"], got["prompts_per_step"], got["n"], got["rollout_tp"]) == (
         "qwen2.5-0.5b", 8, 256, 5, 2), got
     assert (got["max_response_len"], got["mem_fraction"], got["gradient_checkpointing"]) == (1024, 0.6, False), got
+
+
+MEG = "actor_rollout_ref.actor.megatron"
+_MEG_TP_PP = (f"{MEG}.tensor_model_parallel_size=2", f"{MEG}.pipeline_model_parallel_size=2")
+
+
+@pytest.mark.parametrize("add, want", [
+    # verl's defaults (engine/megatron.yaml): every size 1, the virtual pipeline null
+    ((), {"train_cp": 1, "train_ep": 1, "train_vpp": 1}),
+    ((f"{MEG}.context_parallel_size=2", f"{MEG}.virtual_pipeline_model_parallel_size=2"),
+     {"train_cp": 2, "train_ep": 1, "train_vpp": 2}),
+    ((f"{MEG}.virtual_pipeline_model_parallel_size=null",), {"train_cp": 1, "train_ep": 1, "train_vpp": 1}),
+    # verl before 0.4: layers per virtual stage; Qwen2.5-0.5B's 24 layers / (PP 2 x 3) = 4 chunks per stage
+    ((f"{MEG}.num_layers_per_virtual_pipeline_stage=3",), {"train_cp": 1, "train_ep": 1, "train_vpp": 4}),
+])
+def test_a_megatron_logs_context_expert_and_virtual_pipeline_are_read(tmp_path, add, want):
+    """The Megatron actor's layout a log states is priced, not dropped: a context-parallel log
+    computes 1/CP of each sequence per GPU (its layout's ``cp``)."""
+    log = _log(tmp_path, config_name="ppo_megatron_trainer", add=_MEG_TP_PP + add)
+    run, _ = config_from_log(log, Overrides())
+    assert {k: getattr(run, k) for k in want} == want
+    layout = run.layout("update_actor")
+    assert (layout.tp, layout.pp, layout.cp, layout.vpp) == (2, 2, want["train_cp"], want["train_vpp"])
+
+
+@pytest.mark.parametrize("add, message", [
+    ((f"{MEG}.context_parallel_size=3",), "actor_rollout_ref.actor.megatron: tensor_model_parallel_size 2 x "
+     "context_parallel_size 3 x pipeline_model_parallel_size 2 does not divide the GPU count 8"),
+    ((f"{MEG}.expert_model_parallel_size=2",), "expert_model_parallel_size 2: qwen2.5-0.5b is a dense model"),
+    ((f"{MEG}.virtual_pipeline_model_parallel_size=5",), "pipeline_model_parallel_size 2 x "
+     "virtual_pipeline_model_parallel_size 5 does not divide qwen2.5-0.5b's 24 layers"),
+    ((f"{MEG}.context_parallel_size=two",), "context_parallel_size"),
+])
+def test_a_megatron_layout_the_gpus_or_model_cannot_hold_is_one_line_naming_the_key(tmp_path, add, message):
+    from polytrace.errors import PolytraceError
+
+    log = _log(tmp_path, config_name="ppo_megatron_trainer", add=_MEG_TP_PP + add)
+    with pytest.raises(PolytraceError) as exc:
+        config_from_log(log, Overrides())
+    text = str(exc.value)
+    assert str(log.path) in text and message in text and "\n" not in text, text
+
+
+def test_an_fsdp_log_reads_no_megatron_layout_and_notes_ulysses(tmp_path):
+    """verl's FSDP workers read no Megatron section; their sequence parallelism (Ulysses) is priced
+    as data parallelism over the same GPUs, and a note says what that leaves out."""
+    # a Megatron section alone would make the log Megatron: the FSDP strategy is stated
+    log = _log(tmp_path, add=("actor_rollout_ref.actor.strategy=fsdp", f"{MEG}.context_parallel_size=2",
+                              "actor_rollout_ref.actor.ulysses_sequence_parallel_size=4"))
+    run, notes = config_from_log(log, Overrides())
+    assert (run.strategy, run.train_cp, run.layout("update_actor").cp) == ("fsdp", 1, 1)
+    assert any(n.startswith("ulysses_sequence_parallel_size 4: each sequence split over 4 GPUs") and
+               "all-to-all" in n and "not priced" in n for n in notes), notes
+    from polytrace.errors import PolytraceError
+
+    log = _log(tmp_path, add=("actor_rollout_ref.actor.ulysses_sequence_parallel_size=3",))
+    with pytest.raises(PolytraceError, match="ulysses_sequence_parallel_size in .* is 3, which does not divide the "
+                                             "GPU count 8"):
+        config_from_log(log, Overrides())
+
+
+def test_a_nemo_rl_megatron_layout_reaches_the_run(tmp_path):
+    """NeMo RL's context parallelism, mapped to verl's key by the dialect, is read like a verl log's."""
+    import yaml
+
+    nested: dict = {}
+    cfg = {**_NEMO, "policy.megatron_cfg.enabled": True, "policy.dtensor_cfg.enabled": False,
+           "policy.megatron_cfg.tensor_model_parallel_size": 2, "policy.megatron_cfg.context_parallel_size": 2}
+    for key, value in cfg.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path = tmp_path / "nemo.yaml"
+    path.write_text(yaml.safe_dump(nested))
+    log = write_log(tmp_path / "run.log", Run(steps=14, rollout_tp=2), header="")
+    run, _ = config_from_log(read_log(log), Overrides(gpu="h100", configs=(str(path),)))
+    assert (run.strategy, run.train_tp, run.train_cp) == ("megatron", 2, 2)
