@@ -18,7 +18,9 @@ In order, the first that applies:
 The corpus reads: V1 on its five 7B verl logs (the worker class) and on the agent-loop runs, V0 on
 the ladder and the 0.5B logs (XFORMERS), V0 by default on the three that state nothing. The engine
 changes no price in step (``stepmodel/engines.py``); asynchronous scheduling does, and a log states
-it with verl's ``engine_kwargs.vllm.async_scheduling``.
+it with verl's ``engine_kwargs.vllm.async_scheduling``. A rollout backend other than vLLM (verl's
+``actor_rollout_ref.rollout.name``: SGLang, HuggingFace generate) is priced as vLLM's engine with a
+note saying so: the model has no prices of its own for them (every corpus log ran vLLM).
 """
 
 from __future__ import annotations
@@ -62,4 +64,30 @@ def read_engine(log: TrainingLog, async_scheduling: bool, notes: list[str]) -> s
         notes.append(f"engine_kwargs.vllm.async_scheduling is on: priced on vLLM's V1 engine (V0 has no "
                      f"asynchronous scheduler), not the {engine} the log otherwise reads as")
         engine = "vllm-v1"
+    _other_rollout(log, engine, notes)
     return engine
+
+
+# verl's rollout backends (``actor_rollout_ref.rollout.name``, default "vllm"; verl 0.4 also spelled
+# the agent-loop ones "vllm_async" / "sglang_async") -> what they are. Only vLLM is priced: its
+# engines' loops and launches are what ``stepmodel/engines.py`` prices.
+ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
+OTHER_ROLLOUTS = {
+    "sglang": "SGLang (its own scheduler, which overlaps its host work with the GPU's by default from 0.4, and "
+              "CUDA graphs)",
+    "hf": "HuggingFace generate (padded batches, no continuous batching: far slower than vLLM)",
+}
+
+
+def _other_rollout(log: TrainingLog, engine: str, notes: list[str]) -> None:
+    """A note when the log's rollout is not vLLM: it is priced as vLLM's ``engine`` all the same
+    (a rollout backend can change generation's cost 2x or more, so this is never left unsaid)."""
+    name = log.config.get(ROLLOUT_NAME_KEY)
+    if not isinstance(name, str) or not name.strip() or name.strip().lower().startswith("vllm"):
+        return
+    text = name.strip().lower()
+    what = next((v for k, v in OTHER_ROLLOUTS.items() if text.startswith(k)), None)
+    shown = name.strip()[:40]
+    notes.append(f"rollout {ROLLOUT_NAME_KEY}={shown!r}: " + (what if what else "not a rollout backend this model "
+                 "knows") + f"; priced as vLLM's {engine} engine, which this model has prices for: generation may be "
+                 "far off")

@@ -152,6 +152,25 @@ def test_asynchronous_scheduling_overrules_a_v0_reading_with_a_note():
     assert len(notes) == 1 and "V0 has no asynchronous scheduler" in notes[0]
 
 
+@pytest.mark.parametrize("name, says", [
+    ("vllm", None), ("vllm_async", None), ("VLLM", None),
+    ("sglang", "SGLang"), ("sglang_async", "SGLang"), ("hf", "HuggingFace generate"),
+    ("trtllm", "not a rollout backend this model knows"),
+])
+def test_a_rollout_other_than_vllm_is_priced_as_vllm_with_a_note(name, says):
+    """verl's ``actor_rollout_ref.rollout.name``: any other backend than vLLM is priced as vLLM's
+    engine, and a note says so (a backend changes generation's cost 2x or more)."""
+    log = _log()
+    log.printed["actor_rollout_ref.rollout.name"] = name  # as verl prints its config at start-up
+    notes: list[str] = []
+    assert read_engine(log, False, notes) == "vllm-v0"
+    if says is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1 and says in notes[0] and f"rollout.name={name!r}" in notes[0], notes
+        assert "priced as vLLM's vllm-v0 engine" in notes[0], notes
+
+
 def test_versions():
     assert vllm_version("0.8.3") == (0, 8) and vllm_version("0.11") == (0, 11)
     assert vllm_version("v0.8") is None and vllm_version("0.8.x") is None
