@@ -228,6 +228,13 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
                              f"{n_gpus}; pass --gpus")
     layout = _megatron_layout(log, v, strategy, model, int(n_gpus), int(tp), train_tp, train_pp)
     _ulysses_note(v, strategy, int(n_gpus), notes)
+    if v.flag("reward_model.enable", False):
+        # verl's model-based reward: a reward model's forward over every response, inside
+        # timing_s/reward, where the model prices rule-based scoring only (Efficiency.reward_s_per_response)
+        rm = v.text("reward_model.model.path", "")
+        notes.append(f"reward_model.enable: a reward model{f' ({rm[:60]})' if rm else ''} scores every response with "
+                     "a forward pass, which is not priced (only rule-based scoring is): a zero-shot step misses it; "
+                     "a calibration takes it into the step's time outside the stages")
     stage_mb = _stage_micro_batches(v, int(n_gpus))
     mb_seqs, mb_tokens = stage_mb.get("update_actor", (None, None))
     mini = v.count("actor_rollout_ref.actor.ppo_mini_batch_size")

@@ -237,3 +237,14 @@ def test_a_nemo_rl_megatron_layout_reaches_the_run(tmp_path):
     log = write_log(tmp_path / "run.log", Run(steps=14, rollout_tp=2), header="")
     run, _ = config_from_log(read_log(log), Overrides(gpu="h100", configs=(str(path),)))
     assert (run.strategy, run.train_tp, run.train_cp) == ("megatron", 2, 2)
+
+
+def test_a_model_based_reward_is_noted_as_not_priced(tmp_path):
+    """verl's ``reward_model.enable``: a reward model's forward pass each step, which only a note
+    accounts for (the model prices rule-based scoring)."""
+    on = _log(tmp_path, add=("reward_model.enable=True", "reward_model.model.path=sfairXC/FsfairX-LLaMA3-RM-v0.1"))
+    _, notes = config_from_log(on, Overrides())
+    assert [n for n in notes if n.startswith("reward_model.enable: a reward model (sfairXC/FsfairX-LLaMA3-RM-v0.1) "
+                                             "scores every response") and "not priced" in n], notes
+    _, notes = config_from_log(_log(tmp_path, add=("reward_model.enable=False",)), Overrides())
+    assert not [n for n in notes if "reward model" in n], notes
