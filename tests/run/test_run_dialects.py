@@ -111,6 +111,21 @@ _NEMO = {
 }
 
 
+def _nemo_yaml(path, flat: dict):
+    """``flat`` (dotted keys) written as the nested YAML file NeMo RL reads."""
+    import yaml
+
+    nested: dict = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    path.write_text(yaml.safe_dump(nested))
+    return path
+
+
 def test_nemo_rl_is_a_dialect_of_its_own_mapped_into_the_runspec():
     from polytrace.run.dialects import NEMO_RL, nemo_rl_as_verl, nemo_rl_settings, trainer_dialect
     from polytrace.run.spec import SpecError
@@ -139,19 +154,9 @@ def test_nemo_rl_is_a_dialect_of_its_own_mapped_into_the_runspec():
 def test_a_nemo_rl_config_file_configures_validate(tmp_path):
     """A console log with no launch line, given its NeMo RL config (``--config``): the run is read
     from NeMo RL's keys through the dialect."""
-    import yaml
-
     run = Run(steps=14, rollout_tp=2)
     path = write_log(tmp_path / "run.log", run, header="")
-    nested: dict = {}
-    for key, value in _NEMO.items():
-        *parents, leaf = key.split(".")
-        node = nested
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    cfg = tmp_path / "nemo.yaml"
-    cfg.write_text(yaml.safe_dump(nested))
+    cfg = _nemo_yaml(tmp_path / "nemo.yaml", _NEMO)
     conf, notes = config_from_log(read_log(path), Overrides(gpu="h100", configs=(str(cfg),)))
     assert "read through its dialect" in " ".join(notes)
     got = conf.to_dict()
@@ -221,19 +226,9 @@ def test_an_fsdp_log_reads_no_megatron_layout_and_notes_ulysses(tmp_path):
 
 def test_a_nemo_rl_megatron_layout_reaches_the_run(tmp_path):
     """NeMo RL's context parallelism, mapped to verl's key by the dialect, is read like a verl log's."""
-    import yaml
-
-    nested: dict = {}
-    cfg = {**_NEMO, "policy.megatron_cfg.enabled": True, "policy.dtensor_cfg.enabled": False,
-           "policy.megatron_cfg.tensor_model_parallel_size": 2, "policy.megatron_cfg.context_parallel_size": 2}
-    for key, value in cfg.items():
-        *parents, leaf = key.split(".")
-        node = nested
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    path = tmp_path / "nemo.yaml"
-    path.write_text(yaml.safe_dump(nested))
+    path = _nemo_yaml(tmp_path / "nemo.yaml", {
+        **_NEMO, "policy.megatron_cfg.enabled": True, "policy.dtensor_cfg.enabled": False,
+        "policy.megatron_cfg.tensor_model_parallel_size": 2, "policy.megatron_cfg.context_parallel_size": 2})
     log = write_log(tmp_path / "run.log", Run(steps=14, rollout_tp=2), header="")
     run, _ = config_from_log(read_log(log), Overrides(gpu="h100", configs=(str(path),)))
     assert (run.strategy, run.train_tp, run.train_cp) == ("megatron", 2, 2)
