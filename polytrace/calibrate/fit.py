@@ -174,7 +174,7 @@ class Calibration:
 
     def predict(self, row: StepData, stages: list[str], overlapped: tuple | None = None) -> dict[str, float]:
         overlapped = self.overlapped if overlapped is None else overlapped
-        pred = {s: self.work(row, s) + self.stage_overhead(s) for s in stages}
+        pred = {s: self.work(row, s) + self.stage_overhead(s) * row.calls.get(s, 1) for s in stages}
         on_path = sum(v for s, v in pred.items() if s not in overlapped)
         pred["step"] = on_path + row.other_s + self.overhead_s.get("other", 0.0)
         return pred
@@ -297,16 +297,22 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
     # seconds of kinds the calibration does not scale (multi-turn tool waits): taken as priced
     offset = {s: np.array([sum(v for g, v in r.x.get(s, {}).items() if g not in GROUPS) for r in rows])
               for s in stages}
-    sd = {s: (noise or {}).get(s, noise_rel(Y[s])) for s in stages}
+    # a stage's constant seconds are paid per call: once a step, or once per generation batch of a
+    # DAPO step (``StepData.calls``); ``yc`` is the mean time of one call
+    calls = {s: np.array([float(r.calls.get(s, 1)) for r in rows]) for s in stages}
+    # the noise of one call's time: a step of three generation batches is no noisier than one of one
+    sd = {s: (noise or {}).get(s, noise_rel(Y[s] / calls[s])) for s in stages}
     ybar = {s: float(Y[s].mean()) for s in stages}
     tied = [(a, b) for a, b in TIED if a in gi and b in gi]
     yb = np.array([ybar[s] for s in stages])
+    mc = np.array([float(calls[s].mean()) for s in stages])
+    yc = yb / mc
     # the constants' prior: for another run every stage's at 0 s, sd 10% (generation's is then held at
     # 0 s below); within the run half the trainer stages' time and 15% of generation's, sd 50%
     if transfer:
-        prior_c = np.full(len(stages), FIXED_PRIOR_SHARE_TRANSFER) * yb
+        prior_c = np.full(len(stages), FIXED_PRIOR_SHARE_TRANSFER) * yc
     else:
-        prior_c = np.array([FIXED_PRIOR_SHARE_GEN if s == "gen" else FIXED_PRIOR_SHARE for s in stages]) * yb
+        prior_c = np.array([FIXED_PRIOR_SHARE_GEN if s == "gen" else FIXED_PRIOR_SHARE for s in stages]) * yc
     prior_sd = np.full(len(stages), FIXED_SD_TRANSFER if transfer else FIXED_SD)
 
     # physical bounds: no kind of work faster than its peak roofline (deviation >= floor); a
@@ -321,11 +327,12 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(XB[s] > 0, Bs / np.where(XB[s] > 0, XB[s], 1.0), 0.0)
         floor = np.maximum(floor, ratio.max(axis=0))
-    c_max = np.array([max(0.0, float(np.min(Y[s] - offset[s] - X[s] @ floor))) for s in stages])
+    c_max = np.array([max(0.0, float(np.min((Y[s] - offset[s] - X[s] @ floor) / calls[s]))) for s in stages])
     c_window = c_max  # what the window allows: the range of constants it carries (``split``)
     if transfer:  # generation's constant for another run: held at 0 s, not drawn toward a prior of 0
         c_max = np.where(np.array([s == "gen" for s in stages]), 0.0, c_max)
-    ident = {s: _identified(X[s], sd[s]) for s in stages}
+    # per call: more generation batches scale a step's constant and its work alike, so they split nothing
+    ident = {s: _identified(X[s] / calls[s][:, None], sd[s]) for s in stages}
     # a kind of work seen only in stages whose split the window cannot identify: the prior decides
     undecided = [g for g in groups if all(not ident[s][0] for s in stages if np.any(X[s][:, gi[g]] > 0))]
     u_sd = np.array([PRIOR_DECIDES_SD if g in undecided else PRIOR_LOG_SD for g in groups])
@@ -351,11 +358,11 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         dev, fixed = unpack(theta)
         out = []
         for j, s in enumerate(stages):
-            pred = X[s] @ dev + fixed[j] + offset[s]
+            pred = X[s] @ dev + fixed[j] * calls[s] + offset[s]
             out.append((pred - Y[s]) / Y[s] / sd[s])
         for a, b in tied:
             out.append(np.array([(theta[gi[a]] - theta[gi[b]]) / TIE_SD]))
-        out.append((fixed - prior_c) / (prior_sd * yb))
+        out.append((fixed - prior_c) / (prior_sd * yc))
         out.append((theta[:n_g] - prior_u) / u_sd)
         return np.concatenate(out)
 
@@ -389,9 +396,9 @@ def fit(rows: list[StepData], stages: list[str], source: str = "", left_out: lis
         # the constant's standard error in a regression of time on modelled time: noise x mean /
         # (sqrt(n) x spread); two of them either side, within [0, c_max]
         half = 2.0 * sd[s] * ybar[s] / (math.sqrt(n) * max(cv, 1e-9))
-        c = float(fixed[j])
+        c, window_c = float(fixed[j] * mc[j]), float(c_window[j] * mc[j])  # per step, as the mean time
         cal.split[s] = {"identified": ok, "modelled_spread": cv, "noise": sd[s], "mean_actual_s": ybar[s],
-                        "constant_s": c, "constant_range_s": [max(0.0, c - half), min(float(c_window[j]), c + half)],
+                        "constant_s": c, "constant_range_s": [max(0.0, c - half), min(window_c, c + half)],
                         **family_seconds(rows, s, scalars, prior)}
     unsplit = [s for s in stages if not ident[s][0]]
     if unsplit:

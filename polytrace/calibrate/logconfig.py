@@ -280,7 +280,8 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         cpu_optimizer=cpu_share, cpu_optimizer_overlap=v.flag(f"{CPU_OPTIMIZER}.overlap_cpu_optimizer_d2h_h2d", False),
         generated_share=log.generated.share if log.generated is not None else None,
         max_tool_response_chars=v.count("actor_rollout_ref.rollout.multi_turn.max_tool_response_length")
-        or RunConfig.max_tool_response_chars)
+        or RunConfig.max_tool_response_chars,
+        gen_batch_prompts=_gen_batch_prompts(log, v, int(prompts)))
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
@@ -328,6 +329,20 @@ def _ulysses_note(v: _Values, strategy: str, n_gpus: int, notes: list[str]) -> N
         notes.append(f"{key.rsplit('.', 1)[-1]} {sp}: each sequence split over {sp} GPUs (Ulysses), priced as data "
                      f"parallelism over the same GPUs (the same FLOPs and tokens per GPU); its all-to-all of q, k, v "
                      "and the attention output per layer is not priced")
+
+
+def _gen_batch_prompts(log: TrainingLog, v: _Values, prompts: int) -> int | None:
+    """DAPO's ``data.gen_batch_size`` where it differs from the prompts trained on
+    (``dynamic_sampling.py``); fewer prompts generated than trained on is no DAPO batch."""
+    from .dynamic_sampling import GEN_BATCH_KEY
+
+    gen = v.count(GEN_BATCH_KEY, hi=MAX_SEQUENCES)
+    if gen is None or gen == prompts:
+        return None
+    if gen < prompts:
+        raise PolytraceError(f"{log.path}: {GEN_BATCH_KEY} {gen} is below data.train_batch_size {prompts}: verl's "
+                             "dynamic sampling generates at least the prompts it trains on")
+    return gen
 
 
 def _setting(v: _Values, name: str, backend: str) -> bool:

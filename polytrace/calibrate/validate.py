@@ -32,6 +32,7 @@ from ..stepmodel.devices import note as device_note
 from ..stepmodel.efficiency import DEFAULT
 from ..stepmodel.rollout import kv_slots
 from ..stepmodel.stages import STAGES, RunConfig, stage_costs, synthetic_lengths
+from . import dynamic_sampling
 from .drift import drift_scores
 from .fit import Calibration, StepData, by_family, calibrate, prior_for, roofline_bounds
 from .gpuinfer import infer_gpu
@@ -155,6 +156,9 @@ def _row_problem(m: dict, timings: dict, run: RunConfig | None, overlapped: bool
                 return f"timing {k} is {_shown(v)}"
         elif k in EXTRA_STAGES and (_bad(v) or v < 0):
             return f"timing {k} is {_shown(v)}"
+    sampling = dynamic_sampling.problem(m)
+    if sampling:
+        return sampling
     cap_r = run.max_response_len if run else MAX_TOKENS
     cap_p = run.max_prompt_len if run else MAX_TOKENS
     for kind, cap in (("response", cap_r), ("prompt", cap_p)):
@@ -214,7 +218,7 @@ def _check_simulation_size(run: RunConfig, split: Split, steps: int = 1) -> None
                              f"{MAX_STEP_GPU_PRODUCT:,}); check --gpus, or validate a shorter stretch of the log")
     gpus = split.rollout_gpus or run.n_gpus
     engines = max(1, gpus // run.rollout_tp)
-    per_engine = math.ceil(run.prompts_per_step * run.n / engines)
+    per_engine = math.ceil(max(run.prompts_per_step, run.gen_batch_prompts or 0) * run.n / engines)
     slots = kv_slots(run.engine_model, run.gpu, run.rollout_tp, run.mem_fraction,
                      run.max_prompt_len + run.max_response_len, run.max_num_seqs, DEFAULT)
     iterations = math.ceil(per_engine / slots) * run.max_response_len
@@ -243,14 +247,35 @@ def price_steps(run: RunConfig, rows: list[StepData], split: Split | None = None
         row.bound = roofline_bounds(costs.parts)
         row.families = by_family(costs.parts)
         row.other_s = costs.other_s
-        if roll_run is not train_run:
-            gen_parts = [x for x in stage_costs(roll_run, p, r, eff=DEFAULT).parts if x.stage == "gen"]
+        # generation's own batch: DAPO's dynamic sampling generates more prompts than it trains on
+        gen_run, gp, gr = roll_run, p, r
+        sampled = dynamic_sampling.applies(run, row.stats)
+        if sampled and run.gen_batch_prompts:
+            gen_run = dataclasses.replace(roll_run, prompts_per_step=run.gen_batch_prompts, notes=[])
+            gp, gr = step_batch(gen_run, row.stats)
+        if gen_run is not train_run:
+            gen_costs = stage_costs(gen_run, gp, gr, eff=DEFAULT)
+            gen_parts = [x for x in gen_costs.parts if x.stage == "gen"]
             row.x["gen"] = {}
             for x in gen_parts:
                 row.x["gen"][x.group] = row.x["gen"].get(x.group, 0.0) + x.seconds
             row.bound["gen"] = roofline_bounds(gen_parts).get("gen", {})
             row.families["gen"] = by_family(gen_parts).get("gen", {})
-        price_multiturn(roll_run, row, p, r)  # agent-loop steps: tool waits and per-turn prefill
+            if sampled:  # the rule-based reward scores every generated response
+                row.other_s = gen_costs.other_s
+        price_multiturn(gen_run, row, gp, gr)  # agent-loop steps: tool waits and per-turn prefill
+        if sampled:  # each generation batch a rollout of its own, one after the other
+            row.calls["gen"] = dynamic_sampling.gen_batches(row.stats)
+            _times(row, "gen", row.calls["gen"])
+
+
+def _times(row: StepData, stage: str, k: int) -> None:
+    """``row``'s priced ``stage`` (its kinds of work, their roofline bounds and families), and the
+    step's modelled time outside the stages, run ``k`` times."""
+    row.x[stage] = {g: v * k for g, v in row.x.get(stage, {}).items()}
+    row.bound[stage] = {g: v * k for g, v in row.bound.get(stage, {}).items()}
+    row.families[stage] = {g: v * k for g, v in row.families.get(stage, {}).items()}
+    row.other_s *= k
 
 
 def accuracy(pred: np.ndarray, actual: np.ndarray) -> float:
@@ -310,6 +335,7 @@ def _prepare_on(log: TrainingLog, overrides: Overrides | None, window: int):
                      "stages plus the calibrated time outside them (execution modes: estimate --mode)")
     price_steps(run, rows, split)
     notes += multiturn_notes(rows, log.generated)
+    notes += dynamic_sampling.notes(run, rows)
     notes += [n for n in (device_note(run.gpu),) if n]  # a GPU off the corpus: where its priors come from
     return log, run, notes, rows, split
 

@@ -35,6 +35,9 @@ class StepData:
     families: dict[str, dict[tuple, float]] = field(default_factory=dict)
     other_s: float = 0.0  # modelled seconds outside the stages (reward scoring), not calibrated
     after_extra: bool = False  # the previous step ran validation or saved a checkpoint
+    # stage -> times the stage ran in the step (each paying the stage's constant seconds): a DAPO
+    # step's generation batches (``dynamic_sampling.py``); absent: once
+    calls: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

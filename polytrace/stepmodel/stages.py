@@ -78,6 +78,9 @@ class RunConfig:
     # verl's ``multi_turn.max_tool_response_length``: a tool's text is cut at this many characters
     # (``rollout.generated_share_floor``)
     max_tool_response_chars: int = VERL_TOOL_RESPONSE_CHARS
+    # Prompts per generation batch where they differ from the prompts trained on (DAPO's dynamic
+    # sampling, verl's ``data.gen_batch_size``: ``calibrate/dynamic_sampling.py``); None: the same
+    gen_batch_prompts: int | None = None
     eager: bool = default("eager")  # inference engine without CUDA graphs (verl's enforce_eager)
     # the engine's loop (vLLM's V1 or V0) and V1's asynchronous scheduling (``engines.py``)
     engine: str = default("engine")
