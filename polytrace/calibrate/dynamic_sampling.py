@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import math
 
+from ..run.spec import declarations, verl_key
+
 GEN_BATCHES = "train/num_gen_batches"
-GEN_BATCH_KEY = "data.gen_batch_size"
-MAX_GEN_BATCHES = 1000  # verl's max_num_gen_batches is 10 in the DAPO recipes; past 1000 it is no count
+GEN_BATCH_KEY = verl_key("gen_batch")  # data.gen_batch_size
+# verl's max_num_gen_batches is 10 in the DAPO recipes; past 1000 it is no count (estimate's
+# --gen-batches bound, declared once)
+MAX_GEN_BATCHES = int(declarations()["gen_batches"].hi)
 
 
 def gen_batches(stats: dict) -> int:

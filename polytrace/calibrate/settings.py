@@ -109,6 +109,7 @@ REGISTRY: dict[str, Setting] = {s.key: s for s in (
     _declared("max_prompt_len"),
     _declared("max_response_len"),
     _declared("ppo_mini_batch"),
+    _declared("gen_batch"),
     # no estimate target, so no RunSpec setting (docs/run-spec.md): read from a log into
     # RunConfig.mini_batches (epochs x mini-batches), like the other passes' micro-batching below
     # (into RunConfig.stage_micro_batches); estimate prices every pass with the update's

@@ -141,7 +141,7 @@ LENGTHS_HELP = ("response lengths stated by their mean: mean=M tokens, max=L the
 RUN_SHAPE = ("rollout_tp", "strategy", "train_tp", "train_pp", "algorithm", "use_ref", "prompts",
              "micro_batch_tokens", "max_prompt_len", "max_response_len", "mem_fraction", "n", "ppo_mini_batch",
              "lora_rank", "param_offload", "optimizer_offload", "cpu_optimizer", "cpu_optimizer_overlap",
-             "generated_share")
+             "generated_share", "gen_batch", "gen_batches")
 STATED_RUN = ("responses_per_step", "train_batch", "train_ep", "train_cp", "train_vpp", "rollout_ep",
               "rollout_precision", "train_precision", "engine", "async_scheduling")
 
@@ -350,9 +350,13 @@ def _run_line(result: EstimateResult) -> str:
     precision = "".join(f" | {side} {s(f)}" for side, f in (("rollout", "rollout_precision"),
                                                            ("train", "train_precision")) if s(f, "bf16") != "bf16")
     launches, loop = engine_phrase(s("eager", False), s("engine"), s("async_scheduling", False)).split(" | ")
+    # DAPO's dynamic sampling: the generation batches beside the prompts trained on
+    gen_batch, gen_batches = s("gen_batch_prompts", None), s("gen_batches", 1.0)
+    sampled = (f" (generated: {gen_batches:g} x {gen_batch or s('prompts_per_step')} prompts)"
+               if gen_batch or gen_batches != 1.0 else "")
     return (f"{result.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | rollout TP {s('rollout_tp')}{layout}, "
             f"{launches}{precision} | {loop} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x "
-            f"{s('n')} | micro-batch {s('micro_batch_tokens')} tokens")
+            f"{s('n')}{sampled} | micro-batch {s('micro_batch_tokens')} tokens")
 
 
 def _print_sync(result: EstimateResult, args) -> None:

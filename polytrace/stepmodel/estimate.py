@@ -21,6 +21,7 @@ from ..run.spec import RunSpec, verl_default
 from .breakdown import amdahl_table, family_summary, kernel_summary, what_if_summary
 from .checks import check_ranks_have_sequences, check_rollout_tp, tp_splits_heads, valid_rollout_tps
 from .devices import gpu_block
+from .dynamic_sampling import generation_batches, generation_parts, samples_apart
 from .efficiency import DEFAULT, part_slowdown
 from .memory import check_feasibility, smallest_rollout_tp
 from .pricing import MEASURED, NOT_KERNELS, Pricer, check_speedups
@@ -169,6 +170,9 @@ def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConf
                              f"(verl requires it); pass a divisor of {divisor}")
     mini_batches = max(1, prompts // ppo_mini_batch) if ppo_mini_batch else max(
         1, -(-prompts // DEFAULT_PPO_MINI_BATCH))
+    if b.gen_batch is not None and b.gen_batch < prompts:
+        raise PolytraceError(f"--gen-batch {b.gen_batch} is below the {prompts} prompts trained on: DAPO's dynamic "
+                             "sampling generates at least the prompts it trains on")
     fields = dict(
         model=model, gpu=gpu, n_gpus=gpus, prompts_per_step=prompts, n=n,
         max_prompt_len=max_prompt_len, max_response_len=max_response_len, rollout_tp=int(tp),
@@ -183,6 +187,7 @@ def configure(profile, spec: RunSpec, run_fields: dict | None = None) -> RunConf
         micro_batch_seqs=b.micro_batch_seqs, ref_offload=t.ref_offload,
         critic_remove_padding=t.critic_remove_padding,
         generated_share=_generated_share(ln.generated_share, profile),
+        gen_batch_prompts=b.gen_batch if b.gen_batch not in (None, prompts) else None, gen_batches=b.gen_batches,
         **check_layout(model, gpus, int(tp), t, ro.rollout_ep))
     fields.update(run_fields or {})
     return RunConfig(**fields)
@@ -264,9 +269,12 @@ def _sources(parts) -> tuple[dict[str, dict[str, str]], dict[str, dict[str, list
     return {s: {f: " + ".join(v) for f, v in fams.items()} for s, fams in out.items()}, prices
 
 
-def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibration: dict | None = None) -> dict:
+def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibration: dict | None = None,
+                  generation=None) -> dict:
     """One step's estimate for a sampled or recorded ``Batch``: stage seconds, and per stage the
-    seconds of each kernel family (``kernels``) with where they came from (``kernel_sources``)."""
+    seconds of each kernel family (``kernels``) with where they came from (``kernel_sources``).
+    ``generation``: the step's generation batch where it differs from ``batch`` (DAPO's dynamic
+    sampling, ``generation_batches``), generated ``cfg.gen_batches`` times."""
     pricer = pricer or Pricer(cfg.gpu, DEFAULT)
     p = np.asarray(batch.prompt_lens, dtype=np.int64)
     r = np.minimum(np.asarray(batch.response_lens, dtype=np.int64), cfg.max_response_len)
@@ -286,6 +294,11 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
                      "between turns")
     costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, pricer=pricer)
     parts, train = list(costs.parts), costs
+    gen_costs, gen_times = costs, 1.0
+    if samples_apart(cfg):  # DAPO: generation batches apart from the batch trained on
+        gen_parts, gen_costs, gen_times, note = generation_parts(cfg, batch, generation, costs, pricer)
+        parts = gen_parts + [x for x in parts if x.stage != "gen"]
+        notes.append(note)
     if batch.turns is not None:
         # training sees the whole trajectory (tool output included)
         train = stage_costs(cfg, p, np.maximum(r, 1), eff=DEFAULT, pricer=pricer)
@@ -298,17 +311,17 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
             * pricer.scale("prefill")))
     kernels = calibrated_kernels(parts, calibration)
     seconds = {s: float(sum(kernels[s].values())) for s in STAGES}
-    other = {"reward": costs.other_s}
+    other = {"reward": gen_costs.other_s * gen_times}  # rule-based scoring of every generated response
     if (calibration or {}).get("other_overhead_s"):
         other["calibration"] = float(calibration["other_overhead_s"])
     step_s = float(sum(seconds.values())) + sum(other.values())
     raw_gen = sum(x.seconds for x in parts if x.stage == "gen")
     tokens = int((p + r).sum())
     gpu_s = step_s * cfg.n_gpus
-    roll = costs.rollout
+    roll = gen_costs.rollout
     scale_gen = seconds["gen"] / raw_gen if raw_gen > 0 else 1.0
-    tail = roll.tail_gpu_s * scale_gen
-    r_imb = roll.imbalance_gpu_s * scale_gen
+    tail = roll.tail_gpu_s * scale_gen * gen_times
+    r_imb = roll.imbalance_gpu_s * scale_gen * gen_times
     t_imb = train.train_imbalance_gpu_s
     sources, prices = _sources(parts)
     for s in STAGES:  # the per-call constant seconds come from the calibration (or the priors), no kernel
@@ -316,7 +329,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
             sources[s]["calibration"] = "calibration"
     sources["other"] = {"reward": "roofline", **({"calibration": "calibration"} if "calibration" in other else {})}
     return {
-        "step": int(batch.step), "stages_s": seconds, "other_s": costs.other_s, "step_s": step_s, "tokens": tokens,
+        "step": int(batch.step), "stages_s": seconds, "other_s": other["reward"], "step_s": step_s, "tokens": tokens,
         "response_tokens": int(r.sum()), "sequences": int(len(r)),
         "tokens_per_s_per_gpu": tokens / step_s / cfg.n_gpus if step_s > 0 else 0.0,
         "rollout_iterations": roll.iterations, "max_response_len": int(r.max(initial=0)),
@@ -438,10 +451,14 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
     plan, warnings = check_feasibility(cfg, longest, rollout_tp_given=spec.rollout.rollout_tp is not None,
                                        seq_lens=biggest)
 
-    def mean_step(p: Pricer) -> float:
-        return float(np.mean([estimate_step(cfg, b, pricer=p, calibration=calibration)["step_s"] for b in batches]))
+    generations = generation_batches(prof, cfg, steps, seed)
 
-    rows = [estimate_step(cfg, batch, pricer=pricer, calibration=calibration) for batch in batches]
+    def mean_step(p: Pricer) -> float:
+        return float(np.mean([estimate_step(cfg, b, pricer=p, calibration=calibration, generation=g)["step_s"]
+                              for b, g in zip(batches, generations)]))
+
+    rows = [estimate_step(cfg, batch, pricer=pricer, calibration=calibration, generation=g)
+            for batch, g in zip(batches, generations)]
     mean_stages = {s: float(np.mean([r["stages_s"][s] for r in rows])) for s in STAGES}
     step_mean = float(np.mean([r["step_s"] for r in rows]))
     summary = {
@@ -461,8 +478,8 @@ def estimate_run(profile, spec: RunSpec, options: PriceOptions | None = None) ->
     if with_priors and "calibration" in summary["families"]:
         summary["families"]["calibration"]["status"] = "priors"
     if providers or speedups:
-        reference = [estimate_step(cfg, b, pricer=pricer_for(what_ifs=False), calibration=calibration)
-                     for b in batches]
+        reference = [estimate_step(cfg, b, pricer=pricer_for(what_ifs=False), calibration=calibration, generation=g)
+                     for b, g in zip(batches, generations)]
         summary["what_if"] = what_if_summary(rows, reference, providers or {}, pricer.speedups)
     if amdahl is not None:
         summary["amdahl"] = amdahl_table(summary["families"], step_mean, amdahl,

@@ -339,6 +339,9 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
         return res
     if amdahl is not None:
         raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
+    if spec.batch.gen_batch is not None or spec.batch.gen_batches != 1.0:
+        raise PolytraceError(f"--gen-batch / --gen-batches (DAPO's dynamic sampling) are priced in --mode sync only, "
+                             f"not --mode {mode}")
     staleness, partial_rollout, updates_per_sync = m.staleness, m.partial_rollout, m.updates_per_sync
     model, gpu = spec.cluster.model, spec.cluster.gpu
     # each side's configuration keywords (``_Sides``): the run's settings and the --set fields

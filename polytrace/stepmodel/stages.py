@@ -81,6 +81,9 @@ class RunConfig:
     # Prompts per generation batch where they differ from the prompts trained on (DAPO's dynamic
     # sampling, verl's ``data.gen_batch_size``: ``calibrate/dynamic_sampling.py``); None: the same
     gen_batch_prompts: int | None = None
+    # generation batches per step (estimate's --gen-batches: a DAPO run's mean; a log's steps say
+    # their own, ``calibrate/dynamic_sampling.py``)
+    gen_batches: float = default("gen_batches")
     eager: bool = default("eager")  # inference engine without CUDA graphs (verl's enforce_eager)
     # the engine's loop (vLLM's V1 or V0) and V1's asynchronous scheduling (``engines.py``)
     engine: str = default("engine")
