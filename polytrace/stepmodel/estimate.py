@@ -237,9 +237,11 @@ def with_group_size(prof, n: int):
     return dataclasses.replace(prof, config=dataclasses.replace(prof.config, n=int(n)))
 
 
-def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, float]]:
+def calibrated_kernels(parts, calibration: dict | None, calls: dict | None = None) -> dict[str, dict[str, float]]:
     """Stage -> kernel family -> seconds, each part multiplied by the calibrated slowdown of its
-    kind of work (or of its family, where the scalars price it apart: ``efficiency.part_slowdown``), plus the calibration's fixed seconds per stage (family ``calibration``)."""
+    kind of work (or of its family, where the scalars price it apart: ``efficiency.part_slowdown``),
+    plus the calibration's fixed seconds per stage (family ``calibration``), paid once per call:
+    ``calls`` (stage -> calls a step, default 1; DAPO's generation batches)."""
     cal = calibration or {}
     raw = {s: 0.0 for s in STAGES}
     for p in parts:
@@ -251,7 +253,7 @@ def calibrated_kernels(parts, calibration: dict | None) -> dict[str, dict[str, f
         out[p.stage][p.family] = out[p.stage].get(p.family, 0.0) + part_slowdown(cal, p.group, p.family) * p.seconds
     for s in STAGES:
         if raw[s] > 0 and cal.get(f"{s}_overhead_s"):
-            out[s]["calibration"] = float(cal[f"{s}_overhead_s"])
+            out[s]["calibration"] = float(cal[f"{s}_overhead_s"]) * (calls or {}).get(s, 1.0)
     return out
 
 
@@ -309,7 +311,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         parts.append(Part("gen", "prefill", "rollout", tool_prefill_seconds(
             cfg.engine_model, cfg.gpu, cfg.rollout_tp, p, r, np.maximum(r - decode, 0), cfg.n_gpus)
             * pricer.scale("prefill")))
-    kernels = calibrated_kernels(parts, calibration)
+    kernels = calibrated_kernels(parts, calibration, {"gen": gen_times})
     seconds = {s: float(sum(kernels[s].values())) for s in STAGES}
     other = {"reward": gen_costs.other_s * gen_times}  # rule-based scoring of every generated response
     if (calibration or {}).get("other_overhead_s"):

@@ -74,3 +74,16 @@ def test_the_run_line_says_what_is_generated(capsys):
                  "--lengths", "mean=600,max=2000,prompt=150", "--gen-batch", "24", "--gen-batches", "1.5"]) == 0
     run_line = next(line for line in capsys.readouterr().out.splitlines() if " | qwen2.5-1.5b | " in line)
     assert "| 8 prompts x 4 (generated: 1.5 x 24 prompts) |" in run_line, run_line
+
+
+def test_a_calibrations_constant_is_paid_by_every_generation_batch():
+    """A calibration's constant seconds are per call (``fit``: a DAPO log's generation batches each
+    pay it), so an estimate of K batches a step adds K of them."""
+    from polytrace.stepmodel.estimate import calibrated_kernels
+    from polytrace.stepmodel.stages import Part
+
+    parts = [Part("gen", "gemm", "rollout", 1.0), Part("update_actor", "gemm", "train", 2.0)]
+    cal = {"gen_overhead_s": 5.0, "update_actor_overhead_s": 3.0}
+    assert calibrated_kernels(parts, cal)["gen"]["calibration"] == 5.0
+    twice = calibrated_kernels(parts, cal, {"gen": 1.5})
+    assert (twice["gen"]["calibration"], twice["update_actor"]["calibration"]) == (7.5, 3.0)
