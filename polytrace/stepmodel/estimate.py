@@ -29,7 +29,7 @@ from .result import EstimateResult
 from .rollout import tool_prefill_seconds
 from .scalars import as_scalars
 from .stages import STAGES, Part, RunConfig, stage_costs
-from .timings import KernelTimings
+from .timings import load_timings
 
 
 def default_rollout_tp(model: ModelSpec, gpu: GPU, n_gpus: int, mem_fraction: float,
@@ -348,24 +348,6 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         "kernel_prices": {s: v for s, v in prices.items() if v},
         "notes": notes,
     }
-
-
-def load_timings(gpu_slug: str, results=None, results_root=None) -> tuple[KernelTimings, bool]:
-    """The measured kernel timings an estimate uses, and whether they were given explicitly:
-    ``results`` None: every GPU benchmark under ``results_root/<gpu_slug>/`` (default
-    ``$POLYTRACE_RESULTS_DIR`` or ``./results``); a ``KernelTimings``; or files / folders (the
-    ``--results`` flag), which must come from ``gpu_slug``."""
-    if isinstance(results, KernelTimings):
-        if results and results.gpu_slug != gpu_slug:
-            raise PolytraceError(f"{results.origin}: measured on {results.gpu_slug}, not --gpu {gpu_slug}")
-        return results, True
-    if results:
-        return KernelTimings.from_paths(results, gpu_slug, "--results"), True
-    if results_root is None:
-        from ..measure.results.store import default_root
-
-        results_root = default_root()
-    return KernelTimings.discover(gpu_slug, results_root), False
 
 
 def sample_batches(prof, cfg: RunConfig, steps, seed: int) -> tuple[list, int, np.ndarray]:

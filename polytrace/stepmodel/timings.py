@@ -314,4 +314,22 @@ def paired(baseline: KernelTimings, candidate: KernelTimings) -> tuple[KernelTim
             KernelTimings(candidate.gpu_slug, out_c, list(candidate.files), candidate.origin))
 
 
-__all__ = ["AXES", "Curve", "KernelTimings", "Point", "axis_of", "paired"]
+def load_timings(gpu_slug: str, results=None, results_root=None) -> tuple[KernelTimings, bool]:
+    """The measured kernel timings an estimate uses, and whether they were given explicitly:
+    ``results`` None: every GPU benchmark under ``results_root/<gpu_slug>/`` (default
+    ``$POLYTRACE_RESULTS_DIR`` or ``./results``); a ``KernelTimings``; or files / folders (the
+    ``--results`` flag), which must come from ``gpu_slug``."""
+    if isinstance(results, KernelTimings):
+        if results and results.gpu_slug != gpu_slug:
+            raise PolytraceError(f"{results.origin}: measured on {results.gpu_slug}, not --gpu {gpu_slug}")
+        return results, True
+    if results:
+        return KernelTimings.from_paths(results, gpu_slug, "--results"), True
+    if results_root is None:
+        from ..measure.results.store import default_root
+
+        results_root = default_root()
+    return KernelTimings.discover(gpu_slug, results_root), False
+
+
+__all__ = ["AXES", "Curve", "KernelTimings", "Point", "axis_of", "load_timings", "paired"]
