@@ -180,17 +180,13 @@ class Batch:
     train_batch: int | None = setting(None, "count", "responses per optimizer step (NeMo RL's "
                                       "train_global_batch_size; verl's ppo_mini_batch_size x n)",
                                       unit="responses", metavar="R", advanced=True)
-    # DAPO's dynamic sampling (verl's recipe/dapo): generation runs ``gen_batch`` prompts a batch,
-    # ``gen_batches`` batches a step on average, and the trainer keeps ``prompts`` of them
+    # DAPO's dynamic sampling (verl's recipe/dapo; stepmodel/dynamic_sampling.py)
     gen_batch: int | None = setting(
-        None, "count", "prompts per generation batch, DAPO's dynamic sampling (verl's data.gen_batch_size; default "
-        "--prompts): generation runs this many a batch, the trainer --prompts of them", unit="prompts",
-        metavar="PROMPTS", **_both("data.gen_batch_size", None, "prompts per generation batch (DAPO's dynamic "
-                                   "sampling): generation runs this many, the trainer train_batch_size of them"),
-        advanced=True)
-    gen_batches: float = setting(1.0, "float", "generation batches per step, DAPO's dynamic sampling (a log's mean "
-                                 "train/num_gen_batches; default 1): each a rollout of --gen-batch prompts",
-                                 lo=1.0, hi=1000.0, metavar="K", advanced=True)
+        None, "count", "DAPO: prompts per generation batch (verl's data.gen_batch_size; default --prompts), of which "
+        "the trainer keeps --prompts", unit="prompts", metavar="PROMPTS", advanced=True,
+        **_both("data.gen_batch_size", None, "DAPO: prompts per generation batch, of which train_batch_size train"))
+    gen_batches: float = setting(1.0, "float", "DAPO: generation batches per step (a log's mean train/num_gen_batches; "
+                                 "default 1)", lo=1.0, hi=1000.0, metavar="K", advanced=True)
     # "auto": 16384, or max prompt + max response rounded up to 1024 when longer (estimate's
     # auto_micro_batch_tokens); None: fixed-size micro-batches (a --set micro-batch size)
     micro_batch_tokens: object = setting(
