@@ -281,7 +281,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
         generated_share=log.generated.share if log.generated is not None else None,
         max_tool_response_chars=v.count("actor_rollout_ref.rollout.multi_turn.max_tool_response_length")
         or RunConfig.max_tool_response_chars,
-        gen_batch_prompts=_gen_batch_prompts(log, v, int(prompts)))
+        gen_batch_prompts=_gen_batch_prompts(log, v, int(prompts), int(n)))
     if run.old_log_prob_in_gen:
         notes.append("no old_log_prob timer: this verl computes it inside gen, priced there")
     return run, notes
@@ -331,7 +331,7 @@ def _ulysses_note(v: _Values, strategy: str, n_gpus: int, notes: list[str]) -> N
                      "and the attention output per layer is not priced")
 
 
-def _gen_batch_prompts(log: TrainingLog, v: _Values, prompts: int) -> int | None:
+def _gen_batch_prompts(log: TrainingLog, v: _Values, prompts: int, n: int) -> int | None:
     """DAPO's ``data.gen_batch_size`` where it differs from the prompts trained on
     (``dynamic_sampling.py``); fewer prompts generated than trained on is no DAPO batch."""
     from .dynamic_sampling import GEN_BATCH_KEY
@@ -339,6 +339,9 @@ def _gen_batch_prompts(log: TrainingLog, v: _Values, prompts: int) -> int | None
     gen = v.count(GEN_BATCH_KEY, hi=MAX_SEQUENCES)
     if gen is None or gen == prompts:
         return None
+    if gen * n > MAX_SEQUENCES:
+        raise PolytraceError(f"{log.path}: {GEN_BATCH_KEY} {gen} x {n} responses = {gen * n:,} sequences per "
+                             f"generation batch, more than {MAX_SEQUENCES:,}; pass --set {GEN_BATCH_KEY}=N")
     if gen < prompts:
         raise PolytraceError(f"{log.path}: {GEN_BATCH_KEY} {gen} is below data.train_batch_size {prompts}: verl's "
                              "dynamic sampling generates at least the prompts it trains on")

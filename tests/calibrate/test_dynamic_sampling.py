@@ -16,8 +16,8 @@ from polytrace.errors import PolytraceError
 
 BASE = ("+ python3 -m verl.trainer.main_ppo actor_rollout_ref.rollout.n=4 data.max_prompt_length=512 "
         "data.max_response_length=1024 trainer.n_gpus_per_node=4 trainer.nnodes=1 "
-        "actor_rollout_ref.model.path=Qwen/Qwen2.5-1.5B-Instruct actor_rollout_ref.rollout.tensor_model_parallel_size=1 "
-        "actor_rollout_ref.model.use_remove_padding=True")
+        "actor_rollout_ref.model.path=Qwen/Qwen2.5-1.5B-Instruct "
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.model.use_remove_padding=True")
 DAPO = BASE + " data.train_batch_size=64 data.gen_batch_size=192\n"
 STATS = ("response_length/mean:300 - response_length/max:1024 - response_length/min:5 - "
          "response_length/clip_ratio:0.02 - prompt_length/mean:100 - prompt_length/max:300")
@@ -106,11 +106,17 @@ def test_a_bad_batch_count_leaves_its_step_out_saying_why(tmp_path, value, shown
     assert all(math.isfinite(r.other_s) for r in rows)
 
 
-def test_a_generation_batch_below_the_training_batch_is_one_line(tmp_path):
+@pytest.mark.parametrize("gen, message", [
+    ("32", r"bad.log: data.gen_batch_size 32 is below data.train_batch_size 64: verl's dynamic sampling generates at "
+           r"least the prompts it trains on$"),
+    ("300000", r"bad.log: data.gen_batch_size 300000 x 4 responses = 1,200,000 sequences per generation batch, more "
+               r"than 1,048,576; pass --set data.gen_batch_size=N$"),
+    ("many", r"bad.log: data.gen_batch_size in .* is 'many': expected a whole number"),
+])
+def test_a_generation_batch_that_cannot_be_is_one_line(tmp_path, gen, message):
     path = tmp_path / "bad.log"
-    path.write_text(BASE + " data.train_batch_size=64 data.gen_batch_size=32\n"
-                    f"(TaskRunner pid=1) step:1 - timing_s/gen:10 - timing_s/old_log_prob:1 - timing_s/update_actor:2 - "
-                    f"timing_s/step:14 - {STATS}\n")
-    with pytest.raises(PolytraceError, match=r"bad.log: data.gen_batch_size 32 is below data.train_batch_size 64: "
-                                             r"verl's dynamic sampling generates at least the prompts it trains on$"):
+    path.write_text(BASE + f" data.train_batch_size=64 data.gen_batch_size={gen}\n"
+                    "(TaskRunner pid=1) step:1 - timing_s/gen:10 - timing_s/old_log_prob:1 - "
+                    f"timing_s/update_actor:2 - timing_s/step:14 - {STATS}\n")
+    with pytest.raises(PolytraceError, match=message):
         prepare(str(path))
