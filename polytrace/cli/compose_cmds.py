@@ -307,6 +307,9 @@ def _estimate(args) -> int:
             print(f"note: {line}", file=sys.stderr)
     for w in result.warnings:  # on stderr, so --json output stays one JSON document
         print(f"warning: {w}", file=sys.stderr)
+    # what the steps' pricing assumed (multi-turn tool waits, DAPO's generation batches), once each
+    for line in dict.fromkeys(n for row in (result.rows or []) for n in row.get("notes", ())):
+        print(f"note: {line}", file=sys.stderr)
     if not args.calibration and not args.roofline:  # priced with the priors; the JSON: gpu.efficiency_priors
         _device_note(args.gpu)
     if args.json:

@@ -72,8 +72,12 @@ def test_what_dynamic_sampling_does_not_price_is_refused(capsys, argv, message):
 def test_the_run_line_says_what_is_generated(capsys):
     assert main(["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100", "--gpus", "8", "--prompts", "8", "--n", "4",
                  "--lengths", "mean=600,max=2000,prompt=150", "--gen-batch", "24", "--gen-batches", "1.5"]) == 0
-    run_line = next(line for line in capsys.readouterr().out.splitlines() if " | qwen2.5-1.5b | " in line)
+    out = capsys.readouterr()
+    run_line = next(line for line in out.out.splitlines() if " | qwen2.5-1.5b | " in line)
     assert "| 8 prompts x 4 (generated: 1.5 x 24 prompts) |" in run_line, run_line
+    # the assumption the pricing makes, said once on stderr (not once a step)
+    notes = [line for line in out.err.splitlines() if line.startswith("note: dynamic sampling (DAPO)")]
+    assert len(notes) == 1 and "sampled from the profile apart from the generation batch" in notes[0], out.err
 
 
 def test_a_calibrations_constant_is_paid_by_every_generation_batch():
