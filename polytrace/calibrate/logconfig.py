@@ -307,7 +307,7 @@ def _megatron_layout(log: TrainingLog, v: _Values, strategy: str, model, n_gpus:
                                  f"{train_pp} does not divide {model.name}'s {model.layers} layers")
         got["train_vpp"] = model.layers // (train_pp * per_stage)
     trainer = SimpleNamespace(strategy=strategy, train_tp=train_tp, train_pp=train_pp, **got)
-    names = {name: f"{key.rsplit('.', 1)[-1]}" for name, key in VERL_EXTRA.items()}
+    names = {name: key.rsplit(".", 1)[-1] for name, key in VERL_EXTRA.items()}
     names["gpus"] = "the GPU count"
     try:
         return check_layout(model, n_gpus, rollout_tp, trainer, 1, names=names)

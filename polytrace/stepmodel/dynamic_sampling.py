@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from ..errors import PolytraceError
 from .efficiency import DEFAULT
 from .stages import RunConfig, stage_costs
 
@@ -39,8 +40,6 @@ def generation_parts(cfg: RunConfig, batch, generation, costs, pricer):
     note): the generation batch (``generation``, else the trainer's ``batch`` whose ``costs`` are
     given) priced as a rollout and repeated ``cfg.gen_batches`` times. Multi-turn profiles are
     refused: their tool waits and prefill are priced on the batch trained on."""
-    from ..errors import PolytraceError
-
     if batch.turns is not None:
         raise PolytraceError("--gen-batch / --gen-batches (DAPO's dynamic sampling) price single-turn profiles; "
                              "this profile is multi-turn")
