@@ -48,7 +48,7 @@ from .logmetrics import (
     observed_max,
 )
 from .settings import CPU_OPTIMIZER, given_settings
-from .trainer_layout import megatron_layout, ulysses_note
+from .trainer_layout import megatron_layout, megatron_recompute_note, ulysses_note
 
 # Sequences per step the simulation prices (the largest published RL batches are ~16k).
 MAX_SEQUENCES = 1 << 20
@@ -228,6 +228,7 @@ def config_from_log(log: TrainingLog, ov: Overrides | None = None) -> tuple[RunC
                              f"{n_gpus}; pass --gpus")
     layout = megatron_layout(log, v, strategy, model, int(n_gpus), int(tp), train_tp, train_pp)
     ulysses_note(v, strategy, int(n_gpus), notes)
+    megatron_recompute_note(v, strategy, _setting(v, "gradient_checkpointing", strategy), notes)
     if v.flag("reward_model.enable", False):
         # verl's model-based reward: a reward model's forward over every response, inside
         # timing_s/reward, where the model prices rule-based scoring only (Efficiency.reward_s_per_response)

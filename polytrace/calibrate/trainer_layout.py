@@ -1,7 +1,7 @@
 """The trainer's layout as a log states it, in each trainer's own keys (``logconfig`` calls these):
-a Megatron actor's context, expert and virtual-pipeline parallelism, and FSDP's Ulysses sequence
-parallelism (a note: priced as data parallelism). ``v`` is ``logconfig``'s typed view of the log's
-config."""
+a Megatron actor's context, expert and virtual-pipeline parallelism, FSDP's Ulysses sequence
+parallelism (a note: priced as data parallelism) and a Megatron recompute switch its workers do not
+act on (a note). ``v`` is ``logconfig``'s typed view of the log's config."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 from ..errors import PolytraceError
 from ..run.dialects import VERL_EXTRA
+from ..run.spec import verl_key
 
 
 def megatron_layout(log, v, strategy: str, model, n_gpus: int, rollout_tp: int, train_tp: int,
@@ -53,3 +54,23 @@ def ulysses_note(v, strategy: str, n_gpus: int, notes: list[str]) -> None:
         notes.append(f"{key.rsplit('.', 1)[-1]} {sp}: each sequence split over {sp} GPUs (Ulysses), priced as data "
                      f"parallelism over the same GPUs (the same FLOPs and tokens per GPU); its all-to-all of q, k, v "
                      "and the attention output per layer is not priced")
+
+
+# verl's Megatron workers recompute activations only with a granularity: ``enable_gradient_checkpointing``
+# sets Megatron's recompute_granularity to gradient_checkpointing_kwargs' activations_checkpoint_granularity,
+# "full" where absent, and a printed null stays None: no recompute (volcengine/verl
+# verl/workers/megatron_workers.py, add_optimization_config_to_tf_config; the log then prints "TF config:
+# TransformerConfig(... recompute_granularity=None ...)")
+_MEGATRON_GRANULARITY = "actor_rollout_ref.model.gradient_checkpointing_kwargs.activations_checkpoint_granularity"
+
+
+def megatron_recompute_note(v, strategy: str, recompute: bool, notes: list[str]) -> None:
+    """A note where a Megatron log's recompute switch is on but its granularity null (no recompute
+    in Megatron): priced with recompute, as the shared priors were fitted on the corpus's one such
+    log, and said so (docs/step-model.md gives what pricing it without does)."""
+    if (strategy == "megatron" and recompute
+            and _MEGATRON_GRANULARITY in v.cfg and v.cfg[_MEGATRON_GRANULARITY] is None):
+        key = verl_key("gradient_checkpointing", strategy)
+        notes.append(f"activation recompute: {key} is on but {_MEGATRON_GRANULARITY} is null, which verl's Megatron "
+                     "workers pass on as recompute_granularity None (no recompute); priced with recompute, as the "
+                     f"shared priors were fitted (pass --set {key}=false to price it without)")

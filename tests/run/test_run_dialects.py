@@ -243,3 +243,28 @@ def test_a_model_based_reward_is_noted_as_not_priced(tmp_path):
                                              "scores every response") and "not priced" in n], notes
     _, notes = config_from_log(_log(tmp_path, add=("reward_model.enable=False",)), Overrides())
     assert not [n for n in notes if "reward model" in n], notes
+
+
+GRANULARITY = "actor_rollout_ref.model.gradient_checkpointing_kwargs.activations_checkpoint_granularity"
+
+
+@pytest.mark.parametrize("add, noted", [
+    # verl's Megatron workers: recompute_granularity = the kwargs' granularity, "full" where absent
+    (("actor_rollout_ref.model.enable_gradient_checkpointing=True", f"{GRANULARITY}=null"), True),
+    (("actor_rollout_ref.model.enable_gradient_checkpointing=True", f"{GRANULARITY}=full"), False),
+    (("actor_rollout_ref.model.enable_gradient_checkpointing=True",), False),
+    (("actor_rollout_ref.model.enable_gradient_checkpointing=False", f"{GRANULARITY}=null"), False),
+])
+def test_a_megatron_recompute_switch_its_workers_do_not_act_on_is_noted(tmp_path, add, noted):
+    """The corpus's Megatron GPG log states recompute on with a null granularity: its printed
+    TransformerConfig has recompute_granularity=None. Priced as before (with recompute: the priors
+    were fitted so), and a note says what the log states and how to price it without."""
+    log = _log(tmp_path, config_name="ppo_megatron_trainer",
+               drop=("enable_gradient_checkpointing",), add=add)
+    run, notes = config_from_log(log, Overrides())
+    said = [n for n in notes if n.startswith("activation recompute:")]
+    assert bool(said) == noted, notes
+    if noted:
+        assert run.gradient_checkpointing is True
+        assert "recompute_granularity None (no recompute)" in said[0] and \
+            "--set actor_rollout_ref.model.enable_gradient_checkpointing=false" in said[0], said
