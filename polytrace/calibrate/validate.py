@@ -242,17 +242,18 @@ def price_steps(run: RunConfig, rows: list[StepData], split: Split | None = None
         train_run = dataclasses.replace(run, n_gpus=train_gpus, rollout_tp=1, notes=[])
     for row in rows:
         p, r = step_batch(run, row.stats)
-        costs = stage_costs(train_run, p, r, eff=DEFAULT)
-        row.x = {k: dict(v) for k, v in costs.components.items()}
-        row.bound = roofline_bounds(costs.parts)
-        row.families = by_family(costs.parts)
-        row.other_s = costs.other_s
         # generation's own batch: DAPO's dynamic sampling generates more prompts than it trains on
         gen_run, gp, gr = roll_run, p, r
         sampled = dynamic_sampling.applies(run, row.stats)
         if sampled and run.gen_batch_prompts:
             gen_run = dataclasses.replace(roll_run, prompts_per_step=run.gen_batch_prompts, notes=[])
             gp, gr = step_batch(gen_run, row.stats)
+        # the trainer's batch simulates no rollout where generation is priced on a run of its own
+        costs = stage_costs(train_run, p, r, eff=DEFAULT, rollout=gen_run is train_run)
+        row.x = {k: dict(v) for k, v in costs.components.items()}
+        row.bound = roofline_bounds(costs.parts)
+        row.families = by_family(costs.parts)
+        row.other_s = costs.other_s
         if gen_run is not train_run:
             gen_costs = stage_costs(gen_run, gp, gr, eff=DEFAULT)
             gen_parts = [x for x in gen_costs.parts if x.stage == "gen"]

@@ -294,7 +294,8 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
         extra_rollout = float(tool.max()) if len(tool) else 0.0
         notes.append("multi-turn: slowest trajectory's tool latency added to the rollout, tool output prefilled "
                      "between turns")
-    costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, pricer=pricer)
+    # a generation batch of its own (DAPO) is priced apart: the trainer's batch simulates no rollout
+    costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, pricer=pricer, rollout=generation is None)
     parts, train = list(costs.parts), costs
     gen_costs, gen_times = costs, 1.0
     if samples_apart(cfg):  # DAPO: generation batches apart from the batch trained on
