@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from ..run.spec import declarations, verl_key
+from ..stepmodel.dynamic_sampling import samples_apart
 
 GEN_BATCHES = "train/num_gen_batches"
 GEN_BATCH_KEY = verl_key("gen_batch")  # data.gen_batch_size
@@ -47,9 +48,9 @@ def problem(stats: dict) -> str:
 
 
 def applies(run, stats: dict) -> bool:
-    """Whether a step generates other than the training batch: more prompts per generation batch
-    than the trainer keeps, or more than one batch."""
-    return gen_batches(stats) > 1 or (run.gen_batch_prompts or run.prompts_per_step) != run.prompts_per_step
+    """Whether a step generates other than the training batch: more than one batch, or a run whose
+    generation batch is its own (``stepmodel.dynamic_sampling.samples_apart``)."""
+    return gen_batches(stats) > 1 or samples_apart(run)
 
 
 def notes(run, rows) -> list[str]:
