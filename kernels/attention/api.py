@@ -74,15 +74,21 @@ DECODE_KERNEL = "decode_attention"
 # launches
 
 
-def _ext_args(ext, scale: float, causal: bool, total_k: int):
-    """Softcap / window launch: (kernels, extra scalars, extra constexprs); the defaults for ext None."""
+def _ext_args(ext, scale: float, causal: bool, total_q: int, total_k: int):
+    """Softcap / window launch: (kernels, extra scalars, extra constexprs); the defaults for ext None.
+
+    A window side is clamped to the widest it can matter, which keeps the kernels' index sums in
+    int32: query i of a sequence sees keys j with -left <= j - i - (Lk - Lq) <= right, where that
+    difference lies in [-(Lk - 1), Lq - 1]; so left = total_k and right = total_q are unbounded.
+    (The right side clamped at total_k instead cut keys off every query row i < Lq - Lk - 1 of a
+    sequence with more queries than keys: a row with no key, output 0.)"""
     if ext is None:
         return (varlen_fwd_kernel, varlen_bwd_dkdv_kernel, varlen_bwd_dq_kernel), (), {}
     softcap, window = ext
     left, right = window if window is not None else (-1, -1)
-    unbounded = max(total_k, 1)  # no sequence has more keys: int32-safe in the kernels' index sums
-    left = unbounded if left < 0 else min(left, unbounded)
-    right = 0 if causal else (unbounded if right < 0 else min(right, unbounded))
+    unbounded_left, unbounded_right = max(total_k, 1), max(total_q, 1)
+    left = unbounded_left if left < 0 else min(left, unbounded_left)
+    right = 0 if causal else (unbounded_right if right < 0 else min(right, unbounded_right))
     scalars = (scale / softcap if softcap else 0.0, softcap * LOG2E, left, right)
     return ((varlen_fwd_ext_kernel, varlen_bwd_dkdv_ext_kernel, varlen_bwd_dq_ext_kernel), scalars,
             {"SOFTCAP": bool(softcap), "WINDOW": window is not None})
@@ -97,7 +103,7 @@ def _fwd(q, k, v, plan: VarlenPlan, causal: bool, scale: float, cfg: dict, ext=N
     if n_slots == 0 or total_q == 0:
         return o, lse
     grid = (n_slots * hq,)
-    kernels, extra, extra_c = _ext_args(ext, scale, causal, k.shape[0])
+    kernels, extra, extra_c = _ext_args(ext, scale, causal, total_q, k.shape[0])
     kernels[0][grid](
         q, k, v, o, lse, plan.cu_seqlens_q, plan.cu_seqlens_k, plan.work_seq, plan.work_block,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), o.stride(0), o.stride(1),
@@ -127,7 +133,7 @@ def _bwd(do, q, k, v, o, lse, plan: VarlenPlan, causal: bool, scale: float, cfg:
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_T=block_t)
     kv_seq, kv_blk = plan.kv_work(cfg["DKDV_BLOCK_N"])
     n_kv_slots = kv_seq.numel()
-    kernels, extra, extra_c = _ext_args(ext, scale, causal, total_k)
+    kernels, extra, extra_c = _ext_args(ext, scale, causal, total_q, total_k)
     if n_kv_slots:
         kernels[1][(n_kv_slots * hkv,)](
             q, k, v, do, lse, delta, dk, dv, plan.cu_seqlens_q, plan.cu_seqlens_k, kv_seq, kv_blk,

@@ -5,7 +5,7 @@ code they had before these features (sm_90a PTX: the same instructions, only the
 branch's compare inverted).
 
 Scalars: ``softcap_in`` = softmax_scale / c and ``softcap_out`` = c log2(e) (scores c tanh(s / c)
-in log2 units); ``win_left`` / ``win_right`` in keys, an unbounded side given as the key count
+in log2 units); ``win_left`` / ``win_right`` in keys, an unbounded left side given as the key count and right side as the query count
 (``api.py``), and ``win_right`` = 0 when causal.
 """
 

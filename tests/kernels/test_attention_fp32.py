@@ -104,6 +104,11 @@ FEATURE_CASES = {
     "window-right-1-tile-edge": ([40, 17], None, False, 0.0, (-1, 1), None),
     "window-left-0": ([17, 33], [17, 20], False, 0.0, (0, 0), None),  # one key each; rows past Lk see none
     "softcap-window-sm90": ([7, 130, 70], [68, 130, 90], True, 5.0, (70, -1), (9, 0)),
+    # more queries than keys (diagonal -17 in the first sequence): an unbounded right side must reach
+    # key 2 from query row 0, 19 keys right of its diagonal; one clamped at the key count (7) left
+    # rows 0-9 with no key at all. (5, 100): a finite right past every diagonal is unbounded too
+    "window-left-more-queries-than-keys": ([20, 6], [3, 4], False, 0.0, (5, -1), None),
+    "window-right-past-the-keys": ([20, 6], [3, 4], False, 0.0, (5, 100), None),
 }
 
 
