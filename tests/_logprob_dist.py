@@ -29,13 +29,13 @@ def _shard_case(rank: int, bounds: list, case: dict) -> dict:
     shard = case["logits"][:, lo:hi].clone().requires_grad_()
     results = {}
     lp, ent = vocab_parallel_token_logprobs(shard, case["tokens"], lo, case["temperature"], True,
-                                            softcap=case.get("softcap"))
+                                            ignore_index=case.get("ignore_index", -100), softcap=case.get("softcap"))
     torch.autograd.backward([lp, ent], [case["g_lp"], case["g_ent"]])
     results.update(logprob=lp.detach(), entropy=ent.detach(), grad=shard.grad)
     bad = case["tokens"].clone()
     bad[0] = bounds[-1]  # past the whole vocabulary: owned by no rank
     try:
-        vocab_parallel_token_logprobs(shard.detach(), bad, lo)
+        vocab_parallel_token_logprobs(shard.detach(), bad, lo, ignore_index=case.get("ignore_index", -100))
         results["bad_token_error"] = ""
     except ValueError as exc:
         results["bad_token_error"] = str(exc)

@@ -5,8 +5,8 @@ code they had before these features (sm_90a PTX: the same instructions, only the
 branch's compare inverted).
 
 Scalars: ``softcap_in`` = softmax_scale / c and ``softcap_out`` = c log2(e) (scores c tanh(s / c)
-in log2 units); ``win_left`` / ``win_right`` in keys, an unbounded left side given as the key count and right side as the query count
-(``api.py``), and ``win_right`` = 0 when causal.
+in log2 units); ``win_left`` / ``win_right`` in keys, an unbounded left side given as the key count
+and an unbounded right side as the query count (``api.py``), and ``win_right`` = 0 when causal.
 """
 
 import triton

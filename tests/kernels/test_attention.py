@@ -174,6 +174,26 @@ def test_strided_views_of_a_fused_qkv_match_contiguous_inputs():
     assert torch.equal(torch.cat(grads, 1), dqkv)
 
 
+def test_k_and_v_in_different_layouts_and_a_strided_output_gradient():
+    """K contiguous beside a V that is half of a fused [T, 2, Hkv, D] K/V projection (token strides
+    Hkv D and 2 Hkv D), and an upstream gradient that is a head slice of a wider one: each tensor
+    is read with its own strides, bit-for-bit the contiguous result, forward and backward."""
+    lens = [11, 30]
+    q, k, v, cu_q, cu_k = _inputs(lens, lens, 2, 1, 32, seed=10)
+    kv = torch.stack([torch.zeros_like(v), v], 1)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, kv)]
+    out = varlen_attention(*leaves[:3], cu_q, cu_k)
+    out_s = varlen_attention(leaves[0], leaves[1], leaves[3][:, 1], cu_q, cu_k)
+    assert leaves[3][:, 1].stride(0) != k.stride(0) and torch.equal(out, out_s)
+    wide = torch.randn(out.shape[0], 3, out.shape[2], generator=torch.Generator().manual_seed(11)).to(DEVICE, out.dtype)
+    dout = wide[:, :2]
+    assert not dout.is_contiguous()
+    dense = torch.autograd.grad(out, leaves[:3], dout.contiguous())
+    strided = torch.autograd.grad(out_s, (leaves[0], leaves[1], leaves[3]), dout)
+    for name, got, want in zip(("dq", "dk", "dv"), (strided[0], strided[1], strided[2][:, 1]), dense):
+        assert torch.equal(got, want), name
+
+
 @pytest.mark.parametrize("causal,over_keys", [(True, False), (False, False), (True, True)])
 def test_work_list_covers_every_tile_once_longest_first(causal, over_keys):
     lens_q = [130, 0, 1, 64, 65, 7, 300]
@@ -290,6 +310,23 @@ def test_decode_paged_cache_matches_contiguous():
     kp, vp, table = _paged(kc, vc, page, seed=0)
     paged = check_decode(q, kp, vp, sl, block_table=table)
     assert torch.equal(paged, decode_attention(q, kc, vc, sl))
+
+
+def test_decode_with_k_and_v_in_different_layouts_and_a_sliced_block_table():
+    """A V cache that is half of a fused [B, L, 2, Hkv, D] K/V buffer (token stride 2 Hkv D) beside
+    a contiguous K cache, and a block table that is the first columns of a wider one (vLLM keeps
+    one table for the longest sequence): each read with its own strides, bit-for-bit the dense result."""
+    lens, lmax, page = [45, 7, 30], 48, 16
+    q, kc, vc, sl = _decode_inputs(lens, lmax, 4, 2, 32, seed=9)
+    kv = torch.stack([torch.zeros_like(vc), vc], 2)
+    assert kv[:, :, 1].stride(1) != kc.stride(1)
+    dense = decode_attention(q, kc, vc, sl)
+    assert torch.equal(decode_attention(q, kc, kv[:, :, 1], sl), dense)
+    kp, vp, table = _paged(kc, vc, page, seed=1)
+    wide = torch.full((len(lens), table.shape[1] + 3), -1, dtype=table.dtype, device=DEVICE)
+    wide[:, :table.shape[1]] = table
+    wide[:, table.shape[1]:] = table[:, :1]  # valid pages, never the sequence's own next ones
+    assert torch.equal(decode_attention(q, kp, vp, sl, block_table=wide[:, :table.shape[1]]), dense)
 
 
 # (softcap, window_size, num_splits, page): Gemma 2's softcap 50 (q scaled x30 so scores reach its

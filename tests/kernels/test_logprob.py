@@ -294,6 +294,9 @@ LINEAR_CASES = {
     "H40-uneven-K-chunked-bwd": (21, 515, 40, 1.0, {"chunk_bytes": 21 * 4 * 96}),
     # V = 16 * 64 + 1: the last vocabulary block (and split) holds a single column
     "one-column-last-block-V1025": (9, 1025, 32, 1.1, {}),
+    # 32 vocabulary chunks of 32 columns (fp16; 16 in fp32): d(hidden) summed over chunks in fp32,
+    # once rounded to 16 bits; summed in the input dtype its error grows ~3x (RMS, fp16)
+    "32-chunks-V1024-H64": (16, 1024, 64, 1.0, {"chunk_bytes": 16 * 2 * 32}),
 }
 
 
@@ -512,3 +515,47 @@ def test_strided_tokens_and_hidden():
     assert torch.equal(lp, linear_token_logprobs(h.contiguous(), w, tok.contiguous()))
     x = _logits(10, 90, torch.float32, seed=53)
     assert torch.equal(token_logprobs(x, tok), token_logprobs(x, tok.contiguous()))
+
+
+def _value_and_grads(fn, *padded, width):
+    """fn's outputs and the gradients of its inputs, each input the first ``width`` columns of a
+    padded leaf (a strided view: ``clone`` of such a view would be contiguous), or its copy."""
+    leaves = [x.detach().clone().requires_grad_() for x in padded]
+    views = [x[:, :width] for x in leaves]
+    lp, ent = fn(*views)
+    gen = torch.Generator().manual_seed(54)
+    torch.autograd.backward([lp, ent], [torch.randn(lp.shape, generator=gen).to(DEV),
+                                        torch.randn(ent.shape, generator=gen).to(DEV)])
+    return [lp.detach(), ent.detach(), *(x.grad[:, :width] for x in leaves)]
+
+
+def test_strided_views_in_the_backward():
+    """Views a trainer hands over (logits rows of a wider buffer, a hidden and a weight sliced from
+    padded ones) give bit-for-bit what their contiguous copies give, gradients included: a launcher
+    passing a contiguous tensor's stride for a view reads other elements."""
+    gen = torch.Generator().manual_seed(55)
+    big = _logits(10, 1100, torch.float16, seed=56)
+    tok = _tokens(10, 1031, seed=57)
+
+    def on_logits(x, contiguous=False):
+        assert x.stride(0) == 1100
+        return token_logprobs(x.contiguous() if contiguous else x, tok, 0.9, return_entropy=True)
+
+    views = _value_and_grads(on_logits, big, width=1031)  # row stride 1100, V 1031
+    dense = _value_and_grads(lambda x: on_logits(x, True), big, width=1031)
+    for name, got, want in zip(("logprob", "entropy", "d logits"), views, dense):
+        assert torch.equal(got, want), name
+    h_pad = torch.randn(10, 48, generator=gen).to(DEV, torch.float32)
+    w_pad = (torch.randn(90, 48, generator=gen) * 0.3).to(DEV, torch.float32)
+    tok_v = _tokens(10, 90, seed=58)
+
+    def on_head(h, w, contiguous=False):
+        assert h.stride(0) == w.stride(0) == 48
+        if contiguous:
+            h, w = h.contiguous(), w.contiguous()
+        return linear_token_logprobs(h, w, tok_v, 0.9, return_entropy=True)
+
+    views = _value_and_grads(on_head, h_pad, w_pad, width=40)  # row strides 48, hidden 40
+    dense = _value_and_grads(lambda h, w: on_head(h, w, True), h_pad, w_pad, width=40)
+    for name, got, want in zip(("logprob", "entropy", "d hidden", "d weight"), views, dense):
+        assert torch.equal(got, want), name

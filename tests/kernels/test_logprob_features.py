@@ -27,15 +27,16 @@ def _case(n_rows, vocab, dtype, seed, scale):
     return x, tok, up
 
 
-def _softcap_triplet(x, tok, temperature, cap, up, **kw):
+def _softcap_triplet(x, tok, temperature, cap, up, ignore_index=IGNORE, **kw):
     out = {}
     for name in ("ours", "torch", "truth"):
         leaf = (x.double() if name == "truth" else x.clone()).requires_grad_()
         if name == "ours":
-            lp, ent = token_logprobs(leaf, tok, temperature, True, softcap=cap, **kw)
+            lp, ent = token_logprobs(leaf, tok, temperature, True, ignore_index=ignore_index, softcap=cap, **kw)
         else:
             cd = torch.float64 if name == "truth" else None
-            lp, ent = token_logprobs_reference(leaf, tok, temperature, True, IGNORE, compute_dtype=cd, softcap=cap)
+            lp, ent = token_logprobs_reference(leaf, tok, temperature, True, ignore_index, compute_dtype=cd,
+                                               softcap=cap)
         torch.autograd.backward([lp, ent], [up[0].to(lp.dtype), up[1].to(ent.dtype)])
         out[name] = (lp.detach(), ent.detach(), leaf.grad)
     return out
@@ -90,14 +91,18 @@ def test_softcap_tanh_and_its_derivative_to_fp32_rounding():
 
 # ------------------------------------------------------------------ vocabulary-parallel (gloo, 2 ranks)
 
-_GLOO_CASES = {"fp32": (torch.float32, None), "bf16-cap30": (torch.bfloat16, 30.0)}
+# id: (dtype, softcap, ignore_index). -1 as the ignore index: a token another rank owns must not
+# look ignored (the local id a foreign token takes is then the shard's width, not -1)
+_GLOO_CASES = {"fp32": (torch.float32, None, IGNORE), "bf16-cap30": (torch.bfloat16, 30.0, IGNORE),
+               "fp32-ignore-minus-1": (torch.float32, None, -1)}
 _BOUNDS = [0, 300, 513]
 
 
-def _gloo_case(dtype):
+def _gloo_case(dtype, ignore_index=IGNORE):
     x, tok, up = _case(10, 513, dtype, seed=61, scale=8.0)
     tok[5] = 299  # the last column of rank 0, and the first of rank 1
     tok[6] = 300
+    tok[tok == IGNORE] = ignore_index
     return x, tok, up
 
 
@@ -110,10 +115,10 @@ def gloo_ranks(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("gloo")
     cases = {}
-    for name, (dtype, softcap) in _GLOO_CASES.items():
-        x, tok, up = _gloo_case(dtype)
+    for name, (dtype, softcap, ignore_index) in _GLOO_CASES.items():
+        x, tok, up = _gloo_case(dtype, ignore_index)
         cases[name] = {"logits": x, "tokens": tok, "temperature": 0.8, "g_lp": up[0], "g_ent": up[1],
-                       "softcap": softcap}
+                       "softcap": softcap, "ignore_index": ignore_index}
     mp.spawn(shard_worker, args=(2, str(out / "init"), _BOUNDS, cases, str(out)), nprocs=2, join=True)
     return {name: [torch.load(out / f"rank{r}-{name}.pt") for r in range(2)] for name in cases}
 
@@ -124,15 +129,18 @@ def test_vocab_parallel_against_fp64_with_two_gloo_ranks(gloo_ranks, case_id):
     of 16): each rank's log-probs and entropies are the full vocabulary's, and the concatenated shard
     gradients are the full logits' gradient, against fp64 on the whole matrix; a token no shard owns
     raises on every rank."""
-    dtype, softcap = _GLOO_CASES[case_id]
-    x, tok, up = _gloo_case(dtype)
+    dtype, softcap, ignore_index = _GLOO_CASES[case_id]
+    x, tok, up = _gloo_case(dtype, ignore_index)
     ranks = gloo_ranks[case_id]
     assert torch.equal(ranks[0]["logprob"], ranks[1]["logprob"]) and torch.equal(ranks[0]["entropy"],
                                                                                  ranks[1]["entropy"])
     ours = (ranks[0]["logprob"], ranks[0]["entropy"], torch.cat([r["grad"] for r in ranks], 1))
-    res = _softcap_triplet(x, tok, 0.8, softcap, up)
+    assert torch.isfinite(ours[0]).all() and torch.isfinite(ours[1]).all()
+    assert (ours[0][tok == ignore_index] == 0).all()
+    res = _softcap_triplet(x, tok, 0.8, softcap, up, ignore_index=ignore_index)
     scale_x = torch.tanh(x.double() / softcap) * softcap if softcap else x
-    expect(*logits_checks(f"vocab-parallel-{dtype}", scale_x, tok, 0.8, ours, res["torch"], res["truth"], up))
+    expect(*logits_checks(f"vocab-parallel-{case_id}", scale_x, tok, 0.8, ours, res["torch"], res["truth"], up,
+                          ignore_index=ignore_index))
     for r in ranks:
         assert "owned by 0 ranks" in r["bad_token_error"], r["bad_token_error"]
 

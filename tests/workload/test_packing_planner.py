@@ -236,3 +236,39 @@ def test_planner_imports_without_torch():
     code = ("import sys; import polytrace_kernels.packing; "
             "assert 'torch' not in sys.modules and 'triton' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
+
+
+def _best_fit_decreasing_by_hand(tokens, capacity):
+    """Best-fit decreasing, the textbook way: each item, longest first (ties in index order), into
+    the bin with the least free room that still holds it (ties: the lowest bin), else a new bin."""
+    order = sorted(range(len(tokens)), key=lambda i: -tokens[i])
+    free, assign = [], [0] * len(tokens)
+    for i in order:
+        fits = [b for b, room in enumerate(free) if room >= tokens[i]]
+        if fits:
+            b = min(fits, key=lambda b: (free[b], b))
+        else:
+            b = len(free)
+            free.append(capacity)
+        free[b] -= tokens[i]
+        assign[i] = b
+    return assign, len(free)
+
+
+@SETTINGS
+@given(st.lists(st.integers(1, 64), min_size=0, max_size=60), st.integers(64, 160))
+@example([6, 8, 4, 6, 16, 8], 64)
+def test_best_fit_decreasing_is_the_textbook_one(lengths, capacity):
+    """Bins filled exactly included (an item whose size equals a bin's free room goes there): the
+    planner's fallback when its balancing cannot fit a rank into the fewest micro-batches."""
+    from polytrace_kernels.packing.partition import _best_fit_decreasing
+
+    assign, bins = _best_fit_decreasing(np.asarray(lengths, dtype=np.int64), capacity)
+    assert (assign.tolist(), bins) == _best_fit_decreasing_by_hand(lengths, capacity)
+
+
+def test_sequences_that_fill_micro_batches_exactly_need_no_more():
+    """48 tokens into micro-batches of 16: three, each filled exactly (16; 8 + 8; 6 + 6 + 4)."""
+    plan = plan_microbatches([6, 8, 4, 6, 16, 8], 1, 16)
+    assert plan.n_microbatches == 3
+    assert sorted(plan.tokens[0]) == [16, 16, 16]
