@@ -23,11 +23,13 @@ def mutation_check():
     name = "polytrace_mutation_check"
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "mutation_check.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    sys.modules[name] = module
+    sys.path.insert(0, str(ROOT / "scripts"))  # its list, kernel_mutations.py, lies beside it
     try:
         spec.loader.exec_module(module)
         yield module
     finally:
+        sys.path.remove(str(ROOT / "scripts"))
         sys.modules.pop(name, None)
 
 
