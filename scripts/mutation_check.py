@@ -16,9 +16,12 @@ two cores). Run it before merging a kernel change::
     python scripts/mutation_check.py --only pack-row-mask --only decode-lse-bias
     python scripts/mutation_check.py --jobs 2        # two at a time
 
-The bugs are the kinds numerical and indexing reviews find: mask comparisons off by one, scale
-constants off by 2e-4..3e-4 or 1%, biases of 2e-4..3e-4 in a log-sum-exp or log-prob, dropped
-terms and dropped scalings, split-combine weights off by 1%, rows written by two programs.
+The bugs (``scripts/kernel_mutations.py``) are the kinds numerical and indexing reviews find: mask
+comparisons off by one, scale constants off by 2e-4..3e-4 or 1%, biases of 2e-4..3e-4 in a
+log-sum-exp or log-prob, dropped terms and dropped scalings, split-combine weights off by 1%, rows
+written by two programs; and from a second list written without sight of the first, launch grids
+that floor, a view read with a contiguous tensor's strides, accumulators and partials kept in 16
+bits, split and tile boundaries, GQA head mapping, the planner's bin packing.
 """
 
 from __future__ import annotations
@@ -42,8 +45,10 @@ FP = "tests/kernels/test_kernel_footprint.py::"
 # Footprint tests first: they watch every store, so a bug that writes out of bounds fails there
 # instead of corrupting memory in a value test (a crash still counts as killed, but says less).
 FAMILY_TESTS = {
-    "packing": [FP + "test_pack_and_unpack_programs_write_their_own_rows", "tests/kernels/test_packing_kernels.py",
-                "tests/kernels/test_kernel_bad_input_packing.py"],
+    "packing": [FP + "test_pack_and_unpack_programs_write_their_own_rows",
+                FP + "test_trusted_offsets_past_the_total_stay_inside_the_buffers", "tests/kernels/test_packing_kernels.py",
+                "tests/kernels/test_kernel_bad_input_packing.py", "tests/kernels/test_packing_kk.py",
+                "tests/workload/test_packing_planner.py"],
     "logprob": [FP + "test_logits_programs_write_their_own_rows", FP + "test_fused_programs_write_their_own_tiles",
                 "tests/kernels/test_logprob.py", "tests/kernels/test_logprob_configs.py",
                 "tests/kernels/test_kernel_bad_input_logprob.py", "tests/kernels/test_logprob_features.py",

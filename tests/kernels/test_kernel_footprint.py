@@ -66,6 +66,36 @@ def test_pack_and_unpack_programs_write_their_own_rows(features):
     launch.assert_footprint(["padded_ptr"], owner=unpack_owner)
 
 
+@pytest.mark.parametrize("features", [1, 300])
+def test_trusted_offsets_past_the_total_stay_inside_the_buffers(features):
+    """With lengths on the GPU, ``total_tokens`` and the sequence offsets are trusted (no sync): a
+    total smaller than the lengths' sum gives a wrong result, never a store or read outside the T
+    packed rows. Lengths 5 + 9 + 7 = 21 into T = 16: the third sequence's rows 2-6 and the second's
+    none fall past it (cu 0, 5, 14, 21)."""
+    from polytrace_kernels.packing.api import _launch_pack, _launch_unpack
+
+    lengths, total, S = [5, 9, 7], 16, 9
+    cu = torch.tensor([0, 5, 14, 21], dtype=torch.int32)
+    padded = torch.randn(len(lengths), S, features)
+    with watch_kernels() as rec:
+        packed = _launch_pack(padded, cu, total, None)
+    launch = rec.one("_pack_kernel")
+    bt, bf = launch.args["BLOCK_T"], launch.args["BLOCK_F"]
+
+    def pack_owner(p):
+        b, t, f = p
+        rows = int(cu[b]) + _blocks(0, lengths[b], bt, t)
+        return {"packed_ptr": _flat(packed.shape, rows[rows < total][:, None], _blocks(0, features, bf, f)[None, :])}
+
+    launch.assert_footprint(["packed_ptr"], owner=pack_owner)
+    out = _launch_unpack(packed, cu, S, None)
+    for b, n in enumerate(lengths):
+        src = int(cu[b]) + np.arange(S)
+        inside = (np.arange(S) < n) & (src < total)
+        assert torch.equal(out[b, torch.from_numpy(inside)], packed[src[inside]]), b
+        assert (out[b, torch.from_numpy(~inside)] == 0).all(), b  # past T or past the length: zeros
+
+
 # ----------------------------------------------------------------------------------- attention
 
 
