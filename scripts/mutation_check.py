@@ -52,10 +52,12 @@ FAMILY_TESTS = {
     "logprob": [FP + "test_logits_programs_write_their_own_rows", FP + "test_fused_programs_write_their_own_tiles",
                 "tests/kernels/test_logprob.py", "tests/kernels/test_logprob_configs.py",
                 "tests/kernels/test_kernel_bad_input_logprob.py", "tests/kernels/test_logprob_features.py",
-                "tests/kernels/test_kernel_int64_offsets.py", "tests/kernels/test_fused_lm_head_int64_rows.py"],
+                "tests/kernels/test_kernel_int64_offsets.py", "tests/kernels/test_fused_lm_head_int64_rows.py",
+                "tests/kernels/test_static_report.py"],
     "attention": [FP + "test_attention_programs_write_their_own_tiles", FP + "test_decode_programs_write_their_own_partials",
                   "tests/kernels/test_attention_fp32.py", "tests/kernels/test_attention.py", "tests/kernels/test_attention_configs.py",
-                  "tests/kernels/test_attention_masked.py", "tests/kernels/test_kernel_bad_input_attention.py"],
+                  "tests/kernels/test_attention_masked.py", "tests/kernels/test_kernel_bad_input_attention.py",
+                  "tests/kernels/test_static_report.py"],
 }
 
 

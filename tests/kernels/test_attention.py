@@ -26,7 +26,7 @@ from polytrace_kernels.attention import (
     varlen_attention,
     varlen_attention_reference,
 )
-from polytrace_kernels.attention.api import clear_plan_cache, default_fwd_config
+from polytrace_kernels.attention.api import clear_plan_cache, default_bwd_config, default_fwd_config
 from polytrace_kernels.tolerance import check_fp32
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -194,6 +194,22 @@ def test_k_and_v_in_different_layouts_and_a_strided_output_gradient():
         assert torch.equal(got, want), name
 
 
+
+def test_upstream_gradients_in_any_layout():
+    """An upstream gradient whose head dim is not contiguous (a permuted one, strides (32, 1, 2)) or
+    an expanded one (``out.sum()``'s: every stride 0) gives the contiguous copy's gradients."""
+    lens = [11, 24]
+    q, k, v, cu, _ = _inputs(lens, lens, 2, 1, 16, seed=15)
+    gen = torch.Generator().manual_seed(16)
+    permuted = torch.randn(q.shape[0], 16, 2, generator=gen).to(DEVICE, q.dtype).permute(0, 2, 1)
+    expanded = torch.ones((), dtype=q.dtype, device=DEVICE).expand(q.shape)
+    for dout in (permuted, expanded):
+        assert dout.stride(-1) != 1
+        got, want = _out_and_grads(q, k, v, cu, dout), _out_and_grads(q, k, v, cu, dout.contiguous())
+        for name, g, w in zip(("out", "dq", "dk", "dv"), got, want):
+            assert torch.equal(g, w), (name, dout.stride())
+
+
 @pytest.mark.parametrize("causal,over_keys", [(True, False), (False, False), (True, True)])
 def test_work_list_covers_every_tile_once_longest_first(causal, over_keys):
     lens_q = [130, 0, 1, 64, 65, 7, 300]
@@ -243,6 +259,48 @@ def test_plan_is_cached_per_cu_seqlens_object_and_revalidated_after_mutation():
     cu_q[1] = 20  # in place: bumps the version counter, so the cached plan is not reused
     with pytest.raises(ValueError, match="cu_seqlens_q must be non-decreasing"):
         varlen_attention(q, k, v, cu_q, cu_k)
+
+
+def _fresh_grads(q, k, v, cu, dout, **kw):
+    clear_plan_cache()
+    return _out_and_grads(q, k, v, cu, dout, **kw)
+
+
+def _out_and_grads(q, k, v, cu, dout, **kw):
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = varlen_attention(*leaves, cu, cu, **kw)
+    return [out.detach(), *torch.autograd.grad(out, leaves, dout)]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("changed", ["BLOCK_M", "DKDV_BLOCK_N"])
+def test_a_cached_plan_follows_each_calls_tiles(causal, changed):
+    """The plan cached on the cu_seqlens objects is tiled for one forward BLOCK_M and one dK/dV
+    DKDV_BLOCK_N: a later call with a smaller tile on the same objects must not reuse those work
+    lists (40 rows or keys in tiles of 32 then 16: the last ones would have no tile, their output
+    never written). The first call runs on other inputs, so memory it leaves behind cannot pass
+    for the second call's results."""
+    q, k, v, cu, _ = _inputs([40], [40], 2, 2, 16, seed=12)
+    dout = torch.randn(q.shape, generator=torch.Generator().manual_seed(13)).to(DEVICE, q.dtype)
+    fwd, bwd = default_fwd_config(16), {**default_bwd_config(16), "DKDV_BLOCK_M": 16}
+
+    def tiles(size):
+        return dict(config={**fwd, "BLOCK_M": size if changed == "BLOCK_M" else 16},
+                    bwd_config={**bwd, "DKDV_BLOCK_N": size if changed == "DKDV_BLOCK_N" else 16})
+
+    clear_plan_cache()
+    _out_and_grads(q * 2, k.flip(0), v * 3, cu, dout, causal=causal, **tiles(32))
+    again = _out_and_grads(q, k, v, cu, dout, causal=causal, **tiles(16))
+    for name, got, want in zip(("out", "dq", "dk", "dv"), again, _fresh_grads(q, k, v, cu, dout, causal=causal, **tiles(16))):
+        assert torch.equal(got, want), name
+
+
+def test_a_plan_built_unchecked_is_checked_when_a_later_call_asks():
+    clear_plan_cache()
+    q, k, v, cu, _ = _inputs([40], [40], 2, 2, 16, seed=14)
+    varlen_attention(q, k, v, cu, cu, max_seqlen_q=8, max_seqlen_k=40, check_inputs=False)  # the caller's risk
+    with pytest.raises(ValueError, match="max_seqlen_q=8"):
+        varlen_attention(q, k, v, cu, cu, max_seqlen_q=8, max_seqlen_k=40, check_inputs=True)
 
 
 # ---------------------------------------------------------------------------------------- decode
@@ -310,6 +368,14 @@ def test_decode_paged_cache_matches_contiguous():
     kp, vp, table = _paged(kc, vc, page, seed=0)
     paged = check_decode(q, kp, vp, sl, block_table=table)
     assert torch.equal(paged, decode_attention(q, kc, vc, sl))
+
+
+@pytest.mark.parametrize("num_splits", [1, None])
+def test_decode_head_dim_not_a_power_of_two(num_splits):
+    """D = 40 runs in 64-wide blocks: the 24 padded columns are masked on every load and store
+    (unmasked, they read the next head's and write past the output)."""
+    q, kc, vc, sl = _decode_inputs([50, 33], 50, 4, 2, 40, seed=17)
+    check_decode(q, kc, vc, sl, num_splits=num_splits)
 
 
 def test_decode_with_k_and_v_in_different_layouts_and_a_sliced_block_table():

@@ -125,6 +125,37 @@ def test_ignore_index_inside_vocab():
     expect(*logits_checks("ignore_index=0", x, tok, 1.0, (lp, ent), None, ref, None, ignore_index=0))
 
 
+@pytest.mark.parametrize("path", ["logits", "fused"])
+def test_ignored_rows_take_no_gradient_whatever_their_upstream(path):
+    """Rows at ignore_index (0 here, inside the vocabulary, so their token is a real column) get
+    zero gradient and pass nothing to the shared weight: bit-for-bit the gradients of an upstream
+    that is zero on them, even when it holds inf there."""
+    gen = torch.Generator().manual_seed(60)
+    h = torch.randn(8, 32, generator=gen).to(DEV)
+    w = (torch.randn(100, 32, generator=gen) * 0.3).to(DEV)
+    tok = _tokens(8, 100, seed=61, ignored=())
+    tok[tok == 0] = 1
+    tok[[1, 5]] = 0
+    g = torch.randn(2, 8, generator=gen).to(DEV)
+
+    def grads(upstream):
+        leaves = [h.clone().requires_grad_(), w.clone().requires_grad_()]
+        if path == "fused":
+            lp, ent = linear_token_logprobs(*leaves, tok, 0.8, return_entropy=True, ignore_index=0)
+        else:
+            lp, ent = token_logprobs(leaves[0] @ leaves[1].t(), tok, 0.8, return_entropy=True, ignore_index=0)
+        assert (lp[[1, 5]] == 0).all() and (ent[[1, 5]] == 0).all()
+        torch.autograd.backward([lp, ent], [upstream[0], upstream[1]])
+        return [x.grad for x in leaves]
+
+    hostile, zeroed = g.clone(), g.clone()
+    hostile[:, 1], zeroed[:, [1, 5]] = float("inf"), 0.0
+    got, want = grads(hostile), grads(zeroed)
+    assert (got[0][[1, 5]] == 0).all()
+    for name, a, b in zip(("d hidden", "d weight"), got, want):
+        assert torch.isfinite(a).all() and torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("which", ["logprob-only", "entropy-only"])
 def test_single_output_gradients(which):
     x = _logits(9, 200, torch.float32, seed=8)

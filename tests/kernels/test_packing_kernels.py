@@ -87,3 +87,24 @@ def test_gradcheck_round_trip():
 def test_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_pack_and_unpack_backward_take_upstream_gradients_in_any_layout():
+    """``packed.sum()`` hands back an expanded gradient (every stride 0); a sliced one skips columns:
+    each gives the contiguous copy's gradient."""
+    padded = torch.randn(3, 10, 8)
+    lengths = torch.tensor([10, 3, 7])
+    packed_leaf = padded.clone().requires_grad_()
+    packed, cu, _ = pack(packed_leaf, lengths)
+    grads = [torch.ones((), dtype=packed.dtype).expand(packed.shape), torch.randn(packed.shape[0], 16)[:, ::2]]
+    for g in grads:
+        assert not g.is_contiguous()
+        (got,) = torch.autograd.grad(packed, packed_leaf, g, retain_graph=True)
+        (want,) = torch.autograd.grad(packed, packed_leaf, g.contiguous(), retain_graph=True)
+        assert torch.equal(got, want), g.stride()
+    flat = torch.randn(20, 8).requires_grad_()
+    out = unpack(flat, cu, 10)
+    g = torch.randn(3, 10, 16)[:, :, ::2]
+    (got,) = torch.autograd.grad(out, flat, g, retain_graph=True)
+    (want,) = torch.autograd.grad(out, flat, g.contiguous())
+    assert torch.equal(got, want)

@@ -107,6 +107,8 @@ def test_plan_microbatches_properties(lengths, ranks, extra, cost):
     _check_cover([mb for mbs in plan.ranks for mb in mbs], len(lengths))
     assert all(int(arr[mb].sum()) <= budget for mbs in plan.ranks for mb in mbs)
     assert plan.n_microbatches >= plan.min_microbatches
+    most = max(int(arr[[i for mb in mbs for i in mb]].sum()) for mbs in plan.ranks)
+    assert plan.min_microbatches == -(-most // budget)  # the ceiling: no plan of these ranks needs fewer
     assert plan.max_microbatch_tokens <= budget
     assert plan.imbalance >= 1.0 - 1e-12 and plan.gap >= -1e-12
     # lock-step cost: at least the heaviest rank, at most the sum of every rank's cost
@@ -265,6 +267,11 @@ def test_best_fit_decreasing_is_the_textbook_one(lengths, capacity):
 
     assign, bins = _best_fit_decreasing(np.asarray(lengths, dtype=np.int64), capacity)
     assert (assign.tolist(), bins) == _best_fit_decreasing_by_hand(lengths, capacity)
+
+
+def test_the_fewest_micro_batches_is_a_ceiling():
+    plan = plan_microbatches([50, 50, 50], 1, 100)
+    assert plan.min_microbatches == plan.n_microbatches == 2
 
 
 def test_sequences_that_fill_micro_batches_exactly_need_no_more():
