@@ -39,7 +39,9 @@ from pathlib import Path
 from kernel_mutations import MUTATIONS, Mutation  # beside this script (its folder is on sys.path)
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("kernels", "tests", "pyproject.toml")  # what the kernel tests need (they import only polytrace_kernels)
+# what the kernel tests need: they import only polytrace_kernels, and the static-report test its
+# scripts and committed reports
+COPIED = ("kernels", "tests", "pyproject.toml", "scripts", "results/static")
 
 FP = "tests/kernels/test_kernel_footprint.py::"
 # Footprint tests first: they watch every store, so a bug that writes out of bounds fails there
