@@ -263,7 +263,9 @@ def plan_run(rng: random.Random, command: str, seeds: dict, case: Path) -> Plan:
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-_NONFINITE = re.compile(r"(?<![\w.])-?(?:nan|inf|infinity)(?![\w])", re.IGNORECASE)
+# nan / inf as Python and numpy print them; not the word "infinity", which only prose uses (a note
+# naming a log's bad value: "response_length/max is minus infinity", seed 19, run 64)
+_NONFINITE = re.compile(r"(?<![\w.])-?(?:nan|inf)(?![\w])", re.IGNORECASE)
 
 
 def _non_finite(text: str) -> str:
