@@ -69,7 +69,8 @@ class _SigintSeen:
 
         self.seen, self.previous = False, None
         self._previous_hook = self._previous_alarm = None
-        self._in_hook = self._pending = self._closing = False
+        # dropped: an interrupt Python swallowed and that was never raised again (the work ended first)
+        self.dropped = self._in_hook = self._closing = False
         if _signal.getsignal(_signal.SIGINT) == _signal.SIG_IGN:  # a background job's: stays ignored
             return
         try:
@@ -85,7 +86,7 @@ class _SigintSeen:
         if self._in_hook:  # raised here it would be dropped again: once more, later
             self._redeliver_later()
             return
-        self._pending = False
+        self.dropped = False
         raise KeyboardInterrupt
 
     def _unraisable(self, unraisable) -> None:
@@ -94,7 +95,7 @@ class _SigintSeen:
             return
         self._in_hook = True
         try:
-            self._pending = True
+            self.dropped = True
             self._redeliver_later()
         finally:
             self._in_hook = False
@@ -107,11 +108,6 @@ class _SigintSeen:
         if self._previous_alarm is None:
             self._previous_alarm = _signal.signal(_signal.SIGALRM, self._handle)
         _signal.setitimer(_signal.ITIMER_REAL, self.REDELIVER_AFTER_S)
-
-    @property
-    def dropped(self) -> bool:
-        """An interrupt Python swallowed that was never raised again (the work ended first)."""
-        return self._pending
 
     def restore(self, ignore: bool) -> None:
         self._closing = True
