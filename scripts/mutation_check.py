@@ -16,8 +16,8 @@ two cores). Run it before merging a kernel change::
     python scripts/mutation_check.py --only pack-row-mask --only decode-lse-bias
     python scripts/mutation_check.py --jobs 2        # two at a time
 
-The bugs (``scripts/kernel_mutations.py``) are the kinds numerical and indexing reviews find: mask
-comparisons off by one, scale constants off by 2e-4..3e-4 or 1%, biases of 2e-4..3e-4 in a
+The bugs (``scripts/kernel_mutations/``, one module per family) are the kinds numerical and
+indexing reviews find: mask comparisons off by one, scale constants off by 2e-4..3e-4 or 1%, biases of 2e-4..3e-4 in a
 log-sum-exp or log-prob, dropped terms and dropped scalings, split-combine weights off by 1%, rows
 written by two programs; and from a second list written without sight of the first, launch grids
 that floor, a view read with a contiguous tensor's strides, accumulators and partials kept in 16

@@ -24,7 +24,7 @@ def mutation_check():
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "mutation_check.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    sys.path.insert(0, str(ROOT / "scripts"))  # its list, kernel_mutations.py, lies beside it
+    sys.path.insert(0, str(ROOT / "scripts"))  # its list, the kernel_mutations package, lies beside it
     try:
         spec.loader.exec_module(module)
         yield module

@@ -1,103 +1,24 @@
-"""The planted kernel bugs that ``scripts/mutation_check.py`` checks the CPU kernel tests against:
-one exact snippet of one file under ``kernels/`` replaced by a buggy one. ``old`` must occur exactly
-once in its file (``tests/kernels/test_kernel_mutations.py`` keeps the list in step with the
-kernels)."""
+"""The planted bugs in varlen attention for training and decode (``kernels/attention``).
+The three lists (first, second, third) are described in ``__init__.py``.
+
+Left out (third list): the (slot, head) program order swapped between schedules (a bijection:
+the same results bit for bit, only the launch order moves); the softcap/window backward given
+the plain kernels' Hopper tile (a GPU's tile choice, no CPU-visible effect)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .mutation import Mutation
 
-PACK = "kernels/packing/kernel.py"
-LOGPROB = "kernels/logprob/kernel.py"
-LOGPROB_BWD = "kernels/logprob/kernel_bwd.py"
 ATTN = "kernels/attention/kernel.py"
 ATTN_API = "kernels/attention/api.py"
 ATTN_DECODE = "kernels/attention/kernel_decode.py"
-PACK_API = "kernels/packing/api.py"
-PARTITION = "kernels/packing/partition.py"
-LOGPROB_API = "kernels/logprob/api.py"
-PARALLEL = "kernels/logprob/parallel.py"
-SOFTCAP = "kernels/logprob/softcap.py"
 TILES = "kernels/attention/tiles.py"
 ATTN_SCHEDULE = "kernels/attention/schedule.py"
 ATTN_CONFIGS = "kernels/attention/configs.py"
-LOGPROB_CONFIGS = "kernels/logprob/configs.py"
-PLANNER = "kernels/packing/planner.py"
-
-
-@dataclass(frozen=True)
-class Mutation:
-    name: str
-    family: str
-    path: str
-    old: str
-    new: str
-    what: str
 
 
 MUTATIONS = [
-    # ---- packing: masks and offsets
-    Mutation("pack-row-mask", "packing", PACK, "mask = (rows[:, None] < length)", "mask = (rows[:, None] <= length)",
-             "pack writes one row past each sequence (the next sequence's first row: a race)"),
-    Mutation("unpack-read-mask", "packing", PACK, "valid = in_bounds & (rows[:, None] < length)",
-             "valid = in_bounds & (rows[:, None] <= length)", "unpack copies the next sequence's first row"),
-    Mutation("unpack-store-mask", "packing", PACK, "in_bounds = (rows[:, None] < S)", "in_bounds = (rows[:, None] <= S)",
-             "unpack writes one row past the padded length"),
-    Mutation("pack-dst-offset", "packing", PACK, "dst = packed_ptr + (start + rows[:, None]) * F",
-             "dst = packed_ptr + (start + rows[:, None] + 1) * F", "pack stores every row one slot later"),
-    # ---- log-prob, logits kernels
-    Mutation("fused-tile-int32-rows", "logprob", LOGPROB,
-             "a_ptrs = hidden_ptr + rows.to(tl.int64)[:, None] * stride_h", "a_ptrs = hidden_ptr + rows[:, None] * stride_h",
-             "the fused LM head's tile addresses hidden rows in int32: wraps past 2^31 elements (the backward's rows)"),
-    Mutation("logits-16bit-temperature-scale", "logprob", LOGPROB, "x = x * (1.0 / temperature)",
-             "x = x * (1.0003 / temperature)", "16-bit path divides by the temperature 3e-4 wrong"),
-    Mutation("logits-lse-bias", "logprob", LOGPROB, "    log_s = tl.log(s)\n", "    log_s = tl.log(s) + 2e-4\n",
-             "log-sum-exp (saved for the backward too) biased by 2e-4"),
-    Mutation("logits-logprob-bias", "logprob", LOGPROB, "    logprob = (x_t - m) - log_s\n",
-             "    logprob = (x_t - m) - log_s - 3e-4\n", "log-prob biased by 3e-4"),
-    Mutation("logits-entropy-dropped-shift", "logprob", LOGPROB, "w = alpha * (w + s * shift) + tl.sum(e * tl.maximum(d, -3.0e38), 0)",
-             "w = alpha * w + tl.sum(e * tl.maximum(d, -3.0e38), 0)", "entropy's running sum drops the max-shift term"),
-    Mutation("logits-entropy-scale", "logprob", LOGPROB, "        entropy = log_s - w / s\n",
-             "        entropy = log_s - w / s * 1.0003\n", "entropy's second term scaled by 1.0003"),
-    Mutation("logits-tail-mask", "logprob", LOGPROB, "x = tl.load(row_ptr + cols, mask=cols < v_end,",
-             "x = tl.load(row_ptr + cols, mask=cols <= v_end,", "the tail block reads one logit past the row"),
-    # (the backward after the logprob merge: 1/T folded into the per-row factors for 16-bit inputs,
-    # applied per element for fp32 (EXACT_DIV, the interpreter tests' dtype); one-hot stored apart)
-    Mutation("logits-bwd-dropped-temperature", "logprob", LOGPROB_BWD,
-             "        g = _scale(g, temperature, SCALE, EXACT_DIV)\n", "        g = g\n",
-             "fp32 backward drops the 1/temperature scaling of the softmax term"),
-    Mutation("logits-bwd-scale", "logprob", LOGPROB_BWD, "    return g, dcap\n", "    return g * 1.0003, dcap\n",
-             "logits gradient's softmax term scaled by 1.0003 (every column, the target's too)"),
-    Mutation("logits-bwd-store-mask", "logprob", LOGPROB_BWD,
-             "_store_grad(grad_row + cols, -g, cols < vocab_size, ROUND_BF16)",
-             "_store_grad(grad_row + cols, -g, cols <= vocab_size, ROUND_BF16)",
-             "backward writes one gradient past each row (the next row's first: a race)"),
-    # ---- log-prob, fused LM head
-    Mutation("fused-combine-weight", "logprob", LOGPROB, "        s_all += s_i * a\n",
-             "        s_all += s_i * a * (1.01 if i == 0 else 1.0)\n", "split combine weights the first split 1% high"),
-    Mutation("fused-target-bias", "logprob", LOGPROB, "    logprob = (tgt - m_all) - log_s\n",
-             "    logprob = (tgt - m_all) - log_s + 2e-4\n", "fused log-prob biased by 2e-4 (clamped at 0)"),
-    Mutation("fused-entropy-scale", "logprob", LOGPROB, "        entropy = log_s - w_all / s_all\n",
-             "        entropy = log_s - w_all / s_all * 1.0002\n", "fused entropy's second term scaled by 1.0002"),
-    Mutation("fused-split-end", "logprob", LOGPROB, "    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size)\n",
-             "    v_hi = tl.minimum(v_lo + vblocks_per_split * BLOCK_V, vocab_size - 1)\n",
-             "the last vocabulary split stops one column early"),
-    Mutation("fused-dlogits-scale", "logprob", LOGPROB_BWD, "    if SCALE:\n        dz = dz * inv_temperature\n",
-             "    if SCALE:\n        dz = dz * inv_temperature * 1.0003\n", "fused d(logits) scaled by 1.0003"),
-    Mutation("fused-dlogits-store-mask", "logprob", LOGPROB_BWD, "    col_mask = local < chunk_cols\n",
-             "    col_mask = local <= chunk_cols\n", "fused backward writes one column past its chunk"),
-    Mutation("fused-dlogits-dropped-entropy", "logprob", LOGPROB_BWD,
-             "        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)\n", "",
-             "fused backward drops the entropy gradient"),
-    Mutation("fused-accumulate-k-mask", "logprob", LOGPROB_BWD, "        k_mask = (k0 + offs_k) < K\n",
-             "        k_mask = (k0 + offs_k) <= K\n", "d(hidden) matmul reads one vocabulary column past the chunk"),
-    Mutation("fused-softcap-scale", "logprob", LOGPROB, "            z = softcap * _tanh(z * (1.0 / softcap))[0]\n",
-             "            z = softcap * 1.0003 * _tanh(z * (1.0 / softcap))[0]\n",
-             "fused forward's capped logits scaled by 1.0003"),
-    Mutation("fused-dlogits-softcap-derivative", "logprob", LOGPROB_BWD, "        dz = dz * dcap\n",
-             "        dz = dz * dcap * 1.0003\n", "fused backward's softcap derivative scaled by 1.0003"),
-    Mutation("logits-exp2-base", "logprob", LOGPROB, "LOG2E = tl.constexpr(1.4426950408889634)",
-             "LOG2E = tl.constexpr(1.4431)", "exp2's base constant 3e-4 off (every exp of the log-prob kernels)"),
+    # ======== the first list
     # ---- decode splits
     Mutation("decode-single-launch-rule", "attention", ATTN_API,
              "if rows >= SINGLE_LAUNCH_WAVES * num_sms and max_len <= SINGLE_LAUNCH_MAX_LEN:",
@@ -221,80 +142,7 @@ MUTATIONS = [
              "multi-token decode: every row block computes the first"),
     Mutation("decode-softcap-slope", "attention", ATTN_DECODE, "_tanh(qk * softcap_in) * softcap_out if SOFTCAP",
              "_tanh(qk * softcap_in * 1.0003) * softcap_out if SOFTCAP", "decode softcap's inner slope 3e-4 high"),
-    # Below: a second list, written by someone who had not seen the one above (launch grids,
-    # strides of views, accumulator dtypes, split boundaries, the planner's bin packing, GQA
-    # mapping, the vocabulary-parallel ignore index); its survivors got the tests they lacked.
-    # Left out: the backward's tl.debug_barrier before the target column's one-hot store (a race
-    # on a GPU only: the interpreter runs each block operation whole; the GPU real-vocabulary test
-    # holds that column to half an ulp)
-    # ---- packing: launcher / planner
-    Mutation("pack-grid-f-floor", "packing", PACK_API,
-             "    grid = (B, triton.cdiv(S, cfg[\"BLOCK_T\"]), triton.cdiv(F, cfg[\"BLOCK_F\"]))\n    _pack_kernel",
-             "    grid = (B, triton.cdiv(S, cfg[\"BLOCK_T\"]), max(1, F // cfg[\"BLOCK_F\"]))\n    _pack_kernel",
-             "pack grid floors the feature blocks: features past the last full 256-block are never packed (F > 256)"),
-    Mutation("unpack-grid-t-floor", "packing", PACK_API,
-             "    grid = (B, triton.cdiv(max_len, cfg[\"BLOCK_T\"]), triton.cdiv(F, cfg[\"BLOCK_F\"]))",
-             "    grid = (B, max(1, max_len // cfg[\"BLOCK_T\"]), triton.cdiv(F, cfg[\"BLOCK_F\"]))",
-             "unpack grid floors the row blocks: padded rows past the last full BLOCK_T block stay uninitialised"),
-    Mutation("pack-dst-upper-bound", "packing", PACK, "(dst_row[:, None] >= 0) & (dst_row[:, None] < T)",
-             "(dst_row[:, None] >= 0) & (dst_row[:, None] <= T)",
-             "pack's guard against a trusted too-small total_tokens lets one row past the output through"),
-    Mutation("unpack-src-upper-bound", "packing", PACK, "(src_row[:, None] >= 0) & (src_row[:, None] < T)",
-             "(src_row[:, None] >= 0) & (src_row[:, None] <= T)",
-             "unpack's guard against trusted offsets past T reads one row past the packed input"),
-    Mutation("partition-bfd-exact-fit", "packing", PARTITION, "q = bisect.bisect_left(free, (need, -1))",
-             "q = bisect.bisect_left(free, (need + 1, -1))",
-             "best-fit decreasing never puts an item into a bin it fills exactly (extra micro-batches)"),
-    Mutation("partition-equal-size-extra", "packing", PARTITION,
-             "(counts[j] == base and n_big < extra)", "(counts[j] == base and n_big <= extra)",
-             "equal_size greedy lets one partition too many take base + 1 items (sizes differ by 2)"),
-    # ---- log-prob: fused LM head
-    Mutation("fused-target-split-start", "logprob", LOGPROB,
-             "tok = tl.where(row_mask & (tok >= v_lo) & (tok < v_hi), tok, NO_TOKEN)",
-             "tok = tl.where(row_mask & (tok > v_lo) & (tok < v_hi), tok, NO_TOKEN)",
-             "a target at the first column of a vocabulary split is never selected (target logit 0)"),
-    Mutation("fused-next-tok-tile-start", "logprob", LOGPROB,
-             "next_tok = tl.min(tl.where(tok >= v0 + BLOCK_V, tok, NO_TOKEN), 0)",
-             "next_tok = tl.min(tl.where(tok > v0 + BLOCK_V, tok, NO_TOKEN), 0)",
-             "a target at the first column of the next tile can be skipped by the target-tile branch"),
-    Mutation("fused-entropy-shift-no-temperature", "logprob", LOGPROB,
-             "shift = tl.where(alpha > 0, (m - m_safe) * inv_t, 0.0)",
-             "shift = tl.where(alpha > 0, (m - m_safe), 0.0)",
-             "fused entropy's running-max shift ignores 1/T (T != 1 only)"),
-    Mutation("fused-combine-empty-split-nan", "logprob", LOGPROB,
-             "w_all += a * (w_i + s_i * tl.where(s_i > 0, m_i - m_all, 0.0))",
-             "w_all += a * (w_i + s_i * (m_i - m_all))",
-             "combine multiplies an empty split's s = 0 by m = -inf (NaN entropy when a split is empty)"),
-    Mutation("fused-part-sum-fp16", "logprob", LOGPROB, "    tl.store(base + stride_q, s, mask=row_mask)\n",
-             "    tl.store(base + stride_q, s.to(tl.float16).to(tl.float32), mask=row_mask)\n",
-             "split partial sums stored through fp16 (5e-4 relative)"),
-    Mutation("fused-fwd-weight-stride", "logprob", LOGPROB_API,
-             "weight.stride(0) if vocab > 1 else hidden_size,\n        1.0 / temperature",
-             "hidden_size,\n        1.0 / temperature",
-             "fused forward assumes a dense weight (row stride H): wrong for a weight that is a strided view"),
-    Mutation("fused-bwd-weight-stride", "logprob", LOGPROB_API,
-             "weight.stride(0) if vocab > 1 else hidden_size, d.stride(0)", "hidden_size, d.stride(0)",
-             "fused backward's d(logits) recompute assumes a dense weight"),
-    Mutation("fused-dhidden-acc-dtype", "logprob", LOGPROB_API,
-             "acc_hidden = torch.zeros((n_rows, hidden_size), dtype=torch.float32, device=dev)",
-             "acc_hidden = torch.zeros((n_rows, hidden_size), dtype=hidden.dtype, device=dev)",
-             "d(hidden) summed over vocabulary chunks in the input dtype (rounded per chunk)"),
-    # ---- log-prob: logits kernels
-    Mutation("logits-bwd-softcap-onehot", "logprob", LOGPROB_BWD,
-             "        if SOFTCAP:\n            one_hot = one_hot * dcap_t\n", "",
-             "target column's one-hot term misses the softcap derivative"),
-    Mutation("logits-bwd-row-stride", "logprob", LOGPROB_API,
-             "logits.stride(0) if n_rows > 1 else vocab, grad.stride(0), vocab,", "vocab, grad.stride(0), vocab,",
-             "backward reads logits rows at stride V (wrong for a row-strided logits view)"),
-    Mutation("logits-bwd-ignored-tail-mask", "logprob", LOGPROB_BWD,
-             "_store_grad(grad_row + n_full + offs, zero, n_full + offs < vocab_size, ROUND_BF16)",
-             "_store_grad(grad_row + n_full + offs, zero, n_full + offs <= vocab_size, ROUND_BF16)",
-             "an ignored row's zero gradient writes one element into the next row (a race)"),
-    Mutation("softcap-poly-coef", "logprob", SOFTCAP, "    q = q * y2 + 2.0 / 15.0\n",
-             "    q = q * y2 + 2.0 / 15.0 * 1.001\n", "tanh series' y^5 coefficient 1e-3 off (|y| < 0.5)"),
-    Mutation("vp-foreign-ignore-minus1", "logprob", PARALLEL,
-             "foreign = -1 if ignore_index != -1 else local_vocab", "foreign = -1",
-             "vocab-parallel: with ignore_index=-1 a token owned by another rank looks ignored (NaN)"),
+    # ======== the second list
     # ---- attention: varlen forward / bwd
     Mutation("attn-causal-key-end", "attention", ATTN,
              "end_n = tl.minimum(k_len, m0 + BLOCK_M + diag)  # one past",
@@ -363,13 +211,7 @@ MUTATIONS = [
              "unbounded_left, unbounded_right = max(total_k, 1), max(total_q, 1)",
              "unbounded_left, unbounded_right = max(total_k, 1), max(total_k, 1)",
              "an unbounded window right side clamped at the key count: rows of a sequence with more queries than keys lose keys"),
-    # A third list, written with the two above in sight, aimed at what they cover thinly: plan
-    # caching, schedules, configs per capability, decode with a head dim not a power of two,
-    # upstream gradients in any layout, ignored rows, the planner's reports. Left out: the
-    # (slot, head) program order swapped between schedules (a bijection: the same results bit for
-    # bit, only the launch order moves); the softcap/window backward given the plain kernels'
-    # Hopper tile (a GPU's tile choice, no CPU-visible effect); fp32 logits multiplied by 1/T
-    # instead of divided (1 ulp, inside the fp32 bound)
+    # ======== the third list
     # ---------------- attention: schedule / plan
     Mutation("sched-kv-slots-short", "attention", ATTN_SCHEDULE,
              "n_slots = self.total_k // kv_block + batch\n", "n_slots = self.total_k // kv_block + batch - 1\n",
@@ -449,93 +291,4 @@ MUTATIONS = [
              "        lse = lse.transpose(1, 2)  # flash-attn's [B, Hq, Sq]",
              "        lse = lse.reshape(lse.shape[0], lse.shape[2], lse.shape[1])  # flash-attn's [B, Hq, Sq]",
              "multi-token decode lse reshaped instead of transposed"),
-    # ---------------- logprob: logits kernels and launches
-    Mutation("logits-fwd-row-stride", "logprob", LOGPROB_API,
-             "    stride = logits.stride(0) if n_rows > 1 else vocab\n", "    stride = vocab\n",
-             "forward reads logits rows at stride V (row-strided logits view)"),
-    Mutation("logits-fwd-m-safe", "logprob", LOGPROB,
-             "    m_safe = tl.where(m_new == float(\"-inf\"), 0.0, m_new)\n    d = x - m_safe",
-             "    m_safe = m_new\n    d = x - m_safe",
-             "online update shifts by -inf on an all -inf block (masked vocabulary prefix): NaN"),
-    Mutation("logits-softcap-tail-mask", "logprob", LOGPROB,
-             "        if SOFTCAP:  # the cap maps -inf to -softcap: a column past V stays out of the sums\n            x = tl.where(cols < v_end, x, float(\"-inf\"))\n",
-             "", "softcap maps the tail block's padding to -softcap, which then joins the sums"),
-    Mutation("logits-fwd-scale-flag", "logprob", LOGPROB_API,
-             "stride, vocab, temperature, softcap or 1.0, ignore_index,\n                  SCALE=temperature != 1.0,",
-             "stride, vocab, temperature, softcap or 1.0, ignore_index,\n                  SCALE=temperature > 1.0,",
-             "logits forward ignores a temperature below 1"),
-    Mutation("logits-bwd-16bit-onehot-t", "logprob", LOGPROB_BWD, "        else:\n            one_hot = a\n",
-             "        else:\n            one_hot = g_lp\n",
-             "16-bit backward: target column's one-hot term misses 1/T"),
-    Mutation("logits-bwd-16bit-ent-t", "logprob", LOGPROB_BWD, "                b = g_ent * (1.0 / temperature)\n",
-             "                b = g_ent\n", "16-bit backward: entropy gradient misses 1/T"),
-    Mutation("logits-bwd-no-round-bf16", "logprob", LOGPROB_API,
-             "ROUND_BF16=_interpreting() and logits.dtype == torch.bfloat16",
-             "ROUND_BF16=False",
-             "bf16 gradient stored by the interpreter's truncating cast (interpreter-only rounding)"),
-    Mutation("logits-bwd-glp-noncontig", "logprob", LOGPROB_API,
-             "    g_lp = g_lp.contiguous() if has_lp else stats[0]\n", "    g_lp = g_lp if has_lp else stats[0]\n",
-             "backward reads the upstream log-prob gradient as dense (wrong for an expanded / strided one)"),
-    # ---------------- logprob: fused LM head
-    Mutation("fused-target-tile-last-col", "logprob", LOGPROB, "        if next_tok < v0 + BLOCK_V:\n",
-             "        if next_tok < v0 + BLOCK_V - 1:\n",
-             "target-tile branch skips a tile whose lowest target is its last column"),
-    Mutation("fused-ignored-grad-not-zeroed", "logprob", LOGPROB_API,
-             "    return g.float().masked_fill(tokens == ignore_index, 0.0).contiguous()",
-             "    return g.float().contiguous()",
-             "fused backward keeps upstream gradients of ignored rows (ignore_index inside [0, V) gets a one-hot)"),
-    Mutation("fused-dhidden-two-chunks", "logprob", LOGPROB_API, "if need_hidden and n_chunks > 1 else None",
-             "if need_hidden and n_chunks > 2 else None",
-             "d(hidden) with exactly two vocabulary chunks keeps only the last chunk's share"),
-    Mutation("fused-bwd-scale-flag", "logprob", LOGPROB_API,
-             "            SCALE=temperature != 1.0, SOFTCAP=softcap is not None, HAS_GRAD_ENT=has_ent,",
-             "            SCALE=temperature > 1.0, SOFTCAP=softcap is not None, HAS_GRAD_ENT=has_ent,",
-             "fused backward ignores a temperature below 1"),
-    Mutation("grouped-tile-size", "logprob", LOGPROB_BWD, "    group_size = tl.minimum(n_a - first, GROUP)\n",
-             "    group_size = GROUP\n", "grouped tile order assumes full groups (last partial group's tiles lost)"),
-    Mutation("linear-fwd-config-cap", "logprob", LOGPROB_CONFIGS, "    if tuple(capability) < (9, 0):\n        # sm_80 (mma.sync",
-             "    if tuple(capability) <= (9, 0):\n        # sm_80 (mma.sync",
-             "H100 gets the sm_80 fused-forward tile"),
-    Mutation("dot-precision-ignores-ieee", "logprob", LOGPROB_CONFIGS,
-             "    return fp32_precision if dtype == torch.float32 else None",
-             "    return \"tf32\" if dtype == torch.float32 else None",
-             "fp32_precision='ieee' ignored (tf32 dots): GPU-only numerics"),
-    # ---------------- logprob: vocabulary parallel
-    Mutation("vp-entropy-dropped-shift", "logprob", PARALLEL,
-             "scaled * ((log_s_r - ent_r) + shift), zero)", "scaled * (log_s_r - ent_r), zero)",
-             "vocab-parallel entropy: each rank's mean not re-based on the global max"),
-    Mutation("vp-bwd-local-stats", "logprob", PARALLEL,
-             "glob = torch.stack([torch.where(live, big_m, torch.full_like(zero, float(\"inf\"))), log_s])",
-             "glob = torch.stack([torch.where(live, big_m, torch.full_like(zero, float(\"inf\"))), log_s_r])",
-             "vocab-parallel backward uses the rank's local log-sum"),
-    # ---------------- packing
-    Mutation("pack-bwd-grad-noncontig", "packing", PACK_API,
-             "return _launch_unpack(grad.contiguous(), cu, ctx.S, ctx.config)",
-             "return _launch_unpack(grad, cu, ctx.S, ctx.config)",
-             "pack's backward reads a non-contiguous (e.g. expanded) gradient as dense"),
-    Mutation("unpack-bwd-grad-noncontig", "packing", PACK_API,
-             "return _launch_pack(grad.contiguous(), cu, ctx.T, ctx.config)",
-             "return _launch_pack(grad, cu, ctx.T, ctx.config)",
-             "unpack's backward reads a non-contiguous (e.g. expanded) gradient as dense"),
-    Mutation("pack-max-seqlen", "packing", PACK_API,
-             "real_max = int(host.max()) if host.numel() else 0",
-             "real_max = int(host[-1]) if host.numel() else 0",
-             "max_seqlen reported as the last length, not the longest"),
-    Mutation("bubble-order-mirror", "packing", PLANNER, "    return ranked[::2][::-1] + ranked[1::2]\n",
-             "    return ranked[1::2][::-1] + ranked[::2]\n", "bubble order mirrored (heaviest off-centre)"),
-    Mutation("plan-rank-ascending", "packing", PLANNER,
-             "ranked = sorted(range(m), key=lambda q: (-mcost[q],", "ranked = sorted(range(m), key=lambda q: (mcost[q],",
-             "micro-batches ranked lightest first (order flipped, lock-step pairing kept)"),
-    Mutation("plan-min-mb-floor", "packing", PLANNER,
-             "min_mb = max([-(-t // budget) for t in rank_tokens] + [1])",
-             "min_mb = max([t // budget for t in rank_tokens] + [1])",
-             "min_microbatches floors max rank tokens / budget"),
-    Mutation("plan-lockstep-axis", "packing", PLANNER,
-             "lockstep = float(np.max(np.asarray(mb_costs), axis=0).sum()) if m else 0.0",
-             "lockstep = float(np.max(np.asarray(mb_costs), axis=1).sum()) if m else 0.0",
-             "lock-step cost sums each rank's heaviest micro-batch instead of each step's slowest rank"),
-    Mutation("plan-stats-lb-floor", "packing", PLANNER,
-             "lb = float(max(int(costs.max()) if costs.size else 0, -(-int(costs.sum()) // k)))",
-             "lb = float(max(int(costs.max()) if costs.size else 0, int(costs.sum()) // k))",
-             "integer lower bound floors total / k"),
 ]
