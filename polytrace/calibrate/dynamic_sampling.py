@@ -50,7 +50,7 @@ def problem(stats: dict) -> str:
 def applies(run, stats: dict) -> bool:
     """Whether a step generates other than the training batch: more than one batch, or a run whose
     generation batch is its own (``stepmodel.dynamic_sampling.samples_apart``)."""
-    return gen_batches(stats) > 1 or samples_apart(run)
+    return gen_batches(stats) > 1 or samples_apart(run.gen_batch_prompts, run.gen_batches)
 
 
 def notes(run, rows) -> list[str]:

@@ -341,6 +341,7 @@ def _device_note(gpu: str) -> None:
 def _run_line(result: EstimateResult) -> str:
     """The estimate's first line: the run as priced (model, GPUs, layouts, precisions, the engine's
     setting (``engines.engine_phrase``), batch)."""
+    from ..stepmodel.dynamic_sampling import samples_apart
     from ..stepmodel.engines import engine_phrase
 
     s = result.setting
@@ -356,7 +357,7 @@ def _run_line(result: EstimateResult) -> str:
     # DAPO's dynamic sampling: the generation batches beside the prompts trained on
     gen_batch, gen_batches = s("gen_batch_prompts", None), s("gen_batches", 1.0)
     sampled = (f" (generated: {gen_batches:g} x {gen_batch or s('prompts_per_step')} prompts)"
-               if gen_batch or gen_batches != 1.0 else "")
+               if samples_apart(gen_batch, gen_batches) else "")
     return (f"{result.profile} | {s('model')} | {s('n_gpus')} x {s('gpu')} | rollout TP {s('rollout_tp')}{layout}, "
             f"{launches}{precision} | {loop} | {s('strategy')} | {s('algorithm')} | {s('prompts_per_step')} prompts x "
             f"{s('n')}{sampled} | micro-batch {s('micro_batch_tokens')} tokens")

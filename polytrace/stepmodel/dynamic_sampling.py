@@ -22,10 +22,12 @@ from .efficiency import DEFAULT
 from .stages import RunConfig, stage_costs
 
 
-def samples_apart(cfg: RunConfig) -> bool:
+def samples_apart(gen_batch_prompts: int | None, gen_batches: float) -> bool:
     """Whether generation runs other batches than the trainer's (a generation batch of its own
-    size, or more than one a step)."""
-    return bool(cfg.gen_batch_prompts) or cfg.gen_batches != 1.0
+    size, or more than one a step): a ``RunConfig``'s two fields, or the same keys of an estimate's
+    settings. The one place this is decided: the estimate prices it, ``estimate --mode`` refuses it
+    outside sync, and the estimate's run line says it."""
+    return bool(gen_batch_prompts) or gen_batches != 1.0
 
 
 def generation_batches(prof, cfg: RunConfig, steps, seed: int) -> list:

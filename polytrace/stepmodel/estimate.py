@@ -298,7 +298,7 @@ def estimate_step(cfg: RunConfig, batch, *, pricer: Pricer | None = None, calibr
     costs = stage_costs(cfg, p, np.maximum(decode, 1), eff=DEFAULT, pricer=pricer, rollout=generation is None)
     parts, train = list(costs.parts), costs
     gen_costs, gen_times = costs, 1.0
-    if samples_apart(cfg):  # DAPO: generation batches apart from the batch trained on
+    if samples_apart(cfg.gen_batch_prompts, cfg.gen_batches):  # DAPO: generation apart from the batch trained on
         gen_parts, gen_costs, gen_times, note = generation_parts(cfg, batch, generation, costs, pricer)
         parts = gen_parts + [x for x in parts if x.stage != "gen"]
         notes.append(note)

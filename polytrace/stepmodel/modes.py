@@ -46,6 +46,7 @@ import numpy as np
 from ..errors import PolytraceError
 from ..run.spec import RunSpec, default
 from .devices import gpu_block
+from .dynamic_sampling import samples_apart
 from .efficiency import DEFAULT
 from .estimate import (
     PriceOptions,
@@ -339,9 +340,6 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
         return res
     if amdahl is not None:
         raise PolytraceError(f"--kernels breaks down the colocated step; drop it or use --mode sync (not {mode})")
-    if spec.batch.gen_batch is not None or spec.batch.gen_batches != 1.0:
-        raise PolytraceError(f"--gen-batch / --gen-batches (DAPO's dynamic sampling) are priced in --mode sync only, "
-                             f"not --mode {mode}")
     staleness, partial_rollout, updates_per_sync = m.staleness, m.partial_rollout, m.updates_per_sync
     model, gpu = spec.cluster.model, spec.cluster.gpu
     # each side's configuration keywords (``_Sides``): the run's settings and the --set fields
@@ -359,6 +357,9 @@ def estimate_mode(profile, spec: RunSpec, options: PriceOptions | None = None) -
     prof = get_profile(profile)
     base = build_config(prof, model, gpu, gpus, rollout_tp=1,
                         **{k: v for k, v in config_kw.items() if k not in ("rollout_tp", "rollout_ep")})
+    if samples_apart(base.gen_batch_prompts, base.gen_batches):
+        raise PolytraceError(f"--gen-batch / --gen-batches (DAPO's dynamic sampling) are priced in --mode sync only, "
+                             f"not --mode {mode}")
     prof = with_group_size(prof, base.n)
     scalars = as_scalars(calibration)
     if scalars is not None:

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from polytrace.cli import main
@@ -67,6 +69,22 @@ def test_what_dynamic_sampling_does_not_price_is_refused(capsys, argv, message):
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("polytrace: error:") and message in err and "\n" not in err, err
+
+
+def test_a_generation_batch_the_size_of_the_trained_one_is_no_dapo_in_every_mode(capsys):
+    """Sync and the separated modes decide "generation apart from the trained batch" by one rule
+    (``samples_apart``): --gen-batch equal to --prompts is no DAPO at all, so one-step-off prices it
+    as the same run without the flag (it used to refuse it), and --gen-batch above it is refused."""
+    base = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100", "--gpus", "8", "--prompts", "8", "--n", "4",
+            "--lengths", "mean=600,max=2000,prompt=150", "--mode", "one-step-off", "--json"]
+    outs = []
+    for extra in ([], ["--gen-batch", "8"], ["--gen-batches", "1"]):
+        assert main(base + extra) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["summary"]["mean_step_s"] > 0
+    assert outs[1]["summary"] == outs[0]["summary"] and outs[2]["summary"] == outs[0]["summary"]
+    assert main(base + ["--gen-batch", "9"]) == 2
+    assert "priced in --mode sync only, not --mode one-step-off" in capsys.readouterr().err
 
 
 def test_the_run_line_says_what_is_generated(capsys):
