@@ -71,7 +71,8 @@ def specialise(sig: dict, consts: dict, launch: dict) -> tuple[dict, dict, list]
     assert not missing, f"no launch value for {missing}"
     ones = {n: 1 for n in ints if launch[n] == 1}
     sig = {n: t for n, t in sig.items() if n not in ones}
-    aligned = [n for n, t in sig.items() if t.startswith("*")] + [n for n in ints if n not in ones and launch[n] % 16 == 0]
+    aligned = ([n for n, t in sig.items() if t.startswith("*")]
+               + [n for n in ints if n not in ones and launch[n] % 16 == 0])
     return sig, {**consts, **ones}, aligned
 
 
@@ -220,8 +221,8 @@ def _attention(arch: int) -> list[Spec]:
             out.append(Spec(f"attn-dkdv-{ctag}", "attention", AK.varlen_bwd_dkdv_kernel,
                             dict(common, DK=p, DV=p, stride_dkt=i32, stride_dkh=i32, stride_dvt=i32, stride_dvh=i32,
                                  n_heads_kv=i32),
-                            {"HEAD_DIM": d, "BLOCK_D": bd, "BLOCK_M": bwd["DKDV_BLOCK_M"], "BLOCK_N": bwd["DKDV_BLOCK_N"],
-                             "CAUSAL": causal, "EVEN_D": True},
+                            {"HEAD_DIM": d, "BLOCK_D": bd, "BLOCK_M": bwd["DKDV_BLOCK_M"],
+                             "BLOCK_N": bwd["DKDV_BLOCK_N"], "CAUSAL": causal, "EVEN_D": True},
                             strides, bwd["DKDV_WARPS"], bwd["DKDV_STAGES"],
                             {k: v for k, v in bwd.items() if k.startswith("DKDV")}, why_one_cta=BWD_ONE_CTA,
                             anchor="fa3-bwd-16k"))

@@ -235,8 +235,8 @@ def build_report(archs, only: str | None = None, log=print) -> dict:
 def markdown(report: dict) -> str:
     lines = [f"Static report, Triton {report['triton']}, commit {report['commit']}, {report['date']} "
              "(compiled-code estimates, CPU)", "",
-             "| kernel | arch | regs | spill B (in loops) | smem KB | CTA/SM | MMA | LDG widths | instr/elem (budget) | "
-             "bound | predicted / anchor |",
+             "| kernel | arch | regs | spill B (in loops) | smem KB | CTA/SM | MMA | LDG widths | "
+             "instr/elem (budget) | bound | predicted / anchor |",
              "|---|---|---:|---:|---:|---:|---:|---|---|---|---|"]
     for rec in report["kernels"].values():
         mma = rec["hgmma"] + rec["hmma"]

@@ -302,9 +302,10 @@ def local_memory_in_loops(instrs: list[tuple[int, str]]) -> list[str]:
 
 
 def mma_loop(instrs: list[tuple[int, str]], num_warps: int) -> dict:
-    """The innermost loop doing the most tensor-core work (of equal ones the shorter): its instructions, flops a CTA does per
-    trip and global bytes a thread loads per trip (``{}`` when no loop holds an MMA). Innermost:
-    an outer loop's span holds its inner loop's body once, not once per inner trip."""
+    """The innermost loop doing the most tensor-core work (of equal ones the shorter): its
+    instructions, flops a CTA does per trip and global bytes a thread loads per trip (``{}`` when no
+    loop holds an MMA). Innermost: an outer loop's span holds its inner loop's body once, not once
+    per inner trip."""
     best = None
     spans = loops(instrs)
     inner = [(s, e) for s, e in spans if not any((s, e) != (a, b) and s <= a and b <= e for a, b in spans)]
@@ -322,12 +323,13 @@ def mma_loop(instrs: list[tuple[int, str]], num_warps: int) -> dict:
 
 
 def tensor_prediction(arch: int, loop: dict, num_warps: int) -> dict:
-    """Tensor-core rate one CTA's main loop allows, per SM and cycle: the tensor cores need
-    flops / (peak per SM-cycle) cycles a trip (HMMA flops at ``hmma_share`` of the peak), issue needs instructions x warps / 4 schedulers
-    (with the ISSUE_HEADROOM), L2 needs the trip's LDG/LDGSTS bytes over its per-SM share. Upper:
-    the three overlap perfectly (the largest is the bound); predicted: the MMA and the issue of the
-    other instructions do not overlap (Triton waits each wgmma out before the softmax or epilogue
-    reads its accumulator), L2 overlapped. Resident CTAs scale every term alike, so they cancel."""
+    """Tensor-core rate one CTA's main loop allows, per SM and cycle: the tensor cores need flops /
+    (peak per SM-cycle) cycles a trip (HMMA flops at ``hmma_share`` of the peak), issue needs
+    instructions x warps / 4 schedulers (with the ISSUE_HEADROOM), L2 needs the trip's LDG/LDGSTS
+    bytes over its per-SM share. Upper: the three overlap perfectly (the largest is the bound);
+    predicted: the MMA and the issue of the other instructions do not overlap (Triton waits each
+    wgmma out before the softmax or epilogue reads its accumulator), L2 overlapped. Resident CTAs
+    scale every term alike, so they cancel."""
     lim = GPU_LIMITS[arch]
     per_cycle = lim.sms * lim.clock_ghz * 1e9
     hmma = loop.get("mma_loop_hmma_flops", 0.0)

@@ -197,5 +197,5 @@ def rollout_all_to_all_seconds(model: ModelSpec, gpu: GPU, tp: int, ep: int, act
     return all_to_all_seconds(model, gpu, active / tp, ep, tp, 1.0, eff)
 
 
-__all__ = ["all_to_all_seconds", "allreduce_latency_seconds", "check_layout", "expert_flops_share", "expert_params", "pipeline_bubble",
-           "ring_kv_seconds", "rollout_all_to_all_seconds", "shard_params"]
+__all__ = ["all_to_all_seconds", "allreduce_latency_seconds", "check_layout", "expert_flops_share", "expert_params",
+           "pipeline_bubble", "ring_kv_seconds", "rollout_all_to_all_seconds", "shard_params"]

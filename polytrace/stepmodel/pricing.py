@@ -58,7 +58,8 @@ ROOFLINE = "roofline"
 # optimizer's DRAM traffic), from published figures, not from a result file: a model price like the
 # roofline's, never "measured"
 HOST_PRICE = "host ("
-FAMILIES = ("gemm", "attention", "decode", "prefill", "logprob", "packing", "optimizer", "comm", "host", "seq_host", "offload")
+FAMILIES = ("gemm", "attention", "decode", "prefill", "logprob", "packing", "optimizer", "comm", "host", "seq_host",
+            "offload")
 # Parts of a step that are no kernel: multi-turn tool latency, reward scoring outside the stages,
 # and the fixed per-stage seconds a calibration adds. Shown in the breakdown, never sped up.
 NOT_KERNELS = ("tool", "reward", "calibration")
@@ -481,5 +482,5 @@ class Pricer:
                 self._source(name, [curve], kernel, queries=[(curve, size)]))
 
 
-__all__ = ["EXTRAPOLATION_LIMIT", "FAMILIES", "MEASURED", "NOT_KERNELS", "ROOFLINE", "Linear", "MeasuredFamily", "Pricer",
-           "check_speedups", "extrapolation_factor", "linear_layers", "parse_assignments"]
+__all__ = ["EXTRAPOLATION_LIMIT", "FAMILIES", "MEASURED", "NOT_KERNELS", "ROOFLINE", "Linear", "MeasuredFamily",
+           "Pricer", "check_speedups", "extrapolation_factor", "linear_layers", "parse_assignments"]

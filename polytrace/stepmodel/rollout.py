@@ -182,9 +182,10 @@ def iteration_parts(model: ModelSpec, gpu: GPU, engine: Rollout, active: np.ndar
                     eff: Efficiency = DEFAULT, pricer: Pricer | None = None
                     ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """Seconds per decode iteration by kernel family (``gemm``, ``decode``, ``comm``, ``host`` per
-    iteration, ``seq_host`` per running sequence) and where each came from. At the roofline the linear layers take the larger of their FLOPs
-    and weight reads (``decode_weight_bytes``), attention the larger of its FLOPs and KV reads.
-    ``engine``: its TP, expert parallelism and CUDA graphs (``eager``) are priced."""
+    iteration, ``seq_host`` per running sequence) and where each came from. At the roofline the
+    linear layers take the larger of their FLOPs and weight reads (``decode_weight_bytes``),
+    attention the larger of its FLOPs and KV reads. ``engine``: its TP, expert parallelism and CUDA
+    graphs (``eager``) are priced."""
     tp, ep, eager = engine_tp(engine), engine.rollout_ep, engine.eager
     pricer = pricer or Pricer(gpu, eff)
     active = np.asarray(active, dtype=np.float64)

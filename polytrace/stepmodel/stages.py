@@ -330,8 +330,8 @@ def stage_costs(cfg: RunConfig, prompt_lens, response_lens, *, eff: Efficiency =
     for stage, pc in passes.items():
         parts += _pass_parts(stage, pc, "train" if stage.startswith("update") else "forward")
     if cfg.use_ref and cfg.ref_offload and not cfg.lora_rank:  # under LoRA the reference is the base model
-        parts.append(Part("ref", "offload", "forward_overhead",
-                          offload_seconds(cfg.ref_model or cfg.model, cfg.n_gpus, eff, cfg.gpu) * pricer.scale("offload")))
+        ref_offload = offload_seconds(cfg.ref_model or cfg.model, cfg.n_gpus, eff, cfg.gpu) * pricer.scale("offload")
+        parts.append(Part("ref", "offload", "forward_overhead", ref_offload))
     parts += offload_parts(cfg, eff, pricer)
     opt = (optimizer_seconds(cfg.model, cfg.gpu, cfg.n_gpus, cfg.mini_batches, cfg.lora_rank)
            * (1.0 - cfg.cpu_optimizer) * pricer.scale("optimizer"))

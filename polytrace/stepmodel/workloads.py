@@ -28,8 +28,8 @@ def default_workload(profile=None, model=None, gpus=None):
 
     prof = get_profile(profile if profile is not None else DEFAULT_PROFILE)
     # a profile of stated lengths runs where its shape was recorded
-    d_model, d_gpus = PROFILE_DEFAULTS.get(getattr(prof.base, "name", prof.name) if hasattr(prof, "base") else prof.name,
-                                           FALLBACK_DEFAULTS)
+    shape_name = getattr(prof.base, "name", prof.name) if hasattr(prof, "base") else prof.name
+    d_model, d_gpus = PROFILE_DEFAULTS.get(shape_name, FALLBACK_DEFAULTS)
     return prof, model or d_model, int(gpus or d_gpus)
 
 

@@ -1,7 +1,8 @@
 """verl's printed MFU read at its edges. An MFU of 0 rules devices out only where every one of at
-least two steps prints it (``calibrate.mfu.zero_mfu_rules_out``): verl prints 0 for a device its peak table lacks, on every
-step; one step at 0 among printed MFUs is a hiccup of that step (or a device it knows), and a
-single step is no pattern. Logs written as tests/calibrate/test_mfu_dialects.py writes them."""
+least two steps prints it (``calibrate.mfu.zero_mfu_rules_out``): verl prints 0 for a device its
+peak table lacks, on every step; one step at 0 among printed MFUs is a hiccup of that step (or a
+device it knows), and a single step is no pattern. Logs written as
+tests/calibrate/test_mfu_dialects.py writes them."""
 
 from __future__ import annotations
 

@@ -110,7 +110,8 @@ CASES = [
     (["estimate", "--model", "{tmp}/missing.json", "--gpu", "h200", "--gpus", "8"], "no such model config file"),
     (["estimate", "--model", "{empty_dir}", "--gpu", "h200", "--gpus", "8"], "folder holds no config.json"),
     # an empty name is no folder (Path("") is "."): the flag, the value and where the names are
-    (["estimate", "--model", "", "--gpu", "h200", "--gpus", "8"], "--model '': empty; give a preset (polytrace presets models)"),
+    (["estimate", "--model", "", "--gpu", "h200", "--gpus", "8"],
+     "--model '': empty; give a preset (polytrace presets models)"),
     (["validate", "{empty_dir}"], "empty_dir: is a folder; expected a verl console log"),
 ]
 

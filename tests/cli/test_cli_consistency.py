@@ -78,9 +78,9 @@ def test_parser_builds():
 
 # Floors a subcommand imports when it runs, never while the parser is built (`polytrace --help`
 # paid ~25 ms of the profile code on the 2-core CI machine when workload_cmds imported describe).
-_NOT_AT_START = ("polytrace.workload.profiles", "polytrace.workload.describe", "polytrace.stepmodel", "polytrace.measure.results",
-                 "polytrace.logs", "polytrace.measure.ab", "polytrace.measure.bench", "torch", "triton", "scipy", "matplotlib",
-                 "tabulate", "ray")
+_NOT_AT_START = ("polytrace.workload.profiles", "polytrace.workload.describe", "polytrace.stepmodel",
+                 "polytrace.measure.results", "polytrace.logs", "polytrace.measure.ab", "polytrace.measure.bench",
+                 "torch", "triton", "scipy", "matplotlib", "tabulate", "ray")
 
 
 def test_building_the_parser_imports_no_subcommand_work():

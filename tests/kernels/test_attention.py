@@ -291,7 +291,8 @@ def test_a_cached_plan_follows_each_calls_tiles(causal, changed):
     clear_plan_cache()
     _out_and_grads(q * 2, k.flip(0), v * 3, cu, dout, causal=causal, **tiles(32))
     again = _out_and_grads(q, k, v, cu, dout, causal=causal, **tiles(16))
-    for name, got, want in zip(("out", "dq", "dk", "dv"), again, _fresh_grads(q, k, v, cu, dout, causal=causal, **tiles(16))):
+    fresh = _fresh_grads(q, k, v, cu, dout, causal=causal, **tiles(16))
+    for name, got, want in zip(("out", "dq", "dk", "dv"), again, fresh):
         assert torch.equal(got, want), name
 
 

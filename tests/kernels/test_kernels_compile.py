@@ -239,7 +239,8 @@ SPILL_CHECKED = [(name, arch) for name in MATMUL_KERNELS for arch in ARCHS]
 def test_default_tiles_do_not_spill_inside_loops(compiled, name, arch):
     rec = compiled[f"{name}@sm{arch}"]
     assert len(rec["spill_in_loops"]) <= MAX_SPILL_OPS_IN_LOOPS, \
-        f"{name} {rec.get('cfg', '')} spills inside a loop on sm{arch} ({rec['spill']} B a thread): {rec['spill_in_loops'][:3]}"
+        f"{name} {rec.get('cfg', '')} spills inside a loop on sm{arch} ({rec['spill']} B a thread): " \
+        f"{rec['spill_in_loops'][:3]}"
 
 
 @pytest.mark.parametrize("arch", ARCHS)

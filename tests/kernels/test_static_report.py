@@ -233,7 +233,8 @@ for arch, names in want.items():
     specs = {s.name: s for s in SK.specs(arch)}
     for name in names:
         rec = R.measure(specs[name], arch)
-        out["floors"][f"{name}@sm_{arch}"] = {"violations": R.violations(rec), "ipe": rec.get("instructions_per_element"),
+        out["floors"][f"{name}@sm_{arch}"] = {"violations": R.violations(rec),
+                                            "ipe": rec.get("instructions_per_element"),
                                             "spill": rec["spill_bytes"], "ctas": rec["ctas_per_sm"]}
 specs = {s.name: s for s in SK.specs(90)}
 for name in ("logprob-fwd-entropy", "pack-F4096-bf16"):

@@ -29,7 +29,8 @@ WATCHED = ("mem_fraction", "max_num_seqs", "gradient_checkpointing", "eager", "r
 ALLOWED = {
     # the priors' kinds under verl's own defaults (enforce_eager True, recompute off) for callers
     # that price a log's settings; stepmodel/efficiency.py belongs to the priors rewrite (issue 36)
-    ("stepmodel/efficiency.py", "prior_kind", "eager"), ("stepmodel/efficiency.py", "prior_kind", "gradient_checkpointing"),
+    ("stepmodel/efficiency.py", "prior_kind", "eager"),
+    ("stepmodel/efficiency.py", "prior_kind", "gradient_checkpointing"),
     ("stepmodel/efficiency.py", "prior_scalars", "eager"),
     ("stepmodel/efficiency.py", "prior_scalars", "gradient_checkpointing"),
 }

@@ -1,8 +1,9 @@
 """The ``--set`` keys the RunSpec declares (issue 35 item 1): the reference's offload, the critic's
-padding removal, the update's micro-batch size and the engine's quantization. Each is one ``polytrace.run.spec`` setting:
-``--set`` takes its verl key per backend, the estimate's ``RunSpec`` carries it into ``RunConfig``
-(no ``run_fields`` side door), its checks name the key the user gave, and the log reader reads the
-same key and default (tests/calibrate/test_settings.py: a Megatron run's reference offload)."""
+padding removal, the update's micro-batch size and the engine's quantization. Each is one
+``polytrace.run.spec`` setting: ``--set`` takes its verl key per backend, the estimate's ``RunSpec``
+carries it into ``RunConfig`` (no ``run_fields`` side door), its checks name the key the user gave,
+and the log reader reads the same key and default (tests/calibrate/test_settings.py: a Megatron
+run's reference offload)."""
 
 from __future__ import annotations
 

@@ -211,7 +211,8 @@ def test_a_megatron_log_states_its_cpu_optimizer():
     from polytrace.logs import TrainingLog
 
     def share(strategy, **cfg):
-        log = TrainingLog(path="x.log", format="verl-console", steps=[], printed={f"{_O}.{k}": v for k, v in cfg.items()})
+        printed = {f"{_O}.{k}": v for k, v in cfg.items()}
+        log = TrainingLog(path="x.log", format="verl-console", steps=[], printed=printed)
         notes = []
         return _cpu_optimizer_share(_Values(log), strategy, notes), notes
 

@@ -249,7 +249,8 @@ def transfer_ranges(tmp_path_factory):
     out = {}
     for name, (gpus, kw, real) in TRANSFERS.items():
         which, model, config = (("1off", MODEL, config_1off) if name.startswith("one-step") else
-                                ("30b", MODEL_30B, CONFIG_30B) if name.startswith("30b") else ("fully", MODEL, CONFIG_7B))
+                                ("30b", MODEL_30B, CONFIG_30B) if name.startswith("30b") else
+                                ("fully", MODEL, CONFIG_7B))
         res = estimate_calibrated(cals[which], PROFILE, model, GPU, gpus, steps=range(2), **kw, **config)
         out[name] = (res.range.step_s, res.summary["mean_step_s"], real)
     return out

@@ -2,15 +2,15 @@
 NeMo RL's GRPO performance tables, 8B dense to 671B MoE, on-policy and one-step-off, and verl's
 DeepSeek-V3 benchmark).
 
-Each run is estimated from what its documentation states (model, GPUs, batch in responses,
-average length and cap, parallel layout, mode), with lengths stated by their mean
-(``--lengths``), no calibration and no measured timings: the shared physical priors
-(``polytrace/data/priors.json``) as ``polytrace estimate`` and ``report`` apply them by default. Goals: within 30% of the
-published step time on at least three quarters of the runs, none off by more than 2x, asserted on
-the rows no constant was derived from (``published_runs.ASSERTED``; the NeMo RL MoE rows of
-``DERIVED_FROM`` carry the per-expert-tensor refit price that NeMo RL's own refits set: scored in
-the table, not asserted). The runs the model misses are marked with the physical reason; the table
-is printed in docs/step-model.md ("Published reference runs").
+Each run is estimated from what its documentation states (model, GPUs, batch in responses, average
+length and cap, parallel layout, mode), with lengths stated by their mean (``--lengths``), no
+calibration and no measured timings: the shared physical priors (``polytrace/data/priors.json``) as
+``polytrace estimate`` and ``report`` apply them by default. Goals: within 30% of the published step
+time on at least three quarters of the runs, none off by more than 2x, asserted on the rows no
+constant was derived from (``published_runs.ASSERTED``; the NeMo RL MoE rows of ``DERIVED_FROM``
+carry the per-expert-tensor refit price that NeMo RL's own refits set: scored in the table, not
+asserted). The runs the model misses are marked with the physical reason; the table is printed in
+docs/step-model.md ("Published reference runs").
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ GB200_MOE = "the GB200 MoE runs' shortfall: the dense GB200 runs are within 17% 
 # marks them (those rows are not asserted).
 MISSES = {
     "qwen3-30b-a3b 1-step-off": (
-        "1.36x (207 s under the priors refit at ef0b374; 1.43x, 217 s, before; 1.40x, 213 s, under the nine-log priors; generation-bound: 213 s on 8 TP2 engines of 256 "
+        "1.36x (207 s under the priors refit at ef0b374; 1.43x, 217 s, before; 1.40x, 213 s, under the nine-log "
+        "priors; generation-bound: 213 s on 8 TP2 engines of 256 "
         "responses each, where the published 152 s "
         "step bounds it): ~90 s of it is per-sequence host work at the corpus's price (109 us a sequence an "
         "iteration, fitted on vLLM 0.6-0.8 engines: V0 on the 0.5B logs, V1 0.8.x in eager mode on the 7B ones); "
@@ -79,7 +80,8 @@ MISSES["gb200 llama3.1-8b 1-step-off"] = (
     "1.32x (93.6 s against 71.1 s): trainer-bound, 93.6 s of training on 4 GB200s (79.7 s at recompute off's "
     "prior) where the published step bounds it; on-policy on 8 GB200s 1.10x: " + _RECOMPUTE)
 MISSES["verl deepseek-v3 on-policy 96"] = (
-    "0.43x (731 s against 1,700 s under the 22-log priors refit at ef0b374; 0.48x, 808 s, before it; 0.35x, 603 s, under the nine-log priors, generation 338 s "
+    "0.43x (731 s against 1,700 s under the 22-log priors refit at ef0b374; 0.48x, 808 s, before it; 0.35x, 603 s, "
+    "under the nine-log priors, generation 338 s "
     "against the published 1,050 s, the rest 265 s against 650 s): "
     "not explained. verl's one published step time, on 96 H20s at the settings the page recommends: vLLM 0.8.5 "
     "decoding DeepSeek-V3 in eager mode at TP 32 across 4 nodes (3 engines of 256 responses, KV cache for ~92 "

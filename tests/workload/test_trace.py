@@ -285,8 +285,8 @@ def test_multiturn_conflicting_prompt_in_a_group(tmp_path):
         load_trace(f)
 
 
-_NATIVE_HEAD = {"format": "polytrace.workload.trace", "version": 1, "kind": "single", "name": "t", "max_response_len": 100,
-                "max_prompt_len": 64}
+_NATIVE_HEAD = {"format": "polytrace.workload.trace", "version": 1, "kind": "single", "name": "t",
+                "max_response_len": 100, "max_prompt_len": 64}
 
 
 @pytest.mark.parametrize("head,match", [

@@ -40,8 +40,8 @@ MT_RECORD = {
     "tool_calls": [{"turn": 0, "latency_s": 0.074, "append_len": 1041}],
     "finish_reason": "stop", "final_response_len": 1216, "final_response_loss_len": 171, "validate": False,
     "prompt_group_id": 0, "sample_id": 0}
-NATIVE_HEAD = {"format": "polytrace.workload.trace", "version": 1, "kind": "single", "name": "t", "max_response_len": 4096,
-               "max_prompt_len": 512}
+NATIVE_HEAD = {"format": "polytrace.workload.trace", "version": 1, "kind": "single", "name": "t",
+               "max_response_len": 4096, "max_prompt_len": 512}
 NATIVE_RECORD = {"step": 0, "prompt_len": 100, "responses": [30, 4096, 7], "capped": [1]}
 NATIVE_MT_HEAD = {**NATIVE_HEAD, "kind": "multiturn", "max_response_len": 3000}
 NATIVE_MT_RECORD = {"step": 0, "prompt_len": 317, "responses": [
