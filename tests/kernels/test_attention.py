@@ -396,6 +396,20 @@ def test_decode_with_k_and_v_in_different_layouts_and_a_sliced_block_table():
     assert torch.equal(decode_attention(q, kp, vp, sl, block_table=wide[:, :table.shape[1]]), dense)
 
 
+def test_paged_decode_with_k_and_v_pages_in_different_layouts():
+    """V's pages as half of a fused [pages, page, 2, Hkv, D] buffer (page stride 2 x page x Hkv x D,
+    token stride 2 Hkv D) beside dense K pages: each cache read with its own page and token strides,
+    bit-for-bit the dense pages' result, in one split and in several."""
+    lens, lmax, page = [45, 7, 30], 48, 16
+    q, kc, vc, sl = _decode_inputs(lens, lmax, 4, 2, 32, seed=18)
+    kp, vp, table = _paged(kc, vc, page, seed=2)
+    v_half = torch.stack([torch.zeros_like(vp), vp], 2)[:, :, 1]
+    assert v_half.stride()[:2] != kp.stride()[:2]
+    for num_splits in (1, None):
+        assert torch.equal(decode_attention(q, kp, v_half, sl, block_table=table, num_splits=num_splits),
+                           decode_attention(q, kp, vp, sl, block_table=table, num_splits=num_splits))
+
+
 # (softcap, window_size, num_splits, page): Gemma 2's softcap 50 (q scaled x30 so scores reach its
 # curved range) and left windows of 0, 9 and 30 keys, over split and single-split launches.
 DECODE_FEATURES = {

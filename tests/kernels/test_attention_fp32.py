@@ -109,6 +109,10 @@ FEATURE_CASES = {
     # rows 0-9 with no key at all. (5, 100): a finite right past every diagonal is unbounded too
     "window-left-more-queries-than-keys": ([20, 6], [3, 4], False, 0.0, (5, -1), None),
     "window-right-past-the-keys": ([20, 6], [3, 4], False, 0.0, (5, 100), None),
+    # the converse: fewer queries than keys (diagonal 37 in the first sequence) and an unbounded left
+    # side: query row 0 must reach key 0, 37 keys left of its diagonal; a left side clamped at the
+    # query count (8) instead of the key count cut keys 0-28 off
+    "window-left-unbounded-fewer-queries-than-keys": ([3, 5], [40, 30], False, 0.0, (-1, 2), None),
 }
 
 
@@ -220,6 +224,9 @@ DECODE_MULTI = {
     # 3 tokens of the 40-token cache, left 6: the block's first row (position 37) needs key 31, the
     # last of the tile 16..31, the row block's window start on a tile edge
     "sq3-window6-tile-edge-splits": (16, False, 0.0, (6, -1), 3, True),
+    # not causal, a left window only: each query also sees every key after its position (the right
+    # side unbounded, not 0): 4 tokens over split and paged launches
+    "sq4-window-left-only-not-causal-paged-splits": (16, True, 0.0, (5, -1), 4, False),
 }
 
 

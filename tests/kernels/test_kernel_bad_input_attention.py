@@ -89,6 +89,14 @@ def test_varlen_max_seqlen_k_checked_even_with_a_cached_plan():
     _raises(lambda: attn.varlen_attention(Q, K, VV, cu, cu_k, max_seqlen_q=17, max_seqlen_k=4), "max_seqlen_k")
 
 
+def test_varlen_max_seqlen_q_checked_even_with_a_cached_plan():
+    """A plan cached without max_seqlen_q, then a call on the same cu_seqlens objects with one below
+    the longest sequence (17): the plan is keyed by max_seqlen_q, so that call validates it."""
+    cu, cu_k = CU.clone(), CU_K.clone()
+    attn.varlen_attention(Q, K, VV, cu, cu_k)  # caches a validated plan
+    _raises(lambda: attn.varlen_attention(Q, K, VV, cu, cu_k, max_seqlen_q=4), "max_seqlen_q")
+
+
 @pytest.mark.usefixtures("no_interpreter")
 def test_attention_cpu_outside_interpreter_is_refused():
     _raises(lambda: attn.varlen_attention(Q, K, VV, CU, CU_K), "q")

@@ -96,6 +96,33 @@ def test_trusted_offsets_past_the_total_stay_inside_the_buffers(features):
         assert (out[b, torch.from_numpy(~inside)] == 0).all(), b  # past T or past the length: zeros
 
 
+@pytest.mark.parametrize("features", [1, 300])
+def test_trusted_lengths_past_the_padded_width_stay_in_their_own_rows(features):
+    """A trusted device length may exceed S (the padded width; only a host check would see it): pack
+    copies the S rows the sequence has and no more, never the next sequence's padded rows (row S of
+    sequence b is row 0 of b + 1) and, for the last sequence, never past the buffer. Lengths 9 and
+    4 over S = 6 (cu 0, 9, 13): rows 6-8 of the first sequence are not written."""
+    from polytrace_kernels.packing.api import _launch_pack
+
+    lengths, S = [9, 4], 6
+    cu = torch.tensor([0, 9, 13], dtype=torch.int32)
+    padded = torch.randn(len(lengths), S, features)
+    with watch_kernels() as rec:
+        packed = _launch_pack(padded, cu, 13, None)
+    launch = rec.one("_pack_kernel")
+    bt, bf = launch.args["BLOCK_T"], launch.args["BLOCK_F"]
+
+    def pack_owner(p):
+        b, t, f = p
+        rows = int(cu[b]) + _blocks(0, min(lengths[b], S), bt, t)
+        return {"packed_ptr": _flat(packed.shape, rows[:, None], _blocks(0, features, bf, f)[None, :])}
+
+    written = torch.ones(packed.shape, dtype=torch.bool)
+    written[S:9] = False  # rows 6-8: the first sequence has no padded rows for them
+    launch.assert_footprint(["packed_ptr"], owner=pack_owner, expected={"packed_ptr": written})
+    assert torch.equal(packed[:S], padded[0]) and torch.equal(packed[9:13], padded[1, :4])
+
+
 # ----------------------------------------------------------------------------------- attention
 
 

@@ -3,7 +3,8 @@ products as the GPU does): a 3-token decode cache whose three sequences lie 2^31
 apart and log-prob logits whose three rows do, built with ``torch.as_strided`` over one
 uninitialised storage (8 GB of address space; only the few pages written are touched, ~0.2 GB
 resident).
-Each kernel must give bit for bit what it gives on a compact copy of the same values. The
+Each kernel must give bit for bit what it gives on a compact copy of the same values (the logits
+kernels' backward too: it reads the far rows again). The
 compiled-code check (tests/kernels/test_static_report.py) finds 32-bit stride products in the TTIR; this
 runs them. In a subprocess: a wrapped offset reads outside the storage and may crash it."""
 
@@ -48,11 +49,17 @@ for vocab in (32, 37):  # the aligned and the generic kernel
     g = torch.Generator().manual_seed(vocab)
     logits.copy_((4 * torch.randn(3, vocab, generator=g)).bfloat16())
     tokens = torch.tensor([1, vocab - 1, 5])
-    far = token_logprobs(logits, tokens, return_entropy=True)
-    near = token_logprobs(logits.contiguous(), tokens, return_entropy=True)
+    far_leaf = logits.detach().requires_grad_()  # the same far rows, as a leaf: the backward reads them too
+    near_leaf = logits.detach().contiguous().requires_grad_()
+    up = torch.randn(2, 3, generator=g)
+    far = token_logprobs(far_leaf, tokens, return_entropy=True)
+    near = token_logprobs(near_leaf, tokens, return_entropy=True)
     for a, b in zip(far, near):
         assert torch.isfinite(b).all() and torch.equal(a, b), (vocab, a, b)
-    del store, logits
+    for leaf, out in ((far_leaf, far), (near_leaf, near)):
+        torch.autograd.backward(list(out), list(up))
+    assert torch.isfinite(near_leaf.grad).all() and torch.equal(far_leaf.grad, near_leaf.grad), vocab
+    del store, logits, far_leaf
 print("ok")
 """
 

@@ -78,6 +78,8 @@ LOGITS_CASES = {
     "aligned-V1024-many-blocks": (20, 1024, 1.0, 3.0, 0.0, {"BLOCK_V": 128}),
     "one-column-tail-V1025": (7, 1025, 0.9, 3.0, 0.0, {"BLOCK_V": 128}),
     "all-negative": (16, 777, 1.3, 2.0, -60.0, None),
+    # every logit below -88: exp(x) alone underflows fp32 (only exp(x - max) keeps the sums)
+    "all-below-exp-underflow": (9, 300, 1.0, 2.0, -200.0, None),
     "large-magnitude-1e4": (16, 515, 1.0, 1e4, 0.0, None),
     # |lse| ~ 1e4 but likely tokens have log-probs ~ -1: forming lse = m + log s first would cost
     # ulp(1e4) ~ 1e-3 there
@@ -392,6 +394,80 @@ def test_linear_large_magnitude_and_frozen_weight():
     lp.sum().backward()
     assert torch.isfinite(h.grad).all() and w.grad is None
 
+
+
+def _poisoned_empty(*args, **kwargs):
+    """torch.empty whose floating-point result is filled with NaN: on a CPU a fresh allocation is
+    mostly zeros, which hides a buffer read before it is written (a GPU's caching allocator hands
+    back whatever the last user left)."""
+    out = _REAL_EMPTY(*args, **kwargs)
+    if out.dtype.is_floating_point:
+        out.fill_(float("nan"))
+    return out
+
+
+_REAL_EMPTY = torch.empty
+
+
+@pytest.mark.parametrize("which", ["logprob-only", "entropy-only"])
+def test_linear_single_output_gradients(which, monkeypatch):
+    """The fused head with the upstream gradient of one output only (the other one None in the
+    backward, as when only the log-probs or only the entropies reach the loss): both gradients
+    against fp64, fp32 with exact products, every ``torch.empty`` of the call poisoned with NaN."""
+    gen = torch.Generator().manual_seed(62)
+    h = torch.randn(13, 40, generator=gen).to(DEV)
+    w = (torch.randn(200, 40, generator=gen) * 0.4).to(DEV)
+    tok = _tokens(13, 200, seed=63)
+    g = _upstream(13, 64)[0]
+    upstream = (g, torch.zeros_like(g)) if which == "logprob-only" else (torch.zeros_like(g), g)
+    res = {}
+    for impl in ("ours", "truth"):
+        dt = torch.float64 if impl == "truth" else torch.float32
+        hl, wl = h.to(dt).clone().requires_grad_(), w.to(dt).clone().requires_grad_()
+        if impl == "ours":
+            monkeypatch.setattr(torch, "empty", _poisoned_empty)
+            lp, ent = linear_token_logprobs(hl, wl, tok, 0.8, return_entropy=True, fp32_precision="ieee",
+                                            chunk_bytes=13 * 4 * 64)  # 4 vocabulary chunks
+        else:
+            lp, ent = linear_token_logprobs_reference(hl, wl, tok, 0.8, True, IGNORE, compute_dtype=None)
+        out = lp if which == "logprob-only" else ent
+        out.backward(g.to(out.dtype))
+        monkeypatch.undo()
+        res[impl] = (lp.detach(), ent.detach(), hl.grad, wl.grad)
+    expect(*linear_checks(which, h, w, tok, 0.8, res["ours"], None, res["truth"], upstream))
+
+
+def test_linear_chunked_backward_with_strided_views():
+    """A hidden and a weight sliced from padded buffers (row stride 48, hidden 40) through a
+    backward of several vocabulary chunks (d(hidden) summed chunk by chunk in fp32): bit-for-bit
+    the contiguous copies' gradients."""
+    gen = torch.Generator().manual_seed(65)
+    h_pad = torch.randn(10, 48, generator=gen).to(DEV)
+    w_pad = (torch.randn(90, 48, generator=gen) * 0.3).to(DEV)
+    tok = _tokens(10, 90, seed=66)
+
+    def on_head(h, w, contiguous=False):
+        assert h.stride(0) == w.stride(0) == 48
+        if contiguous:
+            h, w = h.contiguous(), w.contiguous()
+        return linear_token_logprobs(h, w, tok, 0.9, return_entropy=True, chunk_bytes=10 * 4 * 32)
+
+    views = _value_and_grads(on_head, h_pad, w_pad, width=40)
+    dense = _value_and_grads(lambda h, w: on_head(h, w, True), h_pad, w_pad, width=40)
+    for name, got, want in zip(("logprob", "entropy", "d hidden", "d weight"), views, dense):
+        assert torch.equal(got, want), name
+
+
+def test_linear_unchecked_out_of_range_token_is_nan():
+    """As ``test_unchecked_out_of_range_token_is_nan`` for the fused head: tokens V and -3 with
+    ``check_tokens=False`` give NaN, never a plausible number; the others are unchanged."""
+    gen = torch.Generator().manual_seed(67)
+    h = torch.randn(4, 32, generator=gen).to(DEV)
+    w = (torch.randn(50, 32, generator=gen) * 0.3).to(DEV)
+    tok = torch.tensor([1, 50, -3, IGNORE], device=DEV)
+    lp = linear_token_logprobs(h, w, tok, check_tokens=False)
+    assert torch.isfinite(lp[0]) and torch.isnan(lp[1]) and torch.isnan(lp[2]) and lp[3] == 0
+    assert _same_rows(lp[:1], linear_token_logprobs(h[:1], w, tok[:1]), 50)
 
 # ------------------------------------------------------------------------------------ bad input
 

@@ -279,3 +279,57 @@ def test_sequences_that_fill_micro_batches_exactly_need_no_more():
     plan = plan_microbatches([6, 8, 4, 6, 16, 8], 1, 16)
     assert plan.n_microbatches == 3
     assert sorted(plan.tokens[0]) == [16, 16, 16]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("cost", ["tokens", "attention"])
+def test_partitions_filled_to_max_tokens_exactly_are_feasible(algorithm, cost):
+    """30 tokens into 3 partitions of at most 10: only exact fills ({7, 3}, {6, 4}, {5, 5}), which
+    every algorithm finds (LPT's least-loaded partition, or least-cost one that fits, is filled to
+    the bound; KK's partition is accepted at the bound); micro-batches too (3 of 10 tokens)."""
+    lengths = [6, 4, 5, 5, 7, 3]
+    parts = balance_partitions(lengths, 3, cost=cost, max_tokens=10, algorithm=algorithm)
+    _check_cover(parts, len(lengths))
+    assert sorted(sum(lengths[i] for i in p) for p in parts) == [10, 10, 10]
+    plan = plan_microbatches(lengths, 1, 10, cost=cost, algorithm=algorithm)
+    assert plan.n_microbatches == plan.min_microbatches == 3 and sorted(plan.tokens[0]) == [10, 10, 10]
+
+
+def test_plan_reports_its_largest_microbatch_and_lockstep_imbalance():
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(50, 3000, 60)
+    plan = plan_microbatches(lengths, 3, 6000, cost="attention")
+    assert plan.max_microbatch_tokens == max(t for rank in plan.tokens for t in rank)
+    mean = float(sequence_costs(lengths, "attention").sum()) / 3
+    assert plan.lockstep_imbalance == pytest.approx(plan.lockstep_cost / mean, rel=1e-12)
+    assert plan.lockstep_cost == pytest.approx(float(np.max(np.asarray(plan.costs), axis=0).sum()), rel=1e-12)
+
+
+def test_attention_cost_with_a_fractional_coefficient():
+    assert sequence_costs([10, 3, 0], attention_cost(2.5)).tolist() == [125.0, 16.5, 0.0]
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_partitions_list_their_indices_in_ascending_order(algorithm):
+    """As documented; 300 sequences, so an unstable sort of the assignment would show."""
+    lengths = np.random.default_rng(8).integers(1, 500, 300)
+    parts = balance_partitions(lengths, 4, algorithm=algorithm)
+    assert all(p == sorted(p) for p in parts)
+    _check_cover(parts, 300)
+
+
+@pytest.mark.parametrize("lengths, ranks, budget", [
+    ([30, 58, 21, 17, 2, 34, 3, 13, 24, 6], 2, 64),
+    ([42, 52, 39, 40, 27, 17, 31, 18, 40, 48, 35], 1, 81),
+    ([12, 11, 22, 18, 23, 28, 15, 19, 12, 50, 59, 34], 2, 85),
+])
+def test_the_budget_holds_under_a_cost_that_is_not_the_token_count(lengths, ranks, budget):
+    """attention_cost(5) (a small model: L^2 outweighs 5 L) orders micro-batches unlike their token
+    counts. These budgets are tight enough that the balancing heuristics overfill and the planner
+    falls back to best-fit decreasing; its local search, balancing cost, must keep every micro-batch
+    within the token budget (a move that evens the cost can add tokens to the lighter side)."""
+    plan = plan_microbatches(lengths, ranks, budget, cost=attention_cost(5))
+    arr = np.asarray(lengths)
+    _check_cover([mb for mbs in plan.ranks for mb in mbs], len(lengths))
+    assert all(int(arr[mb].sum()) <= budget for mbs in plan.ranks for mb in mbs)
+    assert plan.max_microbatch_tokens <= budget
