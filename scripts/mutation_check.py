@@ -21,7 +21,8 @@ indexing reviews find: mask comparisons off by one, scale constants off by 2e-4.
 log-sum-exp or log-prob, dropped terms and dropped scalings, split-combine weights off by 1%, rows
 written by two programs; and from a second list written without sight of the first, launch grids
 that floor, a view read with a contiguous tensor's strides, accumulators and partials kept in 16
-bits, split and tile boundaries, GQA head mapping, the planner's bin packing.
+bits, split and tile boundaries, GQA head mapping, the planner's bin packing; a third and a fourth
+list aimed at what the earlier ones covered thinly (``scripts/kernel_mutations/__init__.py``).
 """
 
 from __future__ import annotations

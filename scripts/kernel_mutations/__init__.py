@@ -11,16 +11,19 @@ Each family's list is three lists in turn:
   vocabulary-parallel ignore index); its survivors got the tests they lacked;
 - the third, written with the two above in sight and aimed at what they cover thinly (plan caching,
   schedules, configs per capability, decode with a head dim not a power of two, upstream gradients
-  in any layout, ignored rows, the planner's reports).
+  in any layout, ignored rows, the planner's reports);
+- a fourth (``hunt4.py``), written with the three above in sight and aimed at what they still cover
+  thinly (single-output gradients of the fused head, paged K/V in different layouts, multi-token
+  decode windows, the planner's exact-fit bounds); its survivors got the tests they lacked.
 
 What a hunt wrote and the list leaves out is named, with its reason, in the family's module.
 """
 
 from __future__ import annotations
 
-from . import attention, logprob, packing
+from . import attention, hunt4, logprob, packing
 from .mutation import Mutation
 
-MUTATIONS = packing.MUTATIONS + logprob.MUTATIONS + attention.MUTATIONS
+MUTATIONS = packing.MUTATIONS + logprob.MUTATIONS + attention.MUTATIONS + hunt4.MUTATIONS
 
 __all__ = ["MUTATIONS", "Mutation"]
