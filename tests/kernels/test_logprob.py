@@ -395,6 +395,8 @@ def test_linear_large_magnitude_and_frozen_weight():
     assert torch.isfinite(h.grad).all() and w.grad is None
 
 
+_REAL_EMPTY = torch.empty
+
 
 def _poisoned_empty(*args, **kwargs):
     """torch.empty whose floating-point result is filled with NaN: on a CPU a fresh allocation is
@@ -404,9 +406,6 @@ def _poisoned_empty(*args, **kwargs):
     if out.dtype.is_floating_point:
         out.fill_(float("nan"))
     return out
-
-
-_REAL_EMPTY = torch.empty
 
 
 @pytest.mark.parametrize("which", ["logprob-only", "entropy-only"])
@@ -468,6 +467,7 @@ def test_linear_unchecked_out_of_range_token_is_nan():
     lp = linear_token_logprobs(h, w, tok, check_tokens=False)
     assert torch.isfinite(lp[0]) and torch.isnan(lp[1]) and torch.isnan(lp[2]) and lp[3] == 0
     assert _same_rows(lp[:1], linear_token_logprobs(h[:1], w, tok[:1]), 50)
+
 
 # ------------------------------------------------------------------------------------ bad input
 
