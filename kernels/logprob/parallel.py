@@ -54,10 +54,14 @@ class _VocabParallelLogprobs(_LogitsBackward):
         m_r = torch.where(live, m_r, zero)  # ignored rows: m = +inf from the kernel
         big_m = _all_reduce(m_r.clone(), "max", group)
         shift = m_r - big_m
-        scaled = torch.where(live, torch.exp(log_s_r + shift), zero)  # s_r e^(m_r - M)
+        # a shard whose logits of the row are all -inf (constrained decoding masked them) holds no
+        # mass: its max and log-sum are -inf and its entropy NaN, so it adds 0 to every sum (not
+        # 0 x NaN) and its target, if it owns it, sits at -inf
+        held = live & (m_r != float("-inf"))
+        scaled = torch.where(held, torch.exp(log_s_r + shift), zero)  # s_r e^(m_r - M)
         # x_t - M on the owner: (x_t - m_r - log s_r) + log s_r + (m_r - M)
-        target = torch.where(owned, (lp_r + log_s_r) + shift, zero)
-        mean = torch.where(live, scaled * ((log_s_r - ent_r) + shift), zero)  # s_r e^(m_r-M) (E_r[x] - M)
+        target = torch.where(owned, torch.where(held, (lp_r + log_s_r) + shift, float("-inf")), zero)
+        mean = torch.where(held, scaled * ((log_s_r - ent_r) + shift), zero)  # s_r e^(m_r-M) (E_r[x] - M)
         sums = _all_reduce(torch.stack([scaled, target, mean, owned.float()]), "sum", group)
         if check_tokens and bool((live & (sums[3] != 1)).any()):
             i = int((live & (sums[3] != 1)).nonzero()[0, 0])

@@ -1,14 +1,17 @@
-"""The planted bugs of a fourth list, one module for all three families (``mutation_check.FAMILY_TESTS``
-runs each bug with its own family's tests). Written with the first three lists in sight and aimed
-at what they cover thinly: packing (a trusted length past the padded width, the planner's exact-fit
-bounds, its reports, a fractional attention cost, the budget under a cost that is not the token
-count), log-prob (single-output gradients of the fused head, the chunked d(hidden) with a strided
-weight, the fused combine's token range, int64 rows in the logits backward, rows whose logits all
-underflow exp, ignored rows, the vocabulary-parallel reductions) and attention (paged decode with K
-and V pages in different layouts, multi-token decode with a left-only window, an unbounded left
-window with fewer queries than keys, the plan cache's max_seqlen_q key, the single-launch
-boundary, more than 16 decode splits, GQA and offsets in dQ and dK/dV). Of its 48 bugs the tests
-then in place killed 28; the 19 real gaps among the survivors got tests and stay here.
+"""The planted bugs of a fourth list, one module for all three families
+(``mutation_check.FAMILY_TESTS`` runs each bug with its own family's tests). Written with the first
+three lists in sight and aimed at what they cover thinly: packing (a trusted length past the padded
+width, the planner's exact-fit bounds, its reports, a fractional attention cost, the budget under a
+cost that is not the token count), log-prob (single-output gradients of the fused head, the chunked
+d(hidden) with a strided weight, the fused combine's token range, int64 rows in the logits backward,
+rows whose logits all underflow exp, ignored rows, the vocabulary-parallel reductions, a shard
+masked whole) and attention (paged decode with K and V pages in different layouts, multi-token
+decode with a left-only window, an unbounded left window with fewer queries than keys, the plan
+cache's max_seqlen_q key, the single-launch boundary, more than 16 decode splits, GQA and offsets in
+dQ and dK/dV). Of its 48 bugs the tests then in place killed 28; the 19 real gaps among the
+survivors got tests and stay here, with one more: the vocabulary-parallel entropy of a row whose
+logits one rank's shard holds only as -inf was NaN (a real bug the hunt found by reading the code,
+fixed in ``parallel.py``).
 
 Left out: KK's first pop taking a merged state before a singleton of equal spread and equal
 heaviest set (``>=`` to ``>`` in ``partition._kk_free``'s first tie test): a tie order only. In
@@ -143,9 +146,12 @@ MUTATIONS = [
              "owned = (local >= 0) & (local <= local_vocab) & ~ignored",
              "vocab-parallel: the next shard's first column is also owned by this rank"),
     Mutation("vp-sum-not-rebased", "logprob", PARALLEL,
-             "scaled = torch.where(live, torch.exp(log_s_r + shift), zero)",
-             "scaled = torch.where(live, torch.exp(log_s_r), zero)",
+             "scaled = torch.where(held, torch.exp(log_s_r + shift), zero)",
+             "scaled = torch.where(held, torch.exp(log_s_r), zero)",
              "vocab-parallel: each rank's sum not re-based on the global maximum"),
+    Mutation("vp-masked-shard-adds-nan", "logprob", PARALLEL, "held = live & (m_r != float(\"-inf\"))",
+             "held = live",
+             "vocab-parallel: a shard whose logits of a row are all -inf adds 0 x NaN to the entropy's sum"),
     Mutation("logits-fwd-max-init-zero", "logprob", LOGPROB, "    m = tl.zeros([], dtype=tl.float32) + float(\"-inf\")\n",
              "    m = tl.zeros([], dtype=tl.float32)\n",
              "logits forward's running maximum starts at 0, not -inf (rows of negative logits sum exp(x), not exp(x - m))"),

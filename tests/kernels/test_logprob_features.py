@@ -91,17 +91,25 @@ def test_softcap_tanh_and_its_derivative_to_fp32_rounding():
 
 # ------------------------------------------------------------------ vocabulary-parallel (gloo, 2 ranks)
 
-# id: (dtype, softcap, ignore_index). -1 as the ignore index: a token another rank owns must not
-# look ignored (the local id a foreign token takes is then the shard's width, not -1)
-_GLOO_CASES = {"fp32": (torch.float32, None, IGNORE), "bf16-cap30": (torch.bfloat16, 30.0, IGNORE),
-               "fp32-ignore-minus-1": (torch.float32, None, -1)}
+# id: (dtype, softcap, ignore_index, masked shards). -1 as the ignore index: a token another rank
+# owns must not look ignored (the local id a foreign token takes is then the shard's width, not -1).
+# Masked shards: constrained decoding sets one rank's whole shard of a row to -inf (rows 0-2 rank
+# 1's, row 3 rank 0's): that rank holds no mass for the row, and its local max, log-sum and entropy
+# (-inf, -inf, NaN) must add nothing to the sums, not 0 x NaN
+_GLOO_CASES = {"fp32": (torch.float32, None, IGNORE, False), "bf16-cap30": (torch.bfloat16, 30.0, IGNORE, False),
+               "fp32-ignore-minus-1": (torch.float32, None, -1, False),
+               "fp32-a-shard-masked": (torch.float32, None, IGNORE, True)}
 _BOUNDS = [0, 300, 513]
 
 
-def _gloo_case(dtype, ignore_index=IGNORE):
+def _gloo_case(dtype, ignore_index=IGNORE, masked_shards=False):
     x, tok, up = _case(10, 513, dtype, seed=61, scale=8.0)
     tok[5] = 299  # the last column of rank 0, and the first of rank 1
     tok[6] = 300
+    if masked_shards:
+        x[0:3, 300:] = float("-inf")
+        x[3, :300] = float("-inf")
+        tok[0:3], tok[3] = torch.tensor([0, 150, 299]), 400  # each in the row's live shard
     tok[tok == IGNORE] = ignore_index
     return x, tok, up
 
@@ -115,8 +123,8 @@ def gloo_ranks(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("gloo")
     cases = {}
-    for name, (dtype, softcap, ignore_index) in _GLOO_CASES.items():
-        x, tok, up = _gloo_case(dtype, ignore_index)
+    for name, (dtype, softcap, ignore_index, masked) in _GLOO_CASES.items():
+        x, tok, up = _gloo_case(dtype, ignore_index, masked)
         cases[name] = {"logits": x, "tokens": tok, "temperature": 0.8, "g_lp": up[0], "g_ent": up[1],
                        "softcap": softcap, "ignore_index": ignore_index}
     mp.spawn(shard_worker, args=(2, str(out / "init"), _BOUNDS, cases, str(out)), nprocs=2, join=True)
@@ -129,8 +137,8 @@ def test_vocab_parallel_against_fp64_with_two_gloo_ranks(gloo_ranks, case_id):
     of 16): each rank's log-probs and entropies are the full vocabulary's, and the concatenated shard
     gradients are the full logits' gradient, against fp64 on the whole matrix; a token no shard owns
     raises on every rank."""
-    dtype, softcap, ignore_index = _GLOO_CASES[case_id]
-    x, tok, up = _gloo_case(dtype, ignore_index)
+    dtype, softcap, ignore_index, masked = _GLOO_CASES[case_id]
+    x, tok, up = _gloo_case(dtype, ignore_index, masked)
     ranks = gloo_ranks[case_id]
     assert torch.equal(ranks[0]["logprob"], ranks[1]["logprob"]) and torch.equal(ranks[0]["entropy"],
                                                                                  ranks[1]["entropy"])
