@@ -23,7 +23,9 @@ HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 def _documents() -> list[Path]:
     found = {ROOT / "README.md", *(ROOT / "docs").glob("*.md")}
     for pattern in ("*/README.md", "*/*/README.md"):
-        found.update(p for p in ROOT.glob(pattern) if ".venv" not in p.parts)
+        # not a hidden folder's (.pytest_cache holds a README.md, .venv a package's)
+        found.update(p for p in ROOT.glob(pattern)
+                     if not any(part.startswith(".") for part in p.relative_to(ROOT).parts))
     return sorted(found)
 
 
