@@ -1,5 +1,5 @@
 """The planted bugs in the token log-prob / entropy kernels (``kernels/logprob``).
-The three lists (first, second, third) are described in ``__init__.py``.
+The four lists (first to fourth) are described in ``__init__.py``.
 
 Left out: the backward's ``tl.debug_barrier`` before the target column's one-hot store (second
 list; a race on a GPU only: the interpreter runs each block operation whole, and the GPU
@@ -181,4 +181,80 @@ MUTATIONS = [
              "glob = torch.stack([torch.where(live, big_m, torch.full_like(zero, float(\"inf\"))), log_s])",
              "glob = torch.stack([torch.where(live, big_m, torch.full_like(zero, float(\"inf\"))), log_s_r])",
              "vocab-parallel backward uses the rank's local log-sum"),
+    # ======== the fourth list
+    # ---------------- logprob: fused LM head
+    Mutation("fused-dlogits-entropy-p0-nan", "logprob", LOGPROB_BWD,
+             "        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)\n",
+             "        dz -= g_ent[:, None] * p * (logp + entropy[:, None])\n",
+             "fused backward's entropy term: p = 0 (underflow) times log p = -inf gives NaN"),
+    Mutation("fused-acc-weight-stride", "logprob", LOGPROB_API,
+             "d.stride(0), 1, w_chunk.stride(0), 1, acc_hidden.stride(0),",
+             "d.stride(0), 1, hidden_size, 1, acc_hidden.stride(0),",
+             "chunked d(hidden) reads the weight chunk as dense (wrong for a strided weight view)"),
+    Mutation("fused-combine-in-range-upper", "logprob", LOGPROB,
+             "    in_range = (tok >= 0) & (tok < vocab_size)\n    live = row_mask & ~ignored",
+             "    in_range = (tok >= 0) & (tok <= vocab_size)\n    live = row_mask & ~ignored",
+             "fused combine: an unchecked token == V gets a plausible log-prob instead of NaN"),
+    Mutation("fused-bwd-has-ent-always", "logprob", LOGPROB_API, "HAS_GRAD_ENT=has_ent, EVEN_K=hidden_size % bk == 0,",
+             "HAS_GRAD_ENT=True, EVEN_K=hidden_size % bk == 0,",
+             "fused backward with only a log-prob gradient runs the entropy term on placeholders"),
+    Mutation("fused-missing-glp-empty", "logprob", LOGPROB_API,
+             "        return torch.zeros(n, dtype=torch.float32, device=device)",
+             "        return torch.empty(n, dtype=torch.float32, device=device)",
+             "fused backward with only an entropy gradient reads an uninitialised log-prob gradient"),
+    Mutation("fused-mask-before-softcap", "logprob", LOGPROB,
+             "        if SOFTCAP:  # Gemma 2's final-logit cap, before the temperature (as HF, verl and Liger apply it)\n"
+             "            z = softcap * _tanh(z * (1.0 / softcap))[0]\n"
+             "        if not EVEN_V:  # after the cap, which maps a masked column's 0 to 0, not -inf\n"
+             "            z = tl.where(col_mask[None, :], z, float(\"-inf\"))\n",
+             "        if not EVEN_V:\n"
+             "            z = tl.where(col_mask[None, :], z, float(\"-inf\"))\n"
+             "        if SOFTCAP:  # Gemma 2's final-logit cap, before the temperature (as HF, verl and Liger apply it)\n"
+             "            z = softcap * _tanh(z * (1.0 / softcap))[0]\n",
+             "fused forward masks the tail tile before the softcap: masked columns become -softcap and join the sums"),
+    Mutation("fused-fwd-entropy-masked-nan", "logprob", LOGPROB,
+             "                d = tl.maximum(d, -3.0e38)  # a masked column", "                d = d  # a masked column",
+             "fused forward's entropy sum: a masked column's e = 0 times d = -inf gives NaN"),
+    Mutation("fused-bwd-entropy-no-temperature", "logprob", LOGPROB_BWD,
+             "    if HAS_GRAD_ENT:\n        g_ent = tl.load(grad_ent_ptr + rows, mask=row_mask, other=0.0)\n"
+             "        entropy = tl.load(entropy_ptr + rows, mask=row_mask, other=0.0)\n"
+             "        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)\n"
+             "    if SCALE:\n        dz = dz * inv_temperature\n",
+             "    if SCALE:\n        dz = dz * inv_temperature\n"
+             "    if HAS_GRAD_ENT:\n        g_ent = tl.load(grad_ent_ptr + rows, mask=row_mask, other=0.0)\n"
+             "        entropy = tl.load(entropy_ptr + rows, mask=row_mask, other=0.0)\n"
+             "        dz -= g_ent[:, None] * p * tl.where(p > 0, logp + entropy[:, None], 0.0)\n",
+             "fused backward: the entropy gradient misses 1/T"),
+    Mutation("fused-ignored-max-not-inf", "logprob", LOGPROB,
+             "    tl.store(max_ptr + rows, tl.where(ignored, float(\"inf\"), m_all), mask=row_mask)",
+             "    tl.store(max_ptr + rows, m_all, mask=row_mask)",
+             "fused combine stores max 0 for ignored rows: the backward's exp(z - max) overflows there"),
+    # ---------------- logprob: logits kernels and vocabulary parallel
+    Mutation("logits-bwd-glp-flag-always", "logprob", LOGPROB_API, "        HAS_GRAD_LP=has_lp,\n",
+             "        HAS_GRAD_LP=True,\n",
+             "logits backward with only an entropy gradient reads the saved maxima as the log-prob gradient"),
+    Mutation("logits-fwd-tail-fill-zero", "logprob", LOGPROB,
+             "x = tl.load(row_ptr + cols, mask=cols < v_end, other=float(\"-inf\")).to(tl.float32)",
+             "x = tl.load(row_ptr + cols, mask=cols < v_end, other=0.0).to(tl.float32)",
+             "the tail block's padding loads as logit 0 and joins the sums"),
+    Mutation("vp-max-allreduce-in-place", "logprob", PARALLEL, "big_m = _all_reduce(m_r.clone(), \"max\", group)",
+             "big_m = _all_reduce(m_r, \"max\", group)",
+             "vocab-parallel: the MAX all-reduce overwrites the rank's own maximum (every shift becomes 0)"),
+    Mutation("vp-owned-upper-inclusive", "logprob", PARALLEL,
+             "owned = (local >= 0) & (local < local_vocab) & ~ignored",
+             "owned = (local >= 0) & (local <= local_vocab) & ~ignored",
+             "vocab-parallel: the next shard's first column is also owned by this rank"),
+    Mutation("vp-sum-not-rebased", "logprob", PARALLEL,
+             "scaled = torch.where(held, torch.exp(log_s_r + shift), zero)",
+             "scaled = torch.where(held, torch.exp(log_s_r), zero)",
+             "vocab-parallel: each rank's sum not re-based on the global maximum"),
+    Mutation("vp-masked-shard-adds-nan", "logprob", PARALLEL, "held = live & (m_r != float(\"-inf\"))",
+             "held = live",
+             "vocab-parallel: a shard whose logits of a row are all -inf adds 0 x NaN to the entropy's sum"),
+    Mutation("logits-fwd-max-init-zero", "logprob", LOGPROB, "    m = tl.zeros([], dtype=tl.float32) + float(\"-inf\")\n",
+             "    m = tl.zeros([], dtype=tl.float32)\n",
+             "logits forward's running maximum starts at 0, not -inf (rows of negative logits sum exp(x), not exp(x - m))"),
+    Mutation("logits-bwd-row-int32", "logprob", LOGPROB_BWD, "    row = tl.program_id(0).to(tl.int64)\n",
+             "    row = tl.program_id(0)\n",
+             "logits backward's row offsets in int32: wraps past 2^31 elements"),
 ]
