@@ -57,15 +57,17 @@ def test_a_generation_batch_that_cannot_be_is_one_line(kw, message):
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
+# the CLI run the tests below vary: 8 prompts x 4 on 8 H100s, lengths stated
+_LENGTHS = ["--lengths", "mean=600,max=2000,prompt=150"]
+_CLI_RUN = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100", "--gpus", "8", "--prompts", "8", "--n", "4"]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--mode", "one-step-off", "--gen-batch", "24"], "priced in --mode sync only, not --mode one-step-off"),
     (["--profile", "search-r1-7b", "--gen-batches", "2"], "price single-turn profiles; this profile is multi-turn"),
 ])
 def test_what_dynamic_sampling_does_not_price_is_refused(capsys, argv, message):
-    base = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100", "--gpus", "8", "--prompts", "8", "--n", "4",
-            "--lengths", "mean=600,max=2000,prompt=150"]
-    if "--profile" in argv:
-        base = [a for a in base if a not in ("--lengths", "mean=600,max=2000,prompt=150")]
+    base = _CLI_RUN if "--profile" in argv else _CLI_RUN + _LENGTHS
     assert main(base + argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("polytrace: error:") and message in err and "\n" not in err, err
@@ -75,8 +77,7 @@ def test_a_generation_batch_the_size_of_the_trained_one_is_no_dapo_in_every_mode
     """Sync and the separated modes decide "generation apart from the trained batch" by one rule
     (``samples_apart``): --gen-batch equal to --prompts is no DAPO at all, so one-step-off prices it
     as the same run without the flag (it used to refuse it), and --gen-batch above it is refused."""
-    base = ["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100", "--gpus", "8", "--prompts", "8", "--n", "4",
-            "--lengths", "mean=600,max=2000,prompt=150", "--mode", "one-step-off", "--json"]
+    base = _CLI_RUN + _LENGTHS + ["--mode", "one-step-off", "--json"]
     outs = []
     for extra in ([], ["--gen-batch", "8"], ["--gen-batches", "1"]):
         assert main(base + extra) == 0
@@ -88,8 +89,7 @@ def test_a_generation_batch_the_size_of_the_trained_one_is_no_dapo_in_every_mode
 
 
 def test_the_run_line_says_what_is_generated(capsys):
-    assert main(["estimate", "--model", "qwen2.5-1.5b", "--gpu", "h100", "--gpus", "8", "--prompts", "8", "--n", "4",
-                 "--lengths", "mean=600,max=2000,prompt=150", "--gen-batch", "24", "--gen-batches", "1.5"]) == 0
+    assert main(_CLI_RUN + _LENGTHS + ["--gen-batch", "24", "--gen-batches", "1.5"]) == 0
     out = capsys.readouterr()
     run_line = next(line for line in out.out.splitlines() if " | qwen2.5-1.5b | " in line)
     assert "| 8 prompts x 4 (generated: 1.5 x 24 prompts) |" in run_line, run_line
